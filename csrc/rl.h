@@ -1,0 +1,96 @@
+/*
+ * rl.h - types and status codes shared by every layer of the C core.
+ *
+ * Status convention (see STYLE.md): functions that act return int.
+ *   0          success
+ *   -errno     an operating-system failure (negative, never errno itself)
+ *   RL_E*      a condition of our own (positive, >= RL_EBASE)
+ * Messages never live in globals: a call that can fail with a message takes
+ * a caller-owned buffer of RL_MSG_MAX bytes, because the thread that fails is
+ * not the thread that reports.
+ */
+#ifndef RL_H
+#define RL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RL_MSG_MAX 256
+
+enum {
+    RL_EBASE = 1000,
+    RL_EDECODE = RL_EBASE, /* the data is not a decodable JPEG */
+    RL_ETRUNCATED,         /* JPEG ends early ("Premature end of JPEG file") */
+    RL_ETOOBIG,            /* image over the pixel, scan or byte limit */
+    RL_EFORMAT,            /* not a JPEG at all (other magic bytes) */
+    RL_ECLOSED,            /* the pipeline was closed or cancelled */
+    RL_ETIMEDOUT,          /* a bounded wait expired; try again */
+    RL_ECUDA,              /* the CUDA runtime failed */
+    RL_EINTERNAL,          /* an impossible state: a bug of ours */
+};
+
+/* Output memory layouts of a batch. */
+typedef enum {
+    RL_LAYOUT_NCHW = 0,
+    RL_LAYOUT_NHWC = 1,
+} rl_layout;
+
+/* Which geometric transform is fused into the decode. */
+typedef enum {
+    RL_T_NONE = 0,        /* full image, no resampling */
+    RL_T_RESIZE_CROP = 1, /* optional Resize, then CenterCrop (which may be
+                           * the whole resized image) */
+    RL_T_RANDOM_CROP = 2, /* RandomResizedCrop */
+} rl_transform_kind;
+
+/*
+ * A transform as the user configured it; the same for every sample.
+ * Randomness is drawn per sample from (seed, epoch, index) in rl_plan.c.
+ *
+ * RL_T_RESIZE_CROP: when resize_short > 0 the shorter side is resized to it
+ * (the longer one keeps the aspect ratio, truncated, as torchvision does);
+ * else when resize_h, resize_w > 0 the image is resized to exactly that;
+ * else it is not resized. Then the centre out_h x out_w is cropped, padding
+ * with zeros where the crop is larger than the image.
+ * RL_T_RANDOM_CROP: torchvision's RandomResizedCrop sampling of a box with
+ * area fraction in [scale_lo, scale_hi] and aspect ratio in [ratio_lo,
+ * ratio_hi], resized to out_h x out_w.
+ * Both: mirrored horizontally with probability flip_p.
+ */
+typedef struct rl_transform {
+    rl_transform_kind kind;
+    int resize_short;
+    int resize_h, resize_w;
+    int out_h, out_w;
+    double scale_lo, scale_hi;
+    double ratio_lo, ratio_hi;
+    double flip_p;
+} rl_transform;
+
+/*
+ * What to do with one sample: resample the box (x, y, w, h) of the source
+ * image, in source pixels, into the output rectangle (vx, vy, vw, vh) of an
+ * out_w x out_h image, mirrored if flip. Output pixels outside that
+ * rectangle (a CenterCrop larger than the image) are zeros.
+ */
+typedef struct rl_plan {
+    double x, y, w, h;
+    int vx, vy, vw, vh;
+    int out_w, out_h;
+    bool flip;
+} rl_plan;
+
+/* Limits for untrusted input (RELIABILITY.md). */
+#define RL_DEFAULT_MAX_PIXELS 89478485ULL
+#define RL_DEFAULT_MAX_SCANS 500
+#define RL_DEFAULT_MAX_FILE_BYTES (1ULL << 30)
+
+typedef struct rl_limits {
+    uint64_t max_pixels;
+    int max_scans;
+    uint64_t max_file_bytes;
+    bool allow_truncated;
+} rl_limits;
+
+#endif /* RL_H */

@@ -1,0 +1,218 @@
+/*
+ * rl_plan.c - sample geometry as torchvision defines it.
+ *
+ * DESIGN: the arithmetic follows torchvision's definitions (Resize's
+ * truncated long side, CenterCrop's rounded offsets, RandomResizedCrop's ten
+ * tries in log-ratio space and its central fallback), with Python's
+ * round-half-to-even reproduced by nearbyint() in the default rounding
+ * mode. Only the random source differs: torchvision draws from torch's
+ * global generator, we draw from Philox keyed by (seed, epoch, index), so the
+ * distribution is the same and the draws are reproducible per sample.
+ */
+#define _GNU_SOURCE
+#include "rl_plan.h"
+
+#include <math.h>
+
+/* ---- Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as
+ * 1, 2, 3", SC'11) ---- */
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+static void philox(const uint32_t key_in[2], const uint32_t ctr_in[4],
+                   uint32_t out[4])
+{
+    uint32_t k0 = key_in[0], k1 = key_in[1];
+    uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3];
+    for (int round = 0; round < 10; round++) {
+        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
+        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        uint32_t n1 = (uint32_t)p1;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        uint32_t n3 = (uint32_t)p0;
+        c0 = n0;
+        c1 = n1;
+        c2 = n2;
+        c3 = n3;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+void rl_rng_init(rl_rng *g, uint64_t seed, int64_t epoch, int64_t index)
+{
+    g->key[0] = (uint32_t)seed;
+    g->key[1] = (uint32_t)(seed >> 32);
+    /* The counter's high words name the sample, its low word the draw. */
+    g->ctr[0] = 0;
+    g->ctr[1] = (uint32_t)epoch;
+    g->ctr[2] = (uint32_t)(uint64_t)index;
+    g->ctr[3] = (uint32_t)((uint64_t)index >> 32) ^
+                ((uint32_t)((uint64_t)epoch >> 32) << 16);
+    g->left = 0;
+}
+
+static uint32_t next32(rl_rng *g)
+{
+    if (g->left == 0) {
+        philox(g->key, g->ctr, g->out);
+        g->ctr[0]++;
+        g->left = 4;
+    }
+    return g->out[4 - g->left--];
+}
+
+double rl_rng_uniform(rl_rng *g)
+{
+    uint64_t hi = next32(g) >> 5, lo = next32(g) >> 6; /* 27 + 26 bits */
+    return (double)(hi * 67108864u + lo) / 9007199254740992.0;
+}
+
+/* torch.randint(lo, hi) for hi > lo: uniform over [lo, hi). */
+static int randint(rl_rng *g, int lo, int hi)
+{
+    int v = lo + (int)floor(rl_rng_uniform(g) * (double)(hi - lo));
+    return v < hi ? v : hi - 1;
+}
+
+/* Python's round() on a double, to int. */
+static int pyround(double x)
+{
+    return (int)nearbyint(x);
+}
+
+static void random_crop_box(const rl_transform *t, int width, int height,
+                            rl_rng *g, int *top, int *left, int *h, int *w)
+{
+    double area = (double)width * (double)height;
+    double lr0 = log(t->ratio_lo), lr1 = log(t->ratio_hi);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * (t->scale_lo + rl_rng_uniform(g) *
+                                                  (t->scale_hi - t->scale_lo));
+        double ar = exp(lr0 + rl_rng_uniform(g) * (lr1 - lr0));
+        int cw = pyround(sqrt(target * ar));
+        int ch = pyround(sqrt(target / ar));
+        if (cw > 0 && cw <= width && ch > 0 && ch <= height) {
+            *top = randint(g, 0, height - ch + 1);
+            *left = randint(g, 0, width - cw + 1);
+            *h = ch;
+            *w = cw;
+            return;
+        }
+    }
+    double in_ratio = (double)width / (double)height;
+    double rmin = fmin(t->ratio_lo, t->ratio_hi);
+    double rmax = fmax(t->ratio_lo, t->ratio_hi);
+    int cw, ch;
+    if (in_ratio < rmin) {
+        cw = width;
+        ch = pyround(cw / rmin);
+    } else if (in_ratio > rmax) {
+        ch = height;
+        cw = pyround(ch * rmax);
+    } else {
+        cw = width;
+        ch = height;
+    }
+    *top = (height - ch) / 2;
+    *left = (width - cw) / 2;
+    *h = ch;
+    *w = cw;
+}
+
+/* Resize (as configured) then CenterCrop(out_h, out_w). */
+static int resize_crop_box(const rl_transform *t, int width, int height,
+                           rl_plan *p)
+{
+    int nw = width, nh = height;
+    if (t->resize_short > 0) {
+        int s = t->resize_short;
+        if (width <= height) {
+            nw = s;
+            nh = (int)((double)s * height / width);
+        } else {
+            nh = s;
+            nw = (int)((double)s * width / height);
+        }
+    } else if (t->resize_h > 0 && t->resize_w > 0) {
+        nw = t->resize_w;
+        nh = t->resize_h;
+    }
+    if (nw <= 0 || nh <= 0) {
+        return RL_EINTERNAL;
+    }
+    double sx = (double)nw / width, sy = (double)nh / height;
+    /* Horizontal axis: the crop window in resized pixels, clipped to the
+     * resized image; what the clip removes is zero padding. */
+    int ow = p->out_w, oh = p->out_h;
+    if (ow <= nw) {
+        int left = pyround((nw - ow) / 2.0);
+        p->vx = 0;
+        p->vw = ow;
+        p->x = left / sx;
+        p->w = ow / sx;
+    } else {
+        p->vx = (ow - nw) / 2;
+        p->vw = nw;
+        p->x = 0;
+        p->w = width;
+    }
+    if (oh <= nh) {
+        int top = pyround((nh - oh) / 2.0);
+        p->vy = 0;
+        p->vh = oh;
+        p->y = top / sy;
+        p->h = oh / sy;
+    } else {
+        p->vy = (oh - nh) / 2;
+        p->vh = nh;
+        p->y = 0;
+        p->h = height;
+    }
+    return 0;
+}
+
+int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
+                 int64_t epoch, int64_t index, rl_plan *p)
+{
+    if (width <= 0 || height <= 0 || t->out_w <= 0 || t->out_h <= 0) {
+        return RL_EINTERNAL;
+    }
+    rl_rng g;
+    rl_rng_init(&g, seed, epoch, index);
+    p->out_w = t->out_w;
+    p->out_h = t->out_h;
+    if (t->kind == RL_T_RANDOM_CROP) {
+        int top, left, h, w;
+        random_crop_box(t, width, height, &g, &top, &left, &h, &w);
+        p->x = left;
+        p->y = top;
+        p->w = w;
+        p->h = h;
+        p->vx = p->vy = 0;
+        p->vw = t->out_w;
+        p->vh = t->out_h;
+    } else if (t->kind == RL_T_RESIZE_CROP) {
+        int rc = resize_crop_box(t, width, height, p);
+        if (rc != 0) {
+            return rc;
+        }
+    } else {
+        return RL_EINTERNAL;
+    }
+    /* The flip draw comes after the crop's, as torchvision's Compose runs
+     * RandomResizedCrop before RandomHorizontalFlip. */
+    p->flip = t->flip_p > 0.0 && rl_rng_uniform(&g) < t->flip_p;
+    if (p->flip) {
+        p->vx = p->out_w - p->vx - p->vw;
+    }
+    return 0;
+}

@@ -1,0 +1,56 @@
+/*
+ * rl_resize.h - antialiased bilinear resampling of RGB pixels.
+ *
+ * The filter is the one torchvision applies with antialias=True (and Pillow
+ * with BILINEAR): a triangle whose support widens with the downscale factor,
+ * weights normalised over the pixels inside the image, computed separably
+ * (horizontal pass into 8-bit rows, then vertical) in 22-bit fixed point.
+ * A box of the source image, given in source pixels, maps to the output, so
+ * Resize + CenterCrop and RandomResizedCrop are one resample. Only the rows
+ * and columns rl_resample_span() names are read; the caller decodes just
+ * those. This layer knows nothing of files, JPEG or Python.
+ */
+#ifndef RL_RESIZE_H
+#define RL_RESIZE_H
+
+#include <stddef.h>
+
+#include "rl.h"
+
+/* Decoded RGB pixels covering columns [x0, x0 + w) and rows [y0, y0 + h) of
+ * an image of full_w x full_h pixels. */
+typedef struct rl_pixels {
+    const uint8_t *data;
+    size_t stride;
+    int x0, y0, w, h;
+    int full_w, full_h;
+} rl_pixels;
+
+/* Where output pixel (x, y) channel c goes:
+ * data + y * row_stride + x * px_stride + c * ch_stride. */
+typedef struct rl_dst {
+    uint8_t *data;
+    ptrdiff_t row_stride, px_stride, ch_stride;
+} rl_dst;
+
+/*
+ * The source pixels [*lo, *hi) that resampling the span [b0, b0 + bsize) of
+ * an axis of `full` pixels to `out` pixels reads.
+ */
+void rl_resample_span(int full, double b0, double bsize, int out, int *lo,
+                      int *hi);
+
+/*
+ * Resamples the box (bx, by, bw, bh) of src's image to out_w x out_h pixels
+ * written at dst (mirrored left-right when flip). src must cover the spans
+ * rl_resample_span() returns for both axes. Returns 0 or -ENOMEM.
+ * Thread-safe; allocates only small coefficient tables.
+ */
+int rl_resample(const rl_pixels *src, double bx, double by, double bw,
+                double bh, int out_w, int out_h, bool flip,
+                const rl_dst *dst);
+
+/* Writes zeros to the w x h rectangle at (x, y) of dst. */
+void rl_fill_zero(const rl_dst *dst, int x, int y, int w, int h);
+
+#endif /* RL_RESIZE_H */

@@ -1,0 +1,121 @@
+/*
+ * rl_sample.c - header, plan, region decode and resample of one sample.
+ *
+ * DESIGN: the order matters for speed. The header gives the size; the plan
+ * turns it into a box of the source; the box picks the DCT scale (libjpeg
+ * can decode at m/8 for almost free by dropping high frequencies, so a
+ * 2000 px photo cropped to 224 px is decoded at 1/4 or 1/8); the resampler
+ * names the exact rows and columns it will read; only those are decoded;
+ * and the resampler writes the result into the batch slot. No full-size
+ * image is ever materialised.
+ */
+#define _GNU_SOURCE
+#include "rl_sample.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rl_plan.h"
+
+int rl_sample_pick_scale(int width, int height, double bw, double bh, int vw,
+                         int vh)
+{
+    for (int m = 1; m < 8; m++) {
+        /* The scaled size as libjpeg computes it (rounded up). */
+        double sw = (double)(((int64_t)width * m + 7) / 8);
+        double sh = (double)(((int64_t)height * m + 7) / 8);
+        if (bw * sw / width >= vw && bh * sh / height >= vh) {
+            return m;
+        }
+    }
+    return 8;
+}
+
+int rl_sample_decode(rl_decoder *d, const uint8_t *data, size_t len,
+                     const rl_transform *t, const rl_limits *lim,
+                     uint64_t seed, int64_t epoch, int64_t index,
+                     const rl_dst *dst, char *msg)
+{
+    rl_jpeg_header hdr;
+    int rc = rl_decode_header(d, data, len, lim, &hdr, msg);
+    if (rc != 0) {
+        return rc;
+    }
+    rl_plan p;
+    rc = rl_plan_make(t, hdr.width, hdr.height, seed, epoch, index, &p);
+    if (rc != 0) {
+        snprintf(msg, RL_MSG_MAX, "invalid transform for a %dx%d image",
+                 hdr.width, hdr.height);
+        return rc;
+    }
+    int m = rl_sample_pick_scale(hdr.width, hdr.height, p.w, p.h, p.vw, p.vh);
+    int sw, sh;
+    rl_decode_scaled_size(d, m, &sw, &sh);
+    double fx = (double)sw / hdr.width, fy = (double)sh / hdr.height;
+    double bx = p.x * fx, by = p.y * fy, bw = p.w * fx, bh = p.h * fy;
+
+    int x0, x1, y0, y1;
+    rl_resample_span(sw, bx, bw, p.vw, &x0, &x1);
+    rl_resample_span(sh, by, bh, p.vh, &y0, &y1);
+    rl_region reg;
+    rc = rl_decode_region(d, m, x0, y0, x1 - x0, y1 - y0, lim, &reg, msg);
+    if (rc != 0) {
+        return rc;
+    }
+    if (p.vw != p.out_w || p.vh != p.out_h) {
+        /* Zero the padding around the image (CenterCrop past its edge). */
+        rl_fill_zero(dst, 0, 0, p.out_w, p.vy);
+        rl_fill_zero(dst, 0, p.vy + p.vh, p.out_w, p.out_h - p.vy - p.vh);
+        rl_fill_zero(dst, 0, p.vy, p.vx, p.vh);
+        rl_fill_zero(dst, p.vx + p.vw, p.vy, p.out_w - p.vx - p.vw, p.vh);
+    }
+    rl_pixels px = {
+        .data = reg.data,
+        .stride = reg.stride,
+        .x0 = reg.x0,
+        .y0 = reg.y0,
+        .w = reg.w,
+        .h = reg.h,
+        .full_w = reg.full_w,
+        .full_h = reg.full_h,
+    };
+    rl_dst sub = *dst;
+    sub.data += p.vy * dst->row_stride + p.vx * dst->px_stride;
+    rc = rl_resample(&px, bx, by, bw, bh, p.vw, p.vh, p.flip, &sub);
+    if (rc != 0) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+    }
+    return rc;
+}
+
+int rl_sample_decode_full(rl_decoder *d, const uint8_t *data, size_t len,
+                          const rl_limits *lim, uint8_t **out, int *w, int *h,
+                          char *msg)
+{
+    rl_jpeg_header hdr;
+    *out = NULL;
+    int rc = rl_decode_header(d, data, len, lim, &hdr, msg);
+    if (rc != 0) {
+        return rc;
+    }
+    rl_region reg;
+    rc = rl_decode_region(d, 8, 0, 0, hdr.width, hdr.height, lim, &reg, msg);
+    if (rc != 0) {
+        return rc;
+    }
+    size_t row = (size_t)hdr.width * 3;
+    uint8_t *buf = malloc(row * (size_t)hdr.height);
+    if (buf == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    for (int r = 0; r < hdr.height; r++) {
+        memcpy(buf + (size_t)r * row, reg.data + (size_t)r * reg.stride, row);
+    }
+    *out = buf;
+    *w = hdr.width;
+    *h = hdr.height;
+    return 0;
+}

@@ -1,0 +1,16 @@
+"""ringloader: a DataLoader for JPEG images that decodes in C threads.
+
+Files are read with io_uring, decoded by libjpeg-turbo with the crop and
+resize fused into the decode, and written straight into batch buffers that
+torch sees without a copy.
+"""
+
+from ._core import DecodeError
+from .folder import IMG_EXTENSIONS, ImageFolder
+from .loader import Loader
+from . import transforms
+
+__version__ = "0.1.0"
+
+__all__ = ["DecodeError", "IMG_EXTENSIONS", "ImageFolder", "Loader", "transforms",
+           "__version__"]

@@ -1,0 +1,306 @@
+"""ringloader.Loader: a torch DataLoader whose workers are C threads."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, RandomSampler, Sampler, SequentialSampler
+
+from . import _core
+from .transforms import compile_transform
+
+log = logging.getLogger("ringloader")
+
+_LAYOUTS = ("NCHW", "NHWC")
+_announced_io: set[str] = set()
+
+
+def _default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    """A 63-bit generator seed that depends only on (seed, epoch)."""
+    state = np.random.SeedSequence([seed & (2**64 - 1), epoch & (2**64 - 1)])
+    return int(state.generate_state(1, dtype=np.uint64)[0]) >> 1
+
+
+def _sources(dataset: Any) -> tuple[list, np.ndarray]:
+    """File paths and int64 targets of an ImageFolder-like dataset."""
+    samples = getattr(dataset, "samples", None)
+    if samples is None:
+        raise TypeError(
+            f"{type(dataset).__name__} has no 'samples' list of (path, target): "
+            "ringloader.Loader reads image files itself, so it needs an "
+            "ImageFolder-like dataset (ringloader.ImageFolder or torchvision's)"
+        )
+    paths = [s[0] for s in samples]
+    targets = np.fromiter((s[1] for s in samples), dtype=np.int64, count=len(samples))
+    return paths, targets
+
+
+class Loader:
+    """Iterate over an image dataset in batches, like
+    ``torch.utils.data.DataLoader``, with decoding in C threads.
+
+    Args:
+        dataset: ``ringloader.ImageFolder`` or torchvision's ``ImageFolder``
+            (anything with ``samples``, a list of (path, target)).
+        batch_size, shuffle, sampler, batch_sampler, drop_last: as
+            ``DataLoader``; any torch ``Sampler`` works.
+        num_threads: decode threads (default: the CPUs this process may use).
+        prefetch: batches decoded ahead of the one being consumed.
+        seed: seeds shuffling and augmentations; with ``epoch`` it fixes
+            every batch exactly.
+        transform: ``ringloader.transforms`` or torchvision transforms with a
+            fixed output size; defaults to ``dataset.transform``.
+        layout: ``"NCHW"`` (torch's default) or ``"NHWC"``.
+        io: ``"auto"`` (io_uring when available), ``"io_uring"`` or
+            ``"pread"``.
+        max_pixels: images with more pixels are refused before decoding.
+        allow_truncated: decode truncated JPEGs (grey bottom) instead of
+            raising.
+
+    Yields ``(images, labels)``: a uint8 tensor of shape (N, 3, H, W) (or
+    (N, H, W, 3)) and an int64 tensor of shape (N,). The images are views of
+    a batch buffer, not copies; keeping them is safe (the loader allocates
+    another buffer instead of overwriting one still referenced).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: Optional[int] = 1,
+        shuffle: Optional[bool] = False,
+        sampler: Optional[Sampler | Sequence[int]] = None,
+        batch_sampler: Optional[Sampler | Sequence[Sequence[int]]] = None,
+        drop_last: bool = False,
+        num_threads: Optional[int] = None,
+        prefetch: int = 2,
+        seed: int = 0,
+        transform: Any = None,
+        layout: str = "NCHW",
+        io: str = "auto",
+        max_pixels: int = _core.DEFAULT_MAX_PIXELS,
+        allow_truncated: bool = False,
+    ) -> None:
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(
+                    "batch_sampler option is mutually exclusive with batch_size, "
+                    "shuffle, sampler, and drop_last"
+                )
+            batch_size = None
+        elif batch_size is None:
+            raise ValueError(
+                "batch_size=None (no batching) is not supported: ringloader "
+                "always yields batches; use batch_size=1"
+            )
+        elif batch_size < 1:
+            raise ValueError(f"batch_size should be a positive integer, not {batch_size}")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if layout not in _LAYOUTS:
+            raise ValueError(f"layout must be 'NCHW' or 'NHWC', not {layout!r}")
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, not {prefetch}")
+
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.shuffle = bool(shuffle)
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.num_threads = int(num_threads or _default_threads())
+        self.prefetch = int(prefetch)
+        self.seed = int(seed)
+        self.layout = layout
+        self.io = io
+        self.max_pixels = int(max_pixels)
+        self.allow_truncated = bool(allow_truncated)
+        self.transform = transform if transform is not None else getattr(
+            dataset, "transform", None
+        )
+        self._geometry = compile_transform(self.transform)
+        if self._geometry.rest:
+            names = ", ".join(type(t).__name__ for t in self._geometry.rest)
+            raise ValueError(
+                f"ringloader.Loader cannot fuse {names}; pass only Resize, "
+                "CenterCrop, RandomResizedCrop and RandomHorizontalFlip"
+            )
+        self._paths, self._targets = _sources(dataset)
+        self.target_transform = getattr(dataset, "target_transform", None)
+
+        self._epoch = 0
+        self._epoch_explicit = False
+        self._started_epochs = 0
+        self._pipe: Optional[_core.Pipeline] = None
+        self._pipe_pid = -1
+        self._lock = threading.Lock()
+        self._active: Optional[weakref.ref] = None
+        self._wait_seconds = 0.0
+        self._batches = 0
+
+    # ---- DataLoader-compatible surface ----
+
+    def __len__(self) -> int:
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        n = len(self.sampler) if self.sampler is not None else len(self._paths)
+        if self.drop_last:
+            return n // self.batch_size
+        return math.ceil(n / self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order and augmentations the next iteration
+        yields (also forwarded to a sampler that has ``set_epoch``). Without
+        calls, each new iteration advances the epoch by one."""
+        self._epoch = int(epoch)
+        self._epoch_explicit = True
+        for s in (self.sampler, self.batch_sampler):
+            if s is not None and hasattr(s, "set_epoch"):
+                s.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def _batches_for(self, epoch: int):
+        if self.batch_sampler is not None:
+            return iter(self.batch_sampler)
+        if self.sampler is not None:
+            sampler = self.sampler
+        elif self.shuffle:
+            gen = torch.Generator()
+            gen.manual_seed(_epoch_seed(self.seed, epoch))
+            sampler = RandomSampler(range(len(self._paths)), generator=gen)
+        else:
+            sampler = SequentialSampler(range(len(self._paths)))
+        return iter(BatchSampler(sampler, self.batch_size, self.drop_last))
+
+    # ---- the pipeline ----
+
+    def _pipeline(self) -> _core.Pipeline:
+        pid = os.getpid()
+        if self._pipe is None or self._pipe_pid != pid or self._pipe.closed:
+            # In a forked child the parent's threads do not exist: build a
+            # new pipeline and leave the inherited one untouched.
+            self._pipe = _core.Pipeline(
+                self._geometry.spec,
+                num_threads=self.num_threads,
+                layout=self.layout,
+                seed=self.seed & (2**64 - 1),
+                io=self.io,
+                max_pixels=self.max_pixels,
+                allow_truncated=self.allow_truncated,
+            )
+            self._pipe_pid = pid
+            reason = self._pipe.io_reason
+            if self._pipe.io_backend == "pread" and reason not in _announced_io:
+                _announced_io.add(reason)
+                log.info("ringloader: reading with pread (%s)", reason)
+        return self._pipe
+
+    @property
+    def io_backend(self) -> str:
+        """The I/O backend in use: 'io_uring' or 'pread'."""
+        return self._pipeline().io_backend
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        with self._lock:
+            previous = self._active() if self._active else None
+            if previous is not None:
+                previous.close()  # one epoch at a time, as one DataLoader
+            if self._started_epochs > 0 and not self._epoch_explicit:
+                self._epoch += 1
+            self._epoch_explicit = False
+            self._started_epochs += 1
+            it = self._iterate(self._epoch)
+            self._active = weakref.ref(it)
+        return it
+
+    def _iterate(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        pipe = self._pipeline()
+        paths, targets = self._paths, self._targets
+        batches = self._batches_for(epoch)
+        pending: deque = deque()
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(pending) < self.prefetch:
+                    idx = next(batches, None)
+                    if idx is None:
+                        exhausted = True
+                        break
+                    idx = [int(i) for i in idx]
+                    if not idx:
+                        continue
+                    pipe.submit([paths[i] for i in idx], idx, epoch)
+                    pending.append(idx)
+                if not pending:
+                    return
+                t0 = time.perf_counter()
+                batch = pipe.next()
+                self._wait_seconds += time.perf_counter() - t0
+                idx = pending.popleft()
+                images = torch.from_dlpack(batch)
+                labels = torch.from_numpy(targets[idx])
+                if self.target_transform is not None:
+                    labels = torch.as_tensor(
+                        [self.target_transform(int(t)) for t in labels]
+                    )
+                self._batches += 1
+                yield images, labels
+        finally:
+            if pending and not pipe.closed:
+                pipe.cancel()
+
+    # ---- lifecycle ----
+
+    def close(self) -> None:
+        """Stop the threads and free the batch buffers not held by tensors.
+        Idempotent; the loader can be iterated again afterwards."""
+        active = self._active() if self._active else None
+        if active is not None:
+            active.close()
+        if self._pipe is not None and self._pipe_pid == os.getpid():
+            self._pipe.close()
+        self._pipe = None
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def stats(self) -> dict:
+        """Counters of this loader's pipeline."""
+        out = dict(self._pipe.stats()) if self._pipe is not None else {}
+        out["wait_seconds"] = self._wait_seconds
+        out["batches_yielded"] = self._batches
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"ringloader.Loader({len(self._paths)} images, batch_size="
+            f"{self.batch_size}, num_threads={self.num_threads}, "
+            f"prefetch={self.prefetch}, layout={self.layout!r})"
+        )

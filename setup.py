@@ -1,0 +1,92 @@
+"""Build ringloader's C extension against the system's libjpeg-turbo and
+liburing, found with pkg-config. No torch, CUDA or C++ is needed to build."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+
+DEBIAN_PACKAGES = {
+    "libjpeg": "libjpeg62-turbo-dev (Debian) or libjpeg-turbo8-dev (Ubuntu)",
+    "liburing": "liburing-dev",
+}
+
+
+def fail(message: str) -> None:
+    sys.stderr.write(f"\nringloader build error: {message}\n\n")
+    raise SystemExit(1)
+
+
+def pkg_config(package: str, *flags: str) -> list[str]:
+    """Flags for `package`, or a build failure naming what to install."""
+    if shutil.which("pkg-config") is None:
+        fail(
+            "pkg-config is not installed. On Debian/Ubuntu: "
+            "sudo apt-get install -y pkg-config libjpeg62-turbo-dev "
+            "liburing-dev"
+        )
+    proc = subprocess.run(
+        ["pkg-config", *flags, package], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        fail(
+            f"pkg-config cannot find {package}. Install its development "
+            f"package: sudo apt-get install -y {DEBIAN_PACKAGES[package]}\n"
+            f"(pkg-config said: {proc.stderr.strip()})"
+        )
+    return proc.stdout.split()
+
+
+def liburing_link_args() -> list[str]:
+    """Link liburing statically when the archive exists, so the installed
+    module has no run-time dependency on liburing.so (io_uring stays
+    optional at run time: without kernel support we fall back to pread)."""
+    libdir = pkg_config("liburing", "--variable=libdir")
+    archive = os.path.join(libdir[0], "liburing.a") if libdir else ""
+    if archive and os.path.exists(archive):
+        return [archive]
+    return pkg_config("liburing", "--libs")
+
+
+SOURCES = [
+    "csrc/rl_pool.c",
+    "csrc/rl_io.c",
+    "csrc/rl_io_uring.c",
+    "csrc/rl_decode.c",
+    "csrc/rl_resize.c",
+    "csrc/rl_plan.c",
+    "csrc/rl_sample.c",
+    "csrc/rl_pipeline.c",
+    "csrc/rl_module.c",
+    "csrc/py_pipeline.c",
+]
+
+cflags = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-pthread",
+          "-fvisibility=hidden", "-DRL_HAVE_LIBURING"]
+ldflags = ["-pthread", "-lm"]
+
+sanitize = os.environ.get("RINGLOADER_SANITIZE", "")
+if sanitize:
+    # A sanitizer build of the same code, not another code path.
+    flags = {"address": "address,undefined", "thread": "thread"}.get(sanitize)
+    if flags is None:
+        fail("RINGLOADER_SANITIZE must be 'address' or 'thread'")
+    cflags += [f"-fsanitize={flags}", "-fno-omit-frame-pointer", "-O1", "-g"]
+    ldflags += [f"-fsanitize={flags}"]
+
+jpeg_cflags = pkg_config("libjpeg", "--cflags")
+jpeg_libs = pkg_config("libjpeg", "--libs")
+uring_cflags = pkg_config("liburing", "--cflags")
+
+ext = Extension(
+    "ringloader._core",
+    sources=SOURCES,
+    extra_compile_args=cflags + jpeg_cflags + uring_cflags,
+    extra_link_args=ldflags + jpeg_libs + liburing_link_args(),
+    depends=[os.path.join("csrc", f) for f in os.listdir("csrc")
+             if f.endswith(".h")],
+)
+
+setup(ext_modules=[ext])

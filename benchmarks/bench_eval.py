@@ -17,8 +17,9 @@ and then ``--epochs`` timed epochs, and reports
 * throughput in images/s (median over the timed epochs),
 * CPU seconds per image, summed over the whole process tree,
 * the time from creating the epoch iterator to the first batch (median),
-* the peak memory of the process tree (sum of RSS, and sum of PSS which does
-  not count pages shared between the DataLoader's forked workers twice).
+* the peak memory of the process tree: the sum of RSS, and the anonymous
+  memory (heap, tensors, shared-memory batches) which does not count pages
+  shared between the DataLoader's forked workers twice.
 
 Usage::
 
@@ -179,24 +180,49 @@ def cpu_method() -> str:
     return method
 
 
+def anon_bytes(pid: int) -> int | None:
+    """Anonymous plus shared-memory pages of ``pid``, proportionally shared.
+
+    This is ``Pss_Anon + Pss_Shmem`` from ``/proc/PID/smaps_rollup``: heaps,
+    tensors, decode buffers and the DataLoader's shared-memory batches.  Such
+    pages are only shared inside the benchmark's own process tree (through
+    fork or shared memory), so the sum over the tree counts every page once,
+    unlike RSS, and unlike PSS it does not depend on unrelated processes
+    mapping the same libraries.  ``None`` if the file cannot be read.
+    """
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None
+    total = 0
+    found = False
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("Pss_Anon", "Pss_Shmem"):
+            total += int(value.split()[0]) * 1024
+            found = True
+    return total if found else None
+
+
 class MemorySampler:
     """Background thread recording the peak memory of the process tree.
 
-    RSS (summed over this process and its descendants) is sampled every
-    ``interval`` seconds.  PSS, which splits shared pages between the
-    processes mapping them, is more expensive to read and is sampled every
-    ``pss_interval`` seconds (0 disables it).  The CPU time used by the
-    sampler itself is tracked so that it can be excluded from the figures.
-    Without psutil only ``ru_maxrss`` (the largest single process) is
-    available.
+    The RSS summed over this process and its descendants is sampled every
+    ``interval`` seconds; it counts the pages shared between the DataLoader's
+    forked workers (libraries, copy-on-write heap) once per process.  The
+    anonymous memory of the tree (see :func:`anon_bytes`) is more expensive
+    to read and is sampled every ``anon_interval`` seconds (0 disables it).
+    The CPU time used by the sampler itself is tracked so that it can be
+    excluded from the figures.  Without psutil only ``ru_maxrss`` (the
+    largest single process) is available.
     """
 
-    def __init__(self, interval: float = 0.02, pss_interval: float = 0.5) -> None:
+    def __init__(self, interval: float = 0.02, anon_interval: float = 0.5) -> None:
         """Prepare (but do not start) the sampler."""
         self.interval = interval
-        self.pss_interval = pss_interval
+        self.anon_interval = anon_interval
         self.peak_rss = 0
-        self.peak_pss = 0
+        self.peak_anon: int | None = None
         self.max_processes = 1
         self._own_cpu = 0.0
         self._stop = threading.Event()
@@ -209,9 +235,17 @@ class MemorySampler:
         """Human readable description of how memory is measured."""
         if psutil is None:
             return "ru_maxrss of the largest single process (psutil not installed)"
-        text = f"psutil: sum of RSS over the process tree every {self.interval * 1e3:.0f} ms"
-        if self.pss_interval > 0:
-            text += f", sum of PSS every {self.pss_interval:.1f} s"
+        text = (
+            "RSS: sum over the process tree (psutil) every "
+            f"{self.interval * 1e3:.0f} ms, pages shared by several processes "
+            "counted in each"
+        )
+        if self.anon_interval > 0:
+            text += (
+                f"; anon: sum of Pss_Anon + Pss_Shmem (/proc/PID/smaps_rollup) over "
+                f"the tree every {self.anon_interval:.1f} s, each page counted once, "
+                "mapped library files excluded"
+            )
         return text
 
     def own_cpu(self) -> float:
@@ -229,34 +263,33 @@ class MemorySampler:
             self._stop.set()
             self._thread.join()
 
-    def _sample(self, *, pss: bool) -> None:
+    def _sample(self, *, anon: bool) -> None:
         procs = [psutil.Process(), *_descendants()]
         self.max_processes = max(self.max_processes, len(procs))
-        rss_total = pss_total = 0
+        rss_total = 0
+        anon_total: int | None = 0
         for proc in procs:
             with contextlib.suppress(psutil.Error):
-                if pss:
-                    info = proc.memory_full_info()
-                    pss_total += info.pss
-                else:
-                    info = proc.memory_info()
-                rss_total += info.rss
+                rss_total += proc.memory_info().rss
+            if anon and anon_total is not None:
+                value = anon_bytes(proc.pid)
+                anon_total = None if value is None else anon_total + value
         self.peak_rss = max(self.peak_rss, rss_total)
-        if pss:
-            self.peak_pss = max(self.peak_pss, pss_total)
+        if anon and anon_total is not None:
+            self.peak_anon = max(self.peak_anon or 0, anon_total)
 
     def _run(self) -> None:
-        next_pss = 0.0
+        next_anon = 0.0
         while True:
             now = time.monotonic()
-            want_pss = self.pss_interval > 0 and now >= next_pss
-            if want_pss:
-                next_pss = now + self.pss_interval
-            self._sample(pss=want_pss)
+            want_anon = self.anon_interval > 0 and now >= next_anon
+            if want_anon:
+                next_anon = now + self.anon_interval
+            self._sample(anon=want_anon)
             self._own_cpu = time.thread_time()
             if self._stop.wait(self.interval):
                 break
-        self._sample(pss=self.pss_interval > 0)
+        self._sample(anon=self.anon_interval > 0)
         self._own_cpu = time.thread_time()
 
     def peak_mb(self) -> dict[str, float | None]:
@@ -266,10 +299,10 @@ class MemorySampler:
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                 resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
             )
-            return {"peak_rss_mb": kib * 1024 / 1e6, "peak_pss_mb": None}
+            return {"peak_rss_mb": kib * 1024 / 1e6, "peak_anon_mb": None}
         return {
             "peak_rss_mb": self.peak_rss / 1e6,
-            "peak_pss_mb": self.peak_pss / 1e6 if self.pss_interval > 0 else None,
+            "peak_anon_mb": None if self.peak_anon is None else self.peak_anon / 1e6,
         }
 
 
@@ -380,7 +413,7 @@ def run_contender(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_method": cpu_method(),
         "pid": os.getpid(),
     }
-    sampler = MemorySampler(pss_interval=0.0 if args.no_pss else 0.5)
+    sampler = MemorySampler(anon_interval=0.0 if args.no_anon else 0.5)
     result["memory_method"] = sampler.method
 
     def log(text: str) -> None:
@@ -403,6 +436,8 @@ def run_contender(args: argparse.Namespace) -> dict[str, Any]:
     result["baseline_rss_mb"] = (
         psutil.Process().memory_info().rss / 1e6 if psutil else None
     )
+    anon = anon_bytes(os.getpid())
+    result["baseline_anon_mb"] = None if anon is None else anon / 1e6
     sampler.start()
     try:
         t0 = time.perf_counter()
@@ -480,8 +515,8 @@ def spawn_contender(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "--prefetch",
         str(args.prefetch),
     ]
-    if args.no_pss:
-        cmd.append("--no-pss")
+    if args.no_anon:
+        cmd.append("--no-anon")
     print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
     # Own session so that a hung run can be killed together with its workers.
     with subprocess.Popen(
@@ -569,7 +604,7 @@ def format_report(
         "",
         (
             "| contender | images/s | vs DataLoader | CPU s/img | peak RSS MB "
-            "| peak PSS MB | first batch s |"
+            "| peak anon MB | first batch s |"
         ),
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -581,7 +616,7 @@ def format_report(
         lines.append(
             f"| {r['contender']} | {_fmt(r['images_per_s'], '.0f')} | {_fmt(ratio, '.2f')}x "
             f"| {_fmt(r['cpu_s_per_image'], '.4f')} | {_fmt(r.get('peak_rss_mb'), '.0f')} "
-            f"| {_fmt(r.get('peak_pss_mb'), '.0f')} | {_fmt(r['first_batch_s'], '.3f')} |"
+            f"| {_fmt(r.get('peak_anon_mb'), '.0f')} | {_fmt(r['first_batch_s'], '.3f')} |"
         )
     lines.append("")
     for r in results:
@@ -591,8 +626,9 @@ def format_report(
         lines.append(
             f"- {r['contender']}: {r['images']} images/epoch, per-epoch img/s "
             f"[{per_epoch}], import {r['import_s']:.2f} s, set-up {r['setup_s']:.2f} s, "
-            f"warm-up first batch {r['warmup']['first_batch_s']:.3f} s, RSS after "
-            f"imports {_fmt(r.get('baseline_rss_mb'), '.0f')} MB, processes: "
+            f"warm-up first batch {r['warmup']['first_batch_s']:.3f} s, after imports "
+            f"RSS {_fmt(r.get('baseline_rss_mb'), '.0f')} MB / anon "
+            f"{_fmt(r.get('baseline_anon_mb'), '.0f')} MB, processes: "
             f"{r['max_processes']}; batches: {r['first_batch_shapes']}"
         )
         lines.extend(f"  - WARNING: {problem}" for problem in r.get("problems", []))
@@ -731,7 +767,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="only verify that both loaders yield the same number of samples",
     )
     parser.add_argument(
-        "--no-pss", action="store_true", help="do not sample PSS (saves some CPU)"
+        "--no-anon",
+        action="store_true",
+        help="do not sample the anonymous memory (saves some CPU)",
     )
     parser.add_argument(
         "--timeout", type=float, default=3600, help="seconds allowed per contender"

@@ -1,0 +1,105 @@
+/* test_resize.c - resampler invariants: identity is exact, a constant image
+ * stays constant at any scale, flips mirror, spans cover what is read, and
+ * strides place channels where asked. */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include "../../csrc/rl_resize.h"
+#include "check.h"
+
+static uint8_t src[300 * 400 * 3];
+
+static rl_pixels whole(int w, int h)
+{
+    rl_pixels p = {src, (size_t)w * 3, 0, 0, w, h, w, h};
+    return p;
+}
+
+int main(void)
+{
+    int w = 400, h = 300;
+    for (int i = 0; i < w * h * 3; i++) {
+        src[i] = (uint8_t)((i * 7919u) >> 3);
+    }
+    static uint8_t out[400 * 300 * 3], out2[400 * 300 * 3];
+    rl_pixels px = whole(w, h);
+
+    /* Identity: same size, whole image. */
+    rl_dst d = {out, (ptrdiff_t)w * 3, 3, 1};
+    CHECK_EQ(rl_resample(&px, 0, 0, w, h, w, h, false, &d), 0);
+    CHECK(memcmp(out, src, (size_t)w * h * 3) == 0);
+
+    /* Integer crop at scale 1 is a copy of the crop. */
+    d.row_stride = 50 * 3;
+    CHECK_EQ(rl_resample(&px, 10, 20, 50, 40, 50, 40, false, &d), 0);
+    for (int y = 0; y < 40; y++) {
+        CHECK(memcmp(out + y * 150, src + ((20 + y) * w + 10) * 3, 150) == 0);
+    }
+
+    /* Flip mirrors the columns. */
+    rl_dst df = {out2, 150, 3, 1};
+    CHECK_EQ(rl_resample(&px, 10, 20, 50, 40, 50, 40, true, &df), 0);
+    for (int y = 0; y < 40; y++) {
+        for (int x = 0; x < 50; x++) {
+            CHECK(memcmp(out + y * 150 + x * 3,
+                         out2 + y * 150 + (49 - x) * 3, 3) == 0);
+        }
+    }
+
+    /* A constant image stays constant, down and up, any box. */
+    memset(src, 77, sizeof(src));
+    double boxes[][4] = {{0, 0, 400, 300}, {3.3, 7.7, 123.4, 99.9},
+                         {390, 290, 10, 10}, {0.5, 0.5, 3, 2}};
+    int sizes[][2] = {{224, 224}, {17, 31}, {1, 1}, {333, 250}};
+    for (int b = 0; b < 4; b++) {
+        for (int s = 0; s < 4; s++) {
+            int ow = sizes[s][0], oh = sizes[s][1];
+            rl_dst dc = {out, (ptrdiff_t)ow * 3, 3, 1};
+            CHECK_EQ(rl_resample(&px, boxes[b][0], boxes[b][1], boxes[b][2],
+                                 boxes[b][3], ow, oh, false, &dc),
+                     0);
+            for (int i = 0; i < ow * oh * 3; i++) {
+                CHECK_EQ(out[i], 77);
+            }
+        }
+    }
+
+    /* Spans: a region holding exactly the span gives the same output as
+     * the whole image. */
+    for (int i = 0; i < w * h * 3; i++) {
+        src[i] = (uint8_t)((i * 2654435761u) >> 24);
+    }
+    double bx = 37.25, by = 18.5, bw = 201.0, bh = 150.5;
+    int x0, x1, y0, y1;
+    rl_resample_span(w, bx, bw, 64, &x0, &x1);
+    rl_resample_span(h, by, bh, 48, &y0, &y1);
+    CHECK(x0 >= 0 && x1 <= w && x0 < x1 && y0 >= 0 && y1 <= h && y0 < y1);
+    static uint8_t region[400 * 300 * 3];
+    size_t rstride = (size_t)(x1 - x0) * 3;
+    for (int y = y0; y < y1; y++) {
+        memcpy(region + (size_t)(y - y0) * rstride,
+               src + ((size_t)y * w + x0) * 3, rstride);
+    }
+    rl_pixels sub = {region, rstride, x0, y0, x1 - x0, y1 - y0, w, h};
+    rl_dst a = {out, 64 * 3, 3, 1}, c = {out2, 64 * 3, 3, 1};
+    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &a), 0);
+    CHECK_EQ(rl_resample(&sub, bx, by, bw, bh, 64, 48, false, &c), 0);
+    CHECK(memcmp(out, out2, 64 * 48 * 3) == 0);
+
+    /* Planar strides (NCHW) hold the same values as interleaved. */
+    rl_dst planar = {out2, 64, 1, 64 * 48};
+    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &planar), 0);
+    for (int i = 0; i < 64 * 48; i++) {
+        for (int ch = 0; ch < 3; ch++) {
+            CHECK_EQ(out2[ch * 64 * 48 + i], out[i * 3 + ch]);
+        }
+    }
+
+    /* Zero fill. */
+    memset(out, 1, 64 * 48 * 3);
+    rl_fill_zero(&a, 2, 3, 5, 4);
+    CHECK_EQ(out[(3 * 64 + 2) * 3], 0);
+    CHECK_EQ(out[(6 * 64 + 6) * 3 + 2], 0);
+    CHECK_EQ(out[(7 * 64 + 6) * 3], 1);
+    PASS("test_resize");
+}

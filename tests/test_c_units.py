@@ -1,0 +1,26 @@
+"""Builds and runs the C unit tests (tests/c), plain and under
+ThreadSanitizer: the pool, I/O, resampler and pipeline without Python."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "c")
+
+
+@pytest.mark.parametrize("sanitize", ["", "thread"])
+def test_c_units(tmp_path, sanitize):
+    if shutil.which("make") is None or shutil.which("pkg-config") is None:
+        pytest.fail("make and pkg-config are needed to build the C tests")
+    cmd = ["make", "-s", "-C", HERE, "check", f"OUT={tmp_path}"]
+    if sanitize:
+        cmd.append(f"SANITIZE={sanitize}")
+    env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "WARNING: ThreadSanitizer" not in proc.stderr
+    for name in ("test_pool", "test_resize", "test_io", "test_pipeline"):
+        assert f"{name}: " in proc.stdout

@@ -1,0 +1,264 @@
+"""Loader semantics against torch.utils.data.DataLoader, ring behaviour and
+lifecycle."""
+
+import gc
+import hashlib
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, SubsetRandomSampler, WeightedRandomSampler
+
+import ringloader
+from ringloader import transforms as T
+
+from conftest import thread_count
+from images import jpeg_bytes
+
+EVAL = T.Compose([T.Resize(64), T.CenterCrop(56)])
+
+
+class Indexed:
+    """N images whose target is their own index, so labels reveal order."""
+
+    def __init__(self, paths):
+        self.samples = [(p, i) for i, p in enumerate(paths)]
+
+    def __len__(self):
+        return len(self.samples)
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    d = tmp_path_factory.mktemp("indexed")
+    paths = []
+    for i in range(23):
+        p = d / f"{i:02d}.jpg"
+        p.write_bytes(jpeg_bytes("baseline", 60 + i, 80, seed=i))
+        paths.append(str(p))
+    return Indexed(paths)
+
+
+def order(loader):
+    return [labels.tolist() for _, labels in loader]
+
+
+def torch_order(n, **kw):
+    return [b.tolist() for b in DataLoader(range(n), **kw)]
+
+
+@pytest.mark.parametrize("batch_size", [1, 4, 5, 23, 30])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_len_and_order_match_dataloader(indexed, batch_size, drop_last):
+    ours = ringloader.Loader(indexed, batch_size=batch_size, drop_last=drop_last,
+                             transform=EVAL, num_threads=2)
+    ref = torch_order(len(indexed), batch_size=batch_size, drop_last=drop_last)
+    assert len(ours) == len(ref)
+    assert order(ours) == ref
+
+
+@pytest.mark.parametrize(
+    "make_sampler",
+    [
+        lambda n: SubsetRandomSampler(list(range(0, n, 2)),
+                                      generator=torch.Generator().manual_seed(3)),
+        lambda n: WeightedRandomSampler([1.0] * n, 40,
+                                        generator=torch.Generator().manual_seed(4)),
+        lambda n: list(reversed(range(n))),
+    ],
+)
+def test_any_sampler(indexed, make_sampler):
+    ours = ringloader.Loader(indexed, batch_size=4, sampler=make_sampler(len(indexed)),
+                             transform=EVAL)
+    ref = torch_order(len(indexed), batch_size=4, sampler=make_sampler(len(indexed)))
+    assert len(ours) == len(ref)
+    assert order(ours) == ref
+
+
+def test_batch_sampler(indexed):
+    batches = [[3, 1], [0], [22, 5, 7]]
+    ours = ringloader.Loader(indexed, batch_sampler=batches, transform=EVAL)
+    assert len(ours) == 3
+    assert order(ours) == batches
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        ringloader.Loader(indexed, batch_sampler=batches, batch_size=2, transform=EVAL)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        ringloader.Loader(indexed, shuffle=True, sampler=[0, 1], transform=EVAL)
+
+
+def test_shuffle_depends_only_on_seed_and_epoch(indexed):
+    def epoch_order(seed, epoch):
+        loader = ringloader.Loader(indexed, batch_size=5, shuffle=True, seed=seed,
+                                   transform=EVAL)
+        loader.set_epoch(epoch)
+        return sum(order(loader), [])
+
+    a = epoch_order(0, 0)
+    assert sorted(a) == list(range(len(indexed)))
+    assert a != list(range(len(indexed)))
+    assert epoch_order(0, 0) == a
+    assert epoch_order(0, 1) != a
+    assert epoch_order(1, 0) != a
+    # Without set_epoch, each iteration moves to the next epoch.
+    loader = ringloader.Loader(indexed, batch_size=5, shuffle=True, transform=EVAL)
+    first, second = sum(order(loader), []), sum(order(loader), [])
+    assert first == a and second == epoch_order(0, 1)
+
+
+def test_images_are_the_right_images(indexed):
+    loader = ringloader.Loader(indexed, batch_size=4, shuffle=True, transform=EVAL,
+                               num_threads=2, prefetch=3)
+    single = ringloader.Loader(indexed, batch_size=1, transform=EVAL, num_threads=1)
+    by_index = {int(l): im[0].clone() for im, l in single}
+    for images, labels in loader:
+        for im, l in zip(images, labels):
+            assert torch.equal(im, by_index[int(l)])
+
+
+def test_kept_batches_are_never_overwritten(indexed):
+    loader = ringloader.Loader(indexed, batch_size=3, transform=EVAL, prefetch=2)
+    kept = [(im, lb) for im, lb in loader]  # hold every batch of the epoch
+    fresh = [(im.clone(), lb) for im, lb in loader]
+    for (a, la), (b, lb) in zip(kept, fresh):
+        assert torch.equal(la, lb)
+        assert torch.equal(a, b)
+
+
+def test_io_backends_give_identical_bytes(indexed, monkeypatch):
+    def digest(**kw):
+        loader = ringloader.Loader(indexed, batch_size=4, transform=EVAL, **kw)
+        h = hashlib.sha256()
+        for images, _ in loader:
+            h.update(images.numpy().tobytes())
+        return loader.io_backend, h.hexdigest()
+
+    uring = digest(io="io_uring", num_threads=2)
+    pread = digest(io="pread", num_threads=3)
+    assert pread[0] == "pread"
+    assert uring[1] == pread[1]
+    monkeypatch.setenv("RINGLOADER_IO", "pread")
+    assert digest(num_threads=1) == ("pread", pread[1])
+
+
+def test_io_uring_is_used_when_available(indexed):
+    available, reason = ringloader._core.io_probe()
+    loader = ringloader.Loader(indexed, transform=EVAL)
+    assert loader.io_backend == ("io_uring" if available else "pread"), reason
+
+
+def test_undecodable_file_raises_naming_it(tmp_path, indexed):
+    paths = [p for p, _ in indexed.samples[:6]]
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg" * 3)
+    paths[4] = str(bad)
+    loader = ringloader.Loader(Indexed(paths), batch_size=2, transform=EVAL)
+    it = iter(loader)
+    next(it), next(it)  # batches 0 and 1 are fine
+    with pytest.raises(ringloader.DecodeError, match="broken.jpg") as e:
+        next(it)
+    assert e.value.path == str(bad)
+    # The loader is usable again for the next epoch.
+    with pytest.raises(ringloader.DecodeError):
+        order(loader)
+
+
+def test_missing_and_directory_raise_oserror_with_path(tmp_path, indexed):
+    paths = [p for p, _ in indexed.samples[:2]]
+    (tmp_path / "dir.jpg").mkdir()
+    for name, exc in [("gone.jpg", FileNotFoundError), ("dir.jpg", IsADirectoryError)]:
+        loader = ringloader.Loader(Indexed(paths + [str(tmp_path / name)]),
+                                   batch_size=3, transform=EVAL)
+        with pytest.raises(exc) as e:
+            order(loader)
+        assert e.value.filename == str(tmp_path / name)
+
+
+def test_nhwc(indexed):
+    a = ringloader.Loader(indexed, batch_size=4, transform=EVAL, layout="NHWC")
+    b = ringloader.Loader(indexed, batch_size=4, transform=EVAL, layout="NCHW")
+    for (x, _), (y, _) in zip(a, b):
+        assert x.shape[1:] == (56, 56, 3) and y.shape[1:] == (3, 56, 56)
+        assert torch.equal(x.permute(0, 3, 1, 2), y)
+
+
+def test_tensors_are_zero_copy_views_of_the_slot(indexed):
+    loader = ringloader.Loader(indexed, batch_size=4, transform=EVAL)
+    images, _ = next(iter(loader))
+    assert images.is_contiguous() and images.dtype == torch.uint8
+    assert images.data_ptr() % 4096 == 0  # the slot's aligned buffer
+
+
+def test_deleting_a_loader_mid_epoch_stops_its_threads(indexed):
+    gc.collect()
+    before = thread_count()
+    loader = ringloader.Loader(indexed, batch_size=2, transform=EVAL, num_threads=3)
+    it = iter(loader)
+    next(it)
+    assert thread_count() >= before + 4  # 3 decode threads + the I/O thread
+    del it, loader
+    gc.collect()
+    assert thread_count() == before
+
+
+def test_break_close_and_context_manager(indexed):
+    gc.collect()
+    before = thread_count()
+    with ringloader.Loader(indexed, batch_size=2, transform=EVAL) as loader:
+        for i, _ in enumerate(loader):
+            if i == 2:
+                break
+        assert order(loader)  # a new epoch after a break works
+    assert thread_count() == before
+    loader.close()  # idempotent
+    assert len(order(loader)) == len(loader)  # and usable again
+    loader.close()
+    assert thread_count() == before
+
+
+def test_tensor_outlives_loader(indexed):
+    loader = ringloader.Loader(indexed, batch_size=4, transform=EVAL)
+    images, _ = next(iter(loader))
+    copy = images.clone()
+    del loader
+    gc.collect()
+    assert torch.equal(images, copy)
+
+
+def test_image_folder_matches_torchvision(folder, tmp_path):
+    tvd = pytest.importorskip("torchvision.datasets")
+    ours, ref = ringloader.ImageFolder(folder), tvd.ImageFolder(folder)
+    assert ours.classes == ref.classes
+    assert ours.class_to_idx == ref.class_to_idx
+    assert ours.samples == ref.samples
+    assert ours.targets == ref.targets
+    # Nested folders, odd extensions and non-images.
+    root = tmp_path / "nested"
+    for rel in ["b/x/1.JPG", "b/0.jpeg", "a/z.png", "a/readme.txt", "c/d/e/f.webp"]:
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"")
+    ours, ref = ringloader.ImageFolder(root), tvd.ImageFolder(root, loader=lambda p: p)
+    assert ours.samples == ref.samples and ours.classes == ref.classes
+    ours = ringloader.ImageFolder(root, extensions=(".png",), allow_empty=True)
+    assert [os.path.basename(p) for p, _ in ours.samples] == ["z.png"]
+    shutil.rmtree(root / "a")
+    (root / "a").mkdir()
+    with pytest.raises(FileNotFoundError, match="no valid file"):
+        ringloader.ImageFolder(root)
+
+
+def test_image_folder_getitem(folder):
+    ds = ringloader.ImageFolder(folder)
+    image, target = ds[0]
+    assert image.dtype == torch.uint8 and image.shape[0] == 3
+    assert target == ds.targets[0]
+
+
+def test_import_does_not_import_torchvision():
+    import subprocess
+    import sys
+
+    code = "import sys, ringloader; assert 'torchvision' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -412,6 +412,7 @@ def run_contender(args: argparse.Namespace) -> dict[str, Any]:
         "contender": name,
         "cpu_method": cpu_method(),
         "pid": os.getpid(),
+        "loadavg_at_start": os.getloadavg()[0],
     }
     sampler = MemorySampler(anon_interval=0.0 if args.no_anon else 0.5)
     result["memory_method"] = sampler.method
@@ -497,6 +498,13 @@ def run_contender(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _kill_session(proc: subprocess.Popen[str]) -> None:
+    """Kill a contender started in its own session, with its workers."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+
+
 def spawn_contender(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run ``name`` in a fresh interpreter and collect its JSON result."""
     cmd = [
@@ -525,10 +533,11 @@ def spawn_contender(name: str, args: argparse.Namespace) -> dict[str, Any]:
         try:
             out, _ = proc.communicate(timeout=args.timeout)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            _kill_session(proc)
             return {"contender": name, "error": f"timed out after {args.timeout} s"}
+        except KeyboardInterrupt:  # the child does not see the terminal's ^C
+            _kill_session(proc)
+            raise
     result: dict[str, Any] | None = None
     for line in out.splitlines():
         if line.startswith(RESULT_TAG):
@@ -586,6 +595,12 @@ def _fmt(value: Any, spec: str) -> str:
     return format(value, spec)
 
 
+def _one_line(text: str) -> str:
+    """Last non-empty line of ``text``, safe inside a markdown table cell."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[-1] if lines else "").replace("|", "\\|")
+
+
 def format_report(
     info: dict[str, Any], config: dict[str, Any], results: list[dict[str, Any]]
 ) -> str:
@@ -610,7 +625,9 @@ def format_report(
     ]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['contender']} | failed: {r['error']} | | | | | |")
+            lines.append(
+                f"| {r['contender']} | failed: {_one_line(r['error'])} | | | | | |"
+            )
             continue
         ratio = r["images_per_s"] / base["images_per_s"] if base else None
         lines.append(
@@ -629,7 +646,8 @@ def format_report(
             f"warm-up first batch {r['warmup']['first_batch_s']:.3f} s, after imports "
             f"RSS {_fmt(r.get('baseline_rss_mb'), '.0f')} MB / anon "
             f"{_fmt(r.get('baseline_anon_mb'), '.0f')} MB, processes: "
-            f"{r['max_processes']}; batches: {r['first_batch_shapes']}"
+            f"{r['max_processes']}, 1-min load average at start "
+            f"{r['loadavg_at_start']:.2f}; batches: {r['first_batch_shapes']}"
         )
         lines.extend(f"  - WARNING: {problem}" for problem in r.get("problems", []))
     measured = next((r for r in results if "cpu_method" in r), None)

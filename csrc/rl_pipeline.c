@@ -214,9 +214,11 @@ void rl_slot_release(rl_slot *s)
 
 /* ---- jobs ---- */
 
-static void job_done(job *j)
+/* Counts one finished part of a batch: each job is one part, and the I/O
+ * thread holds one more while it dispatches, so the batch cannot complete
+ * (and be freed by next()) while the dispatcher still walks its jobs. */
+static void batch_part_done(rl_batch *b)
 {
-    rl_batch *b = j->batch;
     if (atomic_fetch_sub(&b->remaining, 1) != 1) {
         return;
     }
@@ -229,6 +231,11 @@ static void job_done(job *j)
     pthread_cond_broadcast(&p->done_cv);
     pthread_mutex_unlock(&p->mu);
     /* b may be freed from here on. */
+}
+
+static void job_done(job *j)
+{
+    batch_part_done(j->batch);
 }
 
 static void describe_read_error(job *j)
@@ -352,6 +359,7 @@ static void *io_main(void *arg)
         }
         pthread_mutex_unlock(&p->mu);
         dispatch(p, b);
+        batch_part_done(b); /* the dispatcher's own part */
         pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
@@ -466,7 +474,7 @@ int rl_pipeline_submit(rl_pipeline *p, const rl_source *src, int n,
     b->n = n;
     b->epoch = epoch;
     b->paths = block;
-    atomic_init(&b->remaining, n);
+    atomic_init(&b->remaining, n + 1); /* + the dispatcher's part */
     atomic_init(&b->cancelled, false);
     for (int i = 0; i < n; i++) {
         job *j = &b->jobs[i];

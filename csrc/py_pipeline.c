@@ -76,10 +76,35 @@ static void capsule_destructor(PyObject *capsule)
 typedef struct {
     PyObject_HEAD
     rl_slot *slot;
+    rl_dtype dtype;
     int ndim;
     Py_ssize_t shape[4];
-    Py_ssize_t strides[4]; /* bytes */
+    Py_ssize_t strides[4]; /* elements */
 } batch_object;
+
+/* DLPack type codes: kDLUInt 1, kDLFloat 2, kDLBfloat 4. */
+static void dl_type_of(rl_dtype t, dl_dtype *out)
+{
+    out->lanes = 1;
+    switch (t) {
+    case RL_DTYPE_F32:
+        out->code = 2;
+        out->bits = 32;
+        break;
+    case RL_DTYPE_F16:
+        out->code = 2;
+        out->bits = 16;
+        break;
+    case RL_DTYPE_BF16:
+        out->code = 4;
+        out->bits = 16;
+        break;
+    default:
+        out->code = 1;
+        out->bits = 8;
+        break;
+    }
+}
 
 static void batch_dealloc(batch_object *self)
 {
@@ -107,15 +132,13 @@ static PyObject *batch_dlpack(batch_object *self, PyObject *args,
     rl_slot_retain(e->slot);
     for (int i = 0; i < self->ndim; i++) {
         e->shape[i] = self->shape[i];
-        e->strides[i] = self->strides[i]; /* uint8: bytes = elements */
+        e->strides[i] = self->strides[i];
     }
     e->m.dl_tensor.data = rl_slot_data(self->slot);
     e->m.dl_tensor.device.device_type = 1;
     e->m.dl_tensor.device.device_id = 0;
     e->m.dl_tensor.ndim = self->ndim;
-    e->m.dl_tensor.dtype.code = 1;
-    e->m.dl_tensor.dtype.bits = 8;
-    e->m.dl_tensor.dtype.lanes = 1;
+    dl_type_of(self->dtype, &e->m.dl_tensor.dtype);
     e->m.dl_tensor.shape = e->shape;
     e->m.dl_tensor.strides = e->strides;
     e->m.manager_ctx = e;
@@ -136,22 +159,42 @@ static PyObject *batch_dlpack_device(batch_object *self, PyObject *unused)
 
 static int batch_getbuffer(batch_object *self, Py_buffer *view, int flags)
 {
+    /* Python's buffer protocol has no bfloat16: it is exported as uint16
+     * ("H"); DLPack carries the real type. */
+    static char *formats[] = {"B", "f", "e", "H"};
+    Py_ssize_t itemsize = (Py_ssize_t)rl_dtype_size(self->dtype);
+    /* The strides array must live as long as the view: keep it in
+     * view->internal, freed by releasebuffer. */
+    Py_ssize_t *bytes = PyMem_Malloc(sizeof(Py_ssize_t) * 4);
+    if (bytes == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < self->ndim; i++) {
+        bytes[i] = self->strides[i] * itemsize;
+    }
     /* Writable exports are fine: the slot belongs to the consumer now. */
     view->buf = rl_slot_data(self->slot);
     view->obj = Py_NewRef(self);
-    view->len = 1;
+    view->len = itemsize;
     for (int i = 0; i < self->ndim; i++) {
         view->len *= self->shape[i];
     }
     view->readonly = 0;
-    view->itemsize = 1;
-    view->format = (flags & PyBUF_FORMAT) ? "B" : NULL;
+    view->itemsize = itemsize;
+    view->format = (flags & PyBUF_FORMAT) ? formats[self->dtype] : NULL;
     view->ndim = self->ndim;
     view->shape = (flags & PyBUF_ND) ? self->shape : NULL;
-    view->strides = (flags & PyBUF_STRIDES) ? self->strides : NULL;
+    view->strides = (flags & PyBUF_STRIDES) ? bytes : NULL;
     view->suboffsets = NULL;
-    view->internal = NULL;
+    view->internal = bytes;
     return 0;
+}
+
+static void batch_releasebuffer(batch_object *self, Py_buffer *view)
+{
+    (void)self;
+    PyMem_Free(view->internal);
 }
 
 static PyObject *batch_get_shape(batch_object *self, void *closure)
@@ -186,6 +229,7 @@ static PyType_Slot batch_slots[] = {
     {Py_tp_methods, batch_methods},
     {Py_tp_getset, batch_getset},
     {Py_bf_getbuffer, batch_getbuffer},
+    {Py_bf_releasebuffer, batch_releasebuffer},
     {Py_tp_doc, "A batch of uint8 images in a batch slot; export it with "
                 "torch.from_dlpack() or numpy.asarray()."},
     {0, NULL},
@@ -205,6 +249,7 @@ typedef struct {
     PyObject_HEAD
     rl_pipeline *p;
     rl_layout layout;
+    rl_dtype dtype;
     int out_h, out_w;
     int waiting; /* next() calls waiting with the GIL released */
     char io_reason[RL_MSG_MAX];
@@ -226,25 +271,63 @@ static int parse_io(const char *s, rl_io_backend *out)
     return 0;
 }
 
+/* dtype name and the per-channel affine map of float outputs. */
+static int parse_dtype(const char *name, PyObject *mul, PyObject *add,
+                       rl_pipeline_config *cfg)
+{
+    static const char *names[] = {"uint8", "float32", "float16", "bfloat16"};
+    int found = -1;
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            found = i;
+        }
+    }
+    if (found < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "dtype must be uint8, float32, float16 or bfloat16, "
+                     "not '%s'", name);
+        return -1;
+    }
+    cfg->dtype = (rl_dtype)found;
+    for (int c = 0; c < 3; c++) {
+        cfg->mul[c] = 1.0f;
+        cfg->add[c] = 0.0f;
+    }
+    if (mul != Py_None && !PyArg_ParseTuple(mul, "fff", &cfg->mul[0],
+                                            &cfg->mul[1], &cfg->mul[2])) {
+        return -1;
+    }
+    if (add != Py_None && !PyArg_ParseTuple(add, "fff", &cfg->add[0],
+                                            &cfg->add[1], &cfg->add[2])) {
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
                               PyObject *kw)
 {
     static char *kwlist[] = {"transform", "num_threads", "layout", "seed",
                              "io", "max_pixels", "max_scans",
-                             "max_file_bytes", "allow_truncated", NULL};
-    PyObject *spec;
+                             "max_file_bytes", "allow_truncated", "dtype",
+                             "mul", "add", NULL};
+    PyObject *spec, *mul = Py_None, *add = Py_None;
+    const char *dtype = "uint8";
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
     const char *layout = "NCHW", *io = "auto";
     unsigned long long seed = 0, max_pixels = RL_DEFAULT_MAX_PIXELS,
                        max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$isKsKiKp", kwlist, &spec,
-                                     &nthreads, &layout, &seed, &io,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$isKsKiKpsOO", kwlist,
+                                     &spec, &nthreads, &layout, &seed, &io,
                                      &max_pixels, &max_scans, &max_file_bytes,
-                                     &allow_truncated)) {
+                                     &allow_truncated, &dtype, &mul, &add)) {
         return NULL;
     }
     rl_pipeline_config cfg;
     memset(&cfg, 0, sizeof(cfg));
+    if (parse_dtype(dtype, mul, add, &cfg) != 0) {
+        return NULL;
+    }
     if (rl__py_parse_transform(spec, &cfg.transform) != 0 ||
         parse_io(io, &cfg.io) != 0) {
         return NULL;
@@ -269,6 +352,7 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
         return NULL;
     }
     self->layout = cfg.layout;
+    self->dtype = cfg.dtype;
     self->out_h = cfg.transform.out_h;
     self->out_w = cfg.transform.out_w;
     char msg[RL_MSG_MAX];
@@ -485,6 +569,7 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
         return NULL;
     }
     b->slot = slot;
+    b->dtype = self->dtype;
     b->ndim = 4;
     Py_ssize_t n = rl_slot_count(slot), h = self->out_h, w = self->out_w;
     if (self->layout == RL_LAYOUT_NHWC) {

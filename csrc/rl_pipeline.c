@@ -277,7 +277,11 @@ static void job_run(rl_task *task, void *ctx)
     }
     const rl_transform *t = &p->cfg.transform;
     rl_dst dst;
+    memset(&dst, 0, sizeof(dst));
     dst.data = b->slot->data + (size_t)j->pos * p->sample_bytes;
+    dst.dtype = p->cfg.dtype;
+    memcpy(dst.mul, p->cfg.mul, sizeof(dst.mul));
+    memcpy(dst.add, p->cfg.add, sizeof(dst.add));
     if (p->cfg.layout == RL_LAYOUT_NHWC) {
         dst.row_stride = (ptrdiff_t)t->out_w * 3;
         dst.px_stride = 3;
@@ -387,6 +391,10 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg)
                  cfg->nthreads);
         return NULL;
     }
+    if (cfg->dtype > RL_DTYPE_BF16) {
+        snprintf(msg, RL_MSG_MAX, "unknown output dtype %d", cfg->dtype);
+        return NULL;
+    }
     if (t->kind == RL_T_NONE || t->out_w <= 0 || t->out_h <= 0 ||
         t->out_w > 65535 || t->out_h > 65535) {
         snprintf(msg, RL_MSG_MAX,
@@ -409,7 +417,8 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg)
     atomic_init(&p->refs, 1);
     p->pid = getpid();
     p->cfg = *cfg;
-    p->sample_bytes = (size_t)t->out_w * (size_t)t->out_h * 3;
+    p->sample_bytes = (size_t)t->out_w * (size_t)t->out_h * 3 *
+                      rl_dtype_size(cfg->dtype);
 
     p->io = rl_io_create(cfg->io, cfg->limits.max_file_bytes, msg);
     if (p->io == NULL) {

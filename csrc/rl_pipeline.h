@@ -26,6 +26,7 @@
 
 #include "rl.h"
 #include "rl_io.h"
+#include "rl_resize.h"
 
 typedef struct rl_pipeline rl_pipeline;
 typedef struct rl_slot rl_slot;
@@ -37,6 +38,10 @@ typedef struct rl_pipeline_config {
     rl_limits limits;
     rl_io_backend io;
     uint64_t seed;
+    /* Output elements: RL_DTYPE_U8, or a float type holding
+     * v * mul[c] + add[c] (see rl_dst in rl_resize.h). */
+    rl_dtype dtype;
+    float mul[3], add[3];
 } rl_pipeline_config;
 
 /* One sample to load: a whole file (length -1) or a byte range of it.
@@ -73,7 +78,7 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg);
 /* The I/O backend in use: "io_uring" or "pread". */
 const char *rl_pipeline_io_name(const rl_pipeline *p);
 
-/* Bytes of one sample in a slot (out_h * out_w * 3). */
+/* Bytes of one sample in a slot (out_h * out_w * 3 * element size). */
 size_t rl_pipeline_sample_bytes(const rl_pipeline *p);
 
 /*

@@ -119,6 +119,87 @@ static inline uint8_t clip8(int32_t v)
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
+size_t rl_dtype_size(rl_dtype dtype)
+{
+    return dtype == RL_DTYPE_U8 ? 1 : dtype == RL_DTYPE_F32 ? 4 : 2;
+}
+
+uint8_t *rl_dst_at(const rl_dst *dst, int x, int y)
+{
+    ptrdiff_t e = y * dst->row_stride + x * dst->px_stride;
+    return dst->data + e * (ptrdiff_t)rl_dtype_size(dst->dtype);
+}
+
+/* IEEE binary16 from binary32, rounding to nearest even. */
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t mag = x & 0x7FFFFFFFu;
+    if (mag >= 0x7F800000u) { /* inf or nan */
+        return (uint16_t)(sign | 0x7C00u | (mag > 0x7F800000u ? 0x200u : 0));
+    }
+    if (mag >= 0x477FF000u) { /* rounds to >= 65520: overflow */
+        return (uint16_t)(sign | 0x7C00u);
+    }
+    if (mag < 0x38800000u) { /* below 2^-14: subnormal or zero */
+        if (mag < 0x33000000u) {
+            return (uint16_t)sign;
+        }
+        uint32_t mant = (mag & 0x7FFFFFu) | 0x800000u;
+        int shift = 126 - (int)(mag >> 23); /* 14..24 */
+        uint32_t half = mant >> shift;
+        uint32_t rest = mant & ((1u << shift) - 1);
+        uint32_t mid = 1u << (shift - 1);
+        if (rest > mid || (rest == mid && (half & 1u))) {
+            half++;
+        }
+        return (uint16_t)(sign | half);
+    }
+    uint32_t h = ((mag >> 13) - (112u << 10));
+    uint32_t rest = mag & 0x1FFFu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) {
+        h++;
+    }
+    return (uint16_t)(sign | h);
+}
+
+/* bfloat16 from binary32, rounding to nearest even (no NaN here). */
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    x += 0x7FFFu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* Converts one row of out_w interleaved 8-bit RGB pixels into row y of dst
+ * (float dtypes only). */
+static void convert_row(const rl_dst *dst, const uint8_t *row8, int out_w,
+                        int y)
+{
+    uint8_t *o = rl_dst_at(dst, 0, y);
+    ptrdiff_t ps = dst->px_stride, cs = dst->ch_stride;
+    for (int c = 0; c < 3; c++) {
+        float mul = dst->mul[c], add = dst->add[c];
+        const uint8_t *in = row8 + c;
+        if (dst->dtype == RL_DTYPE_F32) {
+            float *f = (float *)o + c * cs;
+            for (int x = 0; x < out_w; x++) {
+                f[x * ps] = (float)in[3 * x] * mul + add;
+            }
+        } else {
+            uint16_t *h = (uint16_t *)o + c * cs;
+            bool bf = dst->dtype == RL_DTYPE_BF16;
+            for (int x = 0; x < out_w; x++) {
+                float v = (float)in[3 * x] * mul + add;
+                h[x * ps] = bf ? f32_to_bf16(v) : f32_to_f16(v);
+            }
+        }
+    }
+}
+
 int rl_resample(const rl_pixels *src, double bx, double by, double bw,
                 double bh, int out_w, int out_h, bool flip,
                 const rl_dst *dst)
@@ -165,12 +246,23 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
         }
     }
 
-    /* Vertical pass, straight into the destination. */
+    /* Vertical pass, straight into the destination (through one 8-bit
+     * row, still in L1, when the output is converted to floats). */
+    uint8_t *row8 = NULL;
+    if (dst->dtype != RL_DTYPE_U8) {
+        row8 = malloc((size_t)out_w * 3);
+        if (row8 == NULL) {
+            free(tmp);
+            taps_free(&tx);
+            taps_free(&ty);
+            return -ENOMEM;
+        }
+    }
     for (int y = 0; y < out_h; y++) {
         const int32_t *w = ty.w + (size_t)y * (size_t)ty.ksize;
         const uint8_t *base = tmp + (size_t)(ty.first[y] - ylo) * hstride;
-        uint8_t *orow = dst->data + y * dst->row_stride;
         int n = ty.count[y];
+        uint8_t *orow = dst->data + y * dst->row_stride;
         for (int x = 0; x < out_w; x++) {
             int32_t a0 = 1 << (PREC - 1), a1 = a0, a2 = a0;
             const uint8_t *p = base + 3 * (size_t)x;
@@ -184,12 +276,17 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
                 a0 = a1 = a2 = 0;
             }
             int ox = flip ? out_w - 1 - x : x;
-            uint8_t *o = orow + ox * dst->px_stride;
+            uint8_t *o = row8 ? row8 + 3 * ox : orow + ox * dst->px_stride;
+            ptrdiff_t cs = row8 ? 1 : dst->ch_stride;
             o[0] = clip8(a0);
-            o[dst->ch_stride] = clip8(a1);
-            o[2 * dst->ch_stride] = clip8(a2);
+            o[cs] = clip8(a1);
+            o[2 * cs] = clip8(a2);
+        }
+        if (row8 != NULL) {
+            convert_row(dst, row8, out_w, y);
         }
     }
+    free(row8);
     free(tmp);
     taps_free(&tx);
     taps_free(&ty);
@@ -198,6 +295,22 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
 
 void rl_fill_zero(const rl_dst *dst, int x, int y, int w, int h)
 {
+    if (w <= 0 || h <= 0) {
+        return;
+    }
+    if (dst->dtype != RL_DTYPE_U8) {
+        uint8_t *zeros = calloc((size_t)w * 3, 1);
+        if (zeros == NULL) {
+            return; /* callers zero-fill small areas; nothing to report */
+        }
+        rl_dst sub = *dst;
+        sub.data = rl_dst_at(dst, x, 0);
+        for (int r = y; r < y + h; r++) {
+            convert_row(&sub, zeros, w, r);
+        }
+        free(zeros);
+        return;
+    }
     for (int r = y; r < y + h; r++) {
         for (int c = x; c < x + w; c++) {
             uint8_t *o = dst->data + r * dst->row_stride + c * dst->px_stride;

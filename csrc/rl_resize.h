@@ -26,12 +26,34 @@ typedef struct rl_pixels {
     int full_w, full_h;
 } rl_pixels;
 
-/* Where output pixel (x, y) channel c goes:
- * data + y * row_stride + x * px_stride + c * ch_stride. */
+/* Element types of the output. */
+typedef enum {
+    RL_DTYPE_U8 = 0,
+    RL_DTYPE_F32 = 1,
+    RL_DTYPE_F16 = 2,
+    RL_DTYPE_BF16 = 3,
+} rl_dtype;
+
+/*
+ * Where output pixel (x, y) channel c goes: element
+ * y * row_stride + x * px_stride + c * ch_stride of data (strides count
+ * elements, not bytes). A zero-initialised dtype is RL_DTYPE_U8. Float
+ * outputs hold v * mul[c] + add[c] for the 8-bit value v, which is how
+ * ToDtype(scale=True) followed by Normalize(mean, std) is fused: mul =
+ * 1 / (255 std), add = -mean / std.
+ */
 typedef struct rl_dst {
     uint8_t *data;
     ptrdiff_t row_stride, px_stride, ch_stride;
+    rl_dtype dtype;
+    float mul[3], add[3];
 } rl_dst;
+
+/* Bytes per element of a dtype. */
+size_t rl_dtype_size(rl_dtype dtype);
+
+/* The element address of pixel (x, y), channel 0. */
+uint8_t *rl_dst_at(const rl_dst *dst, int x, int y);
 
 /*
  * The source pixels [*lo, *hi) that resampling the span [b0, b0 + bsize) of
@@ -50,7 +72,8 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
                 double bh, int out_w, int out_h, bool flip,
                 const rl_dst *dst);
 
-/* Writes zeros to the w x h rectangle at (x, y) of dst. */
+/* Writes the value of a black pixel (8-bit zeros, converted) to the w x h
+ * rectangle at (x, y) of dst. */
 void rl_fill_zero(const rl_dst *dst, int x, int y, int w, int h);
 
 #endif /* RL_RESIZE_H */

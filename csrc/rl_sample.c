@@ -82,7 +82,7 @@ int rl_sample_decode(rl_decoder *d, const uint8_t *data, size_t len,
         .full_h = reg.full_h,
     };
     rl_dst sub = *dst;
-    sub.data += p.vy * dst->row_stride + p.vx * dst->px_stride;
+    sub.data = rl_dst_at(dst, p.vx, p.vy);
     rc = rl_resample(&px, bx, by, bw, bh, p.vw, p.vh, p.flip, &sub);
     if (rc != 0) {
         snprintf(msg, RL_MSG_MAX, "out of memory");

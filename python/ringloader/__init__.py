@@ -7,10 +7,11 @@ torch sees without a copy.
 
 from ._core import DecodeError
 from .folder import IMG_EXTENSIONS, ImageFolder
-from .loader import Loader
+from .loader import FallbackWarning, Loader
+from .dataloader import DataLoader
 from . import transforms
 
 __version__ = "0.1.0"
 
-__all__ = ["DecodeError", "IMG_EXTENSIONS", "ImageFolder", "Loader", "transforms",
+__all__ = ["DataLoader", "DecodeError", "FallbackWarning", "IMG_EXTENSIONS", "ImageFolder", "Loader", "transforms",
            "__version__"]

@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import threading
+import warnings
 import time
 import weakref
 from collections import deque
@@ -20,7 +21,11 @@ from .transforms import compile_transform
 
 log = logging.getLogger("ringloader")
 
-_LAYOUTS = ("NCHW", "NHWC")
+_LAYOUTS = ("NCHW", "NHWC", "channels_last")
+
+
+class FallbackWarning(UserWarning):
+    """Part of the work runs in Python instead of the fused C pipeline."""
 _announced_io: set[str] = set()
 
 
@@ -66,15 +71,19 @@ class Loader:
             every batch exactly.
         transform: ``ringloader.transforms`` or torchvision transforms with a
             fixed output size; defaults to ``dataset.transform``.
-        layout: ``"NCHW"`` (torch's default) or ``"NHWC"``.
+        layout: ``"NCHW"`` (torch's default), ``"NHWC"``, or
+            ``"channels_last"`` (NCHW shape, NHWC memory, as
+            ``torch.channels_last``).
         io: ``"auto"`` (io_uring when available), ``"io_uring"`` or
             ``"pread"``.
         max_pixels: images with more pixels are refused before decoding.
         allow_truncated: decode truncated JPEGs (grey bottom) instead of
             raising.
 
-    Yields ``(images, labels)``: a uint8 tensor of shape (N, 3, H, W) (or
-    (N, H, W, 3)) and an int64 tensor of shape (N,). The images are views of
+    Yields ``(images, labels)``: a tensor of shape (N, 3, H, W) (or
+    (N, H, W, 3)), uint8 unless the transform converts to floats, and an
+    int64 tensor of shape (N,). Transforms after the fusable prefix run in
+    Python on each sample (announced once with a :class:`FallbackWarning`). The images are views of
     a batch buffer, not copies; keeping them is safe (the loader allocates
     another buffer instead of overwriting one still referenced).
     """
@@ -133,13 +142,24 @@ class Loader:
         self.transform = transform if transform is not None else getattr(
             dataset, "transform", None
         )
-        self._geometry = compile_transform(self.transform)
-        if self._geometry.rest:
-            names = ", ".join(type(t).__name__ for t in self._geometry.rest)
-            raise ValueError(
-                f"ringloader.Loader cannot fuse {names}; pass only Resize, "
-                "CenterCrop, RandomResizedCrop and RandomHorizontalFlip"
+        self._compiled = compile_transform(self.transform)
+        self._tail = list(self._compiled.rest)
+        if self._tail:
+            names = ", ".join(type(t).__name__ for t in self._tail)
+            warnings.warn(
+                f"ringloader: fused {' + '.join(self._compiled.fused)} into the C "
+                f"decoder; {names} cannot be fused and runs in Python per sample "
+                "(slower)",
+                FallbackWarning,
+                stacklevel=2,
             )
+        # Samples handed to a Python tail as images are converted from NHWC.
+        self._c_layout = (
+            "NHWC"
+            if layout in ("NHWC", "channels_last")
+            or (self._tail and not self._compiled.tensor_out)
+            else "NCHW"
+        )
         self._paths, self._targets = _sources(dataset)
         self.target_transform = getattr(dataset, "target_transform", None)
 
@@ -197,10 +217,14 @@ class Loader:
         if self._pipe is None or self._pipe_pid != pid or self._pipe.closed:
             # In a forked child the parent's threads do not exist: build a
             # new pipeline and leave the inherited one untouched.
+            c = self._compiled
             self._pipe = _core.Pipeline(
-                self._geometry.spec,
+                c.spec,
                 num_threads=self.num_threads,
-                layout=self.layout,
+                layout=self._c_layout,
+                dtype=c.dtype,
+                mul=c.mul,
+                add=c.add,
                 seed=self.seed & (2**64 - 1),
                 io=self.io,
                 max_pixels=self.max_pixels,
@@ -255,7 +279,7 @@ class Loader:
                 batch = pipe.next()
                 self._wait_seconds += time.perf_counter() - t0
                 idx = pending.popleft()
-                images = torch.from_dlpack(batch)
+                images = self._finish(torch.from_dlpack(batch))
                 labels = torch.from_numpy(targets[idx])
                 if self.target_transform is not None:
                     labels = torch.as_tensor(
@@ -266,6 +290,32 @@ class Loader:
         finally:
             if pending and not pipe.closed:
                 pipe.cancel()
+
+    def _finish(self, images: torch.Tensor) -> torch.Tensor:
+        """Lay the C output out as asked and run the Python tail, if any."""
+        if self._tail:
+            return self._run_tail(images)
+        if self.layout == "channels_last":
+            return images.permute(0, 3, 1, 2)
+        return images
+
+    def _run_tail(self, images: torch.Tensor) -> torch.Tensor:
+        from torch.utils.data import default_collate
+
+        out = []
+        for i in range(images.shape[0]):
+            if self._compiled.tensor_out:
+                sample: Any = images[i]
+                if self._c_layout == "NHWC":
+                    sample = sample.permute(2, 0, 1)
+            else:
+                from PIL import Image
+
+                sample = Image.fromarray(images[i].numpy())
+            for t in self._tail:
+                sample = t(sample)
+            out.append(sample)
+        return default_collate(out)
 
     # ---- lifecycle ----
 

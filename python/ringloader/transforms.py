@@ -9,9 +9,14 @@ antialiased interpolation):
 - ``Resize(...)`` followed by ``CenterCrop(...)``, e.g. the ImageNet eval
   pipeline ``Compose([Resize(256), CenterCrop(224)])``;
 - ``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``;
-- ``RandomHorizontalFlip(p=0.5)`` after any of the above.
+- ``RandomHorizontalFlip(p=0.5)`` after any of the above;
+- then output conversion: ``ToTensor``, ``PILToTensor``, ``ToImage``,
+  ``ConvertImageDtype``, ``ToDtype(float32 | float16 | bfloat16,
+  scale=...)`` and ``Normalize(mean, std)``, computed in C while the sample
+  is still in cache.
 
-The output is a uint8 batch of a fixed size. The geometry follows
+The output is a batch of a fixed size: uint8 unless a conversion asks for
+floats. The geometry follows
 torchvision exactly (same boxes, same rounding); random draws come from a
 generator keyed by (seed, epoch, sample index), so augmentations do not
 depend on thread count or timing.
@@ -19,13 +24,15 @@ depend on thread count or timing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
 Size = Union[int, Sequence[int]]
 
 __all__ = [
     "Compose",
+    "ToDtype",
+    "Normalize",
     "Resize",
     "CenterCrop",
     "RandomResizedCrop",
@@ -80,6 +87,23 @@ class RandomHorizontalFlip:
     """Mirror left-right with probability ``p``."""
 
     p: float = 0.5
+
+
+@dataclass(frozen=True)
+class ToDtype:
+    """Convert to ``dtype`` (torch.float32, float16 or bfloat16); with
+    ``scale=True`` map 0..255 to 0..1, as torchvision's ``ToDtype``."""
+
+    dtype: Any
+    scale: bool = False
+
+
+@dataclass(frozen=True)
+class Normalize:
+    """``(x - mean) / std`` per channel, on a float output."""
+
+    mean: Sequence[float]
+    std: Sequence[float]
 
 
 class Compose:
@@ -141,44 +165,122 @@ def _size_of(t: Any) -> Size:
     return size
 
 
+_FLOAT_DTYPES = {"float32", "float16", "bfloat16"}
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 @dataclass
-class _Geometry:
+class Compiled:
+    """What :func:`compile_transform` makes of a transform.
+
+    ``spec`` is the C core's geometry; ``dtype``, ``mul`` and ``add`` the
+    output conversion (float value = v * mul[c] + add[c] for the 8-bit v);
+    ``fused`` names the fused transforms; ``rest`` lists the transforms left
+    to run in Python, in order; ``tensor_out`` says whether the fused part
+    ends in a tensor (a conversion was fused) rather than an image.
+    """
+
     spec: dict
-    rest: list
+    dtype: str = "uint8"
+    mul: tuple = (1.0, 1.0, 1.0)
+    add: tuple = (0.0, 0.0, 0.0)
+    fused: list = field(default_factory=list)
+    rest: list = field(default_factory=list)
+    tensor_out: bool = False
 
 
-def compile_transform(transform: Any) -> _Geometry:
-    """Turn a transform (ringloader or torchvision) into the C core's spec.
+def _channels(values: Any, name: str) -> tuple[float, float, float]:
+    vals = [float(v) for v in (values if hasattr(values, "__len__") else [values])]
+    if len(vals) == 1:
+        vals = vals * 3
+    if len(vals) != 3:
+        raise UnsupportedTransform(f"{name} needs 1 or 3 channel values, got {len(vals)}")
+    return vals[0], vals[1], vals[2]
 
-    Returns the spec of the fused geometric part and the list of the
-    transforms after it that were not fused (``rest``). Raises
-    :class:`UnsupportedTransform` with a one-line reason when the geometric
-    part cannot be fused or gives no fixed output size.
+
+def _conversion(t: Any, state: dict) -> bool:
+    """Folds an output conversion into state; False if t is not one we fuse
+    at this point."""
+    name = type(t).__name__
+    if name in ("PILToTensor", "ToImage", "ToPureTensor"):
+        if state["dtype"] != "uint8" and name != "ToPureTensor":
+            return False
+        return True
+    if name == "ToTensor":
+        if state["dtype"] != "uint8":
+            return False
+        state.update(dtype="float32", mul=[1 / 255.0] * 3, add=[0.0] * 3)
+        return True
+    if name in ("ToDtype", "ConvertImageDtype"):
+        dtype = getattr(t, "dtype", None)
+        if isinstance(dtype, dict):
+            return False  # per-type dtypes of transforms.v2
+        target = _dtype_name(dtype)
+        scale = name == "ConvertImageDtype" or bool(getattr(t, "scale", False))
+        if target == "uint8":
+            return state["dtype"] == "uint8"
+        if target not in _FLOAT_DTYPES:
+            return False
+        if state["dtype"] == "uint8" and scale:
+            state.update(mul=[m / 255.0 for m in state["mul"]])
+        state["dtype"] = target
+        return True
+    if name == "Normalize":
+        if state["dtype"] == "uint8" or getattr(t, "inplace", False) not in (False, None):
+            return False
+        mean = _channels(t.mean, "Normalize mean")
+        std = _channels(t.std, "Normalize std")
+        if any(s == 0 for s in std):
+            raise UnsupportedTransform("Normalize with a zero std")
+        state["mul"] = [m / s for m, s in zip(state["mul"], std)]
+        state["add"] = [(a - m) / s for a, m, s in zip(state["add"], mean, std)]
+        return True
+    return False
+
+
+def compile_transform(transform: Any) -> Compiled:
+    """Turn a transform (ringloader or torchvision) into the C core's plan.
+
+    The longest prefix that can be fused is fused: geometry (Resize,
+    CenterCrop, RandomResizedCrop), one RandomHorizontalFlip, then output
+    conversions. What follows is returned in ``rest``. Raises
+    :class:`UnsupportedTransform` with a one-line reason when nothing with a
+    fixed output size can be fused.
     """
     items = _flatten(transform)
     spec: dict[str, Any] = {}
     resize: Optional[Any] = None
     crop: Optional[tuple[int, int]] = None
     flip_p = 0.0
+    state: dict[str, Any] = {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
+    converted = False
     i = 0
     while i < len(items):
         t = items[i]
         name = type(t).__name__
-        if name == "Resize" and resize is None and crop is None and not spec:
+        geometric = resize is not None or crop is not None or bool(spec)
+        if converted or name not in (
+            "Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip"
+        ):
+            if not geometric or not _conversion(t, state):
+                break
+            converted = True
+        elif name == "Resize" and not geometric:
             _check_interpolation(t)
             resize = _size_of(t)
         elif name == "CenterCrop" and crop is None and not spec:
             crop = _pair(_size_of(t), "CenterCrop")
-        elif name == "RandomResizedCrop" and resize is None and crop is None and not spec:
+        elif name == "RandomResizedCrop" and not geometric:
             _check_interpolation(t)
             h, w = _pair(_size_of(t), "RandomResizedCrop")
             scale = tuple(float(s) for s in t.scale)
             ratio = tuple(float(r) for r in t.ratio)
             spec = {"kind": "random_crop", "out_h": h, "out_w": w,
                     "scale": scale, "ratio": ratio}
-        elif name == "RandomHorizontalFlip" and flip_p == 0.0 and (
-            resize is not None or crop is not None or spec
-        ):
+        elif name == "RandomHorizontalFlip" and flip_p == 0.0 and geometric:
             flip_p = float(t.p)
         else:
             break
@@ -186,10 +288,11 @@ def compile_transform(transform: Any) -> _Geometry:
 
     if not spec:
         if resize is None and crop is None:
+            first = type(items[0]).__name__ if items else "no transform"
             raise UnsupportedTransform(
-                "no Resize, CenterCrop or RandomResizedCrop to fuse: ringloader "
-                "needs a transform with a fixed output size, e.g. "
-                "Compose([Resize(256), CenterCrop(224)])"
+                f"the transform starts with {first}, not Resize, CenterCrop or "
+                "RandomResizedCrop: ringloader needs a fixed output size to fuse, "
+                "e.g. Compose([Resize(256), CenterCrop(224)])"
             )
         spec = {"kind": "resize_crop"}
         if isinstance(resize, int):
@@ -209,4 +312,12 @@ def compile_transform(transform: Any) -> _Geometry:
     for key in ("out_h", "out_w"):
         if not 0 < spec[key] <= 65535:
             raise UnsupportedTransform(f"output size {spec[key]} out of range")
-    return _Geometry(spec=spec, rest=items[i:])
+    return Compiled(
+        spec=spec,
+        dtype=state["dtype"],
+        mul=tuple(state["mul"]),
+        add=tuple(state["add"]),
+        fused=[type(t).__name__ for t in items[:i]],
+        rest=items[i:],
+        tensor_out=converted,
+    )

@@ -14,6 +14,10 @@
 #include "../../csrc/rl_sample.h"
 #include "check.h"
 
+#define DST(d, rs, ps, cs)                                                  \
+    ((rl_dst){.data = (d), .row_stride = (rs), .px_stride = (ps),          \
+              .ch_stride = (cs)})
+
 #define NIMG 40
 
 static char dir[] = "/tmp/rl_test_pipe_XXXXXX";
@@ -100,8 +104,8 @@ static void reference(const rl_pipeline_config *cfg, int64_t epoch,
     for (int i = 0; i < NIMG; i++) {
         size_t len;
         uint8_t *data = read_all(paths[i], &len);
-        rl_dst dst = {out + (size_t)i * sb, cfg->transform.out_w, 1,
-                      (ptrdiff_t)cfg->transform.out_w * cfg->transform.out_h};
+        rl_dst dst = DST(out + (size_t)i * sb, cfg->transform.out_w, 1,
+                      (ptrdiff_t)cfg->transform.out_w * cfg->transform.out_h);
         char msg[RL_MSG_MAX];
         CHECK_EQ(rl_sample_decode(d, data, len, &cfg->transform,
                                   &cfg->limits, cfg->seed, epoch, i, &dst,

@@ -2,10 +2,15 @@
  * stays constant at any scale, flips mirror, spans cover what is read, and
  * strides place channels where asked. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <string.h>
 
 #include "../../csrc/rl_resize.h"
 #include "check.h"
+
+#define DST(d, rs, ps, cs)                                                  \
+    ((rl_dst){.data = (d), .row_stride = (rs), .px_stride = (ps),          \
+              .ch_stride = (cs)})
 
 static uint8_t src[300 * 400 * 3];
 
@@ -25,7 +30,7 @@ int main(void)
     rl_pixels px = whole(w, h);
 
     /* Identity: same size, whole image. */
-    rl_dst d = {out, (ptrdiff_t)w * 3, 3, 1};
+    rl_dst d = DST(out, (ptrdiff_t)w * 3, 3, 1);
     CHECK_EQ(rl_resample(&px, 0, 0, w, h, w, h, false, &d), 0);
     CHECK(memcmp(out, src, (size_t)w * h * 3) == 0);
 
@@ -37,7 +42,7 @@ int main(void)
     }
 
     /* Flip mirrors the columns. */
-    rl_dst df = {out2, 150, 3, 1};
+    rl_dst df = DST(out2, 150, 3, 1);
     CHECK_EQ(rl_resample(&px, 10, 20, 50, 40, 50, 40, true, &df), 0);
     for (int y = 0; y < 40; y++) {
         for (int x = 0; x < 50; x++) {
@@ -54,7 +59,7 @@ int main(void)
     for (int b = 0; b < 4; b++) {
         for (int s = 0; s < 4; s++) {
             int ow = sizes[s][0], oh = sizes[s][1];
-            rl_dst dc = {out, (ptrdiff_t)ow * 3, 3, 1};
+            rl_dst dc = DST(out, (ptrdiff_t)ow * 3, 3, 1);
             CHECK_EQ(rl_resample(&px, boxes[b][0], boxes[b][1], boxes[b][2],
                                  boxes[b][3], ow, oh, false, &dc),
                      0);
@@ -81,17 +86,57 @@ int main(void)
                src + ((size_t)y * w + x0) * 3, rstride);
     }
     rl_pixels sub = {region, rstride, x0, y0, x1 - x0, y1 - y0, w, h};
-    rl_dst a = {out, 64 * 3, 3, 1}, c = {out2, 64 * 3, 3, 1};
+    rl_dst a = DST(out, 64 * 3, 3, 1), c = DST(out2, 64 * 3, 3, 1);
     CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &a), 0);
     CHECK_EQ(rl_resample(&sub, bx, by, bw, bh, 64, 48, false, &c), 0);
     CHECK(memcmp(out, out2, 64 * 48 * 3) == 0);
 
     /* Planar strides (NCHW) hold the same values as interleaved. */
-    rl_dst planar = {out2, 64, 1, 64 * 48};
+    rl_dst planar = DST(out2, 64, 1, 64 * 48);
     CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &planar), 0);
     for (int i = 0; i < 64 * 48; i++) {
         for (int ch = 0; ch < 3; ch++) {
             CHECK_EQ(out2[ch * 64 * 48 + i], out[i * 3 + ch]);
+        }
+    }
+
+    /* Float outputs hold v * mul + add of the 8-bit result, in any
+     * layout; f16 and bf16 round to nearest even. */
+    static float f32[64 * 48 * 3];
+    static uint16_t f16[64 * 48 * 3], bf16[64 * 48 * 3];
+    rl_dst df32 = DST((uint8_t *)f32, 64, 1, 64 * 48);
+    df32.dtype = RL_DTYPE_F32;
+    float mul[3] = {1.0f / (255 * 0.229f), 1.0f / (255 * 0.224f), 1.0f / 255};
+    float add[3] = {-0.485f / 0.229f, -0.456f / 0.224f, 0.0f};
+    for (int ch = 0; ch < 3; ch++) {
+        df32.mul[ch] = mul[ch];
+        df32.add[ch] = add[ch];
+    }
+    rl_dst dh = df32, db = df32;
+    dh.data = (uint8_t *)f16;
+    dh.dtype = RL_DTYPE_F16;
+    db.data = (uint8_t *)bf16;
+    db.dtype = RL_DTYPE_BF16;
+    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &df32), 0);
+    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &dh), 0);
+    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &db), 0);
+    for (int i = 0; i < 64 * 48; i++) {
+        for (int ch = 0; ch < 3; ch++) {
+            float want = out[i * 3 + ch] * mul[ch] + add[ch];
+            float got = f32[ch * 64 * 48 + i];
+            CHECK(got == want);
+            /* Decode the halves back and check they are within half an
+             * ulp of the float (relative 2^-11 and 2^-8). */
+            uint16_t h = f16[ch * 64 * 48 + i];
+            int e = (h >> 10) & 31;
+            float m = (float)(h & 1023);
+            float hv = e ? ldexpf(1024 + m, e - 25) : ldexpf(m, -24);
+            hv = (h & 0x8000) ? -hv : hv;
+            CHECK(fabsf(hv - want) <= fabsf(want) * (1.0f / 2048) + 1e-7f);
+            uint32_t bits = (uint32_t)bf16[ch * 64 * 48 + i] << 16;
+            float bv;
+            memcpy(&bv, &bits, 4);
+            CHECK(fabsf(bv - want) <= fabsf(want) * (1.0f / 256) + 1e-30f);
         }
     }
 

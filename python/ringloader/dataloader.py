@@ -1,0 +1,128 @@
+"""ringloader.DataLoader: torch's DataLoader signature, ringloader inside.
+
+Change ``torch.utils.data.DataLoader(`` to ``ringloader.DataLoader(`` and
+keep everything else. When the dataset is an ImageFolder-like folder of files
+(torchvision's ``ImageFolder``/``DatasetFolder`` with the default image
+loader, or ``ringloader.ImageFolder``) and its transform starts with
+transforms ringloader can fuse, batches come from the C pipeline: same
+shapes, dtype, layout, value range and labels (``target_transform``
+applied). Otherwise it says why in one line and returns a plain
+``torch.utils.data.DataLoader`` with the same arguments: never a silently
+different result.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Optional
+
+import torch
+
+from .loader import FallbackWarning, Loader
+from .transforms import UnsupportedTransform, compile_transform
+
+
+def _fusable_dataset(dataset: Any) -> Optional[str]:
+    """None if ringloader can read this dataset itself, else why not."""
+    if getattr(dataset, "samples", None) is None:
+        return f"{type(dataset).__name__} is not an ImageFolder-like dataset of files"
+    module = type(dataset).__module__
+    if module.startswith("torchvision."):
+        from torchvision.datasets import DatasetFolder
+        from torchvision.datasets.folder import default_loader, pil_loader
+
+        if not isinstance(dataset, DatasetFolder):
+            return f"{type(dataset).__name__} is not a DatasetFolder"
+        if type(dataset).__getitem__ is not DatasetFolder.__getitem__:
+            return f"{type(dataset).__name__} overrides __getitem__"
+        if getattr(dataset, "loader", None) not in (default_loader, pil_loader):
+            return "the dataset uses a custom image loader"
+    elif not module.startswith("ringloader."):
+        return f"{type(dataset).__name__} is a custom dataset"
+    return None
+
+
+def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
+    reason = _fusable_dataset(dataset)
+    if reason:
+        return reason
+    for name in ("collate_fn", "worker_init_fn"):
+        if kwargs.get(name) is not None:
+            return f"{name} is set"
+    if kwargs.get("batch_size", 1) is None:
+        return "batch_size=None (unbatched loading)"
+    try:
+        compile_transform(getattr(dataset, "transform", None))
+    except UnsupportedTransform as e:
+        return str(e)
+    return None
+
+
+class DataLoader(Loader):
+    """Same arguments as ``torch.utils.data.DataLoader``.
+
+    ``num_workers`` becomes the number of decode threads (at least 1);
+    ``prefetch_factor`` times that is the number of batches decoded ahead
+    (at most 8 unless ``prefetch_factor`` asks for more); ``generator``
+    seeds the shuffle order (default: torch's initial seed, so
+    ``torch.manual_seed`` makes runs repeatable). ``pin_memory``,
+    ``timeout``, ``multiprocessing_context``, ``persistent_workers`` and
+    ``in_order`` have nothing to do in a thread pipeline and are accepted.
+    """
+
+    def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any):
+        names = ["batch_size", "shuffle", "sampler", "batch_sampler",
+                 "num_workers", "collate_fn", "pin_memory", "drop_last",
+                 "timeout", "worker_init_fn", "multiprocessing_context",
+                 "generator"]
+        merged = dict(zip(names, args))
+        merged.update(kwargs)
+        reason = _why_not(dataset, merged)
+        if reason is not None:
+            warnings.warn(
+                f"ringloader: using torch.utils.data.DataLoader because {reason}",
+                FallbackWarning,
+                stacklevel=2,
+            )
+            return torch.utils.data.DataLoader(dataset, *args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: Optional[int] = 1,
+        shuffle: Optional[bool] = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Any = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Any = None,
+        multiprocessing_context: Any = None,
+        generator: Optional[torch.Generator] = None,
+        *,
+        prefetch_factor: Optional[int] = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+    ) -> None:
+        threads = max(1, int(num_workers))
+        prefetch = (prefetch_factor or 2) * threads
+        if prefetch_factor is None:
+            prefetch = min(prefetch, 8)
+        seed = generator.initial_seed() if generator is not None else torch.initial_seed()
+        super().__init__(
+            dataset,
+            batch_size=batch_size,
+            shuffle=bool(shuffle),
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            drop_last=drop_last,
+            num_threads=threads,
+            prefetch=max(1, prefetch),
+            seed=seed,
+        )
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory

@@ -48,7 +48,9 @@ static void on_error_exit(j_common_ptr c)
     char text[JMSG_LENGTH_MAX];
     c->err->format_message(c, text);
     snprintf(d->msg, RL_MSG_MAX, "%s", text);
-    d->fail_status = RL_EDECODE;
+    /* libjpeg's own dimension limit (65500) refuses a bomb before ours. */
+    d->fail_status =
+        c->err->msg_code == JERR_IMAGE_TOO_BIG ? RL_ETOOBIG : RL_EDECODE;
     longjmp(d->jmp, 1);
 }
 
@@ -187,8 +189,9 @@ void rl_decode_scaled_size(rl_decoder *d, int m, int *w, int *h)
     *h = (int)(((uint64_t)d->cinfo.image_height * (unsigned)m + 7) / 8);
 }
 
-/* Pillow's CMYK -> RGB for Adobe (inverted) CMYK: value = nk - c*nk/255. */
-static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, int n)
+/* Pillow's CMYK -> RGB for Adobe (inverted) CMYK: value = nk - c*nk/255,
+ * written as RGBX. */
+static void cmyk_to_rgbx(const uint8_t *in, uint8_t *out, int n)
 {
     for (int i = 0; i < n; i++) {
         int c = 255 - in[0], m = 255 - in[1], y = 255 - in[2];
@@ -200,8 +203,9 @@ static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, int n)
         out[1] = (uint8_t)(nk - (((t >> 8) + t) >> 8));
         t = y * nk + 128;
         out[2] = (uint8_t)(nk - (((t >> 8) + t) >> 8));
+        out[3] = 0;
         in += 4;
-        out += 3;
+        out += 4;
     }
 }
 
@@ -239,7 +243,9 @@ int rl_decode_region(rl_decoder *d, int m, int x0, int y0, int w, int h,
 
     bool cmyk = ci->jpeg_color_space == JCS_CMYK ||
                 ci->jpeg_color_space == JCS_YCCK;
-    ci->out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+    /* RGBX: one pixel per 32-bit lane for the resampler; libjpeg-turbo
+     * converts YCbCr, RGB and grayscale to it with its SIMD code. */
+    ci->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGBX;
     ci->scale_num = (unsigned)m;
     ci->scale_denom = 8;
     jpeg_start_decompress(ci);
@@ -256,7 +262,7 @@ int rl_decode_region(rl_decoder *d, int m, int x0, int y0, int w, int h,
         jpeg_crop_scanline(ci, &cx, &cw);
     }
     int bw = (int)ci->output_width; /* the cropped width, after alignment */
-    size_t stride = (size_t)bw * 3;
+    size_t stride = (size_t)bw * 4;
     if (grow(&d->buf, &d->buf_cap, stride * (size_t)h) != 0 ||
         (cmyk && grow(&d->cmyk_row, &d->cmyk_cap, (size_t)bw * 4) != 0)) {
         jpeg_abort_decompress(ci);
@@ -280,7 +286,7 @@ int rl_decode_region(rl_decoder *d, int m, int x0, int y0, int w, int h,
             return RL_EDECODE;
         }
         if (cmyk) {
-            cmyk_to_rgb(d->cmyk_row, d->buf + (size_t)r * stride, bw);
+            cmyk_to_rgbx(d->cmyk_row, d->buf + (size_t)r * stride, bw);
         }
         r++;
     }

@@ -24,8 +24,8 @@ typedef struct rl_jpeg_header {
 } rl_jpeg_header;
 
 /*
- * Decoded rows of a region, in RGB, owned by the decoder and valid until its
- * next call. Row r (0 <= r < h) is image row y0 + r, and its first pixel is
+ * Decoded rows of a region, in RGBX (4 bytes a pixel, the last unused),
+ * owned by the decoder and valid until its next call. Row r (0 <= r < h) is image row y0 + r, and its first pixel is
  * image column x0; x0 and w may be wider than asked, because libjpeg aligns
  * crops to iMCU columns.
  */
@@ -56,7 +56,7 @@ void rl_decode_scaled_size(rl_decoder *d, int m, int *w, int *h);
 
 /*
  * Decodes columns [x0, x0 + w) and rows [y0, y0 + h) of the image scaled by
- * m/8 into RGB: only the iMCU columns that hold the region are decoded, the
+ * m/8 into RGBX: only the iMCU columns that hold the region are decoded, the
  * rows above it are skipped and decoding stops after its last row. Grayscale
  * is replicated; CMYK and YCCK are converted as Pillow's convert("RGB")
  * does. Returns 0 with *out filled; RL_EDECODE with libjpeg's message;

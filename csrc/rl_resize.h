@@ -4,7 +4,9 @@
  * The filter is the one torchvision applies with antialias=True (and Pillow
  * with BILINEAR): a triangle whose support widens with the downscale factor,
  * weights normalised over the pixels inside the image, computed separably
- * (horizontal pass into 8-bit rows, then vertical) in 22-bit fixed point.
+ * (horizontal pass into 8-bit rows, then vertical) in 14-bit fixed point,
+ * with SSE2 kernels on x86-64 (16-bit multiply-adds) and the same
+ * arithmetic in plain C elsewhere.
  * A box of the source image, given in source pixels, maps to the output, so
  * Resize + CenterCrop and RandomResizedCrop are one resample. Only the rows
  * and columns rl_resample_span() names are read; the caller decodes just
@@ -17,8 +19,9 @@
 
 #include "rl.h"
 
-/* Decoded RGB pixels covering columns [x0, x0 + w) and rows [y0, y0 + h) of
- * an image of full_w x full_h pixels. */
+/* Decoded pixels covering columns [x0, x0 + w) and rows [y0, y0 + h) of an
+ * image of full_w x full_h pixels, 4 bytes each (R, G, B, unused): the
+ * fourth byte lets every pixel be one 32-bit SIMD lane. */
 typedef struct rl_pixels {
     const uint8_t *data;
     size_t stride;

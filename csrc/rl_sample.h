@@ -12,8 +12,8 @@
 /*
  * Decodes data[0..len) with the fused transform t for sample (seed, epoch,
  * index) into the t->out_h x t->out_w RGB image at dst. Only the source
- * region the transform keeps is decoded, at the smallest DCT scale that
- * still leaves it at least the output size. Returns 0 or a status of
+ * region the transform keeps is decoded, at the smallest DCT scale (1/8,
+ * 1/4, 1/2 or 1) that still leaves it at least the output size. Returns 0 or a status of
  * rl_decode_region()/rl_decode_header() with msg (RL_MSG_MAX bytes) set; on
  * failure dst's content is unspecified. May be called without the GIL.
  */

@@ -624,12 +624,12 @@ static PyObject *pipeline_stats(pipeline_object *self, PyObject *unused)
     rl_pipeline_stats s;
     rl_pipeline_stats_get(self->p, &s);
     return Py_BuildValue(
-        "{sKsKsKsKsdsdsi}", "samples", (unsigned long long)s.samples,
+        "{sKsKsKsKsdsdsisi}", "samples", (unsigned long long)s.samples,
         "batches", (unsigned long long)s.batches, "bytes_read",
         (unsigned long long)s.bytes_read, "errors",
         (unsigned long long)s.errors, "read_seconds", s.read_ns / 1e9,
-        "decode_seconds", s.decode_ns / 1e9, "inflight",
-        rl_pipeline_inflight(self->p));
+        "decode_seconds", s.decode_ns / 1e9, "inflight", s.inflight, "ready",
+        s.ready);
 }
 
 static PyObject *pipeline_get_io(pipeline_object *self, void *closure)

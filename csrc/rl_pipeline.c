@@ -645,6 +645,13 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     st->errors = atomic_load(&p->n_errors);
     st->read_ns = atomic_load(&p->read_ns);
     st->decode_ns = atomic_load(&p->decode_ns);
+    pthread_mutex_lock(&p->mu);
+    st->inflight = p->inflight;
+    st->ready = 0;
+    for (rl_batch *b = p->head; b; b = b->next) {
+        st->ready += b->done;
+    }
+    pthread_mutex_unlock(&p->mu);
 }
 
 void rl_pipeline_destroy(rl_pipeline *p)

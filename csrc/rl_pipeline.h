@@ -66,6 +66,8 @@ typedef struct rl_batch_error {
 typedef struct rl_pipeline_stats {
     uint64_t samples, batches, bytes_read, errors;
     uint64_t read_ns, decode_ns; /* summed over threads */
+    int inflight;                /* batches submitted, not yet returned */
+    int ready;                   /* of those, decoded and waiting */
 } rl_pipeline_stats;
 
 /*

@@ -10,11 +10,18 @@ import warnings
 import time
 import weakref
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import (
+    BatchSampler,
+    DistributedSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
 
 from . import _core
 from .transforms import compile_transform
@@ -27,6 +34,8 @@ _LAYOUTS = ("NCHW", "NHWC", "channels_last")
 class FallbackWarning(UserWarning):
     """Part of the work runs in Python instead of the fused C pipeline."""
 _announced_io: set[str] = set()
+# Every live loader, for ringloader.metrics.
+LIVE: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 
 
 def _default_threads() -> int:
@@ -42,8 +51,90 @@ def _epoch_seed(seed: int, epoch: int) -> int:
     return int(state.generate_state(1, dtype=np.uint64)[0]) >> 1
 
 
-def _sources(dataset: Any) -> tuple[list, np.ndarray]:
-    """File paths and int64 targets of an ImageFolder-like dataset."""
+def _rank_and_world(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if rank is None or world_size is None:
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ValueError(
+                "distributed=True needs torch.distributed initialised "
+                "(init_process_group) or explicit rank= and world_size="
+            )
+        rank = dist.get_rank() if rank is None else rank
+        world_size = dist.get_world_size() if world_size is None else world_size
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, {world_size})")
+    return int(rank), int(world_size)
+
+
+class _Meter:
+    """Wall time, waiting time and counts of one epoch, from its first
+    batch on (the first wait is start-up, reported on its own)."""
+
+    def __init__(self) -> None:
+        self.start_epoch()
+
+    def start_epoch(self) -> None:
+        self.t_start = time.perf_counter()
+        self.t_first: Optional[float] = None
+        self.t_last: Optional[float] = None
+        self.first_wait = 0.0
+        self.wait = 0.0
+        self.images = 0
+        self.batches = 0
+
+    def waited(self, seconds: float) -> None:
+        if self.t_first is None:
+            self.first_wait = seconds
+        else:
+            self.wait += seconds
+
+    def delivered(self, n: int) -> None:
+        now = time.perf_counter()
+        if self.t_first is None:
+            self.t_first = now
+        else:
+            self.images += n
+            self.batches += 1
+        self.t_last = now
+
+    def snapshot(self) -> dict:
+        wall = (self.t_last - self.t_first) if self.t_first is not None else 0.0
+        return {
+            "images_per_second": self.images / wall if wall > 0 else 0.0,
+            "batches_per_second": self.batches / wall if wall > 0 else 0.0,
+            "stall_fraction": min(1.0, self.wait / wall) if wall > 0 else 0.0,
+            "wait_seconds": self.wait,
+            "wall_seconds": wall,
+            "first_batch_seconds": (
+                self.t_first - self.t_start if self.t_first is not None else None
+            ),
+        }
+
+
+@dataclass
+class Sources:
+    """Where each sample's bytes are: a file, or a byte range of one.
+
+    ``offsets``/``lengths`` are None for whole files. Datasets that are not
+    ImageFolder-like provide this through a ``ringloader_sources()``
+    method (tar shards, file lists and indexed folders do).
+    """
+
+    paths: Sequence[str]
+    targets: np.ndarray
+    offsets: Optional[np.ndarray] = None
+    lengths: Optional[np.ndarray] = None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+
+def _sources(dataset: Any) -> Sources:
+    """The files (or byte ranges) and int64 targets of a dataset."""
+    provider = getattr(dataset, "ringloader_sources", None)
+    if provider is not None:
+        return provider()
     samples = getattr(dataset, "samples", None)
     if samples is None:
         raise TypeError(
@@ -53,7 +144,7 @@ def _sources(dataset: Any) -> tuple[list, np.ndarray]:
         )
     paths = [s[0] for s in samples]
     targets = np.fromiter((s[1] for s in samples), dtype=np.int64, count=len(samples))
-    return paths, targets
+    return Sources(paths=paths, targets=targets)
 
 
 class Loader:
@@ -79,6 +170,11 @@ class Loader:
         max_pixels: images with more pixels are refused before decoding.
         allow_truncated: decode truncated JPEGs (grey bottom) instead of
             raising.
+        distributed: shard the data across processes exactly as
+            ``DistributedSampler(dataset, world_size, rank, shuffle, seed,
+            drop_last)`` does; rank and world size come from
+            ``torch.distributed`` unless given. Passing a
+            ``DistributedSampler`` as ``sampler`` works too.
 
     Yields ``(images, labels)``: a tensor of shape (N, 3, H, W) (or
     (N, H, W, 3)), uint8 unless the transform converts to floats, and an
@@ -104,6 +200,9 @@ class Loader:
         io: str = "auto",
         max_pixels: int = _core.DEFAULT_MAX_PIXELS,
         allow_truncated: bool = False,
+        distributed: bool = False,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
     ) -> None:
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
@@ -160,7 +259,17 @@ class Loader:
             or (self._tail and not self._compiled.tensor_out)
             else "NCHW"
         )
-        self._paths, self._targets = _sources(dataset)
+        self._src = _sources(dataset)
+        self._paths, self._targets = self._src.paths, self._src.targets
+        self.distributed = bool(distributed or rank is not None or world_size is not None)
+        self.rank, self.world_size = 0, 1
+        if self.distributed:
+            if sampler is not None or batch_sampler is not None:
+                raise ValueError(
+                    "distributed=True shards with its own DistributedSampler; "
+                    "pass either distributed=True or a sampler, not both"
+                )
+            self.rank, self.world_size = _rank_and_world(rank, world_size)
         self.target_transform = getattr(dataset, "target_transform", None)
 
         self._epoch = 0
@@ -170,15 +279,23 @@ class Loader:
         self._pipe_pid = -1
         self._lock = threading.Lock()
         self._active: Optional[weakref.ref] = None
-        self._wait_seconds = 0.0
-        self._batches = 0
+        self._yielded = 0          # batches yielded in the current epoch
+        self._epoch_finished = False
+        self._skip = 0             # batches to skip at the next iteration
+        self._meter = _Meter()
+        LIVE.add(self)
 
     # ---- DataLoader-compatible surface ----
 
     def __len__(self) -> int:
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
-        n = len(self.sampler) if self.sampler is not None else len(self._paths)
+        if self.sampler is not None:
+            n = len(self.sampler)
+        elif self.distributed:
+            n = len(self._distributed_sampler(0))
+        else:
+            n = len(self._paths)
         if self.drop_last:
             return n // self.batch_size
         return math.ceil(n / self.batch_size)
@@ -197,11 +314,29 @@ class Loader:
     def epoch(self) -> int:
         return self._epoch
 
+    def _distributed_sampler(self, epoch: int) -> DistributedSampler:
+        s = DistributedSampler(
+            range(len(self._paths)),
+            num_replicas=self.world_size,
+            rank=self.rank,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            drop_last=self.drop_last,
+        )
+        s.set_epoch(epoch)
+        return s
+
     def _batches_for(self, epoch: int):
         if self.batch_sampler is not None:
+            if hasattr(self.batch_sampler, "set_epoch"):
+                self.batch_sampler.set_epoch(epoch)
             return iter(self.batch_sampler)
         if self.sampler is not None:
             sampler = self.sampler
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+        elif self.distributed:
+            sampler = self._distributed_sampler(epoch)
         elif self.shuffle:
             gen = torch.Generator()
             gen.manual_seed(_epoch_seed(self.seed, epoch))
@@ -257,8 +392,16 @@ class Loader:
 
     def _iterate(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         pipe = self._pipeline()
-        paths, targets = self._paths, self._targets
+        src = self._src
+        paths, targets = src.paths, src.targets
         batches = self._batches_for(epoch)
+        skip, self._skip = self._skip, 0
+        for _ in range(skip):  # resuming: these batches were yielded before
+            if next(batches, None) is None:
+                break
+        self._yielded = skip
+        self._epoch_finished = False
+        self._meter.start_epoch()
         pending: deque = deque()
         exhausted = False
         try:
@@ -271,13 +414,19 @@ class Loader:
                     idx = [int(i) for i in idx]
                     if not idx:
                         continue
-                    pipe.submit([paths[i] for i in idx], idx, epoch)
+                    if src.offsets is None:
+                        pipe.submit([paths[i] for i in idx], idx, epoch)
+                    else:
+                        pipe.submit([paths[i] for i in idx], idx, epoch,
+                                    [int(src.offsets[i]) for i in idx],
+                                    [int(src.lengths[i]) for i in idx])
                     pending.append(idx)
                 if not pending:
+                    self._epoch_finished = True
                     return
                 t0 = time.perf_counter()
                 batch = pipe.next()
-                self._wait_seconds += time.perf_counter() - t0
+                self._meter.waited(time.perf_counter() - t0)
                 idx = pending.popleft()
                 images = self._finish(torch.from_dlpack(batch))
                 labels = torch.from_numpy(targets[idx])
@@ -285,7 +434,8 @@ class Loader:
                     labels = torch.as_tensor(
                         [self.target_transform(int(t)) for t in labels]
                     )
-                self._batches += 1
+                self._yielded += 1
+                self._meter.delivered(len(idx))
                 yield images, labels
         finally:
             if pending and not pipe.closed:
@@ -341,11 +491,78 @@ class Loader:
         except Exception:
             pass
 
+    # ---- resume ----
+
+    def state_dict(self) -> dict:
+        """Where this loader is: (epoch, batches already yielded, seed),
+        enough to resume exactly with :meth:`load_state_dict` in a new
+        process. Same method names as torchdata's ``StatefulDataLoader``."""
+        state = {
+            "version": 1,
+            "epoch": self._epoch,
+            "batches_yielded": self._yielded,
+            "epoch_finished": self._epoch_finished,
+            "seed": self.seed,
+            "world_size": self.world_size,
+            "rank": self.rank,
+        }
+        for name in ("sampler", "batch_sampler"):
+            s = getattr(self, name)
+            if s is not None and hasattr(s, "state_dict"):
+                state[name] = s.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Make the next iteration continue where ``state`` was taken: the
+        remaining batches of that epoch, bit-identical (augmentations
+        included) for the built-in shuffle, DistributedSampler sharding and
+        any deterministic sampler."""
+        if state.get("version") != 1:
+            raise ValueError(f"unknown ringloader state version {state.get('version')}")
+        self.seed = int(state["seed"])
+        epoch, done = int(state["epoch"]), int(state["batches_yielded"])
+        if state.get("epoch_finished") or done >= len(self):
+            epoch, done = epoch + 1, 0
+        self._epoch, self._skip = epoch, done
+        self._epoch_explicit = True
+        self._started_epochs = max(self._started_epochs, 1)
+        for name in ("sampler", "batch_sampler"):
+            s = getattr(self, name)
+            if name in state and hasattr(s, "load_state_dict"):
+                s.load_state_dict(state[name])
+        if self._pipe is not None:
+            self._pipe.close()  # the seed may have changed
+            self._pipe = None
+
+    # ---- telemetry ----
+
     def stats(self) -> dict:
-        """Counters of this loader's pipeline."""
-        out = dict(self._pipe.stats()) if self._pipe is not None else {}
-        out["wait_seconds"] = self._wait_seconds
-        out["batches_yielded"] = self._batches
+        """Throughput and where the time goes, for the current (or last)
+        epoch, measured from its first batch so start-up is not counted:
+
+        - ``images_per_second``, ``batches_per_second``;
+        - ``stall_fraction``: share of wall time the training loop spent
+          waiting for its next batch (0: the loader keeps up; near 1: the
+          GPU starves);
+        - ``read_seconds``, ``decode_seconds``: cumulative thread time in
+          reading and in decode + transform;
+        - ``queue_depth``: batches decoded and waiting; ``inflight``:
+          batches submitted; ``first_batch_seconds``; ``io_backend``.
+        """
+        out = self._meter.snapshot()
+        c = self._pipe.stats() if self._pipe is not None and not self._pipe.closed else {}
+        out.update(
+            read_seconds=c.get("read_seconds", 0.0),
+            decode_seconds=c.get("decode_seconds", 0.0),
+            samples_decoded=c.get("samples", 0),
+            bytes_read=c.get("bytes_read", 0),
+            errors=c.get("errors", 0),
+            inflight=c.get("inflight", 0),
+            queue_depth=c.get("ready", 0),
+            io_backend=self._pipe.io_backend if c else None,
+            epoch=self._epoch,
+            rank=self.rank,
+        )
         return out
 
     def __repr__(self) -> str:

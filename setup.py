@@ -59,13 +59,14 @@ SOURCES = [
     "csrc/rl_plan.c",
     "csrc/rl_sample.c",
     "csrc/rl_pipeline.c",
+    "csrc/rl_cuda.c",
     "csrc/rl_module.c",
     "csrc/py_pipeline.c",
 ]
 
 cflags = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-pthread",
           "-fvisibility=hidden", "-DRL_HAVE_LIBURING"]
-ldflags = ["-pthread", "-lm"]
+ldflags = ["-pthread", "-lm", "-ldl"]
 
 sanitize = os.environ.get("RINGLOADER_SANITIZE", "")
 if sanitize:

@@ -15,6 +15,7 @@ typedef struct rl_module_state {
     PyObject *decode_error; /* ringloader.DecodeError, a ValueError */
     PyTypeObject *pipeline_type;
     PyTypeObject *batch_type;
+    PyTypeObject *devbuf_type;
 } rl_module_state;
 
 /* The state of the module that defines `type` (borrowed). */

@@ -252,6 +252,7 @@ typedef struct {
     rl_dtype dtype;
     int out_h, out_w;
     int waiting; /* next() calls waiting with the GIL released */
+    int device;  /* CUDA device of the GPU path, or -1 */
     char io_reason[RL_MSG_MAX];
 } pipeline_object;
 
@@ -310,17 +311,20 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
     static char *kwlist[] = {"transform", "num_threads", "layout", "seed",
                              "io", "max_pixels", "max_scans",
                              "max_file_bytes", "allow_truncated", "dtype",
-                             "mul", "add", NULL};
+                             "mul", "add", "device", "copy_stream", NULL};
     PyObject *spec, *mul = Py_None, *add = Py_None;
     const char *dtype = "uint8";
+    int device = -1;
+    unsigned long long copy_stream = 0;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
     const char *layout = "NCHW", *io = "auto";
     unsigned long long seed = 0, max_pixels = RL_DEFAULT_MAX_PIXELS,
                        max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$isKsKiKpsOO", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$isKsKiKpsOOiK", kwlist,
                                      &spec, &nthreads, &layout, &seed, &io,
                                      &max_pixels, &max_scans, &max_file_bytes,
-                                     &allow_truncated, &dtype, &mul, &add)) {
+                                     &allow_truncated, &dtype, &mul, &add,
+                                     &device, &copy_stream)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -342,6 +346,9 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
     }
     cfg.nthreads = nthreads;
     cfg.seed = seed;
+    cfg.cuda = device >= 0;
+    cfg.cuda_device = device;
+    cfg.copy_stream = (uintptr_t)copy_stream;
     cfg.limits.max_pixels = max_pixels;
     cfg.limits.max_scans = max_scans;
     cfg.limits.max_file_bytes = max_file_bytes;
@@ -361,9 +368,11 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
     Py_END_ALLOW_THREADS
     if (self->p == NULL) {
         Py_DECREF(self);
-        PyErr_SetString(PyExc_ValueError, msg);
+        PyErr_SetString(device >= 0 ? PyExc_RuntimeError : PyExc_ValueError,
+                        msg);
         return NULL;
     }
+    self->device = device;
     snprintf(self->io_reason, sizeof(self->io_reason), "%s", msg);
     return (PyObject *)self;
 }
@@ -411,11 +420,13 @@ static PyObject *pipeline_submit(pipeline_object *self, PyObject *args,
                                  PyObject *kw)
 {
     static char *kwlist[] = {"paths", "indices", "epoch", "offsets",
-                             "lengths", NULL};
+                             "lengths", "device_buffer", NULL};
     PyObject *paths, *indices, *offsets = Py_None, *lengths = Py_None;
     long long epoch;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOL|OO", kwlist, &paths,
-                                     &indices, &epoch, &offsets, &lengths) ||
+    unsigned long long dev_ptr = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOL|OO$K", kwlist, &paths,
+                                     &indices, &epoch, &offsets, &lengths,
+                                     &dev_ptr) ||
         check_open(self) != 0) {
         return NULL;
     }
@@ -480,7 +491,15 @@ static PyObject *pipeline_submit(pipeline_object *self, PyObject *args,
             goto out;
         }
     }
-    int rc = rl_pipeline_submit(self->p, src, (int)n, epoch);
+    int rc;
+    rl_pipeline *pl = self->p;
+    /* May wait for an in-flight copy before refilling a pinned slot. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = self->device >= 0
+             ? rl_pipeline_submit_to(pl, src, (int)n, epoch,
+                                     (void *)(uintptr_t)dev_ptr)
+             : rl_pipeline_submit(pl, src, (int)n, epoch);
+    Py_END_ALLOW_THREADS
     if (rc != 0) {
         rl__py_raise(rl__py_state_of(Py_TYPE(self)), rc, NULL,
                      "cannot submit the batch");
@@ -506,9 +525,11 @@ out:
 static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
                                PyObject *kw)
 {
-    static char *kwlist[] = {"timeout", NULL};
+    static char *kwlist[] = {"timeout", "consumer_stream", NULL};
     PyObject *timeout = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &timeout) ||
+    unsigned long long consumer = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$K", kwlist, &timeout,
+                                     &consumer) ||
         check_open(self) != 0) {
         return NULL;
     }
@@ -531,7 +552,9 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
         rl_pipeline *p = self->p;
         self->waiting++;
         Py_BEGIN_ALLOW_THREADS
-        rc = rl_pipeline_next(p, 50, &slot, err);
+        rc = self->device >= 0
+                 ? rl_pipeline_next_device(p, 50, (uintptr_t)consumer, err)
+                 : rl_pipeline_next(p, 50, &slot, err);
         Py_END_ALLOW_THREADS
         self->waiting--;
         if (rc != RL_ETIMEDOUT) {
@@ -558,11 +581,14 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
         Py_RETURN_NONE;
     }
     if (rc != 0) {
-        rl__py_raise(st, rc, err->path, err->msg);
+        rl__py_raise(st, rc, err->path[0] ? err->path : NULL, err->msg);
         PyMem_Free(err);
         return NULL;
     }
     PyMem_Free(err);
+    if (self->device >= 0) {
+        Py_RETURN_TRUE; /* the batch is in the caller's device buffer */
+    }
     batch_object *b = PyObject_New(batch_object, st->batch_type);
     if (b == NULL) {
         rl_slot_release(slot);
@@ -653,6 +679,12 @@ static PyObject *pipeline_get_inflight(pipeline_object *self, void *closure)
     return PyLong_FromLong(self->p ? rl_pipeline_inflight(self->p) : 0);
 }
 
+static PyObject *pipeline_get_pinned(pipeline_object *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->p ? rl_pipeline_pinned_slots(self->p) : 0);
+}
+
 static PyObject *pipeline_get_closed(pipeline_object *self, void *closure)
 {
     (void)closure;
@@ -685,6 +717,8 @@ static PyGetSetDef pipeline_getset[] = {
      "Batches submitted and not yet returned.", NULL},
     {"closed", (getter)pipeline_get_closed, NULL, "True after close().",
      NULL},
+    {"pinned_slots", (getter)pipeline_get_pinned, NULL,
+     "Pinned host slots allocated (GPU path).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

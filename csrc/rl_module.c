@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rl_cuda.h"
 #include "rl_decode.h"
 #include "rl_io.h"
 #include "rl_plan.h"
@@ -80,6 +81,9 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
         Py_XDECREF(k);
         return NULL;
     }
+    case RL_ECUDA:
+        PyErr_Format(PyExc_RuntimeError, "CUDA: %s", msg ? msg : "");
+        return NULL;
     case RL_ECLOSED:
         PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
         return NULL;
@@ -256,7 +260,146 @@ static PyObject *py_io_probe(PyObject *module, PyObject *unused)
     return Py_BuildValue("Os", ok ? Py_True : Py_False, why);
 }
 
+/* cuda_probe() -> (available, message, library, device_count) */
+static PyObject *py_cuda_probe(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    char msg[RL_MSG_MAX];
+    const char *path = NULL;
+    int n = 0, rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_cuda_load(msg, &path);
+    if (rc == 0) {
+        rc = rl_cuda_device_count(&n, msg);
+    }
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("Ossi", rc == 0 ? Py_True : Py_False, msg,
+                         path ? path : "", n);
+}
+
+/* ---- device memory without torch (the fake runtime's tests) ---- */
+
+typedef struct {
+    PyObject_HEAD
+    void *ptr;
+    Py_ssize_t size;
+    int device;
+    Py_ssize_t exports;
+} devbuf_object;
+
+static void devbuf_dealloc(devbuf_object *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    rl_cuda_free(self->device, self->ptr);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static int devbuf_getbuffer(devbuf_object *self, Py_buffer *view, int flags)
+{
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->ptr, self->size, 0,
+                             flags);
+}
+
+static PyObject *devbuf_get_ptr(devbuf_object *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)self->ptr);
+}
+
+static PyGetSetDef devbuf_getset[] = {
+    {"ptr", (getter)devbuf_get_ptr, NULL, "Device address.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot devbuf_slots[] = {
+    {Py_tp_dealloc, devbuf_dealloc},
+    {Py_tp_getset, devbuf_getset},
+    {Py_bf_getbuffer, devbuf_getbuffer},
+    {Py_tp_doc, "Device memory from cudaMalloc, freed with the object. "
+                "Its buffer is only readable where device memory is host "
+                "memory (the fake runtime)."},
+    {0, NULL},
+};
+
+static PyType_Spec devbuf_spec = {
+    .name = "ringloader._core.DeviceBuffer",
+    .basicsize = sizeof(devbuf_object),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = devbuf_slots,
+};
+
+/* cuda_malloc(device, size) -> DeviceBuffer */
+static PyObject *py_cuda_malloc(PyObject *module, PyObject *args)
+{
+    int device;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "in", &device, &size)) {
+        return NULL;
+    }
+    rl_module_state *st = PyModule_GetState(module);
+    char msg[RL_MSG_MAX];
+    void *p = NULL;
+    int rc = rl_cuda_malloc(device, &p, (size_t)size, msg);
+    if (rc != 0) {
+        return rl__py_raise(st, rc, NULL, msg);
+    }
+    devbuf_object *b = PyObject_New(devbuf_object, st->devbuf_type);
+    if (b == NULL) {
+        rl_cuda_free(device, p);
+        return NULL;
+    }
+    b->ptr = p;
+    b->size = size;
+    b->device = device;
+    return (PyObject *)b;
+}
+
+/* cuda_stream_create(device) -> int handle */
+static PyObject *py_cuda_stream_create(PyObject *module, PyObject *args)
+{
+    int device;
+    if (!PyArg_ParseTuple(args, "i", &device)) {
+        return NULL;
+    }
+    char msg[RL_MSG_MAX];
+    uintptr_t s = 0;
+    int rc = rl_cuda_stream_create(device, &s, msg);
+    if (rc != 0) {
+        return rl__py_raise(PyModule_GetState(module), rc, NULL, msg);
+    }
+    return PyLong_FromUnsignedLongLong((unsigned long long)s);
+}
+
+/* cuda_stream_sync(device, stream) */
+static PyObject *py_cuda_stream_sync(PyObject *module, PyObject *args)
+{
+    int device, rc;
+    unsigned long long stream;
+    if (!PyArg_ParseTuple(args, "iK", &device, &stream)) {
+        return NULL;
+    }
+    char msg[RL_MSG_MAX];
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_cuda_stream_sync(device, (uintptr_t)stream, msg);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        return rl__py_raise(PyModule_GetState(module), rc, NULL, msg);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"cuda_probe", py_cuda_probe, METH_NOARGS,
+     "cuda_probe() -> (available, message, library, device_count)."},
+    {"cuda_malloc", py_cuda_malloc, METH_VARARGS,
+     "cuda_malloc(device, size) -> DeviceBuffer."},
+    {"cuda_stream_create", py_cuda_stream_create, METH_VARARGS,
+     "cuda_stream_create(device) -> stream handle."},
+    {"cuda_stream_sync", py_cuda_stream_sync, METH_VARARGS,
+     "cuda_stream_sync(device, stream)."},
     {"decode", (PyCFunction)(void (*)(void))py_decode,
      METH_VARARGS | METH_KEYWORDS,
      "decode(data) -> (rgb_bytes, height, width): full RGB decode."},
@@ -298,6 +441,12 @@ static int module_exec(PyObject *m)
         return -1;
     }
 #endif
+    st->devbuf_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        m, &devbuf_spec, NULL);
+    if (st->devbuf_type == NULL ||
+        PyModule_AddType(m, st->devbuf_type) < 0) {
+        return -1;
+    }
     return rl__py_pipeline_init(m, st);
 }
 
@@ -307,6 +456,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->decode_error);
     Py_VISIT(st->pipeline_type);
     Py_VISIT(st->batch_type);
+    Py_VISIT(st->devbuf_type);
     return 0;
 }
 
@@ -316,6 +466,7 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->decode_error);
     Py_CLEAR(st->pipeline_type);
     Py_CLEAR(st->batch_type);
+    Py_CLEAR(st->devbuf_type);
     return 0;
 }
 

@@ -44,13 +44,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rl_cuda.h"
 #include "rl_decode.h"
 #include "rl_pool.h"
 #include "rl_sample.h"
 
 #define SLOT_ALIGN 4096
 
-enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HANDED_OUT };
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HANDED_OUT, SLOT_COPYING };
 
 struct rl_slot {
     rl_pipeline *p;
@@ -59,7 +60,9 @@ struct rl_slot {
     uint8_t *data;
     size_t cap;
     int n;
-    rl_slot *next_free;  /* guarded by p->mu */
+    rl_slot *next_free;  /* free or copying list, guarded by p->mu */
+    void *event;         /* GPU path: the copy's event */
+    bool copying;        /* GPU path: a copy from it may be in flight */
 };
 
 typedef struct rl_batch rl_batch;
@@ -85,6 +88,9 @@ struct rl_batch {
     rl_batch *next;      /* delivery FIFO */
     rl_batch *io_next;   /* I/O queue */
     char *paths;         /* one block holding every job's path */
+    void *dev;           /* GPU path: where the slot is copied */
+    int copy_status;     /* GPU path: 0 or RL_ECUDA */
+    char copy_msg[RL_MSG_MAX];
     job jobs[];
 };
 
@@ -106,6 +112,9 @@ struct rl_pipeline {
     int inflight;                /* guarded by mu */
     bool stopping, closed;       /* guarded by mu */
     rl_slot *free_slots;         /* guarded by mu */
+    rl_slot *copying, *copying_tail; /* GPU path, oldest first, by mu */
+    int pinned_slots;            /* GPU path, guarded by mu */
+    bool break_wait, break_recycle; /* test hooks: see rl_pipeline_create */
     atomic_uint_fast64_t n_samples, n_batches, n_bytes, n_errors;
     atomic_uint_fast64_t read_ns, decode_ns;
 };
@@ -119,16 +128,59 @@ static uint64_t now_ns(void)
 
 /* ---- slots ---- */
 
-static void slot_free(rl_slot *s)
+static void slot_free(rl_pipeline *p, rl_slot *s)
 {
-    free(s->data);
+    if (p->cfg.cuda) {
+        if (s->copying) {
+            rl_cuda_event_sync(s->event, NULL);
+        }
+        rl_cuda_event_destroy(s->event);
+        if (s->data != NULL) {
+            rl_cuda_host_free(s->data);
+            p->pinned_slots--;
+        }
+    } else {
+        free(s->data);
+    }
     free(s);
+}
+
+/* Moves slots whose copy completed from the copying list to the free list;
+ * with `wait`, first waits for the oldest one. Called with mu held. */
+static void reclaim_copied(rl_pipeline *p, bool wait)
+{
+    if (wait && p->copying != NULL && !p->break_recycle) {
+        rl_cuda_event_sync(p->copying->event, NULL);
+    }
+    while (p->copying != NULL) {
+        rl_slot *s = p->copying;
+        if (!p->break_recycle &&
+            rl_cuda_event_query(s->event, NULL) == RL_ETIMEDOUT) {
+            break; /* copies complete in order on the one copy stream */
+        }
+        p->copying = s->next_free;
+        if (p->copying == NULL) {
+            p->copying_tail = NULL;
+        }
+        s->copying = false;
+        s->state = SLOT_FREE;
+        s->next_free = p->free_slots;
+        p->free_slots = s;
+    }
 }
 
 /* Takes a free slot able to hold `need` bytes, or makes one. Called with mu
  * held. Returns NULL when out of memory. */
 static rl_slot *slot_take(rl_pipeline *p, size_t need)
 {
+    if (p->cfg.cuda) {
+        /* A pinned slot is refilled only once its copy has completed;
+         * rather than growing, wait for the oldest copy (it is short). */
+        reclaim_copied(p, false);
+        if (p->free_slots == NULL) {
+            reclaim_copied(p, true);
+        }
+    }
     rl_slot *s = p->free_slots;
     if (s != NULL) {
         p->free_slots = s->next_free;
@@ -141,13 +193,27 @@ static rl_slot *slot_take(rl_pipeline *p, size_t need)
     }
     if (s->cap < need) {
         size_t cap = (need + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
-        uint8_t *data = aligned_alloc(SLOT_ALIGN, cap);
+        uint8_t *data = NULL;
+        if (p->cfg.cuda) {
+            void *pinned = NULL;
+            if (rl_cuda_host_alloc(&pinned, cap, NULL) == 0) {
+                data = pinned;
+                p->pinned_slots++;
+            }
+        } else {
+            data = aligned_alloc(SLOT_ALIGN, cap);
+        }
         if (data == NULL) {
             s->next_free = p->free_slots;
             p->free_slots = s;
             return NULL;
         }
-        free(s->data);
+        if (p->cfg.cuda && s->data != NULL) {
+            rl_cuda_host_free(s->data);
+            p->pinned_slots--;
+        } else if (!p->cfg.cuda) {
+            free(s->data);
+        }
         s->data = data;
         s->cap = cap;
     }
@@ -160,11 +226,22 @@ static rl_slot *slot_take(rl_pipeline *p, size_t need)
  * closed. Called with mu held. */
 static void slot_put(rl_pipeline *p, rl_slot *s)
 {
-    s->state = SLOT_FREE;
     if (p->closed) {
-        slot_free(s);
+        slot_free(p, s);
         return;
     }
+    if (s->copying) {
+        s->state = SLOT_COPYING;
+        s->next_free = NULL;
+        if (p->copying_tail) {
+            p->copying_tail->next_free = s;
+        } else {
+            p->copying = s;
+        }
+        p->copying_tail = s;
+        return;
+    }
+    s->state = SLOT_FREE;
     s->next_free = p->free_slots;
     p->free_slots = s;
 }
@@ -177,7 +254,7 @@ static void pipeline_unref(rl_pipeline *p)
     while (p->free_slots) {
         rl_slot *s = p->free_slots;
         p->free_slots = s->next_free;
-        slot_free(s);
+        slot_free(p, s);
     }
     pthread_cond_destroy(&p->io_cv);
     pthread_cond_destroy(&p->done_cv);
@@ -223,6 +300,22 @@ static void batch_part_done(rl_batch *b)
         return;
     }
     rl_pipeline *p = b->p;
+    if (b->dev != NULL && !atomic_load(&b->cancelled)) {
+        /* The slot is complete: start its copy to the device now, from
+         * this (the last) worker, so it overlaps the decoding of the
+         * batches behind it. Only this thread touches the slot here. */
+        bool ok = true;
+        for (int i = 0; i < b->n && ok; i++) {
+            ok = b->jobs[i].status == 0;
+        }
+        if (ok) {
+            b->copy_status = rl_cuda_copy_h2d(
+                p->cfg.cuda_device, b->dev, b->slot->data,
+                p->sample_bytes * (size_t)b->n, p->cfg.copy_stream,
+                &b->slot->event, b->copy_msg);
+            b->slot->copying = b->copy_status == 0;
+        }
+    }
     pthread_mutex_lock(&p->mu);
     b->done = true;
     if (b->slot != NULL) {
@@ -426,6 +519,23 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg)
         goto fail;
     }
     p->uring = rl_io_backend_of(p->io) == RL_IO_URING;
+    if (cfg->cuda) {
+        int count = 0;
+        if (rl_cuda_device_count(&count, msg) != 0) {
+            goto fail;
+        }
+        if (cfg->cuda_device >= count) {
+            snprintf(msg, RL_MSG_MAX, "CUDA device %d requested, %d present",
+                     cfg->cuda_device, count);
+            goto fail;
+        }
+        /* Test hooks, only for showing that the fake runtime's checks can
+         * fail: skip the consumer's event wait, or recycle slots without
+         * waiting for their copies. */
+        const char *brk = getenv("RINGLOADER_CUDA_BREAK");
+        p->break_wait = brk != NULL && strcmp(brk, "wait") == 0;
+        p->break_recycle = brk != NULL && strcmp(brk, "recycle") == 0;
+    }
     p->pool = rl_pool_create(cfg->nthreads, decoder_new, decoder_free);
     if (p->pool == NULL) {
         snprintf(msg, RL_MSG_MAX, "cannot start decode threads: %s",
@@ -465,7 +575,17 @@ size_t rl_pipeline_sample_bytes(const rl_pipeline *p)
 int rl_pipeline_submit(rl_pipeline *p, const rl_source *src, int n,
                        int64_t epoch)
 {
-    if (n < 1 || n > (1 << 20)) {
+    if (p->cfg.cuda) {
+        return -EINVAL; /* the GPU path needs a device buffer */
+    }
+    return rl_pipeline_submit_to(p, src, n, epoch, NULL);
+}
+
+int rl_pipeline_submit_to(rl_pipeline *p, const rl_source *src, int n,
+                          int64_t epoch, void *device_buffer)
+{
+    if (n < 1 || n > (1 << 20) ||
+        (device_buffer != NULL) != (p->cfg.cuda)) {
         return -EINVAL;
     }
     size_t paths = 0;
@@ -482,6 +602,7 @@ int rl_pipeline_submit(rl_pipeline *p, const rl_source *src, int n,
     b->p = p;
     b->n = n;
     b->epoch = epoch;
+    b->dev = device_buffer;
     b->paths = block;
     atomic_init(&b->remaining, n + 1); /* + the dispatcher's part */
     atomic_init(&b->cancelled, false);
@@ -551,10 +672,14 @@ static void batch_free(rl_batch *b)
     free(b);
 }
 
-int rl_pipeline_next(rl_pipeline *p, int timeout_ms, rl_slot **out,
-                     rl_batch_error *err)
+/*
+ * Waits for the oldest batch and unlinks it. Returns 0 with mu held and
+ * *out set, or a status with mu released: RL_ECLOSED, RL_ETIMEDOUT, or a
+ * failed sample's status with err filled (that batch is then dropped).
+ */
+static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out,
+                           rl_batch_error *err)
 {
-    *out = NULL;
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     if (timeout_ms > 0) {
@@ -587,19 +712,45 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, rl_slot **out,
     rl_batch *b = pop_head(p);
     atomic_fetch_add(&p->n_batches, 1);
 
-    for (int i = 0; i < b->n; i++) {
+    int status = 0;
+    for (int i = 0; i < b->n && status == 0; i++) {
         job *j = &b->jobs[i];
         if (j->status != 0) {
-            err->status = j->status;
+            status = err->status = j->status;
             err->pos = i;
             err->index = j->index;
             snprintf(err->path, sizeof(err->path), "%s", j->rd.path);
             snprintf(err->msg, sizeof(err->msg), "%s", j->msg);
-            slot_put(p, b->slot);
-            pthread_mutex_unlock(&p->mu);
-            batch_free(b);
-            return err->status;
         }
+    }
+    if (status == 0 && b->copy_status != 0) {
+        status = err->status = b->copy_status;
+        err->pos = -1;
+        err->index = -1;
+        err->path[0] = '\0';
+        snprintf(err->msg, sizeof(err->msg), "%s", b->copy_msg);
+    }
+    if (status != 0) {
+        slot_put(p, b->slot);
+        pthread_mutex_unlock(&p->mu);
+        batch_free(b);
+        return status;
+    }
+    *out = b;
+    return 0;
+}
+
+int rl_pipeline_next(rl_pipeline *p, int timeout_ms, rl_slot **out,
+                     rl_batch_error *err)
+{
+    *out = NULL;
+    if (p->cfg.cuda) {
+        return -EINVAL;
+    }
+    rl_batch *b;
+    int rc = take_done_batch(p, timeout_ms, &b, err);
+    if (rc != 0) {
+        return rc;
     }
     rl_slot *s = b->slot;
     s->state = SLOT_HANDED_OUT;
@@ -609,6 +760,44 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, rl_slot **out,
     batch_free(b);
     *out = s;
     return 0;
+}
+
+int rl_pipeline_next_device(rl_pipeline *p, int timeout_ms,
+                            uintptr_t consumer_stream, rl_batch_error *err)
+{
+    if (!p->cfg.cuda) {
+        return -EINVAL;
+    }
+    rl_batch *b;
+    int rc = take_done_batch(p, timeout_ms, &b, err);
+    if (rc != 0) {
+        return rc;
+    }
+    rl_slot *s = b->slot;
+    pthread_mutex_unlock(&p->mu);
+    /* The consumer's stream waits for the copy; the host never blocks. */
+    if (!p->break_wait) {
+        rc = rl_cuda_stream_wait(p->cfg.cuda_device, consumer_stream,
+                                 s->event, err->msg);
+    }
+    pthread_mutex_lock(&p->mu);
+    slot_put(p, s); /* onto the copying list until its event completes */
+    pthread_mutex_unlock(&p->mu);
+    batch_free(b);
+    if (rc != 0) {
+        err->status = rc;
+        err->pos = -1;
+        err->path[0] = '\0';
+    }
+    return rc;
+}
+
+int rl_pipeline_pinned_slots(rl_pipeline *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int n = p->pinned_slots;
+    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
 int rl_pipeline_inflight(rl_pipeline *p)
@@ -679,8 +868,14 @@ void rl_pipeline_destroy(rl_pipeline *p)
     while (p->free_slots) {
         rl_slot *s = p->free_slots;
         p->free_slots = s->next_free;
-        slot_free(s);
+        slot_free(p, s);
     }
+    while (p->copying) { /* slot_free waits for each copy to finish */
+        rl_slot *s = p->copying;
+        p->copying = s->next_free;
+        slot_free(p, s);
+    }
+    p->copying_tail = NULL;
     pthread_mutex_unlock(&p->mu);
     pipeline_unref(p);
 }

@@ -14,6 +14,7 @@
  * Slot states, written down once (see rl_pipeline.c):
  *   FREE -> FILLING (submitted) -> READY (all samples done)
  *        -> HANDED_OUT (returned by next, refcounted) -> FREE (last release)
+ *   GPU path: READY -> COPYING (copy issued) -> FREE once its event is done.
  * A cancelled or failed batch goes from FILLING/READY straight to FREE.
  *
  * Threading: submit, next, cancel and destroy are called by one owner thread
@@ -42,6 +43,12 @@ typedef struct rl_pipeline_config {
      * v * mul[c] + add[c] (see rl_dst in rl_resize.h). */
     rl_dtype dtype;
     float mul[3], add[3];
+    /* GPU path: cuda puts slots in pinned memory and copies each completed
+     * slot to the device buffer given at submit, on device cuda_device and
+     * copy_stream (a cudaStream_t handle). false (zeroed): host only. */
+    bool cuda;
+    int cuda_device;
+    uintptr_t copy_stream;
 } rl_pipeline_config;
 
 /* One sample to load: a whole file (length -1) or a byte range of it.
@@ -89,6 +96,27 @@ size_t rl_pipeline_sample_bytes(const rl_pipeline *p);
  */
 int rl_pipeline_submit(rl_pipeline *p, const rl_source *src, int n,
                        int64_t epoch);
+
+/*
+ * GPU path: as rl_pipeline_submit, with the device buffer (at least n *
+ * sample_bytes bytes, allocated by the caller on cfg.cuda_device) that the
+ * batch is copied into as soon as its slot is complete.
+ */
+int rl_pipeline_submit_to(rl_pipeline *p, const rl_source *src, int n,
+                          int64_t epoch, void *device_buffer);
+
+/*
+ * GPU path: waits like rl_pipeline_next for the oldest batch; on success
+ * its copy has been issued and consumer_stream has been made to wait for
+ * it, so work queued on that stream sees the data. The pinned slot is
+ * reused only after the copy's event completed. Returns 0 or a status as
+ * rl_pipeline_next (RL_ECUDA with err filled when the copy failed).
+ */
+int rl_pipeline_next_device(rl_pipeline *p, int timeout_ms,
+                            uintptr_t consumer_stream, rl_batch_error *err);
+
+/* GPU path: pinned slots currently allocated (for leak checks). */
+int rl_pipeline_pinned_slots(rl_pipeline *p);
 
 /*
  * Waits up to timeout_ms (-1: forever) for the oldest submitted batch.

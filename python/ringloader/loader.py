@@ -112,6 +112,88 @@ class _Meter:
         }
 
 
+class _Gpu:
+    """Device buffers and streams for the GPU path.
+
+    With a CUDA build of torch, device memory comes from torch's caching
+    allocator and the copy stream is a ``torch.cuda.Stream``, whose handle the
+    C threads use; each batch's buffer is allocated on the copy stream and
+    records the consumer's stream when handed out, as torch's rules for
+    cross-stream use ask. Without torch CUDA but with a runtime loaded from
+    ``RINGLOADER_CUDART`` (the tests' fake), buffers come from cudaMalloc
+    and the consumer's "stream" is synchronised before the host reads it.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        ok, msg, lib, count = _core.cuda_probe()
+        if not ok:
+            raise RuntimeError(
+                f"device={str(device)!r} needs the CUDA runtime, and none could be "
+                f"loaded ({msg}). Use a machine with an NVIDIA GPU and a CUDA build "
+                "of torch, or leave device unset to get batches in host memory."
+            )
+        self.torch_cuda = torch.cuda.is_available() and not os.environ.get(
+            "RINGLOADER_CUDART"
+        )
+        if device.index is not None:
+            self.index = device.index
+        else:
+            self.index = torch.cuda.current_device() if self.torch_cuda else 0
+        if not 0 <= self.index < count:
+            raise RuntimeError(f"CUDA device {self.index} requested, {count} present")
+        self.device = torch.device("cuda", self.index)
+        self.library = lib
+        self._stream: Any = None
+        self._consumer = 0
+
+    def start(self) -> int:
+        """The copy stream's handle (made once per process)."""
+        if self.torch_cuda:
+            self._stream = torch.cuda.Stream(device=self.device)
+            return int(self._stream.cuda_stream)
+        self._stream = _core.cuda_stream_create(self.index)
+        self._consumer = _core.cuda_stream_create(self.index)
+        return int(self._stream)
+
+    def alloc(self, nbytes: int) -> tuple[Any, int]:
+        """A fresh device buffer for one batch, and its address."""
+        if self.torch_cuda:
+            with torch.cuda.stream(self._stream):
+                t = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            return t, int(t.data_ptr())
+        buf = _core.cuda_malloc(self.index, nbytes)
+        return buf, int(buf.ptr)
+
+    def consumer_stream(self) -> int:
+        if self.torch_cuda:
+            return int(torch.cuda.current_stream(self.device).cuda_stream)
+        return int(self._consumer)
+
+    def tensor(self, buf: Any, shape: tuple) -> torch.Tensor:
+        if self.torch_cuda:
+            buf.record_stream(torch.cuda.current_stream(self.device))
+            return buf.view(shape)
+        # The fake's device memory is host memory, viewed without waiting:
+        # like a real device tensor its content is only defined for work
+        # ordered after the copy (see synchronize()).
+        return torch.frombuffer(buf, dtype=torch.uint8).view(shape)
+
+    def before_compute(self) -> None:
+        """Called before torch ops on a fresh batch. On a GPU they are
+        queued on the consumer stream, after the copy: nothing to do. The
+        fake's "device" tensors are host tensors computed at once, so wait
+        for the copy first, as the stream would."""
+        if not self.torch_cuda:
+            self.synchronize()
+
+    def synchronize(self) -> None:
+        """Wait for everything queued on the consumer's stream."""
+        if self.torch_cuda:
+            torch.cuda.current_stream(self.device).synchronize()
+        else:
+            _core.cuda_stream_sync(self.index, self._consumer)
+
+
 @dataclass
 class Sources:
     """Where each sample's bytes are: a file, or a byte range of one.
@@ -170,6 +252,12 @@ class Loader:
         max_pixels: images with more pixels are refused before decoding.
         allow_truncated: decode truncated JPEGs (grey bottom) instead of
             raising.
+        device: ``None``/``"cpu"`` (host batches), or ``"cuda"``,
+            ``"cuda:N"``, a ``torch.device``: batches are copied to that GPU
+            from pinned memory by the C threads as soon as each is decoded,
+            on a stream of the loader's, overlapping decoding and compute;
+            uint8 crosses PCIe and dtype/normalisation/channels_last are
+            applied on the device.
         distributed: shard the data across processes exactly as
             ``DistributedSampler(dataset, world_size, rank, shuffle, seed,
             drop_last)`` does; rank and world size come from
@@ -203,6 +291,7 @@ class Loader:
         distributed: bool = False,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        device: Any = None,
     ) -> None:
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
@@ -259,6 +348,18 @@ class Loader:
             or (self._tail and not self._compiled.tensor_out)
             else "NCHW"
         )
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        if self.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, not {self.device}")
+        self._gpu: Optional[_Gpu] = None
+        if self.device.type == "cuda":
+            if self._tail:
+                raise ValueError(
+                    "transforms that run in Python per sample ("
+                    + ", ".join(type(t).__name__ for t in self._tail)
+                    + ") cannot follow device='cuda'; apply them to the batch"
+                )
+            self._gpu = _Gpu(self.device)
         self._src = _sources(dataset)
         self._paths, self._targets = self._src.paths, self._src.targets
         self.distributed = bool(distributed or rank is not None or world_size is not None)
@@ -353,13 +454,16 @@ class Loader:
             # In a forked child the parent's threads do not exist: build a
             # new pipeline and leave the inherited one untouched.
             c = self._compiled
+            gpu = {}
+            if self._gpu is not None:
+                # uint8 crosses PCIe; the conversion runs on the device.
+                gpu = dict(device=self._gpu.index, copy_stream=self._gpu.start(),
+                           dtype="uint8")
             self._pipe = _core.Pipeline(
                 c.spec,
                 num_threads=self.num_threads,
                 layout=self._c_layout,
-                dtype=c.dtype,
-                mul=c.mul,
-                add=c.add,
+                **(gpu or dict(dtype=c.dtype, mul=c.mul, add=c.add)),
                 seed=self.seed & (2**64 - 1),
                 io=self.io,
                 max_pixels=self.max_pixels,
@@ -414,21 +518,32 @@ class Loader:
                     idx = [int(i) for i in idx]
                     if not idx:
                         continue
+                    extra: dict = {}
+                    buf = None
+                    if self._gpu is not None:
+                        buf, extra["device_buffer"] = self._gpu.alloc(
+                            len(idx) * self._sample_bytes())
                     if src.offsets is None:
-                        pipe.submit([paths[i] for i in idx], idx, epoch)
+                        pipe.submit([paths[i] for i in idx], idx, epoch, **extra)
                     else:
                         pipe.submit([paths[i] for i in idx], idx, epoch,
                                     [int(src.offsets[i]) for i in idx],
-                                    [int(src.lengths[i]) for i in idx])
-                    pending.append(idx)
+                                    [int(src.lengths[i]) for i in idx], **extra)
+                    pending.append((idx, buf))
                 if not pending:
                     self._epoch_finished = True
                     return
                 t0 = time.perf_counter()
-                batch = pipe.next()
+                if self._gpu is None:
+                    batch = pipe.next()
+                else:
+                    pipe.next(consumer_stream=self._gpu.consumer_stream())
                 self._meter.waited(time.perf_counter() - t0)
-                idx = pending.popleft()
-                images = self._finish(torch.from_dlpack(batch))
+                idx, buf = pending.popleft()
+                if self._gpu is None:
+                    images = self._finish(torch.from_dlpack(batch))
+                else:
+                    images = self._on_device(self._gpu.tensor(buf, self._shape(len(idx))))
                 labels = torch.from_numpy(targets[idx])
                 if self.target_transform is not None:
                     labels = torch.as_tensor(
@@ -440,6 +555,27 @@ class Loader:
         finally:
             if pending and not pipe.closed:
                 pipe.cancel()
+
+    def _sample_bytes(self) -> int:
+        spec = self._compiled.spec
+        return spec["out_h"] * spec["out_w"] * 3
+
+    def _shape(self, n: int) -> tuple:
+        h, w = self._compiled.spec["out_h"], self._compiled.spec["out_w"]
+        return (n, h, w, 3) if self._c_layout == "NHWC" else (n, 3, h, w)
+
+    def _on_device(self, images: torch.Tensor) -> torch.Tensor:
+        """Layout and dtype conversion of a uint8 batch on its device."""
+        if self.layout == "channels_last":
+            images = images.permute(0, 3, 1, 2)
+        c = self._compiled
+        if c.dtype == "uint8":
+            return images
+        self._gpu.before_compute()
+        view = (1, 1, 1, 3) if self.layout == "NHWC" else (1, 3, 1, 1)
+        mul = torch.tensor(c.mul, dtype=torch.float32, device=images.device).view(view)
+        add = torch.tensor(c.add, dtype=torch.float32, device=images.device).view(view)
+        return torch.addcmul(add, images.to(torch.float32), mul).to(getattr(torch, c.dtype))
 
     def _finish(self, images: torch.Tensor) -> torch.Tensor:
         """Lay the C output out as asked and run the Python tail, if any."""
@@ -470,14 +606,20 @@ class Loader:
     # ---- lifecycle ----
 
     def close(self) -> None:
-        """Stop the threads and free the batch buffers not held by tensors.
-        Idempotent; the loader can be iterated again afterwards."""
+        """Stop the threads and free the batch buffers not held by tensors
+        (pinned memory included). Idempotent; the loader can be iterated
+        again afterwards."""
         active = self._active() if self._active else None
         if active is not None:
             active.close()
         if self._pipe is not None and self._pipe_pid == os.getpid():
             self._pipe.close()
         self._pipe = None
+
+    @property
+    def pinned_slots(self) -> int:
+        """Pinned host batch slots currently allocated (GPU path)."""
+        return self._pipe.pinned_slots if self._pipe is not None else 0
 
     def __enter__(self) -> "Loader":
         return self

@@ -582,6 +582,19 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
     }
     if (rc != 0) {
         rl__py_raise(st, rc, err->path[0] ? err->path : NULL, err->msg);
+        if (err->pos >= 0) {
+            /* Which sample failed, so the caller can describe it (a tar
+             * member, say) beyond the file name. */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            PyObject *idx = PyLong_FromLongLong(err->index);
+            if (value != NULL && idx != NULL) {
+                PyObject_SetAttrString(value, "index", idx);
+            }
+            Py_XDECREF(idx);
+            PyErr_Restore(type, value, tb);
+        }
         PyMem_Free(err);
         return NULL;
     }

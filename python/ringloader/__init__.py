@@ -9,9 +9,25 @@ from ._core import DecodeError
 from .folder import IMG_EXTENSIONS, ImageFolder
 from .loader import FallbackWarning, Loader
 from .dataloader import DataLoader
+from .filelist import FileList
+from .index import IndexedImageFolder, build_index
+from .shards import ShardError, TarShards
 from . import transforms
 
 __version__ = "0.1.0"
 
-__all__ = ["DataLoader", "DecodeError", "FallbackWarning", "IMG_EXTENSIONS", "ImageFolder", "Loader", "transforms",
-           "__version__"]
+__all__ = [
+    "DataLoader",
+    "DecodeError",
+    "FallbackWarning",
+    "FileList",
+    "IMG_EXTENSIONS",
+    "ImageFolder",
+    "IndexedImageFolder",
+    "Loader",
+    "ShardError",
+    "TarShards",
+    "build_index",
+    "transforms",
+    "__version__",
+]

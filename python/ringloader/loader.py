@@ -534,10 +534,14 @@ class Loader:
                     self._epoch_finished = True
                     return
                 t0 = time.perf_counter()
-                if self._gpu is None:
-                    batch = pipe.next()
-                else:
-                    pipe.next(consumer_stream=self._gpu.consumer_stream())
+                try:
+                    if self._gpu is None:
+                        batch = pipe.next()
+                    else:
+                        pipe.next(consumer_stream=self._gpu.consumer_stream())
+                except (_core.DecodeError, OSError) as e:
+                    self._describe(e)
+                    raise
                 self._meter.waited(time.perf_counter() - t0)
                 idx, buf = pending.popleft()
                 if self._gpu is None:
@@ -555,6 +559,23 @@ class Loader:
         finally:
             if pending and not pipe.closed:
                 pipe.cancel()
+
+    def _describe(self, error: BaseException) -> None:
+        """Name the failing sample as the dataset knows it (for a tar shard:
+        the member and its byte range), not only by its file."""
+        describe = getattr(self.dataset, "describe", None)
+        index = getattr(error, "index", None)
+        if describe is None or index is None:
+            return
+        try:
+            where = describe(index)
+        except Exception:  # a description is a courtesy, never a new error
+            return
+        if isinstance(error, OSError):
+            error.strerror = f"{error.strerror} (sample {where})"
+        elif error.args:
+            error.args = (f"{error.args[0]} (sample {where})",) + error.args[1:]
+        error.sample = where
 
     def _sample_bytes(self) -> int:
         spec = self._compiled.spec

@@ -76,6 +76,7 @@ static void capsule_destructor(PyObject *capsule)
 typedef struct {
     PyObject_HEAD
     rl_slot *slot;
+    PyObject *fallback; /* tuple of positions left for the caller */
     rl_dtype dtype;
     int ndim;
     Py_ssize_t shape[4];
@@ -112,6 +113,7 @@ static void batch_dealloc(batch_object *self)
     if (self->slot != NULL) {
         rl_slot_release(self->slot);
     }
+    Py_XDECREF(self->fallback);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -218,9 +220,16 @@ static PyMethodDef batch_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *batch_get_fallback(batch_object *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->fallback);
+}
+
 static PyGetSetDef batch_getset[] = {
-    {"shape", (getter)batch_get_shape, NULL, "Shape of the uint8 batch.",
-     NULL},
+    {"shape", (getter)batch_get_shape, NULL, "Shape of the batch.", NULL},
+    {"fallback", (getter)batch_get_fallback, NULL,
+     "Positions of samples that are not JPEG, left for the caller.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -311,20 +320,21 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
     static char *kwlist[] = {"transform", "num_threads", "layout", "seed",
                              "io", "max_pixels", "max_scans",
                              "max_file_bytes", "allow_truncated", "dtype",
-                             "mul", "add", "device", "copy_stream", NULL};
+                             "mul", "add", "device", "copy_stream",
+                             "fallback", NULL};
     PyObject *spec, *mul = Py_None, *add = Py_None;
     const char *dtype = "uint8";
-    int device = -1;
+    int device = -1, fallback = 1;
     unsigned long long copy_stream = 0;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
     const char *layout = "NCHW", *io = "auto";
     unsigned long long seed = 0, max_pixels = RL_DEFAULT_MAX_PIXELS,
                        max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$isKsKiKpsOOiK", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$isKsKiKpsOOiKp", kwlist,
                                      &spec, &nthreads, &layout, &seed, &io,
                                      &max_pixels, &max_scans, &max_file_bytes,
                                      &allow_truncated, &dtype, &mul, &add,
-                                     &device, &copy_stream)) {
+                                     &device, &copy_stream, &fallback)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -347,6 +357,7 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
     cfg.nthreads = nthreads;
     cfg.seed = seed;
     cfg.cuda = device >= 0;
+    cfg.fallback = fallback != 0;
     cfg.cuda_device = device;
     cfg.copy_stream = (uintptr_t)copy_stream;
     cfg.limits.max_pixels = max_pixels;
@@ -581,6 +592,7 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
         Py_RETURN_NONE;
     }
     if (rc != 0) {
+        free(err->fallback);
         rl__py_raise(st, rc, err->path[0] ? err->path : NULL, err->msg);
         if (err->pos >= 0) {
             /* Which sample failed, so the caller can describe it (a tar
@@ -598,16 +610,29 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
         PyMem_Free(err);
         return NULL;
     }
+    PyObject *fb = PyTuple_New(err->n_fallback);
+    for (int i = 0; fb != NULL && i < err->n_fallback; i++) {
+        PyTuple_SET_ITEM(fb, i, PyLong_FromLong(err->fallback[i]));
+    }
+    free(err->fallback);
     PyMem_Free(err);
+    if (fb == NULL) {
+        if (slot != NULL) {
+            rl_slot_release(slot);
+        }
+        return NULL;
+    }
     if (self->device >= 0) {
-        Py_RETURN_TRUE; /* the batch is in the caller's device buffer */
+        return fb; /* the batch is in the caller's device buffer */
     }
     batch_object *b = PyObject_New(batch_object, st->batch_type);
     if (b == NULL) {
         rl_slot_release(slot);
+        Py_DECREF(fb);
         return NULL;
     }
     b->slot = slot;
+    b->fallback = fb;
     b->dtype = self->dtype;
     b->ndim = 4;
     Py_ssize_t n = rl_slot_count(slot), h = self->out_h, w = self->out_w;
@@ -623,6 +648,39 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
         memcpy(b->strides, strides, sizeof(strides));
     }
     return (PyObject *)b;
+}
+
+/* fill(dst, rgb, width, height, epoch, index): place an image decoded
+ * elsewhere into dst, a writable buffer of one sample. */
+static PyObject *pipeline_fill(pipeline_object *self, PyObject *args)
+{
+    Py_buffer dst, rgb;
+    int w, h;
+    long long epoch, index;
+    if (check_open(self) != 0 ||
+        !PyArg_ParseTuple(args, "w*y*iiLL", &dst, &rgb, &w, &h, &epoch,
+                          &index)) {
+        return NULL;
+    }
+    int rc = 0;
+    char msg[RL_MSG_MAX] = "";
+    if ((size_t)dst.len < rl_pipeline_sample_bytes(self->p) ||
+        w <= 0 || h <= 0 || rgb.len < (Py_ssize_t)w * h * 3) {
+        PyBuffer_Release(&dst);
+        PyBuffer_Release(&rgb);
+        PyErr_SetString(PyExc_ValueError, "fill: buffer sizes do not match");
+        return NULL;
+    }
+    rl_pipeline *p = self->p;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_pipeline_fill(p, dst.buf, rgb.buf, w, h, epoch, index, msg);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&rgb);
+    if (rc != 0) {
+        return rl__py_raise(rl__py_state_of(Py_TYPE(self)), rc, NULL, msg);
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *pipeline_cancel(pipeline_object *self, PyObject *unused)
@@ -712,6 +770,9 @@ static PyMethodDef pipeline_methods[] = {
     {"next", (PyCFunction)(void (*)(void))pipeline_next,
      METH_VARARGS | METH_KEYWORDS,
      "next(timeout=None) -> Batch | None: the oldest batch, in order."},
+    {"fill", (PyCFunction)pipeline_fill, METH_VARARGS,
+     "fill(dst, rgb, width, height, epoch, index): place a sample decoded "
+     "elsewhere."},
     {"cancel", (PyCFunction)pipeline_cancel, METH_NOARGS,
      "Drop every batch in flight."},
     {"close", (PyCFunction)pipeline_close, METH_NOARGS,

@@ -74,6 +74,7 @@ typedef struct job {
     int64_t index;
     rl_read rd;
     int status;
+    bool fallback;       /* not a JPEG: left for the caller */
     char msg[RL_MSG_MAX];
 } job;
 
@@ -341,6 +342,35 @@ static void describe_read_error(job *j)
     }
 }
 
+/* Where one sample's pixels go, in the configured layout and dtype. */
+static void sample_dst(const rl_pipeline *p, uint8_t *base, rl_dst *dst)
+{
+    const rl_transform *t = &p->cfg.transform;
+    memset(dst, 0, sizeof(*dst));
+    dst->data = base;
+    dst->dtype = p->cfg.dtype;
+    memcpy(dst->mul, p->cfg.mul, sizeof(dst->mul));
+    memcpy(dst->add, p->cfg.add, sizeof(dst->add));
+    if (p->cfg.layout == RL_LAYOUT_NHWC) {
+        dst->row_stride = (ptrdiff_t)t->out_w * 3;
+        dst->px_stride = 3;
+        dst->ch_stride = 1;
+    } else {
+        dst->row_stride = t->out_w;
+        dst->px_stride = 1;
+        dst->ch_stride = (ptrdiff_t)t->out_w * t->out_h;
+    }
+}
+
+int rl_pipeline_fill(rl_pipeline *p, uint8_t *dst, const uint8_t *rgb, int w,
+                     int h, int64_t epoch, int64_t index, char *msg)
+{
+    rl_dst d;
+    sample_dst(p, dst, &d);
+    return rl_sample_place_rgb(rgb, w, h, &p->cfg.transform, p->cfg.seed,
+                               epoch, index, &d, msg);
+}
+
 static void job_run(rl_task *task, void *ctx)
 {
     job *j = (job *)task;
@@ -370,24 +400,15 @@ static void job_run(rl_task *task, void *ctx)
     }
     const rl_transform *t = &p->cfg.transform;
     rl_dst dst;
-    memset(&dst, 0, sizeof(dst));
-    dst.data = b->slot->data + (size_t)j->pos * p->sample_bytes;
-    dst.dtype = p->cfg.dtype;
-    memcpy(dst.mul, p->cfg.mul, sizeof(dst.mul));
-    memcpy(dst.add, p->cfg.add, sizeof(dst.add));
-    if (p->cfg.layout == RL_LAYOUT_NHWC) {
-        dst.row_stride = (ptrdiff_t)t->out_w * 3;
-        dst.px_stride = 3;
-        dst.ch_stride = 1;
-    } else {
-        dst.row_stride = t->out_w;
-        dst.px_stride = 1;
-        dst.ch_stride = (ptrdiff_t)t->out_w * t->out_h;
-    }
+    sample_dst(p, b->slot->data + (size_t)j->pos * p->sample_bytes, &dst);
     uint64_t t0 = now_ns();
     j->status = rl_sample_decode(dec, j->rd.buf, j->rd.len, t,
                                  &p->cfg.limits, p->cfg.seed, b->epoch,
                                  j->index, &dst, j->msg);
+    if (j->status == RL_EFORMAT && p->cfg.fallback) {
+        j->status = 0;
+        j->fallback = true;
+    }
     atomic_fetch_add(&p->decode_ns, now_ns() - t0);
     atomic_fetch_add(&p->n_samples, 1);
 out:
@@ -713,6 +734,8 @@ static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out,
     atomic_fetch_add(&p->n_batches, 1);
 
     int status = 0;
+    err->fallback = NULL;
+    err->n_fallback = 0;
     for (int i = 0; i < b->n && status == 0; i++) {
         job *j = &b->jobs[i];
         if (j->status != 0) {
@@ -735,6 +758,23 @@ static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out,
         pthread_mutex_unlock(&p->mu);
         batch_free(b);
         return status;
+    }
+    for (int i = 0; i < b->n; i++) {
+        if (!b->jobs[i].fallback) {
+            continue;
+        }
+        if (err->fallback == NULL) {
+            err->fallback = malloc(sizeof(int) * (size_t)b->n);
+            if (err->fallback == NULL) {
+                snprintf(err->msg, sizeof(err->msg), "out of memory");
+                err->status = -ENOMEM;
+                slot_put(p, b->slot);
+                pthread_mutex_unlock(&p->mu);
+                batch_free(b);
+                return -ENOMEM;
+            }
+        }
+        err->fallback[err->n_fallback++] = i;
     }
     *out = b;
     return 0;

@@ -49,6 +49,10 @@ typedef struct rl_pipeline_config {
     bool cuda;
     int cuda_device;
     uintptr_t copy_stream;
+    /* Samples that are not JPEG (other magic bytes) do not fail their
+     * batch: their places are left for the caller, who decodes them some
+     * other way and calls rl_pipeline_fill(). */
+    bool fallback;
 } rl_pipeline_config;
 
 /* One sample to load: a whole file (length -1) or a byte range of it.
@@ -60,13 +64,19 @@ typedef struct rl_source {
     int64_t index;
 } rl_source;
 
-/* Which sample of a batch failed, and why. */
+/*
+ * Which sample of a batch failed, and why; and, on success too, which
+ * samples were left to the caller's fallback decoder (cfg.fallback): their
+ * positions in a malloc'd array the caller frees (NULL when none).
+ */
 typedef struct rl_batch_error {
     int status;  /* -errno or RL_E* */
     int pos;     /* position of the sample in its batch */
     int64_t index;
     char path[4096];
     char msg[RL_MSG_MAX];
+    int *fallback;
+    int n_fallback;
 } rl_batch_error;
 
 /* Cumulative counters since creation. */
@@ -114,6 +124,16 @@ int rl_pipeline_submit_to(rl_pipeline *p, const rl_source *src, int n,
  */
 int rl_pipeline_next_device(rl_pipeline *p, int timeout_ms,
                             uintptr_t consumer_stream, rl_batch_error *err);
+
+/*
+ * Places an already decoded image (h rows of w RGB pixels, tightly packed)
+ * as sample `index` of `epoch`: the same transform, layout and conversion as
+ * the pipeline's own samples, written to dst (rl_pipeline_sample_bytes()
+ * bytes). For the caller's fallback decoder. Returns 0, -ENOMEM or
+ * RL_EINTERNAL with msg.
+ */
+int rl_pipeline_fill(rl_pipeline *p, uint8_t *dst, const uint8_t *rgb, int w,
+                     int h, int64_t epoch, int64_t index, char *msg);
 
 /* GPU path: pinned slots currently allocated (for leak checks). */
 int rl_pipeline_pinned_slots(rl_pipeline *p);

@@ -39,6 +39,9 @@ int rl_sample_pick_scale(int width, int height, double bw, double bh, int vw,
     return 8;
 }
 
+static int place(const rl_pixels *px, const rl_plan *pl, double bx, double by,
+                 double bw, double bh, const rl_dst *dst, char *msg);
+
 int rl_sample_decode(rl_decoder *d, const uint8_t *data, size_t len,
                      const rl_transform *t, const rl_limits *lim,
                      uint64_t seed, int64_t epoch, int64_t index,
@@ -70,13 +73,6 @@ int rl_sample_decode(rl_decoder *d, const uint8_t *data, size_t len,
     if (rc != 0) {
         return rc;
     }
-    if (p.vw != p.out_w || p.vh != p.out_h) {
-        /* Zero the padding around the image (CenterCrop past its edge). */
-        rl_fill_zero(dst, 0, 0, p.out_w, p.vy);
-        rl_fill_zero(dst, 0, p.vy + p.vh, p.out_w, p.out_h - p.vy - p.vh);
-        rl_fill_zero(dst, 0, p.vy, p.vx, p.vh);
-        rl_fill_zero(dst, p.vx + p.vw, p.vy, p.out_w - p.vx - p.vw, p.vh);
-    }
     rl_pixels px = {
         .data = reg.data,
         .stride = reg.stride,
@@ -87,12 +83,54 @@ int rl_sample_decode(rl_decoder *d, const uint8_t *data, size_t len,
         .full_w = reg.full_w,
         .full_h = reg.full_h,
     };
+    return place(&px, &p, bx, by, bw, bh, dst, msg);
+}
+
+/* Resamples box (bx, by, bw, bh) of px into the plan's place in dst and
+ * zeroes the padding around it. */
+static int place(const rl_pixels *px, const rl_plan *pl, double bx, double by,
+                 double bw, double bh, const rl_dst *dst, char *msg)
+{
+    rl_plan p = *pl;
+    if (p.vw != p.out_w || p.vh != p.out_h) {
+        /* Zero the padding around the image (CenterCrop past its edge). */
+        rl_fill_zero(dst, 0, 0, p.out_w, p.vy);
+        rl_fill_zero(dst, 0, p.vy + p.vh, p.out_w, p.out_h - p.vy - p.vh);
+        rl_fill_zero(dst, 0, p.vy, p.vx, p.vh);
+        rl_fill_zero(dst, p.vx + p.vw, p.vy, p.out_w - p.vx - p.vw, p.vh);
+    }
     rl_dst sub = *dst;
     sub.data = rl_dst_at(dst, p.vx, p.vy);
-    rc = rl_resample(&px, bx, by, bw, bh, p.vw, p.vh, p.flip, &sub);
+    int rc = rl_resample(px, bx, by, bw, bh, p.vw, p.vh, p.flip, &sub);
     if (rc != 0) {
         snprintf(msg, RL_MSG_MAX, "out of memory");
     }
+    return rc;
+}
+
+int rl_sample_place_rgb(const uint8_t *rgb, int w, int h,
+                        const rl_transform *t, uint64_t seed, int64_t epoch,
+                        int64_t index, const rl_dst *dst, char *msg)
+{
+    rl_plan p;
+    if (w <= 0 || h <= 0 ||
+        rl_plan_make(t, w, h, seed, epoch, index, &p) != 0) {
+        snprintf(msg, RL_MSG_MAX, "invalid transform for a %dx%d image", w,
+                 h);
+        return RL_EINTERNAL;
+    }
+    uint8_t *rgbx = malloc((size_t)w * (size_t)h * 4);
+    if (rgbx == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < (size_t)w * (size_t)h; i++) {
+        memcpy(rgbx + 4 * i, rgb + 3 * i, 3);
+        rgbx[4 * i + 3] = 0;
+    }
+    rl_pixels px = {rgbx, (size_t)w * 4, 0, 0, w, h, w, h};
+    int rc = place(&px, &p, p.x, p.y, p.w, p.h, dst, msg);
+    free(rgbx);
     return rc;
 }
 

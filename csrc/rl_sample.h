@@ -30,6 +30,15 @@ int rl_sample_decode_full(rl_decoder *d, const uint8_t *data, size_t len,
                           const rl_limits *lim, uint8_t **out, int *w, int *h,
                           char *msg);
 
+/*
+ * The same transform applied to an image decoded elsewhere (h rows of w
+ * packed RGB pixels): the fallback for files that are not JPEG. Returns 0,
+ * -ENOMEM or RL_EINTERNAL with msg.
+ */
+int rl_sample_place_rgb(const uint8_t *rgb, int w, int h,
+                        const rl_transform *t, uint64_t seed, int64_t epoch,
+                        int64_t index, const rl_dst *dst, char *msg);
+
 /* The DCT scale m (of m/8) chosen for a box of bw x bh source pixels that
  * becomes vw x vh output pixels, for an image of width x height. */
 int rl_sample_pick_scale(int width, int height, double bw, double bh, int vw,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
@@ -384,6 +385,8 @@ class Loader:
         self._epoch_finished = False
         self._skip = 0             # batches to skip at the next iteration
         self._meter = _Meter()
+        self._fallback_decodes = 0
+        self._announced_fallback = False
         LIVE.add(self)
 
     # ---- DataLoader-compatible surface ----
@@ -537,17 +540,24 @@ class Loader:
                 try:
                     if self._gpu is None:
                         batch = pipe.next()
+                        others = batch.fallback
                     else:
-                        pipe.next(consumer_stream=self._gpu.consumer_stream())
+                        others = pipe.next(consumer_stream=self._gpu.consumer_stream())
                 except (_core.DecodeError, OSError) as e:
                     self._describe(e)
                     raise
                 self._meter.waited(time.perf_counter() - t0)
                 idx, buf = pending.popleft()
                 if self._gpu is None:
-                    images = self._finish(torch.from_dlpack(batch))
+                    raw = torch.from_dlpack(batch)
+                    if others:
+                        self._fill_others(pipe, raw, idx, others, epoch)
+                    images = self._finish(raw)
                 else:
-                    images = self._on_device(self._gpu.tensor(buf, self._shape(len(idx))))
+                    raw = self._gpu.tensor(buf, self._shape(len(idx)))
+                    if others:
+                        self._fill_others(pipe, raw, idx, others, epoch)
+                    images = self._on_device(raw)
                 labels = torch.from_numpy(targets[idx])
                 if self.target_transform is not None:
                     labels = torch.as_tensor(
@@ -559,6 +569,62 @@ class Loader:
         finally:
             if pending and not pipe.closed:
                 pipe.cancel()
+
+    def _fill_others(self, pipe: Any, raw: torch.Tensor, idx: list,
+                     positions: Sequence[int], epoch: int) -> None:
+        """Decode the samples that are not JPEG (a PNG named .JPEG, WebP,
+        BMP...) with Pillow and place them with the same fused transform."""
+        for pos in positions:
+            i = idx[pos]
+            rgb, w, h, kind = self._decode_other(i)
+            if self._gpu is None:
+                pipe.fill(raw[pos].view(torch.uint8).numpy(), rgb, w, h, epoch, i)
+            else:
+                host = torch.empty(raw[pos].numel(), dtype=torch.uint8)
+                pipe.fill(host.numpy(), rgb, w, h, epoch, i)
+                self._gpu.before_compute()
+                raw[pos].copy_(host.view(raw[pos].shape).to(raw.device))
+            self._fallback_decodes += 1
+            if not self._announced_fallback:
+                self._announced_fallback = True
+                warnings.warn(
+                    f"ringloader: {self._paths[i]} is {kind}, not JPEG: such files "
+                    "are decoded with Pillow (slower) and counted in "
+                    "stats()['fallback_decodes']",
+                    FallbackWarning,
+                    stacklevel=3,
+                )
+
+    def _decode_other(self, i: int) -> tuple[bytes, int, int, str]:
+        path = self._paths[i]
+        src = self._src
+        with open(path, "rb") as f:
+            if src.offsets is not None:
+                f.seek(int(src.offsets[i]))
+                data = f.read(int(src.lengths[i]))
+            else:
+                data = f.read()
+        try:
+            from PIL import Image
+        except ImportError:
+            raise _core.DecodeError(
+                f"cannot decode {path}: not a JPEG; install Pillow to read "
+                "other formats"
+            ) from None
+        try:
+            with Image.open(io.BytesIO(data)) as im:
+                kind = im.format or "not JPEG"
+                im.draft(None, None)
+                rgb = im.convert("RGB")
+        except Exception as e:
+            err = _core.DecodeError(f"cannot decode {path}: not a JPEG, and "
+                                    f"Pillow cannot read it either ({e})")
+            err.path, err.reason, err.kind = path, str(e), "not_jpeg"
+            err.index = i
+            self._describe(err)
+            raise err from None
+        w, h = rgb.size
+        return rgb.tobytes(), w, h, kind
 
     def _describe(self, error: BaseException) -> None:
         """Name the failing sample as the dataset knows it (for a tar shard:
@@ -725,6 +791,7 @@ class Loader:
             io_backend=self._pipe.io_backend if c else None,
             epoch=self._epoch,
             rank=self.rank,
+            fallback_decodes=self._fallback_decodes,
         )
         return out
 

@@ -1,0 +1,95 @@
+"""Files that are not JPEG (ImageNet has a PNG named .JPEG) are found by
+their magic bytes, decoded by the fallback (Pillow) and placed with the
+same fused transform, counted and announced once."""
+
+import io
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import ringloader
+from ringloader import transforms as T
+
+from images import jpeg_bytes, photo_like
+
+tv = pytest.importorskip("torchvision.transforms")
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    root = tmp_path / "mixed"
+    (root / "a").mkdir(parents=True)
+    for k in range(3):
+        (root / "a" / f"{k}.JPEG").write_bytes(jpeg_bytes("baseline", 300, 400, seed=k))
+    img = Image.fromarray(photo_like(333, 500, seed=9))
+    img.save(root / "a" / "3.JPEG", format="PNG")  # a PNG named .JPEG
+    img.save(root / "a" / "4.webp", format="WEBP", lossless=True)
+    Image.fromarray(photo_like(120, 90, seed=4)).convert("L").save(
+        root / "a" / "5.bmp", format="BMP")
+    return root
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_png_and_webp_load_like_torchvision(mixed, layout):
+    ds = ringloader.ImageFolder(mixed)
+    t = T.Compose([T.Resize(256), T.CenterCrop(224)])
+    loader = ringloader.Loader(ds, batch_size=6, transform=t, layout=layout)
+    with pytest.warns(ringloader.FallbackWarning, match="is PNG, not JPEG") as rec:
+        (images, labels), = list(loader)
+    assert len(rec) == 1  # announced once, not once per file
+    assert loader.stats()["fallback_decodes"] == 3
+    ref_t = tv.Compose([tv.Resize(256), tv.CenterCrop(224)])
+    for pos, (path, _) in enumerate(ds.samples):
+        ref = np.asarray(ref_t(Image.open(path).convert("RGB")))
+        got = images[pos].numpy()
+        if layout == "NCHW":
+            got = got.transpose(1, 2, 0)
+        diff = np.abs(got.astype(int) - ref.astype(int))
+        if path.endswith(("3.JPEG", "4.webp", "5.bmp")):
+            assert diff.max() <= 1, path  # no DCT scaling: same resampler
+        else:
+            assert diff.mean() < 3, path
+
+
+def test_fallback_with_float_output_and_random_crop(mixed):
+    ds = ringloader.ImageFolder(mixed)
+    geo = [T.RandomResizedCrop(64), T.RandomHorizontalFlip()]
+    u8 = ringloader.Loader(ds, batch_size=6, seed=3, transform=T.Compose(geo))
+    fl = ringloader.Loader(ds, batch_size=6, seed=3, transform=T.Compose(
+        geo + [T.ToDtype(torch.float32, scale=True), T.Normalize([0.5] * 3, [0.5] * 3)]))
+    with pytest.warns(ringloader.FallbackWarning):
+        (a, _), = list(u8)
+        (b, _), = list(fl)
+    assert torch.allclose(b, (a.float() / 255 - 0.5) / 0.5, atol=1e-5)
+
+
+def test_unreadable_non_jpeg_names_the_file(mixed):
+    (mixed / "a" / "6.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
+    ds = ringloader.ImageFolder(mixed)
+    loader = ringloader.Loader(ds, batch_size=7, transform=T.Resize((32, 32)))
+    with pytest.raises(ringloader.DecodeError, match="6.png") as e:
+        with pytest.warns(ringloader.FallbackWarning):
+            list(loader)
+    assert e.value.path.endswith("6.png") and e.value.kind == "not_jpeg"
+
+
+def test_fallback_in_tar_shards(tmp_path, mixed):
+    import tarfile
+
+    shard = tmp_path / "s.tar"
+    with tarfile.open(shard, "w") as tar:
+        for k, name in enumerate(["0.JPEG", "3.JPEG"]):
+            data = (mixed / "a" / name).read_bytes()
+            info = tarfile.TarInfo(f"s{k}.jpg")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    ds = ringloader.TarShards(str(shard), label_key=lambda key: 0)
+    loader = ringloader.Loader(ds, batch_size=2, transform=T.Resize((48, 48)))
+    with pytest.warns(ringloader.FallbackWarning):
+        (x, _), = list(loader)
+    ref = np.asarray(tv.Resize((48, 48))(Image.open(mixed / "a" / "3.JPEG").convert("RGB")))
+    assert np.abs(x[1].numpy().transpose(1, 2, 0).astype(int) - ref).max() <= 1
+    shutil.rmtree(tmp_path / "mixed")

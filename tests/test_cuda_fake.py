@@ -241,5 +241,6 @@ def test_without_a_runtime_device_cuda_is_one_clear_error(data):
     env = dict(os.environ, RINGLOADER_CUDART="/nonexistent/libcudart.so")
     out = subprocess.run([sys.executable, "-c", code, data], capture_output=True,
                          text=True, env=env, timeout=60).stdout
-    assert out.startswith("ERROR device='cuda' needs the CUDA runtime"), out
+    assert out.startswith("ERROR device='cuda' needs a CUDA GPU"), out
+    assert "/nonexistent/libcudart.so" in out
     assert "leave device unset" in out and out.count("\n") == 1

@@ -129,9 +129,9 @@ class _Gpu:
         ok, msg, lib, count = _core.cuda_probe()
         if not ok:
             raise RuntimeError(
-                f"device={str(device)!r} needs the CUDA runtime, and none could be "
-                f"loaded ({msg}). Use a machine with an NVIDIA GPU and a CUDA build "
-                "of torch, or leave device unset to get batches in host memory."
+                f"device={str(device)!r} needs a CUDA GPU, and none is usable here "
+                f"({msg}). Use a machine with an NVIDIA GPU and a CUDA build of "
+                "torch, or leave device unset to get batches in host memory."
             )
         self.torch_cuda = torch.cuda.is_available() and not os.environ.get(
             "RINGLOADER_CUDART"

@@ -176,6 +176,72 @@ hpass_px_sse2(const uint8_t *p, const int16_t *w, int k, uint8_t *o)
     memcpy(o, &px, 4);
 }
 
+
+/* The same for two rows at once: the window and weights are shared, so
+ * their loads and the loop are paid once for two output pixels. */
+static inline __attribute__((always_inline)) void
+hpass_px2_sse2(const uint8_t *p0, const uint8_t *p1, const int16_t *w, int k,
+               uint8_t *o0, uint8_t *o1)
+{
+    __m128i zero = _mm_setzero_si128();
+    __m128i a0 = _mm_set1_epi32(ROUND), a1 = a0;
+    for (int j = 0; j < k; j += 2) {
+        int32_t pair;
+        memcpy(&pair, w + j, 4);
+        __m128i ww = _mm_set1_epi32(pair);
+        __m128i v0 = _mm_loadl_epi64((const __m128i *)(p0 + 4 * j));
+        __m128i v1 = _mm_loadl_epi64((const __m128i *)(p1 + 4 * j));
+        v0 = _mm_unpacklo_epi8(v0, zero);
+        v1 = _mm_unpacklo_epi8(v1, zero);
+        v0 = _mm_unpacklo_epi16(v0, _mm_srli_si128(v0, 8));
+        v1 = _mm_unpacklo_epi16(v1, _mm_srli_si128(v1, 8));
+        a0 = _mm_add_epi32(a0, _mm_madd_epi16(v0, ww));
+        a1 = _mm_add_epi32(a1, _mm_madd_epi16(v1, ww));
+    }
+    __m128i px = _mm_packs_epi32(_mm_srai_epi32(a0, PREC),
+                                 _mm_srai_epi32(a1, PREC));
+    px = _mm_packus_epi16(px, px);
+    uint32_t q0 = (uint32_t)_mm_cvtsi128_si32(px);
+    uint32_t q1 = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(px, 4));
+    memcpy(o0, &q0, 4);
+    memcpy(o1, &q1, 4);
+}
+
+static void hpass_rows2(const rl_pixels *src, const uint8_t *row0,
+                        const uint8_t *row1, const taps *tx, int out_w,
+                        uint8_t *out0, uint8_t *out1)
+{
+    int end = src->x0 + src->w;
+    for (int x = 0; x < out_w; x++) {
+        const int16_t *w = tx->w + (size_t)x * (size_t)tx->ksize;
+        size_t off = (size_t)(tx->first[x] - src->x0) * 4;
+        int n = tx->count[x];
+        if (n == 0 || tx->first[x] + n > end) {
+            int real = end - tx->first[x];
+            hpass_scalar_px(row0 + off, w, real < n ? real : n, out0 + 4 * x);
+            hpass_scalar_px(row1 + off, w, real < n ? real : n, out1 + 4 * x);
+            continue;
+        }
+        switch (n) {
+        case 2:
+            hpass_px2_sse2(row0 + off, row1 + off, w, 2, out0 + 4 * x,
+                           out1 + 4 * x);
+            break;
+        case 4:
+            hpass_px2_sse2(row0 + off, row1 + off, w, 4, out0 + 4 * x,
+                           out1 + 4 * x);
+            break;
+        case 6:
+            hpass_px2_sse2(row0 + off, row1 + off, w, 6, out0 + 4 * x,
+                           out1 + 4 * x);
+            break;
+        default:
+            hpass_px2_sse2(row0 + off, row1 + off, w, n, out0 + 4 * x,
+                           out1 + 4 * x);
+            break;
+        }
+    }
+}
 #endif
 
 static void hpass_row(const rl_pixels *src, const uint8_t *row,
@@ -422,7 +488,16 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
     }
     uint8_t *line = tmp + hstride * (size_t)rows; /* one output row */
 
-    for (int r = 0; r < rows; r++) {
+    int r = 0;
+#ifdef RL_SSE2
+    for (; r + 2 <= rows; r += 2) {
+        const uint8_t *row =
+            src->data + (size_t)(ylo + r - src->y0) * src->stride;
+        hpass_rows2(src, row, row + src->stride, &tx, out_w,
+                    tmp + (size_t)r * hstride, tmp + (size_t)(r + 1) * hstride);
+    }
+#endif
+    for (; r < rows; r++) {
         const uint8_t *row =
             src->data + (size_t)(ylo + r - src->y0) * src->stride;
         hpass_row(src, row, &tx, out_w, tmp + (size_t)r * hstride);

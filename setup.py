@@ -60,6 +60,7 @@ SOURCES = [
     "csrc/rl_sample.c",
     "csrc/rl_pipeline.c",
     "csrc/rl_cuda.c",
+    "csrc/rl_iobench.c",
     "csrc/rl_module.c",
     "csrc/py_pipeline.c",
 ]

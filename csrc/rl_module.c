@@ -18,6 +18,7 @@
 #include "rl_cuda.h"
 #include "rl_decode.h"
 #include "rl_io.h"
+#include "rl_iobench.h"
 #include "rl_plan.h"
 #include "rl_sample.h"
 
@@ -391,7 +392,89 @@ static PyObject *py_cuda_stream_sync(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* read_bench(paths, offsets, lengths, backend, threads, batch)
+ *   -> (bytes, seconds): the I/O layer alone, for benchmarks/bench_io.py. */
+static PyObject *py_read_bench(PyObject *module, PyObject *args)
+{
+    PyObject *paths, *offsets, *lengths;
+    const char *backend;
+    int threads, batch;
+    if (!PyArg_ParseTuple(args, "OOOsii", &paths, &offsets, &lengths,
+                          &backend, &threads, &batch)) {
+        return NULL;
+    }
+    rl_io_backend be = strcmp(backend, "io_uring") == 0 ? RL_IO_URING
+                       : strcmp(backend, "pread") == 0  ? RL_IO_PREAD
+                                                        : RL_IO_AUTO;
+    if (be == RL_IO_AUTO) {
+        PyErr_SetString(PyExc_ValueError, "backend: io_uring or pread");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(paths, "paths must be a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **owned = calloc((size_t)n + 1, sizeof(*owned));
+    const char **cpaths = calloc((size_t)n + 1, sizeof(*cpaths));
+    uint64_t *offs = calloc((size_t)n + 1, sizeof(*offs));
+    int64_t *lens = calloc((size_t)n + 1, sizeof(*lens));
+    PyObject *result = NULL;
+    if (!owned || !cpaths || !offs || !lens) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seq, i),
+                                   &owned[i])) {
+            goto out;
+        }
+        cpaths[i] = PyBytes_AS_STRING(owned[i]);
+        lens[i] = -1;
+        if (offsets != Py_None) {
+            PyObject *o = PySequence_GetItem(offsets, i);
+            PyObject *l = o ? PySequence_GetItem(lengths, i) : NULL;
+            offs[i] = o ? PyLong_AsUnsignedLongLong(o) : 0;
+            lens[i] = l ? PyLong_AsLongLong(l) : 0;
+            Py_XDECREF(o);
+            Py_XDECREF(l);
+            if (PyErr_Occurred()) {
+                goto out;
+            }
+        }
+    }
+    uint64_t bytes = 0;
+    double seconds = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_iobench_read(be, threads, batch, cpaths,
+                         offsets != Py_None ? offs : NULL,
+                         offsets != Py_None ? lens : NULL, (int)n, &bytes,
+                         &seconds);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        rl__py_raise(PyModule_GetState(module), rc, NULL, "read failed");
+        goto out;
+    }
+    result = Py_BuildValue("Kd", (unsigned long long)bytes, seconds);
+out:
+    if (owned) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_XDECREF(owned[i]);
+        }
+    }
+    free(owned);
+    free(cpaths);
+    free(offs);
+    free(lens);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"read_bench", py_read_bench, METH_VARARGS,
+     "read_bench(paths, offsets, lengths, backend, threads, batch) -> "
+     "(bytes, seconds)."},
     {"cuda_probe", py_cuda_probe, METH_NOARGS,
      "cuda_probe() -> (available, message, library, device_count)."},
     {"cuda_malloc", py_cuda_malloc, METH_VARARGS,

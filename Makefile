@@ -2,14 +2,20 @@
 #   make demo   install ringloader and run the side-by-side benchmark on a
 #               generated ImageNet-like folder
 #   make test   build and run every test (what CI runs)
+# and for hardening (CI runs these too, see .ci/run):
+#   make test-asan   the pytest suite against an ASan+UBSan build of the
+#                    extension, installed into a throw-away venv (the normal
+#                    install is left alone)
+#   make fuzz        FUZZ_SECONDS (60) of libFuzzer on the decode entry point,
+#                    then the regression inputs (needs clang, libclang-rt-14-dev)
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: demo test install deps
+.PHONY: demo test install deps test-asan fuzz
 
 deps:
 	$(PIP) install -q "torch==2.14.1" "torchvision==0.29.1" pytest pillow numpy \
-		scikit-image tqdm matplotlib psutil
+		scikit-image tqdm matplotlib psutil prometheus_client scipy
 
 install: deps
 	$(PIP) install -q .
@@ -21,3 +27,34 @@ demo: install
 test: install
 	cd tests && $(PYTHON) -m pytest -q -p no:cacheprovider . ; \
 		rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
+
+# The ASan build goes into a venv that sees the system's torch
+# (--system-site-packages), built from a copy of the tree so that no object
+# file of the normal build is reused. libasan must be loaded before Python;
+# CPython's own allocations at exit are not leaks of ours (detect_leaks=0).
+# libstdc++ is preloaded with it, or ASan's __cxa_throw interceptor finds no
+# real function and aborts the first C++ exception (triton, via torch).
+# tests/test_c_units.py is left out: it builds and runs the C tests under
+# TSan, which cannot share a process with a preloaded libasan (the normal
+# `make test` runs it).
+ASAN_DIR ?= /tmp/ringloader-asan
+ASAN_PRELOAD = $(shell gcc -print-file-name=libasan.so) \
+               $(shell gcc -print-file-name=libstdc++.so)
+test-asan: deps
+	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)/src
+	git ls-files -co --exclude-standard -z | \
+		xargs -0 tar -cf - | tar -xf - -C $(ASAN_DIR)/src
+	$(PYTHON) -m venv --system-site-packages $(ASAN_DIR)/venv
+	cd $(ASAN_DIR)/src && RINGLOADER_SANITIZE=address \
+		$(ASAN_DIR)/venv/bin/python -m pip install -q --no-build-isolation .
+	cd tests && \
+		LD_PRELOAD="$(ASAN_PRELOAD)" \
+		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1 \
+		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		$(ASAN_DIR)/venv/bin/python -m pytest -q -p no:cacheprovider \
+		--ignore=test_c_units.py . ; \
+		rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
+
+FUZZ_SECONDS ?= 60
+fuzz:
+	$(MAKE) -C tests/fuzz run SECONDS=$(FUZZ_SECONDS)

@@ -408,8 +408,13 @@ class Loader:
         """Select the epoch whose order and augmentations the next iteration
         yields (also forwarded to a sampler that has ``set_epoch``). Without
         calls, each new iteration advances the epoch by one."""
-        self._epoch = int(epoch)
+        epoch = int(epoch)
+        if epoch != self._epoch:
+            self._skip = 0  # a restored position belongs to its own epoch
+        self._epoch = epoch
         self._epoch_explicit = True
+        self._yielded = self._skip
+        self._epoch_finished = False
         for s in (self.sampler, self.batch_sampler):
             if s is not None and hasattr(s, "set_epoch"):
                 s.set_epoch(epoch)
@@ -491,6 +496,9 @@ class Loader:
                 previous.close()  # one epoch at a time, as one DataLoader
             if self._started_epochs > 0 and not self._epoch_explicit:
                 self._epoch += 1
+                self._skip = 0
+            self._yielded = self._skip
+            self._epoch_finished = False
             self._epoch_explicit = False
             self._started_epochs += 1
             it = self._iterate(self._epoch)
@@ -513,6 +521,9 @@ class Loader:
         exhausted = False
         try:
             while True:
+                # Everything from here to the yield is time the training
+                # loop waits for its batch (submitting, waiting, wrapping).
+                t0 = time.perf_counter()
                 while not exhausted and len(pending) < self.prefetch:
                     idx = next(batches, None)
                     if idx is None:
@@ -536,7 +547,6 @@ class Loader:
                 if not pending:
                     self._epoch_finished = True
                     return
-                t0 = time.perf_counter()
                 try:
                     if self._gpu is None:
                         batch = pipe.next()
@@ -546,7 +556,6 @@ class Loader:
                 except (_core.DecodeError, OSError) as e:
                     self._describe(e)
                     raise
-                self._meter.waited(time.perf_counter() - t0)
                 idx, buf = pending.popleft()
                 if self._gpu is None:
                     raw = torch.from_dlpack(batch)
@@ -564,6 +573,7 @@ class Loader:
                         [self.target_transform(int(t)) for t in labels]
                     )
                 self._yielded += 1
+                self._meter.waited(time.perf_counter() - t0)
                 self._meter.delivered(len(idx))
                 yield images, labels
         finally:
@@ -748,6 +758,12 @@ class Loader:
         any deterministic sampler."""
         if state.get("version") != 1:
             raise ValueError(f"unknown ringloader state version {state.get('version')}")
+        if self.distributed and state.get("world_size", 1) != self.world_size:
+            raise ValueError(
+                f"this state was taken with world_size={state.get('world_size')}, "
+                f"this loader has world_size={self.world_size}: the shards differ, "
+                "so the position cannot be restored"
+            )
         self.seed = int(state["seed"])
         epoch, done = int(state["epoch"]), int(state["batches_yielded"])
         if state.get("epoch_finished") or done >= len(self):

@@ -1,0 +1,176 @@
+"""Exact resume: stop after k batches, save state_dict() with torch.save,
+restore it into a fresh Loader in a new process, and get batches that are
+SHA-256-identical to those of an uninterrupted run (random crops and flips
+included), then the following epoch."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+
+from images import jpeg_bytes
+from subproc import run_python
+
+N = 18
+BATCH = 4       # 5 batches: 4, 4, 4, 4, 2
+SEED = 3
+
+# Everything both the test and its child processes build, by case name.
+COMMON = r"""
+import hashlib, json, os, sys
+import numpy as np
+import torch
+import ringloader
+from ringloader import transforms as T
+
+class Files:
+    def __init__(self, root):
+        names = sorted(os.listdir(root))
+        self.samples = [(os.path.join(root, n), i) for i, n in enumerate(names)]
+    def __len__(self):
+        return len(self.samples)
+
+CASES = {
+    # name: (Loader keyword arguments, epochs fully run first, batches then)
+    "k2":        (dict(shuffle=True), 0, 2),
+    "k0":        (dict(shuffle=True), 0, 0),
+    "klen-break": (dict(shuffle=True), 0, 5),   # stopped on the last batch
+    "klen-done": (dict(shuffle=True), 0, None),  # the loop ran to its end
+    "epoch1-k3": (dict(shuffle=True), 1, 3),
+    "rank1-k1":  (dict(shuffle=True, rank=1, world_size=2), 0, 1),
+    "rank1-drop-k1": (dict(shuffle=True, drop_last=True, rank=1, world_size=2), 0, 1),
+    "plain-k3":  (dict(shuffle=False), 0, 3),
+}
+
+def make(root, case, threads):
+    kwargs = CASES[case][0]
+    return ringloader.Loader(
+        Files(root), batch_size=4, seed=3, num_threads=threads,
+        transform=T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()]),
+        **kwargs)
+
+def digest(images, labels):
+    h = hashlib.sha256(images.contiguous().numpy().tobytes())
+    h.update(labels.numpy().astype("<i8").tobytes())
+    return h.hexdigest()
+
+def epoch(loader, stop=None):
+    out = []
+    for images, labels in loader:
+        out.append(digest(images, labels))
+        if stop is not None and len(out) == stop:
+            break
+    return out
+"""
+
+STOP = COMMON + r"""
+root, out = sys.argv[1], sys.argv[2]
+seen = {}
+for case, (kwargs, full, k) in CASES.items():
+    loader = make(root, case, threads=2)
+    hashes = [epoch(loader) for _ in range(full)]
+    if k != 0:
+        hashes.append(epoch(loader, stop=k))
+    torch.save({"loader": loader.state_dict()}, os.path.join(out, case + ".pt"))
+    seen[case] = hashes
+    loader.close()
+print(json.dumps(seen))
+"""
+
+RESUME = COMMON + r"""
+root, out = sys.argv[1], sys.argv[2]
+got = {}
+for case in CASES:
+    loader = make(root, case, threads=1)   # another thread count on purpose
+    loader.load_state_dict(torch.load(os.path.join(out, case + ".pt"))["loader"])
+    got[case] = {"epoch": loader.epoch, "hashes": [epoch(loader), epoch(loader)]}
+    loader.close()
+print(json.dumps(got))
+"""
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    d = tmp_path_factory.mktemp("resume")
+    rng = np.random.default_rng(1)
+    for i in range(N):
+        h, w = (int(v) for v in rng.integers(48, 160, 2))
+        (d / f"{i:02d}.jpg").write_bytes(jpeg_bytes("baseline", h, w, seed=i))
+    return str(d)
+
+
+def namespace() -> dict:
+    ns: dict = {}
+    exec(COMMON, ns)
+    return ns
+
+
+@pytest.fixture(scope="module")
+def reference(root):
+    """Uninterrupted runs, in this process: case -> hashes of epochs 0..2."""
+    ns = namespace()
+    ref = {}
+    for case in ns["CASES"]:
+        with ns["make"](root, case, threads=2) as loader:
+            ref[case] = [ns["epoch"](loader) for _ in range(3)]
+    return ref
+
+
+@pytest.fixture(scope="module")
+def runs(root, tmp_path_factory):
+    """(what the stopped process saw, what the restored process yielded)."""
+    out = str(tmp_path_factory.mktemp("states"))
+    stop = run_python(STOP, root, out, timeout=120)
+    assert stop.returncode == 0, stop.stderr[-4000:]
+    resume = run_python(RESUME, root, out, timeout=120)
+    assert resume.returncode == 0, resume.stderr[-4000:]
+    return json.loads(stop.stdout), json.loads(resume.stdout)
+
+
+@pytest.mark.parametrize("case", list(namespace()["CASES"]))
+def test_resume_is_bit_identical(reference, runs, case):
+    cases = namespace()["CASES"]
+    _, full, k = cases[case]
+    seen, resumed = runs[0][case], runs[1][case]
+    ref = reference[case]
+    # The stopped process saw the same prefix as the uninterrupted run.
+    assert seen == [ref[e] if e < full or k is None else ref[e][:k]
+                    for e in range(len(seen))]
+    assert len(set(ref[0])) == len(ref[0]), "batches should all differ"
+    if k is None or k == len(ref[full]):
+        start, rest = full + 1, ref[full + 1]          # next epoch, from its start
+    else:
+        start, rest = full, ref[full][k:]
+    assert resumed["epoch"] == start
+    assert resumed["hashes"][0] == rest
+    assert resumed["hashes"][1] == ref[start + 1]
+    if case != "plain-k3":
+        assert ref[0] != ref[1], "epochs should differ"
+
+
+def test_state_dict_contents(root):
+    ns = namespace()
+    with ns["make"](root, "rank1-k1", threads=1) as loader:
+        next(iter(loader))
+        state = loader.state_dict()
+    assert state["epoch"] == 0 and state["batches_yielded"] == 1
+    assert state["seed"] == SEED and state["rank"] == 1 and state["world_size"] == 2
+    with pytest.raises(ValueError, match="version"):
+        loader.load_state_dict(dict(state, version=99))
+
+
+def test_state_at_epoch_start_after_set_epoch(root):
+    ns = namespace()
+    with ns["make"](root, "k2", threads=1) as loader:
+        first = [ns["epoch"](loader) for _ in range(2)]     # epochs 0 and 1
+    with ns["make"](root, "k2", threads=1) as loader:
+        ns["epoch"](loader)                                 # epoch 0
+        loader.set_epoch(1)                                 # checkpoint here
+        state = loader.state_dict()
+    with ns["make"](root, "k2", threads=1) as fresh:
+        fresh.load_state_dict(state)
+        assert fresh.epoch == 1
+        assert ns["epoch"](fresh) == first[1]

@@ -44,7 +44,9 @@ def build(data: str, copies: int, work: str) -> tuple[list[str], list[str]]:
     files_dir = os.path.join(work, "files")
     shards_dir = os.path.join(work, "shards")
     src = sorted(
-        os.path.join(r, f) for r, _, fs in os.walk(data) for f in fs
+        os.path.join(r, f)
+        for r, _, fs in os.walk(data)
+        for f in fs
         if f.endswith(".JPEG")
     )
     files: list[str] = []
@@ -121,18 +123,31 @@ def main() -> None:
             else:
                 _core.read_bench(paths, offs, lens, "pread", cores, args.batch)
             kw = {"direct": direct} if direct_ok else {}
-            n_bytes, secs = _core.read_bench(paths, offs, lens, backend, threads,
-                                             args.batch, **kw)
+            n_bytes, secs = _core.read_bench(
+                paths, offs, lens, backend, threads, args.batch, **kw
+            )
             best = secs if best is None else min(best, secs)
-        rows.append((kind, cache, backend, threads, "O_DIRECT" if direct else
-                     "buffered", len(paths) / best, n_bytes / best / 1e6))
-        print(*rows[-1][:5], f"{rows[-1][5]:.0f} files/s {rows[-1][6]:.0f} MB/s",
-              flush=True)
+        rows.append(
+            (
+                kind,
+                cache,
+                backend,
+                threads,
+                "O_DIRECT" if direct else "buffered",
+                len(paths) / best,
+                n_bytes / best / 1e6,
+            )
+        )
+        print(
+            *rows[-1][:5],
+            f"{rows[-1][5]:.0f} files/s {rows[-1][6]:.0f} MB/s",
+            flush=True,
+        )
 
     caches = ["warm"] + (["cold"] if cold_reason is None else [])
     for kind in ("files", "shards"):
         for cache in caches:
-            for direct in ([False, True] if direct_ok else [False]):
+            for direct in [False, True] if direct_ok else [False]:
                 measure(kind, "io_uring", 1, direct, cache)
                 for t in sorted({1, cores, 4 * cores}):
                     measure(kind, "pread", t, direct, cache)
@@ -145,8 +160,13 @@ def main() -> None:
             best = None
             for _ in range(args.repeat):
                 loader = ringloader.Loader(
-                    ds, batch_size=args.batch, num_threads=cores, io=backend, prefetch=4,
-                    transform=T.Compose([T.Resize(256), T.CenterCrop(224)]))
+                    ds,
+                    batch_size=args.batch,
+                    num_threads=cores,
+                    io=backend,
+                    prefetch=4,
+                    transform=T.Compose([T.Resize(256), T.CenterCrop(224)]),
+                )
                 if cache == "cold":
                     drop_caches()
                 t0 = time.perf_counter()
@@ -159,25 +179,38 @@ def main() -> None:
 
     with open(args.out, "w") as f:
         f.write("# I/O: io_uring against pread, buffered against O_DIRECT\n\n")
-        f.write(f"Made by `python benchmarks/bench_io.py` on "
-                f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-                f"{platform.platform()}, {cores} CPUs, Python "
-                f"{platform.python_version()}, ringloader {ringloader.__version__}.\n\n")
-        f.write(f"Data: {len(files)} JPEG files ({total / 1e6:.0f} MB, "
-                f"{total / len(files) / 1e3:.0f} kB each) and the same in "
-                f"{len(shards)} tar shards; batches of {args.batch}; best of "
-                f"{args.repeat}.")
-        f.write(" Cold: page cache dropped before each run.\n\n" if cold_reason is None
-                else f" Cold cache not measured: {cold_reason}.\n\n")
+        f.write(
+            f"Made by `python benchmarks/bench_io.py` on "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+            f"{platform.platform()}, {cores} CPUs, Python "
+            f"{platform.python_version()}, ringloader {ringloader.__version__}.\n\n"
+        )
+        f.write(
+            f"Data: {len(files)} JPEG files ({total / 1e6:.0f} MB, "
+            f"{total / len(files) / 1e3:.0f} kB each) and the same in "
+            f"{len(shards)} tar shards; batches of {args.batch}; best of "
+            f"{args.repeat}."
+        )
+        f.write(
+            " Cold: page cache dropped before each run.\n\n"
+            if cold_reason is None
+            else f" Cold cache not measured: {cold_reason}.\n\n"
+        )
         if not direct_ok:
             f.write("O_DIRECT: not measured (this build has no direct I/O).\n\n")
-        f.write("## Reading alone\n\n| data | cache | backend | threads | mode | "
-                "files/s | MB/s |\n|---|---|---|---:|---|---:|---:|\n")
+        f.write(
+            "## Reading alone\n\n| data | cache | backend | threads | mode | "
+            "files/s | MB/s |\n|---|---|---|---:|---|---:|---:|\n"
+        )
         for r in rows:
-            f.write(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {r[5]:.0f} | "
-                    f"{r[6]:.0f} |\n")
-        f.write("\n## End to end (eval pipeline, Loader)\n\n| cache | backend | "
-                "images/s |\n|---|---|---:|\n")
+            f.write(
+                f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {r[5]:.0f} | "
+                f"{r[6]:.0f} |\n"
+            )
+        f.write(
+            "\n## End to end (eval pipeline, Loader)\n\n| cache | backend | "
+            "images/s |\n|---|---|---:|\n"
+        )
         for r in e2e:
             f.write(f"| {r[0]} | {r[1]} | {r[2]:.0f} |\n")
     print(f"wrote {args.out}")

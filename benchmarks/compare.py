@@ -48,7 +48,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -88,10 +87,17 @@ PEER_PACKAGES = {
     "ffcv": "ffcv",
 }
 APT_PACKAGES = [
-    "pkg-config", "libjpeg62-turbo-dev",                       # decode_bound.c
-    "libopencv-dev", "libturbojpeg0-dev",                       # ffcv build
-    "libavutil57", "libavcodec59", "libavformat59", "libavfilter8",  # spdl
-    "libavdevice59", "libswscale6", "libswresample4",
+    "pkg-config",
+    "libjpeg62-turbo-dev",  # decode_bound.c
+    "libopencv-dev",
+    "libturbojpeg0-dev",  # ffcv build
+    "libavutil57",
+    "libavcodec59",
+    "libavformat59",
+    "libavfilter8",  # spdl
+    "libavdevice59",
+    "libswscale6",
+    "libswresample4",
 ]
 
 
@@ -117,7 +123,9 @@ def scan_folder(root: str) -> list[tuple[str, int]]:
 
 
 def random_resized_crop_box(
-    width: int, height: int, rnd: random.Random,
+    width: int,
+    height: int,
+    rnd: random.Random,
     scale: tuple[float, float] = (0.08, 1.0),
     ratio: tuple[float, float] = (3 / 4, 4 / 3),
 ) -> tuple[int, int, int, int]:
@@ -197,7 +205,10 @@ class TorchDataLoader(Contender):
 
         torch.manual_seed(self.args.seed)
         if self.train:
-            steps = [v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip()]
+            steps = [
+                v2.RandomResizedCrop(CROP, antialias=True),
+                v2.RandomHorizontalFlip(),
+            ]
         else:
             steps = [v2.Resize(RESIZE, antialias=True), v2.CenterCrop(CROP)]
         if self.decoder == "pil":
@@ -206,12 +217,17 @@ class TorchDataLoader(Contender):
         else:
             tf = v2.Compose(steps)
             ds = datasets.DatasetFolder(
-                self.args.data, loader=_decode_jpeg_file,
-                extensions=(".jpg", ".jpeg"), transform=tf,
+                self.args.data,
+                loader=_decode_jpeg_file,
+                extensions=(".jpg", ".jpeg"),
+                transform=tf,
             )
         self.loader = torch.utils.data.DataLoader(
-            ds, batch_size=self.args.batch_size, shuffle=self.train,
-            num_workers=self.args.threads, pin_memory=False,
+            ds,
+            batch_size=self.args.batch_size,
+            shuffle=self.train,
+            num_workers=self.args.threads,
+            pin_memory=False,
             persistent_workers=True,
         )
         self.notes.append(
@@ -238,15 +254,24 @@ class Dali(Contender):
 
         train = self.train
 
-        @pipeline_def(batch_size=self.args.batch_size, num_threads=self.args.threads,
-                      device_id=None, seed=self.args.seed + 1)
+        @pipeline_def(
+            batch_size=self.args.batch_size,
+            num_threads=self.args.threads,
+            device_id=None,
+            seed=self.args.seed + 1,
+        )
         def pipe():
             jpegs, labels = fn.readers.file(
-                file_root=self.args.data, random_shuffle=train, name="Reader")
+                file_root=self.args.data, random_shuffle=train, name="Reader"
+            )
             if train:
                 images = fn.decoders.image_random_crop(
-                    jpegs, device="cpu", output_type=types.RGB,
-                    random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+                    jpegs,
+                    device="cpu",
+                    output_type=types.RGB,
+                    random_area=[0.08, 1.0],
+                    random_aspect_ratio=[3 / 4, 4 / 3],
+                )
                 images = fn.resize(images, resize_x=CROP, resize_y=CROP)
                 images = fn.flip(images, horizontal=fn.random.coin_flip())
             else:
@@ -259,8 +284,12 @@ class Dali(Contender):
         self.pipe = pipe()
         self.pipe.build()
         self.iterator = DALIGenericIterator(
-            [self.pipe], ["images", "labels"], reader_name="Reader",
-            last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+            [self.pipe],
+            ["images", "labels"],
+            reader_name="Reader",
+            last_batch_policy=LastBatchPolicy.PARTIAL,
+            auto_reset=True,
+        )
         self.notes.append(
             f"device_id=None (CPU only), num_threads={self.args.threads}, "
             "fn.readers.file + fn.decoders.image_random_crop / fn.decoders.image "
@@ -284,8 +313,11 @@ class Spdl(Contender):
 
         spdl.io.demux_image  # noqa: B018 - loads the FFmpeg bindings lazily below
         self.extra["ffmpeg"] = ".".join(
-            str(v) for v in __import__("spdl.io.utils", fromlist=["x"])
-            .get_ffmpeg_versions()["libavcodec"])
+            str(v)
+            for v in __import__("spdl.io.utils", fromlist=["x"]).get_ffmpeg_versions()[
+                "libavcodec"
+            ]
+        )
 
     def build(self) -> None:
         self.samples = scan_folder(self.args.data)
@@ -307,13 +339,17 @@ class Spdl(Contender):
             rnd = random.Random(seed)
             x, y, cw, ch = random_resized_crop_box(w, h, rnd)
             flip = ",hflip" if rnd.random() < 0.5 else ""
-            desc = (f"crop={cw}:{ch}:{x}:{y},scale={CROP}:{CROP}:flags=bilinear"
-                    f"{flip},format=rgb24")
+            desc = (
+                f"crop={cw}:{ch}:{x}:{y},scale={CROP}:{CROP}:flags=bilinear"
+                f"{flip},format=rgb24"
+            )
         else:
             nw, nh = resize_short(w, h, RESIZE)
             x, y = int(round((nw - CROP) / 2)), int(round((nh - CROP) / 2))
-            desc = (f"scale={nw}:{nh}:flags=bilinear,crop={CROP}:{CROP}:{x}:{y},"
-                    "format=rgb24")
+            desc = (
+                f"scale={nw}:{nh}:flags=bilinear,crop={CROP}:{CROP}:{x}:{y},"
+                "format=rgb24"
+            )
         return spdl.io.decode_packets(packets, filter_desc=desc), label
 
     @staticmethod
@@ -332,8 +368,9 @@ class Spdl(Contender):
         order = list(range(len(self.samples)))
         if self.train:
             rnd.shuffle(order)
-        items = [(self.samples[i][0], self.samples[i][1], rnd.getrandbits(63))
-                 for i in order]
+        items = [
+            (self.samples[i][0], self.samples[i][1], rnd.getrandbits(63)) for i in order
+        ]
         pipeline = (
             PipelineBuilder()
             .add_source(items)
@@ -359,8 +396,11 @@ class Ffcv(Contender):
 
     def build(self) -> None:
         from ffcv.fields import IntField, RGBImageField
-        from ffcv.fields.decoders import (CenterCropRGBImageDecoder, IntDecoder,
-                                          RandomResizedCropRGBImageDecoder)
+        from ffcv.fields.decoders import (
+            CenterCropRGBImageDecoder,
+            IntDecoder,
+            RandomResizedCropRGBImageDecoder,
+        )
         from ffcv.loader import Loader, OrderOption
         from ffcv.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
         from ffcv.writer import DatasetWriter
@@ -371,10 +411,14 @@ class Ffcv(Contender):
 
             t0 = time.perf_counter()
             tmp = beton + ".tmp"
-            writer = DatasetWriter(tmp, {
-                "image": RGBImageField(write_mode="jpg", jpeg_quality=90),
-                "label": IntField(),
-            }, num_workers=self.args.threads)
+            writer = DatasetWriter(
+                tmp,
+                {
+                    "image": RGBImageField(write_mode="jpg", jpeg_quality=90),
+                    "label": IntField(),
+                },
+                num_workers=self.args.threads,
+            )
             writer.from_indexed_dataset(ImageFolder(self.args.data))
             os.replace(tmp, beton)
             self.extra["conversion_s"] = time.perf_counter() - t0
@@ -388,9 +432,13 @@ class Ffcv(Contender):
             image_ops = [CenterCropRGBImageDecoder((CROP, CROP), ratio=CROP / RESIZE)]
         image_ops += [ToTensor(), ToTorchImage(channels_last=False)]
         self.loader = Loader(
-            beton, batch_size=self.args.batch_size, num_workers=self.args.threads,
+            beton,
+            batch_size=self.args.batch_size,
+            num_workers=self.args.threads,
             order=OrderOption.RANDOM if self.train else OrderOption.SEQUENTIAL,
-            os_cache=True, drop_last=False, seed=self.args.seed,
+            os_cache=True,
+            drop_last=False,
+            seed=self.args.seed,
             pipelines={"image": image_ops, "label": [IntDecoder(), ToTensor()]},
         )
         self.notes.append(
@@ -436,17 +484,24 @@ class Ringloader(Contender):
                 if not hasattr(RT, name):
                     raise RuntimeError(
                         f"ringloader.transforms has no {name}: float normalised "
-                        "output is not in this build of ringloader")
+                        "output is not in this build of ringloader"
+                    )
             steps += [RT.ToDtype(torch.float32, scale=True), RT.Normalize(MEAN, STD)]
         ds = ringloader.ImageFolder(self.args.data)
         self.loader = ringloader.Loader(
-            ds, batch_size=self.args.batch_size, shuffle=self.train,
-            num_threads=self.args.threads, prefetch=self.args.prefetch,
-            seed=self.args.seed, transform=RT.Compose(steps))
+            ds,
+            batch_size=self.args.batch_size,
+            shuffle=self.train,
+            num_threads=self.args.threads,
+            prefetch=self.args.prefetch,
+            seed=self.args.seed,
+            transform=RT.Compose(steps),
+        )
         self.extra["io_backend"] = self.loader.io_backend
         self.notes.append(
             f"num_threads={self.args.threads}, prefetch={self.args.prefetch}, "
-            f"io={self.loader.io_backend}")
+            f"io={self.loader.io_backend}"
+        )
 
     def epoch(self, e: int):
         self.loader.set_epoch(e)
@@ -507,8 +562,11 @@ def package_versions(names: tuple[str, ...]) -> dict[str, str]:
 def run_child(args: argparse.Namespace) -> dict[str, Any]:
     """Measure one contender on one pipeline (runs in the subprocess)."""
     result: dict[str, Any] = {
-        "contender": args.child, "pipeline": args.pipeline, "threads": args.threads,
-        "pid": os.getpid(), "loadavg_start": os.getloadavg()[0],
+        "contender": args.child,
+        "pipeline": args.pipeline,
+        "threads": args.threads,
+        "pid": os.getpid(),
+        "loadavg_start": os.getloadavg()[0],
         "cpus": sorted(os.sched_getaffinity(0)),
     }
     phase = "import"
@@ -542,38 +600,58 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
                     made_contiguous = True
                 if batches == 0:
                     shape = tuple(images.shape)
-                    if (images.dtype != expected_dtype or len(shape) != 4
-                            or shape[1:] != (3, CROP, CROP)):
+                    if (
+                        images.dtype != expected_dtype
+                        or len(shape) != 4
+                        or shape[1:] != (3, CROP, CROP)
+                    ):
                         raise RuntimeError(
                             f"unexpected batch {images.dtype} {shape}, want "
-                            f"{expected_dtype} (N, 3, {CROP}, {CROP})")
-                    result["batch"] = f"{images.dtype} {list(shape)}, labels {list(labels.shape)}"
+                            f"{expected_dtype} (N, 3, {CROP}, {CROP})"
+                        )
+                    result["batch"] = (
+                        f"{images.dtype} {list(shape)}, labels {list(labels.shape)}"
+                    )
                 images_seen += int(images.shape[0])
                 batches += 1
             wall = time.perf_counter() - t0
-            epochs.append({
-                "images": images_seen, "batches": batches, "wall_s": wall,
-                "cpu_s": tree_cpu_seconds() - cpu0, "first_batch_s": first,
-            })
+            epochs.append(
+                {
+                    "images": images_seen,
+                    "batches": batches,
+                    "wall_s": wall,
+                    "cpu_s": tree_cpu_seconds() - cpu0,
+                    "first_batch_s": first,
+                }
+            )
             if e == 0:  # dataset conversion (FFCV) is reported on its own
                 result["cold_first_batch_s"] = (
-                    result["setup_s"] - c.extra.get("conversion_s", 0.0) + (first or 0.0))
-            log(f"  [{args.child}/{args.pipeline}/{args.threads}t] epoch {e}"
+                    result["setup_s"]
+                    - c.extra.get("conversion_s", 0.0)
+                    + (first or 0.0)
+                )
+            log(
+                f"  [{args.child}/{args.pipeline}/{args.threads}t] epoch {e}"
                 f"{' (warm-up)' if e == 0 else ''}: {images_seen} images, "
-                f"{images_seen / wall:.0f} img/s")
+                f"{images_seen / wall:.0f} img/s"
+            )
         timed = epochs[1:]
         n = sum(ep["images"] for ep in timed)
         wall = sum(ep["wall_s"] for ep in timed)
-        result.update({
-            "images_per_epoch": epochs[0]["images"],
-            "images_per_s": n / wall,
-            "cpu_s_per_image": sum(ep["cpu_s"] for ep in timed) / n,
-            "first_batch_s": statistics.median(ep["first_batch_s"] for ep in timed),
-            "epochs": epochs,
-        })
+        result.update(
+            {
+                "images_per_epoch": epochs[0]["images"],
+                "images_per_s": n / wall,
+                "cpu_s_per_image": sum(ep["cpu_s"] for ep in timed) / n,
+                "first_batch_s": statistics.median(ep["first_batch_s"] for ep in timed),
+                "epochs": epochs,
+            }
+        )
         if made_contiguous:
-            c.notes.append("batches came out non-contiguous; the harness made them "
-                           "contiguous (timed)")
+            c.notes.append(
+                "batches came out non-contiguous; the harness made them "
+                "contiguous (timed)"
+            )
     except BaseException as exc:  # noqa: BLE001 - reported in RESULTS.md
         result["error"] = f"{type(exc).__name__}: {exc}".strip()
         result["error_phase"] = phase
@@ -631,8 +709,9 @@ class TreeSampler:
             self.peak_pss_kb = max(self.peak_pss_kb, pss)
 
 
-def run_measured(cmd: list[str], cpus: list[int], timeout: float,
-                 env: Optional[dict] = None) -> dict[str, Any]:
+def run_measured(
+    cmd: list[str], cpus: list[int], timeout: float, env: Optional[dict] = None
+) -> dict[str, Any]:
     """Run ``cmd`` pinned to ``cpus`` in its own session; sample its tree's
     memory; return exit status, output, wall time and the rusage of the whole
     tree from wait4."""
@@ -640,8 +719,13 @@ def run_measured(cmd: list[str], cpus: list[int], timeout: float,
     err_f = tempfile.TemporaryFile(mode="w+")
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        cmd, stdout=out_f, stderr=err_f, env=env, start_new_session=True,
-        preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+        cmd,
+        stdout=out_f,
+        stderr=err_f,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+    )
     sampler = TreeSampler(proc.pid)
     status = rusage = None
     timed_out = False
@@ -664,8 +748,10 @@ def run_measured(cmd: list[str], cpus: list[int], timeout: float,
     out_f.seek(0)
     err_f.seek(0)
     return {
-        "returncode": proc.returncode, "timed_out": timed_out,
-        "stdout": out_f.read(), "stderr": err_f.read(),
+        "returncode": proc.returncode,
+        "timed_out": timed_out,
+        "stdout": out_f.read(),
+        "stderr": err_f.read(),
         "wall_s": time.perf_counter() - t0,
         "tree_cpu_s": rusage.ru_utime + rusage.ru_stime,
         "peak_rss_mb": sampler.peak_rss / 2**20,
@@ -674,13 +760,31 @@ def run_measured(cmd: list[str], cpus: list[int], timeout: float,
     }
 
 
-def spawn_contender(name: str, pipeline: str, threads: int,
-                    args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [args.python, str(Path(__file__).resolve()), "--child", name,
-           "--pipeline", pipeline, "--data", args.data, "--threads", str(threads),
-           "--batch-size", str(args.batch_size), "--epochs", str(args.epochs),
-           "--prefetch", str(args.prefetch), "--seed", str(args.seed),
-           "--ffcv-file", args.ffcv_file]
+def spawn_contender(
+    name: str, pipeline: str, threads: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    cmd = [
+        args.python,
+        str(Path(__file__).resolve()),
+        "--child",
+        name,
+        "--pipeline",
+        pipeline,
+        "--data",
+        args.data,
+        "--threads",
+        str(threads),
+        "--batch-size",
+        str(args.batch_size),
+        "--epochs",
+        str(args.epochs),
+        "--prefetch",
+        str(args.prefetch),
+        "--seed",
+        str(args.seed),
+        "--ffcv-file",
+        args.ffcv_file,
+    ]
     cpus = args.cpus[:threads]
     log(f"== {name} / {pipeline} / {threads} thread(s) on CPUs {cpus}")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -688,29 +792,44 @@ def spawn_contender(name: str, pipeline: str, threads: int,
     result: Optional[dict[str, Any]] = None
     for line in run["stdout"].splitlines():
         if line.startswith(RESULT_TAG):
-            result = json.loads(line[len(RESULT_TAG):])
+            result = json.loads(line[len(RESULT_TAG) :])
     if result is None:
         tail = "\n".join(run["stderr"].strip().splitlines()[-25:])
-        why = (f"timed out after {args.timeout:.0f} s" if run["timed_out"]
-               else f"exited with status {run['returncode']} and no result")
-        result = {"contender": name, "pipeline": pipeline, "threads": threads,
-                  "error": why, "traceback": tail, "error_phase": "process"}
+        why = (
+            f"timed out after {args.timeout:.0f} s"
+            if run["timed_out"]
+            else f"exited with status {run['returncode']} and no result"
+        )
+        result = {
+            "contender": name,
+            "pipeline": pipeline,
+            "threads": threads,
+            "error": why,
+            "traceback": tail,
+            "error_phase": "process",
+        }
     for key in ("wall_s", "tree_cpu_s", "peak_rss_mb", "peak_pss_mb", "max_processes"):
         result["process_" + key if key in ("wall_s", "tree_cpu_s") else key] = run[key]
     if "error" in result:
         log(f"   could not run: {result['error']}")
     else:
-        log(f"   {result['images_per_s']:.0f} img/s, "
+        log(
+            f"   {result['images_per_s']:.0f} img/s, "
             f"{result['cpu_s_per_image'] * 1e3:.2f} ms CPU/img, "
-            f"peak RSS {result['peak_rss_mb']:.0f} MB")
+            f"peak RSS {result['peak_rss_mb']:.0f} MB"
+        )
     return result
 
 
 def build_decode_bound(out_dir: Path) -> Path:
     exe = out_dir / "decode_bound"
     src = HERE / "decode_bound.c"
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libjpeg"],
-                           check=True, capture_output=True, text=True).stdout.split()
+    flags = subprocess.run(
+        ["pkg-config", "--cflags", "--libs", "libjpeg"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     cc = os.environ.get("CC", "cc")
     cmd = [cc, "-O2", "-std=c11", "-o", str(exe), str(src), *flags, "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -732,22 +851,30 @@ def run_decode_bound(args: argparse.Namespace, threads: int) -> dict[str, Any]:
     cmd = [str(exe), str(lst), str(threads), str(args.epochs)]
     run = run_measured(cmd, args.cpus[:threads], args.timeout)
     if run["returncode"] != 0:
-        result["error"] = f"{' '.join(cmd)}: status {run['returncode']}: {run['stderr'][-2000:]}"
+        result["error"] = (
+            f"{' '.join(cmd)}: status {run['returncode']}: {run['stderr'][-2000:]}"
+        )
         return result
     out = json.loads(run["stdout"].strip().splitlines()[-1])
-    result.update({
-        "images_per_s": out["images_per_s"],
-        "cpu_s_per_image": out["cpu_s_per_image"],
-        "first_batch_s": None,
-        "cold_first_batch_s": None,
-        "peak_rss_mb": run["peak_rss_mb"], "peak_pss_mb": run["peak_pss_mb"],
-        "max_processes": run["max_processes"], "bound": out,
-        "notes": [f"{out['files']} files ({out['bytes'] / 1e6:.1f} MB) read into "
-                  f"memory first ({out['load_s']:.2f} s), {threads} threads, "
-                  "libjpeg defaults (ISLOW DCT, fancy upsampling), full size, RGB "
-                  f"out; {out['megapixels_per_s']:.0f} Mpixel/s; "
-                  f"{out['failures']} failures"],
-    })
+    result.update(
+        {
+            "images_per_s": out["images_per_s"],
+            "cpu_s_per_image": out["cpu_s_per_image"],
+            "first_batch_s": None,
+            "cold_first_batch_s": None,
+            "peak_rss_mb": run["peak_rss_mb"],
+            "peak_pss_mb": run["peak_pss_mb"],
+            "max_processes": run["max_processes"],
+            "bound": out,
+            "notes": [
+                f"{out['files']} files ({out['bytes'] / 1e6:.1f} MB) read into "
+                f"memory first ({out['load_s']:.2f} s), {threads} threads, "
+                "libjpeg defaults (ISLOW DCT, fancy upsampling), full size, RGB "
+                f"out; {out['megapixels_per_s']:.0f} Mpixel/s; "
+                f"{out['failures']} failures"
+            ],
+        }
+    )
     log(f"   {out['images_per_s']:.0f} img/s")
     return result
 
@@ -762,36 +889,55 @@ def setup_peers(args: argparse.Namespace) -> dict[str, str]:
     venv = Path(args.venv)
     errors: dict[str, str] = {}
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        missing = [p for p in APT_PACKAGES if subprocess.run(
-            ["dpkg", "-s", p], capture_output=True).returncode != 0]
+        missing = [
+            p
+            for p in APT_PACKAGES
+            if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0
+        ]
         if missing:
             log(f"setup: apt-get install {' '.join(missing)}")
             subprocess.run(["apt-get", "update", "-qq"], check=False)
-            subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                            *missing], check=False)
+            subprocess.run(
+                [
+                    "apt-get",
+                    "install",
+                    "-y",
+                    "-qq",
+                    "--no-install-recommends",
+                    *missing,
+                ],
+                check=False,
+            )
     else:
-        log(f"setup: not root: make sure these Debian packages are installed: "
-            f"{' '.join(APT_PACKAGES)}")
+        log(
+            f"setup: not root: make sure these Debian packages are installed: "
+            f"{' '.join(APT_PACKAGES)}"
+        )
     if not (venv / "bin" / "python").exists():
         log(f"setup: python3 -m venv --system-site-packages {venv}")
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages",
-                        str(venv)], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+            check=True,
+        )
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     # Never let a peer replace the torch the project is tested with.
     import torch
     import torchvision
 
     pins = venv / "torch-pins.txt"
-    pins.write_text(f"torch=={torch.__version__.split('+')[0]}\n"
-                    f"torchvision=={torchvision.__version__.split('+')[0]}\n")
+    pins.write_text(
+        f"torch=={torch.__version__.split('+')[0]}\n"
+        f"torchvision=={torchvision.__version__.split('+')[0]}\n"
+    )
     for name, package in PEER_PACKAGES.items():
         log(f"setup: pip install {package}")
-        proc = subprocess.run([*pip, "-c", str(pins), package],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [*pip, "-c", str(pins), package], capture_output=True, text=True
+        )
         if proc.returncode != 0:
-            errors[name] = (f"pip install {package} failed:\n"
-                            + "\n".join((proc.stdout + proc.stderr).strip()
-                                        .splitlines()[-30:]))
+            errors[name] = f"pip install {package} failed:\n" + "\n".join(
+                (proc.stdout + proc.stderr).strip().splitlines()[-30:]
+            )
             log(errors[name])
     (venv / "compare-setup.json").write_text(json.dumps(errors, indent=2))
     return errors
@@ -835,15 +981,17 @@ def machine_info(args: argparse.Namespace) -> dict[str, Any]:
         "with contextlib.suppress(Exception):\n"
         "    import ringloader\n"
         "    v['ringloader path'] = ringloader.__file__\n"
-        "print(json.dumps(v))\n")
+        "print(json.dumps(v))\n"
+    )
     with contextlib.suppress(Exception):
-        out = subprocess.run([args.python, "-c", probe], capture_output=True,
-                             text=True, timeout=120).stdout
+        out = subprocess.run(
+            [args.python, "-c", probe], capture_output=True, text=True, timeout=120
+        ).stdout
         info["versions"] = json.loads(out.strip().splitlines()[-1])
     with contextlib.suppress(Exception):
         info["versions"]["system libjpeg-turbo (pkg-config libjpeg)"] = subprocess.run(
-            ["pkg-config", "--modversion", "libjpeg"], capture_output=True,
-            text=True).stdout.strip()
+            ["pkg-config", "--modversion", "libjpeg"], capture_output=True, text=True
+        ).stdout.strip()
     return info
 
 
@@ -861,8 +1009,9 @@ def _by(results: list[dict], pipeline: str, threads: int) -> dict[str, dict]:
     return out
 
 
-def table(results: list[dict], pipeline: str, threads: int,
-          order: list[str]) -> list[str]:
+def table(
+    results: list[dict], pipeline: str, threads: int, order: list[str]
+) -> list[str]:
     rows = _by(results, pipeline, threads)
     base = rows.get(BASELINE)
     bound = rows.get(BOUND)
@@ -883,21 +1032,32 @@ def table(results: list[dict], pipeline: str, threads: int,
             continue
         v = r["images_per_s"]
         bold = "**" if name.startswith("ringloader") else ""
-        first = ("–" if r.get("first_batch_s") is None else
-                 f"{r['cold_first_batch_s']:.2f} / {r['first_batch_s']:.2f}")
+        first = (
+            "–"
+            if r.get("first_batch_s") is None
+            else f"{r['cold_first_batch_s']:.2f} / {r['first_batch_s']:.2f}"
+        )
         lines.append(
             f"| {bold}{label}{bold} | {bold}{v:.0f}{bold} "
             f"| {_fmt(v / base_v if base_v else None, '.2f', '×')} "
             f"| {_fmt(v / bound_v if bound_v else None, '.2f', '×')} "
             f"| {_fmt(r['cpu_s_per_image'], '.4f')} "
             f"| {_fmt(r.get('peak_rss_mb'), '.0f')} | {_fmt(r.get('peak_pss_mb'), '.0f')} "
-            f"| {first} |")
+            f"| {first} |"
+        )
     return lines
 
 
-def write_report(args: argparse.Namespace, info: dict, results: list[dict],
-                 scaling: list[dict], plots: list[Path], command: str,
-                 setup_errors: dict[str, str], data_desc: str) -> str:
+def write_report(
+    args: argparse.Namespace,
+    info: dict,
+    results: list[dict],
+    scaling: list[dict],
+    plots: list[Path],
+    command: str,
+    setup_errors: dict[str, str],
+    data_desc: str,
+) -> str:
     order = [c for c in CONTENDERS if c in args.contenders]
     v = info.get("versions", {})
     lines = [
@@ -911,18 +1071,20 @@ def write_report(args: argparse.Namespace, info: dict, results: list[dict],
         "",
         f"- date: {info['date']}",
         f"- machine: {info.get('cpu', '?')}, {info['cores']} cores "
-        f"(contenders pinned to CPUs {args.cpus[:args.threads]}), "
+        f"(contenders pinned to CPUs {args.cpus[: args.threads]}), "
         f"{info.get('ram_gb', 0):.0f} GiB RAM, Linux {info['kernel']}; "
         f"1-min load average at start {info['loadavg_start'][0]:.2f}",
         f"- data: `{args.data}`: {data_desc}",
         f"- batch size {args.batch_size}, {args.threads} threads / workers, "
         f"1 warm-up epoch + {args.epochs} timed epochs; ringloader prefetch "
         f"{args.prefetch}",
-        "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()
-                                    if not k.endswith(" path")),
+        "- versions: "
+        + ", ".join(f"{k} {val}" for k, val in v.items() if not k.endswith(" path")),
     ]
     if v.get("ringloader path"):
-        lines.append(f"- ringloader imported from `{os.path.dirname(v['ringloader path'])}`")
+        lines.append(
+            f"- ringloader imported from `{os.path.dirname(v['ringloader path'])}`"
+        )
     lines += [
         "",
         "Every contender yields the same batches: uint8 (B, 3, 224, 224) "
@@ -952,30 +1114,50 @@ def write_report(args: argparse.Namespace, info: dict, results: list[dict],
             "",
         ]
     for pipeline in args.pipelines:
-        title = ("Train: RandomResizedCrop(224) + flip" if pipeline == "train"
-                 else "Eval: Resize(256) + CenterCrop(224)")
+        title = (
+            "Train: RandomResizedCrop(224) + flip"
+            if pipeline == "train"
+            else "Eval: Resize(256) + CenterCrop(224)"
+        )
         lines += [f"## {title}", ""]
         lines += table(results, pipeline, args.threads, order)
         lines.append("")
     for p in plots:
         lines += [f"![{p.stem}](plots/{p.name})", ""]
     if scaling:
-        lines += ["## Thread scaling (train pipeline)", "",
-                  "| threads | " + " | ".join(CONTENDERS[c] for c in args.scaling_contenders)
-                  + " |",
-                  "|---:|" + "---:|" * len(args.scaling_contenders)]
+        lines += [
+            "## Thread scaling (train pipeline)",
+            "",
+            "| threads | "
+            + " | ".join(CONTENDERS[c] for c in args.scaling_contenders)
+            + " |",
+            "|---:|" + "---:|" * len(args.scaling_contenders),
+        ]
         for t in range(1, args.threads + 1):
             cells = []
             for c in args.scaling_contenders:
-                r = next((s for s in scaling if s["contender"] == c
-                          and s["threads"] == t), None)
+                r = next(
+                    (s for s in scaling if s["contender"] == c and s["threads"] == t),
+                    None,
+                )
                 if r is None or "error" in r:
                     cells.append("–")
                 else:
-                    one = next((s for s in scaling if s["contender"] == c
-                                and s["threads"] == 1 and "error" not in s), None)
-                    eff = (f" ({r['images_per_s'] / (t * one['images_per_s']):.0%})"
-                           if one and t > 1 else "")
+                    one = next(
+                        (
+                            s
+                            for s in scaling
+                            if s["contender"] == c
+                            and s["threads"] == 1
+                            and "error" not in s
+                        ),
+                        None,
+                    )
+                    eff = (
+                        f" ({r['images_per_s'] / (t * one['images_per_s']):.0%})"
+                        if one and t > 1
+                        else ""
+                    )
                     cells.append(f"{r['images_per_s']:.0f}{eff}")
             lines.append(f"| {t} | " + " | ".join(cells) + " |")
         lines += ["", "(in brackets: scaling efficiency against 1 thread)", ""]
@@ -991,8 +1173,12 @@ def write_report(args: argparse.Namespace, info: dict, results: list[dict],
             continue
         seen.add(key)
         where = f"{r.get('pipeline')} pipeline, {r.get('threads')} threads"
-        lines += [f"### {CONTENDERS[r['contender']]} ({where})", "",
-                  f"Failed during {r.get('error_phase', 'run')}: `{r['error'][:500]}`", ""]
+        lines += [
+            f"### {CONTENDERS[r['contender']]} ({where})",
+            "",
+            f"Failed during {r.get('error_phase', 'run')}: `{r['error'][:500]}`",
+            "",
+        ]
         install = setup_errors.get(r["contender"])
         if install:
             lines += ["Installation:", "", "```", install.strip(), "```", ""]
@@ -1007,11 +1193,13 @@ def write_report(args: argparse.Namespace, info: dict, results: list[dict],
             continue
         noted.add(r["contender"])
         extra = []
-        for key, label in (("conversion_s", "dataset conversion {:.1f} s"),
-                           ("beton_mb", ".beton file {:.0f} MB"),
-                           ("import_s", "import {:.1f} s"),
-                           ("ffmpeg", "libavcodec {}"),
-                           ("io_backend", "I/O {}")):
+        for key, label in (
+            ("conversion_s", "dataset conversion {:.1f} s"),
+            ("beton_mb", ".beton file {:.0f} MB"),
+            ("import_s", "import {:.1f} s"),
+            ("ffmpeg", "libavcodec {}"),
+            ("io_backend", "I/O {}"),
+        ):
             if r.get(key) is not None:
                 extra.append(label.format(r[key]))
         if r.get("conversion_reused"):
@@ -1019,16 +1207,20 @@ def write_report(args: argparse.Namespace, info: dict, results: list[dict],
         notes = "; ".join(r.get("notes", []) + extra)
         lines.append(f"- **{CONTENDERS[r['contender']]}**: {notes}")
     lines.append("")
-    per_run = [f"{r['contender']}/{r['pipeline']}: {r['loadavg_start']:.2f}"
-               for r in results if "loadavg_start" in r]
+    per_run = [
+        f"{r['contender']}/{r['pipeline']}: {r['loadavg_start']:.2f}"
+        for r in results
+        if "loadavg_start" in r
+    ]
     if per_run:
         lines += ["1-min load average when each run started: " + ", ".join(per_run), ""]
     lines += [f"Raw numbers: `{args.json_name}` (next to this file).", ""]
     return "\n".join(lines)
 
 
-def make_plots(args: argparse.Namespace, results: list[dict],
-               scaling: list[dict], plot_dir: Path) -> list[Path]:
+def make_plots(
+    args: argparse.Namespace, results: list[dict], scaling: list[dict], plot_dir: Path
+) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1038,25 +1230,44 @@ def make_plots(args: argparse.Namespace, results: list[dict],
     paths = []
     order = [c for c in CONTENDERS if c in args.contenders]
     pipes = list(args.pipelines)
-    fig, axes = plt.subplots(1, len(pipes), figsize=(7.2 * len(pipes), 0.55 * len(order) + 1.8),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(pipes),
+        figsize=(7.2 * len(pipes), 0.55 * len(order) + 1.8),
+        squeeze=False,
+    )
     for ax, pipeline in zip(axes[0], pipes):
         rows = _by(results, pipeline, args.threads)
         names = [c for c in order if c in rows][::-1]
-        vals = [rows[c].get("images_per_s", 0.0) if "error" not in rows[c] else 0.0
-                for c in names]
-        colors = ["#d62728" if c.startswith("ringloader") else
-                  "#7f7f7f" if c == BOUND else "#1f77b4" for c in names]
+        vals = [
+            rows[c].get("images_per_s", 0.0) if "error" not in rows[c] else 0.0
+            for c in names
+        ]
+        colors = [
+            "#d62728"
+            if c.startswith("ringloader")
+            else "#7f7f7f"
+            if c == BOUND
+            else "#1f77b4"
+            for c in names
+        ]
         y = range(len(names))
         ax.barh(y, vals, color=colors)
-        ax.set_yticks(list(y), [CONTENDERS[c].replace(" (", "\n(") for c in names],
-                      fontsize=9)
+        ax.set_yticks(
+            list(y), [CONTENDERS[c].replace(" (", "\n(") for c in names], fontsize=9
+        )
         base = rows.get(BASELINE, {}).get("images_per_s")
         top = max(vals + [1.0])
         for yi, (c, val) in enumerate(zip(names, vals)):
             if "error" in rows[c]:
-                ax.text(top * 0.01, yi, "could not run", va="center", fontsize=9,
-                        color="#555555")
+                ax.text(
+                    top * 0.01,
+                    yi,
+                    "could not run",
+                    va="center",
+                    fontsize=9,
+                    color="#555555",
+                )
                 continue
             label = f"{val:.0f}"
             if base and c != BASELINE:
@@ -1067,8 +1278,11 @@ def make_plots(args: argparse.Namespace, results: list[dict],
             ax.axvline(bound, color="#7f7f7f", linestyle="--", linewidth=1)
         ax.set_xlim(0, top * 1.6)
         ax.set_xlabel("images / s (higher is better)")
-        ax.set_title(f"{pipeline}: {'RandomResizedCrop+flip' if pipeline == 'train' else 'Resize 256 + CenterCrop 224'}"
-                     f", {args.threads} cores", fontsize=11)
+        ax.set_title(
+            f"{pipeline}: {'RandomResizedCrop+flip' if pipeline == 'train' else 'Resize 256 + CenterCrop 224'}"
+            f", {args.threads} cores",
+            fontsize=11,
+        )
         ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     path = plot_dir / "throughput.png"
@@ -1080,20 +1294,40 @@ def make_plots(args: argparse.Namespace, results: list[dict],
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
         ts = list(range(1, args.threads + 1))
         for c, color in zip(args.scaling_contenders, ["#d62728", "#1f77b4", "#2ca02c"]):
-            pts = [(s["threads"], s["images_per_s"]) for s in scaling
-                   if s["contender"] == c and "error" not in s]
+            pts = [
+                (s["threads"], s["images_per_s"])
+                for s in scaling
+                if s["contender"] == c and "error" not in s
+            ]
             pts.sort()
             if not pts:
                 continue
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color,
-                    label=CONTENDERS[c], linewidth=2)
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                "o-",
+                color=color,
+                label=CONTENDERS[c],
+                linewidth=2,
+            )
             one = dict(pts).get(1)
             if one:
-                ax.plot(ts, [one * t for t in ts], ":", color=color, alpha=0.6,
-                        label=f"{CONTENDERS[c]}: linear")
+                ax.plot(
+                    ts,
+                    [one * t for t in ts],
+                    ":",
+                    color=color,
+                    alpha=0.6,
+                    label=f"{CONTENDERS[c]}: linear",
+                )
             for t, val in pts:
-                ax.annotate(f"{val:.0f}", (t, val), textcoords="offset points",
-                            xytext=(6, -12), fontsize=9)
+                ax.annotate(
+                    f"{val:.0f}",
+                    (t, val),
+                    textcoords="offset points",
+                    xytext=(6, -12),
+                    fontsize=9,
+                )
         ax.set_xticks(ts)
         ax.set_xlabel("threads (ringloader) / workers (DataLoader) = pinned cores")
         ax.set_ylabel("images / s")
@@ -1118,32 +1352,58 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--data", help="ImageFolder root (default: build an ImageNet-like "
-                   "folder of --images files with make_imagenet_like.py)")
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    p.add_argument(
+        "--data",
+        help="ImageFolder root (default: build an ImageNet-like "
+        "folder of --images files with make_imagenet_like.py)",
+    )
     p.add_argument("--images", type=int, default=2000)
-    p.add_argument("--threads", type=int, default=None,
-                   help="cores = threads = workers (default: all usable CPUs)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="cores = threads = workers (default: all usable CPUs)",
+    )
     p.add_argument("--pipelines", default="train,eval")
     p.add_argument("--contenders", default=",".join(CONTENDERS))
-    p.add_argument("--epochs", type=int, default=2, help="timed epochs after the warm-up")
+    p.add_argument(
+        "--epochs", type=int, default=2, help="timed epochs after the warm-up"
+    )
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--prefetch", type=int, default=4, help="ringloader prefetch (batches)")
+    p.add_argument(
+        "--prefetch", type=int, default=4, help="ringloader prefetch (batches)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(HERE), help="where RESULTS.md and plots/ go")
-    p.add_argument("--scaling", action=argparse.BooleanOptionalAction, default=True,
-                   help="also run ringloader and DataLoader on 1..N threads (train)")
-    p.add_argument("--venv", default=DEFAULT_VENV,
-                   help="the peers' virtual environment (made by --setup)")
-    p.add_argument("--python", help="interpreter for the contenders "
-                   "(default: the venv's if it exists, else this one)")
-    p.add_argument("--setup", action="store_true",
-                   help="create the venv and install the peers first")
+    p.add_argument(
+        "--scaling",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run ringloader and DataLoader on 1..N threads (train)",
+    )
+    p.add_argument(
+        "--venv",
+        default=DEFAULT_VENV,
+        help="the peers' virtual environment (made by --setup)",
+    )
+    p.add_argument(
+        "--python",
+        help="interpreter for the contenders "
+        "(default: the venv's if it exists, else this one)",
+    )
+    p.add_argument(
+        "--setup",
+        action="store_true",
+        help="create the venv and install the peers first",
+    )
     p.add_argument("--timeout", type=float, default=900, help="seconds per run")
     p.add_argument("--child", choices=list(FACTORIES), help=argparse.SUPPRESS)
     p.add_argument("--pipeline", choices=PIPELINES, help=argparse.SUPPRESS)
-    p.add_argument("--ffcv-file", default=str(WORK_DIR / "data.beton"),
-                   help=argparse.SUPPRESS)
+    p.add_argument(
+        "--ffcv-file", default=str(WORK_DIR / "data.beton"), help=argparse.SUPPRESS
+    )
     args = p.parse_args(argv)
     if args.child:
         return args
@@ -1173,14 +1433,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0 if "error" not in result else 1
 
     command = "python benchmarks/compare.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
     WORK_DIR.mkdir(parents=True, exist_ok=True)
     setup_errors: dict[str, str] = {}
     if args.setup:
         setup_errors = setup_peers(args)
     else:
         with contextlib.suppress(OSError, ValueError):
-            setup_errors = json.loads((Path(args.venv) / "compare-setup.json").read_text())
+            setup_errors = json.loads(
+                (Path(args.venv) / "compare-setup.json").read_text()
+            )
     if not args.python:
         venv_py = Path(args.venv) / "bin" / "python"
         args.python = str(venv_py) if venv_py.exists() else sys.executable
@@ -1199,8 +1462,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.data = make_imagenet_like.build(root, images=args.images)
     files = scan_folder(args.data)
     size = sum(os.path.getsize(f) for f, _ in files)
-    data_desc = (f"{len(files)} JPEG files, {len(set(c for _, c in files))} classes, "
-                 f"{size / 1e6:.1f} MB ({size / max(len(files), 1) / 1e3:.0f} kB/file)")
+    data_desc = (
+        f"{len(files)} JPEG files, {len(set(c for _, c in files))} classes, "
+        f"{size / 1e6:.1f} MB ({size / max(len(files), 1) / 1e3:.0f} kB/file)"
+    )
     with contextlib.suppress(Exception):
         sys.path.insert(0, str(HERE))
         import make_imagenet_like
@@ -1220,25 +1485,45 @@ def main(argv: Optional[list[str]] = None) -> int:
                 results.append(spawn_contender(name, pipeline, args.threads, args))
 
     scaling: list[dict] = []
-    args.scaling_contenders = [c for c in ("ringloader", "dataloader")
-                               if c in args.contenders]
+    args.scaling_contenders = [
+        c for c in ("ringloader", "dataloader") if c in args.contenders
+    ]
     if args.scaling and args.scaling_contenders:
         for c in args.scaling_contenders:
             for t in range(1, args.threads + 1):
-                reuse = next((r for r in results if r["contender"] == c
-                              and r["pipeline"] == "train" and r["threads"] == t), None)
+                reuse = next(
+                    (
+                        r
+                        for r in results
+                        if r["contender"] == c
+                        and r["pipeline"] == "train"
+                        and r["threads"] == t
+                    ),
+                    None,
+                )
                 scaling.append(reuse or spawn_contender(c, "train", t, args))
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     args.json_name = "compare-results.json"
     plots = make_plots(args, results, scaling, out / "plots")
-    report = write_report(args, info, results, scaling, plots, command,
-                          setup_errors, data_desc)
+    report = write_report(
+        args, info, results, scaling, plots, command, setup_errors, data_desc
+    )
     (out / "RESULTS.md").write_text(report)
-    (out / args.json_name).write_text(json.dumps(
-        {"command": command, "machine": info, "results": results,
-         "scaling": scaling, "setup_errors": setup_errors}, indent=1) + "\n")
+    (out / args.json_name).write_text(
+        json.dumps(
+            {
+                "command": command,
+                "machine": info,
+                "results": results,
+                "scaling": scaling,
+                "setup_errors": setup_errors,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     log(f"wrote {out / 'RESULTS.md'} and {', '.join(str(p) for p in plots)}")
     return 0
 

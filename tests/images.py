@@ -69,7 +69,9 @@ def jpeg_bytes(kind: str, h: int, w: int, seed: int = 0) -> bytes:
     return buf.getvalue()
 
 
-def write_folder(root: str, n_per_class: int = 6, classes: int = 3, seed: int = 0) -> str:
+def write_folder(
+    root: str, n_per_class: int = 6, classes: int = 3, seed: int = 0
+) -> str:
     """An ImageFolder of varied JPEGs (all kinds, sizes 120..700 px)."""
     rng = np.random.default_rng(seed)
     kinds = list(KINDS)

@@ -19,8 +19,13 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def run(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "ringloader", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ringloader", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-4000:]}"
     return proc
 
@@ -28,9 +33,19 @@ def run(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
 def test_info():
     out = run("info").stdout
     assert f"ringloader {ringloader.__version__}" in out
-    for line in ("python 3.", "torch ", "torchvision ", "numpy ", "io_uring: ",
-                 "ringloader CUDA path: ", "CUDA (torch): ", "libjpeg-turbo ",
-                 "SIMD, libjpeg-turbo: ", "SIMD, ringloader resampler: ", "CPUs: "):
+    for line in (
+        "python 3.",
+        "torch ",
+        "torchvision ",
+        "numpy ",
+        "io_uring: ",
+        "ringloader CUDA path: ",
+        "CUDA (torch): ",
+        "libjpeg-turbo ",
+        "SIMD, libjpeg-turbo: ",
+        "SIMD, ringloader resampler: ",
+        "CPUs: ",
+    ):
         assert line in out, (line, out)
     from ringloader import _core
 
@@ -42,9 +57,21 @@ def test_info():
 
 def test_bench_tiny(tmp_path):
     plot = tmp_path / "bench.png"
-    proc = run("bench", "--images", "24", "--threads", "1", "--batch-size", "8",
-               "--pipeline", "eval", "--plot", str(plot),
-               "--cache-dir", str(tmp_path / "cache"))
+    proc = run(
+        "bench",
+        "--images",
+        "24",
+        "--threads",
+        "1",
+        "--batch-size",
+        "8",
+        "--pipeline",
+        "eval",
+        "--plot",
+        str(plot),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
     out = proc.stdout
     assert "24 JPEGs in 10 classes" in out
     assert "threads | ringloader img/s | DataLoader img/s | ratio" in out
@@ -70,14 +97,29 @@ def test_bench_without_torchvision_or_matplotlib(folder, tmp_path, capsys, monke
     monkeypatch.setitem(sys.modules, "torchvision", None)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     plot = tmp_path / "none.png"
-    rc = cli.main(["bench", "--data", folder, "--images", "9", "--threads", "1,2",
-                   "--batch-size", "4", "--plot", str(plot), "--no-progress"])
+    rc = cli.main(
+        [
+            "bench",
+            "--data",
+            folder,
+            "--images",
+            "9",
+            "--threads",
+            "1,2",
+            "--batch-size",
+            "4",
+            "--plot",
+            str(plot),
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "torchvision is not installed" in out and "only ringloader runs" in out
     assert "DataLoader img/s" not in out
-    assert ("plot: not written: matplotlib is not installed "
-            "(pip install matplotlib)") in out
+    assert (
+        "plot: not written: matplotlib is not installed (pip install matplotlib)"
+    ) in out
     assert not plot.exists()
     assert "9 JPEGs in 3 classes" in out
     rows = [line for line in out.splitlines() if line.strip()[:2] in ("1 ", "2 ")]
@@ -88,8 +130,18 @@ def test_bench_without_pillow_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "PIL", None)
     monkeypatch.setitem(sys.modules, "PIL.Image", None)
     with pytest.raises(SystemExit) as e:
-        cli.main(["bench", "--images", "4", "--threads", "1", "--no-progress",
-                  "--cache-dir", str(tmp_path)])
+        cli.main(
+            [
+                "bench",
+                "--images",
+                "4",
+                "--threads",
+                "1",
+                "--no-progress",
+                "--cache-dir",
+                str(tmp_path),
+            ]
+        )
     assert "Pillow" in str(e.value) and "pip install pillow" in str(e.value)
     assert not [d for d in os.listdir(tmp_path) if d.startswith("demo-")]
 

@@ -10,9 +10,11 @@ from ringloader import transforms as T
 
 pytestmark = [
     pytest.mark.cuda,
-    pytest.mark.skipif(not torch.cuda.is_available(),
-                       reason="needs a CUDA device (the GPU path is covered "
-                              "by test_cuda_fake.py on this machine)"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a CUDA device (the GPU path is covered "
+        "by test_cuda_fake.py on this machine)",
+    ),
 ]
 
 TRAIN = T.Compose([T.RandomResizedCrop(96), T.RandomHorizontalFlip()])
@@ -29,12 +31,18 @@ def test_device_batches_equal_the_cpu_path(folder):
 
 def test_normalised_output_on_the_device(folder):
     ds = ringloader.ImageFolder(folder)
-    t = T.Compose([T.Resize(128), T.CenterCrop(96),
-                   T.ToDtype(torch.float16, scale=True),
-                   T.Normalize([0.5] * 3, [0.25] * 3)])
+    t = T.Compose(
+        [
+            T.Resize(128),
+            T.CenterCrop(96),
+            T.ToDtype(torch.float16, scale=True),
+            T.Normalize([0.5] * 3, [0.25] * 3),
+        ]
+    )
     cpu = ringloader.Loader(ds, batch_size=4, transform=t, layout="channels_last")
-    gpu = ringloader.Loader(ds, batch_size=4, transform=t, layout="channels_last",
-                            device="cuda")
+    gpu = ringloader.Loader(
+        ds, batch_size=4, transform=t, layout="channels_last", device="cuda"
+    )
     for (a, _), (b, _) in zip(cpu, gpu):
         assert b.dtype == torch.float16
         assert b.is_contiguous(memory_format=torch.channels_last)
@@ -46,8 +54,9 @@ def test_copy_overlaps_decoding(folder):
     ds = ringloader.ImageFolder(folder)
 
     def stall(device):
-        loader = ringloader.Loader(ds, batch_size=6, transform=TRAIN, num_threads=2,
-                                   device=device)
+        loader = ringloader.Loader(
+            ds, batch_size=6, transform=TRAIN, num_threads=2, device=device
+        )
         for _ in range(3):
             for images, _ in loader:
                 images.float().mean()  # the training step

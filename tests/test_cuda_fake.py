@@ -22,8 +22,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def fake(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("cuda") / "fake_cudart.so")
     subprocess.run(
-        ["cc", "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread",
-         os.path.join(HERE, "cuda", "fake_cudart.c"), "-o", out],
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pthread",
+            os.path.join(HERE, "cuda", "fake_cudart.c"),
+            "-o",
+            out,
+        ],
         check=True,
     )
     return out
@@ -54,10 +65,16 @@ tf = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip()])
 
 
 def run(fake, data, body, **env):
-    full = dict(os.environ, RINGLOADER_CUDART=fake, **{k: str(v) for k, v in env.items()})
+    full = dict(
+        os.environ, RINGLOADER_CUDART=fake, **{k: str(v) for k, v in env.items()}
+    )
     proc = subprocess.run(
         [sys.executable, "-c", PRELUDE + textwrap.dedent(body), data],
-        capture_output=True, text=True, env=full, timeout=300, cwd=HERE,
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
+        cwd=HERE,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
@@ -113,13 +130,17 @@ def test_a_missing_event_wait_is_caught(fake, data):
 def test_an_early_slot_refill_is_caught(fake, data):
     # With slots recycled without waiting for their copy's event, the fake
     # sees a pinned slot change under a pending copy.
-    r = run(fake, data, LAZY, RINGLOADER_CUDA_BREAK="recycle",
-            FAKE_CUDA_DELAY_US=100000)
+    r = run(
+        fake, data, LAZY, RINGLOADER_CUDA_BREAK="recycle", FAKE_CUDA_DELAY_US=100000
+    )
     assert r["violations"] > 0 and "modified before its copy" in r["last"], r
 
 
 def test_no_pinned_or_device_leak_over_1000_batches(fake, data):
-    r = run(fake, data, """
+    r = run(
+        fake,
+        data,
+        """
     gpu = ringloader.Loader(ds, batch_size=1, transform=T.Resize((16, 16)),
                             device="cuda:0", num_threads=2, prefetch=4)
     n, peak_dev, peak_host = 0, 0, 0
@@ -133,7 +154,9 @@ def test_no_pinned_or_device_leak_over_1000_batches(fake, data):
     del b
     gpu.close()
     report(n=n, peak_dev=peak_dev, peak_host=peak_host)
-    """, FAKE_CUDA_DELAY_US=200)
+    """,
+        FAKE_CUDA_DELAY_US=200,
+    )
     assert r["n"] == 1000 and r["violations"] == 0, r
     assert r["copies"] >= 1000
     assert r["peak_host"] <= 5 and r["peak_dev"] <= 8, r  # bounded, not growing
@@ -141,7 +164,10 @@ def test_no_pinned_or_device_leak_over_1000_batches(fake, data):
 
 
 def test_normalisation_and_channels_last_on_the_device(fake, data):
-    r = run(fake, data, """
+    r = run(
+        fake,
+        data,
+        """
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
     t = T.Compose([T.Resize(64), T.CenterCrop(48),
                    T.ToDtype(torch.float32, scale=True), T.Normalize(mean, std)])
@@ -157,13 +183,17 @@ def test_normalisation_and_channels_last_on_the_device(fake, data):
         cl = cl and b.dtype == torch.float32 and b.shape == a.shape
     gpu.close()
     report(err=err, cl=cl)
-    """)
+    """,
+    )
     assert r["cl"] and r["err"] < 1e-5 and r["violations"] == 0, r
 
 
 def test_device_index_is_respected(fake, data):
     # The fake flags a copy issued while another device is current.
-    r = run(fake, data, """
+    r = run(
+        fake,
+        data,
+        """
     gpu = ringloader.Loader(ds, batch_size=6, transform=tf, device="cuda:1")
     n = sum(1 for _ in gpu)
     gpu.close()
@@ -173,7 +203,8 @@ def test_device_index_is_respected(fake, data):
     except RuntimeError as e:
         err = str(e)
     report(n=n, err=err)
-    """)
+    """,
+    )
     assert r["n"] > 0 and r["violations"] == 0, r
     assert "device 7" in r["err"], r
 
@@ -239,8 +270,13 @@ def test_without_a_runtime_device_cuda_is_one_clear_error(data):
         print("ERROR", e)
     """)
     env = dict(os.environ, RINGLOADER_CUDART="/nonexistent/libcudart.so")
-    out = subprocess.run([sys.executable, "-c", code, data], capture_output=True,
-                         text=True, env=env, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code, data],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    ).stdout
     assert out.startswith("ERROR device='cuda' needs a CUDA GPU"), out
     assert "/nonexistent/libcudart.so" in out
     assert "leave device unset" in out and out.count("\n") == 1

@@ -21,7 +21,7 @@ from ringloader import transforms as T
 
 from images import jpeg_bytes
 
-N = 23          # odd: DistributedSampler pads (or drops) one sample
+N = 23  # odd: DistributedSampler pads (or drops) one sample
 WORLD = 2
 SEED = 7
 SMALL = T.Resize((8, 8))
@@ -93,35 +93,62 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(script: str, *args: str, nproc: int = WORLD, timeout: float = 150,
-             cwd: str | None = None) -> subprocess.CompletedProcess:
+def torchrun(
+    script: str,
+    *args: str,
+    nproc: int = WORLD,
+    timeout: float = 150,
+    cwd: str | None = None,
+) -> subprocess.CompletedProcess:
     """Runs `script` under `torchrun --nproc_per_node=nproc` on CPU; kills
     the whole process group on a timeout."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
-           f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
-           f"--master_port={free_port()}", script, *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        script,
+        *args,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=cwd, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(
-            f"torchrun hung for {timeout} s:\n{out}\n{err}") from None
+        raise AssertionError(f"torchrun hung for {timeout} s:\n{out}\n{err}") from None
     assert proc.returncode == 0, (
-        f"torchrun failed ({proc.returncode}):\n{out}\n{err[-4000:]}")
+        f"torchrun failed ({proc.returncode}):\n{out}\n{err[-4000:]}"
+    )
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def reference(shuffle: bool, drop_last: bool, batch_size: int, rank: int,
-              epoch: int, n: int = N) -> list[int]:
+def reference(
+    shuffle: bool, drop_last: bool, batch_size: int, rank: int, epoch: int, n: int = N
+) -> list[int]:
     """The indices a DataLoader over DistributedSampler yields on `rank`:
     the sampler's order, without the last partial batch under drop_last
     (Loader passes drop_last to both, as a user would)."""
-    s = DistributedSampler(range(n), num_replicas=WORLD, rank=rank,
-                           shuffle=shuffle, seed=SEED, drop_last=drop_last)
+    s = DistributedSampler(
+        range(n),
+        num_replicas=WORLD,
+        rank=rank,
+        shuffle=shuffle,
+        seed=SEED,
+        drop_last=drop_last,
+    )
     s.set_epoch(epoch)
     order = list(s)
     if drop_last:
@@ -151,8 +178,9 @@ def ranks(jpeg, tmp_path_factory):
 
 
 @pytest.mark.parametrize("shuffle,drop_last,batch_size", CONFIGS)
-def test_torchrun_ranks_match_distributed_sampler(ranks, shuffle, drop_last,
-                                                  batch_size):
+def test_torchrun_ranks_match_distributed_sampler(
+    ranks, shuffle, drop_last, batch_size
+):
     key = f"{shuffle}-{drop_last}-{batch_size}"
     for epoch in (0, 1):
         union = collections.Counter()
@@ -191,16 +219,26 @@ def collect(loader, epochs=(0, 1)) -> list[list[int]]:
     return out
 
 
-@pytest.mark.parametrize("shuffle,drop_last",
-                         [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize(
+    "shuffle,drop_last", [(False, False), (True, False), (True, True)]
+)
 def test_explicit_rank_and_world_size(jpeg, shuffle, drop_last):
     """No process group: rank= and world_size= alone shard the data."""
     for r in range(WORLD):
-        for kwargs in ({"rank": r, "world_size": WORLD},
-                       {"distributed": True, "rank": r, "world_size": WORLD}):
-            with ringloader.Loader(Indexed(jpeg), batch_size=5, shuffle=shuffle,
-                                   drop_last=drop_last, seed=SEED, num_threads=1,
-                                   transform=SMALL, **kwargs) as loader:
+        for kwargs in (
+            {"rank": r, "world_size": WORLD},
+            {"distributed": True, "rank": r, "world_size": WORLD},
+        ):
+            with ringloader.Loader(
+                Indexed(jpeg),
+                batch_size=5,
+                shuffle=shuffle,
+                drop_last=drop_last,
+                seed=SEED,
+                num_threads=1,
+                transform=SMALL,
+                **kwargs,
+            ) as loader:
                 assert loader.distributed and loader.rank == r
                 got = collect(loader)
                 assert got == [reference(shuffle, drop_last, 5, r, e) for e in (0, 1)]
@@ -213,15 +251,27 @@ def test_distributed_sampler_as_sampler(jpeg, shuffle, drop_last):
     order is the sampler's."""
     for r in range(WORLD):
         dataset = Indexed(jpeg)
-        sampler = DistributedSampler(dataset, num_replicas=WORLD, rank=r,
-                                     shuffle=shuffle, seed=SEED, drop_last=drop_last)
-        with ringloader.Loader(dataset, batch_size=4, sampler=sampler,
-                               drop_last=drop_last, num_threads=1,
-                               transform=SMALL) as loader:
+        sampler = DistributedSampler(
+            dataset,
+            num_replicas=WORLD,
+            rank=r,
+            shuffle=shuffle,
+            seed=SEED,
+            drop_last=drop_last,
+        )
+        with ringloader.Loader(
+            dataset,
+            batch_size=4,
+            sampler=sampler,
+            drop_last=drop_last,
+            num_threads=1,
+            transform=SMALL,
+        ) as loader:
             got = collect(loader)
         assert got == [reference(shuffle, drop_last, 4, r, e) for e in (0, 1)]
-        ref = torch.utils.data.DataLoader(range(N), batch_size=4, sampler=sampler,
-                                          drop_last=drop_last)
+        ref = torch.utils.data.DataLoader(
+            range(N), batch_size=4, sampler=sampler, drop_last=drop_last
+        )
         sampler.set_epoch(1)
         assert got[1] == [i for b in ref for i in b.tolist()]
 
@@ -234,5 +284,11 @@ def test_distributed_errors(jpeg):
         ringloader.Loader(dataset, rank=2, world_size=2, transform=SMALL)
     sampler = DistributedSampler(dataset, num_replicas=2, rank=0)
     with pytest.raises(ValueError, match="sampler"):
-        ringloader.Loader(dataset, sampler=sampler, distributed=True, rank=0,
-                          world_size=2, transform=SMALL)
+        ringloader.Loader(
+            dataset,
+            sampler=sampler,
+            distributed=True,
+            rank=0,
+            world_size=2,
+            transform=SMALL,
+        )

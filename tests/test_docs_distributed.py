@@ -39,8 +39,9 @@ def data(tmp_path_factory):
 def localise(code: str, data: str, tmp: str) -> str:
     assert ROOT_LINE in code
     code = code.replace(ROOT_LINE, f"root = {data!r}")
-    return code.replace("/tmp/ringloader-docs-checkpoint.pt",
-                        os.path.join(tmp, "ck.pt"))
+    return code.replace(
+        "/tmp/ringloader-docs-checkpoint.pt", os.path.join(tmp, "ck.pt")
+    )
 
 
 def test_ddp_example_under_torchrun(data, tmp_path):
@@ -68,16 +69,23 @@ def test_resumable_example(data, tmp_path):
 
 def test_stats_and_prometheus_snippets(data, tmp_path):
     pytest.importorskip("prometheus_client")
-    others = [b for b in blocks("python")
-              if not b.startswith(("# train_ddp.py", "# train_resumable.py"))]
+    others = [
+        b
+        for b in blocks("python")
+        if not b.startswith(("# train_ddp.py", "# train_resumable.py"))
+    ]
     assert len(others) == 2
     # Each snippet in a namespace of its own, one child process for both;
     # port 0 for the server so that the test never collides with anything.
-    snippets = [localise(b, data, str(tmp_path)).replace("serve(9400", "serve(0")
-                for b in others]
-    driver = ("import sys\n"
-              "for code in sys.argv[1:]:\n"
-              "    exec(compile(code, 'doc', 'exec'), {})\n")
+    snippets = [
+        localise(b, data, str(tmp_path)).replace("serve(9400", "serve(0")
+        for b in others
+    ]
+    driver = (
+        "import sys\n"
+        "for code in sys.argv[1:]:\n"
+        "    exec(compile(code, 'doc', 'exec'), {})\n"
+    )
     proc = run_python(driver, *snippets)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"\d+ images/s, stalled \d+%, decode", proc.stdout), proc.stdout
@@ -86,10 +94,14 @@ def test_stats_and_prometheus_snippets(data, tmp_path):
 
 def test_command_lines_parse():
     parser = cli._parser()
-    lines = [line.split("#")[0].strip()
-             for b in blocks("sh") for line in b.splitlines()]
-    commands = [shlex.split(os.path.expanduser(line))[1:]
-                for line in lines if line.startswith("ringloader ")]
+    lines = [
+        line.split("#")[0].strip() for b in blocks("sh") for line in b.splitlines()
+    ]
+    commands = [
+        shlex.split(os.path.expanduser(line))[1:]
+        for line in lines
+        if line.startswith("ringloader ")
+    ]
     assert {c[0] for c in commands} == {"bench", "index", "info"}
     for argv in commands:
         parser.parse_args(argv)

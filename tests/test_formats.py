@@ -28,7 +28,8 @@ def mixed(tmp_path):
     img.save(root / "a" / "3.JPEG", format="PNG")  # a PNG named .JPEG
     img.save(root / "a" / "4.webp", format="WEBP", lossless=True)
     Image.fromarray(photo_like(120, 90, seed=4)).convert("L").save(
-        root / "a" / "5.bmp", format="BMP")
+        root / "a" / "5.bmp", format="BMP"
+    )
     return root
 
 
@@ -38,7 +39,7 @@ def test_png_and_webp_load_like_torchvision(mixed, layout):
     t = T.Compose([T.Resize(256), T.CenterCrop(224)])
     loader = ringloader.Loader(ds, batch_size=6, transform=t, layout=layout)
     with pytest.warns(ringloader.FallbackWarning, match="is PNG, not JPEG") as rec:
-        (images, labels), = list(loader)
+        ((images, labels),) = list(loader)
     assert len(rec) == 1  # announced once, not once per file
     assert loader.stats()["fallback_decodes"] == 3
     ref_t = tv.Compose([tv.Resize(256), tv.CenterCrop(224)])
@@ -58,11 +59,18 @@ def test_fallback_with_float_output_and_random_crop(mixed):
     ds = ringloader.ImageFolder(mixed)
     geo = [T.RandomResizedCrop(64), T.RandomHorizontalFlip()]
     u8 = ringloader.Loader(ds, batch_size=6, seed=3, transform=T.Compose(geo))
-    fl = ringloader.Loader(ds, batch_size=6, seed=3, transform=T.Compose(
-        geo + [T.ToDtype(torch.float32, scale=True), T.Normalize([0.5] * 3, [0.5] * 3)]))
+    fl = ringloader.Loader(
+        ds,
+        batch_size=6,
+        seed=3,
+        transform=T.Compose(
+            geo
+            + [T.ToDtype(torch.float32, scale=True), T.Normalize([0.5] * 3, [0.5] * 3)]
+        ),
+    )
     with pytest.warns(ringloader.FallbackWarning):
-        (a, _), = list(u8)
-        (b, _), = list(fl)
+        ((a, _),) = list(u8)
+        ((b, _),) = list(fl)
     assert torch.allclose(b, (a.float() / 255 - 0.5) / 0.5, atol=1e-5)
 
 
@@ -89,7 +97,9 @@ def test_fallback_in_tar_shards(tmp_path, mixed):
     ds = ringloader.TarShards(str(shard), label_key=lambda key: 0)
     loader = ringloader.Loader(ds, batch_size=2, transform=T.Resize((48, 48)))
     with pytest.warns(ringloader.FallbackWarning):
-        (x, _), = list(loader)
-    ref = np.asarray(tv.Resize((48, 48))(Image.open(mixed / "a" / "3.JPEG").convert("RGB")))
+        ((x, _),) = list(loader)
+    ref = np.asarray(
+        tv.Resize((48, 48))(Image.open(mixed / "a" / "3.JPEG").convert("RGB"))
+    )
     assert np.abs(x[1].numpy().transpose(1, 2, 0).astype(int) - ref).max() <= 1
     shutil.rmtree(tmp_path / "mixed")

@@ -6,7 +6,6 @@ import hashlib
 import os
 import shutil
 
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, SubsetRandomSampler, WeightedRandomSampler
@@ -52,8 +51,13 @@ def torch_order(n, **kw):
 @pytest.mark.parametrize("batch_size", [1, 4, 5, 23, 30])
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_len_and_order_match_dataloader(indexed, batch_size, drop_last):
-    ours = ringloader.Loader(indexed, batch_size=batch_size, drop_last=drop_last,
-                             transform=EVAL, num_threads=2)
+    ours = ringloader.Loader(
+        indexed,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        transform=EVAL,
+        num_threads=2,
+    )
     ref = torch_order(len(indexed), batch_size=batch_size, drop_last=drop_last)
     assert len(ours) == len(ref)
     assert order(ours) == ref
@@ -62,16 +66,19 @@ def test_len_and_order_match_dataloader(indexed, batch_size, drop_last):
 @pytest.mark.parametrize(
     "make_sampler",
     [
-        lambda n: SubsetRandomSampler(list(range(0, n, 2)),
-                                      generator=torch.Generator().manual_seed(3)),
-        lambda n: WeightedRandomSampler([1.0] * n, 40,
-                                        generator=torch.Generator().manual_seed(4)),
+        lambda n: SubsetRandomSampler(
+            list(range(0, n, 2)), generator=torch.Generator().manual_seed(3)
+        ),
+        lambda n: WeightedRandomSampler(
+            [1.0] * n, 40, generator=torch.Generator().manual_seed(4)
+        ),
         lambda n: list(reversed(range(n))),
     ],
 )
 def test_any_sampler(indexed, make_sampler):
-    ours = ringloader.Loader(indexed, batch_size=4, sampler=make_sampler(len(indexed)),
-                             transform=EVAL)
+    ours = ringloader.Loader(
+        indexed, batch_size=4, sampler=make_sampler(len(indexed)), transform=EVAL
+    )
     ref = torch_order(len(indexed), batch_size=4, sampler=make_sampler(len(indexed)))
     assert len(ours) == len(ref)
     assert order(ours) == ref
@@ -90,8 +97,9 @@ def test_batch_sampler(indexed):
 
 def test_shuffle_depends_only_on_seed_and_epoch(indexed):
     def epoch_order(seed, epoch):
-        loader = ringloader.Loader(indexed, batch_size=5, shuffle=True, seed=seed,
-                                   transform=EVAL)
+        loader = ringloader.Loader(
+            indexed, batch_size=5, shuffle=True, seed=seed, transform=EVAL
+        )
         loader.set_epoch(epoch)
         return sum(order(loader), [])
 
@@ -108,13 +116,14 @@ def test_shuffle_depends_only_on_seed_and_epoch(indexed):
 
 
 def test_images_are_the_right_images(indexed):
-    loader = ringloader.Loader(indexed, batch_size=4, shuffle=True, transform=EVAL,
-                               num_threads=2, prefetch=3)
+    loader = ringloader.Loader(
+        indexed, batch_size=4, shuffle=True, transform=EVAL, num_threads=2, prefetch=3
+    )
     single = ringloader.Loader(indexed, batch_size=1, transform=EVAL, num_threads=1)
-    by_index = {int(l): im[0].clone() for im, l in single}
+    by_index = {int(lab): im[0].clone() for im, lab in single}
     for images, labels in loader:
-        for im, l in zip(images, labels):
-            assert torch.equal(im, by_index[int(l)])
+        for im, lab in zip(images, labels):
+            assert torch.equal(im, by_index[int(lab)])
 
 
 def test_kept_batches_are_never_overwritten(indexed):
@@ -168,8 +177,9 @@ def test_missing_and_directory_raise_oserror_with_path(tmp_path, indexed):
     paths = [p for p, _ in indexed.samples[:2]]
     (tmp_path / "dir.jpg").mkdir()
     for name, exc in [("gone.jpg", FileNotFoundError), ("dir.jpg", IsADirectoryError)]:
-        loader = ringloader.Loader(Indexed(paths + [str(tmp_path / name)]),
-                                   batch_size=3, transform=EVAL)
+        loader = ringloader.Loader(
+            Indexed(paths + [str(tmp_path / name)]), batch_size=3, transform=EVAL
+        )
         with pytest.raises(exc) as e:
             order(loader)
         assert e.value.filename == str(tmp_path / name)

@@ -55,8 +55,14 @@ def test_serve_and_scrape(jpeg):
         port = server.server_port
         assert server.server_address[0] == "127.0.0.1"
         loaders = [
-            ringloader.Loader(Repeated(jpeg, 24), batch_size=4, num_threads=1,
-                              transform=T.Resize((32, 32)), rank=r, world_size=2)
+            ringloader.Loader(
+                Repeated(jpeg, 24),
+                batch_size=4,
+                num_threads=1,
+                transform=T.Resize((32, 32)),
+                rank=r,
+                world_size=2,
+            )
             for r in (0, 1)
         ]
         for loader in loaders:
@@ -98,11 +104,13 @@ def test_serve_and_scrape(jpeg):
 def test_default_registry_includes_process_metrics(jpeg):
     server, _ = ringloader.metrics.serve(0)
     try:
-        loader = ringloader.Loader(Repeated(jpeg, 4), batch_size=2, num_threads=1,
-                                   transform=T.Resize((32, 32)))
+        loader = ringloader.Loader(
+            Repeated(jpeg, 4), batch_size=2, num_threads=1, transform=T.Resize((32, 32))
+        )
         next(iter(loader))
         with urllib.request.urlopen(
-                f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as r:
+            f"http://127.0.0.1:{server.server_port}/metrics", timeout=10
+        ) as r:
             text = r.read().decode()
         assert "ringloader_stall_fraction{" in text
         assert "python_info" in text

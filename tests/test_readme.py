@@ -33,8 +33,13 @@ def test_readme_has_examples():
 @pytest.mark.parametrize("i", range(len(blocks())))
 def test_readme_example_runs(data, i):
     code = blocks()[i]
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     if 'device="cuda"' in code and not torch.cuda.is_available():
         # Without a GPU the example must fail with the one clear error.
         assert proc.returncode != 0

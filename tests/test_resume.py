@@ -15,7 +15,7 @@ from images import jpeg_bytes
 from subproc import run_python
 
 N = 18
-BATCH = 4       # 5 batches: 4, 4, 4, 4, 2
+BATCH = 4  # 5 batches: 4, 4, 4, 4, 2
 SEED = 3
 
 # Everything both the test and its child processes build, by case name.
@@ -66,7 +66,9 @@ def epoch(loader, stop=None):
     return out
 """
 
-STOP = COMMON + r"""
+STOP = (
+    COMMON
+    + r"""
 root, out = sys.argv[1], sys.argv[2]
 seen = {}
 for case, (kwargs, full, k) in CASES.items():
@@ -79,8 +81,11 @@ for case, (kwargs, full, k) in CASES.items():
     loader.close()
 print(json.dumps(seen))
 """
+)
 
-RESUME = COMMON + r"""
+RESUME = (
+    COMMON
+    + r"""
 root, out = sys.argv[1], sys.argv[2]
 got = {}
 for case in CASES:
@@ -90,6 +95,7 @@ for case in CASES:
     loader.close()
 print(json.dumps(got))
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -137,11 +143,12 @@ def test_resume_is_bit_identical(reference, runs, case):
     seen, resumed = runs[0][case], runs[1][case]
     ref = reference[case]
     # The stopped process saw the same prefix as the uninterrupted run.
-    assert seen == [ref[e] if e < full or k is None else ref[e][:k]
-                    for e in range(len(seen))]
+    assert seen == [
+        ref[e] if e < full or k is None else ref[e][:k] for e in range(len(seen))
+    ]
     assert len(set(ref[0])) == len(ref[0]), "batches should all differ"
     if k is None or k == len(ref[full]):
-        start, rest = full + 1, ref[full + 1]          # next epoch, from its start
+        start, rest = full + 1, ref[full + 1]  # next epoch, from its start
     else:
         start, rest = full, ref[full][k:]
     assert resumed["epoch"] == start
@@ -165,10 +172,10 @@ def test_state_dict_contents(root):
 def test_state_at_epoch_start_after_set_epoch(root):
     ns = namespace()
     with ns["make"](root, "k2", threads=1) as loader:
-        first = [ns["epoch"](loader) for _ in range(2)]     # epochs 0 and 1
+        first = [ns["epoch"](loader) for _ in range(2)]  # epochs 0 and 1
     with ns["make"](root, "k2", threads=1) as loader:
-        ns["epoch"](loader)                                 # epoch 0
-        loader.set_epoch(1)                                 # checkpoint here
+        ns["epoch"](loader)  # epoch 0
+        loader.set_epoch(1)  # checkpoint here
         state = loader.state_dict()
     with ns["make"](root, "k2", threads=1) as fresh:
         fresh.load_state_dict(state)

@@ -23,10 +23,24 @@ from images import jpeg_bytes
 BATCH = 4
 BATCHES = 24
 EVAL = T.Compose([T.Resize(256), T.CenterCrop(224)])
-KEYS = {"images_per_second", "batches_per_second", "stall_fraction",
-        "wait_seconds", "wall_seconds", "first_batch_seconds", "read_seconds",
-        "decode_seconds", "samples_decoded", "bytes_read", "errors", "inflight",
-        "queue_depth", "io_backend", "epoch", "rank"}
+KEYS = {
+    "images_per_second",
+    "batches_per_second",
+    "stall_fraction",
+    "wait_seconds",
+    "wall_seconds",
+    "first_batch_seconds",
+    "read_seconds",
+    "decode_seconds",
+    "samples_decoded",
+    "bytes_read",
+    "errors",
+    "inflight",
+    "queue_depth",
+    "io_backend",
+    "epoch",
+    "rank",
+}
 
 
 class Repeated:
@@ -76,10 +90,11 @@ def run(loader, sleep: float = 0.0, probe=None):
 
 
 def test_stall_fraction_both_ends(dataset):
-    with ringloader.Loader(dataset, batch_size=BATCH, num_threads=1, prefetch=2,
-                           transform=EVAL) as loader:
-        assert loader.stats()["stall_fraction"] == 0.0   # nothing measured yet
-        run(loader)                                      # warm the page cache
+    with ringloader.Loader(
+        dataset, batch_size=BATCH, num_threads=1, prefetch=2, transform=EVAL
+    ) as loader:
+        assert loader.stats()["stall_fraction"] == 0.0  # nothing measured yet
+        run(loader)  # warm the page cache
         rate0, own0, fast = run(loader)
         # A loop with (almost) nothing to do waits nearly all the time.
         assert fast["stall_fraction"] > 0.8, fast
@@ -101,31 +116,39 @@ def test_stall_fraction_both_ends(dataset):
             # next() (which also holds the loader's own Python overhead, a
             # millisecond or two per batch that the meter leaves out).
             assert half["stall_fraction"] == pytest.approx(
-                1 - wall_rate / own, abs=0.1), (half, 1 - wall_rate / own)
+                1 - wall_rate / own, abs=0.1
+            ), (half, 1 - wall_rate / own)
             loader_rate = (before + after) / 2
             expected = 1 - loader_rate / own
             stable = abs(before - after) < 0.15 * loader_rate
-            print(f"loader {before:.1f} then {after:.1f} batches/s, loop "
-                  f"{own:.1f}/s: stall {half['stall_fraction']:.3f}, expected "
-                  f"{expected:.3f}")
+            print(
+                f"loader {before:.1f} then {after:.1f} batches/s, loop "
+                f"{own:.1f}/s: stall {half['stall_fraction']:.3f}, expected "
+                f"{expected:.3f}"
+            )
             if stable:
                 break
         assert 0.25 < expected < 0.75, (before, after, own)
         assert half["stall_fraction"] == pytest.approx(
-            expected, abs=0.15 if stable else 0.3), (before, after, own, half)
+            expected, abs=0.15 if stable else 0.3
+        ), (before, after, own, half)
 
         # A loop three times slower than the loader never waits, and finds
         # decoded batches queued when it asks.
         depths = []
-        _, _, slow = run(loader, sleep=3 / loader_rate,
-                         probe=lambda s: depths.append(s["queue_depth"]))
+        _, _, slow = run(
+            loader,
+            sleep=3 / loader_rate,
+            probe=lambda s: depths.append(s["queue_depth"]),
+        )
         assert slow["stall_fraction"] < 0.08, slow
         assert max(depths) >= 1 and all(0 <= d <= loader.prefetch for d in depths)
 
 
 def test_stats_keys_and_sanity(dataset):
-    with ringloader.Loader(dataset, batch_size=BATCH, num_threads=1,
-                           transform=EVAL) as loader:
+    with ringloader.Loader(
+        dataset, batch_size=BATCH, num_threads=1, transform=EVAL
+    ) as loader:
         before = loader.stats()
         assert KEYS <= set(before)
         assert before["images_per_second"] == 0.0 and before["io_backend"] is None
@@ -140,12 +163,19 @@ def test_stats_keys_and_sanity(dataset):
     assert 0.0 <= s["stall_fraction"] <= 1.0
     assert s["wall_seconds"] > 0 and s["first_batch_seconds"] > 0
     assert s["read_seconds"] > 0 and s["decode_seconds"] > 0
-    assert s["decode_seconds"] > s["read_seconds"]      # big JPEGs, page cache
+    assert s["decode_seconds"] > s["read_seconds"]  # big JPEGs, page cache
     assert s["samples_decoded"] == len(dataset)
     assert s["bytes_read"] == sum(os.path.getsize(p) for p, _ in dataset.samples)
     assert s["errors"] == 0
-    for key in ("queue_depth", "inflight", "samples_decoded", "bytes_read",
-                "errors", "epoch", "rank"):
+    for key in (
+        "queue_depth",
+        "inflight",
+        "samples_decoded",
+        "bytes_read",
+        "errors",
+        "epoch",
+        "rank",
+    ):
         assert isinstance(s[key], int), key
         assert isinstance(seen[0][key], int), key
     assert 0 <= seen[0]["queue_depth"] <= loader.prefetch

@@ -24,8 +24,14 @@ from torchvision.transforms import v2  # noqa: E402
 from scipy import stats  # noqa: E402
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-RRC = {"kind": "random_crop", "out_h": 224, "out_w": 224,
-       "scale": (0.08, 1.0), "ratio": (3 / 4, 4 / 3), "flip_p": 0.5}
+RRC = {
+    "kind": "random_crop",
+    "out_h": 224,
+    "out_w": 224,
+    "scale": (0.08, 1.0),
+    "ratio": (3 / 4, 4 / 3),
+    "flip_p": 0.5,
+}
 
 
 class Files:
@@ -50,7 +56,7 @@ def test_random_resized_crop_distribution_matches_torchvision():
         ours_area.append(ch * cw / (h * w))
         ours_ratio.append(cw / ch)
         flips += flip
-        t, l, rh, rw = v1.RandomResizedCrop.get_params(
+        _, _, rh, rw = v1.RandomResizedCrop.get_params(
             torch.empty(1, h, w), scale=[0.08, 1.0], ratio=[3 / 4, 4 / 3]
         )
         ref_area.append(rh * rw / (h * w))
@@ -88,15 +94,19 @@ def test_random_crop_output_matches_torchvision_given_the_box(tmp_path, kind, si
         p.write_bytes(data)
         paths.append(str(p))
     loader = ringloader.Loader(
-        Files(paths), batch_size=6, seed=11, layout="NHWC",
+        Files(paths),
+        batch_size=6,
+        seed=11,
+        layout="NHWC",
         transform=T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()]),
     )
     images, _ = next(iter(loader))
     img = Image.open(io.BytesIO(data)).convert("RGB")
     for i in range(6):
         top, left, ch, cw, flip = _core.plan(RRC, size[1], size[0], 11, 0, i)
-        ref = F.resized_crop(img, int(top), int(left), int(ch), int(cw), [224, 224],
-                             antialias=True)
+        ref = F.resized_crop(
+            img, int(top), int(left), int(ch), int(cw), [224, 224], antialias=True
+        )
         if flip:
             ref = F.hflip(ref)
         got = images[i].numpy()
@@ -106,7 +116,12 @@ def test_random_crop_output_matches_torchvision_given_the_box(tmp_path, kind, si
 def epoch_digest(folder, epoch, threads, io_backend):
     ds = ringloader.ImageFolder(folder)
     loader = ringloader.Loader(
-        ds, batch_size=5, shuffle=True, seed=3, num_threads=threads, io=io_backend,
+        ds,
+        batch_size=5,
+        shuffle=True,
+        seed=3,
+        num_threads=threads,
+        io=io_backend,
         transform=T.Compose([T.RandomResizedCrop(96), T.RandomHorizontalFlip()]),
     )
     loader.set_epoch(epoch)
@@ -137,9 +152,14 @@ def test_float_output_is_the_normalised_uint8_output(folder, dtype, layout):
     geometry = [T.RandomResizedCrop(64), T.RandomHorizontalFlip()]
     u8 = ringloader.Loader(ds, batch_size=6, seed=1, transform=T.Compose(geometry))
     fl = ringloader.Loader(
-        ds, batch_size=6, seed=1, layout=layout,
-        transform=T.Compose(geometry + [T.ToDtype(getattr(torch, dtype), scale=True),
-                                        T.Normalize(MEAN, STD)]),
+        ds,
+        batch_size=6,
+        seed=1,
+        layout=layout,
+        transform=T.Compose(
+            geometry
+            + [T.ToDtype(getattr(torch, dtype), scale=True), T.Normalize(MEAN, STD)]
+        ),
     )
     for (a, la), (b, lb) in zip(u8, fl):
         assert b.dtype == getattr(torch, dtype) and b.shape == a.shape
@@ -155,26 +175,40 @@ def test_float_output_is_the_normalised_uint8_output(folder, dtype, layout):
 
 
 def standard_train():
-    return v1.Compose([v1.RandomResizedCrop(224), v1.RandomHorizontalFlip(),
-                       v1.ToTensor(), v1.Normalize(MEAN, STD)])
+    return v1.Compose(
+        [
+            v1.RandomResizedCrop(224),
+            v1.RandomHorizontalFlip(),
+            v1.ToTensor(),
+            v1.Normalize(MEAN, STD),
+        ]
+    )
 
 
 def standard_eval():
-    return v1.Compose([v1.Resize(256), v1.CenterCrop(224), v1.ToTensor(),
-                       v1.Normalize(MEAN, STD)])
+    return v1.Compose(
+        [v1.Resize(256), v1.CenterCrop(224), v1.ToTensor(), v1.Normalize(MEAN, STD)]
+    )
 
 
 def v2_train():
-    return v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(),
-                       v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
-                       v2.Normalize(MEAN, STD)])
+    return v2.Compose(
+        [
+            v2.RandomResizedCrop(224),
+            v2.RandomHorizontalFlip(),
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(MEAN, STD),
+        ]
+    )
 
 
 @pytest.mark.parametrize("make", [standard_train, standard_eval, v2_train])
 def test_drop_in_matches_torch_dataloader(folder, make):
     def run(loader_cls):
-        ds = datasets.ImageFolder(folder, transform=make(),
-                                  target_transform=lambda t: t + 100)
+        ds = datasets.ImageFolder(
+            folder, transform=make(), target_transform=lambda t: t + 100
+        )
         loader = loader_cls(ds, batch_size=6, shuffle=False, num_workers=2)
         batches = list(loader)
         return loader, batches
@@ -211,8 +245,7 @@ def test_eval_drop_in_agrees_pixelwise(folder):
 
 
 def test_unfusable_tail_runs_in_python_with_one_line(folder):
-    t = v1.Compose([v1.Resize(256), v1.CenterCrop(224), v1.Grayscale(3),
-                    v1.ToTensor()])
+    t = v1.Compose([v1.Resize(256), v1.CenterCrop(224), v1.Grayscale(3), v1.ToTensor()])
     ds = datasets.ImageFolder(folder, transform=t)
     with pytest.warns(ringloader.FallbackWarning, match="Grayscale") as rec:
         ours = ringloader.DataLoader(ds, batch_size=4)
@@ -233,12 +266,15 @@ def test_unfusable_dataset_falls_back_to_torch(folder):
         def __getitem__(self, i):
             return torch.full((3, 8, 8), float(i)), i
 
-    with pytest.warns(ringloader.FallbackWarning, match="Custom is not an ImageFolder-like dataset"):
+    with pytest.warns(
+        ringloader.FallbackWarning, match="Custom is not an ImageFolder-like dataset"
+    ):
         loader = ringloader.DataLoader(Custom(), batch_size=2)
     assert type(loader) is torch.utils.data.DataLoader
     assert [lb.tolist() for _, lb in loader] == [[0, 1], [2, 3]]
-    rot = datasets.ImageFolder(folder, transform=v1.Compose([v1.RandomRotation(10),
-                                                             v1.ToTensor()]))
+    rot = datasets.ImageFolder(
+        folder, transform=v1.Compose([v1.RandomRotation(10), v1.ToTensor()])
+    )
     with pytest.warns(ringloader.FallbackWarning, match="RandomRotation"):
         loader = ringloader.DataLoader(rot, batch_size=1)
     assert type(loader) is torch.utils.data.DataLoader
@@ -247,8 +283,18 @@ def test_unfusable_dataset_falls_back_to_torch(folder):
 def test_loader_accepts_torchvision_transforms(folder):
     ds = ringloader.ImageFolder(folder)
     a = ringloader.Loader(ds, batch_size=6, seed=2, transform=v2_train())
-    b = ringloader.Loader(ds, batch_size=6, seed=2, transform=T.Compose([
-        T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
-        T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)]))
+    b = ringloader.Loader(
+        ds,
+        batch_size=6,
+        seed=2,
+        transform=T.Compose(
+            [
+                T.RandomResizedCrop(224),
+                T.RandomHorizontalFlip(),
+                T.ToDtype(torch.float32, scale=True),
+                T.Normalize(MEAN, STD),
+            ]
+        ),
+    )
     for (x, _), (y, _) in zip(a, b):
         assert torch.equal(x, y)

@@ -1,11 +1,9 @@
 """The fused eval transform against torchvision on the same images."""
 
 import io
-import os
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 import ringloader
@@ -27,8 +25,9 @@ class Files:
 
 
 def load_one(path, transform, layout="NHWC"):
-    loader = ringloader.Loader(Files([path]), transform=transform, layout=layout,
-                               num_threads=1)
+    loader = ringloader.Loader(
+        Files([path]), transform=transform, layout=layout, num_threads=1
+    )
     images, _ = next(iter(loader))
     loader.close()
     return images[0].numpy()
@@ -123,7 +122,5 @@ def test_unfusable_transforms_say_why():
     with pytest.raises(ValueError, match="interpolation"):
         ringloader.Loader(
             Files(["x"]),
-            transform=tv.Resize(
-                (64, 64), interpolation=tv.InterpolationMode.NEAREST
-            ),
+            transform=tv.Resize((64, 64), interpolation=tv.InterpolationMode.NEAREST),
         )

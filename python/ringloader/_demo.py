@@ -29,8 +29,15 @@ __all__ = ["cache_root", "demo_folder"]
 VERSION = 1
 MARKER = ".ringloader-demo.json"
 # Colour photographs bundled inside the scikit-image wheel.
-PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field",
-          "immunohistochemistry", "retina")
+PHOTOS = (
+    "astronaut",
+    "coffee",
+    "chelsea",
+    "rocket",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "retina",
+)
 
 
 def cache_root() -> str:
@@ -40,7 +47,8 @@ def cache_root() -> str:
     if env:
         return env
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache")
+        os.path.expanduser("~"), ".cache"
+    )
     return os.path.join(xdg, "ringloader")
 
 
@@ -75,8 +83,9 @@ def _photos() -> list[np.ndarray]:
 def _synthetic(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     """A photo-like RGB image: smooth shading, hard-edged shapes, noise."""
     Image = _pillow()
-    coarse = rng.integers(0, 256, (int(rng.integers(3, 7)), int(rng.integers(3, 7)), 3),
-                          dtype=np.uint8)
+    coarse = rng.integers(
+        0, 256, (int(rng.integers(3, 7)), int(rng.integers(3, 7)), 3), dtype=np.uint8
+    )
     img = np.array(Image.fromarray(coarse).resize((w, h), Image.BICUBIC))
     y, x = np.ogrid[0:h, 0:w]
     for _ in range(int(rng.integers(2, 6))):
@@ -109,8 +118,9 @@ def _render(i: int, seed: int, photos: list[np.ndarray], path: str) -> None:
         cw = min(sw, int(math.sqrt(area * w / h)))
         ch = min(sh, int(cw * h / w))
         top, left = int(rng.integers(0, sh - ch + 1)), int(rng.integers(0, sw - cw + 1))
-        img = Image.fromarray(src[top:top + ch, left:left + cw]).resize(
-            (w, h), Image.BILINEAR)
+        img = Image.fromarray(src[top : top + ch, left : left + cw]).resize(
+            (w, h), Image.BILINEAR
+        )
     else:
         img = Image.fromarray(_synthetic(rng, h, w))
     if rng.random() < 0.5:
@@ -120,14 +130,19 @@ def _render(i: int, seed: int, photos: list[np.ndarray], path: str) -> None:
     if u < 0.02:
         img = img.convert("L")
     else:
-        options["subsampling"] = 0 if u < 0.06 else 2   # 4:4:4 or 4:2:0
+        options["subsampling"] = 0 if u < 0.06 else 2  # 4:4:4 or 4:2:0
     if rng.random() < 0.03:
         options["progressive"] = True
     img.save(path, "JPEG", **options)
 
 
-def demo_folder(images: int = 1000, classes: int = 10, seed: int = 0,
-                cache_dir: Optional[str] = None, progress: bool = True) -> str:
+def demo_folder(
+    images: int = 1000,
+    classes: int = 10,
+    seed: int = 0,
+    cache_dir: Optional[str] = None,
+    progress: bool = True,
+) -> str:
     """The path of the demo ImageFolder with ``images`` files in
     ``classes`` classes, written on first use (a few seconds per thousand
     images) and reused afterwards.
@@ -157,8 +172,16 @@ def demo_folder(images: int = 1000, classes: int = 10, seed: int = 0,
             bar.update(1)
         bar.close()
         with open(os.path.join(tmp, MARKER), "w") as f:
-            json.dump({"version": VERSION, "images": images, "classes": classes,
-                       "seed": seed, "source": kind}, f)
+            json.dump(
+                {
+                    "version": VERSION,
+                    "images": images,
+                    "classes": classes,
+                    "seed": seed,
+                    "source": kind,
+                },
+                f,
+            )
         try:
             os.rename(tmp, root)
         except OSError:  # another process finished the same folder first

@@ -73,7 +73,8 @@ def _parse_threads(text: Optional[str]) -> list[int]:
             out.add(int(part))
     if not out or min(out) < 1:
         raise argparse.ArgumentTypeError(
-            f"bad thread list {text!r}: use e.g. 1,2,4 or 1-4")
+            f"bad thread list {text!r}: use e.g. 1,2,4 or 1-4"
+        )
     return sorted(out)
 
 
@@ -87,8 +88,9 @@ class _Bar:
                 from tqdm import tqdm
             except ImportError:
                 return
-            self.bar = tqdm(total=total, desc=desc, unit="batch", leave=False,
-                            file=sys.stderr)
+            self.bar = tqdm(
+                total=total, desc=desc, unit="batch", leave=False, file=sys.stderr
+            )
 
     def update(self) -> None:
         if self.bar is not None:
@@ -141,8 +143,9 @@ def _cpu_time() -> float:
     return total
 
 
-def _timed(run: Run, make_iter: Callable[[], Any], batches: int, epochs: int,
-           progress: bool) -> Run:
+def _timed(
+    run: Run, make_iter: Callable[[], Any], batches: int, epochs: int, progress: bool
+) -> Run:
     """Consumes `epochs` epochs of make_iter(); fills run in."""
     bar = _Bar(batches * epochs, f"{run.loader:>10} {run.threads} thr", progress)
     cpu0 = _cpu_time()
@@ -181,7 +184,7 @@ def _torchvision_transform(pipeline: str) -> Any:
         head = [v1.RandomResizedCrop(224), v1.RandomHorizontalFlip()]
     else:
         head = [v1.Resize(256), v1.CenterCrop(224)]
-    return v1.Compose(head + [v1.PILToTensor()])   # uint8, as ringloader's
+    return v1.Compose(head + [v1.PILToTensor()])  # uint8, as ringloader's
 
 
 def _subset(samples: list, n: Optional[int]) -> list[int]:
@@ -210,27 +213,44 @@ def _bench_ringloader(samples: list, args: argparse.Namespace, threads: int) -> 
         def __len__(self) -> int:
             return len(self.samples)
 
-    loader = Loader(Files(samples), batch_size=args.batch_size, shuffle=True,
-                    num_threads=threads, transform=_ringloader_transform(args.pipeline))
+    loader = Loader(
+        Files(samples),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_threads=threads,
+        transform=_ringloader_transform(args.pipeline),
+    )
     try:
-        return _timed(Run("ringloader", threads), lambda: iter(loader), len(loader),
-                      args.epochs, args.progress)
+        return _timed(
+            Run("ringloader", threads),
+            lambda: iter(loader),
+            len(loader),
+            args.epochs,
+            args.progress,
+        )
     finally:
         loader.close()
 
 
-def _bench_dataloader(root: str, indices: list[int], args: argparse.Namespace,
-                      threads: int) -> Run:
+def _bench_dataloader(
+    root: str, indices: list[int], args: argparse.Namespace, threads: int
+) -> Run:
     import torch
     from torchvision import datasets
 
     transform = _torchvision_transform(args.pipeline)
     dataset = datasets.ImageFolder(root, transform=transform)
     subset = torch.utils.data.Subset(dataset, indices)
-    loader = torch.utils.data.DataLoader(subset, batch_size=args.batch_size,
-                                         shuffle=True, num_workers=threads)
-    return _timed(Run("DataLoader", threads), lambda: iter(loader), len(loader),
-                  args.epochs, args.progress)
+    loader = torch.utils.data.DataLoader(
+        subset, batch_size=args.batch_size, shuffle=True, num_workers=threads
+    )
+    return _timed(
+        Run("DataLoader", threads),
+        lambda: iter(loader),
+        len(loader),
+        args.epochs,
+        args.progress,
+    )
 
 
 def _fmt(value: Optional[float], spec: str, width: int) -> str:
@@ -251,10 +271,15 @@ def _table(runs: dict[tuple[str, int], Run], threads: list[int], with_dl: bool) 
         cells = [str(t), _fmt(rl.images_per_second, ".1f", 0)]
         if with_dl:
             dl = runs[("DataLoader", t)]
-            ratio = (rl.images_per_second / dl.images_per_second
-                     if rl.images_per_second and dl.images_per_second else None)
-            cells += [_fmt(dl.images_per_second, ".1f", 0),
-                      "-" if ratio is None else f"{ratio:.2f}x"]
+            ratio = (
+                rl.images_per_second / dl.images_per_second
+                if rl.images_per_second and dl.images_per_second
+                else None
+            )
+            cells += [
+                _fmt(dl.images_per_second, ".1f", 0),
+                "-" if ratio is None else f"{ratio:.2f}x",
+            ]
         cells += [_fmt(rl.cpu_ms_per_image, ".2f", 0)]
         if with_dl:
             cells += [_fmt(runs[("DataLoader", t)].cpu_ms_per_image, ".2f", 0)]
@@ -262,8 +287,9 @@ def _table(runs: dict[tuple[str, int], Run], threads: list[int], with_dl: bool) 
     return "\n".join(lines)
 
 
-def _plot(path: str, runs: dict[tuple[str, int], Run], threads: list[int],
-          title: str) -> str:
+def _plot(
+    path: str, runs: dict[tuple[str, int], Run], threads: list[int], title: str
+) -> str:
     """Writes the plot; returns what to tell the user."""
     try:
         import matplotlib
@@ -274,12 +300,16 @@ def _plot(path: str, runs: dict[tuple[str, int], Run], threads: list[int],
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, marker in (("ringloader", "o"), ("DataLoader", "s")):
-        pts = [(t, runs[(name, t)].images_per_second) for t in threads
-               if (name, t) in runs and runs[(name, t)].images_per_second]
+        pts = [
+            (t, runs[(name, t)].images_per_second)
+            for t in threads
+            if (name, t) in runs and runs[(name, t)].images_per_second
+        ]
         if pts:
             label = name if name == "ringloader" else "torch DataLoader (num_workers)"
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker,
-                    label=label)
+            ax.plot(
+                [p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label
+            )
     ax.set_xlabel("threads (ringloader) / worker processes (DataLoader)")
     ax.set_ylabel("images per second")
     ax.set_xticks(threads)
@@ -306,8 +336,9 @@ def _bench_data(args: argparse.Namespace) -> tuple[str, str]:
     from . import _demo
 
     try:
-        root = _demo.demo_folder(args.images, seed=0, cache_dir=args.cache_dir,
-                                 progress=args.progress)
+        root = _demo.demo_folder(
+            args.images, seed=0, cache_dir=args.cache_dir, progress=args.progress
+        )
     except RuntimeError as e:  # Pillow missing
         raise SystemExit(f"ringloader bench: {e}") from None
     return root, _demo.describe(root)
@@ -328,19 +359,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.no_dataloader:
         why_no_dl = "--no-dataloader"
     elif _version("torchvision") is None:
-        why_no_dl = ("torchvision is not installed (pip install torchvision), so "
-                     "only ringloader runs")
+        why_no_dl = (
+            "torchvision is not installed (pip install torchvision), so "
+            "only ringloader runs"
+        )
     with_dl = why_no_dl is None
 
-    print(f"ringloader bench: {args.pipeline} pipeline ({PIPELINES[args.pipeline]}), "
-          f"uint8 NCHW, batch size {args.batch_size}, shuffled")
-    print(f"data: {len(samples)} JPEGs in {len(folder.classes)} classes at {root}"
-          + (f" ({origin})" if origin else ""))
-    print(f"machine: {_cpus()} CPUs usable; {args.epochs} epoch(s) per run, wall "
-          "time of whole epochs (start-up included), page cache warm")
+    print(
+        f"ringloader bench: {args.pipeline} pipeline ({PIPELINES[args.pipeline]}), "
+        f"uint8 NCHW, batch size {args.batch_size}, shuffled"
+    )
+    print(
+        f"data: {len(samples)} JPEGs in {len(folder.classes)} classes at {root}"
+        + (f" ({origin})" if origin else "")
+    )
+    print(
+        f"machine: {_cpus()} CPUs usable; {args.epochs} epoch(s) per run, wall "
+        "time of whole epochs (start-up included), page cache warm"
+    )
     if with_dl:
-        print("baseline: torch.utils.data.DataLoader(num_workers=threads) over "
-              "torchvision ImageFolder (PIL decode, torchvision transforms)")
+        print(
+            "baseline: torch.utils.data.DataLoader(num_workers=threads) over "
+            "torchvision ImageFolder (PIL decode, torchvision transforms)"
+        )
     else:
         print(f"baseline: not run: {why_no_dl}")
     sys.stdout.flush()
@@ -357,17 +398,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if r.error:
             print(f"{r.loader} with {r.threads} thread(s) failed: {r.error}")
     if with_dl:
-        ratios = [runs[("ringloader", t)].images_per_second
-                  / runs[("DataLoader", t)].images_per_second
-                  for t in threads
-                  if runs[("ringloader", t)].images_per_second
-                  and runs[("DataLoader", t)].images_per_second]
+        ratios = [
+            runs[("ringloader", t)].images_per_second
+            / runs[("DataLoader", t)].images_per_second
+            for t in threads
+            if runs[("ringloader", t)].images_per_second
+            and runs[("DataLoader", t)].images_per_second
+        ]
         if ratios:
-            print(f"\nringloader / DataLoader: {min(ratios):.2f}x to "
-                  f"{max(ratios):.2f}x (median {statistics.median(ratios):.2f}x)")
+            print(
+                f"\nringloader / DataLoader: {min(ratios):.2f}x to "
+                f"{max(ratios):.2f}x (median {statistics.median(ratios):.2f}x)"
+            )
     if args.plot:
-        title = (f"{args.pipeline} ({PIPELINES[args.pipeline]}), {len(samples)} "
-                 f"images, batch {args.batch_size}, {_cpus()} CPUs")
+        title = (
+            f"{args.pipeline} ({PIPELINES[args.pipeline]}), {len(samples)} "
+            f"images, batch {args.batch_size}, {_cpus()} CPUs"
+        )
         print(_plot(args.plot, runs, threads, title))
     else:
         print("plot: not written (--plot '')")
@@ -386,9 +433,11 @@ def cmd_index(args: argparse.Namespace) -> int:
         index = None
     build = getattr(index, "build_index", None)
     if build is None:
-        print("ringloader index: not available in this version of ringloader "
-              f"({_version('ringloader')}): it has no ringloader.index.build_index",
-              file=sys.stderr)
+        print(
+            "ringloader index: not available in this version of ringloader "
+            f"({_version('ringloader')}): it has no ringloader.index.build_index",
+            file=sys.stderr,
+        )
         return 2
     kwargs: dict[str, Any] = {"cache_dir": args.cache_dir, "progress": args.progress}
     if args.force:
@@ -402,8 +451,11 @@ def cmd_index(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     n = len(index) if hasattr(index, "__len__") else None
     classes = getattr(index, "classes", None)
-    what = "loaded (unchanged since it was built)" if getattr(index, "reused", False) \
+    what = (
+        "loaded (unchanged since it was built)"
+        if getattr(index, "reused", False)
         else "built"
+    )
     summary = [f"{args.root}: index {what} in {seconds:.2f} s"]
     if n is not None:
         summary.append(f"{n} images")
@@ -527,14 +579,19 @@ def _cuda_lines() -> list[str]:
             # (available, message, library, device_count)
             ok, message, library, count = result[:4]
             if ok:
-                lines.append(f"ringloader CUDA path: runtime found ({library}, "
-                             f"{count} device(s))")
+                lines.append(
+                    f"ringloader CUDA path: runtime found ({library}, "
+                    f"{count} device(s))"
+                )
             elif library:
-                lines.append(f"ringloader CUDA path: {library} found but not "
-                             f"usable: {message}")
+                lines.append(
+                    f"ringloader CUDA path: {library} found but not usable: {message}"
+                )
             else:
-                lines.append("ringloader CUDA path: no CUDA runtime found"
-                             + (f" ({message})" if message else ""))
+                lines.append(
+                    "ringloader CUDA path: no CUDA runtime found"
+                    + (f" ({message})" if message else "")
+                )
         else:
             lines.append(f"ringloader CUDA path: {result}")
     else:
@@ -543,16 +600,21 @@ def _cuda_lines() -> list[str]:
         import torch
 
         if torch.cuda.is_available():
-            names = ", ".join(torch.cuda.get_device_name(i)
-                              for i in range(torch.cuda.device_count()))
-            lines.append(f"CUDA (torch): runtime {torch.version.cuda} found, "
-                         f"{torch.cuda.device_count()} device(s): {names}")
+            names = ", ".join(
+                torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())
+            )
+            lines.append(
+                f"CUDA (torch): runtime {torch.version.cuda} found, "
+                f"{torch.cuda.device_count()} device(s): {names}"
+            )
         elif torch.version.cuda is None:
             lines.append("CUDA (torch): not found (this torch is a CPU-only build)")
         else:
-            lines.append(f"CUDA (torch): built for CUDA {torch.version.cuda}, but "
-                         "no usable device or driver (torch.cuda.is_available() "
-                         "is False)")
+            lines.append(
+                f"CUDA (torch): built for CUDA {torch.version.cuda}, but "
+                "no usable device or driver (torch.cuda.is_available() "
+                "is False)"
+            )
     except ImportError:
         lines.append("CUDA (torch): torch is not installed")
     return lines
@@ -591,8 +653,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"libjpeg-turbo {_core.libjpeg_version}")
     for line in _simd_lines():
         print(line)
-    print(f"CPUs: {_cpus()} usable of {os.cpu_count()} ({_cpu_model()}, "
-          f"{platform.machine()})")
+    print(
+        f"CPUs: {_cpus()} usable of {os.cpu_count()} ({_cpu_model()}, "
+        f"{platform.machine()})"
+    )
     return 0
 
 
@@ -607,41 +671,69 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     b = sub.add_parser(
-        "bench", help="ringloader vs torch DataLoader side by side",
+        "bench",
+        help="ringloader vs torch DataLoader side by side",
         description="Run ringloader and torch.utils.data.DataLoader(num_workers) "
         "on the same JPEG folder with the same transforms and uint8 output, for "
-        "each thread count; print a table and plot images/s against threads.")
-    b.add_argument("--data", metavar="DIR",
-                   help="an ImageFolder tree (default: a generated photo-like "
-                   "data set, cached)")
-    b.add_argument("--images", type=int, default=None, metavar="N",
-                   help="images to use (default: 1000 generated, or all of --data)")
-    b.add_argument("--pipeline", choices=sorted(PIPELINES), default="train",
-                   help="train: RandomResizedCrop(224)+flip; eval: Resize(256)+"
-                   "CenterCrop(224) (default: train)")
-    b.add_argument("--threads", type=_parse_threads, default=None, metavar="LIST",
-                   help="thread / worker counts, e.g. 1,2,4 or 1-4 (default: 1 "
-                   "to the number of CPUs)")
+        "each thread count; print a table and plot images/s against threads.",
+    )
+    b.add_argument(
+        "--data",
+        metavar="DIR",
+        help="an ImageFolder tree (default: a generated photo-like data set, cached)",
+    )
+    b.add_argument(
+        "--images",
+        type=int,
+        default=None,
+        metavar="N",
+        help="images to use (default: 1000 generated, or all of --data)",
+    )
+    b.add_argument(
+        "--pipeline",
+        choices=sorted(PIPELINES),
+        default="train",
+        help="train: RandomResizedCrop(224)+flip; eval: Resize(256)+"
+        "CenterCrop(224) (default: train)",
+    )
+    b.add_argument(
+        "--threads",
+        type=_parse_threads,
+        default=None,
+        metavar="LIST",
+        help="thread / worker counts, e.g. 1,2,4 or 1-4 (default: 1 "
+        "to the number of CPUs)",
+    )
     b.add_argument("--batch-size", type=int, default=64)
     b.add_argument("--epochs", type=int, default=1, help="epochs per run (default 1)")
-    b.add_argument("--plot", default="ringloader-bench.png", metavar="PATH",
-                   help="PNG plot to write (default ./ringloader-bench.png; '' "
-                   "for none)")
-    b.add_argument("--cache-dir", default=None,
-                   help="where the generated data set lives (default "
-                   "$RINGLOADER_CACHE or ~/.cache/ringloader)")
-    b.add_argument("--no-dataloader", action="store_true",
-                   help="run ringloader alone")
-    b.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="no progress bars")
+    b.add_argument(
+        "--plot",
+        default="ringloader-bench.png",
+        metavar="PATH",
+        help="PNG plot to write (default ./ringloader-bench.png; '' for none)",
+    )
+    b.add_argument(
+        "--cache-dir",
+        default=None,
+        help="where the generated data set lives (default "
+        "$RINGLOADER_CACHE or ~/.cache/ringloader)",
+    )
+    b.add_argument("--no-dataloader", action="store_true", help="run ringloader alone")
+    b.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no progress bars"
+    )
     b.set_defaults(func=cmd_bench)
 
     i = sub.add_parser("index", help="build the ImageFolder index cache of ROOT")
     i.add_argument("root", metavar="ROOT")
-    i.add_argument("--cache-dir", default=None,
-                   help="where index files live (default: ringloader's cache)")
-    i.add_argument("--force", action="store_true",
-                   help="rescan even when the folder is unchanged")
+    i.add_argument(
+        "--cache-dir",
+        default=None,
+        help="where index files live (default: ringloader's cache)",
+    )
+    i.add_argument(
+        "--force", action="store_true", help="rescan even when the folder is unchanged"
+    )
     i.add_argument("--no-progress", dest="progress", action="store_false")
     i.set_defaults(func=cmd_index)
 

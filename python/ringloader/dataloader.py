@@ -71,10 +71,20 @@ class DataLoader(Loader):
     """
 
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any):
-        names = ["batch_size", "shuffle", "sampler", "batch_sampler",
-                 "num_workers", "collate_fn", "pin_memory", "drop_last",
-                 "timeout", "worker_init_fn", "multiprocessing_context",
-                 "generator"]
+        names = [
+            "batch_size",
+            "shuffle",
+            "sampler",
+            "batch_sampler",
+            "num_workers",
+            "collate_fn",
+            "pin_memory",
+            "drop_last",
+            "timeout",
+            "worker_init_fn",
+            "multiprocessing_context",
+            "generator",
+        ]
         merged = dict(zip(names, args))
         merged.update(kwargs)
         reason = _why_not(dataset, merged)
@@ -112,7 +122,9 @@ class DataLoader(Loader):
         prefetch = (prefetch_factor or 2) * threads
         if prefetch_factor is None:
             prefetch = min(prefetch, 8)
-        seed = generator.initial_seed() if generator is not None else torch.initial_seed()
+        seed = (
+            generator.initial_seed() if generator is not None else torch.initial_seed()
+        )
         super().__init__(
             dataset,
             batch_size=batch_size,

@@ -20,7 +20,9 @@ IMG_EXTENSIONS = (
 )
 
 
-def find_classes(directory: Union[str, os.PathLike]) -> tuple[list[str], dict[str, int]]:
+def find_classes(
+    directory: Union[str, os.PathLike],
+) -> tuple[list[str], dict[str, int]]:
     """Class folders of `directory`, sorted, and their indices."""
     classes = sorted(e.name for e in os.scandir(directory) if e.is_dir())
     if not classes:

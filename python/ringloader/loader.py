@@ -34,6 +34,8 @@ _LAYOUTS = ("NCHW", "NHWC", "channels_last")
 
 class FallbackWarning(UserWarning):
     """Part of the work runs in Python instead of the fused C pipeline."""
+
+
 _announced_io: set[str] = set()
 # Every live loader, for ringloader.metrics.
 LIVE: "weakref.WeakSet[Loader]" = weakref.WeakSet()
@@ -307,7 +309,9 @@ class Loader:
                 "always yields batches; use batch_size=1"
             )
         elif batch_size < 1:
-            raise ValueError(f"batch_size should be a positive integer, not {batch_size}")
+            raise ValueError(
+                f"batch_size should be a positive integer, not {batch_size}"
+            )
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
         if layout not in _LAYOUTS:
@@ -328,8 +332,8 @@ class Loader:
         self.io = io
         self.max_pixels = int(max_pixels)
         self.allow_truncated = bool(allow_truncated)
-        self.transform = transform if transform is not None else getattr(
-            dataset, "transform", None
+        self.transform = (
+            transform if transform is not None else getattr(dataset, "transform", None)
         )
         self._compiled = compile_transform(self.transform)
         self._tail = list(self._compiled.rest)
@@ -349,7 +353,9 @@ class Loader:
             or (self._tail and not self._compiled.tensor_out)
             else "NCHW"
         )
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device = (
+            torch.device(device) if device is not None else torch.device("cpu")
+        )
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, not {self.device}")
         self._gpu: Optional[_Gpu] = None
@@ -363,7 +369,9 @@ class Loader:
             self._gpu = _Gpu(self.device)
         self._src = _sources(dataset)
         self._paths, self._targets = self._src.paths, self._src.targets
-        self.distributed = bool(distributed or rank is not None or world_size is not None)
+        self.distributed = bool(
+            distributed or rank is not None or world_size is not None
+        )
         self.rank, self.world_size = 0, 1
         if self.distributed:
             if sampler is not None or batch_sampler is not None:
@@ -381,9 +389,9 @@ class Loader:
         self._pipe_pid = -1
         self._lock = threading.Lock()
         self._active: Optional[weakref.ref] = None
-        self._yielded = 0          # batches yielded in the current epoch
+        self._yielded = 0  # batches yielded in the current epoch
         self._epoch_finished = False
-        self._skip = 0             # batches to skip at the next iteration
+        self._skip = 0  # batches to skip at the next iteration
         self._meter = _Meter()
         self._fallback_decodes = 0
         self._announced_fallback = False
@@ -465,8 +473,9 @@ class Loader:
             gpu = {}
             if self._gpu is not None:
                 # uint8 crosses PCIe; the conversion runs on the device.
-                gpu = dict(device=self._gpu.index, copy_stream=self._gpu.start(),
-                           dtype="uint8")
+                gpu = dict(
+                    device=self._gpu.index, copy_stream=self._gpu.start(), dtype="uint8"
+                )
             self._pipe = _core.Pipeline(
                 c.spec,
                 num_threads=self.num_threads,
@@ -536,13 +545,19 @@ class Loader:
                     buf = None
                     if self._gpu is not None:
                         buf, extra["device_buffer"] = self._gpu.alloc(
-                            len(idx) * self._sample_bytes())
+                            len(idx) * self._sample_bytes()
+                        )
                     if src.offsets is None:
                         pipe.submit([paths[i] for i in idx], idx, epoch, **extra)
                     else:
-                        pipe.submit([paths[i] for i in idx], idx, epoch,
-                                    [int(src.offsets[i]) for i in idx],
-                                    [int(src.lengths[i]) for i in idx], **extra)
+                        pipe.submit(
+                            [paths[i] for i in idx],
+                            idx,
+                            epoch,
+                            [int(src.offsets[i]) for i in idx],
+                            [int(src.lengths[i]) for i in idx],
+                            **extra,
+                        )
                     pending.append((idx, buf))
                 if not pending:
                     self._epoch_finished = True
@@ -580,8 +595,14 @@ class Loader:
             if pending and not pipe.closed:
                 pipe.cancel()
 
-    def _fill_others(self, pipe: Any, raw: torch.Tensor, idx: list,
-                     positions: Sequence[int], epoch: int) -> None:
+    def _fill_others(
+        self,
+        pipe: Any,
+        raw: torch.Tensor,
+        idx: list,
+        positions: Sequence[int],
+        epoch: int,
+    ) -> None:
         """Decode the samples that are not JPEG (a PNG named .JPEG, WebP,
         BMP...) with Pillow and place them with the same fused transform."""
         for pos in positions:
@@ -627,8 +648,10 @@ class Loader:
                 im.draft(None, None)
                 rgb = im.convert("RGB")
         except Exception as e:
-            err = _core.DecodeError(f"cannot decode {path}: not a JPEG, and "
-                                    f"Pillow cannot read it either ({e})")
+            err = _core.DecodeError(
+                f"cannot decode {path}: not a JPEG, and "
+                f"Pillow cannot read it either ({e})"
+            )
             err.path, err.reason, err.kind = path, str(e), "not_jpeg"
             err.index = i
             self._describe(err)
@@ -672,7 +695,9 @@ class Loader:
         view = (1, 1, 1, 3) if self.layout == "NHWC" else (1, 3, 1, 1)
         mul = torch.tensor(c.mul, dtype=torch.float32, device=images.device).view(view)
         add = torch.tensor(c.add, dtype=torch.float32, device=images.device).view(view)
-        return torch.addcmul(add, images.to(torch.float32), mul).to(getattr(torch, c.dtype))
+        return torch.addcmul(add, images.to(torch.float32), mul).to(
+            getattr(torch, c.dtype)
+        )
 
     def _finish(self, images: torch.Tensor) -> torch.Tensor:
         """Lay the C output out as asked and run the Python tail, if any."""
@@ -795,7 +820,11 @@ class Loader:
           batches submitted; ``first_batch_seconds``; ``io_backend``.
         """
         out = self._meter.snapshot()
-        c = self._pipe.stats() if self._pipe is not None and not self._pipe.closed else {}
+        c = (
+            self._pipe.stats()
+            if self._pipe is not None and not self._pipe.closed
+            else {}
+        )
         out.update(
             read_seconds=c.get("read_seconds", 0.0),
             decode_seconds=c.get("decode_seconds", 0.0),

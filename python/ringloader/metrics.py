@@ -24,20 +24,28 @@ __all__ = ["RingloaderCollector", "serve"]
 
 # (key of Loader.stats(), metric name, help)
 _GAUGES = (
-    ("images_per_second", "images_per_second",
-     "Images yielded per second in the current epoch"),
-    ("batches_per_second", "batches_per_second",
-     "Batches yielded per second in the current epoch"),
-    ("stall_fraction", "stall_fraction",
-     "Share of wall time the training loop waited for its next batch"),
+    (
+        "images_per_second",
+        "images_per_second",
+        "Images yielded per second in the current epoch",
+    ),
+    (
+        "batches_per_second",
+        "batches_per_second",
+        "Batches yielded per second in the current epoch",
+    ),
+    (
+        "stall_fraction",
+        "stall_fraction",
+        "Share of wall time the training loop waited for its next batch",
+    ),
     ("queue_depth", "queue_depth", "Batches decoded and waiting"),
     ("inflight", "inflight_batches", "Batches submitted and not yet handed out"),
     ("epoch", "epoch", "Current epoch"),
 )
 _COUNTERS = (
     ("read_seconds", "read_seconds", "Thread time spent reading files"),
-    ("decode_seconds", "decode_seconds",
-     "Thread time spent decoding and transforming"),
+    ("decode_seconds", "decode_seconds", "Thread time spent decoding and transforming"),
     ("samples_decoded", "samples_decoded", "Samples decoded"),
     ("bytes_read", "read_bytes", "Bytes read from files"),
     ("errors", "errors", "Samples that failed to read or decode"),
@@ -114,8 +122,9 @@ class RingloaderCollector:
 _registered: list[Any] = []
 
 
-def serve(port: int = 9400, addr: str = "127.0.0.1",
-          registry: Optional[Any] = None) -> tuple[Any, threading.Thread]:
+def serve(
+    port: int = 9400, addr: str = "127.0.0.1", registry: Optional[Any] = None
+) -> tuple[Any, threading.Thread]:
     """Serve the metrics of every live loader at ``http://addr:port/metrics``.
 
     Starts prometheus_client's HTTP server on a daemon thread and registers

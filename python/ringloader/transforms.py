@@ -146,13 +146,11 @@ def _check_interpolation(t: Any) -> None:
     name = getattr(mode, "value", mode)
     if name not in (None, "bilinear", 2):
         raise UnsupportedTransform(
-            f"{type(t).__name__} with interpolation={name!r} (only bilinear "
-            "is fused)"
+            f"{type(t).__name__} with interpolation={name!r} (only bilinear is fused)"
         )
     if getattr(t, "antialias", True) is False:
         raise UnsupportedTransform(
-            f"{type(t).__name__}(antialias=False) (only antialiased resize "
-            "is fused)"
+            f"{type(t).__name__}(antialias=False) (only antialiased resize is fused)"
         )
     if getattr(t, "max_size", None) is not None:
         raise UnsupportedTransform(f"{type(t).__name__}(max_size=...)")
@@ -197,7 +195,9 @@ def _channels(values: Any, name: str) -> tuple[float, float, float]:
     if len(vals) == 1:
         vals = vals * 3
     if len(vals) != 3:
-        raise UnsupportedTransform(f"{name} needs 1 or 3 channel values, got {len(vals)}")
+        raise UnsupportedTransform(
+            f"{name} needs 1 or 3 channel values, got {len(vals)}"
+        )
     return vals[0], vals[1], vals[2]
 
 
@@ -229,7 +229,10 @@ def _conversion(t: Any, state: dict) -> bool:
         state["dtype"] = target
         return True
     if name == "Normalize":
-        if state["dtype"] == "uint8" or getattr(t, "inplace", False) not in (False, None):
+        if state["dtype"] == "uint8" or getattr(t, "inplace", False) not in (
+            False,
+            None,
+        ):
             return False
         mean = _channels(t.mean, "Normalize mean")
         std = _channels(t.std, "Normalize std")
@@ -263,7 +266,10 @@ def compile_transform(transform: Any) -> Compiled:
         name = type(t).__name__
         geometric = resize is not None or crop is not None or bool(spec)
         if converted or name not in (
-            "Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip"
+            "Resize",
+            "CenterCrop",
+            "RandomResizedCrop",
+            "RandomHorizontalFlip",
         ):
             if not geometric or not _conversion(t, state):
                 break
@@ -278,8 +284,13 @@ def compile_transform(transform: Any) -> Compiled:
             h, w = _pair(_size_of(t), "RandomResizedCrop")
             scale = tuple(float(s) for s in t.scale)
             ratio = tuple(float(r) for r in t.ratio)
-            spec = {"kind": "random_crop", "out_h": h, "out_w": w,
-                    "scale": scale, "ratio": ratio}
+            spec = {
+                "kind": "random_crop",
+                "out_h": h,
+                "out_w": w,
+                "scale": scale,
+                "ratio": ratio,
+            }
         elif name == "RandomHorizontalFlip" and flip_p == 0.0 and geometric:
             flip_p = float(t.p)
         else:

@@ -7,6 +7,17 @@
  * The reads themselves go to io_uring in one submission per batch, or to
  * pread on the calling thread. A request's progress lives in r->len, so both
  * backends retry a short read from where it stopped.
+ *
+ * Non-regular files are opened with O_NONBLOCK: a FIFO named x.jpg would
+ * otherwise block open() until a writer came, hanging a worker forever. It
+ * is refused after fstat, and the flag is cleared for everything else, since
+ * io_uring would report -EAGAIN for a page-cache miss on an O_NONBLOCK file
+ * instead of waiting for the disk.
+ *
+ * Test-only fault injection (RINGLOADER_IO_FAULTS) is parsed once per
+ * process into an immutable table; each attempt draws from a counter-based
+ * hash of (seed, counter), so draws need no shared mutable state beyond the
+ * counters themselves.
  */
 #define _GNU_SOURCE
 #include "rl_io.h"
@@ -14,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +40,124 @@ struct rl_io {
     rl_io_backend backend;
     uint64_t max_file_bytes;
     rl__uring *uring; /* NULL for pread */
+    uint64_t fault_ctr; /* this context's fault stream (pread batches) */
 };
+
+/* ---- fault injection (tests only) ---- */
+
+/* Probabilities in units of 2^-32, cumulative in the order eio, eintr,
+ * eagain, short, so one draw picks at most one fault. */
+static struct {
+    bool on;
+    uint64_t seed;
+    uint64_t eio, eintr, eagain, shrt;
+} faults;
+static pthread_once_t faults_once = PTHREAD_ONCE_INIT;
+/* Fault stream of rl_io_read_one(), shared by every thread; the top bit
+ * keeps it apart from the per-context streams. */
+static atomic_uint_fast64_t read_one_ctr = (uint64_t)1 << 63;
+
+static uint64_t mix64(uint64_t x)
+{
+    /* splitmix64's finaliser: a bijection with good avalanche. */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+static void faults_parse(void)
+{
+    const char *env = getenv("RINGLOADER_IO_FAULTS");
+    if (env == NULL || env[0] == '\0') {
+        return;
+    }
+    double p[4] = {0, 0, 0, 0}; /* eio, eintr, eagain, short */
+    static const char *const names[4] = {"eio", "eintr", "eagain", "short"};
+    unsigned long long seed = 0;
+    const char *s = env;
+    while (*s != '\0') {
+        size_t klen = strcspn(s, "=,");
+        if (s[klen] != '=') {
+            goto bad;
+        }
+        const char *v = s + klen + 1;
+        char *end;
+        int k = -1;
+        for (int i = 0; i < 4; i++) {
+            if (strlen(names[i]) == klen && strncmp(s, names[i], klen) == 0) {
+                k = i;
+            }
+        }
+        if (k >= 0) {
+            p[k] = strtod(v, &end);
+            if (end == v || p[k] < 0 || p[k] > 1) {
+                goto bad;
+            }
+        } else if (klen == 4 && strncmp(s, "seed", 4) == 0) {
+            seed = strtoull(v, &end, 0);
+            if (end == v) {
+                goto bad;
+            }
+        } else {
+            goto bad;
+        }
+        if (*end != ',' && *end != '\0') {
+            goto bad;
+        }
+        s = *end == ',' ? end + 1 : end;
+    }
+    /* Retried faults must leave a chance of success, or reads never end. */
+    if (p[0] + p[1] + p[2] + p[3] >= 1.0) {
+        goto bad;
+    }
+    double scale = 4294967296.0, acc = 0;
+    acc += p[0];
+    faults.eio = (uint64_t)(acc * scale);
+    acc += p[1];
+    faults.eintr = (uint64_t)(acc * scale);
+    acc += p[2];
+    faults.eagain = (uint64_t)(acc * scale);
+    acc += p[3];
+    faults.shrt = (uint64_t)(acc * scale);
+    faults.seed = mix64((uint64_t)seed ^ 0x72696e676c6f6164ULL);
+    faults.on = faults.shrt > 0;
+    return;
+bad:
+    fprintf(stderr,
+            "ringloader: ignoring RINGLOADER_IO_FAULTS=\"%s\" (want e.g. "
+            "short=0.3,eagain=0.1,eintr=0.1,eio=0.01,seed=1; rates sum "
+            "below 1)\n",
+            env);
+}
+
+bool rl__io_faults_on(void)
+{
+    pthread_once(&faults_once, faults_parse);
+    return faults.on;
+}
+
+rl__fault rl__io_fault_draw(uint64_t counter, size_t want, size_t *shorter)
+{
+    uint64_t h = mix64(faults.seed + mix64(counter));
+    uint64_t u = h & 0xffffffffu;
+    if (u < faults.eio) {
+        return RL__FAULT_EIO;
+    }
+    if (u < faults.eintr) {
+        return RL__FAULT_EINTR;
+    }
+    if (u < faults.eagain) {
+        return RL__FAULT_EAGAIN;
+    }
+    if (u < faults.shrt && want > 1) {
+        *shorter = 1 + (size_t)((h >> 32) % (want - 1));
+        return RL__FAULT_SHORT;
+    }
+    return RL__FAULT_NONE;
+}
 
 /* ---- the process-wide probe ---- */
 
@@ -90,7 +219,7 @@ static int open_request(rl_read *r, uint64_t max_file_bytes)
     r->buf = NULL;
     r->len = 0;
     r->want = 0;
-    int fd = open(r->path, O_RDONLY | O_CLOEXEC);
+    int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         return -errno;
     }
@@ -101,6 +230,13 @@ static int open_request(rl_read *r, uint64_t max_file_bytes)
     }
     if (S_ISDIR(st.st_mode)) {
         return -EISDIR;
+    }
+    if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+        return -EINVAL; /* a stream has no size and cannot be pread */
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        return -errno;
     }
     uint64_t size;
     if (r->length >= 0) {
@@ -130,7 +266,34 @@ static int open_request(rl_read *r, uint64_t max_file_bytes)
     return 0;
 }
 
-void rl_io_read_one(rl_read *r, uint64_t max_file_bytes)
+/* One pread attempt, or the fault injected in its place: returns what
+ * pread would, with errno set on -1. */
+static ssize_t pread_attempt(rl_read *r, atomic_uint_fast64_t *shared,
+                             uint64_t *own)
+{
+    size_t ask = r->want - r->len;
+    if (rl__io_faults_on()) {
+        uint64_t c = own != NULL ? (*own)++ : atomic_fetch_add(shared, 1);
+        switch (rl__io_fault_draw(c, ask, &ask)) {
+        case RL__FAULT_EIO:
+            errno = EIO;
+            return -1;
+        case RL__FAULT_EINTR:
+            errno = EINTR;
+            return -1;
+        case RL__FAULT_EAGAIN:
+            errno = EAGAIN;
+            return -1;
+        default:
+            break; /* none, or ask was shortened */
+        }
+    }
+    return pread(r->fd, r->buf + r->len, ask, (off_t)(r->offset + r->len));
+}
+
+/* rl_io_read_one() drawing faults from *own when not NULL (a context's
+ * stream), else from the shared atomic stream. */
+static void read_one(rl_read *r, uint64_t max_file_bytes, uint64_t *own)
 {
     int rc = open_request(r, max_file_bytes);
     if (rc != 0) {
@@ -138,8 +301,7 @@ void rl_io_read_one(rl_read *r, uint64_t max_file_bytes)
         return;
     }
     while (r->len < r->want) {
-        ssize_t got = pread(r->fd, r->buf + r->len, r->want - r->len,
-                            (off_t)(r->offset + r->len));
+        ssize_t got = pread_attempt(r, &read_one_ctr, own);
         if (got < 0) {
             if (errno == EINTR || errno == EAGAIN) {
                 continue;
@@ -158,6 +320,11 @@ void rl_io_read_one(rl_read *r, uint64_t max_file_bytes)
     rl__io_finish(r, 0);
 }
 
+void rl_io_read_one(rl_read *r, uint64_t max_file_bytes)
+{
+    read_one(r, max_file_bytes, NULL);
+}
+
 /* ---- contexts ---- */
 
 rl_io *rl_io_create(rl_io_backend want, uint64_t max_file_bytes, char *why)
@@ -168,6 +335,7 @@ rl_io *rl_io_create(rl_io_backend want, uint64_t max_file_bytes, char *why)
     }
     io->max_file_bytes = max_file_bytes;
     io->backend = RL_IO_PREAD;
+    (void)rl__io_faults_on(); /* read the variable here, not in a worker */
     if (why != NULL) {
         why[0] = '\0';
     }
@@ -210,7 +378,7 @@ void rl_io_read_batch(rl_io *io, rl_read **reqs, int n, rl_read_done_fn done,
     }
     if (io->backend != RL_IO_URING) {
         for (int i = 0; i < n; i++) {
-            rl_io_read_one(reqs[i], io->max_file_bytes);
+            read_one(reqs[i], io->max_file_bytes, &io->fault_ctr);
             done(reqs[i], arg);
         }
         return;

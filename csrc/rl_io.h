@@ -8,6 +8,19 @@
  * and RINGLOADER_IO is not "pread". Short reads, EAGAIN and EINTR are
  * retried by both backends; any other failure is reported per request as a
  * negative errno. This layer knows nothing of JPEG or Python.
+ *
+ * Fault injection, for tests only: when the environment variable
+ * RINGLOADER_IO_FAULTS is set, e.g. "short=0.3,eagain=0.1,eintr=0.1,
+ * eio=0.01,seed=1", each read attempt of either backend is, with the given
+ * probability, cut short (a random part of the bytes asked), or fails with
+ * EAGAIN, EINTR or EIO as the kernel would report it. The first three must
+ * be invisible to callers (same bytes, status 0); EIO fails that request
+ * with -EIO. The variable is read once per process, at the first I/O
+ * context or read; an unparsable value is ignored with a line on stderr.
+ * The draws come from a counter-based generator keyed by the seed: one
+ * counter per I/O context (so a context's faults are reproducible), one
+ * shared atomic counter for rl_io_read_one(). Unset, it costs one
+ * predictable branch per read.
  */
 #ifndef RL_IO_H
 #define RL_IO_H

@@ -9,6 +9,11 @@
  * remaining bytes. Requests keep their progress in r->len, so a retried read
  * continues where the last one stopped. This is the pattern the kernel's
  * own documentation asks for: a short read is not an error.
+ *
+ * Injected faults (tests only, see rl_io.h) enter at the two points where
+ * the kernel could produce them: a shortened length when an SQE is
+ * prepared, and a rewritten cqe->res (-EAGAIN, -EINTR, -EIO) before the
+ * completion is handled, so the real retry code is what gets tested.
  */
 #define _GNU_SOURCE
 #include "rl_io_uring.h"
@@ -20,6 +25,8 @@
 struct rl__uring {
     struct io_uring ring;
     unsigned entries;
+    bool faults;        /* RINGLOADER_IO_FAULTS is set */
+    uint64_t fault_ctr; /* this ring's fault stream */
 };
 
 rl__uring *rl__uring_create(unsigned entries, int *err)
@@ -36,6 +43,9 @@ rl__uring *rl__uring_create(unsigned entries, int *err)
         return NULL;
     }
     u->entries = entries;
+    u->faults = rl__io_faults_on();
+    /* Apart from the pread streams of rl_io.c, which count from 0. */
+    u->fault_ctr = (uint64_t)1 << 62;
     *err = 0;
     return u;
 }
@@ -64,6 +74,13 @@ static bool queue_read(rl__uring *u, rl_read *r)
         return false;
     }
     size_t left = r->want - r->len;
+    if (u->faults) {
+        size_t shorter;
+        if (rl__io_fault_draw(u->fault_ctr++, left, &shorter) ==
+            RL__FAULT_SHORT) {
+            left = shorter;
+        }
+    }
     /* A single read is capped at 1 GiB by the kernel's rw limits anyway. */
     unsigned chunk = left > (1u << 30) ? (1u << 30) : (unsigned)left;
     io_uring_prep_read(sqe, r->fd, r->buf + r->len, chunk,
@@ -116,6 +133,14 @@ void rl__uring_read(rl__uring *u, rl_read **reqs, int n, rl_read_done_fn done,
         {
             rl_read *r = io_uring_cqe_get_data(cqe);
             int res = cqe->res;
+            if (u->faults && res >= 0) {
+                size_t unused;
+                rl__fault f = rl__io_fault_draw(u->fault_ctr++, 0, &unused);
+                res = f == RL__FAULT_EIO      ? -EIO
+                      : f == RL__FAULT_EINTR  ? -EINTR
+                      : f == RL__FAULT_EAGAIN ? -EAGAIN
+                                              : res;
+            }
             seen++;
             inflight--;
             if (res == -EAGAIN || res == -EINTR) {

@@ -57,4 +57,26 @@ static inline bool rl__uring_broken(const rl__uring *u)
 /* Helpers shared by both backends, defined in rl_io.c. */
 void rl__io_finish(rl_read *r, int status);
 
+/* Injected I/O faults (RINGLOADER_IO_FAULTS, see rl_io.h). */
+typedef enum {
+    RL__FAULT_NONE = 0,
+    RL__FAULT_SHORT,  /* read fewer bytes than asked */
+    RL__FAULT_EAGAIN, /* fail the attempt with -EAGAIN */
+    RL__FAULT_EINTR,  /* ... with -EINTR */
+    RL__FAULT_EIO,    /* ... with -EIO */
+} rl__fault;
+
+/* True when RINGLOADER_IO_FAULTS asks for faults; parses it on first use.
+ * Thread-safe. */
+bool rl__io_faults_on(void);
+
+/*
+ * The fault for a read attempt of `want` bytes: a pure function of the seed
+ * and `counter`, a number the caller never repeats (a per-context counter,
+ * or an atomic one). For RL__FAULT_SHORT, *shorter is the shortened length,
+ * in [1, want); a read of one byte is never shortened. Call only when
+ * rl__io_faults_on().
+ */
+rl__fault rl__io_fault_draw(uint64_t counter, size_t want, size_t *shorter);
+
 #endif /* RL_IO_URING_H */

@@ -22,5 +22,6 @@ def test_c_units(tmp_path, sanitize):
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "WARNING: ThreadSanitizer" not in proc.stderr
-    for name in ("test_pool", "test_resize", "test_io", "test_pipeline"):
+    for name in ("test_pool", "test_resize", "test_io", "test_pipeline",
+                 "test_io_faults"):
         assert f"{name}: " in proc.stdout

@@ -4,10 +4,12 @@
 #ifndef RL_TEST_CHECK_H
 #define RL_TEST_CHECK_H
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-static int rl_test_checks;
+/* Atomic: checks run on several threads in some tests. */
+static atomic_int rl_test_checks;
 
 #define CHECK(cond)                                                         \
     do {                                                                    \
@@ -32,7 +34,8 @@ static int rl_test_checks;
 
 #define PASS(name)                                                          \
     do {                                                                    \
-        printf("%s: %d checks passed\n", name, rl_test_checks);             \
+        printf("%s: %d checks passed\n", name,                              \
+               atomic_load(&rl_test_checks));                               \
         return 0;                                                           \
     } while (0)
 

@@ -1,0 +1,133 @@
+/*
+ * fuzz_decode.c - libFuzzer harness on ringloader's decode entry point.
+ *
+ * DESIGN: the fuzzer must see what a training job sees, so it calls the
+ * real entry point, rl_sample_decode(), with the production limits
+ * (RL_DEFAULT_*) and the fused transforms the pipeline uses, on one decoder
+ * reused across inputs exactly as a pool thread reuses its own. The first
+ * bytes of the input pick the transform (kind, output size, resize, flip,
+ * layout, sample index) so one corpus explores every path of the plan, the
+ * DCT scale choice, the region decode and the resampler; the JPEG is the
+ * rest. Every output byte is read (summed into a volatile), as in
+ * libjpeg-turbo's own fuzzers, so the compiler cannot drop the work and an
+ * MSan build would flag any byte the decoder never wrote.
+ * A full decode with a low pixel limit follows, as _core.decode() does it.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../csrc/rl_sample.h"
+
+#define HEADER_BYTES 8
+/* Low enough that the fuzzer spends its time on decoding, not on memset of
+ * huge buffers; high enough for every seed of make_corpus.py. */
+#define FULL_MAX_PIXELS (1u << 20)
+
+static rl_decoder *decoder;
+
+static const int out_sizes[] = {1, 2, 7, 16, 33, 64, 224};
+
+static void touch(const uint8_t *p, size_t n)
+{
+    volatile uint32_t sum = 0;
+    uint32_t s = 0;
+    for (size_t i = 0; i < n; i++) {
+        s += p[i];
+    }
+    sum = s;
+    (void)sum;
+}
+
+/* The transform, layout and sample index chosen by the input's header. */
+static void pick(const uint8_t *h, rl_transform *t, bool *nhwc,
+                 int64_t *index)
+{
+    memset(t, 0, sizeof(*t));
+    int n = (int)(sizeof(out_sizes) / sizeof(out_sizes[0]));
+    t->out_h = out_sizes[h[1] % n];
+    t->out_w = out_sizes[h[2] % n];
+    t->flip_p = (h[0] & 2) ? 0.5 : 0.0;
+    if (h[0] & 1) {
+        t->kind = RL_T_RANDOM_CROP;
+        /* torchvision's defaults, or a narrow range hitting tiny boxes. */
+        t->scale_lo = (h[3] & 1) ? 0.08 : 0.0001;
+        t->scale_hi = (h[3] & 2) ? 1.0 : 0.001;
+        t->ratio_lo = 3.0 / 4.0;
+        t->ratio_hi = (h[3] & 4) ? 4.0 / 3.0 : 40.0;
+    } else {
+        t->kind = RL_T_RESIZE_CROP;
+        switch (h[3] % 3) {
+        case 0:
+            t->resize_short = 1 + h[4] % 300;
+            break;
+        case 1:
+            t->resize_h = 1 + h[4] % 300;
+            t->resize_w = 1 + h[5] % 300;
+            break;
+        default:
+            break; /* crop only, maybe padded */
+        }
+    }
+    *nhwc = (h[0] & 4) != 0;
+    *index = h[6] | (h[7] << 8);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < HEADER_BYTES) {
+        return 0;
+    }
+    if (decoder == NULL) {
+        decoder = rl_decoder_create();
+        if (decoder == NULL) {
+            abort();
+        }
+    }
+    const uint8_t *jpeg = data + HEADER_BYTES;
+    size_t len = size - HEADER_BYTES;
+    char msg[RL_MSG_MAX];
+    rl_limits lim = {RL_DEFAULT_MAX_PIXELS, RL_DEFAULT_MAX_SCANS,
+                     RL_DEFAULT_MAX_FILE_BYTES, (data[0] & 8) != 0};
+
+    rl_transform t;
+    bool nhwc;
+    int64_t index;
+    pick(data, &t, &nhwc, &index);
+    size_t bytes = (size_t)t.out_w * (size_t)t.out_h * 3;
+    uint8_t *out = malloc(bytes);
+    if (out == NULL) {
+        abort();
+    }
+    rl_dst dst;
+    memset(&dst, 0, sizeof(dst));
+    dst.data = out;
+    if (nhwc) {
+        dst.row_stride = (ptrdiff_t)t.out_w * 3;
+        dst.px_stride = 3;
+        dst.ch_stride = 1;
+    } else {
+        dst.row_stride = t.out_w;
+        dst.px_stride = 1;
+        dst.ch_stride = (ptrdiff_t)t.out_w * t.out_h;
+    }
+    int rc = rl_sample_decode(decoder, jpeg, len, &t, &lim, 7, 0, index,
+                              &dst, msg);
+    if (rc == 0) {
+        touch(out, bytes);
+    } else if (memchr(msg, '\0', RL_MSG_MAX) == NULL) {
+        abort(); /* every failure must leave a terminated message */
+    }
+    free(out);
+
+    lim.max_pixels = FULL_MAX_PIXELS;
+    uint8_t *full = NULL;
+    int w = 0, h = 0;
+    rc = rl_sample_decode_full(decoder, jpeg, len, &lim, &full, &w, &h, msg);
+    if (rc == 0) {
+        touch(full, (size_t)w * (size_t)h * 3);
+    }
+    free(full);
+    return 0;
+}

@@ -321,20 +321,21 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
                              "io", "max_pixels", "max_scans",
                              "max_file_bytes", "allow_truncated", "dtype",
                              "mul", "add", "device", "copy_stream",
-                             "fallback", NULL};
+                             "fallback", "direct_io", NULL};
     PyObject *spec, *mul = Py_None, *add = Py_None;
     const char *dtype = "uint8";
-    int device = -1, fallback = 1;
+    int device = -1, fallback = 1, direct_io = 0;
     unsigned long long copy_stream = 0;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
     const char *layout = "NCHW", *io = "auto";
     unsigned long long seed = 0, max_pixels = RL_DEFAULT_MAX_PIXELS,
                        max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$isKsKiKpsOOiKp", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$isKsKiKpsOOiKpp", kwlist,
                                      &spec, &nthreads, &layout, &seed, &io,
                                      &max_pixels, &max_scans, &max_file_bytes,
                                      &allow_truncated, &dtype, &mul, &add,
-                                     &device, &copy_stream, &fallback)) {
+                                     &device, &copy_stream, &fallback,
+                                     &direct_io)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -358,6 +359,7 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
     cfg.seed = seed;
     cfg.cuda = device >= 0;
     cfg.fallback = fallback != 0;
+    cfg.direct_io = direct_io != 0;
     cfg.cuda_device = device;
     cfg.copy_stream = (uintptr_t)copy_stream;
     cfg.limits.max_pixels = max_pixels;
@@ -721,12 +723,12 @@ static PyObject *pipeline_stats(pipeline_object *self, PyObject *unused)
     rl_pipeline_stats s;
     rl_pipeline_stats_get(self->p, &s);
     return Py_BuildValue(
-        "{sKsKsKsKsdsdsisi}", "samples", (unsigned long long)s.samples,
+        "{sKsKsKsKsdsdsisisK}", "samples", (unsigned long long)s.samples,
         "batches", (unsigned long long)s.batches, "bytes_read",
         (unsigned long long)s.bytes_read, "errors",
         (unsigned long long)s.errors, "read_seconds", s.read_ns / 1e9,
         "decode_seconds", s.decode_ns / 1e9, "inflight", s.inflight, "ready",
-        s.ready);
+        s.ready, "direct_refused", (unsigned long long)s.direct_refused);
 }
 
 static PyObject *pipeline_get_io(pipeline_object *self, void *closure)

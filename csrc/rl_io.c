@@ -194,6 +194,8 @@ bool rl_io_uring_probe(char *why)
 
 /* ---- requests ---- */
 
+#define DIRECT_ALIGN 4096
+
 void rl__io_finish(rl_read *r, int status)
 {
     if (r->fd >= 0) {
@@ -204,8 +206,36 @@ void rl__io_finish(rl_read *r, int status)
     if (status != 0) {
         free(r->buf);
         r->buf = NULL;
+        r->data = NULL;
         r->len = 0;
+        return;
     }
+    /* What was read from `start` on: keep the bytes asked for. */
+    size_t got = r->len > r->skip ? r->len - r->skip : 0;
+    r->data = r->buf != NULL ? r->buf + r->skip : NULL;
+    r->len = got < r->need ? got : r->need;
+}
+
+void rl__io_align(rl_read *r, size_t *ask)
+{
+    if (!r->direct) {
+        return;
+    }
+    size_t left = r->want - r->len;
+    size_t a = *ask - *ask % DIRECT_ALIGN;
+    *ask = a == 0 ? (left < DIRECT_ALIGN ? left : DIRECT_ALIGN)
+                  : (a < left ? a : left);
+}
+
+bool rl__io_direct_eof(const rl_read *r)
+{
+    return r->direct && r->len % DIRECT_ALIGN != 0;
+}
+
+bool rl__io_eof_ok(const rl_read *r)
+{
+    /* O_DIRECT reads run to an aligned end, past the end of the file. */
+    return r->len >= r->skip + r->need;
 }
 
 /*
@@ -217,8 +247,13 @@ static int open_request(rl_read *r, uint64_t max_file_bytes)
 {
     r->fd = -1;
     r->buf = NULL;
+    r->data = NULL;
     r->len = 0;
     r->want = 0;
+    r->skip = 0;
+    r->need = 0;
+    r->start = r->offset;
+    r->direct_refused = false;
     int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         return -errno;
@@ -238,6 +273,11 @@ static int open_request(rl_read *r, uint64_t max_file_bytes)
     if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
         return -errno;
     }
+    if (r->direct && S_ISREG(st.st_mode) &&
+        fcntl(fd, F_SETFL, (fl & ~O_NONBLOCK) | O_DIRECT) != 0) {
+        r->direct = false; /* the file system refuses it: read buffered */
+        r->direct_refused = true;
+    }
     uint64_t size;
     if (r->length >= 0) {
         size = (uint64_t)r->length;
@@ -256,7 +296,16 @@ static int open_request(rl_read *r, uint64_t max_file_bytes)
     if (size > max_file_bytes) {
         return RL_ETOOBIG;
     }
+    r->need = (size_t)size;
     r->want = (size_t)size;
+    if (r->direct && size > 0) {
+        uint64_t a = DIRECT_ALIGN;
+        r->start = r->offset / a * a;
+        r->skip = (size_t)(r->offset - r->start);
+        r->want = (size_t)((r->offset + size + a - 1) / a * a - r->start);
+        r->buf = aligned_alloc(DIRECT_ALIGN, r->want);
+        return r->buf != NULL ? 0 : -ENOMEM;
+    }
     if (size > 0) {
         r->buf = malloc(r->want);
         if (r->buf == NULL) {
@@ -288,7 +337,8 @@ static ssize_t pread_attempt(rl_read *r, atomic_uint_fast64_t *shared,
             break; /* none, or ask was shortened */
         }
     }
-    return pread(r->fd, r->buf + r->len, ask, (off_t)(r->offset + r->len));
+    rl__io_align(r, &ask);
+    return pread(r->fd, r->buf + r->len, ask, (off_t)(r->start + r->len));
 }
 
 /* rl_io_read_one() drawing faults from *own when not NULL (a context's
@@ -312,12 +362,17 @@ static void read_one(rl_read *r, uint64_t max_file_bytes, uint64_t *own)
         if (got == 0) {
             /* The file shrank after fstat: keep what there is when the
              * whole file was asked for, fail an explicit byte range. */
-            rl__io_finish(r, r->length < 0 ? 0 : -EIO);
+            rl__io_finish(r, r->length < 0 || rl__io_eof_ok(r) ? 0 : -EIO);
             return;
         }
         r->len += (size_t)got;
+        if (rl__io_direct_eof(r)) {
+            break; /* O_DIRECT reads end short only at the end of file */
+        }
     }
-    rl__io_finish(r, 0);
+    rl__io_finish(r, r->len >= r->want || rl__io_eof_ok(r) || r->length < 0
+                         ? 0
+                         : -EIO);
 }
 
 void rl_io_read_one(rl_read *r, uint64_t max_file_bytes)

@@ -56,6 +56,17 @@ static inline bool rl__uring_broken(const rl__uring *u)
 
 /* Helpers shared by both backends, defined in rl_io.c. */
 void rl__io_finish(rl_read *r, int status);
+/* At end of file: true when every byte asked for was read (O_DIRECT reads
+ * aim past the end of the file). */
+bool rl__io_eof_ok(const rl_read *r);
+/*
+ * Before each read attempt: O_DIRECT needs the file position, the buffer
+ * address and the length aligned, so *ask is cut to whole blocks (reads
+ * then only end short, mid-block, at the end of the file).
+ */
+void rl__io_align(rl_read *r, size_t *ask);
+/* True when an O_DIRECT read ended mid-block: the end of the file. */
+bool rl__io_direct_eof(const rl_read *r);
 
 /* Injected I/O faults (RINGLOADER_IO_FAULTS, see rl_io.h). */
 typedef enum {

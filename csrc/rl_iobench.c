@@ -17,6 +17,7 @@
 
 typedef struct {
     rl_io_backend backend;
+    bool direct;
     int batch, n;
     const char *const *paths;
     const uint64_t *offsets;
@@ -62,6 +63,7 @@ static void *worker(void *arg)
             r->offset = b->offsets ? b->offsets[first + i] : 0;
             r->length = b->lengths ? b->lengths[first + i] : -1;
             r->fd = -1;
+            r->direct = b->direct;
             reqs[i] = r;
         }
         if (b->backend == RL_IO_URING) {
@@ -80,7 +82,7 @@ out:
     return NULL;
 }
 
-int rl_iobench_read(rl_io_backend backend, int threads, int batch,
+int rl_iobench_read(rl_io_backend backend, int threads, int batch, bool direct,
                     const char *const *paths, const uint64_t *offsets,
                     const int64_t *lengths, int n, uint64_t *bytes,
                     double *seconds)
@@ -88,7 +90,8 @@ int rl_iobench_read(rl_io_backend backend, int threads, int batch,
     if (threads < 1 || threads > 256 || batch < 1 || n < 0) {
         return -EINVAL;
     }
-    bench b = {.backend = backend, .batch = batch, .n = n, .paths = paths,
+    bench b = {.backend = backend, .direct = direct, .batch = batch, .n = n,
+               .paths = paths,
                .offsets = offsets, .lengths = lengths};
     atomic_init(&b.next, 0);
     atomic_init(&b.bytes, 0);

@@ -14,7 +14,7 @@
  * whole batches file by file. Buffers are freed as soon as read. Returns 0
  * with *bytes and *seconds, or the first failed read's status. Blocks.
  */
-int rl_iobench_read(rl_io_backend backend, int threads, int batch,
+int rl_iobench_read(rl_io_backend backend, int threads, int batch, bool direct,
                     const char *const *paths, const uint64_t *offsets,
                     const int64_t *lengths, int n, uint64_t *bytes,
                     double *seconds);

@@ -394,13 +394,17 @@ static PyObject *py_cuda_stream_sync(PyObject *module, PyObject *args)
 
 /* read_bench(paths, offsets, lengths, backend, threads, batch)
  *   -> (bytes, seconds): the I/O layer alone, for benchmarks/bench_io.py. */
-static PyObject *py_read_bench(PyObject *module, PyObject *args)
+static PyObject *py_read_bench(PyObject *module, PyObject *args,
+                               PyObject *kw)
 {
+    static char *kwlist[] = {"paths", "offsets", "lengths", "backend",
+                             "threads", "batch", "direct", NULL};
     PyObject *paths, *offsets, *lengths;
     const char *backend;
-    int threads, batch;
-    if (!PyArg_ParseTuple(args, "OOOsii", &paths, &offsets, &lengths,
-                          &backend, &threads, &batch)) {
+    int threads, batch, direct = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOsii|p", kwlist, &paths,
+                                     &offsets, &lengths, &backend, &threads,
+                                     &batch, &direct)) {
         return NULL;
     }
     rl_io_backend be = strcmp(backend, "io_uring") == 0 ? RL_IO_URING
@@ -447,7 +451,7 @@ static PyObject *py_read_bench(PyObject *module, PyObject *args)
     double seconds = 0;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = rl_iobench_read(be, threads, batch, cpaths,
+    rc = rl_iobench_read(be, threads, batch, direct != 0, cpaths,
                          offsets != Py_None ? offs : NULL,
                          offsets != Py_None ? lens : NULL, (int)n, &bytes,
                          &seconds);
@@ -472,9 +476,10 @@ out:
 }
 
 static PyMethodDef module_methods[] = {
-    {"read_bench", py_read_bench, METH_VARARGS,
-     "read_bench(paths, offsets, lengths, backend, threads, batch) -> "
-     "(bytes, seconds)."},
+    {"read_bench", (PyCFunction)(void (*)(void))py_read_bench,
+     METH_VARARGS | METH_KEYWORDS,
+     "read_bench(paths, offsets, lengths, backend, threads, batch, "
+     "direct=False) -> (bytes, seconds)."},
     {"cuda_probe", py_cuda_probe, METH_NOARGS,
      "cuda_probe() -> (available, message, library, device_count)."},
     {"cuda_malloc", py_cuda_malloc, METH_VARARGS,

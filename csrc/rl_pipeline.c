@@ -117,7 +117,7 @@ struct rl_pipeline {
     int pinned_slots;            /* GPU path, guarded by mu */
     bool break_wait, break_recycle; /* test hooks: see rl_pipeline_create */
     atomic_uint_fast64_t n_samples, n_batches, n_bytes, n_errors;
-    atomic_uint_fast64_t read_ns, decode_ns;
+    atomic_uint_fast64_t read_ns, decode_ns, direct_refused;
 };
 
 static uint64_t now_ns(void)
@@ -393,6 +393,9 @@ static void job_run(rl_task *task, void *ctx)
         goto out;
     }
     atomic_fetch_add(&p->n_bytes, j->rd.len);
+    if (j->rd.direct_refused) {
+        atomic_fetch_add(&p->direct_refused, 1);
+    }
     if (dec == NULL) {
         j->status = -ENOMEM;
         snprintf(j->msg, RL_MSG_MAX, "out of memory for a decoder");
@@ -402,7 +405,7 @@ static void job_run(rl_task *task, void *ctx)
     rl_dst dst;
     sample_dst(p, b->slot->data + (size_t)j->pos * p->sample_bytes, &dst);
     uint64_t t0 = now_ns();
-    j->status = rl_sample_decode(dec, j->rd.buf, j->rd.len, t,
+    j->status = rl_sample_decode(dec, j->rd.data, j->rd.len, t,
                                  &p->cfg.limits, p->cfg.seed, b->epoch,
                                  j->index, &dst, j->msg);
     if (j->status == RL_EFORMAT && p->cfg.fallback) {
@@ -638,6 +641,7 @@ int rl_pipeline_submit_to(rl_pipeline *p, const rl_source *src, int n,
         j->rd.path = block;
         j->rd.offset = src[i].offset;
         j->rd.length = src[i].length;
+        j->rd.direct = p->cfg.direct_io;
         j->rd.fd = -1;
         block += len;
     }
@@ -874,6 +878,7 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     st->errors = atomic_load(&p->n_errors);
     st->read_ns = atomic_load(&p->read_ns);
     st->decode_ns = atomic_load(&p->decode_ns);
+    st->direct_refused = atomic_load(&p->direct_refused);
     pthread_mutex_lock(&p->mu);
     st->inflight = p->inflight;
     st->ready = 0;

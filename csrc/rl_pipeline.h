@@ -53,6 +53,9 @@ typedef struct rl_pipeline_config {
      * batch: their places are left for the caller, who decodes them some
      * other way and calls rl_pipeline_fill(). */
     bool fallback;
+    /* Read with O_DIRECT (see rl_io.h); files whose file system refuses it
+     * are read buffered and counted in stats.direct_refused. */
+    bool direct_io;
 } rl_pipeline_config;
 
 /* One sample to load: a whole file (length -1) or a byte range of it.
@@ -83,6 +86,7 @@ typedef struct rl_batch_error {
 typedef struct rl_pipeline_stats {
     uint64_t samples, batches, bytes_read, errors;
     uint64_t read_ns, decode_ns; /* summed over threads */
+    uint64_t direct_refused;     /* O_DIRECT reads that fell back */
     int inflight;                /* batches submitted, not yet returned */
     int ready;                   /* of those, decoded and waiting */
 } rl_pipeline_stats;

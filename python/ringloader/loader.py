@@ -261,6 +261,9 @@ class Loader:
             on a stream of the loader's, overlapping decoding and compute;
             uint8 crosses PCIe and dtype/normalisation/channels_last are
             applied on the device.
+        direct_io: read with ``O_DIRECT``, bypassing the page cache, for
+            data sets larger than RAM on fast storage; where the file system
+            refuses it, files are read buffered and this is said once.
         distributed: shard the data across processes exactly as
             ``DistributedSampler(dataset, world_size, rank, shuffle, seed,
             drop_last)`` does; rank and world size come from
@@ -295,6 +298,7 @@ class Loader:
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         device: Any = None,
+        direct_io: bool = False,
     ) -> None:
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
@@ -332,6 +336,7 @@ class Loader:
         self.io = io
         self.max_pixels = int(max_pixels)
         self.allow_truncated = bool(allow_truncated)
+        self.direct_io = bool(direct_io)
         self.transform = (
             transform if transform is not None else getattr(dataset, "transform", None)
         )
@@ -395,6 +400,7 @@ class Loader:
         self._meter = _Meter()
         self._fallback_decodes = 0
         self._announced_fallback = False
+        self._announced_direct = False
         LIVE.add(self)
 
     # ---- DataLoader-compatible surface ----
@@ -485,6 +491,7 @@ class Loader:
                 io=self.io,
                 max_pixels=self.max_pixels,
                 allow_truncated=self.allow_truncated,
+                direct_io=self.direct_io,
             )
             self._pipe_pid = pid
             reason = self._pipe.io_reason
@@ -587,6 +594,13 @@ class Loader:
                     labels = torch.as_tensor(
                         [self.target_transform(int(t)) for t in labels]
                     )
+                if self.direct_io and not self._announced_direct:
+                    if pipe.stats()["direct_refused"]:
+                        self._announced_direct = True
+                        log.warning(
+                            "ringloader: the file system refuses O_DIRECT for "
+                            "%s; reading it (and others like it) through the "
+                            "page cache", paths[idx[0]])
                 self._yielded += 1
                 self._meter.waited(time.perf_counter() - t0)
                 self._meter.delivered(len(idx))
@@ -837,6 +851,7 @@ class Loader:
             epoch=self._epoch,
             rank=self.rank,
             fallback_decodes=self._fallback_decodes,
+            direct_refused=c.get("direct_refused", 0),
         )
         return out
 

@@ -30,7 +30,7 @@ static void on_done(rl_read *r, void *arg)
     done_count++;
 }
 
-static void check_reads(rl_io_backend want)
+static void check_reads(rl_io_backend want, bool direct)
 {
     char why[RL_MSG_MAX];
     rl_io *io = rl_io_create(want, 1 << 30, why);
@@ -41,12 +41,14 @@ static void check_reads(rl_io_backend want)
     for (int i = 0; i < NFILES; i++) {
         reads[i].path = paths[i];
         reads[i].length = -1;
+        reads[i].direct = direct;
         reqs[i] = &reads[i];
     }
     /* A byte range, a missing file, a directory, an oversized range. */
     reads[NFILES].path = paths[7];
     reads[NFILES].offset = 100;
     reads[NFILES].length = 1000;
+    reads[NFILES].direct = direct;
     reads[NFILES + 1].path = "/nonexistent/ringloader/x.jpg";
     reads[NFILES + 1].length = -1;
     reads[NFILES + 2].path = dir;
@@ -63,8 +65,12 @@ static void check_reads(rl_io_backend want)
     for (int i = 0; i < NFILES; i++) {
         CHECK_EQ(reads[i].status, 0);
         CHECK_EQ(reads[i].len, sizes[i]);
+        if (direct && sizes[i] > 0) {
+            /* Buffered only where the file system refused O_DIRECT. */
+            CHECK(reads[i].direct || reads[i].direct_refused);
+        }
         for (size_t k = 0; k < sizes[i]; k++) {
-            if (reads[i].buf[k] != byte_at(i, k)) {
+            if (reads[i].data[k] != byte_at(i, k)) {
                 CHECK(!"wrong byte");
             }
         }
@@ -72,8 +78,8 @@ static void check_reads(rl_io_backend want)
     }
     CHECK_EQ(reads[NFILES].status, 0);
     CHECK_EQ(reads[NFILES].len, 1000);
-    CHECK_EQ(reads[NFILES].buf[0], byte_at(7, 100));
-    CHECK_EQ(reads[NFILES].buf[999], byte_at(7, 1099));
+    CHECK_EQ(reads[NFILES].data[0], byte_at(7, 100));
+    CHECK_EQ(reads[NFILES].data[999], byte_at(7, 1099));
     free(reads[NFILES].buf);
     CHECK_EQ(reads[NFILES + 1].status, -ENOENT);
     CHECK_EQ(reads[NFILES + 2].status, -EISDIR);
@@ -112,9 +118,11 @@ int main(void)
     rl_io *io = rl_io_create(RL_IO_URING, 1 << 30, why);
     CHECK_EQ(rl_io_backend_of(io), uring ? RL_IO_URING : RL_IO_PREAD);
     rl_io_destroy(io);
-    check_reads(RL_IO_PREAD);
-    if (uring) {
-        check_reads(RL_IO_URING);
+    for (int direct = 0; direct < 2; direct++) {
+        check_reads(RL_IO_PREAD, direct);
+        if (uring) {
+            check_reads(RL_IO_URING, direct);
+        }
     }
     for (int i = 0; i < NFILES; i++) {
         unlink(paths[i]);

@@ -447,7 +447,21 @@ static void store_row(const rl_dst *dst, uint8_t *px, int w, int y,
         float mul = dst->mul[c], add = dst->add[c];
         if (dst->dtype == RL_DTYPE_F32) {
             float *f = (float *)o + c * cs;
-            for (int x = 0; x < w; x++) {
+            int x = 0;
+#ifdef RL_SSE2
+            if (ps == 1) { /* NCHW: four pixels of one channel at a time */
+                __m128 vm = _mm_set1_ps(mul), va = _mm_set1_ps(add);
+                __m128i lo = _mm_set1_epi32(0xFF);
+                for (; x + 4 <= w; x += 4) {
+                    __m128i v = _mm_loadu_si128((const __m128i *)(px + 4 * x));
+                    v = _mm_and_si128(_mm_srli_epi32(v, 8 * c), lo);
+                    __m128 fv = _mm_add_ps(_mm_mul_ps(_mm_cvtepi32_ps(v), vm),
+                                           va);
+                    _mm_storeu_ps(f + x, fv);
+                }
+            }
+#endif
+            for (; x < w; x++) {
                 f[x * ps] = (float)px[4 * x + c] * mul + add;
             }
         } else {

@@ -20,6 +20,7 @@
 #include "rl_io.h"
 #include "rl_iobench.h"
 #include "rl_plan.h"
+#include "rl_resize.h"
 #include "rl_sample.h"
 
 rl_module_state *rl__py_state_of(PyTypeObject *type)
@@ -475,7 +476,39 @@ out:
     return result;
 }
 
+/* resample_simd(cap=None) -> the resampler's SIMD level ("c", "sse2",
+ * "avx2"); with cap, first lowers it to at most cap (for tests: call it
+ * when no loader is running). */
+static PyObject *py_resample_simd(PyObject *module, PyObject *args)
+{
+    (void)module;
+    const char *cap = NULL;
+    if (!PyArg_ParseTuple(args, "|z", &cap)) {
+        return NULL;
+    }
+    if (cap != NULL) {
+        rl_simd level;
+        if (strcmp(cap, "c") == 0) {
+            level = RL_SIMD_C;
+        } else if (strcmp(cap, "sse2") == 0) {
+            level = RL_SIMD_SSE2;
+        } else if (strcmp(cap, "avx2") == 0) {
+            level = RL_SIMD_AVX2;
+        } else {
+            PyErr_Format(PyExc_ValueError,
+                         "unknown SIMD level %R: use 'c', 'sse2' or 'avx2'",
+                         PyTuple_GET_ITEM(args, 0));
+            return NULL;
+        }
+        rl_resample_set_simd(level);
+    }
+    return PyUnicode_FromString(rl_simd_name(rl_resample_simd()));
+}
+
 static PyMethodDef module_methods[] = {
+    {"resample_simd", py_resample_simd, METH_VARARGS,
+     "resample_simd(cap=None) -> 'c' | 'sse2' | 'avx2': the resampler's "
+     "SIMD level, first capped at cap if given."},
     {"read_bench", (PyCFunction)(void (*)(void))py_read_bench,
      METH_VARARGS | METH_KEYWORDS,
      "read_bench(paths, offsets, lengths, backend, threads, batch, "

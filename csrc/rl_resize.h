@@ -75,6 +75,24 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
                 double bh, int out_w, int out_h, bool flip,
                 const rl_dst *dst);
 
+/* The SIMD kernels rl_resample can use; every level gives the same bytes. */
+typedef enum {
+    RL_SIMD_C = 0,
+    RL_SIMD_SSE2 = 1,
+    RL_SIMD_AVX2 = 2,
+} rl_simd;
+
+/* The level in use: the best this build and CPU support, unless capped by
+ * the environment (RINGLOADER_SIMD=c or sse2, read once) or below. */
+rl_simd rl_resample_simd(void);
+
+/* Caps the level (for tests and diagnostics; call before resampling starts,
+ * not concurrently with it). Returns the level now in use. */
+rl_simd rl_resample_set_simd(rl_simd level);
+
+/* "c", "sse2" or "avx2". */
+const char *rl_simd_name(rl_simd level);
+
 /* Writes the value of a black pixel (8-bit zeros, converted) to the w x h
  * rectangle at (x, y) of dst. */
 void rl_fill_zero(const rl_dst *dst, int x, int y, int w, int h);

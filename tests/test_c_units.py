@@ -22,6 +22,11 @@ def test_c_units(tmp_path, sanitize):
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "WARNING: ThreadSanitizer" not in proc.stderr
-    for name in ("test_pool", "test_resize", "test_io", "test_pipeline",
-                 "test_io_faults"):
+    for name in (
+        "test_pool",
+        "test_resize",
+        "test_io",
+        "test_pipeline",
+        "test_io_faults",
+    ):
         assert f"{name}: " in proc.stdout

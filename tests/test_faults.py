@@ -127,5 +127,7 @@ def test_direct_io_gives_identical_batches(tmp_path):
         got, refused = digest(ds, io=io_backend, direct_io=True)
         assert got == base
         assert refused in (0, len(ds))  # one file system: all or none
-        assert digest(ringloader.TarShards(str(shard)), io=io_backend,
-                      direct_io=True)[0] == base
+        assert (
+            digest(ringloader.TarShards(str(shard)), io=io_backend, direct_io=True)[0]
+            == base
+        )

@@ -75,11 +75,13 @@ class DS:
     samples = [(p, 0) for p in paths]
 loader = ringloader.Loader(DS, batch_size=16, num_threads=1, prefetch=4,
                            transform=T.Compose([T.RandomResizedCrop(224)]))
+started = False
 try:
-    while True:
-        for i, _ in enumerate(loader):
-            if i == 0:
+    while True:  # epochs on end: the signal may come in any of them
+        for _ in loader:
+            if not started:
                 print("RUNNING", flush=True)
+                started = True
 except KeyboardInterrupt:
     print("INTERRUPTED", time.monotonic(), flush=True)
 """

@@ -600,7 +600,9 @@ class Loader:
                         log.warning(
                             "ringloader: the file system refuses O_DIRECT for "
                             "%s; reading it (and others like it) through the "
-                            "page cache", paths[idx[0]])
+                            "page cache",
+                            paths[idx[0]],
+                        )
                 self._yielded += 1
                 self._meter.waited(time.perf_counter() - t0)
                 self._meter.delivered(len(idx))

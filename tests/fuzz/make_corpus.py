@@ -62,8 +62,9 @@ def cjpeg_411(img: Image.Image) -> list[bytes]:
     img.save(ppm, "PPM")
     out = []
     for args in (["-sample", "4x1"], ["-sample", "4x1", "-progressive"]):
-        proc = subprocess.run(["cjpeg", *args], input=ppm.getvalue(),
-                              capture_output=True, check=True)
+        proc = subprocess.run(
+            ["cjpeg", *args], input=ppm.getvalue(), capture_output=True, check=True
+        )
         out.append(proc.stdout)
     return out
 

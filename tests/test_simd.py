@@ -1,0 +1,121 @@
+"""The resampler's SIMD kernels (portable C, SSE2, AVX2) do the same integer
+arithmetic, so every level must give the same bytes. The level is capped
+through a private hook; each test restores the best level afterwards."""
+
+import hashlib
+import platform
+
+import pytest
+import torch
+
+import ringloader
+from ringloader import _core
+from ringloader import transforms as T
+
+from images import jpeg_bytes
+
+LEVELS = ["c", "sse2", "avx2"]
+
+
+@pytest.fixture
+def best_level():
+    best = _core.resample_simd("avx2")  # capping at the top restores the best
+    yield best
+    _core.resample_simd("avx2")
+
+
+class Files:
+    def __init__(self, paths):
+        self.samples = [(p, i) for i, p in enumerate(paths)]
+
+    def __len__(self):
+        return len(self.samples)
+
+
+@pytest.fixture(scope="module")
+def odd_folder(tmp_path_factory):
+    """Sizes that leave every kind of remainder: widths not a multiple of 4,
+    8 or 16 pixels, tiny images that are upscaled, one needing DCT scaling."""
+    root = tmp_path_factory.mktemp("simd")
+    sizes = [
+        (37, 53),
+        (227, 301),
+        (256, 256),
+        (333, 499),
+        (480, 641),
+        (97, 1003),
+        (1001, 203),
+        (999, 1403),
+    ]
+    kinds = [
+        "s420",
+        "s444",
+        "grayscale",
+        "cmyk",
+        "s422",
+        "progressive",
+        "baseline",
+        "s420",
+    ]
+    paths = []
+    for i, ((h, w), kind) in enumerate(zip(sizes, kinds)):
+        p = root / f"{i}.jpg"
+        p.write_bytes(jpeg_bytes(kind, h, w, seed=i))
+        paths.append(str(p))
+    return paths
+
+
+TRANSFORMS = {
+    "train": lambda: T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()]),
+    "eval": lambda: T.Compose([T.Resize(256), T.CenterCrop(224)]),
+    "odd-size": lambda: T.Compose([T.Resize((131, 97)), T.RandomHorizontalFlip()]),
+    "float-nhwc": lambda: T.Compose(
+        [
+            T.RandomResizedCrop(61),
+            T.RandomHorizontalFlip(),
+            T.ToDtype(torch.float32, scale=True),
+            T.Normalize([0.5] * 3, [0.25] * 3),
+        ]
+    ),
+}
+
+
+def epoch_digests(paths, make_transform, layout):
+    with ringloader.Loader(
+        Files(paths),
+        batch_size=3,
+        num_threads=2,
+        transform=make_transform(),
+        layout=layout,
+        seed=7,
+    ) as loader:
+        out = []
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            for images, _ in loader:
+                out.append(hashlib.sha256(images.numpy().tobytes()).hexdigest())
+        return out
+
+
+@pytest.mark.parametrize("name", list(TRANSFORMS))
+def test_every_simd_level_gives_the_same_bytes(odd_folder, best_level, name):
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert best_level in ("sse2", "avx2"), "x86-64 always has SSE2"
+    levels = LEVELS[: LEVELS.index(best_level) + 1]
+    if len(levels) < 2:
+        pytest.skip(f"only the portable kernel exists here ({best_level})")
+    layout = "NHWC" if name == "float-nhwc" else "NCHW"
+    results = {}
+    for level in levels:
+        assert _core.resample_simd(level) == level
+        results[level] = epoch_digests(odd_folder, TRANSFORMS[name], layout)
+    for level in levels[1:]:
+        assert results[level] == results["c"], f"{level} differs from C"
+
+
+def test_level_names_and_cap(best_level):
+    assert _core.resample_simd() == best_level
+    assert _core.resample_simd("c") == "c"
+    assert _core.resample_simd() == "c"
+    with pytest.raises(ValueError, match="unknown SIMD level"):
+        _core.resample_simd("neon")

@@ -40,9 +40,11 @@
 #include <emmintrin.h>
 #define RL_SSE2 1
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define RL_AVX2 1
 #define RL_TARGET_AVX2 __attribute__((target("avx2")))
+#define RL_TARGET_F16C __attribute__((target("avx,f16c")))
 #endif
 #endif
 
@@ -62,8 +64,12 @@ static void simd_init(void)
     simd_best = RL_SIMD_SSE2;
 #endif
 #ifdef RL_AVX2
+    /* The AVX2 level also converts to float16 with F16C, which every CPU
+     * with AVX2 has; both are checked. */
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2")) {
+    unsigned a, b, c, d;
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+    if (__builtin_cpu_supports("avx2") && f16c) {
         simd_best = RL_SIMD_AVX2;
     }
 #endif
@@ -554,13 +560,208 @@ static uint16_t f32_to_bf16(float f)
     return (uint16_t)(x >> 16);
 }
 
+#ifdef RL_SSE2
+/* Four 32-bit lanes holding 16-bit values -> four uint16 in the low half. */
+static inline __m128i pack_u16x4(__m128i v)
+{
+    v = _mm_srai_epi32(_mm_slli_epi32(v, 16), 16); /* packs keeps the bits */
+    return _mm_packs_epi32(v, v);
+}
+
+/* f32_to_bf16 on four lanes. */
+static inline __m128i bf16x4(__m128 f)
+{
+    __m128i x = _mm_castps_si128(f);
+    __m128i odd = _mm_and_si128(_mm_srli_epi32(x, 16), _mm_set1_epi32(1));
+    x = _mm_add_epi32(x, _mm_add_epi32(_mm_set1_epi32(0x7FFF), odd));
+    return pack_u16x4(_mm_srli_epi32(x, 16));
+}
+
+/*
+ * f32_to_f16 on four lanes, for the common case only: false (and nothing
+ * written) when a lane is zero, subnormal, overflows or is not finite, and
+ * the caller then uses f32_to_f16. Adding 0xFFF plus the kept mantissa's
+ * lowest bit before the shift is round-to-nearest-even; a carry out of the
+ * mantissa correctly bumps the exponent.
+ */
+static inline bool f16x4(__m128 f, __m128i *out)
+{
+    __m128i x = _mm_castps_si128(f);
+    __m128i sign =
+        _mm_and_si128(_mm_srli_epi32(x, 16), _mm_set1_epi32(0x8000));
+    __m128i mag = _mm_and_si128(x, _mm_set1_epi32(0x7FFFFFFF));
+    __m128i off =
+        _mm_or_si128(_mm_cmplt_epi32(mag, _mm_set1_epi32(0x38800000)),
+                     _mm_cmpgt_epi32(mag, _mm_set1_epi32(0x477FEFFF)));
+    if (_mm_movemask_epi8(off) != 0) {
+        return false;
+    }
+    __m128i odd = _mm_and_si128(_mm_srli_epi32(mag, 13), _mm_set1_epi32(1));
+    __m128i h = _mm_add_epi32(mag, _mm_add_epi32(_mm_set1_epi32(0xFFF), odd));
+    h = _mm_sub_epi32(_mm_srli_epi32(h, 13), _mm_set1_epi32(112 << 10));
+    *out = pack_u16x4(_mm_or_si128(h, sign));
+    return true;
+}
+
+/* Stores the four values f as dtype at p: four consecutive elements. */
+static inline void store4(rl_dtype dtype, uint8_t *p, __m128 f)
+{
+    __m128i h;
+    if (dtype == RL_DTYPE_F32) {
+        _mm_storeu_ps((float *)(void *)p, f);
+        return;
+    }
+    if (dtype == RL_DTYPE_BF16) {
+        h = bf16x4(f);
+    } else if (!f16x4(f, &h)) {
+        float v[4];
+        _mm_storeu_ps(v, f);
+        for (int i = 0; i < 4; i++) {
+            uint16_t q = f32_to_f16(v[i]);
+            memcpy(p + 2 * i, &q, 2);
+        }
+        return;
+    }
+    _mm_storel_epi64((__m128i *)(void *)p, h);
+}
+
+/*
+ * The float outputs of store_row, four values per step: in NCHW four
+ * pixels of one channel; in NHWC one pixel's R, G, B and a fourth value
+ * that the next pixel's store overwrites (so the row's last pixel is left
+ * to the caller). Returns how many pixels were written.
+ */
+static int store_float_sse2(const rl_dst *dst, const uint8_t *px, int w,
+                            uint8_t *o)
+{
+    ptrdiff_t ps = dst->px_stride, cs = dst->ch_stride;
+    size_t es = rl_dtype_size(dst->dtype);
+    __m128i zero = _mm_setzero_si128();
+    if (ps == 1) {
+        __m128i lo = _mm_set1_epi32(0xFF);
+        int x = 0;
+        for (int c = 0; c < 3; c++) {
+            __m128 vm = _mm_set1_ps(dst->mul[c]), va = _mm_set1_ps(dst->add[c]);
+            uint8_t *oc = o + (size_t)c * (size_t)cs * es;
+            for (x = 0; x + 4 <= w; x += 4) {
+                __m128i v = _mm_loadu_si128((const __m128i *)(px + 4 * x));
+                v = _mm_and_si128(_mm_srli_epi32(v, 8 * c), lo);
+                store4(dst->dtype, oc + (size_t)x * es,
+                       _mm_add_ps(_mm_mul_ps(_mm_cvtepi32_ps(v), vm), va));
+            }
+        }
+        return x;
+    }
+    if (ps != 3 || cs != 1) {
+        return 0;
+    }
+    /* The fourth lane (X) maps to 1.0, a value every dtype stores without
+     * the scalar fallback; it is overwritten anyway. */
+    __m128 vm = _mm_setr_ps(dst->mul[0], dst->mul[1], dst->mul[2], 0.0f);
+    __m128 va = _mm_setr_ps(dst->add[0], dst->add[1], dst->add[2], 1.0f);
+    int x = 0;
+    for (; x + 5 <= w; x += 4) { /* 4 pixels, and never the last one */
+        __m128i v = _mm_loadu_si128((const __m128i *)(px + 4 * x));
+        __m128i v01 = _mm_unpacklo_epi8(v, zero), v23 = _mm_unpackhi_epi8(v, zero);
+        __m128i p[4] = {_mm_unpacklo_epi16(v01, zero),
+                        _mm_unpackhi_epi16(v01, zero),
+                        _mm_unpacklo_epi16(v23, zero),
+                        _mm_unpackhi_epi16(v23, zero)};
+        for (int i = 0; i < 4; i++) {
+            store4(dst->dtype, o + (size_t)(3 * (x + i)) * es,
+                   _mm_add_ps(_mm_mul_ps(_mm_cvtepi32_ps(p[i]), vm), va));
+        }
+    }
+    return x;
+}
+#endif
+
+/* The float outputs (dtype f32, f16 or bf16) of one row: px -> o. */
+static void store_float(const rl_dst *dst, const uint8_t *px, int w,
+                        uint8_t *o, int simd)
+{
+    ptrdiff_t ps = dst->px_stride, cs = dst->ch_stride;
+    int x0 = 0;
+#ifdef RL_SSE2
+    if (simd != RL_SIMD_C) {
+        x0 = store_float_sse2(dst, px, w, o);
+    }
+#else
+    (void)simd;
+#endif
+    /* The pixels the vector code left (or all of them), one at a time. */
+    for (int c = 0; c < 3; c++) {
+        float mul = dst->mul[c], add = dst->add[c];
+        uint8_t *oc = o + (ptrdiff_t)c * cs * (ptrdiff_t)rl_dtype_size(dst->dtype);
+        for (int x = x0; x < w; x++) {
+            float v = (float)px[4 * x + c] * mul + add;
+            if (dst->dtype == RL_DTYPE_F32) {
+                ((float *)(void *)oc)[x * ps] = v;
+            } else if (dst->dtype == RL_DTYPE_BF16) {
+                ((uint16_t *)(void *)oc)[x * ps] = f32_to_bf16(v);
+            } else {
+                ((uint16_t *)(void *)oc)[x * ps] = f32_to_f16(v);
+            }
+        }
+    }
+}
+
+
+#ifdef RL_AVX2
+/* n float32 -> float16 with the F16C instruction, rounding to nearest even
+ * exactly as f32_to_f16 does. */
+static RL_TARGET_F16C void f32_to_f16_f16c(const float *in, uint16_t *out,
+                                           int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i),
+                                    _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(void *)(out + i), h);
+    }
+    for (; i < n; i++) {
+        out[i] = f32_to_f16(in[i]);
+    }
+}
+
+/*
+ * float16 output through F16C: chunks of the row are first stored as
+ * float32 (same layout) in a buffer on the stack, then converted in one
+ * pass. Cheaper than the integer rounding, above all in NHWC.
+ */
+static void store_f16_f16c(const rl_dst *dst, const uint8_t *px, int w,
+                           uint8_t *o)
+{
+    enum { CHUNK = 64 };
+    float buf[3 * CHUNK];
+    bool nhwc = dst->px_stride == 3 && dst->ch_stride == 1;
+    for (int x = 0; x < w; x += CHUNK) {
+        int n = w - x < CHUNK ? w - x : CHUNK;
+        rl_dst f = *dst;
+        f.dtype = RL_DTYPE_F32;
+        f.px_stride = nhwc ? 3 : 1;
+        f.ch_stride = nhwc ? 1 : n;
+        store_float(&f, px + 4 * (size_t)x, n, (uint8_t *)buf, RL_SIMD_SSE2);
+        uint16_t *h = (uint16_t *)(void *)o;
+        if (nhwc) {
+            f32_to_f16_f16c(buf, h + 3 * (size_t)x, 3 * n);
+            continue;
+        }
+        for (int c = 0; c < 3; c++) {
+            f32_to_f16_f16c(buf + c * n,
+                            h + c * dst->ch_stride + x * dst->px_stride, n);
+        }
+    }
+}
+#endif
+
 /*
  * Writes one output row of w RGBX pixels (px, 4-byte aligned scratch that
  * this may reorder) to row y of dst starting at column 0, mirrored when
  * flip, converted to dst's dtype.
  */
 static void store_row(const rl_dst *dst, uint8_t *px, int w, int y,
-                      bool flip)
+                      bool flip, int simd)
 {
     uint8_t *o = rl_dst_at(dst, 0, y);
     ptrdiff_t ps = dst->px_stride, cs = dst->ch_stride;
@@ -583,7 +784,7 @@ static void store_row(const rl_dst *dst, uint8_t *px, int w, int y,
         }
         int x0 = 0;
 #ifdef RL_SSE2
-        if (ps == 1) { /* NCHW: split 16 RGBX pixels into three planes */
+        if (ps == 1 && simd != RL_SIMD_C) { /* NCHW: 16 RGBX -> 3 planes */
             __m128i lo = _mm_set1_epi32(0xFF);
             for (; x0 + 16 <= w; x0 += 16) {
                 __m128i v[4];
@@ -611,36 +812,14 @@ static void store_row(const rl_dst *dst, uint8_t *px, int w, int y,
         }
         return;
     }
-    for (int c = 0; c < 3; c++) {
-        float mul = dst->mul[c], add = dst->add[c];
-        if (dst->dtype == RL_DTYPE_F32) {
-            float *f = (float *)o + c * cs;
-            int x = 0;
-#ifdef RL_SSE2
-            if (ps == 1) { /* NCHW: four pixels of one channel at a time */
-                __m128 vm = _mm_set1_ps(mul), va = _mm_set1_ps(add);
-                __m128i lo = _mm_set1_epi32(0xFF);
-                for (; x + 4 <= w; x += 4) {
-                    __m128i v = _mm_loadu_si128((const __m128i *)(px + 4 * x));
-                    v = _mm_and_si128(_mm_srli_epi32(v, 8 * c), lo);
-                    __m128 fv = _mm_add_ps(_mm_mul_ps(_mm_cvtepi32_ps(v), vm),
-                                           va);
-                    _mm_storeu_ps(f + x, fv);
-                }
-            }
-#endif
-            for (; x < w; x++) {
-                f[x * ps] = (float)px[4 * x + c] * mul + add;
-            }
-        } else {
-            uint16_t *h = (uint16_t *)o + c * cs;
-            bool bf = dst->dtype == RL_DTYPE_BF16;
-            for (int x = 0; x < w; x++) {
-                float v = (float)px[4 * x + c] * mul + add;
-                h[x * ps] = bf ? f32_to_bf16(v) : f32_to_f16(v);
-            }
-        }
+#ifdef RL_AVX2
+    if (dst->dtype == RL_DTYPE_F16 && simd == RL_SIMD_AVX2 &&
+        (ps == 1 || (ps == 3 && cs == 1))) {
+        store_f16_f16c(dst, px, w, o);
+        return;
     }
+#endif
+    store_float(dst, px, w, o, simd);
 }
 
 int rl_resample(const rl_pixels *src, double bx, double by, double bw,
@@ -700,7 +879,7 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
         }
         vpass_row(rowp, ty.w + (size_t)y * (size_t)ty.ksize, n,
                   (int)hstride, line, simd);
-        store_row(dst, line, out_w, y, flip);
+        store_row(dst, line, out_w, y, flip, simd);
     }
     free(tmp);
     free(rowp);
@@ -721,7 +900,7 @@ void rl_fill_zero(const rl_dst *dst, int x, int y, int w, int h)
     rl_dst sub = *dst;
     sub.data = rl_dst_at(dst, x, 0);
     for (int r = y; r < y + h; r++) {
-        store_row(&sub, zeros, w, r, false);
+        store_row(&sub, zeros, w, r, false, simd_get());
     }
     free(zeros);
 }

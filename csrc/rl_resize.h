@@ -5,8 +5,9 @@
  * with BILINEAR): a triangle whose support widens with the downscale factor,
  * weights normalised over the pixels inside the image, computed separably
  * (horizontal pass into 8-bit rows, then vertical) in 14-bit fixed point,
- * with SSE2 kernels on x86-64 (16-bit multiply-adds) and the same
- * arithmetic in plain C elsewhere.
+ * with SSE2 kernels on x86-64 (16-bit multiply-adds), AVX2 ones where the
+ * CPU has it (picked at run time) and the same arithmetic in plain C
+ * elsewhere: every level gives the same bytes.
  * A box of the source image, given in source pixels, maps to the output, so
  * Resize + CenterCrop and RandomResizedCrop are one resample. Only the rows
  * and columns rl_resample_span() names are read; the caller decodes just

@@ -174,6 +174,38 @@ def test_float_output_is_the_normalised_uint8_output(folder, dtype, layout):
         assert torch.equal(la, lb)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["NCHW", "channels_last"])
+@pytest.mark.parametrize("normalise", [True, False])
+def test_half_outputs_are_the_float32_value_rounded_to_nearest_even(
+    folder, dtype, layout, normalise
+):
+    """float16/bfloat16 are v * mul + add in float32, then rounded to nearest
+    even exactly as torch rounds: the vector conversion and its scalar
+    fallback (zeros, from black pixels without Normalize) agree with it."""
+    ds = ringloader.ImageFolder(folder)
+    geometry = [T.RandomResizedCrop(64), T.RandomHorizontalFlip()]
+    if not normalise:  # a crop past the image's edge pads with zeros
+        geometry = [T.Resize(40), T.CenterCrop((64, 48))]
+    tail = [T.ToDtype(getattr(torch, dtype), scale=True)]
+    if normalise:
+        tail.append(T.Normalize(MEAN, STD))
+    compiled = T.compile_transform(T.Compose(geometry + tail))
+    mul = torch.tensor(compiled.mul, dtype=torch.float32).view(1, 3, 1, 1)
+    add = torch.tensor(compiled.add, dtype=torch.float32).view(1, 3, 1, 1)
+    u8 = ringloader.Loader(ds, batch_size=6, seed=3, transform=T.Compose(geometry))
+    half = ringloader.Loader(
+        ds, batch_size=6, seed=3, layout=layout, transform=T.Compose(geometry + tail)
+    )
+    zeros = 0
+    for (a, _), (b, _) in zip(u8, half):
+        want = (a.to(torch.float32) * mul + add).to(getattr(torch, dtype))
+        assert torch.equal(b.contiguous(), want)
+        zeros += int((want == 0).sum())
+    if not normalise:
+        assert zeros > 0  # the scalar fallback for zeros ran
+
+
 def standard_train():
     return v1.Compose(
         [

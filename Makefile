@@ -30,7 +30,8 @@ test: install
 
 # The ASan build goes into a venv that sees the system's torch
 # (--system-site-packages), built from a copy of the tree so that no object
-# file of the normal build is reused. libasan must be loaded before Python;
+# file of the normal build is reused; the venv gets the setuptools that
+# pyproject.toml asks for, since --no-build-isolation does not install it. libasan must be loaded before Python;
 # CPython's own allocations at exit are not leaks of ours (detect_leaks=0).
 # libstdc++ is preloaded with it, or ASan's __cxa_throw interceptor finds no
 # real function and aborts the first C++ exception (triton, via torch).
@@ -45,6 +46,7 @@ test-asan: deps
 	git ls-files -co --exclude-standard -z | \
 		xargs -0 tar -cf - | tar -xf - -C $(ASAN_DIR)/src
 	$(PYTHON) -m venv --system-site-packages $(ASAN_DIR)/venv
+	$(ASAN_DIR)/venv/bin/python -m pip install -q "setuptools>=77" wheel
 	cd $(ASAN_DIR)/src && RINGLOADER_SANITIZE=address \
 		$(ASAN_DIR)/venv/bin/python -m pip install -q --no-build-isolation .
 	cd tests && \

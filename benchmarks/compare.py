@@ -1214,7 +1214,12 @@ def write_report(
     ]
     if per_run:
         lines += ["1-min load average when each run started: " + ", ".join(per_run), ""]
-    lines += [f"Raw numbers: `{args.json_name}` (next to this file).", ""]
+    lines += [
+        f"Raw numbers: `{args.json_name}` (next to this file). Where ringloader's "
+        "time goes (perf, by library and kernel): [PROFILE.md](PROFILE.md), "
+        "made with `benchmarks/profile_decode.py`.",
+        "",
+    ]
     return "\n".join(lines)
 
 

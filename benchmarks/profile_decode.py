@@ -1,0 +1,212 @@
+"""Where ringloader's decode threads spend their time, with perf.
+
+Runs ringloader's train (or eval) pipeline for a few epochs under ``perf
+record`` (software clock, so it works on virtual machines without hardware
+counters), keeps the samples of the loader's busiest threads (the decode
+pool), and prints the share of each part: libjpeg-turbo by region, the
+resampler's kernels, the kernel, the rest.
+
+libjpeg-turbo as Debian ships it is stripped of its static functions, so
+its samples are grouped by the nearest exported symbol below the address
+(``nm -D``): the region after ``jpeg_huff_decode`` is the rest of jdhuff.c,
+the Huffman decoder; the SIMD kernels (IDCT, colour conversion, upsampling)
+are hidden symbols at the end of the text and show up after the last
+exported C function.
+
+Usage::
+
+    python benchmarks/profile_decode.py [--data DIR] [--pipeline train|eval]
+        [--threads 2] [--epochs 6]
+
+Needs ``perf`` (Debian: linux-perf). Not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+CHILD = """
+import sys, ringloader
+from ringloader import transforms as T
+root, pipeline, threads, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if pipeline == "train":
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()])
+else:
+    tf = T.Compose([T.Resize(256), T.CenterCrop(224)])
+loader = ringloader.Loader(ringloader.ImageFolder(root), batch_size=64,
+                           shuffle=pipeline == "train", num_threads=threads,
+                           transform=tf, prefetch=4)
+for epoch in range(epochs):
+    loader.set_epoch(epoch)
+    for _ in loader:
+        pass
+"""
+
+
+def exported_symbols(lib: str) -> tuple[list[int], list[str]]:
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", lib], capture_output=True, text=True
+    ).stdout
+    syms = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in "Tt":
+            syms.append((int(parts[0], 16), parts[2].split("@")[0]))
+    syms.sort()
+    return [a for a, _ in syms], [n for _, n in syms]
+
+
+def report(perf_data: str, tids: list[str]) -> list[tuple[float, str, str]]:
+    """(percent, dso, symbol) rows of perf report for those threads."""
+    out = subprocess.run(
+        [
+            "perf",
+            "report",
+            "-i",
+            perf_data,
+            "--no-children",
+            "-g",
+            "none",
+            "--sort",
+            "dso,sym",
+            "--tid",
+            ",".join(tids),
+            "--stdio",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
+    rows = []
+    for line in out.splitlines():
+        parts = line.split()
+        if not parts or not parts[0].endswith("%") or "[.]" not in parts:
+            continue
+        i = parts.index("[.]")
+        rows.append((float(parts[0][:-1]), parts[1], " ".join(parts[i + 1 :])))
+    return rows
+
+
+def busiest_threads(perf_data: str) -> list[tuple[str, float]]:
+    out = subprocess.run(
+        [
+            "perf",
+            "report",
+            "-i",
+            perf_data,
+            "--no-children",
+            "-g",
+            "none",
+            "--sort",
+            "pid",
+            "--stdio",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
+    threads = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].endswith("%") and ":" in parts[1]:
+            threads.append((parts[1].split(":")[0], float(parts[0][:-1])))
+    return threads
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="/tmp/ringloader-compare-data-2000")
+    ap.add_argument("--pipeline", choices=("train", "eval"), default="train")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=6)
+    args = ap.parse_args()
+    if shutil.which("perf") is None:
+        sys.exit("perf is not installed (Debian: apt-get install linux-perf)")
+    if not os.path.isdir(args.data):
+        sys.exit(
+            f"no folder {args.data}: make one with "
+            f"python benchmarks/make_imagenet_like.py {args.data}"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "perf.data")
+        subprocess.run(
+            [
+                "perf",
+                "record",
+                "-q",
+                "-e",
+                "cpu-clock",
+                "-F",
+                "4000",
+                "-o",
+                data,
+                "--",
+                sys.executable,
+                "-c",
+                CHILD,
+                args.data,
+                args.pipeline,
+                str(args.threads),
+                str(args.epochs),
+            ],
+            check=True,
+        )
+        # The decode threads are the busiest; the main thread mostly waits.
+        threads = busiest_threads(data)
+        threads.sort(key=lambda t: -t[1])
+        pool = [tid for tid, _ in threads[: args.threads]]
+        rows = report(data, pool)
+    jpeg_lib = next((d for _, d, _ in rows if d.startswith("libjpeg")), None)
+    addrs, names = ([], [])
+    if jpeg_lib is not None:
+        path = next(
+            (
+                os.path.join(p, jpeg_lib)
+                for p in (
+                    "/usr/lib/x86_64-linux-gnu",
+                    "/usr/lib/aarch64-linux-gnu",
+                    "/usr/lib64",
+                    "/usr/lib",
+                )
+                if os.path.exists(os.path.join(p, jpeg_lib))
+            ),
+            None,
+        )
+        if path:
+            addrs, names = exported_symbols(path)
+    parts: collections.Counter = collections.Counter()
+    for pct, dso, sym in rows:
+        if dso.startswith("libjpeg"):
+            if sym.startswith("0x") and addrs:
+                i = bisect.bisect_right(addrs, int(sym, 16)) - 1
+                sym = f"after {names[i]}" if i >= 0 else "before the first symbol"
+            parts[f"libjpeg-turbo: {sym}"] += pct
+        elif dso.startswith("_core"):
+            parts[f"ringloader: {sym}"] += pct
+        else:
+            parts[dso] += pct
+    total = sum(parts.values()) or 1.0
+    print(
+        f"{args.pipeline} pipeline, {args.threads} decode threads, "
+        f"{args.epochs} epochs of {args.data}"
+    )
+    print(f"share of the decode threads' samples (threads {', '.join(pool)}):")
+    for name, pct in parts.most_common(20):
+        print(f"  {100 * pct / total:5.1f}%  {name}")
+    groups = collections.Counter()
+    for name, pct in parts.items():
+        key = name.split(":")[0] if ":" in name else "other"
+        groups[key] += pct
+    print(
+        "by library: "
+        + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in groups.most_common())
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -63,59 +63,36 @@ def exported_symbols(lib: str) -> tuple[list[int], list[str]]:
     return [a for a, _ in syms], [n for _, n in syms]
 
 
-def report(perf_data: str, tids: list[str]) -> list[tuple[float, str, str]]:
-    """(percent, dso, symbol) rows of perf report for those threads."""
+def perf_report(perf_data: str, *args: str) -> list[list[str]]:
+    """The split lines of ``perf report`` (no call graphs) that start with a
+    percentage."""
     out = subprocess.run(
-        [
-            "perf",
-            "report",
-            "-i",
-            perf_data,
-            "--no-children",
-            "-g",
-            "none",
-            "--sort",
-            "dso,sym",
-            "--tid",
-            ",".join(tids),
-            "--stdio",
-        ],
+        ["perf", "report", "-i", perf_data, "--no-children", "-g", "none"]
+        + ["--stdio", *args],
         capture_output=True,
         text=True,
     ).stdout
+    return [p for p in map(str.split, out.splitlines()) if p and p[0].endswith("%")]
+
+
+def report(perf_data: str, tids: list[str]) -> list[tuple[float, str, str]]:
+    """(percent, dso, symbol) rows of perf report for those threads."""
     rows = []
-    for line in out.splitlines():
-        parts = line.split()
-        if not parts or not parts[0].endswith("%") or "[.]" not in parts:
-            continue
-        i = parts.index("[.]")
-        rows.append((float(parts[0][:-1]), parts[1], " ".join(parts[i + 1 :])))
+    for parts in perf_report(perf_data, "--sort", "dso,sym", "--tid", ",".join(tids)):
+        if "[.]" in parts:
+            i = parts.index("[.]")
+            rows.append((float(parts[0][:-1]), parts[1], " ".join(parts[i + 1 :])))
     return rows
 
 
-def busiest_threads(perf_data: str) -> list[tuple[str, float]]:
-    out = subprocess.run(
-        [
-            "perf",
-            "report",
-            "-i",
-            perf_data,
-            "--no-children",
-            "-g",
-            "none",
-            "--sort",
-            "pid",
-            "--stdio",
-        ],
-        capture_output=True,
-        text=True,
-    ).stdout
-    threads = []
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0].endswith("%") and ":" in parts[1]:
-            threads.append((parts[1].split(":")[0], float(parts[0][:-1])))
-    return threads
+def decode_threads(perf_data: str, n: int) -> list[str]:
+    """The n threads with the most samples in libjpeg: the decode pool (the
+    main thread, busy importing torch at the start, never decodes)."""
+    share: collections.Counter = collections.Counter()
+    for parts in perf_report(perf_data, "--sort", "pid,dso"):
+        if len(parts) >= 3 and ":" in parts[1] and parts[2].startswith("libjpeg"):
+            share[parts[1].split(":")[0]] += float(parts[0][:-1])
+    return [tid for tid, _ in share.most_common(n)]
 
 
 def main() -> None:
@@ -156,10 +133,7 @@ def main() -> None:
             ],
             check=True,
         )
-        # The decode threads are the busiest; the main thread mostly waits.
-        threads = busiest_threads(data)
-        threads.sort(key=lambda t: -t[1])
-        pool = [tid for tid, _ in threads[: args.threads]]
+        pool = decode_threads(data, args.threads)
         rows = report(data, pool)
     jpeg_lib = next((d for _, d, _ in rows if d.startswith("libjpeg")), None)
     addrs, names = ([], [])

@@ -77,6 +77,7 @@ typedef struct {
     PyObject_HEAD
     rl_slot *slot;
     PyObject *fallback; /* tuple of positions left for the caller */
+    PyObject *failed;   /* tuple of (position, exception) left for it */
     rl_dtype dtype;
     int ndim;
     Py_ssize_t shape[4];
@@ -114,6 +115,7 @@ static void batch_dealloc(batch_object *self)
         rl_slot_release(self->slot);
     }
     Py_XDECREF(self->fallback);
+    Py_XDECREF(self->failed);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -226,10 +228,20 @@ static PyObject *batch_get_fallback(batch_object *self, void *closure)
     return Py_NewRef(self->fallback);
 }
 
+static PyObject *batch_get_failed(batch_object *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->failed);
+}
+
 static PyGetSetDef batch_getset[] = {
     {"shape", (getter)batch_get_shape, NULL, "Shape of the batch.", NULL},
     {"fallback", (getter)batch_get_fallback, NULL,
      "Positions of samples that are not JPEG, left for the caller.", NULL},
+    {"failed", (getter)batch_get_failed, NULL,
+     "(position, exception) of samples that failed, left for the caller "
+     "(skip_errors=True).",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -321,21 +333,21 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
                              "io", "max_pixels", "max_scans",
                              "max_file_bytes", "allow_truncated", "dtype",
                              "mul", "add", "device", "copy_stream",
-                             "fallback", "direct_io", NULL};
+                             "fallback", "direct_io", "skip_errors", NULL};
     PyObject *spec, *mul = Py_None, *add = Py_None;
     const char *dtype = "uint8";
-    int device = -1, fallback = 1, direct_io = 0;
+    int device = -1, fallback = 1, direct_io = 0, skip_errors = 0;
     unsigned long long copy_stream = 0;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
     const char *layout = "NCHW", *io = "auto";
     unsigned long long seed = 0, max_pixels = RL_DEFAULT_MAX_PIXELS,
                        max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$isKsKiKpsOOiKpp", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$isKsKiKpsOOiKppp", kwlist,
                                      &spec, &nthreads, &layout, &seed, &io,
                                      &max_pixels, &max_scans, &max_file_bytes,
                                      &allow_truncated, &dtype, &mul, &add,
                                      &device, &copy_stream, &fallback,
-                                     &direct_io)) {
+                                     &direct_io, &skip_errors)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -360,6 +372,7 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
     cfg.cuda = device >= 0;
     cfg.fallback = fallback != 0;
     cfg.direct_io = direct_io != 0;
+    cfg.skip_errors = skip_errors != 0;
     cfg.cuda_device = device;
     cfg.copy_stream = (uintptr_t)copy_stream;
     cfg.limits.max_pixels = max_pixels;
@@ -534,6 +547,41 @@ out:
     return result;
 }
 
+/*
+ * The failed samples of a batch as a tuple of (position, exception), the
+ * exception being what next() would have raised for it (a DecodeError or
+ * an OSError naming the file, with .index set). New reference, or NULL
+ * with an exception set.
+ */
+static PyObject *failures_to_tuple(rl_module_state *st,
+                                   const rl_sample_failure *f, int n)
+{
+    PyObject *out = PyTuple_New(n);
+    for (int i = 0; out != NULL && i < n; i++) {
+        rl__py_raise(st, f[i].status, f[i].path[0] ? f[i].path : NULL,
+                     f[i].msg);
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyObject *idx = PyLong_FromLongLong(f[i].index);
+        PyObject *item = NULL;
+        if (value != NULL && idx != NULL &&
+            PyObject_SetAttrString(value, "index", idx) == 0) {
+            item = Py_BuildValue("(iO)", f[i].pos, value);
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        Py_XDECREF(idx);
+        if (item == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
 /* next(timeout=None) -> Batch, or None when no batch is in flight. */
 static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
                                PyObject *kw)
@@ -595,6 +643,7 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
     }
     if (rc != 0) {
         free(err->fallback);
+        free(err->failed);
         rl__py_raise(st, rc, err->path[0] ? err->path : NULL, err->msg);
         if (err->pos >= 0) {
             /* Which sample failed, so the caller can describe it (a tar
@@ -616,25 +665,35 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
     for (int i = 0; fb != NULL && i < err->n_fallback; i++) {
         PyTuple_SET_ITEM(fb, i, PyLong_FromLong(err->fallback[i]));
     }
+    PyObject *failed = failures_to_tuple(st, err->failed, err->n_failed);
     free(err->fallback);
+    free(err->failed);
     PyMem_Free(err);
-    if (fb == NULL) {
+    if (fb == NULL || failed == NULL) {
         if (slot != NULL) {
             rl_slot_release(slot);
         }
+        Py_XDECREF(fb);
+        Py_XDECREF(failed);
         return NULL;
     }
     if (self->device >= 0) {
-        return fb; /* the batch is in the caller's device buffer */
+        /* The batch is in the caller's device buffer. */
+        PyObject *pair = PyTuple_Pack(2, fb, failed);
+        Py_DECREF(fb);
+        Py_DECREF(failed);
+        return pair;
     }
     batch_object *b = PyObject_New(batch_object, st->batch_type);
     if (b == NULL) {
         rl_slot_release(slot);
         Py_DECREF(fb);
+        Py_DECREF(failed);
         return NULL;
     }
     b->slot = slot;
     b->fallback = fb;
+    b->failed = failed;
     b->dtype = self->dtype;
     b->ndim = 4;
     Py_ssize_t n = rl_slot_count(slot), h = self->out_h, w = self->out_w;
@@ -723,12 +782,13 @@ static PyObject *pipeline_stats(pipeline_object *self, PyObject *unused)
     rl_pipeline_stats s;
     rl_pipeline_stats_get(self->p, &s);
     return Py_BuildValue(
-        "{sKsKsKsKsdsdsisisK}", "samples", (unsigned long long)s.samples,
+        "{sKsKsKsKsdsdsisisKsK}", "samples", (unsigned long long)s.samples,
         "batches", (unsigned long long)s.batches, "bytes_read",
         (unsigned long long)s.bytes_read, "errors",
         (unsigned long long)s.errors, "read_seconds", s.read_ns / 1e9,
         "decode_seconds", s.decode_ns / 1e9, "inflight", s.inflight, "ready",
-        s.ready, "direct_refused", (unsigned long long)s.direct_refused);
+        s.ready, "direct_refused", (unsigned long long)s.direct_refused,
+        "truncated", (unsigned long long)s.truncated);
 }
 
 static PyObject *pipeline_get_io(pipeline_object *self, void *closure)
@@ -805,7 +865,9 @@ static PyType_Slot pipeline_slots[] = {
     {Py_tp_getset, pipeline_getset},
     {Py_tp_doc, "Pipeline(transform, *, num_threads=1, layout='NCHW', "
                 "seed=0, io='auto', max_pixels=..., max_scans=500, "
-                "max_file_bytes=..., allow_truncated=False)"},
+                "max_file_bytes=..., allow_truncated=False, dtype='uint8', "
+                "mul=None, add=None, device=-1, copy_stream=0, fallback=True, "
+                "direct_io=False, skip_errors=False)"},
     {0, NULL},
 };
 

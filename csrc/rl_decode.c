@@ -34,6 +34,7 @@ struct rl_decoder {
     int fail_status;   /* status the longjmp reports */
     char *msg;         /* where the current call wants its message */
     bool allow_truncated;
+    bool truncated;    /* the current image ended early (and was allowed) */
     int max_scans;
     bool have_header;
     uint8_t *buf;      /* region rows */
@@ -68,6 +69,14 @@ static void on_emit_message(j_common_ptr c, int level)
         d->fail_status = RL_ETRUNCATED;
         longjmp(d->jmp, 1);
     }
+    if (c->err->msg_code == JWRN_JPEG_EOF) {
+        d->truncated = true;
+    }
+}
+
+bool rl_decode_was_truncated(const rl_decoder *d)
+{
+    return d->truncated;
 }
 
 static void on_progress(j_common_ptr c)
@@ -145,6 +154,7 @@ int rl_decode_header(rl_decoder *d, const uint8_t *data, size_t len,
     msg[0] = '\0';
     d->msg = msg;
     d->have_header = false;
+    d->truncated = false;
     jpeg_abort_decompress(&d->cinfo);
     if (len < 3 || data[0] != 0xFF || data[1] != 0xD8 || data[2] != 0xFF) {
         snprintf(msg, RL_MSG_MAX, "not a JPEG file (%zu bytes%s)", len,

@@ -66,6 +66,10 @@ void rl_decode_scaled_size(rl_decoder *d, int m, int *w, int *h);
 int rl_decode_region(rl_decoder *d, int m, int x0, int y0, int w, int h,
                      const rl_limits *lim, rl_region *out, char *msg);
 
+/* Whether the last image decoded by d ended early and was accepted
+ * (lim->allow_truncated): libjpeg then fills the missing rows with grey. */
+bool rl_decode_was_truncated(const rl_decoder *d);
+
 /* The libjpeg-turbo version this module was built against ("2.1.5"). */
 const char *rl_decode_libjpeg_version(void);
 

@@ -75,6 +75,8 @@ typedef struct job {
     rl_read rd;
     int status;
     bool fallback;       /* not a JPEG: left for the caller */
+    bool failed;         /* failed, and left for the caller (skip_errors) */
+    int status_before_skip; /* why it failed, when failed */
     char msg[RL_MSG_MAX];
 } job;
 
@@ -117,7 +119,7 @@ struct rl_pipeline {
     int pinned_slots;            /* GPU path, guarded by mu */
     bool break_wait, break_recycle; /* test hooks: see rl_pipeline_create */
     atomic_uint_fast64_t n_samples, n_batches, n_bytes, n_errors;
-    atomic_uint_fast64_t read_ns, decode_ns, direct_refused;
+    atomic_uint_fast64_t read_ns, decode_ns, direct_refused, n_truncated;
 };
 
 static uint64_t now_ns(void)
@@ -412,11 +414,23 @@ static void job_run(rl_task *task, void *ctx)
         j->status = 0;
         j->fallback = true;
     }
+    if (j->status == 0 && rl_decode_was_truncated(dec)) {
+        atomic_fetch_add(&p->n_truncated, 1);
+    }
     atomic_fetch_add(&p->decode_ns, now_ns() - t0);
     atomic_fetch_add(&p->n_samples, 1);
 out:
     if (j->status != 0 && j->status != RL_ECLOSED) {
         atomic_fetch_add(&p->n_errors, 1);
+        /* The sample's data or file is bad, not the process: with
+         * skip_errors its place goes back to the caller. */
+        bool sample_error = j->status < 0 ? j->status != -ENOMEM
+                                          : j->status != RL_EINTERNAL;
+        if (p->cfg.skip_errors && sample_error) {
+            j->failed = true;
+            j->status_before_skip = j->status;
+            j->status = 0;
+        }
     }
     free(j->rd.buf);
     j->rd.buf = NULL;
@@ -740,6 +754,8 @@ static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out,
     int status = 0;
     err->fallback = NULL;
     err->n_fallback = 0;
+    err->failed = NULL;
+    err->n_failed = 0;
     for (int i = 0; i < b->n && status == 0; i++) {
         job *j = &b->jobs[i];
         if (j->status != 0) {
@@ -764,21 +780,40 @@ static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out,
         return status;
     }
     for (int i = 0; i < b->n; i++) {
-        if (!b->jobs[i].fallback) {
+        job *j = &b->jobs[i];
+        if (!j->fallback && !j->failed) {
             continue;
         }
-        if (err->fallback == NULL) {
+        if (j->fallback && err->fallback == NULL) {
             err->fallback = malloc(sizeof(int) * (size_t)b->n);
-            if (err->fallback == NULL) {
-                snprintf(err->msg, sizeof(err->msg), "out of memory");
-                err->status = -ENOMEM;
-                slot_put(p, b->slot);
-                pthread_mutex_unlock(&p->mu);
-                batch_free(b);
-                return -ENOMEM;
-            }
         }
-        err->fallback[err->n_fallback++] = i;
+        if (j->failed && err->failed == NULL) {
+            err->failed = malloc(sizeof(*err->failed) * (size_t)b->n);
+        }
+        if ((j->fallback && err->fallback == NULL) ||
+            (j->failed && err->failed == NULL)) {
+            free(err->fallback);
+            free(err->failed);
+            err->fallback = NULL;
+            err->failed = NULL;
+            err->n_fallback = err->n_failed = 0;
+            snprintf(err->msg, sizeof(err->msg), "out of memory");
+            err->status = -ENOMEM;
+            slot_put(p, b->slot);
+            pthread_mutex_unlock(&p->mu);
+            batch_free(b);
+            return -ENOMEM;
+        }
+        if (j->fallback) {
+            err->fallback[err->n_fallback++] = i;
+            continue;
+        }
+        rl_sample_failure *f = &err->failed[err->n_failed++];
+        f->status = j->status_before_skip;
+        f->pos = i;
+        f->index = j->index;
+        snprintf(f->path, sizeof(f->path), "%s", j->rd.path);
+        snprintf(f->msg, sizeof(f->msg), "%s", j->msg);
     }
     *out = b;
     return 0;
@@ -879,6 +914,7 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     st->read_ns = atomic_load(&p->read_ns);
     st->decode_ns = atomic_load(&p->decode_ns);
     st->direct_refused = atomic_load(&p->direct_refused);
+    st->truncated = atomic_load(&p->n_truncated);
     pthread_mutex_lock(&p->mu);
     st->inflight = p->inflight;
     st->ready = 0;

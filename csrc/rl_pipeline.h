@@ -56,6 +56,11 @@ typedef struct rl_pipeline_config {
     /* Read with O_DIRECT (see rl_io.h); files whose file system refuses it
      * are read buffered and counted in stats.direct_refused. */
     bool direct_io;
+    /* A sample that cannot be read or decoded (an I/O or data error; not
+     * running out of memory) does not fail its batch: its place is listed
+     * in rl_batch_error.failed, with why, for the caller to fill with a
+     * replacement (rl_pipeline_fill). It still counts in stats.errors. */
+    bool skip_errors;
 } rl_pipeline_config;
 
 /* One sample to load: a whole file (length -1) or a byte range of it.
@@ -67,10 +72,21 @@ typedef struct rl_source {
     int64_t index;
 } rl_source;
 
+/* A sample that failed: where in its batch, which, and why. */
+typedef struct rl_sample_failure {
+    int status;  /* -errno or RL_E* */
+    int pos;     /* position of the sample in its batch */
+    int64_t index;
+    char path[4096];
+    char msg[RL_MSG_MAX];
+} rl_sample_failure;
+
 /*
- * Which sample of a batch failed, and why; and, on success too, which
- * samples were left to the caller's fallback decoder (cfg.fallback): their
- * positions in a malloc'd array the caller frees (NULL when none).
+ * Which sample of a batch failed, and why (the first one, when the batch
+ * fails); and, on success too, which samples were left to the caller:
+ * those that are not JPEG (cfg.fallback), as positions, and those that
+ * failed (cfg.skip_errors), with why. Both arrays are malloc'd, owned by
+ * the caller (free them; NULL when empty).
  */
 typedef struct rl_batch_error {
     int status;  /* -errno or RL_E* */
@@ -80,6 +96,8 @@ typedef struct rl_batch_error {
     char msg[RL_MSG_MAX];
     int *fallback;
     int n_fallback;
+    rl_sample_failure *failed;
+    int n_failed;
 } rl_batch_error;
 
 /* Cumulative counters since creation. */
@@ -87,6 +105,7 @@ typedef struct rl_pipeline_stats {
     uint64_t samples, batches, bytes_read, errors;
     uint64_t read_ns, decode_ns; /* summed over threads */
     uint64_t direct_refused;     /* O_DIRECT reads that fell back */
+    uint64_t truncated;          /* JPEGs decoded although truncated */
     int inflight;                /* batches submitted, not yet returned */
     int ready;                   /* of those, decoded and waiting */
 } rl_pipeline_stats;

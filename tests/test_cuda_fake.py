@@ -188,6 +188,43 @@ def test_normalisation_and_channels_last_on_the_device(fake, data):
     assert r["cl"] and r["err"] < 1e-5 and r["violations"] == 0, r
 
 
+@pytest.fixture(scope="module")
+def data_with_bad_files(tmp_path_factory):
+    from images import write_folder
+
+    root = tmp_path_factory.mktemp("gpu_bad")
+    write_folder(str(root), n_per_class=5)
+    (root / "class_0" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 broken" * 4)
+    (root / "class_1" / "empty.jpg").write_bytes(b"")
+    return str(root)
+
+
+def test_skipped_samples_are_replaced_on_the_device(fake, data_with_bad_files):
+    # on_error="skip" on the GPU path: the replacement is placed on the host
+    # and copied into the device batch; batches and labels equal the CPU
+    # path's, with the same replacements.
+    r = run(
+        fake,
+        data_with_bad_files,
+        """
+    ref = [(a.clone(), l) for a, l in ringloader.Loader(
+        ds, batch_size=5, transform=tf, seed=1, on_error="skip")]
+    gpu = ringloader.Loader(ds, batch_size=5, transform=tf, seed=1, device="cuda",
+                            on_error="skip", num_threads=2, prefetch=3)
+    bad = 0
+    for (b, lb), (a, la) in zip(gpu, ref):
+        gpu._gpu.synchronize()
+        bad += not (torch.equal(a, b.clone()) and torch.equal(la, lb))
+    skipped = gpu.stats()["skipped"]
+    gpu.close()
+    report(bad=bad, skipped=skipped, batches=len(ref))
+    """,
+        FAKE_CUDA_DELAY_US=5000,
+    )
+    assert r["bad"] == 0 and r["violations"] == 0, r
+    assert r["skipped"] == 2 and r["batches"] > 0, r
+
+
 def test_device_index_is_respected(fake, data):
     # The fake flags a copy issued while another device is current.
     r = run(

@@ -133,12 +133,13 @@ def test_stall_fraction_both_ends(dataset):
             expected, abs=0.15 if stable else 0.3
         ), (before, after, own, half)
 
-        # A loop three times slower than the loader never waits, and finds
-        # decoded batches queued when it asks.
+        # A loop five times slower than the loader never waits, and finds
+        # decoded batches queued when it asks (the margin absorbs other
+        # processes slowing the loader down for a while).
         depths = []
         _, _, slow = run(
             loader,
-            sleep=3 / loader_rate,
+            sleep=5 / loader_rate,
             probe=lambda s: depths.append(s["queue_depth"]),
         )
         assert slow["stall_fraction"] < 0.08, slow

@@ -7,7 +7,7 @@ torch sees without a copy.
 
 from ._core import DecodeError
 from .folder import IMG_EXTENSIONS, ImageFolder
-from .loader import FallbackWarning, Loader
+from .loader import DataWarning, FallbackWarning, Loader
 from .dataloader import DataLoader
 from .filelist import FileList
 from .index import IndexedImageFolder, build_index
@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DataLoader",
+    "DataWarning",
     "DecodeError",
     "FallbackWarning",
     "FileList",

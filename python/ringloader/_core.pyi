@@ -103,6 +103,12 @@ class Batch:
         """Positions of samples that are not JPEG, left for the caller
         (see Pipeline.fill())."""
 
+    @property
+    def failed(self) -> Tuple[Tuple[int, Union[DecodeError, OSError]], ...]:
+        """(position, exception) of samples that could not be read or
+        decoded, left for the caller (skip_errors=True; else empty): the
+        exception is what next() would have raised, with .index set."""
+
     # stream, max_version, dl_device and copy are accepted and ignored.
     def __dlpack__(self, *args: Any, **kwargs: Any) -> CapsuleType: ...
     def __dlpack_device__(self) -> Tuple[int, int]: ...
@@ -132,6 +138,7 @@ class Pipeline:
         copy_stream: int = ...,  # cudaStream_t handle of the GPU path's copies
         fallback: bool = ...,  # leave non-JPEG samples to Batch.fallback
         direct_io: bool = ...,  # O_DIRECT reads where the file system allows
+        skip_errors: bool = ...,  # leave failed samples to Batch.failed
     ) -> Pipeline: ...
     def submit(
         self,
@@ -149,11 +156,15 @@ class Pipeline:
 
     def next(
         self, timeout: Optional[float] = ..., *, consumer_stream: int = ...
-    ) -> Union[Batch, Tuple[int, ...], None]:
+    ) -> Union[
+        Batch,
+        Tuple[Tuple[int, ...], Tuple[Tuple[int, Union[DecodeError, OSError]], ...]],
+        None,
+    ]:
         """The oldest batch, in order, or None when no batch is in flight.
         On the GPU path (device >= 0) the batch is in the device_buffer given
-        to submit(), and only its fallback positions are returned. Raises
-        TimeoutError after timeout seconds."""
+        to submit(), and only (Batch.fallback, Batch.failed) is returned.
+        Raises TimeoutError after timeout seconds."""
 
     def fill(
         self,

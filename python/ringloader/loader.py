@@ -36,6 +36,11 @@ class FallbackWarning(UserWarning):
     """Part of the work runs in Python instead of the fused C pipeline."""
 
 
+class DataWarning(UserWarning):
+    """A bad sample was tolerated: replaced (``on_error="skip"``) or decoded
+    although truncated (``allow_truncated=True``)."""
+
+
 _announced_io: set[str] = set()
 # Every live loader, for ringloader.metrics.
 LIVE: "weakref.WeakSet[Loader]" = weakref.WeakSet()
@@ -254,7 +259,17 @@ class Loader:
             ``"pread"``.
         max_pixels: images with more pixels are refused before decoding.
         allow_truncated: decode truncated JPEGs (grey bottom) instead of
-            raising.
+            raising; they are counted in ``stats()["truncated"]`` and the
+            first one is announced with a :class:`DataWarning`.
+        on_error: ``"raise"`` (default): a sample that cannot be read or
+            decoded raises ``DecodeError`` or ``OSError`` naming it, at its
+            batch; the loader can be iterated again afterwards. ``"skip"``:
+            the sample is replaced by the next readable one in dataset
+            order (index + 1, + 2, ... with its own label and augmentation,
+            so the result does not depend on timing), counted in
+            ``stats()["skipped"]`` and announced once; after
+            ``max_consecutive_errors`` unreadable samples in a row, the
+            error is raised all the same.
         device: ``None``/``"cpu"`` (host batches), or ``"cuda"``,
             ``"cuda:N"``, a ``torch.device``: batches are copied to that GPU
             from pinned memory by the C threads as soon as each is decoded,
@@ -299,6 +314,8 @@ class Loader:
         world_size: Optional[int] = None,
         device: Any = None,
         direct_io: bool = False,
+        on_error: str = "raise",
+        max_consecutive_errors: int = 16,
     ) -> None:
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
@@ -322,6 +339,12 @@ class Loader:
             raise ValueError(f"layout must be 'NCHW' or 'NHWC', not {layout!r}")
         if prefetch < 1:
             raise ValueError(f"prefetch must be >= 1, not {prefetch}")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        if max_consecutive_errors < 1:
+            raise ValueError(
+                f"max_consecutive_errors must be >= 1, not {max_consecutive_errors}"
+            )
 
         self.dataset = dataset
         self.batch_size = batch_size
@@ -337,6 +360,8 @@ class Loader:
         self.max_pixels = int(max_pixels)
         self.allow_truncated = bool(allow_truncated)
         self.direct_io = bool(direct_io)
+        self.on_error = on_error
+        self.max_consecutive_errors = int(max_consecutive_errors)
         self.transform = (
             transform if transform is not None else getattr(dataset, "transform", None)
         )
@@ -400,6 +425,9 @@ class Loader:
         self._meter = _Meter()
         self._fallback_decodes = 0
         self._announced_fallback = False
+        self._skipped = 0
+        self._announced_skip = False
+        self._announced_truncated = False
         self._announced_direct = False
         LIVE.add(self)
 
@@ -492,6 +520,7 @@ class Loader:
                 max_pixels=self.max_pixels,
                 allow_truncated=self.allow_truncated,
                 direct_io=self.direct_io,
+                skip_errors=self.on_error == "skip",
             )
             self._pipe_pid = pid
             reason = self._pipe.io_reason
@@ -572,23 +601,30 @@ class Loader:
                 try:
                     if self._gpu is None:
                         batch = pipe.next()
-                        others = batch.fallback
+                        others, failed = batch.fallback, batch.failed
                     else:
-                        others = pipe.next(consumer_stream=self._gpu.consumer_stream())
+                        others, failed = pipe.next(
+                            consumer_stream=self._gpu.consumer_stream()
+                        )
                 except (_core.DecodeError, OSError) as e:
                     self._describe(e)
                     raise
                 idx, buf = pending.popleft()
                 if self._gpu is None:
                     raw = torch.from_dlpack(batch)
-                    if others:
-                        self._fill_others(pipe, raw, idx, others, epoch)
-                    images = self._finish(raw)
                 else:
                     raw = self._gpu.tensor(buf, self._shape(len(idx)))
+                if others or failed:
+                    failed = list(failed)
                     if others:
-                        self._fill_others(pipe, raw, idx, others, epoch)
+                        failed += self._fill_others(pipe, raw, idx, others, epoch)
+                    if failed:
+                        idx = self._replace_failed(pipe, raw, idx, failed, epoch)
+                if self._gpu is None:
+                    images = self._finish(raw)
+                else:
                     images = self._on_device(raw)
+                self._announce_truncated(pipe)
                 labels = torch.from_numpy(targets[idx])
                 if self.target_transform is not None:
                     labels = torch.as_tensor(
@@ -611,6 +647,27 @@ class Loader:
             if pending and not pipe.closed:
                 pipe.cancel()
 
+    def _place(
+        self,
+        pipe: Any,
+        raw: torch.Tensor,
+        pos: int,
+        rgb: bytes,
+        w: int,
+        h: int,
+        epoch: int,
+        i: int,
+    ) -> None:
+        """Place an image decoded outside the C pipeline as sample i at
+        position pos of the batch, with the same fused transform."""
+        if self._gpu is None:
+            pipe.fill(raw[pos].view(torch.uint8).numpy(), rgb, w, h, epoch, i)
+        else:
+            host = torch.empty(raw[pos].numel(), dtype=torch.uint8)
+            pipe.fill(host.numpy(), rgb, w, h, epoch, i)
+            self._gpu.before_compute()
+            raw[pos].copy_(host.view(raw[pos].shape).to(raw.device))
+
     def _fill_others(
         self,
         pipe: Any,
@@ -618,19 +675,22 @@ class Loader:
         idx: list,
         positions: Sequence[int],
         epoch: int,
-    ) -> None:
+    ) -> list:
         """Decode the samples that are not JPEG (a PNG named .JPEG, WebP,
-        BMP...) with Pillow and place them with the same fused transform."""
+        BMP...) with Pillow and place them with the same fused transform.
+        Returns the (position, error) of those Pillow cannot read either
+        when on_error="skip" (else raises)."""
+        failed = []
         for pos in positions:
             i = idx[pos]
-            rgb, w, h, kind = self._decode_other(i)
-            if self._gpu is None:
-                pipe.fill(raw[pos].view(torch.uint8).numpy(), rgb, w, h, epoch, i)
-            else:
-                host = torch.empty(raw[pos].numel(), dtype=torch.uint8)
-                pipe.fill(host.numpy(), rgb, w, h, epoch, i)
-                self._gpu.before_compute()
-                raw[pos].copy_(host.view(raw[pos].shape).to(raw.device))
+            try:
+                rgb, w, h, kind = self._decode_other(i, self._read_sample(i))
+            except _core.DecodeError as e:
+                if self.on_error != "skip":
+                    raise
+                failed.append((pos, e))
+                continue
+            self._place(pipe, raw, pos, rgb, w, h, epoch, i)
             self._fallback_decodes += 1
             if not self._announced_fallback:
                 self._announced_fallback = True
@@ -639,18 +699,93 @@ class Loader:
                     "are decoded with Pillow (slower) and counted in "
                     "stats()['fallback_decodes']",
                     FallbackWarning,
-                    stacklevel=3,
+                    stacklevel=4,
                 )
+        return failed
 
-    def _decode_other(self, i: int) -> tuple[bytes, int, int, str]:
-        path = self._paths[i]
+    def _replace_failed(
+        self, pipe: Any, raw: torch.Tensor, idx: list, failed: list, epoch: int
+    ) -> list:
+        """on_error="skip": put the next readable sample (in dataset order)
+        in the place of each failed one. Returns the batch's indices with
+        the replacements; raises the original error after
+        max_consecutive_errors failures in a row."""
+        idx = list(idx)
+        n = len(self._paths)
+        for pos, error in failed:
+            i = idx[pos]
+            self._describe(error)
+            for k in range(1, self.max_consecutive_errors):
+                j = (i + k) % n
+                try:
+                    data = self._read_sample(j)
+                    if data[:3] == b"\xff\xd8\xff":
+                        rgb, h, w = _core.decode(
+                            data,
+                            max_pixels=self.max_pixels,
+                            allow_truncated=self.allow_truncated,
+                        )
+                    else:
+                        rgb, w, h, _ = self._decode_other(j, data)
+                except (_core.DecodeError, OSError):
+                    continue
+                self._place(pipe, raw, pos, rgb, w, h, epoch, j)
+                break
+            else:
+                if error.args:
+                    tail = (
+                        f" (on_error='skip': the {self.max_consecutive_errors - 1}"
+                        " samples after it failed too)"
+                    )
+                    if isinstance(error, OSError):
+                        error.strerror = f"{error.strerror}{tail}"
+                    else:
+                        error.args = (f"{error.args[0]}{tail}",) + error.args[1:]
+                raise error
+            idx[pos] = j
+            self._skipped += 1
+            log.info(
+                "ringloader: skipped %s (%s); replaced by %s",
+                self._paths[i],
+                error,
+                self._paths[j],
+            )
+            if not self._announced_skip:
+                self._announced_skip = True
+                warnings.warn(
+                    f"ringloader: skipped a sample that cannot be loaded ({error}); "
+                    f"replaced by {self._paths[j]} (on_error='skip'). Further skips "
+                    "are counted in stats()['skipped'] and logged at INFO level.",
+                    DataWarning,
+                    stacklevel=4,
+                )
+        return idx
+
+    def _announce_truncated(self, pipe: Any) -> None:
+        if self._announced_truncated or not self.allow_truncated:
+            return
+        n = pipe.stats()["truncated"]
+        if n:
+            self._announced_truncated = True
+            warnings.warn(
+                f"ringloader: decoded {n} truncated JPEG(s) (allow_truncated=True: "
+                "their missing rows are grey); counted in stats()['truncated']",
+                DataWarning,
+                stacklevel=3,
+            )
+
+    def _read_sample(self, i: int) -> bytes:
+        """The bytes of sample i: its file, or its byte range of a shard."""
         src = self._src
-        with open(path, "rb") as f:
+        with open(self._paths[i], "rb") as f:
             if src.offsets is not None:
                 f.seek(int(src.offsets[i]))
-                data = f.read(int(src.lengths[i]))
-            else:
-                data = f.read()
+                return f.read(int(src.lengths[i]))
+            return f.read()
+
+    def _decode_other(self, i: int, data: bytes) -> tuple[bytes, int, int, str]:
+        """Decode sample i, not a JPEG, with Pillow: (rgb, w, h, format)."""
+        path = self._paths[i]
         try:
             from PIL import Image
         except ImportError:
@@ -833,7 +968,11 @@ class Loader:
         - ``read_seconds``, ``decode_seconds``: cumulative thread time in
           reading and in decode + transform;
         - ``queue_depth``: batches decoded and waiting; ``inflight``:
-          batches submitted; ``first_batch_seconds``; ``io_backend``.
+          batches submitted; ``first_batch_seconds``; ``io_backend``;
+        - ``errors``: samples that failed to load; ``skipped``: of those,
+          replaced (``on_error="skip"``); ``truncated``: JPEGs decoded
+          although truncated (``allow_truncated=True``);
+          ``fallback_decodes``: non-JPEG files decoded with Pillow.
         """
         out = self._meter.snapshot()
         c = (
@@ -854,6 +993,8 @@ class Loader:
             rank=self.rank,
             fallback_decodes=self._fallback_decodes,
             direct_refused=c.get("direct_refused", 0),
+            skipped=self._skipped,
+            truncated=c.get("truncated", 0),
         )
         return out
 

@@ -1,0 +1,197 @@
+"""The error policy: on_error="raise" | "skip", the consecutive-failure
+limit, and allow_truncated's counted warning."""
+
+import hashlib
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import ringloader
+from ringloader import transforms as T
+
+from images import jpeg_bytes
+
+TRAIN = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip()])
+
+
+class Indexed:
+    """Samples whose target is their own index, so labels show which
+    sample filled each place."""
+
+    def __init__(self, paths):
+        self.samples = [(p, i) for i, p in enumerate(paths)]
+
+    def __len__(self):
+        return len(self.samples)
+
+
+def bad_files(d):
+    """One of each way a sample can fail."""
+    good = jpeg_bytes("s420", 90, 120, seed=99)
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 40  # PNG magic, Pillow cannot read it
+    (d / "dir.jpg").mkdir()
+    files = {
+        "corrupt.jpg": b"\xff\xd8\xff\xe0 not really a jpeg" * 3,
+        "truncated.jpg": good[: len(good) // 2],
+        "empty.jpg": b"",
+        "png.jpg": png,
+    }
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    return [str(d / n) for n in files] + [str(d / "missing.jpg"), str(d / "dir.jpg")]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """20 good images with the six kinds of bad sample at 2, 5, 6 (two in a
+    row), 11, 17 and 19 (the last: its replacement wraps to index 0)."""
+    d = tmp_path_factory.mktemp("on_error")
+    paths = []
+    for i in range(20):
+        p = d / f"{i:02d}.jpg"
+        p.write_bytes(jpeg_bytes("baseline", 70 + i, 90, seed=i))
+        paths.append(str(p))
+    bad = bad_files(d)
+    for pos, path in zip([2, 5, 6, 11, 17, 19], bad):
+        paths[pos] = path
+    return paths
+
+
+BAD = {2, 5, 6, 11, 17, 19}
+
+
+def replacement(i, n=20):
+    j = (i + 1) % n
+    while j in BAD:
+        j = (j + 1) % n
+    return j
+
+
+def epoch(loader, e=0):
+    loader.set_epoch(e)
+    images, labels = [], []
+    for x, y in loader:
+        images.append(x.clone())
+        labels.append(y)
+    return torch.cat(images), torch.cat(labels)
+
+
+def test_skip_replaces_each_bad_sample_with_the_next_readable(data):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = ringloader.Loader(
+            Indexed(data), batch_size=4, transform=TRAIN, on_error="skip", seed=3
+        )
+        images, labels = epoch(loader)
+    assert labels.tolist() == [replacement(i) if i in BAD else i for i in range(20)]
+    assert loader.stats()["skipped"] == len(BAD)
+    notes = [w for w in caught if issubclass(w.category, ringloader.DataWarning)]
+    assert len(notes) == 1 and "on_error='skip'" in str(notes[0].message)
+
+    # A replacement is its own sample: the image and augmentation it would
+    # have in its own place (same seed, epoch and index).
+    good = [i for i in range(20) if i not in BAD]
+    ref = ringloader.Loader(
+        Indexed(data), batch_size=20, transform=TRAIN, seed=3, sampler=good
+    )
+    ref_images, ref_labels = epoch(ref)
+    by_index = dict(zip(ref_labels.tolist(), ref_images))
+    for pos in range(20):
+        want = by_index[labels[pos].item()].float()
+        err = (images[pos].float() - want).abs().mean().item()
+        assert err < 1.0, (pos, err)  # decoded whole vs cropped: within 1 LSB
+
+
+def test_skip_is_deterministic_across_threads_and_backends(data, monkeypatch):
+    digests = set()
+    for threads in (1, 2, 4):
+        for io in ("io_uring", "pread"):
+            loader = ringloader.Loader(
+                Indexed(data),
+                batch_size=3,
+                shuffle=True,
+                transform=TRAIN,
+                on_error="skip",
+                num_threads=threads,
+                io=io if ringloader._core.io_probe()[0] else "pread",
+            )
+            images, labels = epoch(loader, 1)
+            h = hashlib.sha256(images.numpy().tobytes() + labels.numpy().tobytes())
+            digests.add(h.hexdigest())
+    assert len(digests) == 1
+
+
+def test_raise_is_the_default_and_names_the_file(data):
+    loader = ringloader.Loader(Indexed(data), batch_size=4, transform=TRAIN)
+    it = iter(loader)
+    with pytest.raises(ringloader.DecodeError, match="corrupt.jpg"):
+        next(it)
+    assert loader.stats()["skipped"] == 0
+
+
+def test_consecutive_failure_limit_raises(tmp_path, data):
+    # Indices 5 and 6 are bad in a row: with a limit of 2, sample 5 and its
+    # one allowed replacement (6) fail, so the error is raised.
+    loader = ringloader.Loader(
+        Indexed(data),
+        batch_size=4,
+        transform=TRAIN,
+        on_error="skip",
+        max_consecutive_errors=2,
+    )
+    with pytest.raises(ringloader.DecodeError, match="truncated.jpg") as e:
+        epoch(loader)
+    assert "on_error='skip'" in str(e.value)
+    # With a limit of 3 the same data loads.
+    loader = ringloader.Loader(
+        Indexed(data),
+        batch_size=4,
+        transform=TRAIN,
+        on_error="skip",
+        max_consecutive_errors=3,
+    )
+    assert len(epoch(loader)[1]) == 20
+
+
+def test_all_bad_raises_instead_of_looping(tmp_path):
+    d = tmp_path / "bad"
+    d.mkdir()
+    paths = bad_files(d)
+    loader = ringloader.Loader(
+        Indexed(paths), batch_size=2, transform=TRAIN, on_error="skip"
+    )
+    with pytest.raises((ringloader.DecodeError, OSError)):
+        epoch(loader)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="on_error"):
+        ringloader.Loader(Indexed([]), on_error="ignore")
+    with pytest.raises(ValueError, match="max_consecutive_errors"):
+        ringloader.Loader(Indexed([]), max_consecutive_errors=0)
+
+
+def test_truncated_allowed_is_counted_and_announced(tmp_path):
+    good = jpeg_bytes("baseline", 120, 160, seed=5)
+    paths = []
+    for i in range(4):
+        p = tmp_path / f"{i}.jpg"
+        p.write_bytes(good[: len(good) * 2 // 3] if i in (1, 2) else good)
+        paths.append(str(p))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = ringloader.Loader(
+            Indexed(paths), batch_size=2, transform=TRAIN, allow_truncated=True
+        )
+        images, labels = epoch(loader)
+    assert labels.tolist() == [0, 1, 2, 3]
+    assert loader.stats()["truncated"] == 2
+    notes = [w for w in caught if issubclass(w.category, ringloader.DataWarning)]
+    assert len(notes) == 1 and "truncated" in str(notes[0].message)
+    # Without allow_truncated the same files are errors.
+    strict = ringloader.Loader(Indexed(paths), batch_size=2, transform=TRAIN)
+    with pytest.raises(ringloader.DecodeError, match="1.jpg"):
+        epoch(strict)
+    assert np.isfinite(images.float().mean().item())

@@ -428,6 +428,12 @@ static int check_open(pipeline_object *self)
         PyErr_SetString(PyExc_RuntimeError, "the pipeline is closed");
         return -1;
     }
+    if (rl_pipeline_forked(self->p)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this pipeline belongs to the process that forked "
+                        "this one: make a new one here");
+        return -1;
+    }
     return 0;
 }
 
@@ -665,7 +671,8 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
     for (int i = 0; fb != NULL && i < err->n_fallback; i++) {
         PyTuple_SET_ITEM(fb, i, PyLong_FromLong(err->fallback[i]));
     }
-    PyObject *failed = failures_to_tuple(st, err->failed, err->n_failed);
+    PyObject *failed =
+        fb ? failures_to_tuple(st, err->failed, err->n_failed) : NULL;
     free(err->fallback);
     free(err->failed);
     PyMem_Free(err);
@@ -821,7 +828,8 @@ static PyObject *pipeline_get_pinned(pipeline_object *self, void *closure)
 static PyObject *pipeline_get_closed(pipeline_object *self, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(self->p == NULL);
+    /* A pipeline inherited across fork() is closed for the child. */
+    return PyBool_FromLong(self->p == NULL || rl_pipeline_forked(self->p));
 }
 
 static PyMethodDef pipeline_methods[] = {
@@ -851,7 +859,8 @@ static PyGetSetDef pipeline_getset[] = {
      "Why io_uring is not used ('' when it is).", NULL},
     {"inflight", (getter)pipeline_get_inflight, NULL,
      "Batches submitted and not yet returned.", NULL},
-    {"closed", (getter)pipeline_get_closed, NULL, "True after close().",
+    {"closed", (getter)pipeline_get_closed, NULL,
+     "True after close(), and in a process forked after it was made.",
      NULL},
     {"pinned_slots", (getter)pipeline_get_pinned, NULL,
      "Pinned host slots allocated (GPU path).", NULL},

@@ -280,12 +280,20 @@ void rl_slot_retain(rl_slot *s)
     atomic_fetch_add(&s->refs, 1);
 }
 
+bool rl_pipeline_forked(const rl_pipeline *p)
+{
+    return getpid() != p->pid;
+}
+
 void rl_slot_release(rl_slot *s)
 {
     if (atomic_fetch_sub(&s->refs, 1) != 1) {
         return;
     }
     rl_pipeline *p = s->p;
+    if (rl_pipeline_forked(p)) {
+        return; /* a forked child: the parent's lock may be held forever */
+    }
     pthread_mutex_lock(&p->mu);
     slot_put(p, s);
     pthread_mutex_unlock(&p->mu);
@@ -622,6 +630,9 @@ int rl_pipeline_submit(rl_pipeline *p, const rl_source *src, int n,
 int rl_pipeline_submit_to(rl_pipeline *p, const rl_source *src, int n,
                           int64_t epoch, void *device_buffer)
 {
+    if (rl_pipeline_forked(p)) {
+        return RL_ECLOSED;
+    }
     if (n < 1 || n > (1 << 20) ||
         (device_buffer != NULL) != (p->cfg.cuda)) {
         return -EINVAL;
@@ -728,6 +739,9 @@ static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out,
             deadline.tv_sec++;
             deadline.tv_nsec -= 1000000000L;
         }
+    }
+    if (rl_pipeline_forked(p)) {
+        return RL_ECLOSED; /* the threads that would finish it are gone */
     }
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -873,6 +887,9 @@ int rl_pipeline_next_device(rl_pipeline *p, int timeout_ms,
 
 int rl_pipeline_pinned_slots(rl_pipeline *p)
 {
+    if (rl_pipeline_forked(p)) {
+        return 0;
+    }
     pthread_mutex_lock(&p->mu);
     int n = p->pinned_slots;
     pthread_mutex_unlock(&p->mu);
@@ -881,6 +898,9 @@ int rl_pipeline_pinned_slots(rl_pipeline *p)
 
 int rl_pipeline_inflight(rl_pipeline *p)
 {
+    if (rl_pipeline_forked(p)) {
+        return 0;
+    }
     pthread_mutex_lock(&p->mu);
     int n = p->inflight;
     pthread_mutex_unlock(&p->mu);
@@ -889,6 +909,9 @@ int rl_pipeline_inflight(rl_pipeline *p)
 
 void rl_pipeline_cancel(rl_pipeline *p)
 {
+    if (rl_pipeline_forked(p)) {
+        return; /* nothing would ever complete the parent's batches */
+    }
     pthread_mutex_lock(&p->mu);
     for (rl_batch *b = p->head; b; b = b->next) {
         atomic_store(&b->cancelled, true);
@@ -915,6 +938,10 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     st->decode_ns = atomic_load(&p->decode_ns);
     st->direct_refused = atomic_load(&p->direct_refused);
     st->truncated = atomic_load(&p->n_truncated);
+    st->inflight = st->ready = 0;
+    if (rl_pipeline_forked(p)) {
+        return;
+    }
     pthread_mutex_lock(&p->mu);
     st->inflight = p->inflight;
     st->ready = 0;
@@ -929,7 +956,7 @@ void rl_pipeline_destroy(rl_pipeline *p)
     if (p == NULL) {
         return;
     }
-    if (getpid() != p->pid) {
+    if (rl_pipeline_forked(p)) {
         return; /* forked child: the threads are not ours; leave it be */
     }
     rl_pipeline_cancel(p);

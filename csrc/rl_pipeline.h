@@ -117,6 +117,15 @@ typedef struct rl_pipeline_stats {
  */
 rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg);
 
+/*
+ * True in a process forked from the one that created p. There the
+ * pipeline's threads do not exist and its lock may have been held at the
+ * fork: submit and next return RL_ECLOSED, cancel, destroy and slot
+ * releases do nothing (the child leaks the copy rather than deadlock),
+ * stats are zero. The child makes a pipeline of its own.
+ */
+bool rl_pipeline_forked(const rl_pipeline *p);
+
 /* The I/O backend in use: "io_uring" or "pread". */
 const char *rl_pipeline_io_name(const rl_pipeline *p);
 

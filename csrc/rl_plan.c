@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "rl_plan.h"
 
+#include <limits.h>
 #include <math.h>
 
 /* ---- Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as
@@ -135,12 +136,14 @@ static int resize_crop_box(const rl_transform *t, int width, int height,
     int nw = width, nh = height;
     if (t->resize_short > 0) {
         int s = t->resize_short;
+        /* The long side as torchvision computes it, kept in int range
+         * (a 1 x 65500 image resized to 40000 would overflow it). */
         if (width <= height) {
             nw = s;
-            nh = (int)((double)s * height / width);
+            nh = (int)fmin((double)s * height / width, (double)INT_MAX);
         } else {
             nh = s;
-            nw = (int)((double)s * width / height);
+            nw = (int)fmin((double)s * width / height, (double)INT_MAX);
         }
     } else if (t->resize_h > 0 && t->resize_w > 0) {
         nw = t->resize_w;

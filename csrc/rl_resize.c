@@ -893,14 +893,17 @@ void rl_fill_zero(const rl_dst *dst, int x, int y, int w, int h)
     if (w <= 0 || h <= 0) {
         return;
     }
-    uint8_t *zeros = calloc((size_t)w * 4, 1);
-    if (zeros == NULL) {
-        return; /* only reached for padding; the slot stays as it was */
+    /* Black RGBX pixels, a chunk at a time; store_row reads but does not
+     * change them when it does not flip. */
+    enum { CHUNK = 256 };
+    static uint8_t zeros[CHUNK * 4];
+    int simd = simd_get();
+    for (int c = 0; c < w; c += CHUNK) {
+        rl_dst sub = *dst;
+        sub.data = rl_dst_at(dst, x + c, 0);
+        for (int r = y; r < y + h; r++) {
+            store_row(&sub, zeros, w - c < CHUNK ? w - c : CHUNK, r, false,
+                      simd);
+        }
     }
-    rl_dst sub = *dst;
-    sub.data = rl_dst_at(dst, x, 0);
-    for (int r = y; r < y + h; r++) {
-        store_row(&sub, zeros, w, r, false, simd_get());
-    }
-    free(zeros);
 }

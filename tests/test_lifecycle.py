@@ -244,6 +244,47 @@ def test_fork_after_use(small):
     assert proc.stdout.split() == ["True", "0"], proc.stdout + proc.stderr
 
 
+FORK_IN_FLIGHT_CHILD = r"""
+import hashlib, os, sys
+import ringloader
+from ringloader import transforms as T
+paths = sys.argv[1:]
+class DS:
+    samples = [(p, i) for i, p in enumerate(paths)]
+def make():
+    return ringloader.Loader(DS, batch_size=2, num_threads=1, prefetch=6,
+                             transform=T.Compose([T.RandomResizedCrop(64)]))
+def digest(loader):
+    h = hashlib.sha256()
+    for images, labels in loader:
+        h.update(images.numpy().tobytes())
+        h.update(labels.numpy().tobytes())
+    return h.hexdigest()
+inherited = make()
+it = iter(inherited)
+batch = next(it)              # and fork at once: batches still decoding
+pid = os.fork()
+if pid == 0:
+    stats = inherited.stats()             # no lock of the parent's is taken
+    inherited.set_epoch(0)                # abandons the inherited epoch
+    ok = digest(inherited) == digest(make())
+    del batch                             # a tensor of the parent's slot
+    inherited.close()
+    os._exit(0 if ok else 1)
+rest = sum(1 for _ in it)                 # the parent's epoch goes on
+_, status = os.waitpid(pid, 0)
+print(rest + 1 == len(inherited), os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_fork_with_batches_in_flight(big):
+    # The child inherits a pipeline whose batches its parent's threads were
+    # still decoding: using, closing and dropping it must not wait for them.
+    paths = sorted(os.path.join(big, n) for n in os.listdir(big))[:24]
+    proc = run_python(FORK_IN_FLIGHT_CHILD, *paths, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "0"], proc.stdout + proc.stderr
+
 # ---- soak ----
 
 

@@ -272,7 +272,11 @@ typedef struct {
     rl_layout layout;
     rl_dtype dtype;
     int out_h, out_w;
-    int waiting; /* next() calls waiting with the GIL released */
+    /* Calls of ours running with the GIL released (submit, next, fill,
+     * cancel). close() from another thread meanwhile only sets
+     * close_pending; the last of those calls to return closes. */
+    int busy;
+    bool close_pending;
     int device;  /* CUDA device of the GPU path, or -1 */
     char io_reason[RL_MSG_MAX];
 } pipeline_object;
@@ -414,6 +418,20 @@ static void pipeline_close_impl(pipeline_object *self)
     }
 }
 
+/* Around every call that releases the GIL with self->p in use. */
+static void busy_enter(pipeline_object *self)
+{
+    self->busy++;
+}
+
+static void busy_leave(pipeline_object *self)
+{
+    if (--self->busy == 0 && self->close_pending) {
+        self->close_pending = false;
+        pipeline_close_impl(self);
+    }
+}
+
 static void pipeline_dealloc(pipeline_object *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
@@ -424,7 +442,7 @@ static void pipeline_dealloc(pipeline_object *self)
 
 static int check_open(pipeline_object *self)
 {
-    if (self->p == NULL) {
+    if (self->p == NULL || self->close_pending) {
         PyErr_SetString(PyExc_RuntimeError, "the pipeline is closed");
         return -1;
     }
@@ -526,12 +544,14 @@ static PyObject *pipeline_submit(pipeline_object *self, PyObject *args,
     int rc;
     rl_pipeline *pl = self->p;
     /* May wait for an in-flight copy before refilling a pinned slot. */
+    busy_enter(self);
     Py_BEGIN_ALLOW_THREADS
     rc = self->device >= 0
              ? rl_pipeline_submit_to(pl, src, (int)n, epoch,
                                      (void *)(uintptr_t)dev_ptr)
              : rl_pipeline_submit(pl, src, (int)n, epoch);
     Py_END_ALLOW_THREADS
+    busy_leave(self);
     if (rc != 0) {
         rl__py_raise(rl__py_state_of(Py_TYPE(self)), rc, NULL,
                      "cannot submit the batch");
@@ -617,22 +637,23 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
     double waited = 0.0;
     for (;;) {
         rl_pipeline *p = self->p;
-        self->waiting++;
+        busy_enter(self);
         Py_BEGIN_ALLOW_THREADS
         rc = self->device >= 0
                  ? rl_pipeline_next_device(p, 50, (uintptr_t)consumer, err)
                  : rl_pipeline_next(p, 50, &slot, err);
         Py_END_ALLOW_THREADS
-        self->waiting--;
         if (rc != RL_ETIMEDOUT) {
+            busy_leave(self); /* a batch taken stays valid if this closes */
             break;
         }
+        busy_leave(self);
         waited += 0.05;
         if (PyErr_CheckSignals() != 0) {
             PyMem_Free(err);
             return NULL; /* KeyboardInterrupt; the batch stays in flight */
         }
-        if (self->p == NULL) {
+        if (self->p == NULL || self->close_pending) {
             PyMem_Free(err);
             return rl__py_raise(st, RL_ECLOSED, NULL, "");
         }
@@ -740,9 +761,11 @@ static PyObject *pipeline_fill(pipeline_object *self, PyObject *args)
         return NULL;
     }
     rl_pipeline *p = self->p;
+    busy_enter(self);
     Py_BEGIN_ALLOW_THREADS
     rc = rl_pipeline_fill(p, dst.buf, rgb.buf, w, h, epoch, index, msg);
     Py_END_ALLOW_THREADS
+    busy_leave(self);
     PyBuffer_Release(&dst);
     PyBuffer_Release(&rgb);
     if (rc != 0) {
@@ -754,16 +777,18 @@ static PyObject *pipeline_fill(pipeline_object *self, PyObject *args)
 static PyObject *pipeline_cancel(pipeline_object *self, PyObject *unused)
 {
     (void)unused;
-    if (self->waiting > 0) {
+    if (self->busy > 0) {
         PyErr_SetString(PyExc_RuntimeError,
-                        "cancel() while another thread waits in next()");
+                        "cancel() while another thread uses the pipeline");
         return NULL;
     }
     if (self->p != NULL) {
         rl_pipeline *p = self->p;
+        busy_enter(self);
         Py_BEGIN_ALLOW_THREADS
         rl_pipeline_cancel(p);
         Py_END_ALLOW_THREADS
+        busy_leave(self);
     }
     Py_RETURN_NONE;
 }
@@ -771,10 +796,12 @@ static PyObject *pipeline_cancel(pipeline_object *self, PyObject *unused)
 static PyObject *pipeline_close(pipeline_object *self, PyObject *unused)
 {
     (void)unused;
-    if (self->waiting > 0) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "close() while another thread waits in next()");
-        return NULL;
+    if (self->busy > 0) {
+        /* Another thread is inside submit/next/fill/cancel with the GIL
+         * released: the pipeline is freed when that call returns, and
+         * from now on every call sees it closed. */
+        self->close_pending = true;
+        Py_RETURN_NONE;
     }
     pipeline_close_impl(self);
     Py_RETURN_NONE;
@@ -829,7 +856,8 @@ static PyObject *pipeline_get_closed(pipeline_object *self, void *closure)
 {
     (void)closure;
     /* A pipeline inherited across fork() is closed for the child. */
-    return PyBool_FromLong(self->p == NULL || rl_pipeline_forked(self->p));
+    return PyBool_FromLong(self->p == NULL || self->close_pending ||
+                           rl_pipeline_forked(self->p));
 }
 
 static PyMethodDef pipeline_methods[] = {

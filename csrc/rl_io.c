@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,7 +42,20 @@ struct rl_io {
     uint64_t max_file_bytes;
     rl__uring *uring; /* NULL for pread */
     uint64_t fault_ctr; /* this context's fault stream (pread batches) */
+    int max_open;       /* files a batch may hold open at once (io_uring) */
 };
+
+/* A quarter of the open-file limit (the rest is the process's), at least 8
+ * and at most a ring's worth. */
+static int max_open_files(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) {
+        return RING_ENTRIES;
+    }
+    rlim_t q = rl.rlim_cur / 4;
+    return q < 8 ? 8 : q > RING_ENTRIES ? RING_ENTRIES : (int)q;
+}
 
 /* ---- fault injection (tests only) ---- */
 
@@ -390,6 +404,7 @@ rl_io *rl_io_create(rl_io_backend want, uint64_t max_file_bytes, char *why)
     }
     io->max_file_bytes = max_file_bytes;
     io->backend = RL_IO_PREAD;
+    io->max_open = max_open_files();
     (void)rl__io_faults_on(); /* read the variable here, not in a worker */
     if (why != NULL) {
         why[0] = '\0';
@@ -438,8 +453,11 @@ void rl_io_read_batch(rl_io *io, rl_read **reqs, int n, rl_read_done_fn done,
         }
         return;
     }
-    /* Open everything first, so the ring sees the whole batch at once. */
-    rl_read **ready = malloc((size_t)(n > 0 ? n : 1) * sizeof(*ready));
+    /* Open a ring's worth of files (fewer under a low ulimit -n), then
+     * submit their reads together: a batch larger than the open-file limit
+     * still reads, as it does with pread. */
+    int chunk = n < io->max_open ? n : io->max_open;
+    rl_read **ready = malloc((size_t)(chunk > 0 ? chunk : 1) * sizeof(*ready));
     if (ready == NULL) {
         for (int i = 0; i < n; i++) {
             reqs[i]->fd = -1;
@@ -449,21 +467,24 @@ void rl_io_read_batch(rl_io *io, rl_read **reqs, int n, rl_read_done_fn done,
         }
         return;
     }
-    int nready = 0;
-    for (int i = 0; i < n; i++) {
-        rl_read *r = reqs[i];
-        int rc = open_request(r, io->max_file_bytes);
-        if (rc != 0) {
-            rl__io_finish(r, rc);
-            done(r, arg);
-        } else if (r->want == 0) {
-            rl__io_finish(r, 0);
-            done(r, arg);
-        } else {
-            ready[nready++] = r;
+    for (int start = 0; start < n; start += chunk) {
+        int end = n - start < chunk ? n : start + chunk;
+        int nready = 0;
+        for (int i = start; i < end; i++) {
+            rl_read *r = reqs[i];
+            int rc = open_request(r, io->max_file_bytes);
+            if (rc != 0) {
+                rl__io_finish(r, rc);
+                done(r, arg);
+            } else if (r->want == 0) {
+                rl__io_finish(r, 0);
+                done(r, arg);
+            } else {
+                ready[nready++] = r;
+            }
         }
+        rl__uring_read(io->uring, ready, nready, done, arg);
     }
-    rl__uring_read(io->uring, ready, nready, done, arg);
     free(ready);
 }
 

@@ -181,6 +181,10 @@ void rl__uring_read(rl__uring *u, rl_read **reqs, int n, rl_read_done_fn done,
         }
         for (int i = 0; i < n; i++) {
             if (reqs[i]->fd >= 0) {
+                /* The kernel tears a ring down asynchronously: a read it
+                 * had started may still land in this buffer, so it is
+                 * leaked rather than freed (this path is rare). */
+                reqs[i]->buf = NULL;
                 rl__io_finish(reqs[i], -EIO);
                 done(reqs[i], arg);
             }

@@ -202,6 +202,42 @@ def test_interpreter_exit_mid_epoch(small, how):
     assert proc.returncode == (0 if how == "exit" else 3), proc.stderr
 
 
+def test_close_from_another_thread_while_iterating(big):
+    """A watchdog thread closes the loader while the training thread waits
+    for a batch: the training thread gets an error, nothing crashes, and
+    the threads end."""
+    import threading
+
+    paths = sorted(os.path.join(big, n) for n in os.listdir(big))
+
+    class DS:
+        samples = [(p, 0) for p in paths]
+
+    base = resources()
+    loader = ringloader.Loader(
+        DS, batch_size=8, num_threads=1, transform=T.Compose([T.RandomResizedCrop(64)])
+    )
+    outcome = []
+
+    def train():
+        try:
+            for _ in loader:
+                pass
+            outcome.append("finished")
+        except RuntimeError as e:
+            outcome.append(str(e))
+
+    t = threading.Thread(target=train)
+    t.start()
+    time.sleep(0.3)  # the training thread is in next(), decoding big files
+    loader.close()
+    t.join(timeout=10)
+    assert not t.is_alive()
+    assert outcome and "closed" in outcome[0], outcome
+    del loader
+    assert resources() == base
+
+
 # ---- fork ----
 
 FORK_CHILD = r"""
@@ -284,6 +320,7 @@ def test_fork_with_batches_in_flight(big):
     proc = run_python(FORK_IN_FLIGHT_CHILD, *paths, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "0"], proc.stdout + proc.stderr
+
 
 # ---- soak ----
 

@@ -152,6 +152,46 @@ def test_io_backends_give_identical_bytes(indexed, monkeypatch):
     assert digest(num_threads=1) == ("pread", pread[1])
 
 
+LOW_ULIMIT = """
+import hashlib, resource, sys
+import ringloader
+from ringloader import transforms as T
+paths = sys.argv[1:]
+class DS:
+    samples = [(p, i) for i, p in enumerate(paths)]
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
+out = []
+for io in ("io_uring", "pread"):
+    loader = ringloader.Loader(DS, batch_size=len(paths), io=io,
+                               transform=T.Compose([T.Resize((16, 16))]))
+    images, _ = next(iter(loader))
+    out.append(hashlib.sha256(images.numpy().tobytes()).hexdigest())
+    loader.close()
+print(out[0] == out[1])
+"""
+
+
+def test_batch_larger_than_the_open_file_limit(tmp_path):
+    """A batch of 300 files under ulimit -n 128 reads with io_uring as with
+    pread (files are opened a ring's share at a time)."""
+    import subprocess
+    import sys
+
+    if not ringloader._core.io_probe()[0]:
+        pytest.skip("io_uring is not available here: " + ringloader._core.io_probe()[1])
+    data = jpeg_bytes("baseline", 24, 24)
+    paths = []
+    for i in range(300):
+        p = tmp_path / f"{i:03d}.jpg"
+        p.write_bytes(data)
+        paths.append(str(p))
+    proc = subprocess.run(
+        [sys.executable, "-c", LOW_ULIMIT, *paths], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
+
+
 def test_io_uring_is_used_when_available(indexed):
     available, reason = ringloader._core.io_probe()
     loader = ringloader.Loader(indexed, transform=EVAL)

@@ -881,10 +881,17 @@ class Loader:
     def close(self) -> None:
         """Stop the threads and free the batch buffers not held by tensors
         (pinned memory included). Idempotent; the loader can be iterated
-        again afterwards."""
+        again afterwards. Called from another thread while one iterates,
+        that iteration raises ``RuntimeError`` (the loader is closed) at
+        its next batch."""
         active = self._active() if self._active else None
         if active is not None:
-            active.close()
+            try:
+                active.close()
+            except ValueError:
+                # Iterating in another thread right now: closing the
+                # pipeline below makes its next batch raise instead.
+                pass
         if self._pipe is not None and self._pipe_pid == os.getpid():
             self._pipe.close()
         self._pipe = None

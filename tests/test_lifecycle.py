@@ -234,7 +234,6 @@ def test_close_from_another_thread_while_iterating(big):
     t.join(timeout=10)
     assert not t.is_alive()
     assert outcome and "closed" in outcome[0], outcome
-    del loader
     assert resources() == base
 
 

@@ -181,3 +181,60 @@ def test_state_at_epoch_start_after_set_epoch(root):
         fresh.load_state_dict(state)
         assert fresh.epoch == 1
         assert ns["epoch"](fresh) == first[1]
+
+
+def test_stateful_sampler_resumes_without_skipping_twice(tmp_path):
+    """A sampler with its own state_dict (it counts what it has handed out,
+    prefetched batches included) is saved as it was at the epoch's start,
+    so restoring it and skipping the yielded batches lands on the next
+    unseen batch."""
+    import ringloader
+    from ringloader import transforms as T
+    from torch.utils.data import Sampler
+
+    class Counting(Sampler):
+        def __init__(self, n):
+            self.n, self.pos = n, 0
+
+        def __iter__(self):
+            while self.pos < self.n:
+                self.pos += 1
+                yield self.pos - 1
+            self.pos = 0
+
+        def __len__(self):
+            return self.n
+
+        def state_dict(self):
+            return {"pos": self.pos}
+
+        def load_state_dict(self, state):
+            self.pos = state["pos"]
+
+    class Files:
+        samples = []
+
+    for i in range(12):
+        p = tmp_path / f"{i:02d}.jpg"
+        p.write_bytes(jpeg_bytes("baseline", 40, 48, seed=i))
+        Files.samples.append((str(p), i))
+
+    def make():
+        return ringloader.Loader(
+            Files,
+            batch_size=2,
+            prefetch=3,
+            sampler=Counting(12),
+            transform=T.Compose([T.Resize((16, 16))]),
+        )
+
+    first = make()
+    it = iter(first)
+    seen = [next(it)[1].tolist() for _ in range(2)]
+    state = first.state_dict()
+    first.close()
+    assert seen == [[0, 1], [2, 3]]
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = [labels.tolist() for _, labels in resumed]
+    assert rest == [[4, 5], [6, 7], [8, 9], [10, 11]]

@@ -84,6 +84,20 @@ def test_plan_is_a_pure_function_of_seed_epoch_index():
     assert a != [_core.plan(RRC, 640, 480, 6, 2, i) for i in range(100)]
 
 
+def test_repeated_indices_draw_different_augmentations(folder):
+    """A sampler that repeats an index (with replacement, or repeated
+    augmentation as DeiT trains) gets a new crop and flip for each repeat;
+    the first occurrence keeps the draw keyed by its index."""
+    ds = ringloader.ImageFolder(folder)
+    tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()])
+    repeated = ringloader.Loader(ds, batch_size=4, sampler=[0, 0, 0, 0], transform=tf)
+    images, _ = next(iter(repeated))
+    copies = {images[k].numpy().tobytes() for k in range(4)}
+    assert len(copies) == 4
+    single = ringloader.Loader(ds, batch_size=1, sampler=[0], transform=tf)
+    assert torch.equal(next(iter(single))[0][0], images[0])
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("size", [(300, 400), (500, 333), (900, 1200)])
 def test_random_crop_output_matches_torchvision_given_the_box(tmp_path, kind, size):
@@ -330,3 +344,54 @@ def test_loader_accepts_torchvision_transforms(folder):
     )
     for (x, _), (y, _) in zip(a, b):
         assert torch.equal(x, y)
+
+
+def test_flip_before_center_crop_is_not_reordered():
+    """A crop after a flip is not fused (with an odd margin torchvision's
+    rounded crop is not symmetric): it runs in the Python tail."""
+    c = T.compile_transform(
+        v1.Compose(
+            [v1.Resize((40, 45)), v1.RandomHorizontalFlip(1.0), v1.CenterCrop(20)]
+        )
+    )
+    assert c.fused == ["Resize", "RandomHorizontalFlip"]
+    assert [type(t).__name__ for t in c.rest] == ["CenterCrop"]
+
+
+def test_only_torchvision_and_ringloader_transforms_are_fused():
+    class Resize:  # a user's own class with a familiar name
+        def __init__(self, size):
+            self.size = size
+
+        def __call__(self, img):
+            return img.resize(self.size)
+
+    with pytest.raises(ringloader.transforms.UnsupportedTransform):
+        T.compile_transform(v1.Compose([Resize((64, 32)), v1.CenterCrop(16)]))
+    c = T.compile_transform(
+        v1.Compose([v1.Resize(20), v1.CenterCrop(16), Resize((8, 8))])
+    )
+    assert [type(t).__name__ for t in c.rest] == ["Resize"]
+
+
+def test_target_transform_results_are_collated_like_dataloader(folder):
+    for target_transform, check in [
+        (lambda t: float(t), lambda y: y.dtype == torch.float64),
+        (lambda t: (t, -t), lambda y: isinstance(y, list) and len(y) == 2),
+        (
+            lambda t: torch.nn.functional.one_hot(torch.tensor(t), 3),
+            lambda y: y.shape == (4, 3),
+        ),
+    ]:
+        ds = datasets.ImageFolder(
+            folder,
+            transform=v1.Compose([v1.Resize((16, 16)), v1.PILToTensor()]),
+            target_transform=target_transform,
+        )
+        ours = next(iter(ringloader.DataLoader(ds, batch_size=4)))[1]
+        theirs = next(iter(torch.utils.data.DataLoader(ds, batch_size=4)))[1]
+        assert check(ours) and check(theirs)
+        if isinstance(ours, list):
+            assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+        else:
+            assert torch.equal(ours, theirs)

@@ -41,15 +41,11 @@ PHOTOS = (
 
 
 def cache_root() -> str:
-    """``$RINGLOADER_CACHE``, else ``$XDG_CACHE_HOME/ringloader``, else
-    ``~/.cache/ringloader``."""
-    env = os.environ.get("RINGLOADER_CACHE")
-    if env:
-        return env
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache"
-    )
-    return os.path.join(xdg, "ringloader")
+    """The cache directory, as for index files (see
+    :func:`ringloader.index.default_cache_dir`)."""
+    from .index import default_cache_dir
+
+    return default_cache_dir()
 
 
 def _pillow() -> Any:

@@ -724,7 +724,7 @@ def _parser() -> argparse.ArgumentParser:
         "--cache-dir",
         default=None,
         help="where the generated data set lives (default "
-        "$RINGLOADER_CACHE or ~/.cache/ringloader)",
+        "$RINGLOADER_CACHE_DIR or ~/.cache/ringloader)",
     )
     b.add_argument("--no-dataloader", action="store_true", help="run ringloader alone")
     b.add_argument(

@@ -49,14 +49,18 @@ FOLDER_INDEX_VERSION = 1
 
 
 def default_cache_dir(cache_dir: PathLike | None = None) -> str:
-    """The directory for index files: ``cache_dir``, else
-    ``$RINGLOADER_CACHE_DIR``, else ``~/.cache/ringloader``."""
+    """ringloader's cache directory (index files, the generated benchmark
+    data set): ``cache_dir``, else ``$RINGLOADER_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/ringloader``, else ``~/.cache/ringloader``."""
     if cache_dir is not None:
         return os.path.expanduser(os.fspath(cache_dir))
     env = os.environ.get("RINGLOADER_CACHE_DIR")
     if env:
         return os.path.expanduser(env)
-    return os.path.join(os.path.expanduser("~"), ".cache", "ringloader")
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache"
+    )
+    return os.path.join(xdg, "ringloader")
 
 
 def cache_name(kind: str, ident: str, label: str) -> str:

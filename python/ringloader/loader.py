@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import (
     BatchSampler,
+    default_collate,
     DistributedSampler,
     RandomSampler,
     Sampler,
@@ -44,6 +45,37 @@ class DataWarning(UserWarning):
 _announced_io: set[str] = set()
 # Every live loader, for ringloader.metrics.
 LIVE: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
+# The key of a sample's randomness is its dataset index the first time it
+# comes in an epoch; a repeat (a sampler with replacement, repeated
+# augmentation) adds its occurrence count above bit 40, and a replacement
+# for a failed sample (on_error="skip") sets bit 62, so no two draws of an
+# epoch share a key. Index = key & _INDEX_MASK.
+_OCCURRENCE_SHIFT = 40
+_INDEX_MASK = (1 << _OCCURRENCE_SHIFT) - 1
+_REPLACEMENT = 1 << 62
+
+
+class _Keys:
+    """Random keys of the samples of one epoch, in the order drawn."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, int] = {}
+        self.replaced: dict[int, int] = {}
+
+    def draw(self, idx: Sequence[int]) -> list[int]:
+        out = []
+        for i in idx:
+            n = self.seen.get(i, 0)
+            self.seen[i] = n + 1
+            out.append(i + (n << _OCCURRENCE_SHIFT))
+        return out
+
+    def replacement(self, j: int) -> int:
+        n = self.replaced.get(j, 0)
+        self.replaced[j] = n + 1
+        return _REPLACEMENT | (n << _OCCURRENCE_SHIFT) | j
 
 
 def _default_threads() -> int:
@@ -422,6 +454,7 @@ class Loader:
         self._yielded = 0  # batches yielded in the current epoch
         self._epoch_finished = False
         self._skip = 0  # batches to skip at the next iteration
+        self._sampler_states: dict = {}  # stateful samplers at epoch start
         self._meter = _Meter()
         self._fallback_decodes = 0
         self._announced_fallback = False
@@ -478,14 +511,23 @@ class Loader:
         return s
 
     def _batches_for(self, epoch: int):
+        # A sampler of the user's keeps the epoch the user gave it (directly,
+        # or through Loader.set_epoch): as with DataLoader, iterating does
+        # not change it. A stateful one is saved as it is now, before this
+        # epoch draws from it (and prefetching draws ahead of what is
+        # yielded): resuming restores this and skips the yielded batches.
+        self._sampler_states = {
+            name: s.state_dict()
+            for name, s in (
+                ("sampler", self.sampler),
+                ("batch_sampler", self.batch_sampler),
+            )
+            if s is not None and hasattr(s, "state_dict")
+        }
         if self.batch_sampler is not None:
-            if hasattr(self.batch_sampler, "set_epoch"):
-                self.batch_sampler.set_epoch(epoch)
             return iter(self.batch_sampler)
         if self.sampler is not None:
             sampler = self.sampler
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(epoch)
         elif self.distributed:
             sampler = self._distributed_sampler(epoch)
         elif self.shuffle:
@@ -555,10 +597,13 @@ class Loader:
         src = self._src
         paths, targets = src.paths, src.targets
         batches = self._batches_for(epoch)
+        keys = _Keys()
         skip, self._skip = self._skip, 0
         for _ in range(skip):  # resuming: these batches were yielded before
-            if next(batches, None) is None:
+            done = next(batches, None)
+            if done is None:
                 break
+            keys.draw([int(i) for i in done])
         self._yielded = skip
         self._epoch_finished = False
         self._meter.start_epoch()
@@ -577,6 +622,7 @@ class Loader:
                     idx = [int(i) for i in idx]
                     if not idx:
                         continue
+                    batch_keys = keys.draw(idx)
                     extra: dict = {}
                     buf = None
                     if self._gpu is not None:
@@ -584,17 +630,17 @@ class Loader:
                             len(idx) * self._sample_bytes()
                         )
                     if src.offsets is None:
-                        pipe.submit([paths[i] for i in idx], idx, epoch, **extra)
+                        pipe.submit([paths[i] for i in idx], batch_keys, epoch, **extra)
                     else:
                         pipe.submit(
                             [paths[i] for i in idx],
-                            idx,
+                            batch_keys,
                             epoch,
                             [int(src.offsets[i]) for i in idx],
                             [int(src.lengths[i]) for i in idx],
                             **extra,
                         )
-                    pending.append((idx, buf))
+                    pending.append((idx, batch_keys, buf))
                 if not pending:
                     self._epoch_finished = True
                     return
@@ -609,7 +655,7 @@ class Loader:
                 except (_core.DecodeError, OSError) as e:
                     self._describe(e)
                     raise
-                idx, buf = pending.popleft()
+                idx, batch_keys, buf = pending.popleft()
                 if self._gpu is None:
                     raw = torch.from_dlpack(batch)
                 else:
@@ -617,9 +663,11 @@ class Loader:
                 if others or failed:
                     failed = list(failed)
                     if others:
-                        failed += self._fill_others(pipe, raw, idx, others, epoch)
+                        failed += self._fill_others(
+                            pipe, raw, idx, batch_keys, others, epoch
+                        )
                     if failed:
-                        idx = self._replace_failed(pipe, raw, idx, failed, epoch)
+                        idx = self._replace_failed(pipe, raw, idx, failed, epoch, keys)
                 if self._gpu is None:
                     images = self._finish(raw)
                 else:
@@ -627,7 +675,9 @@ class Loader:
                 self._announce_truncated(pipe)
                 labels = torch.from_numpy(targets[idx])
                 if self.target_transform is not None:
-                    labels = torch.as_tensor(
+                    # As DataLoader batches them: floats stay float64,
+                    # tuples and tensors are collated element-wise.
+                    labels = default_collate(
                         [self.target_transform(int(t)) for t in labels]
                     )
                 if self.direct_io and not self._announced_direct:
@@ -673,6 +723,7 @@ class Loader:
         pipe: Any,
         raw: torch.Tensor,
         idx: list,
+        batch_keys: list,
         positions: Sequence[int],
         epoch: int,
     ) -> list:
@@ -690,7 +741,7 @@ class Loader:
                     raise
                 failed.append((pos, e))
                 continue
-            self._place(pipe, raw, pos, rgb, w, h, epoch, i)
+            self._place(pipe, raw, pos, rgb, w, h, epoch, batch_keys[pos])
             self._fallback_decodes += 1
             if not self._announced_fallback:
                 self._announced_fallback = True
@@ -704,7 +755,13 @@ class Loader:
         return failed
 
     def _replace_failed(
-        self, pipe: Any, raw: torch.Tensor, idx: list, failed: list, epoch: int
+        self,
+        pipe: Any,
+        raw: torch.Tensor,
+        idx: list,
+        failed: list,
+        epoch: int,
+        keys: _Keys,
     ) -> list:
         """on_error="skip": put the next readable sample (in dataset order)
         in the place of each failed one. Returns the batch's indices with
@@ -729,7 +786,7 @@ class Loader:
                         rgb, w, h, _ = self._decode_other(j, data)
                 except (_core.DecodeError, OSError):
                     continue
-                self._place(pipe, raw, pos, rgb, w, h, epoch, j)
+                self._place(pipe, raw, pos, rgb, w, h, epoch, keys.replacement(j))
                 break
             else:
                 if error.args:
@@ -815,6 +872,8 @@ class Loader:
         the member and its byte range), not only by its file."""
         describe = getattr(self.dataset, "describe", None)
         index = getattr(error, "index", None)
+        if index is not None:
+            index = error.index = index & _INDEX_MASK  # a key, from C
         if describe is None or index is None:
             return
         try:
@@ -931,7 +990,8 @@ class Loader:
         for name in ("sampler", "batch_sampler"):
             s = getattr(self, name)
             if s is not None and hasattr(s, "state_dict"):
-                state[name] = s.state_dict()
+                # As it was when this epoch started (see _batches_for).
+                state[name] = self._sampler_states.get(name, s.state_dict())
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -956,8 +1016,11 @@ class Loader:
         self._started_epochs = max(self._started_epochs, 1)
         for name in ("sampler", "batch_sampler"):
             s = getattr(self, name)
+            if s is not None and hasattr(s, "set_epoch"):
+                s.set_epoch(epoch)
             if name in state and hasattr(s, "load_state_dict"):
                 s.load_state_dict(state[name])
+        self._sampler_states = {}
         if self._pipe is not None:
             self._pipe.close()  # the seed may have changed
             self._pipe = None

@@ -121,7 +121,11 @@ def _flatten(transform: Any) -> list[Any]:
     if transform is None:
         return []
     inner = getattr(transform, "transforms", None)
-    if type(transform).__name__ == "Compose" and inner is not None:
+    if (
+        type(transform).__name__ == "Compose"
+        and inner is not None
+        and _known(transform)
+    ):
         out = []
         for t in inner:
             out.extend(_flatten(t))
@@ -136,6 +140,13 @@ def _flatten(transform: Any) -> list[Any]:
 
 def _is_torchvision(t: Any) -> bool:
     return type(t).__module__.startswith("torchvision.")
+
+
+def _known(t: Any) -> bool:
+    """A transform of torchvision's or ours: only those are fused by name (a
+    user's own class called Resize may mean something else entirely)."""
+    module = type(t).__module__
+    return module.startswith("torchvision.") or module.startswith("ringloader.")
 
 
 def _check_interpolation(t: Any) -> None:
@@ -260,10 +271,13 @@ def compile_transform(transform: Any) -> Compiled:
     flip_p = 0.0
     state: dict[str, Any] = {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
     converted = False
+    flipped = False
     i = 0
     while i < len(items):
         t = items[i]
         name = type(t).__name__
+        if not _known(t):
+            break
         geometric = resize is not None or crop is not None or bool(spec)
         if converted or name not in (
             "Resize",
@@ -277,7 +291,9 @@ def compile_transform(transform: Any) -> Compiled:
         elif name == "Resize" and not geometric:
             _check_interpolation(t)
             resize = _size_of(t)
-        elif name == "CenterCrop" and crop is None and not spec:
+        elif name == "CenterCrop" and crop is None and not spec and not flipped:
+            # (After a flip, an odd margin would put the crop one column
+            # off: torchvision rounds the left edge, not the mirrored one.)
             crop = _pair(_size_of(t), "CenterCrop")
         elif name == "RandomResizedCrop" and not geometric:
             _check_interpolation(t)
@@ -291,8 +307,9 @@ def compile_transform(transform: Any) -> Compiled:
                 "scale": scale,
                 "ratio": ratio,
             }
-        elif name == "RandomHorizontalFlip" and flip_p == 0.0 and geometric:
+        elif name == "RandomHorizontalFlip" and not flipped and geometric:
             flip_p = float(t.p)
+            flipped = True
         else:
             break
         i += 1

@@ -68,6 +68,14 @@ int rl_sample_decode(rl_decoder *d, const uint8_t *data, size_t len,
     int x0, x1, y0, y1;
     rl_resample_span(sw, bx, bw, p.vw, &x0, &x1);
     rl_resample_span(sh, by, bh, p.vh, &y0, &y1);
+    /* One more pixel on each side: libjpeg upsamples the chroma of a
+     * region's edge pixels from the region alone (edge replication), so
+     * the pixels the resampler reads must not be the region's edge ones,
+     * or they differ from a full decode by several levels. */
+    x0 = x0 > 0 ? x0 - 1 : 0;
+    y0 = y0 > 0 ? y0 - 1 : 0;
+    x1 = x1 < sw ? x1 + 1 : sw;
+    y1 = y1 < sh ? y1 + 1 : sh;
     rl_region reg;
     rc = rl_decode_region(d, m, x0, y0, x1 - x0, y1 - y0, lim, &reg, msg);
     if (rc != 0) {

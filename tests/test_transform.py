@@ -124,3 +124,20 @@ def test_unfusable_transforms_say_why():
             Files(["x"]),
             transform=tv.Resize((64, 64), interpolation=tv.InterpolationMode.NEAREST),
         )
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("size", [(199, 401), (256, 256), (240, 320)])
+def test_crop_edges_decode_like_the_full_image(tmp_path, kind, size):
+    """A crop decodes only part of the image; its edge columns and rows must
+    still equal a full decode's (libjpeg upsamples chroma at a region's
+    edge from the region alone, so a region cut at the crop's edge was off
+    by up to 8 levels there)."""
+    data = jpeg_bytes(kind, *size, seed=size[1])
+    path = tmp_path / "x.jpg"
+    path.write_bytes(data)
+    full = Image.open(io.BytesIO(data)).convert("RGB")
+    for crop in (40, 64, 77, 96):
+        ours = load_one(str(path), T.Compose([T.CenterCrop(crop)])).astype(int)
+        ref = np.asarray(tv.CenterCrop(crop)(full)).astype(int)
+        assert np.abs(ours - ref).max() <= 1, (kind, size, crop)

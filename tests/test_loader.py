@@ -342,3 +342,15 @@ def test_works_without_torchvision(indexed):
         text=True,
     )
     assert proc.returncode == 0 and proc.stdout.startswith("OK 5"), proc.stderr
+
+
+def test_a_superseded_iterator_says_so(indexed):
+    """Each iter() starts the next epoch and ends the previous iterator,
+    which then raises instead of stopping early without a word."""
+    loader = ringloader.Loader(indexed, batch_size=4, transform=EVAL)
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    with pytest.raises(RuntimeError, match="newer iter"):
+        next(first)
+    assert sum(len(labels) for _, labels in second) == len(indexed)

@@ -395,3 +395,21 @@ def test_target_transform_results_are_collated_like_dataloader(folder):
             assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
         else:
             assert torch.equal(ours, theirs)
+
+
+def test_a_new_dataset_transform_or_samples_list_is_followed(folder):
+    """Progressive resizing swaps dataset.transform between epochs, and some
+    recipes swap dataset.samples: DataLoader reads both at every fetch, so
+    the next epoch must use them."""
+    ds = datasets.ImageFolder(
+        folder, transform=v1.Compose([v1.Resize((32, 32)), v1.PILToTensor()])
+    )
+    loader = ringloader.DataLoader(ds, batch_size=4)
+    assert next(iter(loader))[0].shape[-2:] == (32, 32)
+    ds.transform = v1.Compose([v1.CenterCrop((40, 36)), v1.PILToTensor()])
+    ds.samples = ds.samples[:4]
+    batches = list(loader)
+    assert len(batches) == 1 and batches[0][0].shape == (4, 3, 40, 36)
+    ref = next(iter(torch.utils.data.DataLoader(ds, batch_size=4)))
+    assert torch.equal(batches[0][1], ref[1])
+    assert (batches[0][0].int() - ref[0].int()).abs().max() <= 1

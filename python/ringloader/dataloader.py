@@ -118,6 +118,12 @@ class DataLoader(Loader):
         pin_memory_device: str = "",
         in_order: bool = True,
     ) -> None:
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError(
+                "prefetch_factor is only allowed with num_workers > 0 (as in "
+                "torch's DataLoader); set num_workers (ringloader's decode "
+                "threads) or leave prefetch_factor at None"
+            )
         threads = max(1, int(num_workers))
         prefetch = (prefetch_factor or 2) * threads
         if prefetch_factor is None:
@@ -136,5 +142,18 @@ class DataLoader(Loader):
             prefetch=max(1, prefetch),
             seed=seed,
         )
+        # DataLoader's attributes, for code that reads them (trainers that
+        # rebuild a loader from its arguments, say). The sampler and
+        # batch_sampler attributes stay what was passed (None by default):
+        # the built-in shuffle is the loader's own, keyed by seed and epoch.
         self.num_workers = num_workers
         self.pin_memory = pin_memory
+        self.timeout = timeout
+        self.collate_fn = torch.utils.data.default_collate
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.generator = generator
+        self.prefetch_factor = prefetch_factor
+        self.persistent_workers = persistent_workers
+        self.pin_memory_device = pin_memory_device
+        self.in_order = in_order

@@ -78,6 +78,30 @@ class _Keys:
         return _REPLACEMENT | (n << _OCCURRENCE_SHIFT) | j
 
 
+class _EpochIterator:
+    """One epoch of a Loader: the generator that runs it, and whether a
+    newer iter(loader) has taken its place."""
+
+    def __init__(self, gen: Iterator) -> None:
+        self._gen = gen
+        self.superseded = False
+
+    def __iter__(self) -> "_EpochIterator":
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.superseded:
+            raise RuntimeError(
+                "this iterator was ended by a newer iter(loader): a ringloader "
+                "Loader runs one epoch at a time (use two Loaders to iterate "
+                "twice at once)"
+            )
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._gen.close()
+
+
 def _default_threads() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -394,43 +418,23 @@ class Loader:
         self.direct_io = bool(direct_io)
         self.on_error = on_error
         self.max_consecutive_errors = int(max_consecutive_errors)
-        self.transform = (
-            transform if transform is not None else getattr(dataset, "transform", None)
-        )
-        self._compiled = compile_transform(self.transform)
-        self._tail = list(self._compiled.rest)
-        if self._tail:
-            names = ", ".join(type(t).__name__ for t in self._tail)
-            warnings.warn(
-                f"ringloader: fused {' + '.join(self._compiled.fused)} into the C "
-                f"decoder; {names} cannot be fused and runs in Python per sample "
-                "(slower)",
-                FallbackWarning,
-                stacklevel=2,
-            )
-        # Samples handed to a Python tail as images are converted from NHWC.
-        self._c_layout = (
-            "NHWC"
-            if layout in ("NHWC", "channels_last")
-            or (self._tail and not self._compiled.tensor_out)
-            else "NCHW"
-        )
+        # Without a transform of its own the loader follows the dataset's,
+        # as DataLoader does: a new dataset.transform (progressive resizing)
+        # is compiled at the next iteration.
+        self._follow_dataset = transform is None
         self.device = (
             torch.device(device) if device is not None else torch.device("cpu")
         )
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, not {self.device}")
         self._gpu: Optional[_Gpu] = None
+        self._use_transform(
+            transform if transform is not None else getattr(dataset, "transform", None),
+            stacklevel=3,
+        )
         if self.device.type == "cuda":
-            if self._tail:
-                raise ValueError(
-                    "transforms that run in Python per sample ("
-                    + ", ".join(type(t).__name__ for t in self._tail)
-                    + ") cannot follow device='cuda'; apply them to the batch"
-                )
             self._gpu = _Gpu(self.device)
-        self._src = _sources(dataset)
-        self._paths, self._targets = self._src.paths, self._src.targets
+        self._use_sources()
         self.distributed = bool(
             distributed or rank is not None or world_size is not None
         )
@@ -463,6 +467,58 @@ class Loader:
         self._announced_truncated = False
         self._announced_direct = False
         LIVE.add(self)
+
+    def _use_transform(self, transform: Any, stacklevel: int) -> None:
+        compiled = compile_transform(transform)
+        tail = list(compiled.rest)
+        if tail and self.device.type == "cuda":
+            raise ValueError(
+                "transforms that run in Python per sample ("
+                + ", ".join(type(t).__name__ for t in tail)
+                + ") cannot follow device='cuda'; apply them to the batch"
+            )
+        if tail:
+            names = ", ".join(type(t).__name__ for t in tail)
+            warnings.warn(
+                f"ringloader: fused {' + '.join(compiled.fused)} into the C "
+                f"decoder; {names} cannot be fused and runs in Python per sample "
+                "(slower)",
+                FallbackWarning,
+                stacklevel=stacklevel + 1,
+            )
+        self.transform, self._compiled, self._tail = transform, compiled, tail
+        # Samples handed to a Python tail as images are converted from NHWC.
+        self._c_layout = (
+            "NHWC"
+            if self.layout in ("NHWC", "channels_last")
+            or (tail and not compiled.tensor_out)
+            else "NCHW"
+        )
+
+    def _use_sources(self) -> None:
+        self._src = _sources(self.dataset)
+        self._paths, self._targets = self._src.paths, self._src.targets
+        samples = getattr(self.dataset, "samples", None)
+        self._samples_seen = (id(samples), len(samples) if samples is not None else 0)
+
+    def _follow(self) -> None:
+        """Pick up a dataset whose transform or samples list was replaced
+        since the last epoch, as DataLoader would (it reads them at every
+        fetch)."""
+        if self._follow_dataset:
+            current = getattr(self.dataset, "transform", None)
+            if current is not self.transform:
+                self._use_transform(current, stacklevel=4)
+                if self._pipe is not None:
+                    self._pipe.close()  # built for the old transform
+                    self._pipe = None
+        samples = getattr(self.dataset, "samples", None)
+        if (
+            getattr(self.dataset, "ringloader_sources", None) is None
+            and samples is not None
+            and (id(samples), len(samples)) != self._samples_seen
+        ):
+            self._use_sources()
 
     # ---- DataLoader-compatible surface ----
 
@@ -580,7 +636,11 @@ class Loader:
         with self._lock:
             previous = self._active() if self._active else None
             if previous is not None:
-                previous.close()  # one epoch at a time, as one DataLoader
+                # One epoch at a time: the older iterator ends, and says so
+                # if it is used again rather than stopping silently short.
+                previous.superseded = True
+                previous.close()
+            self._follow()
             if self._started_epochs > 0 and not self._epoch_explicit:
                 self._epoch += 1
                 self._skip = 0
@@ -588,7 +648,7 @@ class Loader:
             self._epoch_finished = False
             self._epoch_explicit = False
             self._started_epochs += 1
-            it = self._iterate(self._epoch)
+            it = _EpochIterator(self._iterate(self._epoch))
             self._active = weakref.ref(it)
         return it
 

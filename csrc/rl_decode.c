@@ -176,7 +176,8 @@ int rl_decode_header(rl_decoder *d, const uint8_t *data, size_t len,
     if (pixels > lim->max_pixels) {
         snprintf(msg, RL_MSG_MAX,
                  "image is %ux%u = %llu pixels, over the limit of %llu "
-                 "(decompression bomb?)",
+                 "(decompression bomb?); if it is trusted, raise the limit "
+                 "with max_pixels=",
                  d->cinfo.image_width, d->cinfo.image_height,
                  (unsigned long long)pixels,
                  (unsigned long long)lim->max_pixels);

@@ -21,6 +21,7 @@ import platform
 import resource
 import statistics
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -314,7 +315,11 @@ def _plot(
     ax.set_ylabel("images per second")
     ax.set_xticks(threads)
     ax.set_ylim(bottom=0)
-    ax.set_title(title, fontsize=9)
+    # Wrapped, so a long description is not cut at the figure's edge.
+    ax.set_title(
+        "\n".join(textwrap.fill(line, 80) for line in title.split("\n")),
+        fontsize=9,
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -412,7 +417,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             )
     if args.plot:
         title = (
-            f"{args.pipeline} ({PIPELINES[args.pipeline]}), {len(samples)} "
+            f"{args.pipeline} ({PIPELINES[args.pipeline]})\n{len(samples)} "
             f"images, batch {args.batch_size}, {_cpus()} CPUs"
         )
         print(_plot(args.plot, runs, threads, title))
@@ -713,7 +718,12 @@ def _parser() -> argparse.ArgumentParser:
         "to the number of CPUs)",
     )
     b.add_argument("--batch-size", type=int, default=64)
-    b.add_argument("--epochs", type=int, default=1, help="epochs per run (default 1)")
+    b.add_argument(
+        "--epochs",
+        type=int,
+        default=3,
+        help="epochs per run (default 3: one alone is dominated by start-up)",
+    )
     b.add_argument(
         "--plot",
         default="ringloader-bench.png",

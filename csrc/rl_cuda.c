@@ -191,6 +191,11 @@ int rl_cuda_copy_h2d(int device, void *dst, const void *src, size_t n,
     if (rc == 0) {
         rc = check(rt.EventRecord(*event, (cuda_stream)stream),
                    "cudaEventRecord", msg);
+        if (rc != 0) {
+            /* The copy is queued but nothing will say when it is done:
+             * wait for it here, so the caller may refill the slot. */
+            rt.StreamSynchronize((cuda_stream)stream);
+        }
     }
     return rc;
 }

@@ -760,6 +760,24 @@ def run_measured(
     }
 
 
+def median_run(runs: list[dict]) -> dict[str, Any]:
+    """The run with the median images/s (the lower middle one for an even
+    count), with every round's images/s attached; an error if any round
+    failed, since a contender that fails sometimes is not a result."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    ranked = sorted(runs, key=lambda r: r["images_per_s"])
+    out = dict(ranked[(len(ranked) - 1) // 2])
+    out["rounds_images_per_s"] = [round(r["images_per_s"], 1) for r in runs]
+    # A one-off cost (FFCV's dataset conversion) is paid by the first round.
+    first = next((r for r in runs if r.get("conversion_s") is not None), None)
+    if first is not None:
+        out["conversion_s"] = first["conversion_s"]
+        out.pop("conversion_reused", None)
+    return out
+
+
 def spawn_contender(
     name: str, pipeline: str, threads: int, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -1093,7 +1111,9 @@ def write_report(
         "shuffled. Eval: Resize(256) + CenterCrop(224), in order.",
         "",
         "How it is measured: each contender runs in a fresh subprocess pinned to "
-        "the same cores; images/s is the images of the timed epochs over their "
+        f"the same cores, {args.rounds} times, round-robin (every contender once, "
+        "then again), and the tables show each one's median run, since a shared "
+        "machine's speed drifts over minutes; images/s is the images of the timed epochs over their "
         "wall time; CPU s/img is the user + system time of the contender's whole "
         "process tree (itself, its workers and threads) over the timed epochs, "
         "per image: a CPU s/img well below threads / (images/s) means the "
@@ -1214,6 +1234,18 @@ def write_report(
     ]
     if per_run:
         lines += ["1-min load average when each run started: " + ", ".join(per_run), ""]
+    rounds = [
+        f"{r['contender']}/{r['pipeline']}: "
+        + ", ".join(f"{v:.0f}" for v in r["rounds_images_per_s"])
+        for r in results
+        if "rounds_images_per_s" in r and len(r["rounds_images_per_s"]) > 1
+    ]
+    if rounds:
+        lines += [
+            f"Images/s of each of the {args.rounds} rounds (the tables show the "
+            "median): " + "; ".join(rounds),
+            "",
+        ]
     lines += [
         f"Raw numbers: `{args.json_name}` (next to this file). Where ringloader's "
         "time goes (perf, by library and kernel): [PROFILE.md](PROFILE.md), "
@@ -1376,6 +1408,13 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument(
         "--epochs", type=int, default=2, help="timed epochs after the warm-up"
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="run every contender this many times, round-robin, and report "
+        "each one's median run (a shared machine's speed drifts over minutes)",
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument(
         "--prefetch", type=int, default=4, help="ringloader prefetch (batches)"
@@ -1481,32 +1520,47 @@ def main(argv: Optional[list[str]] = None) -> int:
         os.remove(args.ffcv_file)
 
     info = machine_info(args)
-    results: list[dict] = []
-    if BOUND in args.contenders:
-        results.append(run_decode_bound(args, args.threads))
-    for pipeline in args.pipelines:
-        for name in args.contenders:
-            if name != BOUND:
-                results.append(spawn_contender(name, pipeline, args.threads, args))
-
-    scaling: list[dict] = []
     args.scaling_contenders = [
         c for c in ("ringloader", "dataloader") if c in args.contenders
     ]
-    if args.scaling and args.scaling_contenders:
-        for c in args.scaling_contenders:
-            for t in range(1, args.threads + 1):
-                reuse = next(
-                    (
-                        r
-                        for r in results
-                        if r["contender"] == c
-                        and r["pipeline"] == "train"
-                        and r["threads"] == t
-                    ),
-                    None,
-                )
-                scaling.append(reuse or spawn_contender(c, "train", t, args))
+    # Every run of a round, in order; the same order each round, so that a
+    # machine whose speed drifts slows every contender alike.
+    plan: list[tuple[str, str, int]] = []
+    if BOUND in args.contenders:
+        plan.append((BOUND, "", args.threads))
+    for pipeline in args.pipelines:
+        plan += [(n, pipeline, args.threads) for n in args.contenders if n != BOUND]
+    if args.scaling:
+        plan += [
+            (c, "train", t)
+            for c in args.scaling_contenders
+            for t in range(1, args.threads + 1)
+            if (c, "train", t) not in plan
+        ]
+    runs: dict[tuple[str, str, int], list[dict]] = {}
+    for r in range(args.rounds):
+        log(f"-- round {r + 1} of {args.rounds}")
+        for key in plan:
+            name, pipeline, threads = key
+            run = (
+                run_decode_bound(args, threads)
+                if name == BOUND
+                else spawn_contender(name, pipeline, threads, args)
+            )
+            runs.setdefault(key, []).append(run)
+    median = {key: median_run(rs) for key, rs in runs.items()}
+    results = [
+        median[key]
+        for key in plan
+        if key[2] == args.threads and (key[0] == BOUND or key[1] in args.pipelines)
+    ]
+    scaling: list[dict] = []
+    if args.scaling:
+        scaling = [
+            median[(c, "train", t)]
+            for c in args.scaling_contenders
+            for t in range(1, args.threads + 1)
+        ]
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

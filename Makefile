@@ -2,7 +2,8 @@
 #   make demo   install ringloader and run the side-by-side benchmark on a
 #               generated ImageNet-like folder
 #   make test   build and run every test (what CI runs)
-# and for hardening (CI runs these too, see .ci/run):
+# and for hardening and style (CI runs these too, see .ci/run):
+#   make lint        ruff check and ruff format --check
 #   make test-asan   the pytest suite against an ASan+UBSan build of the
 #                    extension, installed into a throw-away venv (the normal
 #                    install is left alone)
@@ -11,17 +12,23 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: demo test install deps test-asan fuzz
+.PHONY: demo test install deps test-asan fuzz lint
 
 deps:
 	$(PIP) install -q "torch==2.14.1" "torchvision==0.29.1" pytest pillow numpy \
-		scikit-image tqdm matplotlib psutil prometheus_client scipy
+		scikit-image tqdm matplotlib psutil prometheus_client scipy "ruff==0.17.6"
 
 install: deps
 	$(PIP) install -q .
 
 demo: install
 	$(PYTHON) benchmarks/bench_eval.py
+
+# ruff's lint rules and formatting (pyproject.toml), pinned so that a new
+# release cannot fail a build that did not change.
+lint: deps
+	$(PYTHON) -m ruff check python tests benchmarks
+	$(PYTHON) -m ruff format --check python tests benchmarks
 
 # pytest exits 5 when it collected no test: that is a failure here.
 test: install

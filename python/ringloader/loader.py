@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import io
 import logging
 import math
@@ -43,8 +44,25 @@ class DataWarning(UserWarning):
 
 
 _announced_io: set[str] = set()
-# Every live loader, for ringloader.metrics.
+# Every live loader, for ringloader.metrics and for closing at exit.
 LIVE: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
+def _close_all_at_exit() -> None:
+    """Stop every loader's threads while the interpreter is still whole.
+    Left to garbage collection, they would still run while other extensions
+    tear down (torch's process groups and thread pools), and a torchrun
+    worker then aborted at exit now and then ("terminate called without an
+    active exception"). atexit runs this before torch's own handlers, which
+    were registered earlier."""
+    for loader in list(LIVE):
+        try:
+            loader.close()
+        except Exception:  # exiting: a loader that cannot close is left be
+            pass
+
+
+atexit.register(_close_all_at_exit)
 
 
 # The key of a sample's randomness is its dataset index the first time it

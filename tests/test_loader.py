@@ -354,3 +354,19 @@ def test_a_superseded_iterator_says_so(indexed):
     with pytest.raises(RuntimeError, match="newer iter"):
         next(first)
     assert sum(len(labels) for _, labels in second) == len(indexed)
+
+
+def test_user_sampler_keeps_the_epoch_the_user_set(indexed):
+    """As with DataLoader, iterating does not touch a sampler's epoch: the
+    common DDP idiom sets it on the sampler itself."""
+    from torch.utils.data import DistributedSampler
+
+    sampler = DistributedSampler(indexed, num_replicas=1, rank=0, shuffle=True)
+    sampler.set_epoch(5)
+    want = list(sampler)
+    loader = ringloader.Loader(
+        indexed, batch_size=len(indexed), sampler=sampler, transform=EVAL
+    )
+    for _ in range(2):  # also after the loader's own epoch moved on
+        (labels,) = [y.tolist() for _, y in loader]
+        assert labels == want and sampler.epoch == 5

@@ -171,8 +171,16 @@ def test_thousand_create_destroy_cycles(small):
         if cycle % 100 == 99:
             rss.append(rss_mb())
     assert resources() == base
-    # Steady memory: no growth between the 200th and 1000th cycle.
-    assert rss[-1] - rss[1] < 8, f"RSS (MB) every 100 cycles: {rss}"
+    # Steady memory: no growth between the 200th and 1000th cycle. Under
+    # AddressSanitizer freed memory sits in its quarantine for a while, so
+    # RSS says nothing about leaks there (the normal run checks this).
+    if not under_asan():
+        assert rss[-1] - rss[1] < 8, f"RSS (MB) every 100 cycles: {rss}"
+
+
+def under_asan() -> bool:
+    with open("/proc/self/maps") as f:
+        return "libasan" in f.read()
 
 
 # ---- interpreter exit ----
@@ -348,7 +356,8 @@ def test_soak_memory_flat_over_many_epochs(small):
     assert epochs >= 60, f"only {epochs} epochs in 90 s"
     settled = rss[epochs // 4 :]  # after warm-up
     slope = np.polyfit(np.arange(len(settled)), settled, 1)[0]
-    assert slope < 1.0, f"RSS grows {slope:.3f} MB/epoch"
+    if not under_asan():  # (see test_thousand_create_destroy_cycles)
+        assert slope < 1.0, f"RSS grows {slope:.3f} MB/epoch"
     loader.close()
     del loader
     assert resources() == base

@@ -75,8 +75,7 @@ typedef struct job {
     rl_read rd;
     int status;
     bool fallback;       /* not a JPEG: left for the caller */
-    bool failed;         /* failed, and left for the caller (skip_errors) */
-    int status_before_skip; /* why it failed, when failed */
+    bool failed;         /* status != 0, left for the caller (skip_errors) */
     char msg[RL_MSG_MAX];
 } job;
 
@@ -302,6 +301,13 @@ void rl_slot_release(rl_slot *s)
 
 /* ---- jobs ---- */
 
+/* Whether the job's outcome fails its whole batch (rather than leaving the
+ * sample to the caller as a non-JPEG or skipped failure). */
+static bool job_fails_batch(const job *j)
+{
+    return j->status != 0 && !j->failed;
+}
+
 /* Counts one finished part of a batch: each job is one part, and the I/O
  * thread holds one more while it dispatches, so the batch cannot complete
  * (and be freed by next()) while the dispatcher still walks its jobs. */
@@ -317,7 +323,7 @@ static void batch_part_done(rl_batch *b)
          * batches behind it. Only this thread touches the slot here. */
         bool ok = true;
         for (int i = 0; i < b->n && ok; i++) {
-            ok = b->jobs[i].status == 0;
+            ok = !job_fails_batch(&b->jobs[i]);
         }
         if (ok) {
             b->copy_status = rl_cuda_copy_h2d(
@@ -434,11 +440,7 @@ out:
          * skip_errors its place goes back to the caller. */
         bool sample_error = j->status < 0 ? j->status != -ENOMEM
                                           : j->status != RL_EINTERNAL;
-        if (p->cfg.skip_errors && sample_error) {
-            j->failed = true;
-            j->status_before_skip = j->status;
-            j->status = 0;
-        }
+        j->failed = p->cfg.skip_errors && sample_error;
     }
     free(j->rd.buf);
     j->rd.buf = NULL;
@@ -772,7 +774,7 @@ static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out,
     err->n_failed = 0;
     for (int i = 0; i < b->n && status == 0; i++) {
         job *j = &b->jobs[i];
-        if (j->status != 0) {
+        if (job_fails_batch(j)) {
             status = err->status = j->status;
             err->pos = i;
             err->index = j->index;
@@ -793,41 +795,37 @@ static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out,
         batch_free(b);
         return status;
     }
+    int nfb = 0, nfail = 0;
+    for (int i = 0; i < b->n; i++) {
+        nfb += b->jobs[i].fallback;
+        nfail += b->jobs[i].failed;
+    }
+    err->fallback = nfb ? malloc(sizeof(int) * (size_t)nfb) : NULL;
+    err->failed = nfail ? malloc(sizeof(*err->failed) * (size_t)nfail) : NULL;
+    if ((nfb && err->fallback == NULL) || (nfail && err->failed == NULL)) {
+        free(err->fallback);
+        free(err->failed);
+        err->fallback = NULL;
+        err->failed = NULL;
+        snprintf(err->msg, sizeof(err->msg), "out of memory");
+        err->status = -ENOMEM;
+        slot_put(p, b->slot);
+        pthread_mutex_unlock(&p->mu);
+        batch_free(b);
+        return -ENOMEM;
+    }
     for (int i = 0; i < b->n; i++) {
         job *j = &b->jobs[i];
-        if (!j->fallback && !j->failed) {
-            continue;
-        }
-        if (j->fallback && err->fallback == NULL) {
-            err->fallback = malloc(sizeof(int) * (size_t)b->n);
-        }
-        if (j->failed && err->failed == NULL) {
-            err->failed = malloc(sizeof(*err->failed) * (size_t)b->n);
-        }
-        if ((j->fallback && err->fallback == NULL) ||
-            (j->failed && err->failed == NULL)) {
-            free(err->fallback);
-            free(err->failed);
-            err->fallback = NULL;
-            err->failed = NULL;
-            err->n_fallback = err->n_failed = 0;
-            snprintf(err->msg, sizeof(err->msg), "out of memory");
-            err->status = -ENOMEM;
-            slot_put(p, b->slot);
-            pthread_mutex_unlock(&p->mu);
-            batch_free(b);
-            return -ENOMEM;
-        }
         if (j->fallback) {
             err->fallback[err->n_fallback++] = i;
-            continue;
+        } else if (j->failed) {
+            rl_sample_failure *f = &err->failed[err->n_failed++];
+            f->status = j->status;
+            f->pos = i;
+            f->index = j->index;
+            snprintf(f->path, sizeof(f->path), "%s", j->rd.path);
+            snprintf(f->msg, sizeof(f->msg), "%s", j->msg);
         }
-        rl_sample_failure *f = &err->failed[err->n_failed++];
-        f->status = j->status_before_skip;
-        f->pos = i;
-        f->index = j->index;
-        snprintf(f->path, sizeof(f->path), "%s", j->rd.path);
-        snprintf(f->msg, sizeof(f->msg), "%s", j->msg);
     }
     *out = b;
     return 0;

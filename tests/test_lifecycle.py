@@ -247,22 +247,28 @@ def test_close_from_another_thread_while_iterating(big):
 
 # ---- fork ----
 
-FORK_CHILD = r"""
+# What both fork children share: the data set and a digest of an epoch.
+FORK_PRELUDE = r"""
 import hashlib, os, sys
 import ringloader
 from ringloader import transforms as T
 paths = sys.argv[1:]
 class DS:
     samples = [(p, i) for i, p in enumerate(paths)]
-def make():
-    return ringloader.Loader(DS, batch_size=4, num_threads=2,
-                             transform=T.Compose([T.Resize(48), T.CenterCrop(40)]))
 def digest(loader):
     h = hashlib.sha256()
     for images, labels in loader:
         h.update(images.numpy().tobytes())
         h.update(labels.numpy().tobytes())
     return h.hexdigest()
+"""
+
+FORK_CHILD = (
+    FORK_PRELUDE
+    + r"""
+def make():
+    return ringloader.Loader(DS, batch_size=4, num_threads=2,
+                             transform=T.Compose([T.Resize(48), T.CenterCrop(40)]))
 inherited = make()
 it = iter(inherited)
 next(it)                      # threads running, an epoch in flight
@@ -278,6 +284,7 @@ parent_ok = digest(inherited) == expected   # the parent's still works
 _, status = os.waitpid(pid, 0)
 print(parent_ok, os.waitstatus_to_exitcode(status))
 """
+)
 
 
 def test_fork_after_use(small):
@@ -287,22 +294,12 @@ def test_fork_after_use(small):
     assert proc.stdout.split() == ["True", "0"], proc.stdout + proc.stderr
 
 
-FORK_IN_FLIGHT_CHILD = r"""
-import hashlib, os, sys
-import ringloader
-from ringloader import transforms as T
-paths = sys.argv[1:]
-class DS:
-    samples = [(p, i) for i, p in enumerate(paths)]
+FORK_IN_FLIGHT_CHILD = (
+    FORK_PRELUDE
+    + r"""
 def make():
     return ringloader.Loader(DS, batch_size=2, num_threads=1, prefetch=6,
                              transform=T.Compose([T.RandomResizedCrop(64)]))
-def digest(loader):
-    h = hashlib.sha256()
-    for images, labels in loader:
-        h.update(images.numpy().tobytes())
-        h.update(labels.numpy().tobytes())
-    return h.hexdigest()
 inherited = make()
 it = iter(inherited)
 batch = next(it)              # and fork at once: batches still decoding
@@ -318,6 +315,7 @@ rest = sum(1 for _ in it)                 # the parent's epoch goes on
 _, status = os.waitpid(pid, 0)
 print(rest + 1 == len(inherited), os.waitstatus_to_exitcode(status))
 """
+)
 
 
 def test_fork_with_batches_in_flight(big):

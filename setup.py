@@ -50,23 +50,30 @@ def liburing_link_args() -> list[str]:
     return pkg_config("liburing", "--libs")
 
 
-SOURCES = [
-    "csrc/rl_pool.c",
-    "csrc/rl_io.c",
-    "csrc/rl_io_uring.c",
-    "csrc/rl_decode.c",
-    "csrc/rl_resize.c",
-    "csrc/rl_plan.c",
-    "csrc/rl_sample.c",
-    "csrc/rl_pipeline.c",
-    "csrc/rl_cuda.c",
-    "csrc/rl_iobench.c",
-    "csrc/rl_module.c",
-    "csrc/py_pipeline.c",
-]
+def sources() -> list[str]:
+    """Every C file of the core and the bindings; csrc/testing/ (the test
+    hooks: I/O fault injection, CUDA breakage, the read benchmark) only in a
+    test build (RINGLOADER_TEST_HOOKS=1, what `make test` installs)."""
+    out = []
+    for root, dirs, files in os.walk("csrc"):
+        dirs.sort()
+        if os.path.basename(root) == "testing" and not TEST_HOOKS:
+            continue
+        out += [os.path.join(root, f) for f in sorted(files) if f.endswith(".c")]
+    return out
+
+
+def headers() -> list[str]:
+    return [os.path.join(root, f) for root, _, files in os.walk("csrc")
+            for f in files if f.endswith(".h")]
+
+
+TEST_HOOKS = os.environ.get("RINGLOADER_TEST_HOOKS", "") not in ("", "0")
 
 cflags = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-pthread",
-          "-fvisibility=hidden", "-DRL_HAVE_LIBURING"]
+          "-fvisibility=hidden", "-DRL_HAVE_LIBURING", "-Icsrc"]
+if TEST_HOOKS:
+    cflags.append("-DRL_TEST_HOOKS")
 ldflags = ["-pthread", "-lm", "-ldl"]
 
 sanitize = os.environ.get("RINGLOADER_SANITIZE", "")
@@ -84,11 +91,10 @@ uring_cflags = pkg_config("liburing", "--cflags")
 
 ext = Extension(
     "ringloader._core",
-    sources=SOURCES,
+    sources=sources(),
     extra_compile_args=cflags + jpeg_cflags + uring_cflags,
     extra_link_args=ldflags + jpeg_libs + liburing_link_args(),
-    depends=[os.path.join("csrc", f) for f in os.listdir("csrc")
-             if f.endswith(".h")],
+    depends=headers(),
 )
 
 setup(ext_modules=[ext])

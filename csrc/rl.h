@@ -81,6 +81,19 @@ typedef struct rl_plan {
     bool flip;
 } rl_plan;
 
+/*
+ * Decoded pixels covering columns [x0, x0 + w) and rows [y0, y0 + h) of an
+ * image of full_w x full_h pixels, 4 bytes each (R, G, B, unused): the
+ * fourth byte lets every pixel be one 32-bit SIMD lane. What a decoder
+ * gives the place stage; the memory belongs to whoever filled it.
+ */
+typedef struct rl_pixels {
+    const uint8_t *data;
+    size_t stride;
+    int x0, y0, w, h;
+    int full_w, full_h;
+} rl_pixels;
+
 /* Limits for untrusted input (RELIABILITY.md). */
 #define RL_DEFAULT_MAX_PIXELS 89478485ULL
 #define RL_DEFAULT_MAX_SCANS 500

@@ -20,15 +20,6 @@
 
 #include "rl.h"
 
-/* Decoded pixels covering columns [x0, x0 + w) and rows [y0, y0 + h) of an
- * image of full_w x full_h pixels, 4 bytes each (R, G, B, unused): the
- * fourth byte lets every pixel be one 32-bit SIMD lane. */
-typedef struct rl_pixels {
-    const uint8_t *data;
-    size_t stride;
-    int x0, y0, w, h;
-    int full_w, full_h;
-} rl_pixels;
 
 /* Element types of the output. */
 typedef enum {

@@ -1,0 +1,94 @@
+/*
+ * augment/augment.h - the augment stage: per-sample ops on the 8-bit image
+ * after crop and resize, before the output conversion.
+ *
+ * torchvision applies ColorJitter, RandAugment and the like to the cropped,
+ * resized image; so does this stage, in the user's order. When a pipeline
+ * has ops, the place stage resamples each sample into an 8-bit RGB image
+ * (rl_image) owned by the worker thread, the chain runs on it in place, and
+ * the place stage's store converts it into the batch slot; without ops the
+ * resampler writes straight into the slot, as before.
+ *
+ * An op is one table entry (rl_op_def): an optional draw of its random
+ * parameters from the sample's own stream (rng.h, RL_RNG_AUGMENT: a pure
+ * function of seed, epoch and key, so batches stay bit-identical whatever
+ * the thread count and resuming replays them), and an apply. The chain
+ * draws every op's parameters in order before applying any, so an op's
+ * draws never depend on the pixels. A new op is one entry in
+ * augment/ops.c's table (see docs/ARCHITECTURE.md, "Adding an op").
+ * Everything here is called on pool workers, without the GIL.
+ */
+#ifndef RL_AUGMENT_H
+#define RL_AUGMENT_H
+
+#include "rl.h"
+#include "rng.h"
+
+/* An 8-bit RGB image, 3 bytes a pixel, rows `stride` bytes apart. */
+typedef struct rl_image {
+    uint8_t *data;
+    int w, h;
+    size_t stride;
+} rl_image;
+
+#define RL_OP_MAX_ARGS 16   /* configuration of one op */
+#define RL_OP_MAX_PARAMS 16 /* random parameters of one op, per sample */
+#define RL_AUGMENT_MAX_OPS 16
+
+typedef struct rl_op rl_op;
+
+typedef struct rl_op_def {
+    const char *name;
+    int nargs; /* arguments the op takes, at most RL_OP_MAX_ARGS */
+    /* Checks the arguments once, at configuration: 0, or RL_EINTERNAL with
+     * msg saying what is wrong. NULL: any values. */
+    int (*check)(const double *args, char *msg);
+    /* Draws the op's random parameters for one sample into params. NULL:
+     * the op draws nothing. */
+    void (*draw)(const rl_op *op, rl_rng *g, double *params);
+    /* Applies the op to img in place. Returns 0, or a status with msg
+     * (-ENOMEM for scratch memory). */
+    int (*apply)(const rl_op *op, const double *params, rl_image *img,
+                 char *msg);
+} rl_op_def;
+
+struct rl_op {
+    const rl_op_def *def;
+    double args[RL_OP_MAX_ARGS];
+};
+
+/* A chain of ops, run in order; n = 0 is the empty chain. */
+typedef struct rl_augment {
+    rl_op ops[RL_AUGMENT_MAX_OPS];
+    int n;
+} rl_augment;
+
+/* The built-in ops (augment/ops.c), ending with NULL. */
+extern const rl_op_def *const rl_op_table[];
+
+/* The built-in op called name, or NULL. */
+const rl_op_def *rl_op_find(const char *name);
+
+/*
+ * Appends op def with nargs arguments to the chain. Returns 0, or
+ * RL_EINTERNAL with msg: a full chain, a wrong argument count, or
+ * arguments its check refuses.
+ */
+int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
+                   int nargs, char *msg);
+
+/*
+ * Draws the parameters of every op of the chain for sample (seed, epoch,
+ * key) into params[i * RL_OP_MAX_PARAMS ...] (a caller's array of
+ * a->n * RL_OP_MAX_PARAMS doubles). The same numbers rl_augment_run uses:
+ * tests apply torchvision with them.
+ */
+void rl_augment_draw(const rl_augment *a, uint64_t seed, int64_t epoch,
+                     int64_t key, double *params);
+
+/* Runs the chain on img for sample (seed, epoch, key). Returns 0 or the
+ * first failing op's status with msg. */
+int rl_augment_run(const rl_augment *a, uint64_t seed, int64_t epoch,
+                   int64_t key, rl_image *img, char *msg);
+
+#endif /* RL_AUGMENT_H */

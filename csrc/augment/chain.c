@@ -1,0 +1,79 @@
+/*
+ * augment/chain.c - running a chain of ops on one sample.
+ *
+ * DESIGN: all draws come first, in chain order, from the sample's augment
+ * stream; then the ops run. An op that draws a variable number of values
+ * (a policy choosing among sub-ops) still leaves the next op's draws where
+ * they would be: each op gets a fresh stream position computed from its
+ * place in the chain, not from how much the ops before it drew.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "augment/augment.h"
+
+const rl_op_def *rl_op_find(const char *name)
+{
+    for (int i = 0; rl_op_table[i] != NULL; i++) {
+        if (strcmp(rl_op_table[i]->name, name) == 0) {
+            return rl_op_table[i];
+        }
+    }
+    return NULL;
+}
+
+int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
+                   int nargs, char *msg)
+{
+    if (a->n >= RL_AUGMENT_MAX_OPS) {
+        snprintf(msg, RL_MSG_MAX, "more than %d augmentation ops",
+                 RL_AUGMENT_MAX_OPS);
+        return RL_EINTERNAL;
+    }
+    if (nargs != def->nargs || nargs > RL_OP_MAX_ARGS) {
+        snprintf(msg, RL_MSG_MAX, "%s takes %d arguments, not %d", def->name,
+                 def->nargs, nargs);
+        return RL_EINTERNAL;
+    }
+    if (def->check != NULL && def->check(args, msg) != 0) {
+        return RL_EINTERNAL;
+    }
+    rl_op *op = &a->ops[a->n++];
+    memset(op, 0, sizeof(*op));
+    op->def = def;
+    memcpy(op->args, args, sizeof(double) * (size_t)nargs);
+    return 0;
+}
+
+void rl_augment_draw(const rl_augment *a, uint64_t seed, int64_t epoch,
+                     int64_t key, double *params)
+{
+    for (int i = 0; i < a->n; i++) {
+        const rl_op *op = &a->ops[i];
+        double *pp = params + (size_t)i * RL_OP_MAX_PARAMS;
+        memset(pp, 0, sizeof(double) * RL_OP_MAX_PARAMS);
+        if (op->def->draw != NULL) {
+            /* Each op's draws start at a fixed offset of the stream. */
+            rl_rng g;
+            rl_rng_init(&g, seed, epoch, key,
+                        (rl_rng_stream)(RL_RNG_AUGMENT + i * 0x10000));
+            op->def->draw(op, &g, pp);
+        }
+    }
+}
+
+int rl_augment_run(const rl_augment *a, uint64_t seed, int64_t epoch,
+                   int64_t key, rl_image *img, char *msg)
+{
+    double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
+    rl_augment_draw(a, seed, epoch, key, params);
+    for (int i = 0; i < a->n; i++) {
+        const rl_op *op = &a->ops[i];
+        int rc = op->def->apply(op, params + (size_t)i * RL_OP_MAX_PARAMS,
+                                img, msg);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
+}

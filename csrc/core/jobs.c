@@ -1,0 +1,276 @@
+/*
+ * core/jobs.c - the I/O thread and the decode jobs, with the error policy.
+ *
+ * DESIGN. A submitted batch is one rl_batch holding one job per sample. The
+ * I/O thread takes batches in order: when the source reads whole batches
+ * (io_uring) it submits every read at once and, as each completes, hands
+ * that sample's job to the pool, so decoding starts before the slowest
+ * read of the batch returns; otherwise it hands the jobs to the pool at
+ * once and each worker reads its own sample. A job decodes into its fixed
+ * place in the slot, so completion order never matters, and the last part
+ * of a batch marks it done.
+ *
+ * The skip policy runs in the job that failed, on its worker: it reads and
+ * decodes the next ids of the source's table itself (read_one), into the
+ * same place, with a key of its own (rng.h: bit 62 marks a replacement, the
+ * attempt number sits above the original key), so the outcome depends on
+ * the data only, never on timing or thread count.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/ring.h"
+
+/* Keys of replacements: the original key below bit 54, the attempt (1..)
+ * in bits 54..61, bit 62 set. Original keys are below 2^54. */
+#define REPLACEMENT_BIT ((int64_t)1 << 62)
+#define ATTEMPT_SHIFT 54
+
+uint64_t rl__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void *rl__worker_ctx_create(void *arg)
+{
+    rl_pipeline *p = arg;
+    return rl_sample_ctx_create(&p->cfg.decoders);
+}
+
+void rl__worker_ctx_destroy(void *ctx)
+{
+    rl_sample_ctx_destroy(ctx);
+}
+
+bool rl__job_fails_batch(const rl__job *j)
+{
+    return j->status != 0;
+}
+
+/* Whether a status is the sample's fault (its data or its file) rather
+ * than the process's (memory, a bug of ours): only those are skipped. */
+static bool sample_error(int status)
+{
+    return status < 0 ? status != -ENOMEM
+                      : status != RL_EINTERNAL && status != RL_ECLOSED;
+}
+
+/* Counts one finished part of a batch: each job is one part, and the I/O
+ * thread holds one more while it dispatches, so the batch cannot complete
+ * (and be freed by next()) while the dispatcher still walks its jobs. */
+static void batch_part_done(rl_batch *b)
+{
+    if (atomic_fetch_sub(&b->remaining, 1) != 1) {
+        return;
+    }
+    rl_pipeline *p = b->p;
+    if (b->dst != NULL && !atomic_load(&b->cancelled)) {
+        /* The slot is complete: start its copy now, from this (the last)
+         * worker, so it overlaps the decoding of the batches behind it.
+         * Only this thread touches the slot here. */
+        bool ok = true;
+        for (int i = 0; i < b->n && ok; i++) {
+            ok = !rl__job_fails_batch(&b->jobs[i]);
+        }
+        if (ok) {
+            rl_deliver *d = p->cfg.deliver;
+            b->copy_status = d->ops->complete(
+                d, b->slot->data, p->sample_bytes * (size_t)b->n, b->dst,
+                &b->slot->event, b->copy_msg);
+            b->slot->copying = b->copy_status == 0;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    b->done = true;
+    b->slot->state = SLOT_READY;
+    pthread_cond_broadcast(&p->done_cv);
+    pthread_mutex_unlock(&p->mu);
+    /* b may be freed from here on. */
+}
+
+/* Reads (when the I/O thread did not) and decodes one sample into dst;
+ * the fetch's bytes are released. Returns its status with j->msg set. */
+static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx,
+                rl_fetch *f, bool read, int64_t key, const rl_dst *dst)
+{
+    rl_source *src = p->cfg.source;
+    if (read) {
+        uint64_t t0 = rl__now_ns();
+        src->ops->read_one(src, f);
+        atomic_fetch_add(&p->read_ns, rl__now_ns() - t0);
+    }
+    int status = f->status;
+    if (status != 0) {
+        snprintf(j->msg, RL_MSG_MAX, "%s", f->msg);
+    } else if (ctx == NULL) {
+        status = -ENOMEM;
+        snprintf(j->msg, RL_MSG_MAX, "out of memory for a decoder");
+    } else {
+        atomic_fetch_add(&p->n_bytes, f->len);
+        if (f->direct_refused) {
+            atomic_fetch_add(&p->direct_refused, 1);
+        }
+        rl_sample_note note;
+        uint64_t t0 = rl__now_ns();
+        status = rl_sample_run(ctx, &p->cfg.sample, f->data, f->len,
+                               j->batch->epoch, key, dst, &note, j->msg);
+        atomic_fetch_add(&p->decode_ns, rl__now_ns() - t0);
+        atomic_fetch_add(&p->n_samples, 1);
+        j->decoder = note.decoder;
+        if (status == 0 && note.truncated) {
+            atomic_fetch_add(&p->n_truncated, 1);
+        }
+        if (status == 0 && note.decoder > 0) {
+            atomic_fetch_add(&p->n_fallback, 1);
+        }
+    }
+    src->ops->release(src, f);
+    if (status != 0) {
+        atomic_fetch_add(&p->n_errors, 1);
+    }
+    return status;
+}
+
+/* The skip policy: tries the samples after the failed one, in table
+ * order, until one loads or max_consecutive_errors failed in a row. */
+static void replace(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx,
+                    const rl_dst *dst)
+{
+    int64_t count = p->cfg.source->count;
+    int limit = p->cfg.max_consecutive_errors;
+    for (int k = 1; k < limit && k < count; k++) {
+        if (atomic_load(&j->batch->cancelled)) {
+            return;
+        }
+        rl_fetch f;
+        memset(&f, 0, sizeof(f));
+        f.id = (j->fetch.id + k) % count;
+        int64_t key = REPLACEMENT_BIT | ((int64_t)k << ATTEMPT_SHIFT) |
+                      (j->key & (((int64_t)1 << ATTEMPT_SHIFT) - 1));
+        char keep[RL_MSG_MAX];
+        memcpy(keep, j->msg, sizeof(keep));
+        int status = load(p, j, ctx, &f, true, key, dst);
+        memcpy(j->msg, keep, sizeof(keep)); /* the report names the first */
+        if (status == 0) {
+            j->replaced_by = f.id;
+            atomic_fetch_add(&p->n_skipped, 1);
+            return;
+        }
+    }
+    size_t len = strlen(j->msg);
+    snprintf(j->msg + len, RL_MSG_MAX - len,
+             " (on_error='skip': the %d samples after it failed too)",
+             limit - 1);
+}
+
+static void job_run(rl_task *task, void *ctx)
+{
+    rl__job *j = (rl__job *)task;
+    rl_batch *b = j->batch;
+    rl_pipeline *p = b->p;
+
+    if (atomic_load(&b->cancelled)) {
+        j->status = RL_ECLOSED;
+        p->cfg.source->ops->release(p->cfg.source, &j->fetch);
+        batch_part_done(b);
+        return;
+    }
+    rl_dst dst;
+    rl_place_dst(&p->cfg.place, b->slot->data + (size_t)j->pos *
+                                                    p->sample_bytes,
+                 &dst);
+    bool read = p->cfg.source->ops->read_batch == NULL;
+    j->status = load(p, j, ctx, &j->fetch, read, j->key, &dst);
+    if (j->status != 0 && p->cfg.skip_errors && sample_error(j->status)) {
+        j->first_status = j->status;
+        replace(p, j, ctx, &dst);
+        if (j->replaced_by >= 0) {
+            /* Reported with the batch; the sample's place is filled. */
+            j->status = 0;
+        }
+    }
+    batch_part_done(b);
+}
+
+void rl__job_init(rl_batch *b, int i, int64_t id, int64_t key)
+{
+    rl__job *j = &b->jobs[i];
+    j->task.fn = job_run;
+    j->batch = b;
+    j->pos = i;
+    j->key = key;
+    j->decoder = -1;
+    j->replaced_by = -1;
+    j->fetch.id = id;
+}
+
+/* ---- the I/O thread ---- */
+
+static void on_read(rl_fetch *f, void *arg)
+{
+    rl_pipeline *p = arg;
+    rl__job *j = (rl__job *)((char *)f - offsetof(rl__job, fetch));
+    rl_pool_submit(p->pool, &j->task);
+}
+
+static void dispatch(rl_pipeline *p, rl_batch *b)
+{
+    rl_source *src = p->cfg.source;
+    if (atomic_load(&b->cancelled) || src->ops->read_batch == NULL) {
+        /* Cancelled jobs return at once; others read for themselves. */
+        for (int i = 0; i < b->n; i++) {
+            rl_pool_submit(p->pool, &b->jobs[i].task);
+        }
+        return;
+    }
+    rl_fetch *small[64];
+    rl_fetch **fs = b->n <= 64 ? small : malloc(sizeof(*fs) * (size_t)b->n);
+    if (fs == NULL) {
+        for (int i = 0; i < b->n; i++) {
+            b->jobs[i].fetch.status = -ENOMEM;
+            snprintf(b->jobs[i].fetch.msg, RL_MSG_MAX, "out of memory");
+            rl_pool_submit(p->pool, &b->jobs[i].task);
+        }
+        return;
+    }
+    for (int i = 0; i < b->n; i++) {
+        fs[i] = &b->jobs[i].fetch;
+    }
+    uint64_t t0 = rl__now_ns();
+    src->ops->read_batch(src, fs, b->n, on_read, p);
+    atomic_fetch_add(&p->read_ns, rl__now_ns() - t0);
+    if (fs != small) {
+        free(fs);
+    }
+}
+
+void *rl__io_main(void *arg)
+{
+    rl_pipeline *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->io_head == NULL && !p->stopping) {
+            pthread_cond_wait(&p->io_cv, &p->mu);
+        }
+        rl_batch *b = p->io_head;
+        if (b == NULL) {
+            break;
+        }
+        p->io_head = b->io_next;
+        if (p->io_head == NULL) {
+            p->io_tail = NULL;
+        }
+        pthread_mutex_unlock(&p->mu);
+        dispatch(p, b);
+        batch_part_done(b); /* the dispatcher's own part */
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}

@@ -1,0 +1,442 @@
+/*
+ * core/pipeline.c - the owner's calls: create, submit, next, cancel, stats
+ * and destroy (core/pipeline.h).
+ *
+ * DESIGN. Every batch sits on two lists: the delivery FIFO (submission
+ * order, which is the order rl_pipeline_next() returns them in) and, until
+ * the I/O thread takes it (core/jobs.c), the I/O queue. next() waits for the
+ * head of the FIFO, turns its jobs' outcomes into a report, and hands out
+ * its slot (core/slots.c). Locking is described in core/ring.h.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/plan.h"
+#include "core/ring.h"
+
+static void fail_msg(char *msg, const char *what, int value)
+{
+    snprintf(msg, RL_MSG_MAX, what, value);
+}
+
+/* The configuration's own checks (the transform's are rl_transform_check). */
+static bool config_ok(const rl_pipeline_config *cfg, char *msg)
+{
+    if (cfg->nthreads < 1 || cfg->nthreads > 256) {
+        fail_msg(msg, "num_threads must be 1..256, not %d", cfg->nthreads);
+        return false;
+    }
+    if (cfg->place.dtype > RL_DTYPE_BF16) {
+        fail_msg(msg, "unknown output dtype %d", cfg->place.dtype);
+        return false;
+    }
+    if (cfg->source == NULL) {
+        snprintf(msg, RL_MSG_MAX, "a pipeline needs a source");
+        return false;
+    }
+    if (cfg->skip_errors && cfg->max_consecutive_errors < 1) {
+        fail_msg(msg, "max_consecutive_errors must be >= 1, not %d",
+                 cfg->max_consecutive_errors);
+        return false;
+    }
+    return rl_transform_check(&cfg->sample.transform, msg) == 0;
+}
+
+rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg)
+{
+    msg[0] = '\0';
+    rl_pipeline *p = NULL;
+    rl_deliver *deliver = cfg->deliver;
+    if (!config_ok(cfg, msg)) {
+        goto out_free_stages;
+    }
+    if (deliver == NULL && (deliver = rl_deliver_host_create()) == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        goto out_free_stages;
+    }
+    p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        goto out_free_stages;
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->io_cv, NULL);
+    /* next() waits with deadlines on the monotonic clock. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->done_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&p->refs, 1);
+    p->pid = getpid();
+    p->cfg = *cfg;
+    p->cfg.deliver = deliver;
+    if (p->cfg.decoders.n == 0) {
+        p->cfg.decoders.defs[0] = &rl_jpeg_decoder;
+        p->cfg.decoders.n = 1;
+    }
+    p->cfg.place.out_w = cfg->sample.transform.out_w;
+    p->cfg.place.out_h = cfg->sample.transform.out_h;
+    p->sample_bytes = rl_place_sample_bytes(&p->cfg.place);
+
+    p->pool = rl_pool_create(cfg->nthreads, rl__worker_ctx_create,
+                             rl__worker_ctx_destroy, p);
+    if (p->pool == NULL) {
+        snprintf(msg, RL_MSG_MAX, "cannot start decode threads: %s",
+                 strerror(errno));
+        goto out_stop;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&p->io_thread, NULL, rl__io_main, p);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        snprintf(msg, RL_MSG_MAX, "cannot start the I/O thread: %s",
+                 strerror(rc));
+        goto out_stop;
+    }
+    p->io_started = true;
+    return p;
+
+out_stop:
+    rl_pool_destroy(p->pool);
+    rl_source_destroy(p->cfg.source);
+    rl__pipeline_unref(p); /* destroys the delivery */
+    return NULL;
+out_free_stages:
+    rl_source_destroy(cfg->source);
+    rl_deliver_destroy(deliver);
+    return NULL;
+}
+
+const char *rl_pipeline_io_name(const rl_pipeline *p)
+{
+    return p->cfg.source->ops->backend(p->cfg.source);
+}
+
+const char *rl_pipeline_io_reason(const rl_pipeline *p)
+{
+    return p->cfg.source->ops->backend_reason(p->cfg.source);
+}
+
+size_t rl_pipeline_sample_bytes(const rl_pipeline *p)
+{
+    return p->sample_bytes;
+}
+
+int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids,
+                       const int64_t *keys, int n, int64_t epoch, void *dst)
+{
+    if (rl_pipeline_forked(p)) {
+        return RL_ECLOSED;
+    }
+    if (n < 1 || n > (1 << 20) || (dst != NULL) != p->cfg.deliver->device) {
+        return -EINVAL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= p->cfg.source->count) {
+            return -EINVAL;
+        }
+    }
+    rl_batch *b = calloc(1, sizeof(*b) + sizeof(rl__job) * (size_t)n);
+    if (b == NULL) {
+        return -ENOMEM;
+    }
+    b->p = p;
+    b->n = n;
+    b->epoch = epoch;
+    b->dst = dst;
+    atomic_init(&b->remaining, n + 1); /* + the dispatcher's part */
+    atomic_init(&b->cancelled, false);
+    for (int i = 0; i < n; i++) {
+        rl__job_init(b, i, ids[i], keys[i]);
+    }
+
+    pthread_mutex_lock(&p->mu);
+    if (p->closed || p->stopping) {
+        pthread_mutex_unlock(&p->mu);
+        free(b);
+        return RL_ECLOSED;
+    }
+    b->slot = rl__slot_take(p, p->sample_bytes * (size_t)n);
+    if (b->slot == NULL) {
+        pthread_mutex_unlock(&p->mu);
+        free(b);
+        return -ENOMEM;
+    }
+    b->slot->n = n;
+    if (p->tail) {
+        p->tail->next = b;
+    } else {
+        p->head = b;
+    }
+    p->tail = b;
+    if (p->io_tail) {
+        p->io_tail->io_next = b;
+    } else {
+        p->io_head = b;
+    }
+    p->io_tail = b;
+    p->inflight++;
+    pthread_cond_signal(&p->io_cv);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+/* Unlinks the head of the delivery FIFO. Called with mu held. */
+static rl_batch *pop_head(rl_pipeline *p)
+{
+    rl_batch *b = p->head;
+    p->head = b->next;
+    if (p->head == NULL) {
+        p->tail = NULL;
+    }
+    p->inflight--;
+    return b;
+}
+
+void rl_batch_report_free(rl_batch_report *r)
+{
+    free(r->fallback);
+    free(r->replaced);
+    r->fallback = NULL;
+    r->replaced = NULL;
+    r->n_fallback = r->n_replaced = 0;
+}
+
+static void describe(const rl_pipeline *p, const rl__job *j,
+                     rl_sample_error *e)
+{
+    e->status = j->status;
+    e->pos = j->pos;
+    e->id = j->fetch.id;
+    snprintf(e->where, sizeof(e->where), "%s",
+             p->cfg.source->ops->where(p->cfg.source, j->fetch.id));
+    snprintf(e->msg, sizeof(e->msg), "%s", j->msg);
+}
+
+/* Fills rep from a done batch's jobs. Returns 0, the first failure's
+ * status (rep->error filled), or -ENOMEM. */
+static int report(const rl_pipeline *p, const rl_batch *b,
+                  rl_batch_report *rep)
+{
+    memset(rep, 0, sizeof(*rep));
+    rep->n = b->n;
+    rep->error.pos = -1;
+    rep->error.id = -1;
+    int nfb = 0, nrep = 0;
+    for (int i = 0; i < b->n; i++) {
+        const rl__job *j = &b->jobs[i];
+        if (rl__job_fails_batch(j)) {
+            describe(p, j, &rep->error);
+            return j->status;
+        }
+        nfb += j->decoder > 0;
+        nrep += j->replaced_by >= 0;
+    }
+    if (b->copy_status != 0) {
+        rep->error.status = b->copy_status;
+        snprintf(rep->error.msg, sizeof(rep->error.msg), "%s", b->copy_msg);
+        return b->copy_status;
+    }
+    rep->fallback = nfb ? malloc(sizeof(int) * (size_t)nfb) : NULL;
+    rep->replaced = nrep ? malloc(sizeof(rl_replacement) * (size_t)nrep)
+                         : NULL;
+    if ((nfb && rep->fallback == NULL) || (nrep && rep->replaced == NULL)) {
+        rl_batch_report_free(rep);
+        rep->error.status = -ENOMEM;
+        snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");
+        return -ENOMEM;
+    }
+    for (int i = 0; i < b->n; i++) {
+        const rl__job *j = &b->jobs[i];
+        if (j->decoder > 0) {
+            rep->fallback[rep->n_fallback++] = i;
+        }
+        if (j->replaced_by >= 0) {
+            rl_replacement *r = &rep->replaced[rep->n_replaced++];
+            r->id = j->replaced_by;
+            describe(p, j, &r->error);
+            r->error.status = j->first_status;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Waits for the oldest batch and unlinks it. Returns 0 with mu held and
+ * *out set, or a status with mu released: RL_ECLOSED or RL_ETIMEDOUT.
+ */
+static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    if (timeout_ms > 0) {
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
+    if (rl_pipeline_forked(p)) {
+        return RL_ECLOSED; /* the threads that would finish it are gone */
+    }
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        if (p->head == NULL) {
+            pthread_mutex_unlock(&p->mu);
+            return RL_ECLOSED;
+        }
+        if (p->head->done) {
+            break;
+        }
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&p->done_cv, &p->mu);
+        } else if (pthread_cond_timedwait(&p->done_cv, &p->mu, &deadline) ==
+                   ETIMEDOUT) {
+            if (!p->head->done) {
+                pthread_mutex_unlock(&p->mu);
+                return RL_ETIMEDOUT;
+            }
+        }
+    }
+    *out = pop_head(p);
+    atomic_fetch_add(&p->n_batches, 1);
+    return 0;
+}
+
+int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
+                     rl_slot **out, rl_batch_report *rep)
+{
+    *out = NULL;
+    memset(rep, 0, sizeof(*rep));
+    rep->error.pos = -1;
+    rl_batch *b;
+    int rc = take_done_batch(p, timeout_ms, &b);
+    if (rc != 0) {
+        return rc;
+    }
+    rl_slot *s = b->slot;
+    rc = report(p, b, rep);
+    if (rc != 0) {
+        rl__slot_put(p, s);
+        pthread_mutex_unlock(&p->mu);
+        free(b);
+        return rc;
+    }
+    rl_deliver *d = p->cfg.deliver;
+    if (!d->device) {
+        s->state = SLOT_HANDED_OUT;
+        atomic_store(&s->refs, 1);
+        atomic_fetch_add(&p->refs, 1);
+        pthread_mutex_unlock(&p->mu);
+        free(b);
+        *out = s;
+        return 0;
+    }
+    pthread_mutex_unlock(&p->mu);
+    /* The consumer's stream waits for the copy; the host never blocks. */
+    rc = d->ops->handoff(d, s->event, consumer_stream, rep->error.msg);
+    pthread_mutex_lock(&p->mu);
+    rl__slot_put(p, s); /* onto the copying list until its event completes */
+    pthread_mutex_unlock(&p->mu);
+    free(b);
+    if (rc != 0) {
+        rl_batch_report_free(rep);
+        rep->error.status = rc;
+        rep->error.pos = -1;
+    }
+    return rc;
+}
+
+int rl_pipeline_inflight(rl_pipeline *p)
+{
+    if (rl_pipeline_forked(p)) {
+        return 0;
+    }
+    pthread_mutex_lock(&p->mu);
+    int n = p->inflight;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+void rl_pipeline_cancel(rl_pipeline *p)
+{
+    if (rl_pipeline_forked(p)) {
+        return; /* nothing would ever complete the parent's batches */
+    }
+    pthread_mutex_lock(&p->mu);
+    for (rl_batch *b = p->head; b; b = b->next) {
+        atomic_store(&b->cancelled, true);
+    }
+    while (p->head != NULL) {
+        if (!p->head->done) {
+            pthread_cond_wait(&p->done_cv, &p->mu);
+            continue;
+        }
+        rl_batch *b = pop_head(p);
+        rl__slot_put(p, b->slot);
+        free(b);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->samples = atomic_load(&p->n_samples);
+    st->batches = atomic_load(&p->n_batches);
+    st->bytes_read = atomic_load(&p->n_bytes);
+    st->errors = atomic_load(&p->n_errors);
+    st->skipped = atomic_load(&p->n_skipped);
+    st->read_ns = atomic_load(&p->read_ns);
+    st->decode_ns = atomic_load(&p->decode_ns);
+    st->direct_refused = atomic_load(&p->direct_refused);
+    st->truncated = atomic_load(&p->n_truncated);
+    st->fallback = atomic_load(&p->n_fallback);
+    if (rl_pipeline_forked(p)) {
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    st->inflight = p->inflight;
+    for (rl_batch *b = p->head; b; b = b->next) {
+        st->ready += b->done;
+    }
+    st->slots = p->cfg.deliver->allocated;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void rl_pipeline_destroy(rl_pipeline *p)
+{
+    if (p == NULL) {
+        return;
+    }
+    if (rl_pipeline_forked(p)) {
+        return; /* forked child: the threads are not ours; leave it be */
+    }
+    rl_pipeline_cancel(p);
+    pthread_mutex_lock(&p->mu);
+    p->stopping = true;
+    pthread_cond_broadcast(&p->io_cv);
+    pthread_mutex_unlock(&p->mu);
+    if (p->io_started) {
+        pthread_join(p->io_thread, NULL);
+    }
+    rl_pool_destroy(p->pool);
+    p->pool = NULL;
+    rl_source_destroy(p->cfg.source);
+    p->cfg.source = NULL;
+    pthread_mutex_lock(&p->mu);
+    p->closed = true;
+    rl__slots_free_all(p);
+    pthread_mutex_unlock(&p->mu);
+    rl__pipeline_unref(p);
+}

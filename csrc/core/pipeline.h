@@ -1,0 +1,181 @@
+/*
+ * core/pipeline.h - batches of sample ids to filled batch slots, in order.
+ *
+ * A pipeline runs the stages (docs/ARCHITECTURE.md): its source (source/)
+ * reads the bytes of each sample, on one I/O thread a batch at a time or on
+ * the workers; a pool of decode threads runs each sample through decode/,
+ * augment/ and place/ (core/sample.h) straight into the sample's place in
+ * the batch's slot; its delivery (deliver/) gives the slot memory and, for
+ * a device, copies each completed slot to the buffer given at submit.
+ * rl_pipeline_next() hands out completed batches in submission order. How
+ * many batches are in flight is the caller's choice (its prefetch depth): a
+ * slot is taken per submitted batch and comes back when the consumer
+ * releases it, so if consumers keep batches the set of slots grows rather
+ * than overwriting them.
+ *
+ * The error policy is the core's: a sample that cannot be read or decoded
+ * fails its batch (on_error "raise"), or with skip_errors is replaced by
+ * the next sample of the table that loads (id + 1, + 2, ..., wrapping), on
+ * the same worker, up to max_consecutive_errors samples in a row; the
+ * batch reports each replacement.
+ *
+ * Slot states, written down once (core/slots.c):
+ *   FREE -> FILLING (submitted) -> READY (all samples done)
+ *        -> HANDED_OUT (returned by next, refcounted) -> FREE (last release)
+ *   device delivery: READY -> COPYING (handed off) -> FREE once copied.
+ * A cancelled or failed batch goes from FILLING/READY straight to FREE.
+ *
+ * Threading: submit, next, cancel and destroy are called by one owner
+ * thread at a time (Python holds the GIL around them; they never call into
+ * Python themselves); rl_slot_retain/rl_slot_release are thread-safe and may
+ * be called from any thread at any time, even after rl_pipeline_destroy().
+ */
+#ifndef RL_PIPELINE_H
+#define RL_PIPELINE_H
+
+#include "core/sample.h"
+#include "deliver/deliver.h"
+#include "rl.h"
+#include "source/source.h"
+
+typedef struct rl_pipeline rl_pipeline;
+typedef struct rl_slot rl_slot;
+
+typedef struct rl_pipeline_config {
+    int nthreads;          /* decode threads, 1..256 */
+    rl_source *source;     /* owned by the pipeline from create on */
+    rl_deliver *deliver;   /* likewise; NULL: host memory */
+    rl_decoders decoders;  /* tried in order; n = 0: JPEG only */
+    rl_sample_spec sample; /* transform, limits, augment ops, seed */
+    rl_place_config place; /* out size: the transform's */
+    /* The skip policy: a failed sample (an I/O or data error, not running
+     * out of memory) is replaced, up to max_consecutive_errors failures in
+     * a row (>= 1), then its batch fails. */
+    bool skip_errors;
+    int max_consecutive_errors;
+} rl_pipeline_config;
+
+/* A sample that failed: where in its batch, which, and why. */
+typedef struct rl_sample_error {
+    int status; /* -errno or RL_E* */
+    int pos;    /* position in the batch, or -1 (the batch's copy) */
+    int64_t id; /* the sample's id in the source, or -1 */
+    char where[4096];
+    char msg[RL_MSG_MAX];
+} rl_sample_error;
+
+/* A failed sample replaced under the skip policy. */
+typedef struct rl_replacement {
+    int64_t id;            /* the replacement's id */
+    rl_sample_error error; /* why the sample at error.pos failed */
+} rl_replacement;
+
+/*
+ * What happened to a batch: on failure, the first failed sample; on
+ * success, the positions decoded by a decoder after the first of the set
+ * (a fallback, e.g. Pillow for a PNG) and the replacements. The arrays are
+ * malloc'd and owned by the caller (rl_batch_report_free); empty ones NULL.
+ */
+typedef struct rl_batch_report {
+    int n; /* samples in the batch */
+    rl_sample_error error;
+    int *fallback;
+    int n_fallback;
+    rl_replacement *replaced;
+    int n_replaced;
+} rl_batch_report;
+
+/* Frees the report's arrays (not the report). */
+void rl_batch_report_free(rl_batch_report *r);
+
+/* Cumulative counters since creation. Every sample that could not be
+ * loaded counts once in errors, replacement candidates included; skipped
+ * counts the failed samples that were replaced, so errors >= skipped and
+ * errors - skipped samples were raised or failed as candidates. */
+typedef struct rl_pipeline_stats {
+    uint64_t samples, batches, bytes_read, errors, skipped;
+    uint64_t read_ns, decode_ns; /* summed over threads */
+    uint64_t direct_refused;     /* O_DIRECT reads that fell back */
+    uint64_t truncated;          /* JPEGs decoded although truncated */
+    uint64_t fallback;           /* samples decoded by a later decoder */
+    int inflight;                /* batches submitted, not yet returned */
+    int ready;                   /* of those, decoded and waiting */
+    int slots;                   /* slot memory allocated (pinned on GPU) */
+} rl_pipeline_stats;
+
+/*
+ * Checks the configuration and starts the threads. Returns the pipeline,
+ * or NULL with msg (RL_MSG_MAX) saying why (bad configuration, out of
+ * memory, threads); cfg->source and cfg->deliver are destroyed then too.
+ */
+rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg);
+
+/*
+ * True in a process forked from the one that created p. There the
+ * pipeline's threads do not exist and its lock may have been held at the
+ * fork: submit and next return RL_ECLOSED, cancel, destroy and slot
+ * releases do nothing (the child leaks the copy rather than deadlock),
+ * stats are zero. The child makes a pipeline of its own.
+ */
+bool rl_pipeline_forked(const rl_pipeline *p);
+
+/* The source's backend in use ("io_uring", "pread", "memory") and why a
+ * better one is not ("" when it is). */
+const char *rl_pipeline_io_name(const rl_pipeline *p);
+const char *rl_pipeline_io_reason(const rl_pipeline *p);
+
+/* Bytes of one sample in a slot (out_h * out_w * 3 * element size). */
+size_t rl_pipeline_sample_bytes(const rl_pipeline *p);
+
+/*
+ * Queues a batch of n >= 1 samples of `epoch`: ids[i] names the sample in
+ * the source's table, keys[i] the key of its randomness (rng.h). With a
+ * device delivery, dst is the device buffer (n * sample_bytes bytes, the
+ * caller's) the batch is copied into; else NULL. Returns 0, -EINVAL (an id
+ * out of range, a missing or extra dst), -ENOMEM or RL_ECLOSED. Never blocks
+ * on decoding; with a device delivery it may wait for an in-flight copy
+ * before refilling a pinned slot.
+ */
+int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids,
+                       const int64_t *keys, int n, int64_t epoch, void *dst);
+
+/*
+ * Waits up to timeout_ms (-1: forever) for the oldest submitted batch.
+ * Returns 0 with *rep filled and, on the host, *out set to the slot (a
+ * reference the caller releases with rl_slot_release); with a device
+ * delivery *out is NULL, the batch is in its dst, and consumer_stream has
+ * been made to wait for its copy. Else RL_ETIMEDOUT; RL_ECLOSED when no
+ * batch is in flight; or the status of the batch's first failed sample
+ * with rep->error filled, the batch then being dropped. Blocks: call
+ * without the GIL.
+ */
+int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
+                     rl_slot **out, rl_batch_report *rep);
+
+/* Batches submitted and not yet returned by next. */
+int rl_pipeline_inflight(rl_pipeline *p);
+
+/*
+ * Drops every batch in flight: samples not started are skipped, running ones
+ * finish. Blocks until their slots are free again (milliseconds).
+ */
+void rl_pipeline_cancel(rl_pipeline *p);
+
+void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st);
+
+/*
+ * Cancels, stops and joins every thread, and frees what no consumer holds;
+ * slots still held are freed by their last rl_slot_release. Accepts NULL.
+ * In a process forked from the creator, where the threads do not exist, it
+ * only forgets the pipeline (its memory is leaked, never touched).
+ */
+void rl_pipeline_destroy(rl_pipeline *p);
+
+/* The samples of a handed-out slot: rl_slot_count() images of
+ * rl_pipeline_sample_bytes() each, laid out as configured. */
+uint8_t *rl_slot_data(const rl_slot *s);
+int rl_slot_count(const rl_slot *s);
+void rl_slot_retain(rl_slot *s);
+void rl_slot_release(rl_slot *s);
+
+#endif /* RL_PIPELINE_H */

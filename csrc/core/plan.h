@@ -1,0 +1,31 @@
+/*
+ * core/plan.h - per-sample geometry: which box of the source image becomes
+ * the output, and whether it is mirrored.
+ *
+ * Randomness comes from the sample's own stream (rng.h), keyed by
+ * (seed, epoch, sample key), so a sample's crop and flip are a pure function
+ * of those three numbers: independent of thread count, I/O backend and
+ * completion order, and reproducible when resuming mid-epoch.
+ */
+#ifndef RL_PLAN_H
+#define RL_PLAN_H
+
+#include "rl.h"
+
+/*
+ * Computes the plan of one sample from its source size (width x height, both
+ * > 0). Returns 0, or RL_EINTERNAL for a transform without a fixed output
+ * (RL_T_NONE) or with invalid parameters.
+ */
+int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
+                 int64_t epoch, int64_t index, rl_plan *plan);
+
+/*
+ * Checks a transform once, where it is configured: a known kind, an output
+ * of 1..65535 pixels a side, sizes within 0..65535, positive ratios, an
+ * ordered scale range and a flip probability in [0, 1]. Returns 0, or
+ * RL_EINTERNAL with msg (RL_MSG_MAX bytes) naming what is wrong.
+ */
+int rl_transform_check(const rl_transform *t, char *msg);
+
+#endif /* RL_PLAN_H */

@@ -1,0 +1,116 @@
+/*
+ * core/ring.h - the pipeline's insides, shared by core/pipeline.c (the
+ * owner's calls), core/slots.c (slot memory and states) and core/jobs.c
+ * (the I/O thread and the decode jobs). Not a public header.
+ *
+ * Locking: one mutex (mu) guards both batch lists, the free and copying
+ * slot lists, the flags and each batch's `done`; job completion counts are
+ * atomics, and only the last job of a batch takes mu. Lock order: mu only;
+ * the pool's own lock is never held while taking mu, and mu is never held
+ * while calling into the pool, a source or a decoder.
+ */
+#ifndef RL_RING_H
+#define RL_RING_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "core/pipeline.h"
+#include "core/pool.h"
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HANDED_OUT, SLOT_COPYING };
+
+struct rl_slot {
+    rl_pipeline *p;
+    atomic_int refs;
+    int state; /* guarded by p->mu, except while HANDED_OUT */
+    uint8_t *data;
+    size_t cap;
+    int n;
+    rl_slot *next_free; /* free or copying list, guarded by p->mu */
+    void *event;        /* device delivery: the copy's event */
+    bool copying;       /* device delivery: a copy may be in flight */
+};
+
+typedef struct rl_batch rl_batch;
+
+typedef struct rl__job {
+    rl_task task; /* first: the pool hands us back this pointer */
+    rl_batch *batch;
+    int pos;
+    int64_t key;
+    rl_fetch fetch;      /* fetch.id: the sample first asked for */
+    int status;
+    int first_status;    /* skip policy: why the first sample failed */
+    int decoder;         /* position of the decoder used, or -1 */
+    int64_t replaced_by; /* skip policy: the replacement's id, or -1 */
+    char msg[RL_MSG_MAX];
+} rl__job;
+
+struct rl_batch {
+    rl_pipeline *p;
+    rl_slot *slot;
+    int n;
+    int64_t epoch;
+    atomic_int remaining;
+    atomic_bool cancelled;
+    bool done;         /* guarded by p->mu */
+    rl_batch *next;    /* delivery FIFO */
+    rl_batch *io_next; /* I/O queue */
+    void *dst;         /* device delivery: where the slot is copied */
+    int copy_status;   /* device delivery: 0 or RL_ECUDA */
+    char copy_msg[RL_MSG_MAX];
+    rl__job jobs[];
+};
+
+struct rl_pipeline {
+    pthread_mutex_t mu;
+    pthread_cond_t io_cv;   /* the I/O thread waits here for batches */
+    pthread_cond_t done_cv; /* next() and cancel() wait here */
+    atomic_int refs;
+    pid_t pid;
+    rl_pipeline_config cfg;
+    size_t sample_bytes;
+    rl_pool *pool;
+    pthread_t io_thread;
+    bool io_started;
+    rl_batch *head, *tail;           /* delivery FIFO, guarded by mu */
+    rl_batch *io_head, *io_tail;     /* I/O queue, guarded by mu */
+    int inflight;                    /* guarded by mu */
+    bool stopping, closed;           /* guarded by mu */
+    rl_slot *free_slots;             /* guarded by mu */
+    rl_slot *copying, *copying_tail; /* oldest first, guarded by mu */
+    atomic_uint_fast64_t n_samples, n_batches, n_bytes, n_errors, n_skipped;
+    atomic_uint_fast64_t read_ns, decode_ns, direct_refused, n_truncated;
+    atomic_uint_fast64_t n_fallback;
+};
+
+/* ---- core/slots.c; all but rl__slot_release_locked with mu held ---- */
+
+/* A free slot able to hold `need` bytes, or a new one; NULL when out of
+ * memory. May wait for the oldest copy (device delivery). */
+rl_slot *rl__slot_take(rl_pipeline *p, size_t need);
+/* Back to the free list (or the copying list while its copy runs), or
+ * freed once the pipeline is closed. */
+void rl__slot_put(rl_pipeline *p, rl_slot *s);
+/* Frees every free and copying slot (destroy). */
+void rl__slots_free_all(rl_pipeline *p);
+/* Drops a reference on the pipeline; the last frees it. Without mu. */
+void rl__pipeline_unref(rl_pipeline *p);
+
+/* ---- core/jobs.c ---- */
+
+/* The I/O thread's main loop. */
+void *rl__io_main(void *arg);
+/* A worker's context: its decoders and scratch (rl_sample_ctx). */
+void *rl__worker_ctx_create(void *arg);
+void rl__worker_ctx_destroy(void *ctx);
+/* Prepares job i of batch b for sample ids[i] with keys[i]. */
+void rl__job_init(rl_batch *b, int i, int64_t id, int64_t key);
+/* Whether the job's outcome fails its whole batch. */
+bool rl__job_fails_batch(const rl__job *j);
+
+uint64_t rl__now_ns(void);
+
+#endif /* RL_RING_H */

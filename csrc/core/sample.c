@@ -1,0 +1,216 @@
+/*
+ * core/sample.c - header, plan, region decode, augment and place of one
+ * sample.
+ *
+ * DESIGN: the order matters for speed. The header gives the size; the plan
+ * turns it into a box of the source; the box picks the DCT scale (libjpeg
+ * can decode at 1/2, 1/4 or 1/8 for almost free by dropping high
+ * frequencies, so a 2000 px photo cropped to 224 px is decoded at 1/4 or
+ * 1/8); the resampler names the exact rows and columns it will read; only
+ * those are decoded; and the resampler writes the result into the batch
+ * slot. No full-size image is ever materialised. With augmentation ops the
+ * resampler writes an 8-bit image of the output size instead, kept by the
+ * thread, which the ops change in place before the store converts it.
+ */
+#define _GNU_SOURCE
+#include "core/sample.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/plan.h"
+
+struct rl_sample_ctx {
+    rl_decode_ctx *decode;
+    uint8_t *scratch; /* the augment path's 8-bit image */
+    size_t scratch_cap;
+};
+
+rl_sample_ctx *rl_sample_ctx_create(const rl_decoders *set)
+{
+    rl_sample_ctx *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return NULL;
+    }
+    c->decode = rl_decode_ctx_create(set);
+    if (c->decode == NULL) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void rl_sample_ctx_destroy(rl_sample_ctx *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    rl_decode_ctx_destroy(c->decode);
+    free(c->scratch);
+    free(c);
+}
+
+int rl_sample_pick_scale(int width, int height, double bw, double bh, int vw,
+                         int vh)
+{
+    /* Only 1/8, 1/4 and 1/2: libjpeg-turbo has SIMD inverse DCTs for those
+     * (and for 8/8), and at those scales a 4:2:0 chroma plane is decoded at
+     * twice the luma's reduction, which needs no upsampling pass. Measured
+     * with callgrind on ImageNet-like photos, the odd scales (3/8, 5/8...)
+     * run C IDCTs of 6x6 to 14x14 and cost more than they save. */
+    for (int m = 1; m < 8; m *= 2) {
+        /* The scaled size as libjpeg computes it (rounded up). */
+        double sw = (double)(((int64_t)width * m + 7) / 8);
+        double sh = (double)(((int64_t)height * m + 7) / 8);
+        if (bw * sw / width >= vw && bh * sh / height >= vh) {
+            return m;
+        }
+    }
+    return 8;
+}
+
+/* Where the resampler writes: the slot, or with ops the thread's 8-bit
+ * image of the output size. */
+static int stage_dst(rl_sample_ctx *c, const rl_sample_spec *spec,
+                     const rl_dst *slot, rl_dst *dst, rl_image *img)
+{
+    if (spec->augment.n == 0) {
+        *dst = *slot;
+        return 0;
+    }
+    const rl_transform *t = &spec->transform;
+    size_t need = (size_t)t->out_w * (size_t)t->out_h * 3;
+    if (need > c->scratch_cap) {
+        uint8_t *p = realloc(c->scratch, need);
+        if (p == NULL) {
+            return -ENOMEM;
+        }
+        c->scratch = p;
+        c->scratch_cap = need;
+    }
+    memset(dst, 0, sizeof(*dst));
+    dst->data = c->scratch;
+    dst->dtype = RL_DTYPE_U8;
+    dst->row_stride = (ptrdiff_t)t->out_w * 3;
+    dst->px_stride = 3;
+    dst->ch_stride = 1;
+    img->data = c->scratch;
+    img->w = t->out_w;
+    img->h = t->out_h;
+    img->stride = (size_t)t->out_w * 3;
+    return 0;
+}
+
+int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
+                  const uint8_t *data, size_t len, int64_t epoch, int64_t key,
+                  const rl_dst *slot, rl_sample_note *note, char *msg)
+{
+    const rl_decoder_def *dec;
+    void *st;
+    note->decoder = -1;
+    note->truncated = false;
+    msg[0] = '\0';
+    int rc = rl_decode_pick(c->decode, data, len, &dec, &st, &note->decoder,
+                            msg);
+    if (rc != 0) {
+        return rc;
+    }
+    rl_image_info info;
+    rc = dec->header(st, data, len, &spec->limits, &info, msg);
+    if (rc != 0) {
+        return rc;
+    }
+    rl_plan p;
+    rc = rl_plan_make(&spec->transform, info.width, info.height, spec->seed,
+                      epoch, key, &p);
+    if (rc != 0) {
+        snprintf(msg, RL_MSG_MAX, "invalid transform for a %dx%d image",
+                 info.width, info.height);
+        return rc;
+    }
+    int m = 8, sw = info.width, sh = info.height;
+    if (dec->scaled_size != NULL) {
+        m = rl_sample_pick_scale(info.width, info.height, p.w, p.h, p.vw,
+                                 p.vh);
+        dec->scaled_size(st, m, &sw, &sh);
+    }
+    double fx = (double)sw / info.width, fy = (double)sh / info.height;
+    double bx = p.x * fx, by = p.y * fy, bw = p.w * fx, bh = p.h * fy;
+
+    int x0, x1, y0, y1;
+    rl_resample_span(sw, bx, bw, p.vw, &x0, &x1);
+    rl_resample_span(sh, by, bh, p.vh, &y0, &y1);
+    /* One more pixel on each side: libjpeg upsamples the chroma of a
+     * region's edge pixels from the region alone (edge replication), so
+     * the pixels the resampler reads must not be the region's edge ones,
+     * or they differ from a full decode by several levels. */
+    x0 = x0 > 0 ? x0 - 1 : 0;
+    y0 = y0 > 0 ? y0 - 1 : 0;
+    x1 = x1 < sw ? x1 + 1 : sw;
+    y1 = y1 < sh ? y1 + 1 : sh;
+    rl_pixels px;
+    rc = dec->region(st, m, x0, y0, x1 - x0, y1 - y0, &spec->limits, &px,
+                     msg);
+    if (rc != 0) {
+        return rc;
+    }
+    note->truncated = dec->truncated != NULL && dec->truncated(st);
+    rl_dst dst;
+    rl_image img;
+    if (stage_dst(c, spec, slot, &dst, &img) != 0) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    rc = rl_place(&px, &p, bx, by, bw, bh, &dst, msg);
+    if (rc != 0 || spec->augment.n == 0) {
+        return rc;
+    }
+    rc = rl_augment_run(&spec->augment, spec->seed, epoch, key, &img, msg);
+    if (rc == 0) {
+        rl_store_rgb(img.data, img.stride, img.w, img.h, slot);
+    }
+    return rc;
+}
+
+int rl_sample_decode_full(const uint8_t *data, size_t len,
+                          const rl_limits *lim, uint8_t **out, int *w, int *h,
+                          char *msg)
+{
+    const rl_decoder_def *dec = &rl_jpeg_decoder;
+    *out = NULL;
+    msg[0] = '\0';
+    void *st = dec->create(dec);
+    if (st == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    rl_image_info info;
+    rl_pixels px;
+    /* The header read refuses bytes that are not JPEG (RL_EFORMAT). */
+    int rc = dec->header(st, data, len, lim, &info, msg);
+    if (rc == 0) {
+        rc = dec->region(st, 8, 0, 0, info.width, info.height, lim, &px, msg);
+    }
+    size_t row = (size_t)info.width * 3;
+    uint8_t *buf = rc == 0 ? malloc(row * (size_t)info.height) : NULL;
+    if (rc == 0 && buf == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        rc = -ENOMEM;
+    }
+    if (rc == 0) {
+        for (int r = 0; r < info.height; r++) {
+            const uint8_t *in = px.data + (size_t)r * px.stride;
+            uint8_t *o = buf + (size_t)r * row;
+            for (int x = 0; x < info.width; x++) {
+                memcpy(o + 3 * x, in + 4 * x, 3); /* RGBX -> RGB */
+            }
+        }
+        *out = buf;
+        *w = info.width;
+        *h = info.height;
+    }
+    dec->destroy(st);
+    return rc;
+}

@@ -1,0 +1,95 @@
+/*
+ * decode/decode.h - the decode stage: bytes -> pixels of a region.
+ *
+ * A decoder is a table entry (rl_decoder_def): whether it claims some bytes
+ * (from their first bytes), a per-thread state, a header read giving the
+ * image size, and a region decode into RGBX pixels (rl.h's rl_pixels). A
+ * pipeline tries its decoders in order and the first that claims the bytes
+ * decodes them: libjpeg-turbo for JPEG (decode/jpeg.c), then optionally a
+ * fallback registered at run time that claims anything (the Python binding
+ * registers Pillow for PNG, WebP and the like, decoding the bytes the source
+ * already read). A new decoder is one file defining an rl_decoder_def (see
+ * docs/ARCHITECTURE.md, "Adding a decoder").
+ *
+ * Contract of a decoder, for one thread's state: header(), then at most one
+ * region(), on the same bytes, which stay valid throughout. A decoder that
+ * can decode at a reduced scale (JPEG's DCT scaling) or only some columns
+ * and rows says so with scaled_size and by honouring the region asked; one
+ * that cannot sets scaled_size to NULL and may return more than the region
+ * (the whole image): the place stage reads only what it needs. Statuses:
+ * RL_EFORMAT (not this format), RL_EDECODE (corrupt), RL_ETRUNCATED (ends
+ * early, when not allowed), RL_ETOOBIG (over a limit), -ENOMEM, with msg
+ * (RL_MSG_MAX bytes) saying why. States are owned by one thread at a time;
+ * the functions may be called without the GIL and never longjmp out.
+ */
+#ifndef RL_DECODE_H
+#define RL_DECODE_H
+
+#include "rl.h"
+
+typedef struct rl_image_info {
+    int width, height;
+    int components;   /* 1 gray, 3 colour, 4 CMYK/YCCK */
+    bool progressive;
+} rl_image_info;
+
+typedef struct rl_decoder_def rl_decoder_def;
+
+struct rl_decoder_def {
+    const char *name; /* "jpeg", "pillow"... */
+    /* True when this decoder reads data. */
+    bool (*claims)(const rl_decoder_def *def, const uint8_t *data,
+                   size_t len);
+    /* A state for one thread, or NULL when out of memory. */
+    void *(*create)(const rl_decoder_def *def);
+    void (*destroy)(void *state);
+    /* Reads the size; refuses images over lim->max_pixels (RL_ETOOBIG)
+     * before allocating pixel memory. */
+    int (*header)(void *state, const uint8_t *data, size_t len,
+                  const rl_limits *lim, rl_image_info *info, char *msg);
+    /* The image size at scale m/8 (m = 1, 2, 4, 8); NULL: full size only. */
+    void (*scaled_size)(void *state, int m, int *w, int *h);
+    /* Decodes at least columns [x0, x0 + w) and rows [y0, y0 + h) of the
+     * image at scale m/8 into *out, memory owned by the state and valid
+     * until its next call. */
+    int (*region)(void *state, int m, int x0, int y0, int w, int h,
+                  const rl_limits *lim, rl_pixels *out, char *msg);
+    /* Whether the last image ended early and was accepted
+     * (lim->allow_truncated); NULL: never. */
+    bool (*truncated)(const void *state);
+    /* Decoders registered at run time carry their own data here. */
+    void *user;
+};
+
+/* libjpeg-turbo (decode/jpeg.c). */
+extern const rl_decoder_def rl_jpeg_decoder;
+
+/* The libjpeg-turbo version this module was built against ("2.1.5"). */
+const char *rl_decode_libjpeg_version(void);
+
+/* The decoders of a pipeline, tried in order. */
+#define RL_MAX_DECODERS 8
+typedef struct rl_decoders {
+    const rl_decoder_def *defs[RL_MAX_DECODERS];
+    int n;
+} rl_decoders;
+
+/* One thread's states of a set of decoders, each made on first use. */
+typedef struct rl_decode_ctx rl_decode_ctx;
+
+/* Returns a context for `set` (copied), or NULL when out of memory. */
+rl_decode_ctx *rl_decode_ctx_create(const rl_decoders *set);
+
+/* Frees the context and its states. Accepts NULL. */
+void rl_decode_ctx_destroy(rl_decode_ctx *c);
+
+/*
+ * The first decoder of the set that claims data, and this thread's state
+ * for it: returns 0; RL_EFORMAT with msg when none claims the bytes; or
+ * -ENOMEM. *which is the decoder's position in the set.
+ */
+int rl_decode_pick(rl_decode_ctx *c, const uint8_t *data, size_t len,
+                   const rl_decoder_def **def, void **state, int *which,
+                   char *msg);
+
+#endif /* RL_DECODE_H */

@@ -1,0 +1,376 @@
+/*
+ * decode/jpeg.c - the JPEG decoder (rl_jpeg_decoder), on the libjpeg API.
+ *
+ * This is the only file that includes jpeglib.h, and the only one that uses
+ * setjmp: every entry point catches libjpeg's errors itself and returns a
+ * status with libjpeg's message, so callers never see a longjmp.
+ *
+ * DESIGN: each entry point arms its own setjmp before touching libjpeg, and
+ * error_exit longjmps back there with libjpeg's formatted message, so the
+ * non-local jump never leaves this file. Warnings are silenced (libjpeg
+ * would print them to stderr) except "Premature end of JPEG file", which
+ * becomes an error unless truncated files are allowed, and is then counted.
+ * A progress monitor enforces the progressive scan limit while
+ * jpeg_start_decompress consumes the scans, before any output is produced.
+ *
+ * The decompressor and its row buffer live as long as the decoder and are
+ * reused across images; libjpeg's per-image memory is released by
+ * jpeg_abort_decompress at the start of every header read and after every
+ * region, whether it succeeded or not.
+ */
+#define _GNU_SOURCE
+#include "decode/decode.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jerror.h>
+#include <jpeglib.h>
+
+typedef struct jpeg_state jpeg_state;
+
+struct jpeg_state {
+    struct jpeg_decompress_struct cinfo;
+    struct jpeg_error_mgr jerr;
+    struct jpeg_progress_mgr progress;
+    jmp_buf jmp;
+    int fail_status;   /* status the longjmp reports */
+    char *msg;         /* where the current call wants its message */
+    bool allow_truncated;
+    bool truncated;    /* the current image ended early (and was allowed) */
+    int max_scans;
+    bool have_header;
+    uint8_t *buf;      /* region rows */
+    size_t buf_cap;
+    uint8_t *cmyk_row; /* one CMYK row before conversion */
+    size_t cmyk_cap;
+};
+
+static void on_error_exit(j_common_ptr c)
+{
+    jpeg_state *d = (jpeg_state *)c->client_data;
+    char text[JMSG_LENGTH_MAX];
+    c->err->format_message(c, text);
+    snprintf(d->msg, RL_MSG_MAX, "%s", text);
+    /* libjpeg's own dimension limit (65500) refuses a bomb before ours. */
+    d->fail_status =
+        c->err->msg_code == JERR_IMAGE_TOO_BIG ? RL_ETOOBIG : RL_EDECODE;
+    longjmp(d->jmp, 1);
+}
+
+static void on_emit_message(j_common_ptr c, int level)
+{
+    if (level >= 0) {
+        return; /* trace messages */
+    }
+    jpeg_state *d = (jpeg_state *)c->client_data;
+    c->err->num_warnings++;
+    if (c->err->msg_code == JWRN_JPEG_EOF && !d->allow_truncated) {
+        char text[JMSG_LENGTH_MAX];
+        c->err->format_message(c, text);
+        snprintf(d->msg, RL_MSG_MAX, "%s (truncated file)", text);
+        d->fail_status = RL_ETRUNCATED;
+        longjmp(d->jmp, 1);
+    }
+    if (c->err->msg_code == JWRN_JPEG_EOF) {
+        d->truncated = true;
+    }
+}
+
+static bool jpeg_truncated(const jpeg_state *d)
+{
+    return d->truncated;
+}
+
+static void on_progress(j_common_ptr c)
+{
+    jpeg_state *d = (jpeg_state *)c->client_data;
+    struct jpeg_decompress_struct *di = (struct jpeg_decompress_struct *)c;
+    if (di->input_scan_number > d->max_scans) {
+        snprintf(d->msg, RL_MSG_MAX,
+                 "progressive JPEG has more than %d scans (limit)",
+                 d->max_scans);
+        d->fail_status = RL_ETOOBIG;
+        longjmp(d->jmp, 1);
+    }
+}
+
+/* Creates the decompressor inside d; false when libjpeg ran out of memory.
+ * Separate from jpeg_create so no local there is live across setjmp. */
+static bool create_cinfo(jpeg_state *d)
+{
+    char scratch[RL_MSG_MAX];
+    d->msg = scratch;
+    if (setjmp(d->jmp)) {
+        d->msg = NULL;
+        return false;
+    }
+    jpeg_create_decompress(&d->cinfo);
+    d->msg = NULL;
+    return true;
+}
+
+static jpeg_state *state_create(void)
+{
+    jpeg_state *d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        return NULL;
+    }
+    d->cinfo.err = jpeg_std_error(&d->jerr);
+    d->jerr.error_exit = on_error_exit;
+    d->jerr.emit_message = on_emit_message;
+    d->cinfo.client_data = d;
+    if (!create_cinfo(d)) {
+        free(d);
+        return NULL;
+    }
+    d->progress.progress_monitor = on_progress;
+    d->cinfo.progress = &d->progress;
+    return d;
+}
+
+static void state_destroy(jpeg_state *d)
+{
+    if (d == NULL) {
+        return;
+    }
+    jpeg_destroy_decompress(&d->cinfo);
+    free(d->buf);
+    free(d->cmyk_row);
+    free(d);
+}
+
+const char *rl_decode_libjpeg_version(void)
+{
+#ifdef LIBJPEG_TURBO_VERSION
+#define RL_STR2(x) #x
+#define RL_STR(x) RL_STR2(x)
+    return RL_STR(LIBJPEG_TURBO_VERSION);
+#else
+    return "unknown";
+#endif
+}
+
+static int jpeg_header(jpeg_state *d, const uint8_t *data, size_t len,
+                     const rl_limits *lim, rl_image_info *hdr, char *msg)
+{
+    msg[0] = '\0';
+    d->msg = msg;
+    d->have_header = false;
+    d->truncated = false;
+    jpeg_abort_decompress(&d->cinfo);
+    if (len < 3 || data[0] != 0xFF || data[1] != 0xD8 || data[2] != 0xFF) {
+        snprintf(msg, RL_MSG_MAX, "not a JPEG file (%zu bytes%s)", len,
+                 len >= 8 && memcmp(data, "\x89PNG", 4) == 0 ? ", PNG data"
+                                                             : "");
+        return RL_EFORMAT;
+    }
+    d->allow_truncated = lim->allow_truncated;
+    d->max_scans = lim->max_scans;
+    if (setjmp(d->jmp)) {
+        jpeg_abort_decompress(&d->cinfo);
+        return d->fail_status;
+    }
+    d->jerr.num_warnings = 0;
+    jpeg_mem_src(&d->cinfo, data, (unsigned long)len);
+    jpeg_read_header(&d->cinfo, TRUE);
+    uint64_t pixels =
+        (uint64_t)d->cinfo.image_width * (uint64_t)d->cinfo.image_height;
+    if (pixels > lim->max_pixels) {
+        snprintf(msg, RL_MSG_MAX,
+                 "image is %ux%u = %llu pixels, over the limit of %llu "
+                 "(decompression bomb?); if it is trusted, raise the limit "
+                 "with max_pixels=",
+                 d->cinfo.image_width, d->cinfo.image_height,
+                 (unsigned long long)pixels,
+                 (unsigned long long)lim->max_pixels);
+        jpeg_abort_decompress(&d->cinfo);
+        return RL_ETOOBIG;
+    }
+    hdr->width = (int)d->cinfo.image_width;
+    hdr->height = (int)d->cinfo.image_height;
+    hdr->components = d->cinfo.num_components;
+    hdr->progressive = d->cinfo.progressive_mode != 0;
+    d->have_header = true;
+    return 0;
+}
+
+static void jpeg_scaled_size(jpeg_state *d, int m, int *w, int *h)
+{
+    /* Same rounding as jpeg_calc_output_dimensions (jdiv_round_up), without
+     * touching the decompressor's state. */
+    *w = (int)(((uint64_t)d->cinfo.image_width * (unsigned)m + 7) / 8);
+    *h = (int)(((uint64_t)d->cinfo.image_height * (unsigned)m + 7) / 8);
+}
+
+/* Pillow's CMYK -> RGB for Adobe (inverted) CMYK: value = nk - c*nk/255,
+ * written as RGBX. */
+static void cmyk_to_rgbx(const uint8_t *in, uint8_t *out, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int c = 255 - in[0], m = 255 - in[1], y = 255 - in[2];
+        int nk = in[3];
+        int t;
+        t = c * nk + 128;
+        out[0] = (uint8_t)(nk - (((t >> 8) + t) >> 8));
+        t = m * nk + 128;
+        out[1] = (uint8_t)(nk - (((t >> 8) + t) >> 8));
+        t = y * nk + 128;
+        out[2] = (uint8_t)(nk - (((t >> 8) + t) >> 8));
+        out[3] = 0;
+        in += 4;
+        out += 4;
+    }
+}
+
+static int grow(uint8_t **p, size_t *cap, size_t need)
+{
+    if (need <= *cap) {
+        return 0;
+    }
+    uint8_t *q = realloc(*p, need);
+    if (q == NULL) {
+        return -ENOMEM;
+    }
+    *p = q;
+    *cap = need;
+    return 0;
+}
+
+static int jpeg_region(jpeg_state *d, int m, int x0, int y0, int w, int h,
+                     const rl_limits *lim, rl_pixels *out, char *msg)
+{
+    struct jpeg_decompress_struct *ci = &d->cinfo;
+    msg[0] = '\0';
+    d->msg = msg;
+    if (!d->have_header || m < 1 || m > 16 || w <= 0 || h <= 0) {
+        snprintf(msg, RL_MSG_MAX, "bad region request");
+        return RL_EINTERNAL;
+    }
+    d->have_header = false;
+    d->allow_truncated = lim->allow_truncated;
+    d->max_scans = lim->max_scans;
+    if (setjmp(d->jmp)) {
+        jpeg_abort_decompress(ci);
+        return d->fail_status;
+    }
+
+    bool cmyk = ci->jpeg_color_space == JCS_CMYK ||
+                ci->jpeg_color_space == JCS_YCCK;
+    /* RGBX: one pixel per 32-bit lane for the resampler; libjpeg-turbo
+     * converts YCbCr, RGB and grayscale to it with its SIMD code. */
+    ci->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGBX;
+    ci->scale_num = (unsigned)m;
+    ci->scale_denom = 8;
+    jpeg_start_decompress(ci);
+
+    int full_w = (int)ci->output_width, full_h = (int)ci->output_height;
+    if (x0 < 0 || y0 < 0 || x0 + w > full_w || y0 + h > full_h) {
+        snprintf(msg, RL_MSG_MAX, "region outside the %dx%d image", full_w,
+                 full_h);
+        jpeg_abort_decompress(ci);
+        return RL_EINTERNAL;
+    }
+    JDIMENSION cx = (JDIMENSION)x0, cw = (JDIMENSION)w;
+    if (cx > 0 || cw < ci->output_width) {
+        jpeg_crop_scanline(ci, &cx, &cw);
+    }
+    int bw = (int)ci->output_width; /* the cropped width, after alignment */
+    size_t stride = (size_t)bw * 4;
+    if (grow(&d->buf, &d->buf_cap, stride * (size_t)h) != 0 ||
+        (cmyk && grow(&d->cmyk_row, &d->cmyk_cap, (size_t)bw * 4) != 0)) {
+        jpeg_abort_decompress(ci);
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    if (y0 > 0) {
+        JDIMENSION skipped = jpeg_skip_scanlines(ci, (JDIMENSION)y0);
+        if ((int)skipped != y0) {
+            jpeg_abort_decompress(ci);
+            snprintf(msg, RL_MSG_MAX, "could not skip to row %d", y0);
+            return RL_EDECODE;
+        }
+    }
+    for (int r = 0; r < h;) {
+        JSAMPROW row = cmyk ? d->cmyk_row : d->buf + (size_t)r * stride;
+        JDIMENSION got = jpeg_read_scanlines(ci, &row, 1);
+        if (got != 1) {
+            jpeg_abort_decompress(ci);
+            snprintf(msg, RL_MSG_MAX, "decoder returned no row %d", y0 + r);
+            return RL_EDECODE;
+        }
+        if (cmyk) {
+            cmyk_to_rgbx(d->cmyk_row, d->buf + (size_t)r * stride, bw);
+        }
+        r++;
+    }
+    /* Rows below the region are never decoded: stop here. */
+    jpeg_abort_decompress(ci);
+
+    out->data = d->buf;
+    out->stride = stride;
+    out->x0 = (int)cx;
+    out->y0 = y0;
+    out->w = bw;
+    out->h = h;
+    out->full_w = full_w;
+    out->full_h = full_h;
+    return 0;
+}
+
+/* ---- the decoder's table entry ---- */
+
+static bool jpeg_claims(const rl_decoder_def *def, const uint8_t *data,
+                        size_t len)
+{
+    (void)def;
+    return len >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
+}
+
+static void *def_create(const rl_decoder_def *def)
+{
+    (void)def;
+    return state_create();
+}
+
+static void def_destroy(void *state)
+{
+    state_destroy(state);
+}
+
+static int def_header(void *state, const uint8_t *data, size_t len,
+                      const rl_limits *lim, rl_image_info *info, char *msg)
+{
+    return jpeg_header(state, data, len, lim, info, msg);
+}
+
+static void def_scaled_size(void *state, int m, int *w, int *h)
+{
+    jpeg_scaled_size(state, m, w, h);
+}
+
+static int def_region(void *state, int m, int x0, int y0, int w, int h,
+                      const rl_limits *lim, rl_pixels *out, char *msg)
+{
+    return jpeg_region(state, m, x0, y0, w, h, lim, out, msg);
+}
+
+static bool def_truncated(const void *state)
+{
+    return jpeg_truncated(state);
+}
+
+const rl_decoder_def rl_jpeg_decoder = {
+    .name = "jpeg",
+    .claims = jpeg_claims,
+    .create = def_create,
+    .destroy = def_destroy,
+    .header = def_header,
+    .scaled_size = def_scaled_size,
+    .region = def_region,
+    .truncated = def_truncated,
+    .user = NULL,
+};

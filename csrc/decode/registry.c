@@ -1,0 +1,65 @@
+/*
+ * decode/registry.c - picking a decoder for some bytes.
+ *
+ * DESIGN: decoders are tried in the order the pipeline lists them, so a
+ * catch-all fallback goes last. Each thread makes a decoder's state the
+ * first time that decoder claims a sample: a JPEG-only data set never
+ * creates the fallback's state.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/decode.h"
+
+struct rl_decode_ctx {
+    rl_decoders set;
+    void *states[RL_MAX_DECODERS];
+};
+
+rl_decode_ctx *rl_decode_ctx_create(const rl_decoders *set)
+{
+    rl_decode_ctx *c = calloc(1, sizeof(*c));
+    if (c != NULL) {
+        c->set = *set;
+    }
+    return c;
+}
+
+void rl_decode_ctx_destroy(rl_decode_ctx *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    for (int i = 0; i < c->set.n; i++) {
+        if (c->states[i] != NULL) {
+            c->set.defs[i]->destroy(c->states[i]);
+        }
+    }
+    free(c);
+}
+
+int rl_decode_pick(rl_decode_ctx *c, const uint8_t *data, size_t len,
+                   const rl_decoder_def **def, void **state, int *which,
+                   char *msg)
+{
+    for (int i = 0; i < c->set.n; i++) {
+        const rl_decoder_def *d = c->set.defs[i];
+        if (!d->claims(d, data, len)) {
+            continue;
+        }
+        if (c->states[i] == NULL && (c->states[i] = d->create(d)) == NULL) {
+            snprintf(msg, RL_MSG_MAX, "out of memory for a %s decoder",
+                     d->name);
+            return -ENOMEM;
+        }
+        *def = d;
+        *state = c->states[i];
+        *which = i;
+        return 0;
+    }
+    snprintf(msg, RL_MSG_MAX, "not a JPEG file (%zu bytes%s)", len,
+             len >= 8 && memcmp(data, "\x89PNG", 4) == 0 ? ", PNG data" : "");
+    return RL_EFORMAT;
+}

@@ -1,0 +1,370 @@
+/*
+ * python/batch.c - the Batch type: one batch, on the host or on a device,
+ * exported without copying.
+ *
+ * DESIGN: a host Batch wraps one handed-out slot and exports it through
+ * DLPack (__dlpack__, what torch.from_dlpack uses) and the buffer protocol
+ * (numpy). Each export holds its own reference on the slot, released by
+ * plain C (rl_slot_release is thread-safe and needs no GIL), so a tensor
+ * freed on any thread, with or without the GIL, even after the Pipeline is
+ * gone, returns its slot safely. A device Batch describes the device
+ * buffer its batch was copied into (the consumer's stream already waits for
+ * the copy) and keeps the buffer's owner, the object the Pipeline's
+ * allocator returned, alive for as long as the Batch or an export of it
+ * lives; that export's deleter is the one path from C back into Python,
+ * and takes the GIL first. Both kinds report the same things: shape,
+ * fallback positions and replaced samples.
+ */
+#include "python/module.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+
+/* ---- DLPack (the ABI-stable structs of dlpack.h v0.8, our own copy) ---- */
+
+enum { DL_CPU = 1, DL_CUDA = 2 };
+
+typedef struct {
+    int32_t device_type;
+    int32_t device_id;
+} dl_device;
+
+typedef struct {
+    uint8_t code; /* 1 = kDLUInt, 2 = kDLFloat, 4 = kDLBfloat */
+    uint8_t bits;
+    uint16_t lanes;
+} dl_dtype;
+
+typedef struct {
+    void *data;
+    dl_device device;
+    int32_t ndim;
+    dl_dtype dtype;
+    int64_t *shape;
+    int64_t *strides;
+    uint64_t byte_offset;
+} dl_tensor;
+
+typedef struct dl_managed {
+    dl_tensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed *self);
+} dl_managed;
+
+typedef struct {
+    dl_managed m;
+    int64_t shape[4];
+    int64_t strides[4];
+    rl_slot *slot;   /* host: a reference on the slot */
+    PyObject *owner; /* device: a reference on the buffer's owner */
+} export_ctx;
+
+static void export_delete(dl_managed *m)
+{
+    export_ctx *e = (export_ctx *)m;
+    if (e->slot != NULL) {
+        rl_slot_release(e->slot);
+    }
+    if (e->owner != NULL && Py_IsInitialized()) {
+        PyGILState_STATE g = PyGILState_Ensure();
+        Py_DECREF(e->owner);
+        PyGILState_Release(g);
+    }
+    free(e);
+}
+
+static void capsule_destructor(PyObject *capsule)
+{
+    /* A capsule never consumed still owns its tensor. */
+    if (PyCapsule_IsValid(capsule, "dltensor")) {
+        dl_managed *m = PyCapsule_GetPointer(capsule, "dltensor");
+        m->deleter(m);
+    }
+}
+
+/* ---- Batch ---- */
+
+typedef struct {
+    PyObject_HEAD
+    rl_slot *slot;      /* host batches */
+    void *dev_ptr;      /* device batches */
+    int device;         /* CUDA device, or -1 on the host */
+    PyObject *owner;    /* device batches: the buffer's owner, or None */
+    PyObject *fallback; /* tuple of positions decoded by a fallback */
+    PyObject *replaced; /* tuple of (position, id, exception) */
+    rl_dtype dtype;
+    int ndim;
+    Py_ssize_t shape[4];
+    Py_ssize_t strides[4]; /* elements */
+} batch_object;
+
+static void dl_type_of(rl_dtype t, dl_dtype *out)
+{
+    static const uint8_t codes[] = {1, 2, 2, 4}, bits[] = {8, 32, 16, 16};
+    out->lanes = 1;
+    out->code = codes[t];
+    out->bits = bits[t];
+}
+
+static void batch_dealloc(batch_object *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->slot != NULL) {
+        rl_slot_release(self->slot);
+    }
+    Py_XDECREF(self->owner);
+    Py_XDECREF(self->fallback);
+    Py_XDECREF(self->replaced);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *batch_dlpack(batch_object *self, PyObject *args,
+                              PyObject *kw)
+{
+    /* stream, max_version, dl_device and copy are accepted and ignored:
+     * host memory has no stream to order against, and a device batch's
+     * consumer stream already waits for its copy (Pipeline.next); the
+     * unversioned capsule is what every consumer understands. */
+    (void)args;
+    (void)kw;
+    export_ctx *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        return PyErr_NoMemory();
+    }
+    if (self->slot != NULL) {
+        e->slot = self->slot;
+        rl_slot_retain(e->slot);
+        e->m.dl_tensor.data = rl_slot_data(self->slot);
+        e->m.dl_tensor.device.device_type = DL_CPU;
+    } else {
+        e->owner = Py_NewRef(self->owner);
+        e->m.dl_tensor.data = self->dev_ptr;
+        e->m.dl_tensor.device.device_type = DL_CUDA;
+        e->m.dl_tensor.device.device_id = self->device;
+    }
+    for (int i = 0; i < self->ndim; i++) {
+        e->shape[i] = self->shape[i];
+        e->strides[i] = self->strides[i];
+    }
+    e->m.dl_tensor.ndim = self->ndim;
+    dl_type_of(self->dtype, &e->m.dl_tensor.dtype);
+    e->m.dl_tensor.shape = e->shape;
+    e->m.dl_tensor.strides = e->strides;
+    e->m.manager_ctx = e;
+    e->m.deleter = export_delete;
+    PyObject *cap = PyCapsule_New(&e->m, "dltensor", capsule_destructor);
+    if (cap == NULL) {
+        export_delete(&e->m);
+    }
+    return cap;
+}
+
+static PyObject *batch_dlpack_device(batch_object *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->slot != NULL) {
+        return Py_BuildValue("ii", DL_CPU, 0);
+    }
+    return Py_BuildValue("ii", DL_CUDA, self->device);
+}
+
+static int batch_getbuffer(batch_object *self, Py_buffer *view, int flags)
+{
+    if (self->slot == NULL) {
+        PyErr_SetString(PyExc_BufferError,
+                        "a device batch has no host buffer: use DLPack");
+        return -1;
+    }
+    /* Python's buffer protocol has no bfloat16: it is exported as uint16
+     * ("H"); DLPack carries the real type. */
+    static char *formats[] = {"B", "f", "e", "H"};
+    Py_ssize_t itemsize = (Py_ssize_t)rl_dtype_size(self->dtype);
+    /* The strides array must live as long as the view: keep it in
+     * view->internal, freed by releasebuffer. */
+    Py_ssize_t *bytes = PyMem_Malloc(sizeof(Py_ssize_t) * 4);
+    if (bytes == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    view->len = itemsize;
+    for (int i = 0; i < self->ndim; i++) {
+        bytes[i] = self->strides[i] * itemsize;
+        view->len *= self->shape[i];
+    }
+    /* Writable exports are fine: the slot belongs to the consumer now. */
+    view->buf = rl_slot_data(self->slot);
+    view->obj = Py_NewRef(self);
+    view->readonly = 0;
+    view->itemsize = itemsize;
+    view->format = (flags & PyBUF_FORMAT) ? formats[self->dtype] : NULL;
+    view->ndim = self->ndim;
+    view->shape = (flags & PyBUF_ND) ? self->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) ? bytes : NULL;
+    view->suboffsets = NULL;
+    view->internal = bytes;
+    return 0;
+}
+
+static void batch_releasebuffer(batch_object *self, Py_buffer *view)
+{
+    (void)self;
+    PyMem_Free(view->internal);
+}
+
+static PyObject *batch_get_shape(batch_object *self, void *closure)
+{
+    (void)closure;
+    PyObject *t = PyTuple_New(self->ndim);
+    for (int i = 0; t != NULL && i < self->ndim; i++) {
+        PyTuple_SET_ITEM(t, i, PyLong_FromSsize_t(self->shape[i]));
+    }
+    return t;
+}
+
+static PyObject *batch_get_fallback(batch_object *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->fallback);
+}
+
+static PyObject *batch_get_replaced(batch_object *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->replaced);
+}
+
+static PyObject *batch_get_owner(batch_object *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->owner ? self->owner : Py_None);
+}
+
+static PyObject *batch_get_device(batch_object *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->device);
+}
+
+static PyMethodDef batch_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))batch_dlpack,
+     METH_VARARGS | METH_KEYWORDS, "Export as a DLPack capsule (zero copy)."},
+    {"__dlpack_device__", (PyCFunction)batch_dlpack_device, METH_NOARGS,
+     "(device_type, device_id): (1, 0) the CPU, or (2, N) CUDA device N."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef batch_getset[] = {
+    {"shape", (getter)batch_get_shape, NULL, "Shape of the batch.", NULL},
+    {"fallback", (getter)batch_get_fallback, NULL,
+     "Positions of samples decoded by a fallback decoder (not JPEG).", NULL},
+    {"replaced", (getter)batch_get_replaced, NULL,
+     "(position, replacement id, exception) of samples that failed and "
+     "were replaced (skip_errors=True).",
+     NULL},
+    {"owner", (getter)batch_get_owner, NULL,
+     "Device batches: the object the allocator returned for its buffer.",
+     NULL},
+    {"device", (getter)batch_get_device, NULL,
+     "The CUDA device of a device batch, -1 on the host.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot batch_slots[] = {
+    {Py_tp_dealloc, batch_dealloc},
+    {Py_tp_methods, batch_methods},
+    {Py_tp_getset, batch_getset},
+    {Py_bf_getbuffer, batch_getbuffer},
+    {Py_bf_releasebuffer, batch_releasebuffer},
+    {Py_tp_doc, "A batch of images in a batch slot or a device buffer; "
+                "export it with torch.from_dlpack() (or numpy.asarray() on "
+                "the host)."},
+    {0, NULL},
+};
+
+static PyType_Spec batch_spec = {
+    .name = "ringloader._core.Batch",
+    .basicsize = sizeof(batch_object),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = batch_slots,
+};
+
+/* The report's lists as Python tuples into b. 0 or -1. */
+static int batch_lists(rl_module_state *st, batch_object *b,
+                       const rl_batch_report *rep)
+{
+    b->fallback = PyTuple_New(rep->n_fallback);
+    b->replaced = PyTuple_New(rep->n_replaced);
+    if (b->fallback == NULL || b->replaced == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < rep->n_fallback; i++) {
+        PyObject *v = PyLong_FromLong(rep->fallback[i]);
+        if (v == NULL) {
+            return -1;
+        }
+        PyTuple_SET_ITEM(b->fallback, i, v);
+    }
+    for (int i = 0; i < rep->n_replaced; i++) {
+        const rl_replacement *r = &rep->replaced[i];
+        PyObject *exc = rl__py_sample_error(st, &r->error);
+        PyObject *item =
+            exc ? Py_BuildValue("(iLN)", r->error.pos, (long long)r->id, exc)
+                : NULL;
+        if (item == NULL) {
+            return -1;
+        }
+        PyTuple_SET_ITEM(b->replaced, i, item);
+    }
+    return 0;
+}
+
+PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
+                           uintptr_t dev_ptr, int device, PyObject *owner,
+                           int n, int out_h, int out_w, rl_layout layout,
+                           rl_dtype dtype, const rl_batch_report *rep)
+{
+    batch_object *b = PyObject_New(batch_object, st->batch_type);
+    if (b == NULL) {
+        if (slot != NULL) {
+            rl_slot_release(slot);
+        }
+        return NULL;
+    }
+    b->slot = slot;
+    b->dev_ptr = (void *)dev_ptr;
+    b->device = slot != NULL ? -1 : device;
+    b->owner = slot != NULL ? NULL : Py_NewRef(owner);
+    b->fallback = b->replaced = NULL;
+    b->dtype = dtype;
+    b->ndim = 4;
+    Py_ssize_t h = out_h, w = out_w;
+    if (layout == RL_LAYOUT_NHWC) {
+        Py_ssize_t shape[4] = {n, h, w, 3};
+        Py_ssize_t strides[4] = {h * w * 3, w * 3, 3, 1};
+        memcpy(b->shape, shape, sizeof(shape));
+        memcpy(b->strides, strides, sizeof(strides));
+    } else {
+        Py_ssize_t shape[4] = {n, 3, h, w};
+        Py_ssize_t strides[4] = {3 * h * w, h * w, w, 1};
+        memcpy(b->shape, shape, sizeof(shape));
+        memcpy(b->strides, strides, sizeof(strides));
+    }
+    if (batch_lists(st, b, rep) != 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    return (PyObject *)b;
+}
+
+int rl__py_batch_init(PyObject *module, rl_module_state *st)
+{
+    st->batch_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &batch_spec, NULL);
+    if (st->batch_type == NULL) {
+        return -1;
+    }
+    return PyModule_AddType(module, st->batch_type);
+}

@@ -1,0 +1,103 @@
+/*
+ * python/errors.c - C statuses to Python exceptions, in one place.
+ *
+ * DESIGN: worker threads never raise; they leave a status and a message in
+ * the job, and the Python-facing call that collects them turns them into
+ * an exception here: -ENOMEM a MemoryError, -errno an OSError naming the
+ * file (so FileNotFoundError and friends keep their subclass), decode
+ * statuses a ringloader.DecodeError naming the file with .path, .reason and
+ * .kind, our own closed/CUDA statuses a RuntimeError, and anything else an
+ * internal error.
+ */
+#include "python/module.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+
+PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
+                       const char *msg)
+{
+    if (status == -ENOMEM) {
+        return PyErr_NoMemory();
+    }
+    if (status < 0) {
+        /* OSError(errno, text, filename) picks the subclass
+         * (FileNotFoundError, IsADirectoryError...) and keeps the name. */
+        PyObject *p = path ? PyUnicode_DecodeFSDefault(path) : NULL;
+        if (path != NULL && p == NULL) {
+            return NULL;
+        }
+        PyObject *exc =
+            p ? PyObject_CallFunction(PyExc_OSError, "isO", -status, msg, p)
+              : PyObject_CallFunction(PyExc_OSError, "is", -status, msg);
+        Py_XDECREF(p);
+        if (exc != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        return NULL;
+    }
+    switch (status) {
+    case RL_EDECODE:
+    case RL_ETRUNCATED:
+    case RL_ETOOBIG:
+    case RL_EFORMAT: {
+        PyObject *p = path ? PyUnicode_DecodeFSDefault(path)
+                           : Py_NewRef(Py_None);
+        PyObject *text = p == NULL ? NULL
+                         : path    ? PyUnicode_FromFormat(
+                                      "cannot decode %U: %s", p, msg)
+                                   : PyUnicode_FromString(msg);
+        PyObject *exc = text ? PyObject_CallOneArg(st->decode_error, text)
+                             : NULL;
+        const char *kind = status == RL_ETRUNCATED ? "truncated"
+                           : status == RL_ETOOBIG  ? "too_big"
+                           : status == RL_EFORMAT  ? "not_jpeg"
+                                                   : "corrupt";
+        PyObject *r = PyUnicode_FromString(msg);
+        PyObject *k = PyUnicode_FromString(kind);
+        if (exc != NULL && r != NULL && k != NULL &&
+            PyObject_SetAttrString(exc, "path", p) == 0 &&
+            PyObject_SetAttrString(exc, "reason", r) == 0 &&
+            PyObject_SetAttrString(exc, "kind", k) == 0) {
+            PyErr_SetObject(st->decode_error, exc);
+        }
+        Py_XDECREF(p);
+        Py_XDECREF(text);
+        Py_XDECREF(exc);
+        Py_XDECREF(r);
+        Py_XDECREF(k);
+        return NULL;
+    }
+    case RL_ECUDA:
+        PyErr_Format(PyExc_RuntimeError, "CUDA: %s", msg ? msg : "");
+        return NULL;
+    case RL_ECLOSED:
+        PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
+        return NULL;
+    default:
+        PyErr_Format(PyExc_SystemError, "ringloader internal error %d: %s",
+                     status, msg ? msg : "");
+        return NULL;
+    }
+}
+
+PyObject *rl__py_sample_error(rl_module_state *st, const rl_sample_error *e)
+{
+    rl__py_raise(st, e->status, e->where[0] ? e->where : NULL, e->msg);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *idx = PyLong_FromLongLong(e->id);
+    int ok = value != NULL && idx != NULL &&
+             PyObject_SetAttrString(value, "index", idx) == 0;
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    Py_XDECREF(idx);
+    if (!ok) {
+        Py_XDECREF(value);
+        return NULL;
+    }
+    return value;
+}

@@ -1,0 +1,207 @@
+/*
+ * python/fallback.c - a decoder written in Python, registered with the
+ * decode stage: how files that are not JPEG (a PNG named .JPEG, WebP, BMP)
+ * are decoded, from the bytes the source already read.
+ *
+ * DESIGN: this is the one place a pool thread runs Python. It claims any
+ * bytes, so it goes last in the pipeline's decoder set; JPEG data never
+ * reaches it. Its header() takes the GIL (PyGILState_Ensure, only while the
+ * interpreter is alive), calls decode(memoryview) -> (rgb, width, height)
+ * on a view of the source's buffer, valid only during the call, and keeps
+ * the pixels as RGBX in the thread's state for region(). No pipeline lock
+ * is held meanwhile, and every call that waits for workers releases the
+ * GIL first, so the worker's wait for the GIL cannot deadlock. An exception
+ * becomes RL_EFORMAT with its text: a file neither libjpeg nor Python can
+ * read. The decoder cannot scale or crop: region() returns the whole image.
+ */
+#include "python/module.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/decode.h"
+
+typedef struct py_state {
+    PyObject *decode; /* borrowed: the pipeline keeps it alive */
+    uint8_t *rgbx;
+    size_t cap;
+    int w, h;
+} py_state;
+
+static bool interpreter_alive(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+    return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+static bool any_claims(const rl_decoder_def *def, const uint8_t *data,
+                       size_t len)
+{
+    (void)def;
+    (void)data;
+    (void)len;
+    return true;
+}
+
+static void *state_create(const rl_decoder_def *def)
+{
+    py_state *s = calloc(1, sizeof(*s));
+    if (s != NULL) {
+        s->decode = def->user;
+    }
+    return s;
+}
+
+static void state_destroy(void *state)
+{
+    py_state *s = state;
+    free(s->rgbx);
+    free(s);
+}
+
+/* The text of the current exception, cleared, into msg. GIL held. */
+static void exception_text(char *msg)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *s = text ? PyUnicode_AsUTF8(text) : NULL;
+    snprintf(msg, RL_MSG_MAX, "%s", s ? s : "the fallback decoder failed");
+    PyErr_Clear();
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* Unpacks decode()'s (rgb, width, height) into RGBX. GIL held. */
+static int take_pixels(py_state *s, PyObject *res, const rl_limits *lim,
+                       char *msg)
+{
+    PyObject *rgb;
+    int w, h;
+    if (!PyArg_ParseTuple(res, "Oii", &rgb, &w, &h)) {
+        exception_text(msg);
+        return RL_EINTERNAL;
+    }
+    if (w <= 0 || h <= 0 || (uint64_t)w * (uint64_t)h > lim->max_pixels) {
+        snprintf(msg, RL_MSG_MAX,
+                 "image is %dx%d, over the limit of %llu pixels (or empty)",
+                 w, h, (unsigned long long)lim->max_pixels);
+        return RL_ETOOBIG;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(rgb, &view, PyBUF_SIMPLE) != 0) {
+        exception_text(msg);
+        return RL_EINTERNAL;
+    }
+    size_t n = (size_t)w * (size_t)h;
+    int rc = 0;
+    if ((size_t)view.len < n * 3) {
+        snprintf(msg, RL_MSG_MAX, "the fallback returned %zd bytes for %dx%d",
+                 view.len, w, h);
+        rc = RL_EINTERNAL;
+    } else if (n * 4 > s->cap) {
+        uint8_t *p = realloc(s->rgbx, n * 4);
+        if (p == NULL) {
+            snprintf(msg, RL_MSG_MAX, "out of memory");
+            rc = -ENOMEM;
+        } else {
+            s->rgbx = p;
+            s->cap = n * 4;
+        }
+    }
+    if (rc == 0) {
+        const uint8_t *in = view.buf;
+        for (size_t i = 0; i < n; i++) {
+            memcpy(s->rgbx + 4 * i, in + 3 * i, 3);
+            s->rgbx[4 * i + 3] = 0;
+        }
+        s->w = w;
+        s->h = h;
+    }
+    PyBuffer_Release(&view);
+    return rc;
+}
+
+static int py_header(void *state, const uint8_t *data, size_t len,
+                     const rl_limits *lim, rl_image_info *info, char *msg)
+{
+    py_state *s = state;
+    if (!interpreter_alive()) {
+        snprintf(msg, RL_MSG_MAX, "the interpreter is shutting down");
+        return RL_ECLOSED;
+    }
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc;
+    PyObject *mv = PyMemoryView_FromMemory((char *)data, (Py_ssize_t)len,
+                                           PyBUF_READ);
+    PyObject *res = mv ? PyObject_CallOneArg(s->decode, mv) : NULL;
+    if (res == NULL) {
+        exception_text(msg);
+        rc = RL_EFORMAT;
+    } else {
+        rc = take_pixels(s, res, lim, msg);
+    }
+    if (mv != NULL) {
+        /* The view must not outlive the call: the bytes are the source's. */
+        PyObject *r = PyObject_CallMethod(mv, "release", NULL);
+        if (r == NULL) {
+            PyErr_Clear();
+        }
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(mv);
+    Py_XDECREF(res);
+    PyGILState_Release(g);
+    if (rc == 0) {
+        info->width = s->w;
+        info->height = s->h;
+        info->components = 3;
+        info->progressive = false;
+    }
+    return rc;
+}
+
+static int py_region(void *state, int m, int x0, int y0, int w, int h,
+                     const rl_limits *lim, rl_pixels *out, char *msg)
+{
+    (void)m;
+    (void)x0;
+    (void)y0;
+    (void)w;
+    (void)h;
+    (void)lim;
+    (void)msg;
+    py_state *s = state;
+    out->data = s->rgbx;
+    out->stride = (size_t)s->w * 4;
+    out->x0 = out->y0 = 0;
+    out->w = out->full_w = s->w;
+    out->h = out->full_h = s->h;
+    return 0;
+}
+
+int rl__py_fallback_def(PyObject *decode, rl_decoder_def *def)
+{
+    if (!PyCallable_Check(decode)) {
+        PyErr_SetString(PyExc_TypeError, "fallback must be callable");
+        return -1;
+    }
+    memset(def, 0, sizeof(*def));
+    def->name = "python";
+    def->claims = any_claims;
+    def->create = state_create;
+    def->destroy = state_destroy;
+    def->header = py_header;
+    def->scaled_size = NULL;
+    def->region = py_region;
+    def->truncated = NULL;
+    def->user = decode;
+    return 0;
+}

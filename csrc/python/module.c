@@ -1,0 +1,104 @@
+/*
+ * python/module.c - the ringloader._core module: initialisation, state and
+ * constants. The functions are in python/tools.c, the types in
+ * python/pipeline.c and python/batch.c, test-only functions in
+ * testing/py_testing.c (test builds).
+ *
+ * DESIGN: multi-phase initialisation with per-module state and heap types
+ * (PEP 489/630), so the module can be loaded in subinterpreters and its
+ * types are freed with it.
+ */
+#include "python/module.h"
+
+#include "decode/decode.h"
+
+rl_module_state *rl__py_state_of(PyTypeObject *type)
+{
+    return PyType_GetModuleState(type);
+}
+
+static int module_exec(PyObject *m)
+{
+    rl_module_state *st = PyModule_GetState(m);
+    st->decode_error = PyErr_NewExceptionWithDoc(
+        "ringloader.DecodeError",
+        "An image could not be decoded. Attributes: path (the file), reason "
+        "(libjpeg's message), kind ('corrupt', 'truncated', 'too_big', "
+        "'not_jpeg').",
+        PyExc_ValueError, NULL);
+    if (st->decode_error == NULL ||
+        PyModule_AddObjectRef(m, "DecodeError", st->decode_error) < 0) {
+        return -1;
+    }
+    if (PyModule_AddStringConstant(m, "libjpeg_version",
+                                   rl_decode_libjpeg_version()) < 0 ||
+        PyModule_AddIntConstant(m, "DEFAULT_MAX_PIXELS",
+                                (long)RL_DEFAULT_MAX_PIXELS) < 0 ||
+        PyModule_AddIntConstant(m, "DEFAULT_MAX_SCANS",
+                                RL_DEFAULT_MAX_SCANS) < 0) {
+        return -1;
+    }
+#ifdef RL_HAVE_LIBURING
+    if (PyModule_AddIntConstant(m, "built_with_liburing", 1) < 0) {
+        return -1;
+    }
+#else
+    if (PyModule_AddIntConstant(m, "built_with_liburing", 0) < 0) {
+        return -1;
+    }
+#endif
+    if (rl__py_spec_init(m) < 0 || rl__py_batch_init(m, st) < 0 ||
+        rl__py_pipeline_init(m, st) < 0) {
+        return -1;
+    }
+    return rl__py_testing_init(m, st);
+}
+
+static int module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    rl_module_state *st = PyModule_GetState(m);
+    Py_VISIT(st->decode_error);
+    Py_VISIT(st->pipeline_type);
+    Py_VISIT(st->batch_type);
+    Py_VISIT(st->devbuf_type);
+    return 0;
+}
+
+static int module_clear(PyObject *m)
+{
+    rl_module_state *st = PyModule_GetState(m);
+    Py_CLEAR(st->decode_error);
+    Py_CLEAR(st->pipeline_type);
+    Py_CLEAR(st->batch_type);
+    Py_CLEAR(st->devbuf_type);
+    return 0;
+}
+
+static void module_free(void *m)
+{
+    module_clear((PyObject *)m);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ringloader._core",
+    .m_doc = "ringloader's C core: io_uring reads, libjpeg-turbo decode with "
+             "fused transforms, batch slots. Private: use the ringloader "
+             "package.",
+    .m_size = sizeof(rl_module_state),
+    .m_methods = rl__py_tool_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    return PyModuleDef_Init(&module_def);
+}

@@ -1,0 +1,110 @@
+/*
+ * python/module.h - what the binding files share. Only the files of
+ * csrc/python and testing/py_testing.c include Python.h (first, before any
+ * system header); none of them includes liburing.h or jpeglib.h. One file per concern: module.c (initialisation and the
+ * method table), errors.c (statuses to exceptions), spec.c (the transform
+ * and output schema), pipeline.c (the Pipeline type), batch.c (the Batch
+ * type), fallback.c (a Python decoder registered with the decode stage),
+ * tools.c (stateless functions); testing/py_testing.c in test builds.
+ */
+#ifndef RL_PY_MODULE_H
+#define RL_PY_MODULE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "core/pipeline.h"
+#include "rl.h"
+
+/* Per-module state (PEP 489/630): the heap types and the exception. */
+typedef struct rl_module_state {
+    PyObject *decode_error; /* ringloader.DecodeError, a ValueError */
+    PyTypeObject *pipeline_type;
+    PyTypeObject *batch_type;
+    PyTypeObject *devbuf_type; /* test builds only */
+} rl_module_state;
+
+/* The state of the module that defines `type` (borrowed). */
+rl_module_state *rl__py_state_of(PyTypeObject *type);
+
+/* ---- errors.c ---- */
+
+/*
+ * Sets the Python exception for a C status: -ENOMEM -> MemoryError,
+ * -errno -> OSError(errno, msg, path), decode statuses -> DecodeError naming
+ * path, RL_ECLOSED -> RuntimeError, RL_ECUDA -> RuntimeError, anything else
+ * -> SystemError. path may be NULL. Always returns NULL.
+ */
+PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
+                       const char *msg);
+
+/* The exception for one failed sample, with .index set to its id (new
+ * reference), or NULL with an exception set. */
+PyObject *rl__py_sample_error(rl_module_state *st, const rl_sample_error *e);
+
+/* ---- spec.c ---- */
+
+/*
+ * Parses a transform spec dict (borrowed) into t, then checks it with the
+ * core's one check (rl_transform_check). Returns 0, or -1 with ValueError.
+ */
+int rl__py_parse_transform(PyObject *spec, rl_transform *t);
+
+/* Parses the spec's optional "ops" list of (name, args) into a. 0 or -1
+ * with ValueError (an unknown op, wrong arguments). */
+int rl__py_parse_ops(PyObject *spec, rl_augment *a);
+
+/* Parses dtype ("uint8", "float32", "float16", "bfloat16"), mul and add
+ * (3-tuples or None) and layout ("NCHW", "NHWC") into c. 0 or -1. */
+int rl__py_parse_place(const char *dtype, PyObject *mul, PyObject *add,
+                       const char *layout, rl_place_config *c);
+
+/* Adds TRANSFORM_FIELDS, the schema of the spec dict, to the module. */
+int rl__py_spec_init(PyObject *module);
+
+/* ---- fallback.c ---- */
+
+/*
+ * Makes *def a decoder that claims any bytes and decodes them by calling
+ * decode(memoryview) -> (rgb bytes, width, height) with the GIL taken: the
+ * one place a pool thread runs Python. decode is borrowed: the caller keeps
+ * it alive as long as the pipeline. Returns 0 or -1 with an exception.
+ */
+int rl__py_fallback_def(PyObject *decode, rl_decoder_def *def);
+
+/* ---- types ---- */
+
+/* Adds Pipeline (pipeline.c) and Batch (batch.c) to the module. 0 or -1. */
+int rl__py_pipeline_init(PyObject *module, rl_module_state *st);
+int rl__py_batch_init(PyObject *module, rl_module_state *st);
+
+/*
+ * A Batch for a handed-out host slot (stolen) or, with slot NULL, for a
+ * device buffer at dev_ptr on CUDA device `device` owned by `owner`
+ * (borrowed); with the report's fallback positions and replacements. New
+ * reference, or NULL with an exception (the slot is then released).
+ */
+PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
+                           uintptr_t dev_ptr, int device, PyObject *owner,
+                           int n, int out_h, int out_w, rl_layout layout,
+                           rl_dtype dtype, const rl_batch_report *rep);
+
+/* ---- tools.c ---- */
+
+extern PyMethodDef rl__py_tool_methods[];
+
+/* ---- testing/py_testing.c (test builds) ---- */
+
+#ifdef RL_TEST_HOOKS
+extern PyMethodDef rl__py_testing_methods[];
+int rl__py_testing_init(PyObject *module, rl_module_state *st);
+#else
+static inline int rl__py_testing_init(PyObject *module, rl_module_state *st)
+{
+    (void)module;
+    (void)st;
+    return 0;
+}
+#endif
+
+#endif /* RL_PY_MODULE_H */

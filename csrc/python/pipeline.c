@@ -1,0 +1,701 @@
+/*
+ * python/pipeline.c - the Pipeline type: one rl_pipeline, its source made
+ * once from the dataset's table, batches submitted by sample id.
+ *
+ * DESIGN: the table of samples (paths, or byte ranges of files, or bytes
+ * objects) crosses into C once, at creation, so a batch is only its ids and
+ * keys. Waiting for a batch releases the GIL and wakes every 50 ms to run
+ * Python's signal handlers, so Ctrl-C interrupts a wait promptly. With a
+ * device, the allocator given at creation is called at submit, with the GIL
+ * held, for the batch's device buffer; its owner objects wait in a FIFO
+ * (batches come back in submission order) until next() puts each in its
+ * Batch. close() from another thread while a call of ours runs with the
+ * GIL released only marks the pipeline; the last such call to return
+ * closes it.
+ */
+#include "python/module.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+typedef struct {
+    PyObject_HEAD
+    rl_pipeline *p;
+    rl_place_config place;
+    int busy;           /* our calls running with the GIL released */
+    bool close_pending;
+    int device;         /* CUDA device of the device delivery, or -1 */
+    PyObject *allocator; /* device: nbytes -> (owner, pointer) */
+    PyObject *owners;    /* device: a list, the FIFO of buffer owners */
+    PyObject *keep;      /* what C borrows: the fallback, memory buffers */
+    rl_decoder_def fallback_def;
+} pipeline_object;
+
+/* ---- the source ---- */
+
+/* Sequence item i as an int64 (sequences, numpy arrays). -1 + exception
+ * on failure: check PyErr_Occurred. */
+static int64_t item_i64(PyObject *seq, Py_ssize_t i)
+{
+    PyObject *v = PySequence_GetItem(seq, i);
+    if (v == NULL) {
+        return -1;
+    }
+    int64_t x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return x;
+}
+
+/* The file source of paths (and optional offsets, lengths). */
+static rl_source *file_source(PyObject *paths, PyObject *offsets,
+                              PyObject *lengths, const rl_file_options *opt,
+                              char *msg)
+{
+    Py_ssize_t n = PySequence_Size(paths);
+    if (n < 0) {
+        return NULL;
+    }
+    size_t cnt = n > 0 ? (size_t)n : 1;
+    PyObject **owned = calloc(cnt, sizeof(*owned));
+    const char **cpaths = calloc(cnt, sizeof(*cpaths));
+    uint64_t *offs = offsets != Py_None ? calloc(cnt, sizeof(*offs)) : NULL;
+    int64_t *lens = offsets != Py_None ? calloc(cnt, sizeof(*lens)) : NULL;
+    rl_source *src = NULL;
+    if (!owned || !cpaths || (offsets != Py_None && (!offs || !lens))) {
+        PyErr_NoMemory();
+        goto out_free;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_GetItem(paths, i);
+        int ok = item != NULL && PyUnicode_FSConverter(item, &owned[i]);
+        Py_XDECREF(item);
+        if (!ok) {
+            goto out_free;
+        }
+        cpaths[i] = PyBytes_AS_STRING(owned[i]);
+        if ((Py_ssize_t)strlen(cpaths[i]) != PyBytes_GET_SIZE(owned[i])) {
+            PyErr_SetString(PyExc_ValueError, "embedded NUL in a path");
+            goto out_free;
+        }
+        if (offs != NULL) {
+            offs[i] = (uint64_t)item_i64(offsets, i);
+            lens[i] = item_i64(lengths, i);
+            if (PyErr_Occurred()) {
+                goto out_free;
+            }
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    src = rl_file_source_create(cpaths, offs, lens, n, opt, msg);
+    Py_END_ALLOW_THREADS
+    if (src == NULL) {
+        PyErr_SetString(PyExc_MemoryError, msg);
+    }
+out_free:
+    for (Py_ssize_t i = 0; owned != NULL && i < n; i++) {
+        Py_XDECREF(owned[i]);
+    }
+    free(owned);
+    free(cpaths);
+    free(offs);
+    free(lens);
+    return src;
+}
+
+/* The memory source of a list of bytes-like objects, kept alive by keep
+ * (a list the pipeline holds). */
+static rl_source *memory_source(PyObject *buffers, PyObject *names,
+                                PyObject *keep)
+{
+    Py_ssize_t n = PySequence_Size(buffers);
+    if (n < 0) {
+        return NULL;
+    }
+    size_t cnt = n > 0 ? (size_t)n : 1;
+    const uint8_t **data = calloc(cnt, sizeof(*data));
+    size_t *len = calloc(cnt, sizeof(*len));
+    const char **cnames = names != Py_None ? calloc(cnt, sizeof(char *)) : NULL;
+    rl_source *src = NULL;
+    if (!data || !len || (names != Py_None && !cnames)) {
+        PyErr_NoMemory();
+        goto out_free;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PySequence_GetItem(buffers, i);
+        if (b == NULL || !PyBytes_Check(b) || PyList_Append(keep, b) < 0) {
+            if (b != NULL && !PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "buffers must be bytes");
+            }
+            Py_XDECREF(b);
+            goto out_free;
+        }
+        data[i] = (const uint8_t *)PyBytes_AS_STRING(b);
+        len[i] = (size_t)PyBytes_GET_SIZE(b);
+        Py_DECREF(b); /* keep holds it */
+        if (cnames != NULL) {
+            PyObject *nm = PySequence_GetItem(names, i);
+            cnames[i] = nm ? PyUnicode_AsUTF8(nm) : NULL;
+            if (nm != NULL && PyList_Append(keep, nm) < 0) {
+                cnames[i] = NULL;
+            }
+            Py_XDECREF(nm);
+            if (cnames[i] == NULL) {
+                goto out_free;
+            }
+        }
+    }
+    src = rl_memory_source_create(data, len, cnames, n);
+    if (src == NULL) {
+        PyErr_NoMemory();
+    }
+out_free:
+    free(data);
+    free(len);
+    free(cnames);
+    return src;
+}
+
+static int parse_io(const char *s, rl_io_backend *out)
+{
+    static const char *names[] = {"auto", "io_uring", "pread"};
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = (rl_io_backend)i;
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_ValueError,
+                 "io must be 'auto', 'io_uring' or 'pread', not '%s'", s);
+    return -1;
+}
+
+/* ---- creation and closing ---- */
+
+static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
+                              PyObject *kw)
+{
+    static char *kwlist[] = {
+        "transform", "paths", "offsets", "lengths", "buffers", "names",
+        "num_threads", "layout", "seed", "io", "max_pixels", "max_scans",
+        "max_file_bytes", "allow_truncated", "dtype", "mul", "add", "device",
+        "copy_stream", "allocator", "fallback", "direct_io", "skip_errors",
+        "max_consecutive_errors", NULL};
+    PyObject *spec, *paths = Py_None, *offsets = Py_None, *lengths = Py_None;
+    PyObject *buffers = Py_None, *names = Py_None, *mul = Py_None;
+    PyObject *add = Py_None, *allocator = Py_None, *fallback = Py_None;
+    const char *dtype = "uint8", *layout = "NCHW", *io = "auto";
+    int device = -1, direct_io = 0, skip_errors = 0, max_consecutive = 16;
+    int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
+    unsigned long long copy_stream = 0, seed = 0;
+    unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
+    unsigned long long max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "O|$OOOOOisKsKiKpsOOiKOOppi", kwlist, &spec, &paths,
+            &offsets, &lengths, &buffers, &names, &nthreads, &layout, &seed,
+            &io, &max_pixels, &max_scans, &max_file_bytes, &allow_truncated,
+            &dtype, &mul, &add, &device, &copy_stream, &allocator, &fallback,
+            &direct_io, &skip_errors, &max_consecutive)) {
+        return NULL;
+    }
+    rl_pipeline_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    rl_file_options fopt = {RL_IO_AUTO, direct_io != 0, max_file_bytes};
+    if (rl__py_parse_transform(spec, &cfg.sample.transform) != 0 ||
+        rl__py_parse_ops(spec, &cfg.sample.augment) != 0 ||
+        rl__py_parse_place(dtype, mul, add, layout, &cfg.place) != 0 ||
+        parse_io(io, &fopt.io) != 0) {
+        return NULL;
+    }
+    if ((paths == Py_None) == (buffers == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "give either paths or buffers");
+        return NULL;
+    }
+    if (device >= 0 && !PyCallable_Check(allocator)) {
+        PyErr_SetString(PyExc_TypeError, "a device needs an allocator");
+        return NULL;
+    }
+    pipeline_object *self = (pipeline_object *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->device = device;
+    self->place = cfg.place;
+    self->place.out_w = cfg.sample.transform.out_w;
+    self->place.out_h = cfg.sample.transform.out_h;
+    self->keep = PyList_New(0);
+    self->owners = PyList_New(0);
+    self->allocator = Py_NewRef(allocator);
+    if (self->keep == NULL || self->owners == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    cfg.decoders.defs[cfg.decoders.n++] = &rl_jpeg_decoder;
+    if (fallback != Py_None) {
+        if (rl__py_fallback_def(fallback, &self->fallback_def) != 0 ||
+            PyList_Append(self->keep, fallback) < 0) {
+            Py_DECREF(self);
+            return NULL;
+        }
+        cfg.decoders.defs[cfg.decoders.n++] = &self->fallback_def;
+    }
+    char msg[RL_MSG_MAX] = "";
+    cfg.source = paths != Py_None
+                     ? file_source(paths, offsets, lengths, &fopt, msg)
+                     : memory_source(buffers, names, self->keep);
+    if (cfg.source == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (device >= 0) {
+        Py_BEGIN_ALLOW_THREADS
+        cfg.deliver = rl_deliver_cuda_create(device, copy_stream, msg);
+        Py_END_ALLOW_THREADS
+        if (cfg.deliver == NULL) {
+            rl_source_destroy(cfg.source);
+            Py_DECREF(self);
+            PyErr_SetString(PyExc_RuntimeError, msg);
+            return NULL;
+        }
+    }
+    cfg.nthreads = nthreads;
+    cfg.sample.seed = seed;
+    cfg.sample.limits.max_pixels = max_pixels;
+    cfg.sample.limits.max_scans = max_scans;
+    cfg.sample.limits.max_file_bytes = max_file_bytes;
+    cfg.sample.limits.allow_truncated = allow_truncated != 0;
+    cfg.skip_errors = skip_errors != 0;
+    cfg.max_consecutive_errors = max_consecutive;
+    Py_BEGIN_ALLOW_THREADS
+    self->p = rl_pipeline_create(&cfg, msg);
+    Py_END_ALLOW_THREADS
+    if (self->p == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_ValueError, msg);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void pipeline_close_impl(pipeline_object *self)
+{
+    rl_pipeline *p = self->p;
+    self->p = NULL;
+    if (p != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        rl_pipeline_destroy(p);
+        Py_END_ALLOW_THREADS
+    }
+    if (self->owners != NULL) {
+        PyList_SetSlice(self->owners, 0, PY_SSIZE_T_MAX, NULL);
+    }
+}
+
+/* Around every call that releases the GIL with self->p in use. */
+static void busy_enter(pipeline_object *self)
+{
+    self->busy++;
+}
+
+static void busy_leave(pipeline_object *self)
+{
+    if (--self->busy == 0 && self->close_pending) {
+        self->close_pending = false;
+        pipeline_close_impl(self);
+    }
+}
+
+static void pipeline_dealloc(pipeline_object *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    pipeline_close_impl(self);
+    Py_XDECREF(self->allocator);
+    Py_XDECREF(self->owners);
+    Py_XDECREF(self->keep); /* after the threads that borrowed from it */
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static int check_open(pipeline_object *self)
+{
+    if (self->p == NULL || self->close_pending) {
+        PyErr_SetString(PyExc_RuntimeError, "the pipeline is closed");
+        return -1;
+    }
+    if (rl_pipeline_forked(self->p)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this pipeline belongs to the process that forked "
+                        "this one: make a new one here");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- batches ---- */
+
+/* ids and keys as int64 arrays (malloc'd into *ids, *keys). 0 or -1. */
+static int parse_ids(PyObject *ids, PyObject *keys, int64_t **out_ids,
+                     int64_t **out_keys, Py_ssize_t *n)
+{
+    *n = PySequence_Size(ids);
+    if (*n < 0 || PySequence_Size(keys) != *n || *n < 1 || *n > (1 << 20)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError,
+                            "ids and keys must be non-empty and of the "
+                            "same length");
+        }
+        return -1;
+    }
+    *out_ids = malloc(sizeof(int64_t) * (size_t)*n);
+    *out_keys = malloc(sizeof(int64_t) * (size_t)*n);
+    if (*out_ids == NULL || *out_keys == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        (*out_ids)[i] = item_i64(ids, i);
+        (*out_keys)[i] = item_i64(keys, i);
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Calls the allocator for a device buffer of nbytes; pushes its
+ * (owner, pointer) on the FIFO. Returns the pointer, or 0 with an
+ * exception set. */
+static uintptr_t device_buffer(pipeline_object *self, size_t nbytes)
+{
+    PyObject *r = PyObject_CallFunction(self->allocator, "n",
+                                        (Py_ssize_t)nbytes);
+    PyObject *owner;
+    unsigned long long ptr = 0;
+    if (r == NULL || !PyArg_ParseTuple(r, "OK", &owner, &ptr) ||
+        PyList_Append(self->owners, r) < 0) {
+        Py_XDECREF(r);
+        return 0;
+    }
+    Py_DECREF(r);
+    if (ptr == 0) {
+        PyErr_SetString(PyExc_ValueError, "the allocator returned NULL");
+        return 0;
+    }
+    return (uintptr_t)ptr;
+}
+
+/* submit(ids, keys, epoch): queue a batch. */
+static PyObject *pipeline_submit(pipeline_object *self, PyObject *args)
+{
+    PyObject *ids, *keys;
+    long long epoch;
+    if (!PyArg_ParseTuple(args, "OOL", &ids, &keys, &epoch) ||
+        check_open(self) != 0) {
+        return NULL;
+    }
+    int64_t *cids = NULL, *ckeys = NULL;
+    Py_ssize_t n = 0;
+    PyObject *result = NULL;
+    uintptr_t dst = 0;
+    if (parse_ids(ids, keys, &cids, &ckeys, &n) != 0) {
+        goto out_free;
+    }
+    if (self->device >= 0) {
+        dst = device_buffer(self,
+                            rl_pipeline_sample_bytes(self->p) * (size_t)n);
+        if (dst == 0) {
+            goto out_free;
+        }
+    }
+    int rc;
+    rl_pipeline *p = self->p;
+    busy_enter(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_pipeline_submit(p, cids, ckeys, (int)n, epoch, (void *)dst);
+    Py_END_ALLOW_THREADS
+    busy_leave(self);
+    if (rc != 0) {
+        if (dst != 0) { /* the batch never entered the FIFO */
+            Py_ssize_t last = PyList_GET_SIZE(self->owners) - 1;
+            PyList_SetSlice(self->owners, last, last + 1, NULL);
+        }
+        rl__py_raise(rl__py_state_of(Py_TYPE(self)), rc, NULL,
+                     rc == -EINVAL ? "a sample id is out of range"
+                                   : "cannot submit the batch");
+        goto out_free;
+    }
+    result = Py_NewRef(Py_None);
+out_free:
+    free(cids);
+    free(ckeys);
+    return result;
+}
+
+/* The (owner, pointer) of the oldest device buffer, popped (new
+ * reference), or None on the host. */
+static PyObject *pop_owner(pipeline_object *self)
+{
+    if (self->device < 0 || PyList_GET_SIZE(self->owners) == 0) {
+        return Py_NewRef(Py_None);
+    }
+    PyObject *o = Py_NewRef(PyList_GET_ITEM(self->owners, 0));
+    PyList_SetSlice(self->owners, 0, 1, NULL);
+    return o;
+}
+
+/* Waits for the next batch in 50 ms steps, running signal handlers. */
+static int wait_next(pipeline_object *self, double limit, uintptr_t consumer,
+                     rl_slot **slot, rl_batch_report *rep)
+{
+    double waited = 0.0;
+    for (;;) {
+        rl_pipeline *p = self->p;
+        int rc;
+        busy_enter(self);
+        Py_BEGIN_ALLOW_THREADS
+        rc = rl_pipeline_next(p, 50, consumer, slot, rep);
+        Py_END_ALLOW_THREADS
+        busy_leave(self); /* a batch taken stays valid if this closes */
+        if (rc != RL_ETIMEDOUT) {
+            return rc;
+        }
+        waited += 0.05;
+        if (PyErr_CheckSignals() != 0) {
+            return -1; /* KeyboardInterrupt; the batch stays in flight */
+        }
+        if (self->p == NULL || self->close_pending) {
+            rl__py_raise(rl__py_state_of(Py_TYPE(self)), RL_ECLOSED, NULL,
+                         "");
+            return -1;
+        }
+        if (limit >= 0 && waited >= limit) {
+            PyErr_SetString(PyExc_TimeoutError,
+                            "no batch ready within the timeout");
+            return -1;
+        }
+    }
+}
+
+/* next(timeout=None, consumer_stream=0) -> Batch, or None when no batch
+ * is in flight. */
+static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
+                               PyObject *kw)
+{
+    static char *kwlist[] = {"timeout", "consumer_stream", NULL};
+    PyObject *timeout = Py_None;
+    unsigned long long consumer = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$K", kwlist, &timeout,
+                                     &consumer) ||
+        check_open(self) != 0) {
+        return NULL;
+    }
+    double limit = timeout == Py_None ? -1.0 : PyFloat_AsDouble(timeout);
+    if (limit == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    rl_module_state *st = rl__py_state_of(Py_TYPE(self));
+    rl_batch_report *rep = PyMem_Calloc(1, sizeof(*rep));
+    if (rep == NULL) {
+        return PyErr_NoMemory();
+    }
+    rl_slot *slot = NULL;
+    int rc = wait_next(self, limit, (uintptr_t)consumer, &slot, rep);
+    PyObject *result = NULL;
+    if (rc == -1) {
+        goto out_free;
+    }
+    if (rc == RL_ECLOSED) {
+        result = Py_NewRef(Py_None);
+        goto out_free;
+    }
+    PyObject *owner = pop_owner(self);
+    if (rc != 0) {
+        Py_DECREF(owner);
+        if (rep->error.pos >= 0) {
+            PyObject *exc = rl__py_sample_error(st, &rep->error);
+            if (exc != NULL) {
+                PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+                Py_DECREF(exc);
+            }
+        } else {
+            rl__py_raise(st, rc, NULL, rep->error.msg);
+        }
+        goto out_free;
+    }
+    PyObject *buf = owner == Py_None ? Py_None
+                                     : PyTuple_GET_ITEM(owner, 0);
+    uintptr_t ptr = owner == Py_None ? 0
+                                     : (uintptr_t)PyLong_AsUnsignedLongLong(
+                                           PyTuple_GET_ITEM(owner, 1));
+    result = rl__py_batch_new(st, slot, ptr, self->device, buf, rep->n,
+                              self->place.out_h, self->place.out_w,
+                              self->place.layout, self->place.dtype, rep);
+    Py_DECREF(owner);
+out_free:
+    rl_batch_report_free(rep);
+    PyMem_Free(rep);
+    return result;
+}
+
+static PyObject *pipeline_cancel(pipeline_object *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->busy > 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "cancel() while another thread uses the pipeline");
+        return NULL;
+    }
+    if (self->p != NULL) {
+        rl_pipeline *p = self->p;
+        busy_enter(self);
+        Py_BEGIN_ALLOW_THREADS
+        rl_pipeline_cancel(p);
+        Py_END_ALLOW_THREADS
+        busy_leave(self);
+        PyList_SetSlice(self->owners, 0, PY_SSIZE_T_MAX, NULL);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *pipeline_close(pipeline_object *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->busy > 0) {
+        /* Another thread is inside submit/next/cancel with the GIL
+         * released: the pipeline is freed when that call returns, and
+         * from now on every call sees it closed. */
+        self->close_pending = true;
+        Py_RETURN_NONE;
+    }
+    pipeline_close_impl(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pipeline_stats(pipeline_object *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(self) != 0) {
+        return NULL;
+    }
+    rl_pipeline_stats s;
+    rl_pipeline_stats_get(self->p, &s);
+    return Py_BuildValue(
+        "{sKsKsKsKsKsdsdsisisisKsKsK}", "samples",
+        (unsigned long long)s.samples, "batches",
+        (unsigned long long)s.batches, "bytes_read",
+        (unsigned long long)s.bytes_read, "errors",
+        (unsigned long long)s.errors, "skipped",
+        (unsigned long long)s.skipped, "read_seconds", s.read_ns / 1e9,
+        "decode_seconds", s.decode_ns / 1e9, "inflight", s.inflight, "ready",
+        s.ready, "slots", s.slots, "direct_refused",
+        (unsigned long long)s.direct_refused, "truncated",
+        (unsigned long long)s.truncated, "fallback_decodes",
+        (unsigned long long)s.fallback);
+}
+
+static PyObject *pipeline_get_io(pipeline_object *self, void *closure)
+{
+    (void)closure;
+    if (check_open(self) != 0) {
+        return NULL;
+    }
+    return PyUnicode_FromString(rl_pipeline_io_name(self->p));
+}
+
+static PyObject *pipeline_get_io_reason(pipeline_object *self, void *closure)
+{
+    (void)closure;
+    if (check_open(self) != 0) {
+        return NULL;
+    }
+    return PyUnicode_FromString(rl_pipeline_io_reason(self->p));
+}
+
+static PyObject *pipeline_get_inflight(pipeline_object *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->p ? rl_pipeline_inflight(self->p) : 0);
+}
+
+static PyObject *pipeline_get_pinned(pipeline_object *self, void *closure)
+{
+    (void)closure;
+    if (self->p == NULL || self->device < 0 || rl_pipeline_forked(self->p)) {
+        return PyLong_FromLong(0);
+    }
+    rl_pipeline_stats s;
+    rl_pipeline_stats_get(self->p, &s);
+    return PyLong_FromLong(s.slots);
+}
+
+static PyObject *pipeline_get_closed(pipeline_object *self, void *closure)
+{
+    (void)closure;
+    /* A pipeline inherited across fork() is closed for the child. */
+    return PyBool_FromLong(self->p == NULL || self->close_pending ||
+                           rl_pipeline_forked(self->p));
+}
+
+static PyMethodDef pipeline_methods[] = {
+    {"submit", (PyCFunction)pipeline_submit, METH_VARARGS,
+     "submit(ids, keys, epoch): queue a batch of samples of the table."},
+    {"next", (PyCFunction)(void (*)(void))pipeline_next,
+     METH_VARARGS | METH_KEYWORDS,
+     "next(timeout=None, consumer_stream=0) -> Batch | None: the oldest "
+     "batch, in order."},
+    {"cancel", (PyCFunction)pipeline_cancel, METH_NOARGS,
+     "Drop every batch in flight."},
+    {"close", (PyCFunction)pipeline_close, METH_NOARGS,
+     "Stop and join every thread; idempotent."},
+    {"stats", (PyCFunction)pipeline_stats, METH_NOARGS,
+     "Cumulative counters."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef pipeline_getset[] = {
+    {"io_backend", (getter)pipeline_get_io, NULL,
+     "'io_uring', 'pread' or 'memory'.", NULL},
+    {"io_reason", (getter)pipeline_get_io_reason, NULL,
+     "Why io_uring is not used ('' when it is).", NULL},
+    {"inflight", (getter)pipeline_get_inflight, NULL,
+     "Batches submitted and not yet returned.", NULL},
+    {"closed", (getter)pipeline_get_closed, NULL,
+     "True after close(), and in a process forked after it was made.",
+     NULL},
+    {"pinned_slots", (getter)pipeline_get_pinned, NULL,
+     "Pinned host slots allocated (device delivery).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot pipeline_slots[] = {
+    {Py_tp_new, pipeline_new},
+    {Py_tp_dealloc, pipeline_dealloc},
+    {Py_tp_methods, pipeline_methods},
+    {Py_tp_getset, pipeline_getset},
+    {Py_tp_doc,
+     "Pipeline(transform, *, paths=None, offsets=None, lengths=None, "
+     "buffers=None, names=None, num_threads=1, layout='NCHW', seed=0, "
+     "io='auto', max_pixels=..., max_scans=500, max_file_bytes=..., "
+     "allow_truncated=False, dtype='uint8', mul=None, add=None, device=-1, "
+     "copy_stream=0, allocator=None, fallback=None, direct_io=False, "
+     "skip_errors=False, max_consecutive_errors=16)"},
+    {0, NULL},
+};
+
+static PyType_Spec pipeline_spec = {
+    .name = "ringloader._core.Pipeline",
+    .basicsize = sizeof(pipeline_object),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = pipeline_slots,
+};
+
+int rl__py_pipeline_init(PyObject *module, rl_module_state *st)
+{
+    st->pipeline_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &pipeline_spec, NULL);
+    if (st->pipeline_type == NULL) {
+        return -1;
+    }
+    return PyModule_AddType(module, st->pipeline_type);
+}

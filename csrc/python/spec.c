@@ -1,0 +1,227 @@
+/*
+ * python/spec.c - the transform spec: one schema, shared by Python and C.
+ *
+ * DESIGN: the spec is a dict that ringloader.transforms builds from the
+ * user's transforms. Its fields are listed once, in the table below, with
+ * their defaults; the module exports the table as TRANSFORM_FIELDS so the
+ * Python side builds dicts with exactly these keys (and a test checks it),
+ * and the values are checked once, by the core's rl_transform_check, the
+ * same check a C caller of the pipeline gets.
+ */
+#include "python/module.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "augment/augment.h"
+#include "core/plan.h"
+
+typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_PAIR } field_type;
+
+typedef struct field {
+    const char *name;
+    field_type type;
+    size_t offset;   /* of the (first) value in rl_transform */
+    double dflt[2];
+    const char *doc;
+} field;
+
+#define AT(member) offsetof(rl_transform, member)
+
+static const field fields[] = {
+    {"resize_short", FIELD_INT, AT(resize_short), {0, 0},
+     "Resize: the shorter side, or 0"},
+    {"resize_h", FIELD_INT, AT(resize_h), {0, 0}, "Resize: (h, w), or 0"},
+    {"resize_w", FIELD_INT, AT(resize_w), {0, 0}, "Resize: (h, w), or 0"},
+    {"out_h", FIELD_INT, AT(out_h), {0, 0}, "output height"},
+    {"out_w", FIELD_INT, AT(out_w), {0, 0}, "output width"},
+    {"scale", FIELD_PAIR, AT(scale_lo), {0.08, 1.0},
+     "RandomResizedCrop's area range"},
+    {"ratio", FIELD_PAIR, AT(ratio_lo), {3.0 / 4.0, 4.0 / 3.0},
+     "RandomResizedCrop's aspect range"},
+    {"flip_p", FIELD_FLOAT, AT(flip_p), {0, 0}, "RandomHorizontalFlip's p"},
+};
+
+#define NFIELDS (sizeof(fields) / sizeof(fields[0]))
+
+static int parse_field(PyObject *spec, const field *f, rl_transform *t)
+{
+    char *base = (char *)t + f->offset;
+    PyObject *v = PyDict_GetItemString(spec, f->name); /* borrowed */
+    bool unset = v == NULL || v == Py_None;
+    if (f->type == FIELD_INT) {
+        long x = unset ? (long)f->dflt[0] : PyLong_AsLong(v);
+        if (x == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        *(int *)base = x < -1 || x > 1 << 20 ? -1 : (int)x;
+        return 0;
+    }
+    double *d = (double *)base;
+    if (f->type == FIELD_FLOAT) {
+        d[0] = unset ? f->dflt[0] : PyFloat_AsDouble(v);
+        return d[0] == -1.0 && PyErr_Occurred() ? -1 : 0;
+    }
+    if (unset) {
+        d[0] = f->dflt[0];
+        d[1] = f->dflt[1];
+        return 0;
+    }
+    return PyArg_ParseTuple(v, "dd", &d[0], &d[1]) ? 0 : -1;
+}
+
+int rl__py_parse_transform(PyObject *spec, rl_transform *t)
+{
+    memset(t, 0, sizeof(*t));
+    if (!PyDict_Check(spec)) {
+        PyErr_SetString(PyExc_TypeError, "transform spec must be a dict");
+        return -1;
+    }
+    PyObject *kind = PyDict_GetItemString(spec, "kind");
+    const char *k = kind ? PyUnicode_AsUTF8(kind) : NULL;
+    if (k == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "transform spec needs a kind");
+        }
+        return -1;
+    }
+    if (strcmp(k, "resize_crop") == 0) {
+        t->kind = RL_T_RESIZE_CROP;
+    } else if (strcmp(k, "random_crop") == 0) {
+        t->kind = RL_T_RANDOM_CROP;
+    } else {
+        PyErr_Format(PyExc_ValueError, "unknown transform kind %s", k);
+        return -1;
+    }
+    for (size_t i = 0; i < NFIELDS; i++) {
+        if (parse_field(spec, &fields[i], t) != 0) {
+            return -1;
+        }
+    }
+    char msg[RL_MSG_MAX];
+    if (rl_transform_check(t, msg) != 0) {
+        PyErr_SetString(PyExc_ValueError, msg);
+        return -1;
+    }
+    return 0;
+}
+
+int rl__py_parse_ops(PyObject *spec, rl_augment *a)
+{
+    memset(a, 0, sizeof(*a));
+    PyObject *ops = PyDict_GetItemString(spec, "ops"); /* borrowed */
+    if (ops == NULL || ops == Py_None) {
+        return 0;
+    }
+    PyObject *seq = PySequence_Fast(ops, "ops must be a list of (name, args)");
+    if (seq == NULL) {
+        return -1;
+    }
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        const char *name;
+        PyObject *args;
+        double v[RL_OP_MAX_ARGS];
+        Py_ssize_t n = 0;
+        rc = -1;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "sO", &name,
+                              &args)) {
+            break;
+        }
+        const rl_op_def *def = rl_op_find(name);
+        if (def == NULL) {
+            PyErr_Format(PyExc_ValueError, "unknown augmentation op %s",
+                         name);
+            break;
+        }
+        PyObject *as = PySequence_Fast(args, "op arguments: a sequence");
+        n = as ? PySequence_Fast_GET_SIZE(as) : 0;
+        for (Py_ssize_t k = 0; as != NULL && k < n && k < RL_OP_MAX_ARGS;
+             k++) {
+            v[k] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(as, k));
+        }
+        Py_XDECREF(as);
+        char msg[RL_MSG_MAX];
+        if (as == NULL || PyErr_Occurred()) {
+            break;
+        }
+        if (rl_augment_add(a, def, v, (int)n, msg) != 0) {
+            PyErr_SetString(PyExc_ValueError, msg);
+            break;
+        }
+        rc = 0;
+    }
+    Py_DECREF(seq);
+    return rc;
+}
+
+int rl__py_parse_place(const char *dtype, PyObject *mul, PyObject *add,
+                       const char *layout, rl_place_config *c)
+{
+    static const char *names[] = {"uint8", "float32", "float16", "bfloat16"};
+    memset(c, 0, sizeof(*c));
+    int found = -1;
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(dtype, names[i]) == 0) {
+            found = i;
+        }
+    }
+    if (found < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "dtype must be uint8, float32, float16 or bfloat16, "
+                     "not '%s'",
+                     dtype);
+        return -1;
+    }
+    c->dtype = (rl_dtype)found;
+    for (int i = 0; i < 3; i++) {
+        c->mul[i] = 1.0f;
+        c->add[i] = 0.0f;
+    }
+    if (mul != Py_None &&
+        !PyArg_ParseTuple(mul, "fff", &c->mul[0], &c->mul[1], &c->mul[2])) {
+        return -1;
+    }
+    if (add != Py_None &&
+        !PyArg_ParseTuple(add, "fff", &c->add[0], &c->add[1], &c->add[2])) {
+        return -1;
+    }
+    if (strcmp(layout, "NCHW") == 0) {
+        c->layout = RL_LAYOUT_NCHW;
+    } else if (strcmp(layout, "NHWC") == 0) {
+        c->layout = RL_LAYOUT_NHWC;
+    } else {
+        PyErr_SetString(PyExc_ValueError, "layout must be 'NCHW' or 'NHWC'");
+        return -1;
+    }
+    return 0;
+}
+
+int rl__py_spec_init(PyObject *module)
+{
+    /* {"kind": ("resize_crop", "random_crop"), name: (default, doc)...} */
+    PyObject *d = Py_BuildValue("{s(ss)s(Os)}", "kind", "resize_crop",
+                                "random_crop", "ops", Py_None,
+                                "augmentation ops: [(name, args)], or None");
+    for (size_t i = 0; d != NULL && i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        PyObject *dflt =
+            f->type == FIELD_INT     ? PyLong_FromLong((long)f->dflt[0])
+            : f->type == FIELD_FLOAT ? PyFloat_FromDouble(f->dflt[0])
+                                     : Py_BuildValue("(dd)", f->dflt[0],
+                                                     f->dflt[1]);
+        PyObject *item = dflt ? Py_BuildValue("(Ns)", dflt, f->doc) : NULL;
+        if (item == NULL || PyDict_SetItemString(d, f->name, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(item);
+    }
+    if (d == NULL) {
+        return -1;
+    }
+    int rc = PyModule_AddObjectRef(module, "TRANSFORM_FIELDS", d);
+    Py_DECREF(d);
+    return rc;
+}

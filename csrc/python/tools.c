@@ -1,0 +1,161 @@
+/*
+ * python/tools.c - the module's stateless functions: a full decode, the
+ * plan of one sample, the probes of io_uring and CUDA, and the resampler's
+ * SIMD level. Tools for tests, benchmarks and `ringloader info`.
+ *
+ * DESIGN: arguments are parsed with the GIL held; the work runs with it
+ * released, on memory from malloc, never from Python's allocator.
+ */
+#include "python/module.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/plan.h"
+#include "core/sample.h"
+#include "deliver/cudart.h"
+#include "place/place.h"
+#include "source/io.h"
+
+/* decode(data, *, max_pixels, max_scans, allow_truncated)
+ *   -> (bytes, height, width): the full image in RGB, for tests and tools. */
+static PyObject *py_decode(PyObject *module, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"data", "max_pixels", "max_scans",
+                             "allow_truncated", NULL};
+    Py_buffer view;
+    unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
+    int max_scans = RL_DEFAULT_MAX_SCANS, allow_truncated = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|$Kip", kwlist, &view,
+                                     &max_pixels, &max_scans,
+                                     &allow_truncated)) {
+        return NULL;
+    }
+    rl_module_state *st = PyModule_GetState(module);
+    rl_limits lim = {max_pixels, max_scans, RL_DEFAULT_MAX_FILE_BYTES,
+                     allow_truncated != 0};
+    uint8_t *out = NULL;
+    int w = 0, h = 0, rc;
+    char msg[RL_MSG_MAX];
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_sample_decode_full(view.buf, (size_t)view.len, &lim, &out, &w,
+                               &h, msg);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (rc != 0) {
+        return rl__py_raise(st, rc, NULL, msg);
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize((const char *)out,
+                                                (Py_ssize_t)w * h * 3);
+    free(out);
+    if (bytes == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("Nii", bytes, h, w);
+}
+
+/* plan(spec, width, height, seed, epoch, index)
+ *   -> (top, left, height, width, flip): the source box of one sample, as
+ *   torchvision's get_params would give it. */
+static PyObject *py_plan(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *spec;
+    int width, height;
+    unsigned long long seed;
+    long long epoch, index;
+    if (!PyArg_ParseTuple(args, "OiiKLL", &spec, &width, &height, &seed,
+                          &epoch, &index)) {
+        return NULL;
+    }
+    rl_transform t;
+    if (rl__py_parse_transform(spec, &t) != 0) {
+        return NULL;
+    }
+    rl_plan p;
+    if (rl_plan_make(&t, width, height, seed, epoch, index, &p) != 0) {
+        PyErr_SetString(PyExc_ValueError, "cannot plan this transform");
+        return NULL;
+    }
+    return Py_BuildValue("ddddO", p.y, p.x, p.h, p.w,
+                         p.flip ? Py_True : Py_False);
+}
+
+/* io_probe() -> (available: bool, reason: str) */
+static PyObject *py_io_probe(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    char why[RL_MSG_MAX];
+    bool ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = rl_io_uring_probe(why);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("Os", ok ? Py_True : Py_False, why);
+}
+
+/* cuda_probe() -> (available, message, library, device_count) */
+static PyObject *py_cuda_probe(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    char msg[RL_MSG_MAX];
+    const char *path = NULL;
+    int n = 0, rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_cuda_load(msg, &path);
+    if (rc == 0) {
+        rc = rl_cuda_device_count(&n, msg);
+    }
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("Ossi", rc == 0 ? Py_True : Py_False, msg,
+                         path ? path : "", n);
+}
+
+/* resample_simd(cap=None) -> the resampler's SIMD level ("c", "sse2",
+ * "avx2"); with cap, first lowers it to at most cap (for tests: call it
+ * when no loader is running). */
+static PyObject *py_resample_simd(PyObject *module, PyObject *args)
+{
+    (void)module;
+    const char *cap = NULL;
+    if (!PyArg_ParseTuple(args, "|z", &cap)) {
+        return NULL;
+    }
+    if (cap != NULL) {
+        rl_simd level;
+        if (strcmp(cap, "c") == 0) {
+            level = RL_SIMD_C;
+        } else if (strcmp(cap, "sse2") == 0) {
+            level = RL_SIMD_SSE2;
+        } else if (strcmp(cap, "avx2") == 0) {
+            level = RL_SIMD_AVX2;
+        } else {
+            PyErr_Format(PyExc_ValueError,
+                         "unknown SIMD level %R: use 'c', 'sse2' or 'avx2'",
+                         PyTuple_GET_ITEM(args, 0));
+            return NULL;
+        }
+        rl_resample_set_simd(level);
+    }
+    return PyUnicode_FromString(rl_simd_name(rl_resample_simd()));
+}
+
+
+PyMethodDef rl__py_tool_methods[] = {
+    {"resample_simd", py_resample_simd, METH_VARARGS,
+     "resample_simd(cap=None) -> 'c' | 'sse2' | 'avx2': the resampler's "
+     "SIMD level, first capped at cap if given."},
+    {"cuda_probe", py_cuda_probe, METH_NOARGS,
+     "cuda_probe() -> (available, message, library, device_count)."},
+    {"decode", (PyCFunction)(void (*)(void))py_decode,
+     METH_VARARGS | METH_KEYWORDS,
+     "decode(data) -> (rgb_bytes, height, width): full RGB decode."},
+    {"plan", py_plan, METH_VARARGS,
+     "plan(spec, width, height, seed, epoch, index) -> (top, left, h, w, "
+     "flip)."},
+    {"io_probe", py_io_probe, METH_NOARGS,
+     "io_probe() -> (io_uring_available, reason_if_not)."},
+    {NULL, NULL, 0, NULL},
+};

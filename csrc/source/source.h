@@ -1,0 +1,113 @@
+/*
+ * source/source.h - the source stage: a sample id -> its bytes.
+ *
+ * A source knows a table of samples, numbered 0..count-1 (the dataset's
+ * indices), and where each one's bytes are: a file or a byte range of one
+ * (source/file.c), a buffer handed in from memory (source/memory.c), later
+ * a byte range of a remote object. The pipeline asks for the bytes of the
+ * samples of each batch and hands them to the decode stage; the source
+ * never looks at the bytes.
+ *
+ * A new source is one file implementing rl_source_ops and a constructor
+ * returning a struct that starts with rl_source (see docs/ARCHITECTURE.md,
+ * "Adding a source").
+ *
+ * Threading. read_batch is called by the pipeline's I/O thread only, one
+ * batch at a time; a source that reads better one request at a time sets it
+ * to NULL, and the pool's workers call read_one instead, concurrently.
+ * read_one is also what the skip policy uses for a replacement sample, on a
+ * worker, whatever read_batch is. Everything else is called by the
+ * pipeline's owner. A source is created by the caller, handed to
+ * rl_pipeline_create, and from then on owned and destroyed by the pipeline.
+ */
+#ifndef RL_SOURCE_H
+#define RL_SOURCE_H
+
+#include "rl.h"
+#include "source/io.h"
+
+typedef struct rl_source rl_source;
+
+/*
+ * One sample's bytes. The pipeline sets id; the source fills data, len and
+ * status: 0 with data[0..len) valid until release(), or -errno (an OS
+ * failure) or RL_ETOOBIG (over the byte limit), with msg saying why in
+ * words when the status alone would not (may stay ""). rd is the source's
+ * own working space (file sources read through it).
+ */
+typedef struct rl_fetch {
+    int64_t id;
+    const uint8_t *data;
+    size_t len;
+    int status;
+    bool direct_refused; /* O_DIRECT asked and refused: read buffered */
+    char msg[RL_MSG_MAX];
+    rl_read rd;
+} rl_fetch;
+
+typedef void (*rl_fetch_done_fn)(rl_fetch *f, void *arg);
+
+typedef struct rl_source_ops {
+    /* How the bytes are read, for users ("io_uring", "pread", "memory"). */
+    const char *(*backend)(const rl_source *s);
+    /* Why a better backend is not used ("" when it is). */
+    const char *(*backend_reason)(const rl_source *s);
+    /* Where sample id comes from, for error messages: a path or a URL.
+     * Valid as long as the source. */
+    const char *(*where)(const rl_source *s, int64_t id);
+    /* Reads every fetch of a batch, calling done(f, arg) once for each as
+     * it completes, on the calling (I/O) thread; blocks until all are
+     * done. NULL: the source reads with read_one on the workers. */
+    void (*read_batch)(rl_source *s, rl_fetch **f, int n,
+                       rl_fetch_done_fn done, void *arg);
+    /* Reads one fetch on the calling thread. Thread-safe. */
+    void (*read_one)(rl_source *s, rl_fetch *f);
+    /* Frees what a fetch holds (after its bytes were decoded, or after it
+     * failed). Thread-safe; accepts a fetch that read nothing. */
+    void (*release)(rl_source *s, rl_fetch *f);
+    /* Frees the source. */
+    void (*destroy)(rl_source *s);
+} rl_source_ops;
+
+struct rl_source {
+    const rl_source_ops *ops;
+    int64_t count; /* samples in the table */
+};
+
+/* Frees a source (its ops->destroy). Accepts NULL. */
+void rl_source_destroy(rl_source *s);
+
+/* ---- the file source (source/file.c) ---- */
+
+typedef struct rl_file_options {
+    rl_io_backend io;        /* RL_IO_AUTO: io_uring when it works */
+    bool direct;             /* O_DIRECT, see source/io.h */
+    uint64_t max_file_bytes; /* larger files fail with RL_ETOOBIG */
+} rl_file_options;
+
+/*
+ * A table of n files, or byte ranges of files: sample i is paths[i] from
+ * offsets[i] for lengths[i] bytes, or the whole file when offsets is NULL
+ * or lengths[i] < 0. Everything is copied. Returns the source, or NULL with
+ * msg (RL_MSG_MAX) saying why (out of memory). On success msg holds "" or
+ * why io_uring is not used.
+ */
+rl_source *rl_file_source_create(const char *const *paths,
+                                 const uint64_t *offsets,
+                                 const int64_t *lengths, int64_t n,
+                                 const rl_file_options *opt, char *msg);
+
+/* ---- the memory source (source/memory.c) ---- */
+
+/*
+ * A table of n buffers: sample i is data[i][0..len[i]). The buffers are
+ * borrowed (the caller keeps them alive and unchanged as long as the
+ * pipeline runs), the two arrays are copied; names[i] (or "<memory i>" when
+ * names is NULL) is what error messages call the sample. Returns NULL when
+ * out of memory.
+ */
+rl_source *rl_memory_source_create(const uint8_t *const *data,
+                                   const size_t *len,
+                                   const char *const *names, int64_t n);
+
+#endif /* RL_SOURCE_H */

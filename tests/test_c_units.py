@@ -1,5 +1,6 @@
 """Builds and runs the C unit tests (tests/c), plain and under
-ThreadSanitizer: the pool, I/O, resampler and pipeline without Python."""
+ThreadSanitizer: the pool, I/O, resampler and pipeline without Python, and
+the recipes of docs/ARCHITECTURE.md (a toy source, decoder and op)."""
 
 import os
 import shutil
@@ -28,5 +29,6 @@ def test_c_units(tmp_path, sanitize):
         "test_io",
         "test_pipeline",
         "test_io_faults",
+        "test_recipes",
     ):
         assert f"{name}: " in proc.stdout

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../csrc/rl_io.h"
+#include "source/io.h"
 #include "check.h"
 
 #define NFILES 600

@@ -2,7 +2,9 @@
  * reads, EAGAIN and EINTR are retried by both backends with the same bytes
  * as a clean read; EIO fails exactly the requests it hits; a FIFO is refused
  * instead of blocking open(). The variable is read once per process, so
- * each configuration runs in a child forked before the first read. */
+ * each configuration runs in a child forked before the first read. The
+ * injection is compiled into test builds only (testing/faults.c behind
+ * source/faults.h; this Makefile defines RL_TEST_HOOKS). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../csrc/rl_io.h"
+#include "source/faults.h"
+#include "source/io.h"
 #include "check.h"
 
 #define NFILES 300
@@ -111,8 +114,9 @@ static int read_threads(bool eio_ok)
     return eios;
 }
 
-/* Runs every backend under `faults` in a child; exit status 0 = pass. */
-static void run_child(const char *faults, bool eio)
+/* Runs every backend under `faults` in a child; exit status 0 = pass.
+ * valid: the setting is one the parser accepts (else it is ignored). */
+static void run_child(const char *faults, bool valid, bool eio)
 {
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -129,6 +133,8 @@ static void run_child(const char *faults, bool eio)
     if (faults != NULL) {
         setenv("RINGLOADER_IO_FAULTS", faults, 1);
     }
+    /* The hooks are in this build, and take exactly the valid settings. */
+    CHECK_EQ(rl__io_faults_on(), valid);
     int e_pread = read_batch(RL_IO_PREAD, eio);
     int e_threads = read_threads(eio);
     int e_uring = rl_io_uring_probe(NULL) ? read_batch(RL_IO_URING, eio) : -1;
@@ -183,15 +189,15 @@ int main(void)
         close(fd);
     }
     fflush(stdout);
-    run_child(NULL, false);
-    run_child("short=0.5,seed=1", false);
-    run_child("eagain=0.3,eintr=0.3,seed=2", false);
-    run_child("short=0.3,eagain=0.1,eintr=0.1,seed=3", false);
-    run_child("short=0.3,eagain=0.1,eintr=0.1,eio=0.05,seed=4", true);
+    run_child(NULL, false, false);
+    run_child("short=0.5,seed=1", true, false);
+    run_child("eagain=0.3,eintr=0.3,seed=2", true, false);
+    run_child("short=0.3,eagain=0.1,eintr=0.1,seed=3", true, false);
+    run_child("short=0.3,eagain=0.1,eintr=0.1,eio=0.05,seed=4", true, true);
     /* Unparsable or impossible settings are ignored (a clean read). */
-    run_child("short=2", false);
-    run_child("short=0.5,eagain=0.5", false);
-    run_child("bogus=1", false);
+    run_child("short=2", false, false);
+    run_child("short=0.5,eagain=0.5", false, false);
+    run_child("bogus=1", false, false);
     check_fifo();
     for (int i = 0; i < NFILES; i++) {
         unlink(paths[i]);

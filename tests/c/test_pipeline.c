@@ -1,7 +1,9 @@
 /* test_pipeline.c - the pipeline without Python: batches come back in
  * order and equal a single-threaded decode of each sample, whatever the
- * thread count and backend; errors name their file; cancel and destroy work
- * with batches in flight and with slots still held. Run under TSan too. */
+ * thread count and backend; errors name their file; the skip policy
+ * replaces a bad sample with the next one that loads and reports it; cancel
+ * and destroy work with batches in flight and with slots still held. Run
+ * under TSan too. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -10,8 +12,8 @@
 
 #include <jpeglib.h>
 
-#include "../../csrc/rl_pipeline.h"
-#include "../../csrc/rl_sample.h"
+#include "core/pipeline.h"
+#include "core/sample.h"
 #include "check.h"
 
 #define DST(d, rs, ps, cs)                                                  \
@@ -22,6 +24,7 @@
 
 static char dir[] = "/tmp/rl_test_pipe_XXXXXX";
 static char paths[NIMG][64];
+static const char *path_list[NIMG];
 
 static void write_jpeg(const char *path, int w, int h, int seed)
 {
@@ -71,79 +74,182 @@ static uint8_t *read_all(const char *path, size_t *len)
     return b;
 }
 
-static rl_pipeline_config config(int threads, rl_io_backend io,
+/* A file source over n paths; the pipeline it is given to owns it. */
+static rl_source *file_source(const char *const *list, int n,
+                              rl_io_backend io)
+{
+    rl_file_options opt = {.io = io,
+                           .max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES};
+    char msg[RL_MSG_MAX];
+    rl_source *src = rl_file_source_create(list, NULL, NULL, n, &opt, msg);
+    CHECK(src != NULL);
+    return src;
+}
+
+static rl_pipeline_config config(int threads, rl_source *src,
                                  rl_transform_kind kind)
 {
     rl_pipeline_config cfg;
     memset(&cfg, 0, sizeof(cfg));
     cfg.nthreads = threads;
-    cfg.io = io;
-    cfg.seed = 42;
-    cfg.layout = RL_LAYOUT_NCHW;
-    cfg.limits.max_pixels = RL_DEFAULT_MAX_PIXELS;
-    cfg.limits.max_scans = RL_DEFAULT_MAX_SCANS;
-    cfg.limits.max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
-    cfg.transform.kind = kind;
-    cfg.transform.out_h = 32;
-    cfg.transform.out_w = 40;
-    cfg.transform.resize_short = 48;
-    cfg.transform.scale_lo = 0.08;
-    cfg.transform.scale_hi = 1.0;
-    cfg.transform.ratio_lo = 0.75;
-    cfg.transform.ratio_hi = 4.0 / 3.0;
-    cfg.transform.flip_p = 0.5;
+    cfg.source = src;
+    cfg.sample.seed = 42;
+    cfg.place.layout = RL_LAYOUT_NCHW;
+    cfg.sample.limits.max_pixels = RL_DEFAULT_MAX_PIXELS;
+    cfg.sample.limits.max_scans = RL_DEFAULT_MAX_SCANS;
+    cfg.sample.limits.max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
+    rl_transform *t = &cfg.sample.transform;
+    t->kind = kind;
+    t->out_h = 32;
+    t->out_w = 40;
+    t->resize_short = 48;
+    t->scale_lo = 0.08;
+    t->scale_hi = 1.0;
+    t->ratio_lo = 0.75;
+    t->ratio_hi = 4.0 / 3.0;
+    t->flip_p = 0.5;
     return cfg;
 }
 
-/* The reference: each sample decoded alone on this thread. */
+/* The reference: each sample decoded alone on this thread, with its index
+ * as its key. */
 static void reference(const rl_pipeline_config *cfg, int64_t epoch,
                       uint8_t *out)
 {
-    rl_decoder *d = rl_decoder_create();
-    size_t sb = (size_t)cfg->transform.out_h * cfg->transform.out_w * 3;
+    rl_decoders jpeg = {.defs = {&rl_jpeg_decoder}, .n = 1};
+    rl_sample_ctx *c = rl_sample_ctx_create(&jpeg);
+    CHECK(c != NULL);
+    const rl_transform *t = &cfg->sample.transform;
+    size_t sb = (size_t)t->out_h * t->out_w * 3;
     for (int i = 0; i < NIMG; i++) {
         size_t len;
         uint8_t *data = read_all(paths[i], &len);
-        rl_dst dst = DST(out + (size_t)i * sb, cfg->transform.out_w, 1,
-                      (ptrdiff_t)cfg->transform.out_w * cfg->transform.out_h);
+        rl_dst dst = DST(out + (size_t)i * sb, t->out_w, 1,
+                         (ptrdiff_t)t->out_w * t->out_h);
         char msg[RL_MSG_MAX];
-        CHECK_EQ(rl_sample_decode(d, data, len, &cfg->transform,
-                                  &cfg->limits, cfg->seed, epoch, i, &dst,
-                                  msg),
+        rl_sample_note note;
+        CHECK_EQ(rl_sample_run(c, &cfg->sample, data, len, epoch, i, &dst,
+                               &note, msg),
                  0);
+        CHECK_EQ(note.decoder, 0);
         free(data);
     }
-    rl_decoder_destroy(d);
+    rl_sample_ctx_destroy(c);
 }
 
 static void run_epoch(rl_pipeline *p, int bs, int64_t epoch, uint8_t *out)
 {
     size_t sb = rl_pipeline_sample_bytes(p);
     int submitted = 0, received = 0;
+    rl_slot *s;
+    rl_batch_report rep;
     while (received < NIMG) {
         while (submitted < NIMG && rl_pipeline_inflight(p) < 3) {
-            rl_source src[16];
+            int64_t ids[16];
             int n = NIMG - submitted < bs ? NIMG - submitted : bs;
             for (int k = 0; k < n; k++) {
-                src[k].path = paths[submitted + k];
-                src[k].offset = 0;
-                src[k].length = -1;
-                src[k].index = submitted + k;
+                ids[k] = submitted + k; /* keys: the ids themselves */
             }
-            CHECK_EQ(rl_pipeline_submit(p, src, n, epoch), 0);
+            CHECK_EQ(rl_pipeline_submit(p, ids, ids, n, epoch, NULL), 0);
             submitted += n;
         }
-        rl_slot *s;
-        rl_batch_error err;
-        CHECK_EQ(rl_pipeline_next(p, -1, &s, &err), 0);
+        CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
+        CHECK_EQ(rep.n_fallback, 0);
+        CHECK_EQ(rep.n_replaced, 0);
+        rl_batch_report_free(&rep);
         memcpy(out + (size_t)received * sb, rl_slot_data(s),
                (size_t)rl_slot_count(s) * sb);
         received += rl_slot_count(s);
         rl_slot_release(s);
     }
+    CHECK_EQ(rl_pipeline_next(p, 10, 0, &s, &rep), RL_ECLOSED);
+}
+
+/* The skip policy on a table with bad samples, read with backend io:
+ * a failed sample is replaced by the next one of the table that loads
+ * (wrapping), the report says which and why, and the stats add up; with
+ * too small a max_consecutive_errors the batch fails and says so. */
+static void check_skip(rl_io_backend io, const char *bad, uint8_t *ref)
+{
+    /* 0 good, 1 missing, 2 corrupt, 3 and 4 good, 5 missing (last). */
+    const char *table[6] = {paths[0], "/nonexistent.jpg", bad,
+                            paths[3], paths[4], "/nonexistent.jpg"};
+    char msg[RL_MSG_MAX];
+    rl_pipeline_config cfg =
+        config(2, file_source(table, 6, io), RL_T_RESIZE_CROP);
+    /* No flip: a sample's pixels do not depend on its key, so a
+     * replacement's equal the reference of its id. */
+    cfg.sample.transform.flip_p = 0.0;
+    cfg.skip_errors = true;
+    cfg.max_consecutive_errors = 3;
+    reference(&cfg, 0, ref);
+    rl_pipeline *p = rl_pipeline_create(&cfg, msg);
+    CHECK(p != NULL);
+    size_t sb = rl_pipeline_sample_bytes(p);
+
+    int64_t ids[3] = {0, 1, 4};
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 3, 0, NULL), 0);
     rl_slot *s;
-    rl_batch_error err;
-    CHECK_EQ(rl_pipeline_next(p, 10, &s, &err), RL_ECLOSED);
+    rl_batch_report rep;
+    CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
+    CHECK_EQ(rep.n_replaced, 1);
+    CHECK_EQ(rep.n_fallback, 0);
+    CHECK_EQ(rep.replaced[0].id, 3); /* 2 is corrupt: 3 is the next good */
+    CHECK_EQ(rep.replaced[0].error.pos, 1);
+    CHECK_EQ(rep.replaced[0].error.id, 1);
+    CHECK_EQ(rep.replaced[0].error.status, -ENOENT);
+    CHECK(strcmp(rep.replaced[0].error.where, "/nonexistent.jpg") == 0);
+    CHECK(rep.replaced[0].error.msg[0] != '\0');
+    CHECK_EQ(rl_slot_count(s), 3);
+    const uint8_t *got = rl_slot_data(s);
+    CHECK(memcmp(got, ref, sb) == 0);
+    CHECK(memcmp(got + sb, ref + 3 * sb, sb) == 0);
+    CHECK(memcmp(got + 2 * sb, ref + 4 * sb, sb) == 0);
+    rl_batch_report_free(&rep);
+    CHECK(rep.replaced == NULL && rep.n_replaced == 0);
+    rl_slot_release(s);
+
+    /* The last sample of the table is replaced by the first. */
+    ids[0] = 5;
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL), 0);
+    CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
+    CHECK_EQ(rep.n_replaced, 1);
+    CHECK_EQ(rep.replaced[0].id, 0);
+    CHECK_EQ(rep.replaced[0].error.pos, 0);
+    CHECK_EQ(rep.replaced[0].error.id, 5);
+    CHECK(memcmp(rl_slot_data(s), ref, sb) == 0);
+    rl_batch_report_free(&rep);
+    rl_slot_release(s);
+
+    /* Each sample that failed counts once in errors, candidates included
+     * (1, 2, then 5); skipped counts the two replaced. */
+    rl_pipeline_stats st;
+    rl_pipeline_stats_get(p, &st);
+    CHECK_EQ(st.errors, 3);
+    CHECK_EQ(st.skipped, 2);
+    CHECK(st.errors >= st.skipped);
+    CHECK_EQ(st.batches, 2);
+    rl_pipeline_destroy(p);
+
+    /* One candidate allowed after the failure, and it is corrupt too. */
+    cfg = config(2, file_source(table, 6, io), RL_T_RESIZE_CROP);
+    cfg.skip_errors = true;
+    cfg.max_consecutive_errors = 2;
+    p = rl_pipeline_create(&cfg, msg);
+    CHECK(p != NULL);
+    CHECK_EQ(rl_pipeline_submit(p, ids + 1, ids + 1, 1, 0, NULL), 0);
+    CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), -ENOENT);
+    CHECK(s == NULL);
+    CHECK_EQ(rep.error.status, -ENOENT);
+    CHECK_EQ(rep.error.pos, 0);
+    CHECK_EQ(rep.error.id, 1);
+    CHECK(strcmp(rep.error.where, "/nonexistent.jpg") == 0);
+    CHECK(strstr(rep.error.msg, "on_error='skip'") != NULL);
+    rl_batch_report_free(&rep);
+    rl_pipeline_stats_get(p, &st);
+    CHECK_EQ(st.errors, 2);
+    CHECK_EQ(st.skipped, 0);
+    rl_pipeline_destroy(p);
 }
 
 int main(void)
@@ -152,23 +258,31 @@ int main(void)
     for (int i = 0; i < NIMG; i++) {
         snprintf(paths[i], sizeof(paths[i]), "%s/%02d.jpg", dir, i);
         write_jpeg(paths[i], 40 + i * 7, 30 + (i * 13) % 90, i);
+        path_list[i] = paths[i];
     }
     size_t total = (size_t)NIMG * 32 * 40 * 3;
     uint8_t *ref = malloc(total), *got = malloc(total);
     char msg[RL_MSG_MAX];
+    bool uring = rl_io_uring_probe(NULL);
 
     rl_transform_kind kinds[] = {RL_T_RESIZE_CROP, RL_T_RANDOM_CROP};
     for (int k = 0; k < 2; k++) {
         for (int epoch = 0; epoch < 2; epoch++) {
-            rl_pipeline_config cfg = config(1, RL_IO_PREAD, kinds[k]);
+            rl_pipeline_config cfg = config(1, NULL, kinds[k]);
             reference(&cfg, epoch, ref);
             int threads[] = {1, 2, 4};
             rl_io_backend ios[] = {RL_IO_PREAD, RL_IO_AUTO};
             for (int t = 0; t < 3; t++) {
                 for (int b = 0; b < 2; b++) {
-                    cfg = config(threads[t], ios[b], kinds[k]);
+                    cfg = config(threads[t],
+                                 file_source(path_list, NIMG, ios[b]),
+                                 kinds[k]);
                     rl_pipeline *p = rl_pipeline_create(&cfg, msg);
                     CHECK(p != NULL);
+                    CHECK(strcmp(rl_pipeline_io_name(p),
+                                 ios[b] == RL_IO_AUTO && uring ? "io_uring"
+                                                               : "pread") ==
+                          0);
                     memset(got, 0xAB, total);
                     run_epoch(p, 1 + (t * 5 + b * 3) % 7, epoch, got);
                     CHECK(memcmp(got, ref, total) == 0);
@@ -179,52 +293,76 @@ int main(void)
     }
 
     /* Errors: the batch fails with the first bad sample's path. */
-    rl_pipeline_config cfg = config(2, RL_IO_AUTO, RL_T_RESIZE_CROP);
-    rl_pipeline *p = rl_pipeline_create(&cfg, msg);
     char bad[80];
     snprintf(bad, sizeof(bad), "%s/bad.jpg", dir);
     FILE *f = fopen(bad, "wb");
     fputs("\xff\xd8\xff garbage", f);
     fclose(f);
-    rl_source src[3] = {{paths[0], 0, -1, 0},
-                        {"/nonexistent.jpg", 0, -1, 1},
-                        {bad, 0, -1, 2}};
-    CHECK_EQ(rl_pipeline_submit(p, src, 3, 0), 0);
-    CHECK_EQ(rl_pipeline_submit(p, src + 2, 1, 0), 0);
+    const char *table[3] = {paths[0], "/nonexistent.jpg", bad};
+    rl_pipeline_config cfg =
+        config(2, file_source(table, 3, RL_IO_AUTO), RL_T_RESIZE_CROP);
+    rl_pipeline *p = rl_pipeline_create(&cfg, msg);
+    CHECK(p != NULL);
+    int64_t ids[3] = {0, 1, 2};
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 3, 0, NULL), 0);
+    CHECK_EQ(rl_pipeline_submit(p, ids + 2, ids + 2, 1, 0, NULL), 0);
     rl_slot *s;
-    rl_batch_error err;
-    CHECK_EQ(rl_pipeline_next(p, -1, &s, &err), -ENOENT);
-    CHECK(strcmp(err.path, "/nonexistent.jpg") == 0);
-    CHECK_EQ(err.pos, 1);
-    CHECK_EQ(rl_pipeline_next(p, -1, &s, &err), RL_EDECODE);
-    CHECK(strcmp(err.path, bad) == 0);
-    CHECK(err.msg[0] != '\0');
+    rl_batch_report rep;
+    CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), -ENOENT);
+    CHECK(strcmp(rep.error.where, "/nonexistent.jpg") == 0);
+    CHECK_EQ(rep.error.pos, 1);
+    CHECK_EQ(rep.error.id, 1);
+    rl_batch_report_free(&rep);
+    CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), RL_EDECODE);
+    CHECK(strcmp(rep.error.where, bad) == 0);
+    CHECK(rep.error.msg[0] != '\0');
+    rl_batch_report_free(&rep);
+
+    /* Ids outside the table, and a dst without a device, are refused. */
+    int64_t out_of_range = 3;
+    CHECK_EQ(rl_pipeline_submit(p, &out_of_range, ids, 1, 0, NULL),
+             -EINVAL);
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, got), -EINVAL);
 
     /* Cancel with many batches in flight, then keep going. */
     for (int i = 0; i < 20; i++) {
-        CHECK_EQ(rl_pipeline_submit(p, src, 1, 0), 0);
+        CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL), 0);
     }
     rl_pipeline_cancel(p);
     CHECK_EQ(rl_pipeline_inflight(p), 0);
-    CHECK_EQ(rl_pipeline_next(p, 0, &s, &err), RL_ECLOSED);
-    CHECK_EQ(rl_pipeline_submit(p, src, 1, 0), 0);
-    CHECK_EQ(rl_pipeline_next(p, -1, &s, &err), 0);
+    CHECK_EQ(rl_pipeline_next(p, 0, 0, &s, &rep), RL_ECLOSED);
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL), 0);
+    CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
+    rl_batch_report_free(&rep);
 
     /* A slot held past destroy stays valid and is freed on release. */
     rl_slot_retain(s);
     rl_slot_release(s);
     for (int i = 0; i < 5; i++) {
-        CHECK_EQ(rl_pipeline_submit(p, src, 1, 0), 0);
+        CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL), 0);
     }
     rl_pipeline_destroy(p); /* with 5 batches in flight */
     memset(rl_slot_data(s), 1, 32 * 40 * 3);
     rl_slot_release(s);
 
-    /* Bad configurations are refused with a message. */
+    check_skip(RL_IO_PREAD, bad, ref);
+    check_skip(RL_IO_AUTO, bad, ref);
+
+    /* Bad configurations are refused with a message (and the source,
+     * owned by the pipeline from create on, freed). */
+    cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO),
+                 RL_T_RESIZE_CROP);
     cfg.nthreads = 0;
     CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');
-    cfg = config(1, RL_IO_AUTO, RL_T_NONE);
+    cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO), RL_T_NONE);
     CHECK(rl_pipeline_create(&cfg, msg) == NULL);
+    cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO),
+                 RL_T_RESIZE_CROP);
+    cfg.skip_errors = true;
+    cfg.max_consecutive_errors = 0;
+    CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');
+    cfg = config(1, NULL, RL_T_RESIZE_CROP);
+    CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');
 
     for (int i = 0; i < NIMG; i++) {
         unlink(paths[i]);

@@ -1,11 +1,12 @@
 /* test_pool.c - every task runs exactly once, on a worker with its own
- * context; destroy drains the queue; many create/destroy cycles. */
+ * context (made with the pool's arg); destroy drains the queue; many
+ * create/destroy cycles. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "../../csrc/rl_pool.h"
+#include "core/pool.h"
 #include "check.h"
 
 typedef struct {
@@ -15,10 +16,14 @@ typedef struct {
     void *ctx;
 } item;
 
-static atomic_int contexts_made, contexts_freed;
+static atomic_int contexts_made, contexts_freed, wrong_args;
+static int pool_arg; /* its address is what ctx_new must receive */
 
-static void *ctx_new(void)
+static void *ctx_new(void *arg)
 {
+    if (arg != &pool_arg) {
+        atomic_fetch_add(&wrong_args, 1);
+    }
     atomic_fetch_add(&contexts_made, 1);
     return malloc(16);
 }
@@ -42,7 +47,7 @@ int main(void)
     enum { N = 20000 };
     static item items[N];
     atomic_int runs = 0;
-    rl_pool *pool = rl_pool_create(4, ctx_new, ctx_free);
+    rl_pool *pool = rl_pool_create(4, ctx_new, ctx_free, &pool_arg);
     CHECK(pool != NULL);
     CHECK_EQ(rl_pool_size(pool), 4);
     for (int i = 0; i < N; i++) {
@@ -58,12 +63,13 @@ int main(void)
     }
     CHECK_EQ(atomic_load(&contexts_made), 4);
     CHECK_EQ(atomic_load(&contexts_freed), 4);
+    CHECK_EQ(atomic_load(&wrong_args), 0); /* each worker got arg */
 
-    CHECK(rl_pool_create(0, NULL, NULL) == NULL);
+    CHECK(rl_pool_create(0, NULL, NULL, NULL) == NULL);
     rl_pool_destroy(NULL);
 
     for (int c = 0; c < 300; c++) {
-        pool = rl_pool_create(1 + c % 3, NULL, NULL);
+        pool = rl_pool_create(1 + c % 3, NULL, NULL, NULL);
         CHECK(pool != NULL);
         items[0].ran = 0;
         rl_pool_submit(pool, &items[0].task);

@@ -2,30 +2,32 @@
  * fuzz_decode.c - libFuzzer harness on ringloader's decode entry point.
  *
  * DESIGN: the fuzzer must see what a training job sees, so it calls the
- * real entry point, rl_sample_decode(), with the production limits
- * (RL_DEFAULT_*) and the fused transforms the pipeline uses, on one decoder
- * reused across inputs exactly as a pool thread reuses its own. The first
- * bytes of the input pick the transform (kind, output size, resize, flip,
- * layout, sample index) so one corpus explores every path of the plan, the
- * DCT scale choice, the region decode and the resampler; the JPEG is the
- * rest. Every output byte is read (summed into a volatile), as in
- * libjpeg-turbo's own fuzzers, so the compiler cannot drop the work and an
- * MSan build would flag any byte the decoder never wrote.
- * A full decode with a low pixel limit follows, as _core.decode() does it.
+ * real per-sample entry point, rl_sample_run() (core/sample.h), with the
+ * production limits (RL_DEFAULT_*), the pipeline's default decoder set
+ * (libjpeg-turbo alone) and the fused transforms the pipeline uses, on one
+ * sample context reused across inputs exactly as a pool thread reuses its
+ * own. The first bytes of the input pick the transform (kind, output size,
+ * resize, flip, layout, sample index) so one corpus explores every path of
+ * the plan, the DCT scale choice, the region decode and the resampler; the
+ * JPEG is the rest. Every output byte is read (summed into a volatile), as
+ * in libjpeg-turbo's own fuzzers, so the compiler cannot drop the work and
+ * an MSan build would flag any byte the decoder never wrote. A full decode
+ * (rl_sample_decode_full) with a low pixel limit follows, as
+ * _core.decode() does it.
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../csrc/rl_sample.h"
+#include "core/sample.h"
 
 #define HEADER_BYTES 8
 /* Low enough that the fuzzer spends its time on decoding, not on memset of
  * huge buffers; high enough for every seed of make_corpus.py. */
 #define FULL_MAX_PIXELS (1u << 20)
 
-static rl_decoder *decoder;
+static rl_sample_ctx *ctx;
 
 static const int out_sizes[] = {1, 2, 7, 16, 33, 64, 224};
 
@@ -79,9 +81,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < HEADER_BYTES) {
         return 0;
     }
-    if (decoder == NULL) {
-        decoder = rl_decoder_create();
-        if (decoder == NULL) {
+    if (ctx == NULL) {
+        rl_decoders jpeg = {.defs = {&rl_jpeg_decoder}, .n = 1};
+        ctx = rl_sample_ctx_create(&jpeg);
+        if (ctx == NULL) {
             abort();
         }
     }
@@ -91,11 +94,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rl_limits lim = {RL_DEFAULT_MAX_PIXELS, RL_DEFAULT_MAX_SCANS,
                      RL_DEFAULT_MAX_FILE_BYTES, (data[0] & 8) != 0};
 
-    rl_transform t;
+    rl_sample_spec spec;
+    memset(&spec, 0, sizeof(spec)); /* no augmentation ops */
+    spec.limits = lim;
+    spec.seed = 7;
+    rl_transform *t = &spec.transform;
     bool nhwc;
     int64_t index;
-    pick(data, &t, &nhwc, &index);
-    size_t bytes = (size_t)t.out_w * (size_t)t.out_h * 3;
+    pick(data, t, &nhwc, &index);
+    size_t bytes = (size_t)t->out_w * (size_t)t->out_h * 3;
     uint8_t *out = malloc(bytes);
     if (out == NULL) {
         abort();
@@ -104,17 +111,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&dst, 0, sizeof(dst));
     dst.data = out;
     if (nhwc) {
-        dst.row_stride = (ptrdiff_t)t.out_w * 3;
+        dst.row_stride = (ptrdiff_t)t->out_w * 3;
         dst.px_stride = 3;
         dst.ch_stride = 1;
     } else {
-        dst.row_stride = t.out_w;
+        dst.row_stride = t->out_w;
         dst.px_stride = 1;
-        dst.ch_stride = (ptrdiff_t)t.out_w * t.out_h;
+        dst.ch_stride = (ptrdiff_t)t->out_w * t->out_h;
     }
-    int rc = rl_sample_decode(decoder, jpeg, len, &t, &lim, 7, 0, index,
-                              &dst, msg);
+    rl_sample_note note;
+    int rc = rl_sample_run(ctx, &spec, jpeg, len, 0, index, &dst, &note,
+                           msg);
     if (rc == 0) {
+        if (note.decoder != 0) {
+            abort(); /* the set has one decoder: it decoded the sample */
+        }
         touch(out, bytes);
     } else if (memchr(msg, '\0', RL_MSG_MAX) == NULL) {
         abort(); /* every failure must leave a terminated message */
@@ -124,7 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lim.max_pixels = FULL_MAX_PIXELS;
     uint8_t *full = NULL;
     int w = 0, h = 0;
-    rc = rl_sample_decode_full(decoder, jpeg, len, &lim, &full, &w, &h, msg);
+    rc = rl_sample_decode_full(jpeg, len, &lim, &full, &w, &h, msg);
     if (rc == 0) {
         touch(full, (size_t)w * (size_t)h * 3);
     }

@@ -1,0 +1,149 @@
+/*
+ * place/resample.c - separable antialiased bilinear resampling: the two
+ * passes, and which instruction set runs them.
+ *
+ * DESIGN: the coefficient tables (taps.c) are made once per image for each
+ * axis. The horizontal pass runs first, over only the source rows the
+ * vertical pass needs, into 8-bit RGBX rows of the output width; the
+ * vertical pass then makes one output row at a time in a scratch line and
+ * hands it to the store (store.c) while it is still in L1. Rows go through
+ * the horizontal kernel two at a time, since the SIMD kernels share a
+ * window's loads between two rows; an odd last row is passed twice, its
+ * copy written to the scratch line, which the vertical pass overwrites.
+ *
+ * The kernels (kernels_*.c) are picked once per call from the SIMD level:
+ * the best the build and CPU allow (checked once), capped by
+ * RINGLOADER_SIMD or rl_resample_set_simd() so that the tests can compare
+ * the levels, which all give the same bytes.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "place/kernels.h"
+#include "place/place.h"
+#include "place/store.h"
+#include "place/taps.h"
+
+static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
+static int simd_best = RL_SIMD_C;  /* what this build and CPU can run */
+static int simd_level = RL_SIMD_C; /* what rl_resample uses */
+
+static void simd_init(void)
+{
+    if (RL_HAVE_SSE2) {
+        simd_best = RL_SIMD_SSE2;
+    }
+    if (rl__cpu_has_avx2()) {
+        simd_best = RL_SIMD_AVX2;
+    }
+    int level = simd_best;
+    const char *env = getenv("RINGLOADER_SIMD");
+    if (env != NULL && strcmp(env, "c") == 0) {
+        level = RL_SIMD_C;
+    } else if (env != NULL && strcmp(env, "sse2") == 0 &&
+               level > RL_SIMD_SSE2) {
+        level = RL_SIMD_SSE2;
+    }
+    __atomic_store_n(&simd_level, level, __ATOMIC_RELAXED);
+}
+
+rl_simd rl_resample_simd(void)
+{
+    pthread_once(&simd_once, simd_init);
+    return (rl_simd)__atomic_load_n(&simd_level, __ATOMIC_RELAXED);
+}
+
+rl_simd rl_resample_set_simd(rl_simd level)
+{
+    pthread_once(&simd_once, simd_init);
+    int l = (int)level < simd_best ? (int)level : simd_best;
+    __atomic_store_n(&simd_level, l, __ATOMIC_RELAXED);
+    return (rl_simd)l;
+}
+
+const char *rl_simd_name(rl_simd level)
+{
+    return level == RL_SIMD_AVX2   ? "avx2"
+           : level == RL_SIMD_SSE2 ? "sse2"
+                                   : "c";
+}
+
+/* n rows (n even, padded with zero weights) -> one row of nbytes, each
+ * kernel doing what its vector width allows and the next the rest. */
+static void vpass_row(const uint8_t *const *rows, const int16_t *w, int n,
+                      int nbytes, uint8_t *out, rl_simd simd)
+{
+    if (n == 0) {
+        memset(out, 0, (size_t)nbytes);
+        return;
+    }
+    int k = 0;
+    if (simd == RL_SIMD_AVX2) {
+        k = rl__vpass_avx2(rows, w, n, k, nbytes, out);
+    }
+    if (simd >= RL_SIMD_SSE2) {
+        k = rl__vpass_sse2(rows, w, n, k, nbytes, out);
+    }
+    rl__vpass_c(rows, w, n, k, nbytes, out);
+}
+
+int rl_resample(const rl_pixels *src, double bx, double by, double bw,
+                double bh, int out_w, int out_h, bool flip,
+                const rl_dst *dst)
+{
+    /* Everything below is scratch of this call: NULL until allocated,
+     * freed on every path. */
+    rl__taps tx = {0}, ty = {0};
+    uint8_t *tmp = NULL;
+    const uint8_t **rowp = NULL;
+    int rc = -ENOMEM;
+    if (rl__taps_make(&tx, src->full_w, bx, bw, out_w) != 0 ||
+        rl__taps_make(&ty, src->full_h, by, bh, out_h) != 0) {
+        goto out_free_scratch;
+    }
+    /* Rows of the source the vertical pass reads, all inside src. */
+    int ylo, yhi;
+    rl_resample_span(src->full_h, by, bh, out_h, &ylo, &yhi);
+    int rows = yhi - ylo;
+    size_t hstride = (size_t)out_w * 4;
+    tmp = malloc(hstride * (size_t)(rows + 1));
+    rowp = malloc(sizeof(*rowp) * (size_t)ty.ksize);
+    if (tmp == NULL || rowp == NULL) {
+        goto out_free_scratch;
+    }
+    uint8_t *line = tmp + hstride * (size_t)rows; /* one output row */
+
+    rl_simd simd = rl_resample_simd();
+    rl__hpass2_fn *hpass2 = simd == RL_SIMD_AVX2   ? rl__hpass_rows2_avx2
+                            : simd == RL_SIMD_SSE2 ? rl__hpass_rows2_sse2
+                                                   : rl__hpass_rows2_c;
+    for (int r = 0; r < rows; r += 2) {
+        const uint8_t *row0 =
+            src->data + (size_t)(ylo + r - src->y0) * src->stride;
+        uint8_t *out0 = tmp + (size_t)r * hstride;
+        bool pair = r + 1 < rows;
+        hpass2(src, row0, pair ? row0 + src->stride : row0, &tx, out_w, out0,
+               pair ? out0 + hstride : line);
+    }
+    for (int y = 0; y < out_h; y++) {
+        int n = ty.count[y];
+        for (int j = 0; j < n; j++) {
+            /* A padding tap (zero weight) repeats the last real row. */
+            int r = ty.first[y] - ylo + j;
+            rowp[j] = tmp + (size_t)(r < rows ? r : rows - 1) * hstride;
+        }
+        vpass_row(rowp, ty.w + (size_t)y * (size_t)ty.ksize, n,
+                  (int)hstride, line, simd);
+        rl__store_row(dst, line, out_w, y, flip, simd);
+    }
+    rc = 0;
+
+out_free_scratch:
+    free(tmp);
+    free(rowp);
+    rl__taps_free(&tx);
+    rl__taps_free(&ty);
+    return rc;
+}

@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h> /* memcpy, in the kernel templates below */
 
 #include "place/taps.h"
 #include "rl.h"
@@ -99,16 +100,23 @@ static inline bool rl__cpu_has_avx2(void)
                    const uint8_t *row1, const rl__taps *tx, int out_w,      \
                    uint8_t *out0, uint8_t *out1)                            \
     {                                                                       \
-        int end = src->x0 + src->w; /* first column past the region */      \
+        /* Locals: the byte stores below could alias *tx and *src. */       \
+        const int *first = tx->first, *count = tx->count;                   \
+        const int16_t *weights = tx->w;                                     \
+        size_t ksize = (size_t)tx->ksize;                                   \
+        int x0 = src->x0, end = x0 + src->w; /* past the region */          \
         for (int x = 0; x < out_w; x++) {                                   \
-            const int16_t *w = tx->w + (size_t)x * (size_t)tx->ksize;       \
-            size_t off = (size_t)(tx->first[x] - src->x0) * 4;              \
+            const int16_t *w = weights + (size_t)x * ksize;                 \
+            size_t off = (size_t)(first[x] - x0) * 4;                       \
             const uint8_t *p0 = row0 + off, *p1 = row1 + off;               \
             uint8_t *o0 = out0 + 4 * x, *o1 = out1 + 4 * x;                 \
-            int n = tx->count[x], inside = rl__taps_inside(tx, x, end);     \
-            if (n == 0 || inside < n) {                                     \
-                rl__hpass_px_c(p0, w, inside, o0);                          \
-                rl__hpass_px_c(p1, w, inside, o1);                          \
+            int n = count[x];                                               \
+            if (n == 0 || first[x] + n > end) {                             \
+                /* Empty, or the padding tap would read past the            \
+                 * region: the portable kernel sums the real taps. */       \
+                int real = end - first[x];                                  \
+                rl__hpass_px_c(p0, w, real < n ? real : n, o0);             \
+                rl__hpass_px_c(p1, w, real < n ? real : n, o1);             \
                 continue;                                                   \
             }                                                               \
             switch (n) {                                                    \
@@ -126,6 +134,52 @@ static inline bool rl__cpu_has_avx2(void)
                 break;                                                      \
             }                                                               \
         }                                                                   \
+    }
+
+/*
+ * The body of a vertical-pass kernel for one vector width: VEC is the
+ * integer vector type, MM the intrinsics' prefix (_mm or _mm256) and SI the
+ * load/store suffix (si128 or si256). Each step sums sizeof(VEC) bytes of
+ * all n rows, two rows per pmaddwd: their bytes are interleaved so that
+ * each 32-bit lane is r0[i] * w[j] + r1[i] * w[j + 1]. AVX2's unpacks and
+ * packs work within 128-bit lanes, so each half of a 256-bit step is
+ * exactly the 128-bit computation and the bytes come out in order.
+ */
+#define RL_DEFINE_VPASS(NAME, ATTR, VEC, MM, SI)                            \
+    ATTR int NAME(const uint8_t *const *rows, const int16_t *w, int n,      \
+                  int k, int nbytes, uint8_t *out)                          \
+    {                                                                       \
+        const int step = (int)sizeof(VEC);                                  \
+        VEC zero = MM##_setzero_##SI();                                     \
+        for (; k + step <= nbytes; k += step) {                             \
+            VEC a0 = MM##_set1_epi32(RL_WEIGHT_HALF), a1 = a0, a2 = a0,     \
+                a3 = a0;                                                    \
+            for (int j = 0; j < n; j += 2) {                                \
+                VEC r0 = MM##_loadu_##SI((const VEC *)(rows[j] + k));       \
+                VEC r1 = MM##_loadu_##SI((const VEC *)(rows[j + 1] + k));   \
+                int32_t pair;                                               \
+                memcpy(&pair, w + j, 4);                                    \
+                VEC ww = MM##_set1_epi32(pair);                             \
+                VEC lo0 = MM##_unpacklo_epi8(r0, zero);                     \
+                VEC lo1 = MM##_unpacklo_epi8(r1, zero);                     \
+                VEC hi0 = MM##_unpackhi_epi8(r0, zero);                     \
+                VEC hi1 = MM##_unpackhi_epi8(r1, zero);                     \
+                a0 = MM##_add_epi32(                                        \
+                    a0, MM##_madd_epi16(MM##_unpacklo_epi16(lo0, lo1), ww)); \
+                a1 = MM##_add_epi32(                                        \
+                    a1, MM##_madd_epi16(MM##_unpackhi_epi16(lo0, lo1), ww)); \
+                a2 = MM##_add_epi32(                                        \
+                    a2, MM##_madd_epi16(MM##_unpacklo_epi16(hi0, hi1), ww)); \
+                a3 = MM##_add_epi32(                                        \
+                    a3, MM##_madd_epi16(MM##_unpackhi_epi16(hi0, hi1), ww)); \
+            }                                                               \
+            VEC p01 = MM##_packs_epi32(MM##_srai_epi32(a0, RL_WEIGHT_BITS), \
+                                       MM##_srai_epi32(a1, RL_WEIGHT_BITS)); \
+            VEC p23 = MM##_packs_epi32(MM##_srai_epi32(a2, RL_WEIGHT_BITS), \
+                                       MM##_srai_epi32(a3, RL_WEIGHT_BITS)); \
+            MM##_storeu_##SI((VEC *)(out + k), MM##_packus_epi16(p01, p23)); \
+        }                                                                   \
+        return k;                                                           \
     }
 
 #endif /* RL_PLACE_KERNELS_H */

@@ -61,41 +61,5 @@ hpass_px2_avx2(const uint8_t *p0, const uint8_t *p1, const int16_t *w, int k,
 
 RL_DEFINE_HPASS_ROWS2(rl__hpass_rows2_avx2, hpass_px2_avx2, RL_TARGET_AVX2)
 
-RL_TARGET_AVX2 int rl__vpass_avx2(const uint8_t *const *rows,
-                                  const int16_t *w, int n, int k, int nbytes,
-                                  uint8_t *out)
-{
-    __m256i zero = _mm256_setzero_si256();
-    for (; k + 32 <= nbytes; k += 32) {
-        __m256i a0 = _mm256_set1_epi32(RL_WEIGHT_HALF), a1 = a0, a2 = a0,
-                a3 = a0;
-        for (int j = 0; j < n; j += 2) {
-            __m256i r0 = _mm256_loadu_si256((const __m256i *)(rows[j] + k));
-            __m256i r1 =
-                _mm256_loadu_si256((const __m256i *)(rows[j + 1] + k));
-            int32_t pair;
-            memcpy(&pair, w + j, 4);
-            __m256i ww = _mm256_set1_epi32(pair);
-            __m256i lo0 = _mm256_unpacklo_epi8(r0, zero);
-            __m256i lo1 = _mm256_unpacklo_epi8(r1, zero);
-            __m256i hi0 = _mm256_unpackhi_epi8(r0, zero);
-            __m256i hi1 = _mm256_unpackhi_epi8(r1, zero);
-            a0 = _mm256_add_epi32(
-                a0, _mm256_madd_epi16(_mm256_unpacklo_epi16(lo0, lo1), ww));
-            a1 = _mm256_add_epi32(
-                a1, _mm256_madd_epi16(_mm256_unpackhi_epi16(lo0, lo1), ww));
-            a2 = _mm256_add_epi32(
-                a2, _mm256_madd_epi16(_mm256_unpacklo_epi16(hi0, hi1), ww));
-            a3 = _mm256_add_epi32(
-                a3, _mm256_madd_epi16(_mm256_unpackhi_epi16(hi0, hi1), ww));
-        }
-        __m256i p01 = _mm256_packs_epi32(_mm256_srai_epi32(a0, RL_WEIGHT_BITS),
-                                         _mm256_srai_epi32(a1, RL_WEIGHT_BITS));
-        __m256i p23 = _mm256_packs_epi32(_mm256_srai_epi32(a2, RL_WEIGHT_BITS),
-                                         _mm256_srai_epi32(a3, RL_WEIGHT_BITS));
-        _mm256_storeu_si256((__m256i *)(out + k),
-                            _mm256_packus_epi16(p01, p23));
-    }
-    return k;
-}
+RL_DEFINE_VPASS(rl__vpass_avx2, RL_TARGET_AVX2, __m256i, _mm256, si256)
 #endif /* RL_HAVE_AVX2 */

@@ -10,7 +10,6 @@
  * The horizontal pass rounds to 8 bits before the vertical one, as
  * torchvision's uint8 kernel does.
  */
-
 #include "place/kernels.h"
 
 static inline uint8_t clip8(int32_t v)

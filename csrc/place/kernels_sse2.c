@@ -50,40 +50,5 @@ hpass_px2_sse2(const uint8_t *p0, const uint8_t *p1, const int16_t *w, int k,
 
 RL_DEFINE_HPASS_ROWS2(rl__hpass_rows2_sse2, hpass_px2_sse2, )
 
-int rl__vpass_sse2(const uint8_t *const *rows, const int16_t *w, int n,
-                   int k, int nbytes, uint8_t *out)
-{
-    __m128i zero = _mm_setzero_si128();
-    for (; k + 16 <= nbytes; k += 16) {
-        __m128i a0 = _mm_set1_epi32(RL_WEIGHT_HALF), a1 = a0, a2 = a0,
-                a3 = a0;
-        for (int j = 0; j < n; j += 2) {
-            __m128i r0 = _mm_loadu_si128((const __m128i *)(rows[j] + k));
-            __m128i r1 = _mm_loadu_si128((const __m128i *)(rows[j + 1] + k));
-            int32_t pair;
-            memcpy(&pair, w + j, 4);
-            __m128i ww = _mm_set1_epi32(pair);
-            /* Interleave the two rows' bytes so each pmaddwd lane is
-             * r0[i] * w[j] + r1[i] * w[j + 1]. */
-            __m128i lo0 = _mm_unpacklo_epi8(r0, zero);
-            __m128i lo1 = _mm_unpacklo_epi8(r1, zero);
-            __m128i hi0 = _mm_unpackhi_epi8(r0, zero);
-            __m128i hi1 = _mm_unpackhi_epi8(r1, zero);
-            a0 = _mm_add_epi32(
-                a0, _mm_madd_epi16(_mm_unpacklo_epi16(lo0, lo1), ww));
-            a1 = _mm_add_epi32(
-                a1, _mm_madd_epi16(_mm_unpackhi_epi16(lo0, lo1), ww));
-            a2 = _mm_add_epi32(
-                a2, _mm_madd_epi16(_mm_unpacklo_epi16(hi0, hi1), ww));
-            a3 = _mm_add_epi32(
-                a3, _mm_madd_epi16(_mm_unpackhi_epi16(hi0, hi1), ww));
-        }
-        __m128i p01 = _mm_packs_epi32(_mm_srai_epi32(a0, RL_WEIGHT_BITS),
-                                      _mm_srai_epi32(a1, RL_WEIGHT_BITS));
-        __m128i p23 = _mm_packs_epi32(_mm_srai_epi32(a2, RL_WEIGHT_BITS),
-                                      _mm_srai_epi32(a3, RL_WEIGHT_BITS));
-        _mm_storeu_si128((__m128i *)(out + k), _mm_packus_epi16(p01, p23));
-    }
-    return k;
-}
+RL_DEFINE_VPASS(rl__vpass_sse2, , __m128i, _mm, si128)
 #endif /* RL_HAVE_SSE2 */

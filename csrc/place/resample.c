@@ -65,7 +65,9 @@ rl_simd rl_resample_set_simd(rl_simd level)
 
 const char *rl_simd_name(rl_simd level)
 {
-    return level == RL_SIMD_AVX2 ? "avx2" : level == RL_SIMD_SSE2 ? "sse2" : "c";
+    return level == RL_SIMD_AVX2   ? "avx2"
+           : level == RL_SIMD_SSE2 ? "sse2"
+                                   : "c";
 }
 
 /* n rows (n even, padded with zero weights) -> one row of nbytes, each

@@ -184,7 +184,8 @@ static int store_float_sse2(const rl_dst *dst, const uint8_t *px, int w,
     int x = 0;
     for (; x + 5 <= w; x += 4) { /* 4 pixels, and never the last one */
         __m128i v = _mm_loadu_si128((const __m128i *)(px + 4 * x));
-        __m128i v01 = _mm_unpacklo_epi8(v, zero), v23 = _mm_unpackhi_epi8(v, zero);
+        __m128i v01 = _mm_unpacklo_epi8(v, zero);
+        __m128i v23 = _mm_unpackhi_epi8(v, zero);
         __m128i p[4] = {_mm_unpacklo_epi16(v01, zero),
                         _mm_unpackhi_epi16(v01, zero),
                         _mm_unpacklo_epi16(v23, zero),
@@ -214,7 +215,7 @@ static void store_float(const rl_dst *dst, const uint8_t *px, int w,
     /* The pixels the vector code left (or all of them), one at a time. */
     for (int c = 0; c < 3; c++) {
         float mul = dst->mul[c], add = dst->add[c];
-        uint8_t *oc = o + (ptrdiff_t)c * cs * (ptrdiff_t)rl_dtype_size(dst->dtype);
+        uint8_t *oc = o + c * cs * (ptrdiff_t)rl_dtype_size(dst->dtype);
         for (int x = x0; x < w; x++) {
             float v = (float)px[4 * x + c] * mul + add;
             if (dst->dtype == RL_DTYPE_F32) {

@@ -7,8 +7,9 @@
 
 #include <stdint.h>
 
-/* Weights are fixed point with this many fraction bits: a pixel (8 bits)
- * times a weight fits the 16-bit lanes the SIMD multiply-adds take. */
+/* Weights are fixed point with this many fraction bits: a weight (at most
+ * 1 << 14) and a pixel each fit a signed 16-bit lane of the SIMD
+ * multiply-adds, and a window's sum of products fits 32 bits. */
 #define RL_WEIGHT_BITS 14
 /* Added before the final shift so that it rounds to nearest. */
 #define RL_WEIGHT_HALF (1 << (RL_WEIGHT_BITS - 1))
@@ -33,17 +34,5 @@ typedef struct rl__taps {
  */
 int rl__taps_make(rl__taps *t, int full, double b0, double bsize, int out);
 void rl__taps_free(rl__taps *t);
-
-/*
- * How many of output pixel x's taps lie in a decoded region whose columns
- * end before `end`: count[x], or fewer when its padding tap would read past
- * the region (SIMD kernels then leave the pixel to the portable one, which
- * computes the same sum from the real taps only).
- */
-static inline int rl__taps_inside(const rl__taps *t, int x, int end)
-{
-    int real = end - t->first[x];
-    return real < t->count[x] ? real : t->count[x];
-}
 
 #endif /* RL_PLACE_TAPS_H */

@@ -1,11 +1,12 @@
-/* test_resize.c - resampler invariants: identity is exact, a constant image
- * stays constant at any scale, flips mirror, spans cover what is read, and
- * strides place channels where asked. */
+/* test_resize.c - the place stage: resampler invariants (identity is exact,
+ * a constant image stays constant at any scale, flips mirror, spans cover
+ * what is read, strides place channels where asked), rl_store_rgb writes
+ * what the resampler writes, and rl_place zeroes a CenterCrop's padding. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <string.h>
 
-#include "../../csrc/rl_resize.h"
+#include "place/place.h"
 #include "check.h"
 
 #define DST(d, rs, ps, cs)                                                  \
@@ -18,6 +19,107 @@ static rl_pixels whole(int w, int h)
 {
     rl_pixels p = {src, (size_t)w * 4, 0, 0, w, h, w, h};
     return p;
+}
+
+static const float MUL[3] = {1.0f / (255 * 0.229f), 1.0f / (255 * 0.224f),
+                             1.0f / 255};
+static const float ADD[3] = {-0.485f / 0.229f, -0.456f / 0.224f, 0.0f};
+
+/* A destination of dtype and layout for an ow x oh image at data. */
+static rl_dst dst_of(uint8_t *data, rl_dtype dtype, rl_layout layout, int ow,
+                     int oh)
+{
+    rl_place_config c = {.out_w = ow, .out_h = oh, .layout = layout,
+                         .dtype = dtype};
+    memcpy(c.mul, MUL, sizeof(c.mul));
+    memcpy(c.add, ADD, sizeof(c.add));
+    rl_dst d;
+    rl_place_dst(&c, data, &d);
+    CHECK_EQ(rl_place_sample_bytes(&c),
+             (size_t)ow * oh * 3 * rl_dtype_size(dtype));
+    return d;
+}
+
+/* rl_store_rgb of the resampler's own 8-bit output (NHWC u8) writes the
+ * same bytes as the resampler does in every dtype and layout, at every
+ * SIMD level, for widths below and above the store's chunk. */
+static void test_store_rgb(void)
+{
+    enum { MAXW = 333, MAXH = 48, PAD = 5 };
+    static uint8_t rgb[MAXH * (MAXW * 3 + PAD)];
+    static uint8_t want[MAXW * MAXH * 3 * 4], got[MAXW * MAXH * 3 * 4];
+    rl_pixels px = whole(400, 300);
+    int sizes[][2] = {{64, 48}, {MAXW, 20}, {1, 1}};
+    rl_simd before = rl_resample_simd();
+    for (int level = RL_SIMD_C; level <= RL_SIMD_AVX2; level++) {
+        rl_resample_set_simd((rl_simd)level);
+        for (int s = 0; s < 3; s++) {
+            int ow = sizes[s][0], oh = sizes[s][1];
+            size_t stride = (size_t)ow * 3 + PAD; /* not packed rows */
+            rl_dst u8 = DST(rgb, (ptrdiff_t)stride, 3, 1);
+            CHECK_EQ(rl_resample(&px, 11.5, 7.25, 301, 203.5, ow, oh, false,
+                                 &u8),
+                     0);
+            for (int dt = RL_DTYPE_U8; dt <= RL_DTYPE_BF16; dt++) {
+                for (int lay = 0; lay < 2; lay++) {
+                    size_t n = (size_t)ow * oh * 3 * rl_dtype_size(dt);
+                    rl_dst a = dst_of(want, dt, lay, ow, oh);
+                    rl_dst b = dst_of(got, dt, lay, ow, oh);
+                    memset(want, 0xA5, n + 8);
+                    memset(got, 0x5A, n + 8);
+                    CHECK_EQ(rl_resample(&px, 11.5, 7.25, 301, 203.5, ow, oh,
+                                         false, &a),
+                             0);
+                    rl_store_rgb(rgb, stride, ow, oh, &b);
+                    CHECK(memcmp(want, got, n) == 0);
+                    CHECK(got[n] == 0x5A); /* nothing past the image */
+                }
+            }
+        }
+    }
+    rl_resample_set_simd(before);
+}
+
+/* rl_place of a 40 x 30 image into a 64 x 48 CenterCrop: the image at the
+ * plan's rectangle (a copy at scale 1, mirrored when flipped), black
+ * (0, or add[c] in float) all around it, whatever was there before. */
+static void test_place(void)
+{
+    enum { OW = 64, OH = 48, IW = 40, IH = 30, VX = 12, VY = 9 };
+    static float out[OW * OH * 3];
+    rl_pixels px = whole(IW, IH);
+    rl_plan plan = {.x = 0, .y = 0, .w = IW, .h = IH, .vx = VX, .vy = VY,
+                    .vw = IW, .vh = IH, .out_w = OW, .out_h = OH};
+    char msg[RL_MSG_MAX];
+    for (int dt = RL_DTYPE_U8; dt <= RL_DTYPE_F32; dt++) {
+        for (int lay = 0; lay < 2; lay++) {
+            for (int flip = 0; flip < 2; flip++) {
+                plan.flip = flip;
+                rl_dst d = dst_of((uint8_t *)out, dt, lay, OW, OH);
+                memset(out, 0x7F, sizeof(out));
+                CHECK_EQ(rl_place(&px, &plan, 0, 0, IW, IH, &d, msg), 0);
+                for (int y = 0; y < OH; y++) {
+                    for (int x = 0; x < OW; x++) {
+                        int ix = x - VX, iy = y - VY;
+                        bool in = ix >= 0 && ix < IW && iy >= 0 && iy < IH;
+                        int sx = flip ? IW - 1 - ix : ix;
+                        for (int c = 0; c < 3; c++) {
+                            int v = in ? src[(iy * IW + sx) * 4 + c] : 0;
+                            uint8_t *e = rl_dst_at(&d, x, y) +
+                                         c * d.ch_stride * rl_dtype_size(dt);
+                            if (dt == RL_DTYPE_U8) {
+                                CHECK_EQ(*e, v);
+                            } else {
+                                float f;
+                                memcpy(&f, e, 4);
+                                CHECK(f == v * MUL[c] + ADD[c]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 int main(void)
@@ -194,5 +296,8 @@ int main(void)
     CHECK_EQ(out[(3 * 64 + 2) * 3], 0);
     CHECK_EQ(out[(6 * 64 + 6) * 3 + 2], 0);
     CHECK_EQ(out[(7 * 64 + 6) * 3], 1);
+
+    test_store_rgb();
+    test_place();
     PASS("test_resize");
 }

@@ -46,7 +46,7 @@ typedef enum {
 
 /*
  * A transform as the user configured it; the same for every sample.
- * Randomness is drawn per sample from (seed, epoch, index) in rl_plan.c.
+ * Randomness is drawn per sample from (seed, epoch, key) by core/plan.c.
  *
  * RL_T_RESIZE_CROP: when resize_short > 0 the shorter side is resized to it
  * (the longer one keeps the aspect ratio, truncated, as torchvision does);

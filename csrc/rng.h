@@ -5,8 +5,9 @@
  * shared between threads or samples, so draws do not depend on thread count
  * or completion order, and resuming mid-epoch replays them exactly. The key
  * is the sample's dataset index the first time it comes in an epoch (the
- * Python side adds an occurrence count for repeats; the core's skip policy
- * marks replacements, see core/pipeline.h).
+ * Python side adds an occurrence count for repeats above bit 40; the core's
+ * skip policy keys a replacement with bit 62 set and its attempt number in
+ * bits 54..61 above the original key, see core/jobs.c).
  */
 #ifndef RL_RNG_H
 #define RL_RNG_H

@@ -15,7 +15,7 @@
  * the thread count and resuming replays them), and an apply. The chain
  * draws every op's parameters in order before applying any, so an op's
  * draws never depend on the pixels. A new op is one entry in
- * augment/ops.c's table (see docs/ARCHITECTURE.md, "Adding an op").
+ * augment/ops.c's table (see docs/ARCHITECTURE.md, "Adding an augmentation op").
  * Everything here is called on pool workers, without the GIL.
  */
 #ifndef RL_AUGMENT_H

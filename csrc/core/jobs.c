@@ -143,8 +143,9 @@ static void replace(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx,
                     const rl_dst *dst)
 {
     int64_t count = p->cfg.source->count;
-    int limit = p->cfg.max_consecutive_errors;
+    int limit = p->cfg.max_consecutive_errors, tried = 0;
     for (int k = 1; k < limit && k < count; k++) {
+        tried++;
         if (atomic_load(&j->batch->cancelled)) {
             return;
         }
@@ -164,9 +165,16 @@ static void replace(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx,
         }
     }
     size_t len = strlen(j->msg);
-    snprintf(j->msg + len, RL_MSG_MAX - len,
-             " (on_error='skip': the %d samples after it failed too)",
-             limit - 1);
+    if (tried == 0) {
+        snprintf(j->msg + len, RL_MSG_MAX - len,
+                 " (on_error='skip': max_consecutive_errors=%d allows no "
+                 "replacement)",
+                 limit);
+    } else {
+        snprintf(j->msg + len, RL_MSG_MAX - len,
+                 " (on_error='skip': the %d samples after it failed too)",
+                 tried);
+    }
 }
 
 static void job_run(rl_task *task, void *ctx)

@@ -193,7 +193,7 @@ int rl_sample_decode_full(const uint8_t *data, size_t len,
     if (rc == 0) {
         rc = dec->region(st, 8, 0, 0, info.width, info.height, lim, &px, msg);
     }
-    size_t row = (size_t)info.width * 3;
+    size_t row = rc == 0 ? (size_t)info.width * 3 : 0;
     uint8_t *buf = rc == 0 ? malloc(row * (size_t)info.height) : NULL;
     if (rc == 0 && buf == NULL) {
         snprintf(msg, RL_MSG_MAX, "out of memory");

@@ -16,7 +16,7 @@
 
 #include "rl.h"
 
-/* Injected I/O faults (RINGLOADER_IO_FAULTS, see rl_io.h). */
+/* The kinds of injected fault. */
 typedef enum {
     RL__FAULT_NONE = 0,
     RL__FAULT_SHORT,  /* read fewer bytes than asked */

@@ -18,7 +18,6 @@ typedef struct memory_source {
     const uint8_t **data;
     size_t *len;
     char **names; /* NULL: "<memory i>" */
-    char where[64];
 } memory_source;
 
 static const char *memory_backend(const rl_source *s)
@@ -39,8 +38,6 @@ static const char *memory_where(const rl_source *s, int64_t id)
     if (m->names != NULL && id >= 0 && id < s->count) {
         return m->names[id];
     }
-    /* Messages are built by one thread at a time per source id range; a
-     * generic name is good enough for the rare unnamed error. */
     return "<memory>";
 }
 

@@ -102,7 +102,7 @@ rl_source *rl_file_source_create(const char *const *paths,
 /*
  * A table of n buffers: sample i is data[i][0..len[i]). The buffers are
  * borrowed (the caller keeps them alive and unchanged as long as the
- * pipeline runs), the two arrays are copied; names[i] (or "<memory i>" when
+ * pipeline runs), the two arrays are copied; names[i] (or "<memory>" when
  * names is NULL) is what error messages call the sample. Returns NULL when
  * out of memory.
  */

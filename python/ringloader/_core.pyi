@@ -1,19 +1,37 @@
-"""Type stub for ringloader._core, the private C extension (csrc/rl_module.c,
-csrc/py_pipeline.c). Use the ringloader package rather than this module."""
+"""Type stub for ringloader._core, the private C extension (csrc/python/,
+see docs/ARCHITECTURE.md). Use the ringloader package rather than this
+module. Names marked "test builds" exist only in a build made with
+RINGLOADER_TEST_HOOKS=1 (what `make test` installs)."""
 
 import os
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union, final
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    final,
+)
 
 from typing_extensions import Buffer, CapsuleType
 
 # What PyUnicode_FSConverter accepts.
 _Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 
-# A transform spec, as ringloader.transforms compiles it: a real dict with
-# "kind" ("resize_crop" or "random_crop") and "out_h"/"out_w", plus the
-# optional "resize_short", "resize_h", "resize_w" (ints), "flip_p" (float),
-# "scale" and "ratio" (2-tuples of floats).
+# A transform spec, as ringloader.transforms compiles it: a real dict whose
+# keys are those of TRANSFORM_FIELDS: "kind" ("resize_crop" or
+# "random_crop") and "out_h"/"out_w", plus the optional "resize_short",
+# "resize_h", "resize_w" (ints), "flip_p" (float), "scale" and "ratio"
+# (2-tuples of floats) and "ops" (augmentation ops: [(name, args)]).
 _TransformSpec = Dict[str, Any]
+
+# The spec's schema, defined once in C: key -> (default, description);
+# "kind" -> its allowed values.
+TRANSFORM_FIELDS: Dict[str, Tuple[Any, str]]
+test_hooks: int  # test builds: 1
 
 DEFAULT_MAX_PIXELS: int
 DEFAULT_MAX_SCANS: int
@@ -26,7 +44,7 @@ class DecodeError(ValueError):
     path: Optional[str]  # None for decode(), which has no file name
     reason: str  # libjpeg's message
     kind: str  # "corrupt", "truncated", "too_big" or "not_jpeg"
-    index: int  # the sample's index, when Pipeline.next() knows it
+    index: int  # the sample's id, when Pipeline.next() knows it
 
 def decode(
     data: Buffer,
@@ -58,6 +76,7 @@ def read_bench(
     batch: int,
     direct: bool = ...,
 ) -> Tuple[int, float]:
+    # test builds
     """The I/O layer alone: (bytes, seconds). backend is "io_uring" or
     "pread"; offsets None reads whole files (lengths is then ignored)."""
 
@@ -73,6 +92,7 @@ def cuda_probe() -> Tuple[bool, str, str, int]:
     """(available, message, library, device_count); library is the loaded
     runtime's path, or "" when none was loaded."""
 
+# test builds: device memory and streams without torch (fake runtime tests)
 def cuda_malloc(device: int, size: int, /) -> DeviceBuffer: ...
 def cuda_stream_create(device: int, /) -> int:
     """A raw CUDA stream handle; it is never destroyed."""
@@ -91,28 +111,40 @@ class DeviceBuffer:
 
 @final
 class Batch:
-    """A batch in a batch slot, exported without copying. Not instantiable:
-    made by Pipeline.next(). Each export (DLPack capsule or buffer) holds its
-    own reference on the slot, so an exported tensor stays valid after the
-    Batch and the Pipeline are gone."""
+    """A batch, exported without copying. Not instantiable: made by
+    Pipeline.next(). On the host it is a batch slot: each export (DLPack
+    capsule or buffer) holds its own reference on the slot, so an exported
+    tensor stays valid after the Batch and the Pipeline are gone. With a
+    device it is the device buffer the allocator gave (owner), already
+    ordered before the consumer stream given to next(); DLPack only."""
 
     @property
     def shape(self) -> Tuple[int, int, int, int]: ...
     @property
     def fallback(self) -> Tuple[int, ...]:
-        """Positions of samples that are not JPEG, left for the caller
-        (see Pipeline.fill())."""
+        """Positions of samples decoded by the fallback decoder (not JPEG)."""
 
     @property
-    def failed(self) -> Tuple[Tuple[int, Union[DecodeError, OSError]], ...]:
-        """(position, exception) of samples that could not be read or
-        decoded, left for the caller (skip_errors=True; else empty): the
-        exception is what next() would have raised, with .index set."""
+    def replaced(self) -> Tuple[Tuple[int, int, Union[DecodeError, OSError]], ...]:
+        """(position, replacement id, exception) of samples that could not be
+        read or decoded and were replaced by the next id that loads
+        (skip_errors=True; else empty): the exception is what next() would
+        have raised for the sample, with .index set."""
+
+    @property
+    def owner(self) -> Any:
+        """Device batches: the owner object the allocator returned; None on
+        the host."""
+
+    @property
+    def device(self) -> int:
+        """The CUDA device of a device batch; -1 on the host."""
 
     # stream, max_version, dl_device and copy are accepted and ignored.
     def __dlpack__(self, *args: Any, **kwargs: Any) -> CapsuleType: ...
     def __dlpack_device__(self) -> Tuple[int, int]: ...
-    # bfloat16 batches export as uint16 ("H") through the buffer protocol.
+    # bfloat16 batches export as uint16 ("H") through the buffer protocol;
+    # device batches have no buffer (BufferError).
     def __buffer__(self, flags: int, /) -> memoryview: ...
     def __release_buffer__(self, buffer: memoryview, /) -> None: ...
 
@@ -122,6 +154,13 @@ class Pipeline:
         cls,
         transform: _TransformSpec,
         *,
+        # The table of samples, given once: files (or byte ranges of them)...
+        paths: Optional[Sequence[_Path]] = ...,
+        offsets: Optional[Sequence[int]] = ...,  # with lengths; -1: whole file
+        lengths: Optional[Sequence[int]] = ...,
+        # ... or bytes in memory (names: what errors call them).
+        buffers: Optional[Sequence[bytes]] = ...,
+        names: Optional[Sequence[str]] = ...,
         num_threads: int = ...,
         layout: str = ...,  # "NCHW" or "NHWC"
         seed: int = ...,
@@ -134,50 +173,30 @@ class Pipeline:
         # Float outputs hold v * mul[c] + add[c]; each a tuple of 3 floats.
         mul: Optional[Tuple[float, float, float]] = ...,
         add: Optional[Tuple[float, float, float]] = ...,
-        device: int = ...,  # CUDA device of the GPU path; -1 (default): host
-        copy_stream: int = ...,  # cudaStream_t handle of the GPU path's copies
-        fallback: bool = ...,  # leave non-JPEG samples to Batch.fallback
+        device: int = ...,  # CUDA device of the device delivery; -1: host
+        copy_stream: int = ...,  # cudaStream_t handle for the copies
+        # device: nbytes -> (owner, device address) for each batch
+        allocator: Optional[Callable[[int], Tuple[Any, int]]] = ...,
+        # decodes what libjpeg cannot: memoryview -> (rgb, width, height);
+        # runs on the decode threads with the GIL taken
+        fallback: Optional[Callable[[memoryview], Tuple[Buffer, int, int]]] = ...,
         direct_io: bool = ...,  # O_DIRECT reads where the file system allows
-        skip_errors: bool = ...,  # leave failed samples to Batch.failed
+        skip_errors: bool = ...,  # replace failed samples (Batch.replaced)
+        max_consecutive_errors: int = ...,  # ... up to this many in a row
     ) -> Pipeline: ...
-    def submit(
-        self,
-        paths: Iterable[_Path],
-        indices: Iterable[int],
-        epoch: int,
-        offsets: Optional[Iterable[int]] = ...,
-        lengths: Optional[Iterable[int]] = ...,
-        *,
-        device_buffer: int = ...,
-    ) -> None:
-        """Queue a batch. lengths is required with offsets. On the GPU path
-        the batch is written to device_buffer, a device address the caller
-        keeps alive until the batch is returned."""
+    def submit(self, ids: Sequence[int], keys: Sequence[int], epoch: int, /) -> None:
+        """Queue a batch of the table's samples ids, each with the key of its
+        randomness. With a device, the allocator is called for the batch's
+        buffer."""
 
     def next(
         self, timeout: Optional[float] = ..., *, consumer_stream: int = ...
-    ) -> Union[
-        Batch,
-        Tuple[Tuple[int, ...], Tuple[Tuple[int, Union[DecodeError, OSError]], ...]],
-        None,
-    ]:
+    ) -> Optional[Batch]:
         """The oldest batch, in order, or None when no batch is in flight.
-        On the GPU path (device >= 0) the batch is in the device_buffer given
-        to submit(), and only (Batch.fallback, Batch.failed) is returned.
-        Raises TimeoutError after timeout seconds."""
-
-    def fill(
-        self,
-        dst: Buffer,
-        rgb: Buffer,
-        width: int,
-        height: int,
-        epoch: int,
-        index: int,
-        /,
-    ) -> None:
-        """Place an image decoded elsewhere (rgb: width*height*3 bytes) into
-        dst, a writable buffer of one sample, with the pipeline's transform."""
+        With a device, consumer_stream (a cudaStream_t handle) is made to
+        wait for the batch's copy. Raises the first failed sample's
+        DecodeError or OSError (with .index), TimeoutError after timeout
+        seconds."""
 
     def cancel(self) -> None:
         """Drop every batch in flight."""
@@ -187,12 +206,14 @@ class Pipeline:
 
     def stats(self) -> Dict[str, Union[int, float]]:
         """Cumulative counters: samples, batches, bytes_read, errors,
-        inflight, ready, direct_refused (ints); read_seconds, decode_seconds
-        (floats)."""
+        skipped, fallback_decodes, truncated, direct_refused, inflight,
+        ready, slots (ints); read_seconds, decode_seconds (floats). Every
+        sample that could not be loaded counts once in errors (replacement
+        candidates included); skipped counts those replaced."""
 
     @property
     def io_backend(self) -> str:
-        """'io_uring' or 'pread'; raises RuntimeError once closed."""
+        """'io_uring', 'pread' or 'memory'; raises RuntimeError once closed."""
 
     @property
     def io_reason(self) -> str:

@@ -51,7 +51,7 @@ def _child(mode: str, root: str, cache: str) -> dict:
     import tracemalloc
 
     import numpy  # noqa: F401  (imported before the baseline)
-    from ringloader.index import IndexedImageFolder, build_index
+    from ringloader import IndexedImageFolder, build_index
 
     if mode == "torchvision":
         from torchvision.datasets import ImageFolder

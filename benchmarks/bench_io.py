@@ -5,7 +5,7 @@ cache; reading alone (ringloader's I/O layer, no decoding) and end to end
 
     python benchmarks/bench_io.py [--data DIR] [--copies 5] [--out benchmarks/IO.md]
 
-The data are the ImageNet-like JPEGs of make_imagenet_like.py, repeated
+The data are the ImageNet-like JPEGs of ringloader.bench.data, repeated
 --copies times under different names (so the set is larger than one pass
 of the page cache's readahead), and the same files packed into tar shards
 of about 64 MB. "Cold" drops the page cache before each run by writing to
@@ -20,12 +20,13 @@ import datetime
 import os
 import platform
 import shutil
-import sys
 import tarfile
-import time
+from dataclasses import replace
+
+from ringloader.bench import data as bench_data
+from ringloader.bench import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 
 
 def drop_caches() -> str | None:
@@ -97,12 +98,9 @@ def main() -> None:
 
     import ringloader
     from ringloader import _core
-    from ringloader import transforms as T
 
     if args.data is None:
-        from make_imagenet_like import build as build_data
-
-        args.data = build_data("/tmp/ringloader-bench-data", images=2000)
+        args.data = bench_data.build("/tmp/ringloader-bench-data", images=2000)
     files, shards = build(args.data, args.copies, args.work)
     spaths, soffs, slens = shard_ranges(shards)
     total = sum(os.path.getsize(p) for p in files)
@@ -152,30 +150,25 @@ def main() -> None:
                 for t in sorted({1, cores, 4 * cores}):
                     measure(kind, "pread", t, direct, cache)
 
-    # End to end: the eval pipeline, both backends, warm and cold.
+    # End to end: the eval pipeline, both backends, warm and cold (the page
+    # cache dropped after the loader is built, before its epoch).
     e2e = []
-    ds = ringloader.ImageFolder(args.data)
+    spec = harness.Spec("ringloader", "eval", cores, args.data, args.batch, 1, 0)
     for cache in caches:
+        hook = (lambda e: drop_caches()) if cache == "cold" else None
         for backend in ("io_uring", "pread"):
-            best = None
-            for _ in range(args.repeat):
-                loader = ringloader.Loader(
-                    ds,
-                    batch_size=args.batch,
-                    num_threads=cores,
-                    io=backend,
-                    prefetch=4,
-                    transform=T.Compose([T.Resize(256), T.CenterCrop(224)]),
+            runs = [
+                harness.measure(
+                    replace(spec, options={"io": backend}), before_epoch=hook
                 )
-                if cache == "cold":
-                    drop_caches()
-                t0 = time.perf_counter()
-                n = sum(len(labels) for _, labels in loader)
-                secs = time.perf_counter() - t0
-                best = secs if best is None else min(best, secs)
-                loader.close()
-            e2e.append((cache, backend, n / best))
-            print("loader", cache, backend, f"{n / best:.0f} images/s", flush=True)
+                for _ in range(args.repeat)
+            ]
+            failed = [r["error"] for r in runs if "error" in r]
+            if failed:
+                raise SystemExit(f"loader, {cache}, {backend}: {failed[0]}")
+            best = max(r["images_per_s"] for r in runs)
+            e2e.append((cache, backend, best))
+            print("loader", cache, backend, f"{best:.0f} images/s", flush=True)
 
     with open(args.out, "w") as f:
         f.write("# I/O: io_uring against pread, buffered against O_DIRECT\n\n")

@@ -32,22 +32,7 @@ import subprocess
 import sys
 import tempfile
 
-CHILD = """
-import sys, ringloader
-from ringloader import transforms as T
-root, pipeline, threads, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-if pipeline == "train":
-    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()])
-else:
-    tf = T.Compose([T.Resize(256), T.CenterCrop(224)])
-loader = ringloader.Loader(ringloader.ImageFolder(root), batch_size=64,
-                           shuffle=pipeline == "train", num_threads=threads,
-                           transform=tf, prefetch=4)
-for epoch in range(epochs):
-    loader.set_epoch(epoch)
-    for _ in loader:
-        pass
-"""
+from ringloader.bench import harness
 
 
 def exported_symbols(lib: str) -> tuple[list[int], list[str]]:
@@ -109,6 +94,15 @@ def main() -> None:
             f"no folder {args.data}: make one with "
             f"python benchmarks/make_imagenet_like.py {args.data}"
         )
+    # ringloader.bench's harness in a child: a Loader, the epochs, no warm-up.
+    spec = harness.Spec(
+        "ringloader",
+        args.pipeline,
+        args.threads,
+        args.data,
+        epochs=args.epochs,
+        warmup=0,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "perf.data")
         subprocess.run(
@@ -123,13 +117,7 @@ def main() -> None:
                 "-o",
                 data,
                 "--",
-                sys.executable,
-                "-c",
-                CHILD,
-                args.data,
-                args.pipeline,
-                str(args.threads),
-                str(args.epochs),
+                *harness.child_command(spec),
             ],
             check=True,
         )

@@ -84,11 +84,11 @@ def test_bench_tiny(tmp_path):
     assert f"plot: wrote {plot}" in out
     assert plot.read_bytes()[:8] == PNG
     # The generated folder is cached: a second build returns it at once.
-    from ringloader import _demo
+    from ringloader.bench import data
 
     cached = [d for d in os.listdir(tmp_path / "cache") if d.startswith("demo-")]
     assert len(cached) == 1
-    root = _demo.demo_folder(24, cache_dir=str(tmp_path / "cache"), progress=False)
+    root = data.demo_folder(24, cache_dir=str(tmp_path / "cache"), progress=False)
     assert os.path.basename(root) == cached[0]
     assert len(ringloader.ImageFolder(root)) == 24
 
@@ -147,11 +147,13 @@ def test_bench_without_pillow_says_so(tmp_path, capsys, monkeypatch):
 
 
 def test_thread_lists():
-    assert cli._parse_threads("1,2,4") == [1, 2, 4]
-    assert cli._parse_threads("1-3,8") == [1, 2, 3, 8]
-    assert cli._parse_threads(None) == list(range(1, len(os.sched_getaffinity(0)) + 1))
+    from ringloader.bench.harness import parse_threads
+
+    assert parse_threads("1,2,4") == [1, 2, 4]
+    assert parse_threads("1-3,8") == [1, 2, 3, 8]
+    assert parse_threads(None) == list(range(1, len(os.sched_getaffinity(0)) + 1))
     with pytest.raises(argparse.ArgumentTypeError):
-        cli._parse_threads("0")
+        parse_threads("0")
 
 
 def test_index(folder, tmp_path, capsys, monkeypatch):

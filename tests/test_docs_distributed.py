@@ -10,7 +10,8 @@ import shlex
 
 import pytest
 
-from ringloader import _demo, cli
+from ringloader import cli
+from ringloader.bench import data as bench_data
 from subproc import run_python
 from test_distributed import torchrun
 
@@ -33,7 +34,7 @@ def python_block(first_line: str) -> str:
 def data(tmp_path_factory):
     """A photo-like ImageFolder big enough for batches of 32 on 2 ranks."""
     cache = str(tmp_path_factory.mktemp("docs"))
-    return _demo.demo_folder(96, classes=4, cache_dir=cache, progress=False)
+    return bench_data.demo_folder(96, classes=4, cache_dir=cache, progress=False)
 
 
 def localise(code: str, data: str, tmp: str) -> str:

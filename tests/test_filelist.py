@@ -10,7 +10,7 @@ import pytest
 import ringloader
 import torch
 from ringloader import transforms as T
-from ringloader.filelist import FileList
+from ringloader.datasets.filelist import FileList
 
 EVAL = T.Compose([T.Resize(64), T.CenterCrop(56)])
 

@@ -13,7 +13,8 @@ import ringloader
 import torch
 from images import jpeg_bytes
 from ringloader import transforms as T
-from ringloader.index import IndexedImageFolder, StringBlob, build_index
+from ringloader.datasets.cache import StringBlob
+from ringloader.datasets.index import IndexedImageFolder, build_index
 
 torchvision = pytest.importorskip("torchvision")
 

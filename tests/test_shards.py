@@ -16,7 +16,7 @@ import ringloader
 import torch
 from images import jpeg_bytes
 from ringloader import transforms as T
-from ringloader.shards import ShardError, TarShards
+from ringloader.datasets.shards import ShardError, TarShards
 
 EVAL = T.Compose([T.Resize(64), T.CenterCrop(56)])
 TRAIN = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip()])

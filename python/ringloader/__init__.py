@@ -6,12 +6,18 @@ torch sees without a copy.
 """
 
 from ._core import DecodeError
-from .folder import IMG_EXTENSIONS, ImageFolder
-from .loader import DataWarning, FallbackWarning, Loader
+from .errors import DataWarning, FallbackWarning
+from .datasets import (
+    IMG_EXTENSIONS,
+    FileList,
+    ImageFolder,
+    IndexedImageFolder,
+    ShardError,
+    TarShards,
+    build_index,
+)
+from .loader import Loader
 from .dataloader import DataLoader
-from .filelist import FileList
-from .index import IndexedImageFolder, build_index
-from .shards import ShardError, TarShards
 from . import transforms
 
 __version__ = "0.1.0"

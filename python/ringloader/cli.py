@@ -18,25 +18,17 @@ import argparse
 import importlib
 import os
 import platform
-import resource
-import statistics
 import sys
-import textwrap
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
+
+from .bench import harness, system
+from .bench.base import PIPELINES
 
 __all__ = ["main"]
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def _version(module: str) -> Optional[str]:
@@ -58,278 +50,7 @@ def _dist_version(dist: str) -> Optional[str]:
         return None
 
 
-def _parse_threads(text: Optional[str]) -> list[int]:
-    """'1,2,4' or '1-4' (or a mix) to a sorted list; default 1..cores."""
-    if not text:
-        return list(range(1, _cpus() + 1))
-    out: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.update(range(int(lo), int(hi) + 1))
-        else:
-            out.add(int(part))
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(
-            f"bad thread list {text!r}: use e.g. 1,2,4 or 1-4"
-        )
-    return sorted(out)
-
-
-class _Bar:
-    """A tqdm bar when tqdm is installed and wanted, else nothing."""
-
-    def __init__(self, total: int, desc: str, enabled: bool) -> None:
-        self.bar = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                return
-            self.bar = tqdm(
-                total=total, desc=desc, unit="batch", leave=False, file=sys.stderr
-            )
-
-    def update(self) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 # ------------------------------------------------------------------ bench
-
-
-PIPELINES = {
-    "train": "RandomResizedCrop(224) + RandomHorizontalFlip",
-    "eval": "Resize(256) + CenterCrop(224)",
-}
-
-
-@dataclass
-class Run:
-    loader: str
-    threads: int
-    images: int = 0
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
-    error: Optional[str] = None
-    epochs: list[float] = field(default_factory=list)
-
-    @property
-    def images_per_second(self) -> Optional[float]:
-        if self.error or self.seconds <= 0:
-            return None
-        return self.images / self.seconds
-
-    @property
-    def cpu_ms_per_image(self) -> Optional[float]:
-        if self.error or not self.images:
-            return None
-        return 1e3 * self.cpu_seconds / self.images
-
-
-def _cpu_time() -> float:
-    """CPU seconds of this process and of its reaped children (DataLoader
-    workers are reaped when their iterator ends)."""
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        r = resource.getrusage(who)
-        total += r.ru_utime + r.ru_stime
-    return total
-
-
-def _timed(
-    run: Run, make_iter: Callable[[], Any], batches: int, epochs: int, progress: bool
-) -> Run:
-    """Consumes `epochs` epochs of make_iter(); fills run in."""
-    bar = _Bar(batches * epochs, f"{run.loader:>10} {run.threads} thr", progress)
-    cpu0 = _cpu_time()
-    try:
-        for _ in range(epochs):
-            t0 = time.perf_counter()
-            n = 0
-            it = make_iter()
-            for images, _labels in it:
-                n += images.shape[0]
-                bar.update()
-            del it
-            run.epochs.append(time.perf_counter() - t0)
-            run.images += n
-    except Exception as e:  # report and go on with the other runs
-        run.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    finally:
-        bar.close()
-    run.cpu_seconds = _cpu_time() - cpu0
-    run.seconds = sum(run.epochs)
-    return run
-
-
-def _ringloader_transform(pipeline: str) -> Any:
-    from . import transforms as T
-
-    if pipeline == "train":
-        return T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()])
-    return T.Compose([T.Resize(256), T.CenterCrop(224)])
-
-
-def _torchvision_transform(pipeline: str) -> Any:
-    from torchvision import transforms as v1
-
-    if pipeline == "train":
-        head = [v1.RandomResizedCrop(224), v1.RandomHorizontalFlip()]
-    else:
-        head = [v1.Resize(256), v1.CenterCrop(224)]
-    return v1.Compose(head + [v1.PILToTensor()])  # uint8, as ringloader's
-
-
-def _subset(samples: list, n: Optional[int]) -> list[int]:
-    """Indices of n samples spread over the whole folder (all by default)."""
-    if n is None or n >= len(samples):
-        return list(range(len(samples)))
-    step = len(samples) / n
-    return [int(i * step) for i in range(n)]
-
-
-def _warm(paths: Sequence[str]) -> None:
-    """Reads every file once so both loaders start with a warm page cache."""
-    for p in paths:
-        with open(p, "rb") as f:
-            while f.read(1 << 20):
-                pass
-
-
-def _bench_ringloader(samples: list, args: argparse.Namespace, threads: int) -> Run:
-    from .loader import Loader
-
-    class Files:
-        def __init__(self, s: list) -> None:
-            self.samples = s
-
-        def __len__(self) -> int:
-            return len(self.samples)
-
-    loader = Loader(
-        Files(samples),
-        batch_size=args.batch_size,
-        shuffle=True,
-        num_threads=threads,
-        transform=_ringloader_transform(args.pipeline),
-    )
-    try:
-        return _timed(
-            Run("ringloader", threads),
-            lambda: iter(loader),
-            len(loader),
-            args.epochs,
-            args.progress,
-        )
-    finally:
-        loader.close()
-
-
-def _bench_dataloader(
-    root: str, indices: list[int], args: argparse.Namespace, threads: int
-) -> Run:
-    import torch
-    from torchvision import datasets
-
-    transform = _torchvision_transform(args.pipeline)
-    dataset = datasets.ImageFolder(root, transform=transform)
-    subset = torch.utils.data.Subset(dataset, indices)
-    loader = torch.utils.data.DataLoader(
-        subset, batch_size=args.batch_size, shuffle=True, num_workers=threads
-    )
-    return _timed(
-        Run("DataLoader", threads),
-        lambda: iter(loader),
-        len(loader),
-        args.epochs,
-        args.progress,
-    )
-
-
-def _fmt(value: Optional[float], spec: str, width: int) -> str:
-    return format("-" if value is None else format(value, spec), f">{width}")
-
-
-def _table(runs: dict[tuple[str, int], Run], threads: list[int], with_dl: bool) -> str:
-    head = ["threads", "ringloader img/s"]
-    if with_dl:
-        head += ["DataLoader img/s", "ratio"]
-    head += ["CPU ms/img ringloader"]
-    if with_dl:
-        head += ["CPU ms/img DataLoader"]
-    widths = [len(h) for h in head]
-    lines = [" | ".join(head), "-|-".join("-" * w for w in widths)]
-    for t in threads:
-        rl = runs[("ringloader", t)]
-        cells = [str(t), _fmt(rl.images_per_second, ".1f", 0)]
-        if with_dl:
-            dl = runs[("DataLoader", t)]
-            ratio = (
-                rl.images_per_second / dl.images_per_second
-                if rl.images_per_second and dl.images_per_second
-                else None
-            )
-            cells += [
-                _fmt(dl.images_per_second, ".1f", 0),
-                "-" if ratio is None else f"{ratio:.2f}x",
-            ]
-        cells += [_fmt(rl.cpu_ms_per_image, ".2f", 0)]
-        if with_dl:
-            cells += [_fmt(runs[("DataLoader", t)].cpu_ms_per_image, ".2f", 0)]
-        lines.append(" | ".join(c.rjust(w) for c, w in zip(cells, widths)))
-    return "\n".join(lines)
-
-
-def _plot(
-    path: str, runs: dict[tuple[str, int], Run], threads: list[int], title: str
-) -> str:
-    """Writes the plot; returns what to tell the user."""
-    try:
-        import matplotlib
-    except ImportError:
-        return "plot: not written: matplotlib is not installed (pip install matplotlib)"
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for name, marker in (("ringloader", "o"), ("DataLoader", "s")):
-        pts = [
-            (t, runs[(name, t)].images_per_second)
-            for t in threads
-            if (name, t) in runs and runs[(name, t)].images_per_second
-        ]
-        if pts:
-            label = name if name == "ringloader" else "torch DataLoader (num_workers)"
-            ax.plot(
-                [p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label
-            )
-    ax.set_xlabel("threads (ringloader) / worker processes (DataLoader)")
-    ax.set_ylabel("images per second")
-    ax.set_xticks(threads)
-    ax.set_ylim(bottom=0)
-    # Wrapped, so a long description is not cut at the figure's edge.
-    ax.set_title(
-        "\n".join(textwrap.fill(line, 80) for line in title.split("\n")),
-        fontsize=9,
-    )
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as e:
-        return f"plot: not written: {e}"
-    finally:
-        plt.close(fig)
-    return f"plot: wrote {os.path.abspath(path)}"
 
 
 def _bench_data(args: argparse.Namespace) -> tuple[str, str]:
@@ -338,28 +59,43 @@ def _bench_data(args: argparse.Namespace) -> tuple[str, str]:
         if not os.path.isdir(args.data):
             raise SystemExit(f"ringloader bench: {args.data} is not a directory")
         return args.data, "your folder"
-    from . import _demo
+    from .bench import data
 
     try:
-        root = _demo.demo_folder(
+        root = data.demo_folder(
             args.images, seed=0, cache_dir=args.cache_dir, progress=args.progress
         )
     except RuntimeError as e:  # Pillow missing
         raise SystemExit(f"ringloader bench: {e}") from None
-    return root, _demo.describe(root)
+    return root, data.describe(root)
+
+
+def _plot(args: argparse.Namespace, results: list, names: list, n: int) -> str:
+    """Writes the plot; returns what to tell the user."""
+    from .bench import plots
+
+    title = (
+        f"{args.pipeline} ({PIPELINES[args.pipeline]})\n{n} images, batch "
+        f"{args.batch_size}, {len(system.cpus())} CPUs"
+    )
+    try:
+        plots.scaling(args.plot, results, names, args.pipeline, args.threads, title)
+    except ImportError:
+        return "plot: not written: matplotlib is not installed (pip install matplotlib)"
+    except OSError as e:
+        return f"plot: not written: {e}"
+    return f"plot: wrote {os.path.abspath(args.plot)}"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .folder import ImageFolder
+    from .bench import data, report
 
-    threads = args.threads
     root, origin = _bench_data(args)
-    folder = ImageFolder(root)
-    indices = _subset(folder.samples, args.images if args.data else None)
-    samples = [folder.samples[i] for i in indices]
-    if len(samples) < args.batch_size:
-        args.batch_size = max(1, len(samples))
-
+    classes, samples = data.scan_folder(root)
+    images = args.images if args.data else None
+    picked = [samples[i] for i in data.spread(len(samples), images)]
+    if len(picked) < args.batch_size:
+        args.batch_size = max(1, len(picked))
     why_no_dl = None
     if args.no_dataloader:
         why_no_dl = "--no-dataloader"
@@ -369,18 +105,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
             "only ringloader runs"
         )
     with_dl = why_no_dl is None
-
+    order = "shuffled" if args.pipeline == "train" else "in order"
     print(
         f"ringloader bench: {args.pipeline} pipeline ({PIPELINES[args.pipeline]}), "
-        f"uint8 NCHW, batch size {args.batch_size}, shuffled"
+        f"uint8 NCHW, batch size {args.batch_size}, {order}"
     )
     print(
-        f"data: {len(samples)} JPEGs in {len(folder.classes)} classes at {root}"
+        f"data: {len(picked)} JPEGs in {len(classes)} classes at {root}"
         + (f" ({origin})" if origin else "")
     )
+    rounds = f", median of {args.rounds} rounds" if args.rounds > 1 else ""
     print(
-        f"machine: {_cpus()} CPUs usable; {args.epochs} epoch(s) per run, wall "
-        "time of whole epochs (start-up included), page cache warm"
+        f"machine: {len(system.cpus())} CPUs usable; {args.epochs} epoch(s) per run, "
+        f"wall time of whole epochs (start-up included), page cache warm{rounds}"
     )
     if with_dl:
         print(
@@ -391,39 +128,41 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"baseline: not run: {why_no_dl}")
     sys.stdout.flush()
 
-    _warm([p for p, _ in samples])
-    runs: dict[tuple[str, int], Run] = {}
-    for t in threads:
-        runs[("ringloader", t)] = _bench_ringloader(samples, args, t)
-        if with_dl:
-            runs[("DataLoader", t)] = _bench_dataloader(root, indices, args, t)
+    data.warm([p for p, _ in picked])
+    names = ["ringloader"] + (["dataloader"] if with_dl else [])
+    template = harness.Spec(
+        "ringloader",
+        args.pipeline,
+        threads=1,
+        data=root,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        warmup=0,
+        images=images,
+    )
+    specs = harness.plan(names, [args.pipeline], args.threads, template)
+    run = harness.Runner(subprocess=False, progress=args.progress, verbose=False)
+    results = harness.run_rounds(specs, args.rounds, run, say=None)
     print()
-    print(_table(runs, threads, with_dl))
-    for r in runs.values():
-        if r.error:
-            print(f"{r.loader} with {r.threads} thread(s) failed: {r.error}")
-    if with_dl:
-        ratios = [
-            runs[("ringloader", t)].images_per_second
-            / runs[("DataLoader", t)].images_per_second
-            for t in threads
-            if runs[("ringloader", t)].images_per_second
-            and runs[("DataLoader", t)].images_per_second
-        ]
-        if ratios:
-            print(
-                f"\nringloader / DataLoader: {min(ratios):.2f}x to "
-                f"{max(ratios):.2f}x (median {statistics.median(ratios):.2f}x)"
-            )
+    print("\n".join(report.cli_table(results, args.threads, args.pipeline, with_dl)))
+    for r in results:
+        if "error" in r:
+            who = "DataLoader" if r["contender"] == "dataloader" else "ringloader"
+            print(f"{who} with {r['threads']} thread(s) failed: {r['error']}")
+    summary = report.ratio_summary(results, args.threads, args.pipeline)
+    if summary:
+        print(f"\n{summary}")
+    for line in report.rounds_line(results):
+        print(line)
+    if args.json:
+        harness.write_json(args.json, {"data": root, "results": results})
+        print(f"json: wrote {os.path.abspath(args.json)}")
     if args.plot:
-        title = (
-            f"{args.pipeline} ({PIPELINES[args.pipeline]})\n{len(samples)} "
-            f"images, batch {args.batch_size}, {_cpus()} CPUs"
-        )
-        print(_plot(args.plot, runs, threads, title))
+        print(_plot(args, results, names, len(picked)))
     else:
         print("plot: not written (--plot '')")
-    return 1 if any(r.error for r in runs.values() if r.loader == "ringloader") else 0
+    failed = [r for r in results if r["contender"] == "ringloader" and "error" in r]
+    return 1 if failed else 0
 
 
 # ------------------------------------------------------------------ index
@@ -484,17 +223,6 @@ def _cpu_flags() -> set[str]:
     except OSError:
         pass
     return set()
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _libjpeg_path() -> Optional[str]:
@@ -667,7 +395,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     for line in _simd_lines():
         print(line)
     print(
-        f"CPUs: {_cpus()} usable of {os.cpu_count()} ({_cpu_model()}, "
+        f"CPUs: {len(system.cpus())} usable of {os.cpu_count()} ({system.cpu_model()}, "
         f"{platform.machine()})"
     )
     return 0
@@ -711,7 +439,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     b.add_argument(
         "--threads",
-        type=_parse_threads,
+        type=harness.parse_threads,
         default=None,
         metavar="LIST",
         help="thread / worker counts, e.g. 1,2,4 or 1-4 (default: 1 "
@@ -736,6 +464,14 @@ def _parser() -> argparse.ArgumentParser:
         help="where the generated data set lives (default "
         "$RINGLOADER_CACHE_DIR or ~/.cache/ringloader)",
     )
+    b.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run everything this many times, round-robin, and report each "
+        "run's median (default 1)",
+    )
+    b.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     b.add_argument("--no-dataloader", action="store_true", help="run ringloader alone")
     b.add_argument(
         "--no-progress", dest="progress", action="store_false", help="no progress bars"
@@ -768,9 +504,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     if args.command == "bench":
         if args.threads is None:
-            args.threads = _parse_threads(None)
+            args.threads = harness.parse_threads(None)
         if args.images is None and not args.data:
             args.images = 1000
-        if args.batch_size < 1 or args.epochs < 1 or (args.images or 1) < 1:
-            parser.error("--batch-size, --epochs and --images must be positive")
+        if min(args.batch_size, args.epochs, args.rounds, args.images or 1) < 1:
+            parser.error(
+                "--batch-size, --epochs, --rounds and --images must be positive"
+            )
     return int(args.func(args) or 0)

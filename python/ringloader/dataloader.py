@@ -18,7 +18,8 @@ from typing import Any, Optional
 
 import torch
 
-from .loader import FallbackWarning, Loader
+from .errors import FallbackWarning
+from .loader import Loader
 from .transforms import UnsupportedTransform, compile_transform
 
 

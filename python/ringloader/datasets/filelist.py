@@ -5,16 +5,17 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Iterable
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-from .index import PairView, PathLike, StringBlob, decode_item
+from .base import ImageDataset, PairView, PathLike, Sources
+from .cache import StringBlob
 
 __all__ = ["FileList"]
 
 
-class FileList:
+class FileList(ImageDataset):
     """Image files and their integer labels, for :class:`ringloader.Loader`.
 
     Args:
@@ -99,23 +100,9 @@ class FileList:
                 labels.append(value)
         return cls(paths, np.array(labels, dtype=np.int64), transform, target_transform)
 
-    def __len__(self) -> int:
-        return len(self.targets)
-
-    def ringloader_sources(self) -> Any:
+    def ringloader_sources(self) -> Sources:
         """The files, whole, and their int64 labels."""
-        from .loader import Sources
-
         return Sources(paths=self.paths, targets=self.targets)
-
-    def __getitem__(self, index: int) -> tuple[Any, Any]:
-        """(image, target): the full image as a uint8 CHW tensor."""
-        path = self.paths[index]
-        with open(path, "rb") as f:
-            data = f.read()
-        return decode_item(
-            path, data, int(self.targets[index]), self.transform, self.target_transform
-        )
 
     def __repr__(self) -> str:
         return f"ringloader.FileList({len(self)} files)"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
-import numpy as np
+from .base import ImageDataset, read_file
 
 IMG_EXTENSIONS = (
     ".jpg",
@@ -73,7 +73,7 @@ def make_dataset(
     return instances
 
 
-class ImageFolder:
+class ImageFolder(ImageDataset):
     """A folder of images, one sub-folder per class, as torchvision's
     ``ImageFolder``: same class discovery and order, same ``classes``,
     ``class_to_idx``, ``samples`` and ``targets``.
@@ -107,26 +107,9 @@ class ImageFolder:
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int):
-        """(image, target): the full image as a uint8 CHW tensor."""
-        from . import _core
-        import torch
-
+    def _sample(self, index: int) -> tuple[str, bytes, Any]:
         path, target = self.samples[index]
-        with open(path, "rb") as f:
-            data = f.read()
-        try:
-            rgb, h, w = _core.decode(data)
-        except _core.DecodeError as e:
-            raise _core.DecodeError(f"cannot decode {path}: {e}") from None
-        image = torch.from_numpy(
-            np.frombuffer(rgb, dtype=np.uint8).reshape(h, w, 3).copy()
-        ).permute(2, 0, 1)
-        if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return image, target
+        return path, read_file(path), target
 
     def __repr__(self) -> str:
         return (

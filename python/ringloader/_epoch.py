@@ -1,0 +1,319 @@
+"""Epochs of a Loader: which batches each one yields (the built-in shuffle,
+DistributedSampler sharding, or the user's samplers), the random key of
+every sample drawn, and where the loader stands in them, so that a new
+process can resume exactly."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DistributedSampler,
+    RandomSampler,
+    SequentialSampler,
+)
+
+# The key of a sample's randomness is its dataset index the first time it
+# comes in an epoch; a repeat (a sampler with replacement, repeated
+# augmentation) adds its occurrence count above bit 40, and a replacement
+# for a failed sample (on_error="skip") sets bit 62, so no two draws of an
+# epoch share a key. Index = key & INDEX_MASK.
+OCCURRENCE_SHIFT = 40
+INDEX_MASK = (1 << OCCURRENCE_SHIFT) - 1
+REPLACEMENT = 1 << 62
+
+STATE_VERSION = 1
+
+
+def index_of(key: int) -> int:
+    """The dataset index of a sample's random key."""
+    return key & INDEX_MASK
+
+
+class Keys:
+    """Random keys of the samples of one epoch, in the order drawn."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, int] = {}
+        self.replaced: dict[int, int] = {}
+
+    def draw(self, idx: Sequence[int]) -> list[int]:
+        out = []
+        for i in idx:
+            n = self.seen.get(i, 0)
+            self.seen[i] = n + 1
+            out.append(i + (n << OCCURRENCE_SHIFT))
+        return out
+
+    def replacement(self, j: int) -> int:
+        n = self.replaced.get(j, 0)
+        self.replaced[j] = n + 1
+        return REPLACEMENT | (n << OCCURRENCE_SHIFT) | j
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """A 63-bit generator seed that depends only on (seed, epoch)."""
+    state = np.random.SeedSequence([seed & (2**64 - 1), epoch & (2**64 - 1)])
+    return int(state.generate_state(1, dtype=np.uint64)[0]) >> 1
+
+
+def check_batching(
+    batch_size: Optional[int],
+    shuffle: Optional[bool],
+    sampler: Any,
+    batch_sampler: Any,
+    drop_last: bool,
+) -> Optional[int]:
+    """The batch size to use (None with a batch_sampler), after the checks
+    DataLoader makes on these arguments; raises ValueError as it does."""
+    if batch_sampler is not None:
+        if batch_size != 1 or shuffle or sampler is not None or drop_last:
+            raise ValueError(
+                "batch_sampler option is mutually exclusive with batch_size, "
+                "shuffle, sampler, and drop_last"
+            )
+        batch_size = None
+    elif batch_size is None:
+        raise ValueError(
+            "batch_size=None (no batching) is not supported: ringloader "
+            "always yields batches; use batch_size=1"
+        )
+    elif batch_size < 1:
+        raise ValueError(f"batch_size should be a positive integer, not {batch_size}")
+    if sampler is not None and shuffle:
+        raise ValueError("sampler option is mutually exclusive with shuffle")
+    return batch_size
+
+
+def rank_and_world(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if rank is None or world_size is None:
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ValueError(
+                "distributed=True needs torch.distributed initialised "
+                "(init_process_group) or explicit rank= and world_size="
+            )
+        rank = dist.get_rank() if rank is None else rank
+        world_size = dist.get_world_size() if world_size is None else world_size
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, {world_size})")
+    return int(rank), int(world_size)
+
+
+def sharding(
+    distributed: bool,
+    rank: Optional[int],
+    world_size: Optional[int],
+    sampler: Any,
+    batch_sampler: Any,
+) -> tuple[bool, int, int]:
+    """(distributed, rank, world_size): giving rank or world_size implies
+    distributed; rank and world size come from torch.distributed unless
+    given. Raises ValueError with a sampler of the user's as well."""
+    distributed = bool(distributed or rank is not None or world_size is not None)
+    if not distributed:
+        return False, 0, 1
+    if sampler is not None or batch_sampler is not None:
+        raise ValueError(
+            "distributed=True shards with its own DistributedSampler; "
+            "pass either distributed=True or a sampler, not both"
+        )
+    return (True, *rank_and_world(rank, world_size))
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a loader draws its batches, as its arguments are now."""
+
+    n: int  # samples in the dataset
+    batch_size: Optional[int]
+    drop_last: bool
+    shuffle: bool
+    sampler: Any
+    batch_sampler: Any
+    distributed: bool
+    rank: int
+    world_size: int
+    seed: int
+
+    @property
+    def user_samplers(self) -> tuple[tuple[str, Any], ...]:
+        """The user's samplers by argument name (None where not given)."""
+        return (("sampler", self.sampler), ("batch_sampler", self.batch_sampler))
+
+    def batches_per_epoch(self) -> int:
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        if self.sampler is not None:
+            n = len(self.sampler)
+        elif self.distributed:
+            n = len(self.distributed_sampler(0))
+        else:
+            n = self.n
+        if self.drop_last:
+            return n // self.batch_size
+        return math.ceil(n / self.batch_size)
+
+    def distributed_sampler(self, epoch: int) -> DistributedSampler:
+        s = DistributedSampler(
+            range(self.n),
+            num_replicas=self.world_size,
+            rank=self.rank,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            drop_last=self.drop_last,
+        )
+        s.set_epoch(epoch)
+        return s
+
+    def batches(self, epoch: int) -> Iterator[Any]:
+        """The batches (lists of dataset indices) of ``epoch``. A sampler of
+        the user's keeps the epoch the user gave it (directly, or through
+        Loader.set_epoch): as with DataLoader, iterating does not change it."""
+        if self.batch_sampler is not None:
+            return iter(self.batch_sampler)
+        if self.sampler is not None:
+            sampler = self.sampler
+        elif self.distributed:
+            sampler = self.distributed_sampler(epoch)
+        elif self.shuffle:
+            gen = torch.Generator()
+            gen.manual_seed(epoch_seed(self.seed, epoch))
+            sampler = RandomSampler(range(self.n), generator=gen)
+        else:
+            sampler = SequentialSampler(range(self.n))
+        return iter(BatchSampler(sampler, self.batch_size, self.drop_last))
+
+
+class Position:
+    """Where a loader stands: the epoch the next iteration runs, how many
+    batches of the current one were yielded, and what resuming needs."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.explicit = False  # set_epoch or load_state_dict chose the epoch
+        self.started = 0  # iterations started
+        self.yielded = 0  # batches yielded in the current epoch
+        self.finished = False
+        self.skip = 0  # batches to skip at the next iteration
+        self.sampler_states: dict = {}  # stateful samplers at epoch start
+
+    def set_epoch(self, epoch: int, sampling: Sampling) -> None:
+        """Run ``epoch`` at the next iteration (also forwarded to a sampler
+        that has ``set_epoch``)."""
+        if epoch != self.epoch:
+            self.skip = 0  # a restored position belongs to its own epoch
+        self.epoch = epoch
+        self.explicit = True
+        self.yielded = self.skip
+        self.finished = False
+        for _, s in sampling.user_samplers:
+            if s is not None and hasattr(s, "set_epoch"):
+                s.set_epoch(epoch)
+
+    def next_iteration(self) -> int:
+        """The epoch a new iteration runs: the one chosen, else the one
+        after the last."""
+        if self.started > 0 and not self.explicit:
+            self.epoch += 1
+            self.skip = 0
+        self.yielded = self.skip
+        self.finished = False
+        self.explicit = False
+        self.started += 1
+        return self.epoch
+
+    def begin(self, sampling: Sampling, epoch: int) -> tuple[Iterator[Any], Keys]:
+        """The batches of ``epoch`` still to yield and the keys drawn so
+        far. A stateful sampler is saved as it is now, before this epoch
+        draws from it (and prefetching draws ahead of what is yielded):
+        resuming restores this and skips the batches yielded before."""
+        self.sampler_states = {
+            name: s.state_dict()
+            for name, s in sampling.user_samplers
+            if s is not None and hasattr(s, "state_dict")
+        }
+        batches = sampling.batches(epoch)
+        keys = Keys()
+        skip, self.skip = self.skip, 0
+        for _ in range(skip):  # resuming: these batches were yielded before
+            done = next(batches, None)
+            if done is None:
+                break
+            keys.draw([int(i) for i in done])
+        self.yielded = skip
+        self.finished = False
+        return batches, keys
+
+    def state_dict(self, sampling: Sampling) -> dict:
+        state = {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "batches_yielded": self.yielded,
+            "epoch_finished": self.finished,
+            "seed": sampling.seed,
+            "world_size": sampling.world_size,
+            "rank": sampling.rank,
+        }
+        for name, s in sampling.user_samplers:
+            if s is not None and hasattr(s, "state_dict"):
+                # As it was when this epoch started (see begin).
+                state[name] = self.sampler_states.get(name, s.state_dict())
+        return state
+
+    @staticmethod
+    def check(state: dict, sampling: Sampling) -> None:
+        """Raise ValueError for a state this loader cannot continue."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown ringloader state version {state.get('version')}")
+        if sampling.distributed and state.get("world_size", 1) != sampling.world_size:
+            raise ValueError(
+                f"this state was taken with world_size={state.get('world_size')}, "
+                f"this loader has world_size={sampling.world_size}: the shards "
+                "differ, so the position cannot be restored"
+            )
+
+    def restore(self, state: dict, sampling: Sampling) -> None:
+        """Continue where ``state`` was taken at the next iteration."""
+        epoch, done = int(state["epoch"]), int(state["batches_yielded"])
+        if state.get("epoch_finished") or done >= sampling.batches_per_epoch():
+            epoch, done = epoch + 1, 0
+        self.epoch, self.skip = epoch, done
+        self.explicit = True
+        self.started = max(self.started, 1)
+        for name, s in sampling.user_samplers:
+            if s is not None and hasattr(s, "set_epoch"):
+                s.set_epoch(epoch)
+            if name in state and hasattr(s, "load_state_dict"):
+                s.load_state_dict(state[name])
+        self.sampler_states = {}
+
+
+class EpochIterator:
+    """One epoch of a Loader: the generator that runs it, and whether a
+    newer iter(loader) has taken its place."""
+
+    def __init__(self, gen: Iterator) -> None:
+        self._gen = gen
+        self.superseded = False
+
+    def __iter__(self) -> "EpochIterator":
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.superseded:
+            raise RuntimeError(
+                "this iterator was ended by a newer iter(loader): a ringloader "
+                "Loader runs one epoch at a time (use two Loaders to iterate "
+                "twice at once)"
+            )
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._gen.close()

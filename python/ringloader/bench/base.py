@@ -1,0 +1,139 @@
+"""What every contender shares: the pipelines they all run, the names
+they are known by, and the :class:`Contender` interface.
+
+Every contender yields the same batches from the same folder: uint8
+(B, 3, 224, 224) contiguous NCHW tensors with int64 labels (ringloader may
+be asked for another dtype or layout), from
+
+* ``train``: RandomResizedCrop(224) + RandomHorizontalFlip, shuffled;
+* ``eval``: Resize(256) + CenterCrop(224), in order.
+
+A contender is made from a :class:`ringloader.bench.harness.Spec`:
+``load()`` imports (timed apart), ``build()`` makes the loader,
+``epoch(e)`` yields one epoch of (images, labels), ``close()`` stops it.
+An *external* contender (the decode-only bound) is a program of its own:
+``command()`` says what to run and ``result(stdout)`` reads its report.
+``name@label`` is contender ``name`` importing ringloader from the build
+labelled ``label``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional
+
+from . import data
+
+PIPELINES = {
+    "train": "RandomResizedCrop(224) + RandomHorizontalFlip",
+    "eval": "Resize(256) + CenterCrop(224)",
+}
+CROP, RESIZE = 224, 256
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+BASELINE, BOUND = "dataloader", "decode-bound"
+ANY_PIPELINE = (BOUND,)  # one run of these serves every pipeline
+# Display names, in the order of the reports.
+LABELS = {
+    "dataloader": "DataLoader + ImageFolder (PIL)",
+    "dataloader-tvio": "DataLoader + torchvision.io.decode_jpeg",
+    "dali": "DALI CPU pipeline",
+    "spdl": "SPDL (FFmpeg decode)",
+    "ffcv": "FFCV",
+    "decode-bound": "decode-only bound (full libjpeg-turbo decode)",
+    "ringloader": "ringloader uint8",
+    "ringloader-float": "ringloader float32 normalised",
+}
+
+
+def split(name: str) -> tuple[str, Optional[str]]:
+    """ "ringloader@old" -> ("ringloader", "old"); "dali" -> ("dali", None)."""
+    base, _, label = name.partition("@")
+    return base, label or None
+
+
+def label(name: str) -> str:
+    base, build = split(name)
+    return LABELS[base] + (f" @{build}" if build else "")
+
+
+def ordered(names: list[str]) -> list[str]:
+    """``names`` in report order: by contender, then as given (builds)."""
+    return sorted(names, key=lambda n: list(LABELS).index(split(n)[0]))
+
+
+def recipe_steps(module: Any, pipeline: str) -> list:
+    """The pipeline's geometric transforms from ``module``: torchvision's
+    ``transforms``/``transforms.v2`` or ringloader's, which share the names."""
+    if pipeline == "train":
+        return [module.RandomResizedCrop(CROP), module.RandomHorizontalFlip()]
+    return [module.Resize(RESIZE), module.CenterCrop(CROP)]
+
+
+class Contender:
+    """One loader under test (see the module's docstring)."""
+
+    packages: tuple[str, ...] = ()  # distributions whose versions are reported
+    external = False
+    dtype, layout = "uint8", "NCHW"
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+        self.train = spec.pipeline == "train"
+        self.notes: list[str] = []
+        self.problems: list[str] = []
+        self.extra: dict[str, Any] = {}
+        self.loader: Any = None
+
+    def load(self) -> None:
+        pass
+
+    def build(self) -> None:
+        raise NotImplementedError
+
+    def epoch(self, e: int) -> Iterator[tuple[Any, Any]]:
+        return iter(self.loader)
+
+    def batches(self) -> Optional[int]:
+        """Batches per epoch, where the loader knows (for progress bars)."""
+        try:
+            return len(self.loader)
+        except TypeError:
+            return None
+
+    def close(self) -> None:
+        close = getattr(self.loader, "close", None)
+        self.loader = None  # DataLoader workers stop with their iterator
+        if close is not None:
+            close()
+
+    def samples(self) -> list[tuple[str, int]]:
+        """(path, label) of the files to load: all, or ``spec.images``
+        spread over the folder."""
+        _, samples = data.scan_folder(self.spec.data)
+        return [samples[i] for i in data.spread(len(samples), self.spec.images)]
+
+    def check(self, images: Any, labels: Any, first: bool) -> Any:
+        """Checks a batch (in full for the first of an epoch); returns it
+        contiguous, as every contender's is (a copy when it was not: timed)."""
+        import torch
+
+        if first:
+            want = getattr(torch, self.dtype)
+            shape = (CROP, CROP, 3) if self.layout == "NHWC" else (3, CROP, CROP)
+            if images.dtype != want or tuple(images.shape[1:]) != shape:
+                raise RuntimeError(
+                    f"unexpected batch {images.dtype} {tuple(images.shape)}, "
+                    f"want {want} (N, {', '.join(map(str, shape))})"
+                )
+            if tuple(labels.shape) != (images.shape[0],):
+                self.problem(f"labels of shape {tuple(labels.shape)}")
+        fmt = torch.channels_last if self.layout == "channels_last" else None
+        if not images.is_contiguous(memory_format=fmt or torch.contiguous_format):
+            self.problem(
+                "batches came out non-contiguous; the harness made them contiguous (timed)"
+            )
+            images = images.contiguous(memory_format=fmt or torch.contiguous_format)
+        return images
+
+    def problem(self, text: str) -> None:
+        if text not in self.problems:
+            self.problems.append(text)

@@ -1,0 +1,21 @@
+"""The datasets ringloader reads itself, on one base (:mod:`.base`): an
+ImageFolder as torchvision's, the same with a cached index, a list of files,
+and WebDataset tar shards. None of them imports the loader."""
+
+from .base import ImageDataset, Sources
+from .filelist import FileList
+from .folder import IMG_EXTENSIONS, ImageFolder
+from .index import IndexedImageFolder, build_index
+from .shards import ShardError, TarShards
+
+__all__ = [
+    "FileList",
+    "IMG_EXTENSIONS",
+    "ImageDataset",
+    "ImageFolder",
+    "IndexedImageFolder",
+    "ShardError",
+    "Sources",
+    "TarShards",
+    "build_index",
+]

@@ -1,0 +1,170 @@
+"""What every dataset ringloader reads shares, and the protocol the loader
+reads them through.
+
+A dataset gives the loader its samples in one of two ways:
+
+- ``ringloader_sources()``, returning :class:`Sources`: the file (or byte
+  range of a file) and int64 target of every sample. Tar shards, file lists
+  and indexed folders do this;
+- a ``samples`` list of ``(path, target)``, as torchvision's
+  ``ImageFolder`` and :class:`ringloader.ImageFolder` have. The loader
+  follows a ``samples`` list replaced between epochs, as DataLoader does.
+
+Optionally, ``describe(index)`` names a sample as the dataset knows it (a
+tar shard: the member and its byte range); errors about that sample then
+carry the description.
+
+Nothing here imports the loader: datasets sit below it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+
+__all__ = [
+    "ImageDataset",
+    "PairView",
+    "PathLike",
+    "Sources",
+    "decode_item",
+    "provides_sources",
+    "read_file",
+    "sources_of",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass
+class Sources:
+    """Where each sample's bytes are: a file, or a byte range of one.
+
+    ``offsets``/``lengths`` are None for whole files. Datasets that are not
+    ImageFolder-like provide this through a ``ringloader_sources()``
+    method (tar shards, file lists and indexed folders do).
+    """
+
+    paths: Sequence[str]
+    targets: np.ndarray
+    offsets: Optional[np.ndarray] = None
+    lengths: Optional[np.ndarray] = None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+
+def provides_sources(dataset: Any) -> bool:
+    """Whether the dataset has ``ringloader_sources()`` (rather than a
+    ``samples`` list the loader reads and follows)."""
+    return getattr(dataset, "ringloader_sources", None) is not None
+
+
+def sources_of(dataset: Any) -> Sources:
+    """The files (or byte ranges) and int64 targets of a dataset. Raises
+    TypeError for a dataset that follows neither protocol."""
+    provider = getattr(dataset, "ringloader_sources", None)
+    if provider is not None:
+        return provider()
+    samples = getattr(dataset, "samples", None)
+    if samples is None:
+        raise TypeError(
+            f"{type(dataset).__name__} has no 'samples' list of (path, target): "
+            "ringloader.Loader reads image files itself, so it needs an "
+            "ImageFolder-like dataset (ringloader.ImageFolder or torchvision's)"
+        )
+    paths = [s[0] for s in samples]
+    targets = np.fromiter((s[1] for s in samples), dtype=np.int64, count=len(samples))
+    return Sources(paths=paths, targets=targets)
+
+
+class PairView(Sequence):
+    """``(names[i], int(values[i]))`` on access, like a list of samples,
+    without one tuple per item in memory."""
+
+    __slots__ = ("_names", "_values")
+
+    def __init__(self, names: Sequence[str], values: np.ndarray) -> None:
+        self._names = names
+        self._values = values
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return (self._names[index], int(self._values[index]))
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        for i in range(len(self)):
+            yield self[i]
+
+
+def decode_item(
+    path: str,
+    data: bytes,
+    target: Any,
+    transform: Callable | None,
+    target_transform: Callable | None,
+) -> tuple[Any, Any]:
+    """(image, target) for inspection, as indexing a ringloader dataset
+    gives it: the full image as a uint8 CHW tensor, ``transform`` and
+    ``target_transform`` applied. Raises DecodeError naming ``path``."""
+    import torch
+
+    from .. import _core
+
+    try:
+        rgb, h, w = _core.decode(data)
+    except _core.DecodeError as e:
+        raise _core.DecodeError(f"cannot decode {path}: {e}") from None
+    image = torch.from_numpy(
+        np.frombuffer(rgb, dtype=np.uint8).reshape(h, w, 3).copy()
+    ).permute(2, 0, 1)
+    if transform is not None:
+        image = transform(image)
+    out_target: Any = target
+    if target_transform is not None:
+        out_target = target_transform(target)
+    return image, out_target
+
+
+def read_file(path: str) -> bytes:
+    """The whole content of the file at ``path``."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class ImageDataset:
+    """The base of ringloader's datasets: ``transform`` and
+    ``target_transform`` as torchvision's (the loader uses ``transform``
+    when it is given none), a length, and indexing that decodes one sample
+    for inspection (loading batches is the job of :class:`ringloader.Loader`).
+
+    A subclass sets ``paths`` and ``targets`` (one int per sample), or
+    overrides ``__len__`` and ``_sample``.
+    """
+
+    paths: Sequence[str]
+    targets: Any
+    transform: Optional[Callable] = None
+    target_transform: Optional[Callable] = None
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def _sample(self, index: int) -> tuple[str, bytes, Any]:
+        """(name for messages, encoded bytes, target) of sample ``index``:
+        by default its whole file, named by its path."""
+        path = self.paths[index]
+        return path, read_file(path), int(self.targets[index])
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        """(image, target): the full image as a uint8 CHW tensor."""
+        name, data, target = self._sample(index)
+        return decode_item(name, data, target, self.transform, self.target_transform)

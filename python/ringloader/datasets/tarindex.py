@@ -1,0 +1,275 @@
+"""The index of one tar shard: every member's name, data offset and size,
+the sample (WebDataset key) each member belongs to, and the integer value
+of tiny members (``.cls`` labels), so that a shard is read by byte range
+without parsing its tar headers again.
+
+The index is a ``.npz`` file written next to the shard
+(``<shard>.idx.npz``) or, when the shard's folder is not writable, in the
+cache directory (see :mod:`.cache`). It records the shard's size and mtime
+and is rebuilt when either changes. Tar headers are parsed by Python's
+``tarfile``; building the index checks that every member lies inside the
+file, so a truncated shard fails there, naming the shard and the member.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tarfile
+from collections.abc import Sequence
+
+import numpy as np
+
+from .base import PathLike
+from .cache import (
+    StringBlob,
+    cache_name,
+    default_cache_dir,
+    load_npz,
+    pack_strings,
+    save_npz,
+)
+
+__all__ = ["ShardError", "key_of", "select_samples", "shard_index", "split_key"]
+
+log = logging.getLogger("ringloader")
+
+SHARD_INDEX_VERSION = 1
+# Members up to this size are read while indexing, and their value kept
+# when they hold an integer (the ".cls" labels of WebDataset).
+_SMALL_MEMBER = 64
+_NO_INT = np.iinfo(np.int64).min
+_INT_TEXT = re.compile(rb"\s*[-+]?\d+\s*")
+
+
+class ShardError(ValueError):
+    """A tar shard that cannot be used as it is: truncated, corrupt,
+    compressed, or with a sample whose label is missing or not an integer.
+    The message names the shard and, where one is at fault, the member."""
+
+
+def split_key(name: str) -> tuple[str, str] | None:
+    """(key, extension) of a member name as WebDataset splits it: the key
+    runs to the first dot of the last path component; None without one."""
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot <= slash + 1:  # no dot, or a dot file: no key
+        return None
+    return name[:dot], name[dot + 1 :].lower()
+
+
+def key_of(name: str) -> str:
+    split = split_key(name)
+    return split[0] if split is not None else name
+
+
+# ---------------------------------------------------------------------------
+# Per-shard index
+
+
+def _sidecar(path: str) -> str:
+    return path + ".idx.npz"
+
+
+def _cached(path_abs: str, cache_dir: PathLike | None) -> str:
+    name = cache_name("shard", path_abs, os.path.basename(path_abs))
+    return os.path.join(default_cache_dir(cache_dir), name)
+
+
+def _scan_shard(path: str, st: os.stat_result) -> dict[str, np.ndarray]:
+    """The index arrays of one shard, from its tar headers. Raises
+    ShardError for a truncated, corrupt or compressed shard."""
+    size = st.st_size
+    names: list[bytes] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    key_ids: list[int] = []
+    ext_codes: list[int] = []
+    ints: list[int] = []
+    keys: dict[str, int] = {}
+    exts: dict[str, int] = {}
+    last = "the start of the archive"
+    with open(path, "rb") as f:
+        head = f.read(4)
+        f.seek(0)
+        if head[:2] == b"\x1f\x8b" or head[:3] == b"BZh" or head[:4] == b"\xfd7zX":
+            raise ShardError(
+                f"{path}: compressed tar shards cannot be read by byte range; "
+                "decompress them (the .tar files are read in place)"
+            )
+        try:
+            tf = tarfile.TarFile(fileobj=f)  # the `with` above closes f
+        except tarfile.ReadError as e:
+            raise ShardError(f"{path}: not a tar file ({e})") from None
+        while True:
+            try:
+                m = tf.next()
+            except tarfile.TarError as e:
+                raise ShardError(
+                    f"{path}: truncated or corrupt after member {last!r} ({e})"
+                ) from None
+            if m is None:
+                break
+            tf.members = []  # tarfile keeps every TarInfo otherwise
+            end = m.offset_data + m.size
+            if m.isreg() and end > size:
+                raise ShardError(
+                    f"{path}: truncated shard: member {m.name!r} needs bytes "
+                    f"{m.offset_data}..{end} but the file has {size} bytes"
+                )
+            last = m.name
+            if not m.isreg():
+                continue  # directories, links, devices: no data of their own
+            if m.sparse is not None:
+                raise ShardError(f"{path}: member {m.name!r} is a sparse file")
+            split = split_key(m.name)
+            if split is None:
+                continue
+            key, ext = split
+            value = _NO_INT
+            if m.size <= _SMALL_MEMBER:
+                text = os.pread(f.fileno(), m.size, m.offset_data)
+                if _INT_TEXT.fullmatch(text):
+                    value = int(text)
+            names.append(os.fsencode(m.name))
+            offsets.append(m.offset_data)
+            sizes.append(m.size)
+            key_ids.append(keys.setdefault(key, len(keys)))
+            ext_codes.append(exts.setdefault(ext, len(exts)))
+            ints.append(value)
+        # tarfile stops quietly at a header that is cut short or is not a
+        # header at all; past the last member there must be the end-of-archive
+        # zero block, or nothing (some writers omit it).
+        tail = os.pread(f.fileno(), tarfile.BLOCKSIZE, tf.offset)
+        if tail and (len(tail) < tarfile.BLOCKSIZE or tail.count(0) != len(tail)):
+            raise ShardError(
+                f"{path}: truncated or corrupt after member {last!r} "
+                f"(no valid tar header at byte {tf.offset})"
+            )
+    names_blob, names_offsets = pack_strings(names)
+    exts_blob, exts_offsets = pack_strings(os.fsencode(e) for e in exts)
+    return {
+        "version": np.int64(SHARD_INDEX_VERSION),
+        "shard": np.frombuffer(os.fsencode(os.path.abspath(path)), dtype=np.uint8),
+        "size": np.int64(st.st_size),
+        "mtime_ns": np.int64(st.st_mtime_ns),
+        "names_blob": names_blob,
+        "names_offsets": names_offsets,
+        "offsets": np.array(offsets, dtype=np.int64),
+        "sizes": np.array(sizes, dtype=np.int64),
+        "key_ids": np.array(key_ids, dtype=np.int32),
+        "ext_codes": np.array(ext_codes, dtype=np.int32),
+        "exts_blob": exts_blob,
+        "exts_offsets": exts_offsets,
+        "ints": np.array(ints, dtype=np.int64),
+    }
+
+
+def _valid(
+    z: dict[str, np.ndarray] | None, path_abs: str | None, st: os.stat_result
+) -> bool:
+    """Whether index arrays ``z`` describe the shard as it is now. A
+    sidecar copied along with its shard stays valid (``path_abs`` None);
+    a cached index must name the same shard."""
+    if z is None:
+        return False
+    try:
+        return (
+            int(z["version"]) == SHARD_INDEX_VERSION
+            and int(z["size"]) == st.st_size
+            and int(z["mtime_ns"]) == st.st_mtime_ns
+            and (path_abs is None or os.fsdecode(z["shard"].tobytes()) == path_abs)
+        )
+    except (KeyError, ValueError, TypeError):
+        return False
+
+
+def shard_index(
+    path: str, cache_dir: PathLike | None = None
+) -> tuple[dict[str, np.ndarray], str, bool]:
+    """(arrays, index file, reused) for one shard: the sidecar or cached
+    index when it matches the shard's size and mtime, else a new one,
+    written next to the shard or, when that fails, in the cache directory.
+    Raises ShardError for a bad shard, OSError when no index can be
+    written anywhere."""
+    st = os.stat(path)
+    path_abs = os.path.abspath(path)
+    sidecar, cached = _sidecar(path), _cached(path_abs, cache_dir)
+    for candidate, same_path in ((sidecar, None), (cached, path_abs)):
+        z = load_npz(candidate)
+        if _valid(z, same_path, st):
+            assert z is not None
+            return z, candidate, True
+    arrays = _scan_shard(path, st)
+    folder = os.path.dirname(path_abs)
+    if os.access(folder, os.W_OK):
+        try:
+            save_npz(sidecar, arrays)
+            _drop(cached)
+            return arrays, sidecar, False
+        except OSError as e:  # read-only file system, quota, ...
+            log.debug("ringloader: cannot write %s (%s)", sidecar, e)
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    save_npz(cached, arrays)
+    return arrays, cached, False
+
+
+def _drop(path: str) -> None:
+    """Remove a stale cached index that a sidecar now replaces."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def select_samples(
+    path: str,
+    z: dict[str, np.ndarray],
+    image_key: Sequence[str],
+    label_key: str | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(image member per sample, label per sample) of one shard, in the
+    order the samples' keys first appear. Samples without an image member
+    are dropped; among duplicate members the last one wins, as when a tar
+    is extracted."""
+    exts = list(StringBlob(z["exts_blob"], z["exts_offsets"]))
+    key_ids, ext_codes = z["key_ids"], z["ext_codes"]
+    n = len(key_ids)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # Rank of each extension as an image (lower is preferred), none = len.
+    none = len(image_key)
+    rank_of = np.array(
+        [image_key.index(e) if e in image_key else none for e in exts], dtype=np.int64
+    )
+    rank = rank_of[ext_codes]
+    member = np.arange(n, dtype=np.int64)
+    order = np.lexsort((-member, rank, key_ids))  # key, then rank, then last
+    first = np.ones(n, dtype=bool)
+    first[1:] = key_ids[order][1:] != key_ids[order][:-1]
+    best = order[first]  # one member per key, keys in increasing id
+    images = best[rank[best] < none]
+    if label_key is None:
+        return images, np.full(len(images), -1, dtype=np.int64)
+
+    label_member = np.full(int(key_ids.max()) + 1, -1, dtype=np.int64)
+    if label_key in exts:
+        code = exts.index(label_key)
+        holders = np.nonzero(ext_codes == code)[0]  # in member order
+        label_member[key_ids[holders]] = holders  # the last duplicate wins
+    names = StringBlob(z["names_blob"], z["names_offsets"])
+    wanted = label_member[key_ids[images]]
+    missing = np.nonzero(wanted < 0)[0]
+    if len(missing):
+        name = names[int(images[missing[0]])]
+        raise ShardError(
+            f"{path}: sample {key_of(name)!r} (member {name!r}) has no "
+            f".{label_key} member; pass label_key=None or a function of the key"
+        )
+    values = z["ints"][wanted]
+    bad = np.nonzero(values == _NO_INT)[0]
+    if len(bad):
+        name = names[int(wanted[bad[0]])]
+        raise ShardError(f"{path}: label member {name!r} does not hold an integer")
+    return images, values

@@ -1,0 +1,294 @@
+"""The shape of the code base: Python modules import downward only, along
+the layers written once below; no import cycle in Python nor #include cycle
+in C; no source file grows past MAX_LINES lines. Static checks (ast and
+regular expressions): nothing is imported or built."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "python" / "ringloader"
+CSRC = ROOT / "csrc"
+MAX_LINES = 600
+
+# The modules of python/ringloader, named relative to the package ("__init__"
+# is the package itself), lowest layer first. A module imports modules of
+# lower layers only: not of its own layer, not of a higher one. "pkg.*"
+# stands for every module of a subpackage whose inner order is its own
+# business (imports among them are only checked for cycles). A new module
+# must be given a layer here.
+LAYERS: list[list[str]] = [
+    ["_core"],  # the C extension
+    ["errors", "transforms", "datasets.base"],
+    ["datasets.cache"],
+    ["datasets.folder", "datasets.filelist", "datasets.tarindex"],
+    ["datasets.index", "datasets.shards"],
+    ["datasets"],
+    # the Loader's parts, one concern each
+    ["_epoch", "_gpu", "_meter"],
+    ["_pipeline"],  # the only module that calls _core.Pipeline
+    ["_fallback"],
+    ["loader"],
+    ["dataloader", "metrics", "index"],  # index: the old path, for cli
+    ["__init__"],
+    ["bench.*"],  # the benchmark harness (imports ringloader itself)
+    ["cli"],
+    ["__main__"],
+]
+
+
+def _modules() -> dict[str, Path]:
+    """Every Python module of the package by its relative dotted name."""
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        parts = list(path.relative_to(PKG).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts.pop()  # a subpackage is named as imported
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+KNOWN = set(MODULES) | {"_core"}  # _core: the built extension
+
+
+def _layer_of(name: str) -> Optional[tuple[int, str]]:
+    """(layer, group) of a module: the group is the module itself, or the
+    "pkg.*" entry that covers it."""
+    for i, layer in enumerate(LAYERS):
+        for entry in layer:
+            if entry == name:
+                return i, name
+            if entry.endswith(".*"):
+                pkg = entry[:-2]
+                if name == pkg or name.startswith(pkg + "."):
+                    return i, entry
+    return None
+
+
+def _package_of(name: str, path: Path) -> list[str]:
+    """The package a module's relative imports start from."""
+    parts = [] if name == "__init__" else name.split(".")
+    return parts if path.name == "__init__.py" else parts[:-1]
+
+
+def _target(parts: list[str]) -> Optional[str]:
+    """The module of the package that a dotted path (relative to the
+    package) names: the longest known prefix; None outside the package."""
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in KNOWN:
+            return name
+    return "__init__" if not parts else None
+
+
+def imports_of(name: str) -> set[str]:
+    """The package modules that module ``name`` imports, wherever the
+    import statement is (function bodies and TYPE_CHECKING blocks too),
+    plus ``importlib.import_module("ringloader...")`` with a literal."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = _package_of(name, path)
+    found: set[Optional[str]] = set()
+
+    def absolute(dotted: str) -> None:
+        parts = dotted.split(".")
+        if parts[0] == "ringloader":
+            found.add(_target(parts[1:]))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                absolute(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                base = (node.module or "").split(".")
+                if base[0] != "ringloader":
+                    continue
+                base = base[1:]
+            else:
+                up = node.level - 1
+                base = package[: len(package) - up] if up else list(package)
+                base += node.module.split(".") if node.module else []
+            for alias in node.names:
+                sub = ".".join(base + [alias.name])
+                found.add(sub if sub in KNOWN else _target(base))
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None))
+            == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            absolute(node.args[0].value)
+    found.discard(None)
+    found.discard(name)
+    return found  # type: ignore[return-value]
+
+
+def _graph() -> dict[str, set[str]]:
+    return {name: imports_of(name) for name in MODULES}
+
+
+def test_every_module_has_a_layer():
+    missing = [m for m in MODULES if _layer_of(m) is None]
+    assert not missing, (
+        f"modules without a layer: {missing}; add each to LAYERS in "
+        "tests/test_layout.py, above every module it imports"
+    )
+
+
+def test_imports_go_downward_only():
+    bad = []
+    for name, targets in _graph().items():
+        here = _layer_of(name)
+        if here is None:
+            continue  # reported by test_every_module_has_a_layer
+        for t in sorted(targets):
+            there = _layer_of(t)
+            if there is None:
+                continue
+            if there[1] == here[1] and here[1].endswith(".*"):
+                continue  # inside a subpackage left to its own order
+            if there[0] >= here[0]:
+                bad.append(f"{name} (layer {here[0]}) imports {t} (layer {there[0]})")
+    assert not bad, "imports that do not go down the layers:\n" + "\n".join(bad)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node, or of one
+    node that reaches itself (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph.get(v, ()):
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_python_import_cycle():
+    cycles = _cycles(_graph())
+    assert not cycles, f"modules that import each other (directly or not): {cycles}"
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+
+def include_graph() -> dict[str, set[str]]:
+    """csrc/ files (relative paths) and the csrc/ files each includes; an
+    include is looked up next to the including file, then under csrc/."""
+    graph = {}
+    for path in sorted(CSRC.rglob("*")):
+        if path.suffix not in (".c", ".h") or not path.is_file():
+            continue
+        deps = set()
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for inc in _INCLUDE.findall(text):
+            for base in (path.parent, CSRC):
+                target = (base / inc).resolve()
+                if target.is_file() and CSRC.resolve() in target.parents:
+                    deps.add(str(target.relative_to(CSRC.resolve())))
+                    break
+        graph[str(path.relative_to(CSRC))] = deps
+    return graph
+
+
+def test_no_include_cycle():
+    cycles = _cycles(include_graph())
+    assert not cycles, f"csrc/ files that include each other: {cycles}"
+
+
+def test_pipeline_is_called_from_one_module():
+    """_core.Pipeline is created and called in _pipeline.py only, so that a
+    new C API changes one module (and _fallback.py)."""
+    bad = []
+    for name, path in MODULES.items():
+        if name == "_pipeline":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "Pipeline"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "_core"
+            ) or (
+                isinstance(node, ast.ImportFrom)
+                and (node.module or "").endswith("_core")
+                and any(a.name == "Pipeline" for a in node.names)
+            ):
+                bad.append(f"{name}:{node.lineno}")
+    assert not bad, f"_core.Pipeline used outside _pipeline.py: {bad}"
+
+
+def test_no_file_over_max_lines():
+    """Expected to fail while the C and benchmark splits are under way;
+    see the list with: pytest tests/test_layout.py -k max_lines"""
+    long = []
+    for top in ("python", "csrc", "benchmarks"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.suffix in (".py", ".c", ".h") and path.is_file():
+                with open(path, "rb") as f:
+                    n = sum(1 for _ in f)
+                if n > MAX_LINES:
+                    long.append(f"{path.relative_to(ROOT)}: {n} lines")
+    assert not long, (
+        f"files over {MAX_LINES} lines (split them by concern, see "
+        "DESIGN.md, 'Next: stages with seams'):\n" + "\n".join(long)
+    )
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        (
+            "loader",
+            {
+                "_core",
+                "_epoch",
+                "_fallback",
+                "_gpu",
+                "_meter",
+                "_pipeline",
+                "datasets.base",
+            },
+        ),
+        ("datasets.index", {"datasets.base", "datasets.cache", "datasets.folder"}),
+    ],
+)
+def test_imports_are_parsed(name, expected):
+    """The parser sees relative imports of modules and of names, in
+    subpackages and through the parent (a check on the checks above)."""
+    assert expected <= imports_of(name)

@@ -122,7 +122,7 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx,
                                j->batch->epoch, key, dst, &note, j->msg);
         atomic_fetch_add(&p->decode_ns, rl__now_ns() - t0);
         atomic_fetch_add(&p->n_samples, 1);
-        j->decoder = note.decoder;
+        j->decoder = status == 0 ? note.decoder : -1;
         if (status == 0 && note.truncated) {
             atomic_fetch_add(&p->n_truncated, 1);
         }

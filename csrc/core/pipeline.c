@@ -223,7 +223,8 @@ static void describe(const rl_pipeline *p, const rl__job *j,
 }
 
 /* Fills rep from a done batch's jobs. Returns 0, the first failure's
- * status (rep->error filled), or -ENOMEM. */
+ * status (rep->error filled; the fallback positions are listed all the
+ * same, so the caller can say what was decoded how), or -ENOMEM. */
 static int report(const rl_pipeline *p, const rl_batch *b,
                   rl_batch_report *rep)
 {
@@ -233,18 +234,8 @@ static int report(const rl_pipeline *p, const rl_batch *b,
     rep->error.id = -1;
     int nfb = 0, nrep = 0;
     for (int i = 0; i < b->n; i++) {
-        const rl__job *j = &b->jobs[i];
-        if (rl__job_fails_batch(j)) {
-            describe(p, j, &rep->error);
-            return j->status;
-        }
-        nfb += j->decoder > 0;
-        nrep += j->replaced_by >= 0;
-    }
-    if (b->copy_status != 0) {
-        rep->error.status = b->copy_status;
-        snprintf(rep->error.msg, sizeof(rep->error.msg), "%s", b->copy_msg);
-        return b->copy_status;
+        nfb += b->jobs[i].decoder > 0;
+        nrep += b->jobs[i].replaced_by >= 0;
     }
     rep->fallback = nfb ? malloc(sizeof(int) * (size_t)nfb) : NULL;
     rep->replaced = nrep ? malloc(sizeof(rl_replacement) * (size_t)nrep)
@@ -255,6 +246,7 @@ static int report(const rl_pipeline *p, const rl_batch *b,
         snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");
         return -ENOMEM;
     }
+    int status = 0;
     for (int i = 0; i < b->n; i++) {
         const rl__job *j = &b->jobs[i];
         if (j->decoder > 0) {
@@ -266,8 +258,16 @@ static int report(const rl_pipeline *p, const rl_batch *b,
             describe(p, j, &r->error);
             r->error.status = j->first_status;
         }
+        if (status == 0 && rl__job_fails_batch(j)) {
+            describe(p, j, &rep->error);
+            status = j->status;
+        }
     }
-    return 0;
+    if (status == 0 && b->copy_status != 0) {
+        rep->error.status = status = b->copy_status;
+        snprintf(rep->error.msg, sizeof(rep->error.msg), "%s", b->copy_msg);
+    }
+    return status;
 }
 
 /*

@@ -71,9 +71,9 @@ typedef struct rl_replacement {
 } rl_replacement;
 
 /*
- * What happened to a batch: on failure, the first failed sample; on
- * success, the positions decoded by a decoder after the first of the set
- * (a fallback, e.g. Pillow for a PNG) and the replacements. The arrays are
+ * What happened to a batch: on failure, the first failed sample; and, on
+ * failure too, the positions decoded by a decoder after the first of the
+ * set (a fallback, e.g. Pillow for a PNG) and the replacements. The arrays are
  * malloc'd and owned by the caller (rl_batch_report_free); empty ones NULL.
  */
 typedef struct rl_batch_report {

@@ -513,11 +513,18 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
     if (rc != 0) {
         Py_DECREF(owner);
         if (rep->error.pos >= 0) {
+            /* The failed sample's exception, with the batch's fallback
+             * positions (what was decoded how before it failed). */
             PyObject *exc = rl__py_sample_error(st, &rep->error);
-            if (exc != NULL) {
-                PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-                Py_DECREF(exc);
+            PyObject *fb = exc ? PyTuple_New(rep->n_fallback) : NULL;
+            for (int i = 0; fb != NULL && i < rep->n_fallback; i++) {
+                PyTuple_SET_ITEM(fb, i, PyLong_FromLong(rep->fallback[i]));
             }
+            if (fb != NULL && PyObject_SetAttrString(exc, "fallback", fb) == 0) {
+                PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            }
+            Py_XDECREF(fb);
+            Py_XDECREF(exc);
         } else {
             rl__py_raise(st, rc, NULL, rep->error.msg);
         }

@@ -20,12 +20,12 @@ from torch.utils.data import (
 
 # The key of a sample's randomness is its dataset index the first time it
 # comes in an epoch; a repeat (a sampler with replacement, repeated
-# augmentation) adds its occurrence count above bit 40, and a replacement
-# for a failed sample (on_error="skip") sets bit 62, so no two draws of an
-# epoch share a key. Index = key & INDEX_MASK.
+# augmentation) adds its occurrence count above bit 40, and the C core's
+# replacement for a failed sample (on_error="skip") sets bit 62 with its
+# attempt in bits 54..61, so no two draws of an epoch share a key.
+# Index = key & INDEX_MASK.
 OCCURRENCE_SHIFT = 40
 INDEX_MASK = (1 << OCCURRENCE_SHIFT) - 1
-REPLACEMENT = 1 << 62
 
 STATE_VERSION = 1
 
@@ -40,7 +40,6 @@ class Keys:
 
     def __init__(self) -> None:
         self.seen: dict[int, int] = {}
-        self.replaced: dict[int, int] = {}
 
     def draw(self, idx: Sequence[int]) -> list[int]:
         out = []
@@ -49,11 +48,6 @@ class Keys:
             self.seen[i] = n + 1
             out.append(i + (n << OCCURRENCE_SHIFT))
         return out
-
-    def replacement(self, j: int) -> int:
-        n = self.replaced.get(j, 0)
-        self.replaced[j] = n + 1
-        return REPLACEMENT | (n << OCCURRENCE_SHIFT) | j
 
 
 def epoch_seed(seed: int, epoch: int) -> int:

@@ -1,9 +1,11 @@
 """What the C pipeline leaves to Python, and what is said about it.
 
 - Samples that are not JPEG (a PNG named .JPEG, WebP, BMP...) are decoded
-  with Pillow and placed in their batch with the same fused transform.
-- With ``on_error="skip"``, a sample that cannot be read or decoded is
-  replaced by the next readable one in dataset order.
+  with Pillow, called by the C core's decode threads on the bytes they
+  read, then placed with the same fused transform by the core.
+- With ``on_error="skip"``, the core replaces a sample that cannot be read
+  or decoded by the next readable one in dataset order; this module names
+  the sample and says so.
 - Transforms after the fusable prefix (the "tail") run in Python on each
   sample.
 - Each of these is announced once (:class:`FallbackWarning`,
@@ -12,8 +14,8 @@
   the file system refused ``O_DIRECT``.
 
 Warnings about a sample point at the training loop's line: the frames
-between are two of this module's methods, the loader's epoch generator and
-``EpochIterator.__next__`` (stacklevel 5).
+between are :meth:`Fallback.note`, the loader's epoch generator and
+``EpochIterator.__next__`` (stacklevel 4).
 """
 
 from __future__ import annotations
@@ -21,14 +23,12 @@ from __future__ import annotations
 import io
 import logging
 import warnings
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Sequence
 
 import torch
 from torch.utils.data import default_collate
 
-from . import _core
-from ._epoch import Keys, index_of
-from ._gpu import Gpu
+from ._epoch import index_of
 from ._pipeline import Pipeline, Taken
 from .datasets.base import Sources
 from .errors import DataWarning, FallbackWarning
@@ -101,35 +101,50 @@ def run_tail(images: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
 
 
 class Fallback:
-    """The samples of one loader that its C pipeline leaves to Python,
-    their counts, and the announcements made once per loader."""
+    """What the C pipeline of one loader hands to Python: the decoding of
+    files that are not JPEG (the C core calls :meth:`decode` on its decode
+    threads, with the bytes its source already read), and the naming and
+    announcing of samples it decoded that way or replaced
+    (``on_error="skip"``: the core's own policy)."""
 
-    def __init__(
-        self,
-        dataset: Any,
-        gpu: Optional[Gpu],
-        on_error: str,
-        max_consecutive_errors: int,
-        max_pixels: int,
-        allow_truncated: bool,
-    ) -> None:
+    def __init__(self, dataset: Any, allow_truncated: bool) -> None:
         self.dataset = dataset
-        self.gpu = gpu
-        self.on_error = on_error
-        self.max_consecutive_errors = max_consecutive_errors
-        self.max_pixels = max_pixels
         self.allow_truncated = allow_truncated
-        self.fallback_decodes = 0  # non-JPEG samples decoded with Pillow
-        self.skipped = 0  # failed samples replaced (on_error="skip")
         self._announced_fallback = False
         self._announced_skip = False
         self._announced_truncated = False
         self._announced_direct = False
 
+    def decode(self, data: memoryview) -> tuple[bytes, int, int]:
+        """Decode bytes that are not JPEG with Pillow: (rgb, width, height).
+        Called by the C core's decode threads (holding the GIL); ``data``
+        is valid only during the call. Raises ValueError with the reason,
+        which the core reports as a DecodeError naming the file."""
+        try:
+            from PIL import Image
+        except ImportError:
+            raise ValueError(
+                "not a JPEG; install Pillow to read other formats"
+            ) from None
+        buf = io.BytesIO(data)
+        try:
+            with Image.open(buf) as im:
+                im.draft(None, None)
+                rgb = im.convert("RGB")
+        except Exception as e:
+            # Pillow names its file object ("<_io.BytesIO object at 0x...>"):
+            # the core names the file instead.
+            reason = str(e).replace(f" {buf!r}", "").replace(repr(buf), "it")
+            raise ValueError(
+                f"not a JPEG, and Pillow cannot read it either ({reason})"
+            ) from None
+        w, h = rgb.size
+        return rgb.tobytes(), w, h
+
     def name_sample(self, error: BaseException) -> None:
         """Name the failing sample as the dataset knows it (for a tar shard:
-        the member and its byte range), not only by its file. An ``index``
-        set by C is a random key: it becomes the dataset index."""
+        the member and its byte range), not only by its file. The C core
+        sets ``index``, the sample's dataset index."""
         describe = getattr(self.dataset, "describe", None)
         index = getattr(error, "index", None)
         if index is not None:
@@ -146,104 +161,16 @@ class Fallback:
             error.args = (f"{error.args[0]} (sample {where})",) + error.args[1:]
         error.sample = where  # type: ignore[attr-defined]
 
-    def repair(
-        self, pipe: Pipeline, taken: Taken, src: Sources, epoch: int, keys: Keys
-    ) -> list[int]:
-        """Complete a taken batch: decode and place the samples left to
-        Python, replace the failed ones (on_error="skip"). Returns the
-        batch's dataset indices, replacements included; raises the error of
-        a sample that cannot be loaded otherwise."""
-        idx = taken.idx
-        if taken.fallback or taken.failed:
-            failed = list(taken.failed)
-            if taken.fallback:
-                failed += self._fill_others(pipe, taken, src, epoch)
-            if failed:
-                idx = self._replace_failed(
-                    pipe, taken.raw, src, idx, failed, epoch, keys
-                )
-        return idx
-
-    def _fill_others(
-        self, pipe: Pipeline, taken: Taken, src: Sources, epoch: int
-    ) -> list:
-        """Decode the samples that are not JPEG with Pillow and place them
-        with the same fused transform. Returns the (position, error) of
-        those Pillow cannot read either when on_error="skip" (else raises)."""
-        failed = []
-        for pos in taken.fallback:
-            i = taken.idx[pos]
-            try:
-                rgb, w, h, kind = self._decode_other(src, i, _read_sample(src, i))
-            except _core.DecodeError as e:
-                if self.on_error != "skip":
-                    raise
-                failed.append((pos, e))
-                continue
-            self._place(pipe, taken.raw, pos, rgb, w, h, epoch, taken.keys[pos])
-            self.fallback_decodes += 1
-            if not self._announced_fallback:
-                self._announced_fallback = True
-                warnings.warn(
-                    f"ringloader: {src.paths[i]} is {kind}, not JPEG: such files "
-                    "are decoded with Pillow (slower) and counted in "
-                    "stats()['fallback_decodes']",
-                    FallbackWarning,
-                    stacklevel=5,  # the training loop (see the module's doc)
-                )
-        return failed
-
-    def _replace_failed(
-        self,
-        pipe: Pipeline,
-        raw: torch.Tensor,
-        src: Sources,
-        idx: list,
-        failed: list,
-        epoch: int,
-        keys: Keys,
-    ) -> list:
-        """on_error="skip": put the next readable sample (in dataset order)
-        in the place of each failed one. Returns the batch's indices with
-        the replacements; raises the original error after
-        max_consecutive_errors failures in a row."""
-        idx = list(idx)
-        n = len(src.paths)
-        for pos, error in failed:
-            i = idx[pos]
+    def note(self, taken: Taken, src: Sources) -> None:
+        """Name and announce (once each) the samples of a taken batch that
+        were decoded by Pillow or replaced; log each replacement."""
+        self.note_fallback(taken.fallback, taken.idx, src, stacklevel=5)
+        for pos, error in taken.replaced:
             self.name_sample(error)
-            for k in range(1, self.max_consecutive_errors):
-                j = (i + k) % n
-                try:
-                    data = _read_sample(src, j)
-                    if data[:3] == b"\xff\xd8\xff":
-                        rgb, h, w = _core.decode(
-                            data,
-                            max_pixels=self.max_pixels,
-                            allow_truncated=self.allow_truncated,
-                        )
-                    else:
-                        rgb, w, h, _ = self._decode_other(src, j, data)
-                except (_core.DecodeError, OSError):
-                    continue
-                self._place(pipe, raw, pos, rgb, w, h, epoch, keys.replacement(j))
-                break
-            else:
-                if error.args:
-                    tail = (
-                        f" (on_error='skip': the {self.max_consecutive_errors - 1}"
-                        " samples after it failed too)"
-                    )
-                    if isinstance(error, OSError):
-                        error.strerror = f"{error.strerror}{tail}"
-                    else:
-                        error.args = (f"{error.args[0]}{tail}",) + error.args[1:]
-                raise error
-            idx[pos] = j
-            self.skipped += 1
+            j = taken.idx[pos]
             log.info(
                 "ringloader: skipped %s (%s); replaced by %s",
-                src.paths[i],
+                src.paths[getattr(error, "index", j)],
                 error,
                 src.paths[j],
             )
@@ -254,59 +181,25 @@ class Fallback:
                     f"replaced by {src.paths[j]} (on_error='skip'). Further skips "
                     "are counted in stats()['skipped'] and logged at INFO level.",
                     DataWarning,
-                    stacklevel=5,  # the training loop (see the module's doc)
+                    stacklevel=4,  # the training loop (see the module's doc)
                 )
-        return idx
 
-    def _place(
-        self,
-        pipe: Pipeline,
-        raw: torch.Tensor,
-        pos: int,
-        rgb: bytes,
-        w: int,
-        h: int,
-        epoch: int,
-        key: int,
+    def note_fallback(
+        self, positions: Sequence[int], idx: list[int], src: Sources, stacklevel: int
     ) -> None:
-        """Place an image decoded outside the C pipeline at position pos of
-        the batch, with the same fused transform and the randomness of key."""
-        if self.gpu is None:
-            pipe.fill(raw[pos].view(torch.uint8).numpy(), rgb, w, h, epoch, key)
-        else:
-            host = torch.empty(raw[pos].numel(), dtype=torch.uint8)
-            pipe.fill(host.numpy(), rgb, w, h, epoch, key)
-            self.gpu.before_compute()
-            raw[pos].copy_(host.view(raw[pos].shape).to(raw.device))
-
-    def _decode_other(
-        self, src: Sources, i: int, data: bytes
-    ) -> tuple[bytes, int, int, str]:
-        """Decode sample i, not a JPEG, with Pillow: (rgb, w, h, format)."""
-        path = src.paths[i]
-        try:
-            from PIL import Image
-        except ImportError:
-            raise _core.DecodeError(
-                f"cannot decode {path}: not a JPEG; install Pillow to read "
-                "other formats"
-            ) from None
-        try:
-            with Image.open(io.BytesIO(data)) as im:
-                kind = im.format or "not JPEG"
-                im.draft(None, None)
-                rgb = im.convert("RGB")
-        except Exception as e:
-            err = _core.DecodeError(
-                f"cannot decode {path}: not a JPEG, and "
-                f"Pillow cannot read it either ({e})"
+        """Announce once that samples at ``positions`` of the batch ``idx``
+        were decoded by Pillow (also for a batch that then failed)."""
+        if positions and not self._announced_fallback:
+            self._announced_fallback = True
+            i = idx[positions[0]]
+            path = src.paths[i]
+            warnings.warn(
+                f"ringloader: {path} is {_format_of(src, i)}, not JPEG: such files "
+                "are decoded with Pillow (slower) and counted in "
+                "stats()['fallback_decodes']",
+                FallbackWarning,
+                stacklevel=stacklevel,  # the training loop (see the module's doc)
             )
-            err.path, err.reason, err.kind = path, str(e), "not_jpeg"
-            err.index = i
-            self.name_sample(err)
-            raise err from None
-        w, h = rgb.size
-        return rgb.tobytes(), w, h, kind
 
     def announce_truncated(self, pipe: Pipeline) -> None:
         """Say once that truncated JPEGs were decoded (allow_truncated)."""
@@ -339,10 +232,18 @@ class Fallback:
             )
 
 
-def _read_sample(src: Sources, i: int) -> bytes:
-    """The bytes of sample i: its file, or its byte range of a shard."""
-    with open(src.paths[i], "rb") as f:
-        if src.offsets is not None:
-            f.seek(int(src.offsets[i]))
-            return f.read(int(src.lengths[i]))  # type: ignore[index]
-        return f.read()
+def _format_of(src: Sources, i: int) -> str:
+    """The format Pillow names for sample i ("PNG"...), from its first
+    64 KiB: read once per loader, for the announcement only."""
+    try:
+        from PIL import Image
+
+        with open(src.paths[i], "rb") as f:
+            size = 1 << 16
+            if src.offsets is not None:
+                f.seek(int(src.offsets[i]))
+                size = min(size, int(src.lengths[i]))  # type: ignore[index]
+            with Image.open(io.BytesIO(f.read(size))) as im:
+                return im.format or "not JPEG"
+    except Exception:  # only a courtesy for the message
+        return "not JPEG"

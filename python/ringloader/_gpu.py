@@ -55,7 +55,8 @@ class Gpu:
         return int(self._stream)
 
     def alloc(self, nbytes: int) -> tuple[Any, int]:
-        """A fresh device buffer for one batch, and its address."""
+        """A fresh device buffer for one batch, and its address: the
+        allocator the C core calls (with the GIL) at each submit."""
         if self.torch_cuda:
             with torch.cuda.stream(self._stream):
                 t = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
@@ -68,14 +69,19 @@ class Gpu:
             return int(torch.cuda.current_stream(self.device).cuda_stream)
         return int(self._consumer)
 
-    def tensor(self, buf: Any, shape: tuple) -> torch.Tensor:
+    def tensor(self, batch: Any) -> torch.Tensor:
+        """The uint8 tensor of a device batch (a ``_core.Batch`` whose copy
+        the consumer's stream already waits for)."""
         if self.torch_cuda:
-            buf.record_stream(torch.cuda.current_stream(self.device))
-            return buf.view(shape)
+            # The buffer came from torch's allocator on the copy stream: it
+            # is now used on the consumer's, which must finish with it
+            # before the allocator reuses it.
+            batch.owner.record_stream(torch.cuda.current_stream(self.device))
+            return torch.from_dlpack(batch)
         # The fake's device memory is host memory, viewed without waiting:
         # like a real device tensor its content is only defined for work
         # ordered after the copy (see synchronize()).
-        return torch.frombuffer(buf, dtype=torch.uint8).view(shape)
+        return torch.frombuffer(batch.owner, dtype=torch.uint8).view(batch.shape)
 
     def before_compute(self) -> None:
         """Called before torch ops on a fresh batch. On a GPU they are

@@ -1,11 +1,11 @@
 """The C pipeline of a Loader, as the rest of the package sees it.
 
-This is the only module that calls ``_core.Pipeline``: creating it (all its
-options), submitting a batch, taking the next batch in order, and turning
-the taken batch into a uint8 tensor (host or device) plus the positions the
-C threads left to Python (samples that are not JPEG; failed samples with
-``on_error="skip"``). Everything else goes through :class:`Pipeline`, so a
-new C API changes this module (and :mod:`._fallback`) only.
+This is the only module that calls ``_core.Pipeline``: creating it from the
+dataset's table of samples (given once: paths, or byte ranges of files),
+submitting a batch by sample ids, taking the next batch in order, and
+turning it into a tensor (host or device) with what the C core reports:
+samples decoded by the Python fallback decoder (not JPEG), and samples the
+core's skip policy replaced (``on_error="skip"``).
 
 A Pipeline belongs to one process (the threads do not survive ``fork``)
 and runs one epoch at a time; batches come back in the order submitted.
@@ -16,9 +16,8 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from typing import Any, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
-import numpy as np
 import torch
 
 from . import _core
@@ -31,16 +30,30 @@ log = logging.getLogger("ringloader")
 # pread reasons already logged by this process (one line per reason).
 _announced_io: set[str] = set()
 
+# Counters of the C core that add up across the pipelines a loader makes
+# (a new one for a new transform, a new table of samples, a fork).
+COUNTERS = (
+    "samples",
+    "batches",
+    "bytes_read",
+    "errors",
+    "skipped",
+    "read_seconds",
+    "decode_seconds",
+    "direct_refused",
+    "truncated",
+    "fallback_decodes",
+)
+
 
 class Taken(NamedTuple):
     """One batch taken from the pipeline."""
 
-    idx: list[int]  # dataset index of each position
-    keys: list[int]  # random key of each position (see _epoch.Keys)
+    idx: list[int]  # dataset index of each position, replacements included
     raw: torch.Tensor  # uint8 (or the fused dtype on CPU), C layout
-    fallback: Sequence[int]  # positions of samples that are not JPEG
-    # (position, DecodeError or OSError) of samples that failed (skip_errors)
-    failed: Sequence[tuple[int, Union[_core.DecodeError, OSError]]]
+    fallback: Sequence[int]  # positions decoded by the fallback (not JPEG)
+    # (position, DecodeError or OSError) of samples replaced (skip policy)
+    replaced: Sequence[tuple[int, Union[_core.DecodeError, OSError]]]
 
 
 class Pipeline:
@@ -49,9 +62,11 @@ class Pipeline:
     def __init__(
         self,
         compiled: Compiled,
+        src: Sources,
         *,
         c_layout: str,
         gpu: Optional[Gpu],
+        fallback: Callable[[memoryview], tuple],
         num_threads: int,
         seed: int,
         io: str,
@@ -59,16 +74,25 @@ class Pipeline:
         allow_truncated: bool,
         direct_io: bool,
         skip_errors: bool,
+        max_consecutive_errors: int,
+        carried: Optional[dict] = None,
     ) -> None:
         if gpu is not None:
             # uint8 crosses PCIe; the conversion runs on the device.
             output: dict[str, Any] = dict(
-                device=gpu.index, copy_stream=gpu.start(), dtype="uint8"
+                device=gpu.index,
+                copy_stream=gpu.start(),
+                allocator=gpu.alloc,
+                dtype="uint8",
             )
         else:
             output = dict(dtype=compiled.dtype, mul=compiled.mul, add=compiled.add)
+        table: dict[str, Any] = dict(paths=src.paths)
+        if src.offsets is not None:
+            table.update(offsets=src.offsets, lengths=src.lengths)
         self._c = _core.Pipeline(
             compiled.spec,
+            **table,
             num_threads=num_threads,
             layout=c_layout,
             **output,
@@ -77,13 +101,15 @@ class Pipeline:
             max_pixels=max_pixels,
             allow_truncated=allow_truncated,
             direct_io=direct_io,
+            fallback=fallback,
             skip_errors=skip_errors,
+            max_consecutive_errors=max_consecutive_errors,
         )
         self.pid = os.getpid()
+        self.src = src
         self._gpu = gpu
-        self._out_h, self._out_w = compiled.spec["out_h"], compiled.spec["out_w"]
-        self._nhwc = c_layout == "NHWC"
-        # (indices, keys, device buffer or None) of each batch in flight.
+        self._carried = dict(carried or {})
+        # The dataset indices of each batch in flight.
         self._inflight: deque = deque()
         reason = self._c.io_reason
         if self._c.io_backend == "pread" and reason not in _announced_io:
@@ -118,62 +144,51 @@ class Pipeline:
         return self._c.pinned_slots
 
     def stats(self) -> dict:
-        """The C core's cumulative counters (see ``_core.Pipeline.stats``)."""
-        return self._c.stats()
+        """The C core's counters (see ``_core.Pipeline.stats``), those of
+        the loader's earlier pipelines added."""
+        out = self._c.stats()
+        for k, v in self._carried.items():
+            out[k] = out.get(k, 0) + v
+        return out
+
+    def counters(self) -> dict:
+        """What a next pipeline of the same loader carries over."""
+        if self._c.closed:
+            return dict(self._carried)
+        s = self.stats()
+        return {k: s[k] for k in COUNTERS if k in s}
 
     # ---- batches ----
 
-    def submit(self, src: Sources, idx: list[int], keys: list[int], epoch: int) -> None:
-        """Queue the samples ``idx`` of ``src`` as one batch, each with its
-        random key. On the GPU path a device buffer is allocated for it."""
-        extra: dict = {}
-        buf = None
-        if self._gpu is not None:
-            buf, extra["device_buffer"] = self._gpu.alloc(
-                len(idx) * self._out_h * self._out_w * 3
-            )
-        paths = [src.paths[i] for i in idx]
-        if src.offsets is None:
-            self._c.submit(paths, keys, epoch, **extra)
-        else:
-            self._c.submit(
-                paths,
-                keys,
-                epoch,
-                [int(src.offsets[i]) for i in idx],
-                [int(src.lengths[i]) for i in idx],  # type: ignore[index]
-                **extra,
-            )
-        self._inflight.append((idx, keys, buf))
+    def submit(self, idx: list[int], keys: list[int], epoch: int) -> None:
+        """Queue the samples ``idx`` of the table as one batch, each with
+        its random key. On the GPU path the C core asks the allocator for
+        the batch's device buffer."""
+        self._c.submit(idx, keys, epoch)
+        self._inflight.append(idx)
 
     def take(self) -> Taken:
         """The oldest batch submitted, once decoded (blocks, GIL released).
-        Raises DecodeError or OSError for a sample that failed, unless
-        skip_errors, and RuntimeError once closed; the batch then stays
-        pending until :meth:`cancel`."""
-        if self._gpu is None:
-            batch = self._c.next()
-            fallback, failed = batch.fallback, batch.failed
-        else:
-            fallback, failed = self._c.next(consumer_stream=self._gpu.consumer_stream())
-        idx, keys, buf = self._inflight.popleft()
+        Raises DecodeError or OSError (with ``.index``) for a sample that
+        failed and was not replaced, and RuntimeError once closed; the batch
+        is then dropped."""
+        idx = self._inflight.popleft()
+        consumer = self._gpu.consumer_stream() if self._gpu is not None else 0
+        try:
+            batch = self._c.next(consumer_stream=consumer)
+        except (_core.DecodeError, OSError) as e:
+            e.batch = idx  # type: ignore[attr-defined]  # with e.fallback
+            raise
         if self._gpu is None:
             raw = torch.from_dlpack(batch)
         else:
-            raw = self._gpu.tensor(buf, self._shape(len(idx)))
-        return Taken(idx, keys, raw, fallback, failed)
-
-    def _shape(self, n: int) -> tuple:
-        h, w = self._out_h, self._out_w
-        return (n, h, w, 3) if self._nhwc else (n, 3, h, w)
-
-    def fill(
-        self, dst: np.ndarray, rgb: bytes, w: int, h: int, epoch: int, key: int
-    ) -> None:
-        """Place an image decoded outside the pipeline (rgb: w*h*3 bytes)
-        into ``dst``, one sample's host buffer, with the fused transform
-        and the randomness of ``key``."""
-        self._c.fill(dst, rgb, w, h, epoch, key)
+            raw = self._gpu.tensor(batch)
+        idx = list(idx)
+        replaced = []
+        for pos, j, error in batch.replaced:
+            idx[pos] = j
+            replaced.append((pos, error))
+        return Taken(idx, raw, batch.fallback, replaced)
 
     # ---- lifecycle ----
 
@@ -183,5 +198,8 @@ class Pipeline:
         self._inflight.clear()
 
     def close(self) -> None:
-        """Stop and join the threads; idempotent."""
+        """Stop and join the threads; idempotent. The counters are kept
+        for :meth:`counters`."""
+        if not self._c.closed:
+            self._carried = self.counters()
         self._c.close()

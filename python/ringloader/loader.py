@@ -197,14 +197,7 @@ class Loader:
         self._lock = threading.Lock()
         self._active: Optional[weakref.ref] = None
         self._meter = Meter()
-        self._fallback = Fallback(
-            dataset,
-            self._gpu,
-            on_error=self.on_error,
-            max_consecutive_errors=self.max_consecutive_errors,
-            max_pixels=self.max_pixels,
-            allow_truncated=self.allow_truncated,
-        )
+        self._fallback = Fallback(dataset, allow_truncated=self.allow_truncated)
         LIVE.add(self)
 
     def _use_transform(self, transform: Any, stacklevel: int) -> None:
@@ -222,13 +215,12 @@ class Loader:
         """Pick up a dataset whose transform or samples list was replaced
         since the last epoch, as DataLoader would (it reads them at every
         fetch)."""
+        stale = False
         if self._follow_dataset:
             current = getattr(self.dataset, "transform", None)
             if current is not self.transform:
                 self._use_transform(current, stacklevel=4)
-                if self._pipe is not None:
-                    self._pipe.close()  # built for the old transform
-                    self._pipe = None
+                stale = True  # the pipeline was built for the old transform
         samples = getattr(self.dataset, "samples", None)
         if (
             not provides_sources(self.dataset)
@@ -236,6 +228,9 @@ class Loader:
             and (id(samples), len(samples)) != self._samples_seen
         ):
             self._use_sources()
+            stale = True  # ... or for the old table of samples
+        if stale and self._pipe is not None and self._pipe.owned():
+            self._pipe.close()
 
     def _sampling(self) -> Sampling:
         """How batches are drawn, from the loader's arguments as they are."""
@@ -270,11 +265,16 @@ class Loader:
     def _pipeline(self) -> Pipeline:
         if self._pipe is None or not self._pipe.usable():
             # In a forked child the parent's threads do not exist: build a
-            # new pipeline and leave the inherited one untouched.
+            # new pipeline and leave the inherited one untouched. A new
+            # pipeline carries on the counters of the one it replaces.
+            old = self._pipe
+            carried = old.counters() if old is not None and old.owned() else None
             self._pipe = Pipeline(
                 self._plan.compiled,
+                self._src,
                 c_layout=self._plan.c_layout,
                 gpu=self._gpu,
+                fallback=self._fallback.decode,
                 num_threads=self.num_threads,
                 seed=self.seed,
                 io=self.io,
@@ -282,6 +282,8 @@ class Loader:
                 allow_truncated=self.allow_truncated,
                 direct_io=self.direct_io,
                 skip_errors=self.on_error == "skip",
+                max_consecutive_errors=self.max_consecutive_errors,
+                carried=carried,
             )
         return self._pipe
 
@@ -306,7 +308,7 @@ class Loader:
 
     def _iterate(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         pipe = self._pipeline()
-        src = self._src
+        src = pipe.src
         batches, keys = self._position.begin(self._sampling(), epoch)
         self._meter.start_epoch()
         exhausted = False
@@ -322,16 +324,20 @@ class Loader:
                         break
                     idx = [int(i) for i in idx]
                     if idx:
-                        pipe.submit(src, idx, keys.draw(idx), epoch)
+                        pipe.submit(idx, keys.draw(idx), epoch)
                 if not pipe.pending:
                     self._position.finished = True
                     return
                 try:
                     taken = pipe.take()
                 except (_core.DecodeError, OSError) as e:
+                    self._fallback.note_fallback(
+                        getattr(e, "fallback", ()), e.batch, src, stacklevel=4
+                    )
                     self._fallback.name_sample(e)
                     raise
-                idx = self._fallback.repair(pipe, taken, src, epoch, keys)
+                self._fallback.note(taken, src)
+                idx = taken.idx
                 images = self._finish(taken.raw)
                 self._fallback.announce_truncated(pipe)
                 labels = torch.from_numpy(src.targets[idx])
@@ -446,8 +452,8 @@ class Loader:
             io_backend=pipe.io_backend if c else None,
             epoch=self._position.epoch,
             rank=self.rank,
-            fallback_decodes=self._fallback.fallback_decodes,
-            skipped=self._fallback.skipped,
+            fallback_decodes=c.get("fallback_decodes", 0),
+            skipped=c.get("skipped", 0),
         )
 
     def __repr__(self) -> str:

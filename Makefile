@@ -3,16 +3,18 @@
 #               generated ImageNet-like folder
 #   make test   build and run every test (what CI runs)
 # and for hardening and style (CI runs these too, see .ci/run):
-#   make lint        ruff check and ruff format --check
+#   make lint        ruff check and ruff format --check; clang-format
+#                    --dry-run on the C sources (.clang-format)
 #   make test-asan   the pytest suite against an ASan+UBSan build of the
 #                    extension, installed into a throw-away venv (the normal
 #                    install is left alone)
 #   make fuzz        FUZZ_SECONDS (60) of libFuzzer on the decode entry point,
 #                    then the regression inputs (needs clang, libclang-rt-14-dev)
 PYTHON ?= python3
+C_SOURCES = $(shell find csrc tests/c tests/fuzz tests/cuda -name '*.[ch]' | sort)
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: demo test install deps test-asan fuzz lint
+.PHONY: demo test install install-test deps test-asan fuzz lint format
 
 deps:
 	$(PIP) install -q "torch==2.14.1" "torchvision==0.29.1" pytest pillow numpy \
@@ -20,6 +22,11 @@ deps:
 
 install: deps
 	$(PIP) install -q .
+
+# The test build: the same code plus csrc/testing (fault injection, CUDA
+# breakage switches, the read benchmark), which users' builds leave out.
+install-test: deps
+	RINGLOADER_TEST_HOOKS=1 $(PIP) install -q .
 
 demo: install
 	$(PYTHON) benchmarks/bench_eval.py
@@ -29,9 +36,14 @@ demo: install
 lint: deps
 	$(PYTHON) -m ruff check python tests benchmarks
 	$(PYTHON) -m ruff format --check python tests benchmarks
+	clang-format --dry-run --Werror $(C_SOURCES)
+
+# Formats the C sources in place (what `make lint` checks).
+format:
+	clang-format -i $(C_SOURCES)
 
 # pytest exits 5 when it collected no test: that is a failure here.
-test: install
+test: install-test
 	cd tests && $(PYTHON) -m pytest -q -p no:cacheprovider . ; \
 		rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
@@ -55,7 +67,7 @@ test-asan: deps
 	$(PYTHON) -m venv --system-site-packages $(ASAN_DIR)/venv
 	$(ASAN_DIR)/venv/bin/python -m pip install -q "setuptools>=77" wheel
 	cd $(ASAN_DIR)/src && RINGLOADER_SANITIZE=address \
-		$(ASAN_DIR)/venv/bin/python -m pip install -q --no-build-isolation .
+		RINGLOADER_TEST_HOOKS=1 $(ASAN_DIR)/venv/bin/python -m pip install -q --no-build-isolation .
 	cd tests && \
 		LD_PRELOAD="$(ASAN_PRELOAD)" \
 		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1 \

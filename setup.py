@@ -97,4 +97,10 @@ ext = Extension(
     depends=headers(),
 )
 
-setup(ext_modules=[ext])
+# Objects are compiled with different macros for a test or sanitizer build:
+# keep each kind in a build folder of its own, so that none reuses another's.
+flavour = "-".join(x for x in ("test" if TEST_HOOKS else "", sanitize) if x)
+setup(
+    ext_modules=[ext],
+    options={"build": {"build_base": f"build/{flavour}"}} if flavour else {},
+)

@@ -4,7 +4,8 @@
  * system header); none of them includes liburing.h or jpeglib.h. One file per concern: module.c (initialisation and the
  * method table), errors.c (statuses to exceptions), spec.c (the transform
  * and output schema), pipeline.c (the Pipeline type), batch.c (the Batch
- * type), fallback.c (a Python decoder registered with the decode stage),
+ * type), sources.c (the table of samples), fallback.c (a Python decoder
+ * registered with the decode stage),
  * tools.c (stateless functions); testing/py_testing.c in test builds.
  */
 #ifndef RL_PY_MODULE_H
@@ -61,6 +62,24 @@ int rl__py_parse_place(const char *dtype, PyObject *mul, PyObject *add,
 
 /* Adds TRANSFORM_FIELDS, the schema of the spec dict, to the module. */
 int rl__py_spec_init(PyObject *module);
+
+/* ---- sources.c ---- */
+
+/* Item i of a sequence (a list, a numpy array) as an int64: -1 with an
+ * exception set on failure (check PyErr_Occurred). */
+int64_t rl__py_item_i64(PyObject *seq, Py_ssize_t i);
+
+/* The file source of paths (and optional offsets, lengths: sequences of
+ * ints). Returns NULL with an exception set. */
+rl_source *rl__py_file_source(PyObject *paths, PyObject *offsets,
+                              PyObject *lengths, const rl_file_options *opt,
+                              char *msg);
+
+/* The memory source of a sequence of bytes (with optional names), each
+ * appended to keep (a list the caller holds as long as the pipeline).
+ * Returns NULL with an exception set. */
+rl_source *rl__py_memory_source(PyObject *buffers, PyObject *names,
+                                PyObject *keep);
 
 /* ---- fallback.c ---- */
 

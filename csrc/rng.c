@@ -73,4 +73,3 @@ double rl_rng_uniform(rl_rng *g)
     uint64_t hi = next32(g) >> 5, lo = next32(g) >> 6; /* 27 + 26 bits */
     return (double)(hi * 67108864u + lo) / 9007199254740992.0;
 }
-

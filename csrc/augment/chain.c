@@ -69,8 +69,8 @@ int rl_augment_run(const rl_augment *a, uint64_t seed, int64_t epoch,
     rl_augment_draw(a, seed, epoch, key, params);
     for (int i = 0; i < a->n; i++) {
         const rl_op *op = &a->ops[i];
-        int rc = op->def->apply(op, params + (size_t)i * RL_OP_MAX_PARAMS,
-                                img, msg);
+        int rc =
+            op->def->apply(op, params + (size_t)i * RL_OP_MAX_PARAMS, img, msg);
         if (rc != 0) {
             return rc;
         }

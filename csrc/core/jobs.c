@@ -96,8 +96,8 @@ static void batch_part_done(rl_batch *b)
 
 /* Reads (when the I/O thread did not) and decodes one sample into dst;
  * the fetch's bytes are released. Returns its status with j->msg set. */
-static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx,
-                rl_fetch *f, bool read, int64_t key, const rl_dst *dst)
+static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
+                bool read, int64_t key, const rl_dst *dst)
 {
     rl_source *src = p->cfg.source;
     if (read) {
@@ -190,9 +190,8 @@ static void job_run(rl_task *task, void *ctx)
         return;
     }
     rl_dst dst;
-    rl_place_dst(&p->cfg.place, b->slot->data + (size_t)j->pos *
-                                                    p->sample_bytes,
-                 &dst);
+    rl_place_dst(&p->cfg.place,
+                 b->slot->data + (size_t)j->pos * p->sample_bytes, &dst);
     bool read = p->cfg.source->ops->read_batch == NULL;
     j->status = load(p, j, ctx, &j->fetch, read, j->key, &dst);
     if (j->status != 0 && p->cfg.skip_errors && sample_error(j->status)) {

@@ -131,8 +131,8 @@ size_t rl_pipeline_sample_bytes(const rl_pipeline *p)
     return p->sample_bytes;
 }
 
-int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids,
-                       const int64_t *keys, int n, int64_t epoch, void *dst)
+int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
+                       int n, int64_t epoch, void *dst)
 {
     if (rl_pipeline_forked(p)) {
         return RL_ECLOSED;
@@ -211,8 +211,7 @@ void rl_batch_report_free(rl_batch_report *r)
     r->n_fallback = r->n_replaced = 0;
 }
 
-static void describe(const rl_pipeline *p, const rl__job *j,
-                     rl_sample_error *e)
+static void describe(const rl_pipeline *p, const rl__job *j, rl_sample_error *e)
 {
     e->status = j->status;
     e->pos = j->pos;
@@ -225,8 +224,7 @@ static void describe(const rl_pipeline *p, const rl__job *j,
 /* Fills rep from a done batch's jobs. Returns 0, the first failure's
  * status (rep->error filled; the fallback positions are listed all the
  * same, so the caller can say what was decoded how), or -ENOMEM. */
-static int report(const rl_pipeline *p, const rl_batch *b,
-                  rl_batch_report *rep)
+static int report(const rl_pipeline *p, const rl_batch *b, rl_batch_report *rep)
 {
     memset(rep, 0, sizeof(*rep));
     rep->n = b->n;
@@ -238,8 +236,7 @@ static int report(const rl_pipeline *p, const rl_batch *b,
         nrep += b->jobs[i].replaced_by >= 0;
     }
     rep->fallback = nfb ? malloc(sizeof(int) * (size_t)nfb) : NULL;
-    rep->replaced = nrep ? malloc(sizeof(rl_replacement) * (size_t)nrep)
-                         : NULL;
+    rep->replaced = nrep ? malloc(sizeof(rl_replacement) * (size_t)nrep) : NULL;
     if ((nfb && rep->fallback == NULL) || (nrep && rep->replaced == NULL)) {
         rl_batch_report_free(rep);
         rep->error.status = -ENOMEM;

@@ -136,8 +136,8 @@ size_t rl_pipeline_sample_bytes(const rl_pipeline *p);
  * on decoding; with a device delivery it may wait for an in-flight copy
  * before refilling a pinned slot.
  */
-int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids,
-                       const int64_t *keys, int n, int64_t epoch, void *dst);
+int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
+                       int n, int64_t epoch, void *dst);
 
 /*
  * Waits up to timeout_ms (-1: forever) for the oldest submitted batch.

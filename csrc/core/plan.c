@@ -172,8 +172,8 @@ int rl_transform_check(const rl_transform *t, char *msg)
     if (t->out_w <= 0 || t->out_h <= 0 || t->out_w > 65535 ||
         t->out_h > 65535) {
         snprintf(msg, RL_MSG_MAX,
-                 "the output size must be 1..65535 a side, not %dx%d",
-                 t->out_w, t->out_h);
+                 "the output size must be 1..65535 a side, not %dx%d", t->out_w,
+                 t->out_h);
         return RL_EINTERNAL;
     }
     if (t->resize_short < 0 || t->resize_short > 65535 || t->resize_h < 0 ||

@@ -40,7 +40,7 @@ typedef struct rl__job {
     rl_batch *batch;
     int pos;
     int64_t key;
-    rl_fetch fetch;      /* fetch.id: the sample first asked for */
+    rl_fetch fetch; /* fetch.id: the sample first asked for */
     int status;
     int first_status;    /* skip policy: why the first sample failed */
     int decoder;         /* position of the decoder used, or -1 */

@@ -112,8 +112,8 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
     note->decoder = -1;
     note->truncated = false;
     msg[0] = '\0';
-    int rc = rl_decode_pick(c->decode, data, len, &dec, &st, &note->decoder,
-                            msg);
+    int rc =
+        rl_decode_pick(c->decode, data, len, &dec, &st, &note->decoder, msg);
     if (rc != 0) {
         return rc;
     }
@@ -132,8 +132,7 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
     }
     int m = 8, sw = info.width, sh = info.height;
     if (dec->scaled_size != NULL) {
-        m = rl_sample_pick_scale(info.width, info.height, p.w, p.h, p.vw,
-                                 p.vh);
+        m = rl_sample_pick_scale(info.width, info.height, p.w, p.h, p.vw, p.vh);
         dec->scaled_size(st, m, &sw, &sh);
     }
     double fx = (double)sw / info.width, fy = (double)sh / info.height;
@@ -151,8 +150,7 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
     x1 = x1 < sw ? x1 + 1 : sw;
     y1 = y1 < sh ? y1 + 1 : sh;
     rl_pixels px;
-    rc = dec->region(st, m, x0, y0, x1 - x0, y1 - y0, &spec->limits, &px,
-                     msg);
+    rc = dec->region(st, m, x0, y0, x1 - x0, y1 - y0, &spec->limits, &px, msg);
     if (rc != 0) {
         return rc;
     }
@@ -174,9 +172,8 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
     return rc;
 }
 
-int rl_sample_decode_full(const uint8_t *data, size_t len,
-                          const rl_limits *lim, uint8_t **out, int *w, int *h,
-                          char *msg)
+int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,
+                          uint8_t **out, int *w, int *h, char *msg)
 {
     const rl_decoder_def *dec = &rl_jpeg_decoder;
     *out = NULL;

@@ -54,9 +54,8 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
  * bytes, which the caller frees. Same statuses as rl_sample_run(). For the
  * module's decode() tool and the tests.
  */
-int rl_sample_decode_full(const uint8_t *data, size_t len,
-                          const rl_limits *lim, uint8_t **out, int *w, int *h,
-                          char *msg);
+int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,
+                          uint8_t **out, int *w, int *h, char *msg);
 
 /* The DCT scale m (of m/8) chosen for a box of bw x bh source pixels that
  * becomes vw x vh output pixels, for an image of width x height. */

@@ -29,7 +29,7 @@
 
 typedef struct rl_image_info {
     int width, height;
-    int components;   /* 1 gray, 3 colour, 4 CMYK/YCCK */
+    int components; /* 1 gray, 3 colour, 4 CMYK/YCCK */
     bool progressive;
 } rl_image_info;
 
@@ -38,8 +38,7 @@ typedef struct rl_decoder_def rl_decoder_def;
 struct rl_decoder_def {
     const char *name; /* "jpeg", "pillow"... */
     /* True when this decoder reads data. */
-    bool (*claims)(const rl_decoder_def *def, const uint8_t *data,
-                   size_t len);
+    bool (*claims)(const rl_decoder_def *def, const uint8_t *data, size_t len);
     /* A state for one thread, or NULL when out of memory. */
     void *(*create)(const rl_decoder_def *def);
     void (*destroy)(void *state);

@@ -37,13 +37,13 @@ struct jpeg_state {
     struct jpeg_error_mgr jerr;
     struct jpeg_progress_mgr progress;
     jmp_buf jmp;
-    int fail_status;   /* status the longjmp reports */
-    char *msg;         /* where the current call wants its message */
+    int fail_status; /* status the longjmp reports */
+    char *msg;       /* where the current call wants its message */
     bool allow_truncated;
-    bool truncated;    /* the current image ended early (and was allowed) */
+    bool truncated; /* the current image ended early (and was allowed) */
     int max_scans;
     bool have_header;
-    uint8_t *buf;      /* region rows */
+    uint8_t *buf; /* region rows */
     size_t buf_cap;
     uint8_t *cmyk_row; /* one CMYK row before conversion */
     size_t cmyk_cap;
@@ -155,7 +155,7 @@ const char *rl_decode_libjpeg_version(void)
 }
 
 static int jpeg_header(jpeg_state *d, const uint8_t *data, size_t len,
-                     const rl_limits *lim, rl_image_info *hdr, char *msg)
+                       const rl_limits *lim, rl_image_info *hdr, char *msg)
 {
     msg[0] = '\0';
     d->msg = msg;
@@ -241,7 +241,7 @@ static int grow(uint8_t **p, size_t *cap, size_t need)
 }
 
 static int jpeg_region(jpeg_state *d, int m, int x0, int y0, int w, int h,
-                     const rl_limits *lim, rl_pixels *out, char *msg)
+                       const rl_limits *lim, rl_pixels *out, char *msg)
 {
     struct jpeg_decompress_struct *ci = &d->cinfo;
     msg[0] = '\0';
@@ -258,8 +258,8 @@ static int jpeg_region(jpeg_state *d, int m, int x0, int y0, int w, int h,
         return d->fail_status;
     }
 
-    bool cmyk = ci->jpeg_color_space == JCS_CMYK ||
-                ci->jpeg_color_space == JCS_YCCK;
+    bool cmyk =
+        ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
     /* RGBX: one pixel per 32-bit lane for the resampler; libjpeg-turbo
      * converts YCbCr, RGB and grayscale to it with its SIMD code. */
     ci->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGBX;

@@ -47,12 +47,11 @@ static void cuda_free(rl_deliver *d, uint8_t *mem, void *event)
     }
 }
 
-static int cuda_complete(rl_deliver *d, const uint8_t *mem, size_t n,
-                         void *dst, void **event, char *msg)
+static int cuda_complete(rl_deliver *d, const uint8_t *mem, size_t n, void *dst,
+                         void **event, char *msg)
 {
     cuda_deliver *c = (cuda_deliver *)d;
-    return rl_cuda_copy_h2d(c->device, dst, mem, n, c->copy_stream, event,
-                            msg);
+    return rl_cuda_copy_h2d(c->device, dst, mem, n, c->copy_stream, event, msg);
 }
 
 static int cuda_reusable(rl_deliver *d, void *event, bool wait)
@@ -65,8 +64,7 @@ static int cuda_reusable(rl_deliver *d, void *event, bool wait)
         rl_cuda_event_sync(event, NULL);
         return 0;
     }
-    return rl_cuda_event_query(event, NULL) == RL_ETIMEDOUT ? RL_ETIMEDOUT
-                                                             : 0;
+    return rl_cuda_event_query(event, NULL) == RL_ETIMEDOUT ? RL_ETIMEDOUT : 0;
 }
 
 static int cuda_handoff(rl_deliver *d, void *event, uintptr_t consumer,
@@ -93,8 +91,7 @@ static const rl_deliver_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
-rl_deliver *rl_deliver_cuda_create(int device, uintptr_t copy_stream,
-                                   char *msg)
+rl_deliver *rl_deliver_cuda_create(int device, uintptr_t copy_stream, char *msg)
 {
     int count = 0;
     if (rl_cuda_device_count(&count, msg) != 0) {

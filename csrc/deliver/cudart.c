@@ -52,15 +52,15 @@ static char load_path[512];
 
 static int resolve(void *lib)
 {
-#define SYM(name)                                                           \
-    do {                                                                    \
-        void *f = dlsym(lib, "cuda" #name);                                 \
-        if (f == NULL) {                                                    \
-            snprintf(load_msg, sizeof(load_msg), "%.180s has no cuda%s",    \
-                     load_path, #name);                                     \
-            return RL_ECUDA;                                                \
-        }                                                                   \
-        memcpy(&rt.name, &f, sizeof(f));                                    \
+#define SYM(name)                                                        \
+    do {                                                                 \
+        void *f = dlsym(lib, "cuda" #name);                              \
+        if (f == NULL) {                                                 \
+            snprintf(load_msg, sizeof(load_msg), "%.180s has no cuda%s", \
+                     load_path, #name);                                  \
+            return RL_ECUDA;                                             \
+        }                                                                \
+        memcpy(&rt.name, &f, sizeof(f));                                 \
     } while (0)
     SYM(GetDeviceCount);
     SYM(SetDevice);
@@ -99,8 +99,8 @@ static void load(void)
         /* First a runtime already in the process (torch's), then any. */
         for (int pass = 0; pass < 2 && lib == NULL; pass++) {
             for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++) {
-                int flags = RTLD_NOW | RTLD_LOCAL |
-                            (pass == 0 ? RTLD_NOLOAD : 0);
+                int flags =
+                    RTLD_NOW | RTLD_LOCAL | (pass == 0 ? RTLD_NOLOAD : 0);
                 lib = dlopen(names[i], flags);
                 if (lib != NULL) {
                     snprintf(load_path, sizeof(load_path), "%s", names[i]);
@@ -147,12 +147,12 @@ static int check(cuda_err e, const char *what, char *msg)
     return RL_ECUDA;
 }
 
-#define LOADED(msg)                                                         \
-    do {                                                                    \
-        int rc_ = rl_cuda_load(msg, NULL);                                  \
-        if (rc_ != 0) {                                                     \
-            return rc_;                                                     \
-        }                                                                   \
+#define LOADED(msg)                        \
+    do {                                   \
+        int rc_ = rl_cuda_load(msg, NULL); \
+        if (rc_ != 0) {                    \
+            return rc_;                    \
+        }                                  \
     } while (0)
 
 int rl_cuda_device_count(int *n, char *msg)
@@ -204,8 +204,7 @@ int rl_cuda_event_query(void *event, char *msg)
 {
     LOADED(msg);
     cuda_err e = rt.EventQuery(event);
-    return e == CUDA_NOT_READY ? RL_ETIMEDOUT
-                               : check(e, "cudaEventQuery", msg);
+    return e == CUDA_NOT_READY ? RL_ETIMEDOUT : check(e, "cudaEventQuery", msg);
 }
 
 int rl_cuda_event_sync(void *event, char *msg)
@@ -214,8 +213,7 @@ int rl_cuda_event_sync(void *event, char *msg)
     return check(rt.EventSynchronize(event), "cudaEventSynchronize", msg);
 }
 
-int rl_cuda_stream_wait(int device, uintptr_t stream, void *event,
-                        char *msg)
+int rl_cuda_stream_wait(int device, uintptr_t stream, void *event, char *msg)
 {
     LOADED(msg);
     int rc = check(rt.SetDevice(device), "cudaSetDevice", msg);

@@ -47,8 +47,7 @@ int rl_cuda_event_query(void *event, char *msg);
 int rl_cuda_event_sync(void *event, char *msg);
 
 /* Makes later work on `stream` (on `device`) wait for `event`. */
-int rl_cuda_stream_wait(int device, uintptr_t stream, void *event,
-                        char *msg);
+int rl_cuda_stream_wait(int device, uintptr_t stream, void *event, char *msg);
 
 /* Frees an event. Accepts NULL. */
 void rl_cuda_event_destroy(void *event);

@@ -45,8 +45,8 @@ typedef struct rl_deliver_ops {
 
 struct rl_deliver {
     const rl_deliver_ops *ops;
-    bool device;    /* batches end on a device: submit gives a dst */
-    int allocated;  /* slots whose memory is allocated now */
+    bool device;   /* batches end on a device: submit gives a dst */
+    int allocated; /* slots whose memory is allocated now */
 };
 
 /* Host memory. Returns NULL when out of memory. */

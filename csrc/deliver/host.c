@@ -31,8 +31,8 @@ static void host_free(rl_deliver *d, uint8_t *mem, void *event)
     }
 }
 
-static int host_complete(rl_deliver *d, const uint8_t *mem, size_t n,
-                         void *dst, void **event, char *msg)
+static int host_complete(rl_deliver *d, const uint8_t *mem, size_t n, void *dst,
+                         void **event, char *msg)
 {
     (void)d;
     (void)mem;

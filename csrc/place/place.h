@@ -94,8 +94,7 @@ void rl_resample_span(int full, double b0, double bsize, int out, int *lo,
  * before it returns.
  */
 int rl_resample(const rl_pixels *src, double bx, double by, double bw,
-                double bh, int out_w, int out_h, bool flip,
-                const rl_dst *dst);
+                double bh, int out_w, int out_h, bool flip, const rl_dst *dst);
 
 /*
  * Resamples box (bx, by, bw, bh) of px (in px's full_w x full_h

@@ -90,8 +90,7 @@ static void vpass_row(const uint8_t *const *rows, const int16_t *w, int n,
 }
 
 int rl_resample(const rl_pixels *src, double bx, double by, double bw,
-                double bh, int out_w, int out_h, bool flip,
-                const rl_dst *dst)
+                double bh, int out_w, int out_h, bool flip, const rl_dst *dst)
 {
     /* Everything below is scratch of this call: NULL until allocated,
      * freed on every path. */
@@ -134,8 +133,8 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
             int r = ty.first[y] - ylo + j;
             rowp[j] = tmp + (size_t)(r < rows ? r : rows - 1) * hstride;
         }
-        vpass_row(rowp, ty.w + (size_t)y * (size_t)ty.ksize, n,
-                  (int)hstride, line, simd);
+        vpass_row(rowp, ty.w + (size_t)y * (size_t)ty.ksize, n, (int)hstride,
+                  line, simd);
         rl__store_row(dst, line, out_w, y, flip, simd);
     }
     rc = 0;

@@ -109,8 +109,7 @@ static inline __m128i bf16x4(__m128 f)
 static inline bool f16x4(__m128 f, __m128i *out)
 {
     __m128i x = _mm_castps_si128(f);
-    __m128i sign =
-        _mm_and_si128(_mm_srli_epi32(x, 16), _mm_set1_epi32(0x8000));
+    __m128i sign = _mm_and_si128(_mm_srli_epi32(x, 16), _mm_set1_epi32(0x8000));
     __m128i mag = _mm_and_si128(x, _mm_set1_epi32(0x7FFFFFFF));
     __m128i off =
         _mm_or_si128(_mm_cmplt_epi32(mag, _mm_set1_epi32(0x38800000)),
@@ -186,10 +185,9 @@ static int store_float_sse2(const rl_dst *dst, const uint8_t *px, int w,
         __m128i v = _mm_loadu_si128((const __m128i *)(px + 4 * x));
         __m128i v01 = _mm_unpacklo_epi8(v, zero);
         __m128i v23 = _mm_unpackhi_epi8(v, zero);
-        __m128i p[4] = {_mm_unpacklo_epi16(v01, zero),
-                        _mm_unpackhi_epi16(v01, zero),
-                        _mm_unpacklo_epi16(v23, zero),
-                        _mm_unpackhi_epi16(v23, zero)};
+        __m128i p[4] = {
+            _mm_unpacklo_epi16(v01, zero), _mm_unpackhi_epi16(v01, zero),
+            _mm_unpacklo_epi16(v23, zero), _mm_unpackhi_epi16(v23, zero)};
         for (int i = 0; i < 4; i++) {
             store4(dst->dtype, o + (size_t)(3 * (x + i)) * es,
                    _mm_add_ps(_mm_mul_ps(_mm_cvtepi32_ps(p[i]), vm), va));
@@ -200,8 +198,8 @@ static int store_float_sse2(const rl_dst *dst, const uint8_t *px, int w,
 #endif
 
 /* The float outputs (dtype f32, f16 or bf16) of one row: px -> o. */
-static void store_float(const rl_dst *dst, const uint8_t *px, int w,
-                        uint8_t *o, rl_simd simd)
+static void store_float(const rl_dst *dst, const uint8_t *px, int w, uint8_t *o,
+                        rl_simd simd)
 {
     ptrdiff_t ps = dst->px_stride, cs = dst->ch_stride;
     int x0 = 0;
@@ -237,8 +235,8 @@ static RL_TARGET_F16C void f32_to_f16_f16c(const float *in, uint16_t *out,
 {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i),
-                                    _MM_FROUND_TO_NEAREST_INT);
+        __m128i h =
+            _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
         _mm_storeu_si128((__m128i *)(void *)(out + i), h);
     }
     for (; i < n; i++) {

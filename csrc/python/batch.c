@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- DLPack (the ABI-stable structs of dlpack.h v0.8, our own copy) ---- */
 
 enum { DL_CPU = 1, DL_CUDA = 2 };
@@ -86,10 +85,9 @@ static void capsule_destructor(PyObject *capsule)
 /* ---- Batch ---- */
 
 typedef struct {
-    PyObject_HEAD
-    rl_slot *slot;      /* host batches */
-    void *dev_ptr;      /* device batches */
-    int device;         /* CUDA device, or -1 on the host */
+    PyObject_HEAD rl_slot *slot; /* host batches */
+    void *dev_ptr;               /* device batches */
+    int device;                  /* CUDA device, or -1 on the host */
     PyObject *owner;    /* device batches: the buffer's owner, or None */
     PyObject *fallback; /* tuple of positions decoded by a fallback */
     PyObject *replaced; /* tuple of (position, id, exception) */
@@ -120,8 +118,7 @@ static void batch_dealloc(batch_object *self)
     Py_DECREF(tp);
 }
 
-static PyObject *batch_dlpack(batch_object *self, PyObject *args,
-                              PyObject *kw)
+static PyObject *batch_dlpack(batch_object *self, PyObject *args, PyObject *kw)
 {
     /* stream, max_version, dl_device and copy are accepted and ignored:
      * host memory has no stream to order against, and a device batch's
@@ -264,8 +261,7 @@ static PyGetSetDef batch_getset[] = {
      "were replaced (skip_errors=True).",
      NULL},
     {"owner", (getter)batch_get_owner, NULL,
-     "Device batches: the object the allocator returned for its buffer.",
-     NULL},
+     "Device batches: the object the allocator returned for its buffer.", NULL},
     {"device", (getter)batch_get_device, NULL,
      "The CUDA device of a device batch, -1 on the host.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -361,8 +357,8 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
 
 int rl__py_batch_init(PyObject *module, rl_module_state *st)
 {
-    st->batch_type = (PyTypeObject *)PyType_FromModuleAndSpec(
-        module, &batch_spec, NULL);
+    st->batch_type =
+        (PyTypeObject *)PyType_FromModuleAndSpec(module, &batch_spec, NULL);
     if (st->batch_type == NULL) {
         return -1;
     }

@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <stdio.h>
 
-
 PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
                        const char *msg)
 {
@@ -43,14 +42,14 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
     case RL_ETRUNCATED:
     case RL_ETOOBIG:
     case RL_EFORMAT: {
-        PyObject *p = path ? PyUnicode_DecodeFSDefault(path)
-                           : Py_NewRef(Py_None);
-        PyObject *text = p == NULL ? NULL
-                         : path    ? PyUnicode_FromFormat(
-                                      "cannot decode %U: %s", p, msg)
-                                   : PyUnicode_FromString(msg);
-        PyObject *exc = text ? PyObject_CallOneArg(st->decode_error, text)
-                             : NULL;
+        PyObject *p =
+            path ? PyUnicode_DecodeFSDefault(path) : Py_NewRef(Py_None);
+        PyObject *text =
+            p == NULL ? NULL
+            : path    ? PyUnicode_FromFormat("cannot decode %U: %s", p, msg)
+                      : PyUnicode_FromString(msg);
+        PyObject *exc =
+            text ? PyObject_CallOneArg(st->decode_error, text) : NULL;
         const char *kind = status == RL_ETRUNCATED ? "truncated"
                            : status == RL_ETOOBIG  ? "too_big"
                            : status == RL_EFORMAT  ? "not_jpeg"

@@ -91,8 +91,8 @@ static int take_pixels(py_state *s, PyObject *res, const rl_limits *lim,
     }
     if (w <= 0 || h <= 0 || (uint64_t)w * (uint64_t)h > lim->max_pixels) {
         snprintf(msg, RL_MSG_MAX,
-                 "image is %dx%d, over the limit of %llu pixels (or empty)",
-                 w, h, (unsigned long long)lim->max_pixels);
+                 "image is %dx%d, over the limit of %llu pixels (or empty)", w,
+                 h, (unsigned long long)lim->max_pixels);
         return RL_ETOOBIG;
     }
     Py_buffer view;
@@ -139,8 +139,8 @@ static int py_header(void *state, const uint8_t *data, size_t len,
     }
     PyGILState_STATE g = PyGILState_Ensure();
     int rc;
-    PyObject *mv = PyMemoryView_FromMemory((char *)data, (Py_ssize_t)len,
-                                           PyBUF_READ);
+    PyObject *mv =
+        PyMemoryView_FromMemory((char *)data, (Py_ssize_t)len, PyBUF_READ);
     PyObject *res = mv ? PyObject_CallOneArg(s->decode, mv) : NULL;
     if (res == NULL) {
         exception_text(msg);

@@ -34,8 +34,8 @@ static int module_exec(PyObject *m)
                                    rl_decode_libjpeg_version()) < 0 ||
         PyModule_AddIntConstant(m, "DEFAULT_MAX_PIXELS",
                                 (long)RL_DEFAULT_MAX_PIXELS) < 0 ||
-        PyModule_AddIntConstant(m, "DEFAULT_MAX_SCANS",
-                                RL_DEFAULT_MAX_SCANS) < 0) {
+        PyModule_AddIntConstant(m, "DEFAULT_MAX_SCANS", RL_DEFAULT_MAX_SCANS) <
+            0) {
         return -1;
     }
 #ifdef RL_HAVE_LIBURING

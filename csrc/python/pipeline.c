@@ -19,14 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 typedef struct {
-    PyObject_HEAD
-    rl_pipeline *p;
+    PyObject_HEAD rl_pipeline *p;
     rl_place_config place;
-    int busy;           /* our calls running with the GIL released */
+    int busy; /* our calls running with the GIL released */
     bool close_pending;
-    int device;         /* CUDA device of the device delivery, or -1 */
+    int device;          /* CUDA device of the device delivery, or -1 */
     PyObject *allocator; /* device: nbytes -> (owner, pointer) */
     PyObject *owners;    /* device: a list, the FIFO of buffer owners */
     PyObject *keep;      /* what C borrows: the fallback, memory buffers */
@@ -49,15 +47,33 @@ static int parse_io(const char *s, rl_io_backend *out)
 
 /* ---- creation and closing ---- */
 
-static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
-                              PyObject *kw)
+static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {
-        "transform", "paths", "offsets", "lengths", "buffers", "names",
-        "num_threads", "layout", "seed", "io", "max_pixels", "max_scans",
-        "max_file_bytes", "allow_truncated", "dtype", "mul", "add", "device",
-        "copy_stream", "allocator", "fallback", "direct_io", "skip_errors",
-        "max_consecutive_errors", NULL};
+    static char *kwlist[] = {"transform",
+                             "paths",
+                             "offsets",
+                             "lengths",
+                             "buffers",
+                             "names",
+                             "num_threads",
+                             "layout",
+                             "seed",
+                             "io",
+                             "max_pixels",
+                             "max_scans",
+                             "max_file_bytes",
+                             "allow_truncated",
+                             "dtype",
+                             "mul",
+                             "add",
+                             "device",
+                             "copy_stream",
+                             "allocator",
+                             "fallback",
+                             "direct_io",
+                             "skip_errors",
+                             "max_consecutive_errors",
+                             NULL};
     PyObject *spec, *paths = Py_None, *offsets = Py_None, *lengths = Py_None;
     PyObject *buffers = Py_None, *names = Py_None, *mul = Py_None;
     PyObject *add = Py_None, *allocator = Py_None, *fallback = Py_None;
@@ -125,10 +141,10 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
         return NULL;
     }
     if (device >= 0) {
-        Py_BEGIN_ALLOW_THREADS
-        cfg.deliver = rl_deliver_cuda_create(device, copy_stream, msg);
-        Py_END_ALLOW_THREADS
-        if (cfg.deliver == NULL) {
+        Py_BEGIN_ALLOW_THREADS cfg.deliver =
+            rl_deliver_cuda_create(device, copy_stream, msg);
+        Py_END_ALLOW_THREADS if (cfg.deliver == NULL)
+        {
             rl_source_destroy(cfg.source);
             Py_DECREF(self);
             PyErr_SetString(PyExc_RuntimeError, msg);
@@ -143,10 +159,9 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
     cfg.sample.limits.allow_truncated = allow_truncated != 0;
     cfg.skip_errors = skip_errors != 0;
     cfg.max_consecutive_errors = max_consecutive;
-    Py_BEGIN_ALLOW_THREADS
-    self->p = rl_pipeline_create(&cfg, msg);
-    Py_END_ALLOW_THREADS
-    if (self->p == NULL) {
+    Py_BEGIN_ALLOW_THREADS self->p = rl_pipeline_create(&cfg, msg);
+    Py_END_ALLOW_THREADS if (self->p == NULL)
+    {
         Py_DECREF(self);
         PyErr_SetString(PyExc_ValueError, msg);
         return NULL;
@@ -159,8 +174,7 @@ static void pipeline_close_impl(pipeline_object *self)
     rl_pipeline *p = self->p;
     self->p = NULL;
     if (p != NULL) {
-        Py_BEGIN_ALLOW_THREADS
-        rl_pipeline_destroy(p);
+        Py_BEGIN_ALLOW_THREADS rl_pipeline_destroy(p);
         Py_END_ALLOW_THREADS
     }
     if (self->owners != NULL) {
@@ -244,8 +258,8 @@ static int parse_ids(PyObject *ids, PyObject *keys, int64_t **out_ids,
  * exception set. */
 static uintptr_t device_buffer(pipeline_object *self, size_t nbytes)
 {
-    PyObject *r = PyObject_CallFunction(self->allocator, "n",
-                                        (Py_ssize_t)nbytes);
+    PyObject *r =
+        PyObject_CallFunction(self->allocator, "n", (Py_ssize_t)nbytes);
     PyObject *owner;
     unsigned long long ptr = 0;
     if (r == NULL || !PyArg_ParseTuple(r, "OK", &owner, &ptr) ||
@@ -278,8 +292,8 @@ static PyObject *pipeline_submit(pipeline_object *self, PyObject *args)
         goto out_free;
     }
     if (self->device >= 0) {
-        dst = device_buffer(self,
-                            rl_pipeline_sample_bytes(self->p) * (size_t)n);
+        dst =
+            device_buffer(self, rl_pipeline_sample_bytes(self->p) * (size_t)n);
         if (dst == 0) {
             goto out_free;
         }
@@ -287,10 +301,9 @@ static PyObject *pipeline_submit(pipeline_object *self, PyObject *args)
     int rc;
     rl_pipeline *p = self->p;
     busy_enter(self);
-    Py_BEGIN_ALLOW_THREADS
-    rc = rl_pipeline_submit(p, cids, ckeys, (int)n, epoch, (void *)dst);
-    Py_END_ALLOW_THREADS
-    busy_leave(self);
+    Py_BEGIN_ALLOW_THREADS rc =
+        rl_pipeline_submit(p, cids, ckeys, (int)n, epoch, (void *)dst);
+    Py_END_ALLOW_THREADS busy_leave(self);
     if (rc != 0) {
         if (dst != 0) { /* the batch never entered the FIFO */
             Py_ssize_t last = PyList_GET_SIZE(self->owners) - 1;
@@ -329,10 +342,10 @@ static int wait_next(pipeline_object *self, double limit, uintptr_t consumer,
         rl_pipeline *p = self->p;
         int rc;
         busy_enter(self);
-        Py_BEGIN_ALLOW_THREADS
-        rc = rl_pipeline_next(p, 50, consumer, slot, rep);
-        Py_END_ALLOW_THREADS
-        busy_leave(self); /* a batch taken stays valid if this closes */
+        Py_BEGIN_ALLOW_THREADS rc =
+            rl_pipeline_next(p, 50, consumer, slot, rep);
+        Py_END_ALLOW_THREADS busy_leave(
+            self); /* a batch taken stays valid if this closes */
         if (rc != RL_ETIMEDOUT) {
             return rc;
         }
@@ -341,8 +354,7 @@ static int wait_next(pipeline_object *self, double limit, uintptr_t consumer,
             return -1; /* KeyboardInterrupt; the batch stays in flight */
         }
         if (self->p == NULL || self->close_pending) {
-            rl__py_raise(rl__py_state_of(Py_TYPE(self)), RL_ECLOSED, NULL,
-                         "");
+            rl__py_raise(rl__py_state_of(Py_TYPE(self)), RL_ECLOSED, NULL, "");
             return -1;
         }
         if (limit >= 0 && waited >= limit) {
@@ -396,7 +408,8 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
             for (int i = 0; fb != NULL && i < rep->n_fallback; i++) {
                 PyTuple_SET_ITEM(fb, i, PyLong_FromLong(rep->fallback[i]));
             }
-            if (fb != NULL && PyObject_SetAttrString(exc, "fallback", fb) == 0) {
+            if (fb != NULL &&
+                PyObject_SetAttrString(exc, "fallback", fb) == 0) {
                 PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
             }
             Py_XDECREF(fb);
@@ -406,11 +419,11 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
         }
         goto out_free;
     }
-    PyObject *buf = owner == Py_None ? Py_None
-                                     : PyTuple_GET_ITEM(owner, 0);
-    uintptr_t ptr = owner == Py_None ? 0
-                                     : (uintptr_t)PyLong_AsUnsignedLongLong(
-                                           PyTuple_GET_ITEM(owner, 1));
+    PyObject *buf = owner == Py_None ? Py_None : PyTuple_GET_ITEM(owner, 0);
+    uintptr_t ptr =
+        owner == Py_None
+            ? 0
+            : (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(owner, 1));
     result = rl__py_batch_new(st, slot, ptr, self->device, buf, rep->n,
                               self->place.out_h, self->place.out_w,
                               self->place.layout, self->place.dtype, rep);
@@ -432,10 +445,8 @@ static PyObject *pipeline_cancel(pipeline_object *self, PyObject *unused)
     if (self->p != NULL) {
         rl_pipeline *p = self->p;
         busy_enter(self);
-        Py_BEGIN_ALLOW_THREADS
-        rl_pipeline_cancel(p);
-        Py_END_ALLOW_THREADS
-        busy_leave(self);
+        Py_BEGIN_ALLOW_THREADS rl_pipeline_cancel(p);
+        Py_END_ALLOW_THREADS busy_leave(self);
         PyList_SetSlice(self->owners, 0, PY_SSIZE_T_MAX, NULL);
     }
     Py_RETURN_NONE;
@@ -465,14 +476,12 @@ static PyObject *pipeline_stats(pipeline_object *self, PyObject *unused)
     rl_pipeline_stats_get(self->p, &s);
     return Py_BuildValue(
         "{sKsKsKsKsKsdsdsisisisKsKsK}", "samples",
-        (unsigned long long)s.samples, "batches",
-        (unsigned long long)s.batches, "bytes_read",
-        (unsigned long long)s.bytes_read, "errors",
-        (unsigned long long)s.errors, "skipped",
-        (unsigned long long)s.skipped, "read_seconds", s.read_ns / 1e9,
-        "decode_seconds", s.decode_ns / 1e9, "inflight", s.inflight, "ready",
-        s.ready, "slots", s.slots, "direct_refused",
-        (unsigned long long)s.direct_refused, "truncated",
+        (unsigned long long)s.samples, "batches", (unsigned long long)s.batches,
+        "bytes_read", (unsigned long long)s.bytes_read, "errors",
+        (unsigned long long)s.errors, "skipped", (unsigned long long)s.skipped,
+        "read_seconds", s.read_ns / 1e9, "decode_seconds", s.decode_ns / 1e9,
+        "inflight", s.inflight, "ready", s.ready, "slots", s.slots,
+        "direct_refused", (unsigned long long)s.direct_refused, "truncated",
         (unsigned long long)s.truncated, "fallback_decodes",
         (unsigned long long)s.fallback);
 }
@@ -531,8 +540,7 @@ static PyMethodDef pipeline_methods[] = {
      "Drop every batch in flight."},
     {"close", (PyCFunction)pipeline_close, METH_NOARGS,
      "Stop and join every thread; idempotent."},
-    {"stats", (PyCFunction)pipeline_stats, METH_NOARGS,
-     "Cumulative counters."},
+    {"stats", (PyCFunction)pipeline_stats, METH_NOARGS, "Cumulative counters."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -544,8 +552,7 @@ static PyGetSetDef pipeline_getset[] = {
     {"inflight", (getter)pipeline_get_inflight, NULL,
      "Batches submitted and not yet returned.", NULL},
     {"closed", (getter)pipeline_get_closed, NULL,
-     "True after close(), and in a process forked after it was made.",
-     NULL},
+     "True after close(), and in a process forked after it was made.", NULL},
     {"pinned_slots", (getter)pipeline_get_pinned, NULL,
      "Pinned host slots allocated (device delivery).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -575,8 +582,8 @@ static PyType_Spec pipeline_spec = {
 
 int rl__py_pipeline_init(PyObject *module, rl_module_state *st)
 {
-    st->pipeline_type = (PyTypeObject *)PyType_FromModuleAndSpec(
-        module, &pipeline_spec, NULL);
+    st->pipeline_type =
+        (PyTypeObject *)PyType_FromModuleAndSpec(module, &pipeline_spec, NULL);
     if (st->pipeline_type == NULL) {
         return -1;
     }

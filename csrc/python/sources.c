@@ -66,10 +66,10 @@ rl_source *rl__py_file_source(PyObject *paths, PyObject *offsets,
             }
         }
     }
-    Py_BEGIN_ALLOW_THREADS
-    src = rl_file_source_create(cpaths, offs, lens, n, opt, msg);
-    Py_END_ALLOW_THREADS
-    if (src == NULL) {
+    Py_BEGIN_ALLOW_THREADS src =
+        rl_file_source_create(cpaths, offs, lens, n, opt, msg);
+    Py_END_ALLOW_THREADS if (src == NULL)
+    {
         PyErr_SetString(PyExc_MemoryError, msg);
     }
 out_free:
@@ -135,4 +135,3 @@ out_free:
     free(cnames);
     return src;
 }
-

@@ -21,7 +21,7 @@ typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_PAIR } field_type;
 typedef struct field {
     const char *name;
     field_type type;
-    size_t offset;   /* of the (first) value in rl_transform */
+    size_t offset; /* of the (first) value in rl_transform */
     double dflt[2];
     const char *doc;
 } field;
@@ -29,15 +29,24 @@ typedef struct field {
 #define AT(member) offsetof(rl_transform, member)
 
 static const field fields[] = {
-    {"resize_short", FIELD_INT, AT(resize_short), {0, 0},
+    {"resize_short",
+     FIELD_INT,
+     AT(resize_short),
+     {0, 0},
      "Resize: the shorter side, or 0"},
     {"resize_h", FIELD_INT, AT(resize_h), {0, 0}, "Resize: (h, w), or 0"},
     {"resize_w", FIELD_INT, AT(resize_w), {0, 0}, "Resize: (h, w), or 0"},
     {"out_h", FIELD_INT, AT(out_h), {0, 0}, "output height"},
     {"out_w", FIELD_INT, AT(out_w), {0, 0}, "output width"},
-    {"scale", FIELD_PAIR, AT(scale_lo), {0.08, 1.0},
+    {"scale",
+     FIELD_PAIR,
+     AT(scale_lo),
+     {0.08, 1.0},
      "RandomResizedCrop's area range"},
-    {"ratio", FIELD_PAIR, AT(ratio_lo), {3.0 / 4.0, 4.0 / 3.0},
+    {"ratio",
+     FIELD_PAIR,
+     AT(ratio_lo),
+     {3.0 / 4.0, 4.0 / 3.0},
      "RandomResizedCrop's aspect range"},
     {"flip_p", FIELD_FLOAT, AT(flip_p), {0, 0}, "RandomHorizontalFlip's p"},
 };
@@ -130,14 +139,12 @@ int rl__py_parse_ops(PyObject *spec, rl_augment *a)
         }
         const rl_op_def *def = rl_op_find(name);
         if (def == NULL) {
-            PyErr_Format(PyExc_ValueError, "unknown augmentation op %s",
-                         name);
+            PyErr_Format(PyExc_ValueError, "unknown augmentation op %s", name);
             break;
         }
         PyObject *as = PySequence_Fast(args, "op arguments: a sequence");
         n = as ? PySequence_Fast_GET_SIZE(as) : 0;
-        for (Py_ssize_t k = 0; as != NULL && k < n && k < RL_OP_MAX_ARGS;
-             k++) {
+        for (Py_ssize_t k = 0; as != NULL && k < n && k < RL_OP_MAX_ARGS; k++) {
             v[k] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(as, k));
         }
         Py_XDECREF(as);
@@ -205,11 +212,11 @@ int rl__py_spec_init(PyObject *module)
                                 "augmentation ops: [(name, args)], or None");
     for (size_t i = 0; d != NULL && i < NFIELDS; i++) {
         const field *f = &fields[i];
-        PyObject *dflt =
-            f->type == FIELD_INT     ? PyLong_FromLong((long)f->dflt[0])
-            : f->type == FIELD_FLOAT ? PyFloat_FromDouble(f->dflt[0])
-                                     : Py_BuildValue("(dd)", f->dflt[0],
-                                                     f->dflt[1]);
+        PyObject *dflt = f->type == FIELD_INT
+                             ? PyLong_FromLong((long)f->dflt[0])
+                         : f->type == FIELD_FLOAT
+                             ? PyFloat_FromDouble(f->dflt[0])
+                             : Py_BuildValue("(dd)", f->dflt[0], f->dflt[1]);
         PyObject *item = dflt ? Py_BuildValue("(Ns)", dflt, f->doc) : NULL;
         if (item == NULL || PyDict_SetItemString(d, f->name, item) < 0) {
             Py_XDECREF(item);

@@ -38,16 +38,14 @@ static PyObject *py_decode(PyObject *module, PyObject *args, PyObject *kw)
     uint8_t *out = NULL;
     int w = 0, h = 0, rc;
     char msg[RL_MSG_MAX];
-    Py_BEGIN_ALLOW_THREADS
-    rc = rl_sample_decode_full(view.buf, (size_t)view.len, &lim, &out, &w,
-                               &h, msg);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
+    Py_BEGIN_ALLOW_THREADS rc = rl_sample_decode_full(
+        view.buf, (size_t)view.len, &lim, &out, &w, &h, msg);
+    Py_END_ALLOW_THREADS PyBuffer_Release(&view);
     if (rc != 0) {
         return rl__py_raise(st, rc, NULL, msg);
     }
-    PyObject *bytes = PyBytes_FromStringAndSize((const char *)out,
-                                                (Py_ssize_t)w * h * 3);
+    PyObject *bytes =
+        PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)w * h * 3);
     free(out);
     if (bytes == NULL) {
         return NULL;
@@ -65,8 +63,8 @@ static PyObject *py_plan(PyObject *module, PyObject *args)
     int width, height;
     unsigned long long seed;
     long long epoch, index;
-    if (!PyArg_ParseTuple(args, "OiiKLL", &spec, &width, &height, &seed,
-                          &epoch, &index)) {
+    if (!PyArg_ParseTuple(args, "OiiKLL", &spec, &width, &height, &seed, &epoch,
+                          &index)) {
         return NULL;
     }
     rl_transform t;
@@ -89,10 +87,9 @@ static PyObject *py_io_probe(PyObject *module, PyObject *unused)
     (void)unused;
     char why[RL_MSG_MAX];
     bool ok;
-    Py_BEGIN_ALLOW_THREADS
-    ok = rl_io_uring_probe(why);
-    Py_END_ALLOW_THREADS
-    return Py_BuildValue("Os", ok ? Py_True : Py_False, why);
+    Py_BEGIN_ALLOW_THREADS ok = rl_io_uring_probe(why);
+    Py_END_ALLOW_THREADS return Py_BuildValue("Os", ok ? Py_True : Py_False,
+                                              why);
 }
 
 /* cuda_probe() -> (available, message, library, device_count) */
@@ -103,14 +100,12 @@ static PyObject *py_cuda_probe(PyObject *module, PyObject *unused)
     char msg[RL_MSG_MAX];
     const char *path = NULL;
     int n = 0, rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rl_cuda_load(msg, &path);
+    Py_BEGIN_ALLOW_THREADS rc = rl_cuda_load(msg, &path);
     if (rc == 0) {
         rc = rl_cuda_device_count(&n, msg);
     }
-    Py_END_ALLOW_THREADS
-    return Py_BuildValue("Ossi", rc == 0 ? Py_True : Py_False, msg,
-                         path ? path : "", n);
+    Py_END_ALLOW_THREADS return Py_BuildValue(
+        "Ossi", rc == 0 ? Py_True : Py_False, msg, path ? path : "", n);
 }
 
 /* resample_simd(cap=None) -> the resampler's SIMD level ("c", "sse2",
@@ -141,7 +136,6 @@ static PyObject *py_resample_simd(PyObject *module, PyObject *args)
     }
     return PyUnicode_FromString(rl_simd_name(rl_resample_simd()));
 }
-
 
 PyMethodDef rl__py_tool_methods[] = {
     {"resample_simd", py_resample_simd, METH_VARARGS,

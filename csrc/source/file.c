@@ -21,8 +21,8 @@
 typedef struct file_source {
     rl_source base;
     rl_file_options opt;
-    char **paths;     /* into block */
-    char *block;      /* every path, NUL-terminated */
+    char **paths; /* into block */
+    char *block;  /* every path, NUL-terminated */
     uint64_t *offsets;
     int64_t *lengths; /* -1: the whole file */
     rl_io *io;        /* the I/O thread's context */

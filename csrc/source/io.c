@@ -40,7 +40,7 @@
 struct rl_io {
     rl_io_backend backend;
     uint64_t max_file_bytes;
-    rl__uring *uring; /* NULL for pread */
+    rl__uring *uring;   /* NULL for pread */
     uint64_t fault_ctr; /* this context's fault stream (pread batches) */
     int max_open;       /* files a batch may hold open at once (io_uring) */
 };
@@ -183,8 +183,7 @@ static int open_request(rl_read *r, uint64_t max_file_bytes)
     uint64_t size;
     if (r->length >= 0) {
         size = (uint64_t)r->length;
-        if (S_ISREG(st.st_mode) &&
-            r->offset + size > (uint64_t)st.st_size) {
+        if (S_ISREG(st.st_mode) && r->offset + size > (uint64_t)st.st_size) {
             return -EIO; /* the byte range runs past the end of the file */
         }
     } else {
@@ -272,9 +271,8 @@ static void read_one(rl_read *r, uint64_t max_file_bytes, uint64_t *own)
             break; /* O_DIRECT reads end short only at the end of file */
         }
     }
-    rl__io_finish(r, r->len >= r->want || rl__io_eof_ok(r) || r->length < 0
-                         ? 0
-                         : -EIO);
+    rl__io_finish(
+        r, r->len >= r->want || rl__io_eof_ok(r) || r->length < 0 ? 0 : -EIO);
 }
 
 void rl_io_read_one(rl_read *r, uint64_t max_file_bytes)

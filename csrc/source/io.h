@@ -48,10 +48,10 @@ typedef struct rl_read {
     bool direct_refused;
     /* private to the backend */
     int fd;
-    size_t want;      /* bytes to read into buf, from file position start */
+    size_t want; /* bytes to read into buf, from file position start */
     uint64_t start;
-    size_t skip;      /* data - buf */
-    size_t need;      /* bytes asked for */
+    size_t skip; /* data - buf */
+    size_t need; /* bytes asked for */
 } rl_read;
 
 typedef void (*rl_read_done_fn)(rl_read *r, void *arg);

@@ -86,8 +86,7 @@ static bool queue_read(rl__uring *u, rl_read *r)
     rl__io_align(r, &left);
     /* A single read is capped at 1 GiB by the kernel's rw limits anyway. */
     unsigned chunk = left > (1u << 30) ? (1u << 30) : (unsigned)left;
-    io_uring_prep_read(sqe, r->fd, r->buf + r->len, chunk,
-                       r->start + r->len);
+    io_uring_prep_read(sqe, r->fd, r->buf + r->len, chunk, r->start + r->len);
     io_uring_sqe_set_data(sqe, r);
     return true;
 }
@@ -154,14 +153,13 @@ void rl__uring_read(rl__uring *u, rl_read **reqs, int n, rl_read_done_fn done,
             } else if (res == 0) {
                 /* End of file before `want` bytes: an O_DIRECT read's
                  * aligned end, or the file shrank. */
-                rl__io_finish(r, r->length < 0 || rl__io_eof_ok(r) ? 0
-                                                                  : -EIO);
+                rl__io_finish(r, r->length < 0 || rl__io_eof_ok(r) ? 0 : -EIO);
                 done(r, arg);
             } else {
                 r->len += (size_t)res;
                 if (rl__io_direct_eof(r)) {
-                    rl__io_finish(r, rl__io_eof_ok(r) || r->length < 0 ? 0
-                                                                        : -EIO);
+                    rl__io_finish(r,
+                                  rl__io_eof_ok(r) || r->length < 0 ? 0 : -EIO);
                     done(r, arg);
                 } else if (r->len < r->want) {
                     retry[nretry++] = r;

@@ -80,8 +80,8 @@ static const rl_source_ops memory_ops = {
 };
 
 rl_source *rl_memory_source_create(const uint8_t *const *data,
-                                   const size_t *len,
-                                   const char *const *names, int64_t n)
+                                   const size_t *len, const char *const *names,
+                                   int64_t n)
 {
     size_t count = n > 0 ? (size_t)n : 1;
     memory_source *m = calloc(1, sizeof(*m));

@@ -58,8 +58,8 @@ typedef struct rl_source_ops {
     /* Reads every fetch of a batch, calling done(f, arg) once for each as
      * it completes, on the calling (I/O) thread; blocks until all are
      * done. NULL: the source reads with read_one on the workers. */
-    void (*read_batch)(rl_source *s, rl_fetch **f, int n,
-                       rl_fetch_done_fn done, void *arg);
+    void (*read_batch)(rl_source *s, rl_fetch **f, int n, rl_fetch_done_fn done,
+                       void *arg);
     /* Reads one fetch on the calling thread. Thread-safe. */
     void (*read_one)(rl_source *s, rl_fetch *f);
     /* Frees what a fetch holds (after its bytes were decoded, or after it
@@ -107,7 +107,7 @@ rl_source *rl_file_source_create(const char *const *paths,
  * out of memory.
  */
 rl_source *rl_memory_source_create(const uint8_t *const *data,
-                                   const size_t *len,
-                                   const char *const *names, int64_t n);
+                                   const size_t *len, const char *const *names,
+                                   int64_t n);
 
 #endif /* RL_SOURCE_H */

@@ -124,4 +124,3 @@ rl__fault rl__io_fault_draw(uint64_t counter, size_t want, size_t *shorter)
     }
     return RL__FAULT_NONE;
 }
-

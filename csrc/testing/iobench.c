@@ -90,9 +90,13 @@ int rl_iobench_read(rl_io_backend backend, int threads, int batch, bool direct,
     if (threads < 1 || threads > 256 || batch < 1 || n < 0) {
         return -EINVAL;
     }
-    bench b = {.backend = backend, .direct = direct, .batch = batch, .n = n,
+    bench b = {.backend = backend,
+               .direct = direct,
+               .batch = batch,
+               .n = n,
                .paths = paths,
-               .offsets = offsets, .lengths = lengths};
+               .offsets = offsets,
+               .lengths = lengths};
     atomic_init(&b.next, 0);
     atomic_init(&b.bytes, 0);
     atomic_init(&b.status, 0);

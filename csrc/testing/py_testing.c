@@ -14,8 +14,7 @@
 #include "testing/iobench.h"
 
 typedef struct {
-    PyObject_HEAD
-    void *ptr;
+    PyObject_HEAD void *ptr;
     Py_ssize_t size;
     int device;
     Py_ssize_t exports;
@@ -38,7 +37,8 @@ static int devbuf_getbuffer(devbuf_object *self, Py_buffer *view, int flags)
 static PyObject *devbuf_get_ptr(devbuf_object *self, void *closure)
 {
     (void)closure;
-    return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)self->ptr);
+    return PyLong_FromUnsignedLongLong(
+        (unsigned long long)(uintptr_t)self->ptr);
 }
 
 static PyGetSetDef devbuf_getset[] = {
@@ -115,10 +115,10 @@ static PyObject *py_cuda_stream_sync(PyObject *module, PyObject *args)
         return NULL;
     }
     char msg[RL_MSG_MAX];
-    Py_BEGIN_ALLOW_THREADS
-    rc = rl_cuda_stream_sync(device, (uintptr_t)stream, msg);
-    Py_END_ALLOW_THREADS
-    if (rc != 0) {
+    Py_BEGIN_ALLOW_THREADS rc =
+        rl_cuda_stream_sync(device, (uintptr_t)stream, msg);
+    Py_END_ALLOW_THREADS if (rc != 0)
+    {
         return rl__py_raise(PyModule_GetState(module), rc, NULL, msg);
     }
     Py_RETURN_NONE;
@@ -126,11 +126,10 @@ static PyObject *py_cuda_stream_sync(PyObject *module, PyObject *args)
 
 /* read_bench(paths, offsets, lengths, backend, threads, batch)
  *   -> (bytes, seconds): the I/O layer alone, for benchmarks/bench_io.py. */
-static PyObject *py_read_bench(PyObject *module, PyObject *args,
-                               PyObject *kw)
+static PyObject *py_read_bench(PyObject *module, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"paths", "offsets", "lengths", "backend",
-                             "threads", "batch", "direct", NULL};
+    static char *kwlist[] = {"paths",   "offsets", "lengths", "backend",
+                             "threads", "batch",   "direct",  NULL};
     PyObject *paths, *offsets, *lengths;
     const char *backend;
     int threads, batch, direct = 0;
@@ -182,13 +181,12 @@ static PyObject *py_read_bench(PyObject *module, PyObject *args,
     uint64_t bytes = 0;
     double seconds = 0;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rl_iobench_read(be, threads, batch, direct != 0, cpaths,
-                         offsets != Py_None ? offs : NULL,
-                         offsets != Py_None ? lens : NULL, (int)n, &bytes,
-                         &seconds);
-    Py_END_ALLOW_THREADS
-    if (rc != 0) {
+    Py_BEGIN_ALLOW_THREADS rc = rl_iobench_read(
+        be, threads, batch, direct != 0, cpaths,
+        offsets != Py_None ? offs : NULL, offsets != Py_None ? lens : NULL,
+        (int)n, &bytes, &seconds);
+    Py_END_ALLOW_THREADS if (rc != 0)
+    {
         rl__py_raise(PyModule_GetState(module), rc, NULL, "read failed");
         goto out;
     }
@@ -207,7 +205,6 @@ out:
     return result;
 }
 
-
 PyMethodDef rl__py_testing_methods[] = {
     {"read_bench", (PyCFunction)(void (*)(void))py_read_bench,
      METH_VARARGS | METH_KEYWORDS,
@@ -224,8 +221,8 @@ PyMethodDef rl__py_testing_methods[] = {
 
 int rl__py_testing_init(PyObject *module, rl_module_state *st)
 {
-    st->devbuf_type = (PyTypeObject *)PyType_FromModuleAndSpec(
-        module, &devbuf_spec, NULL);
+    st->devbuf_type =
+        (PyTypeObject *)PyType_FromModuleAndSpec(module, &devbuf_spec, NULL);
     if (st->devbuf_type == NULL ||
         PyModule_AddType(module, st->devbuf_type) < 0 ||
         PyModule_AddFunctions(module, rl__py_testing_methods) < 0) {

@@ -16,8 +16,10 @@
 #include "core/sample.h"
 #include "check.h"
 
-#define DST(d, rs, ps, cs)                                                  \
-    ((rl_dst){.data = (d), .row_stride = (rs), .px_stride = (ps),          \
+#define DST(d, rs, ps, cs)        \
+    ((rl_dst){.data = (d),        \
+              .row_stride = (rs), \
+              .px_stride = (ps),  \
               .ch_stride = (cs)})
 
 #define NIMG 40
@@ -75,8 +77,7 @@ static uint8_t *read_all(const char *path, size_t *len)
 }
 
 /* A file source over n paths; the pipeline it is given to owns it. */
-static rl_source *file_source(const char *const *list, int n,
-                              rl_io_backend io)
+static rl_source *file_source(const char *const *list, int n, rl_io_backend io)
 {
     rl_file_options opt = {.io = io,
                            .max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES};
@@ -173,7 +174,7 @@ static void check_skip(rl_io_backend io, const char *bad, uint8_t *ref)
 {
     /* 0 good, 1 missing, 2 corrupt, 3 and 4 good, 5 missing (last). */
     const char *table[6] = {paths[0], "/nonexistent.jpg", bad,
-                            paths[3], paths[4], "/nonexistent.jpg"};
+                            paths[3], paths[4],           "/nonexistent.jpg"};
     char msg[RL_MSG_MAX];
     rl_pipeline_config cfg =
         config(2, file_source(table, 6, io), RL_T_RESIZE_CROP);
@@ -274,15 +275,14 @@ int main(void)
             rl_io_backend ios[] = {RL_IO_PREAD, RL_IO_AUTO};
             for (int t = 0; t < 3; t++) {
                 for (int b = 0; b < 2; b++) {
-                    cfg = config(threads[t],
-                                 file_source(path_list, NIMG, ios[b]),
-                                 kinds[k]);
+                    cfg =
+                        config(threads[t], file_source(path_list, NIMG, ios[b]),
+                               kinds[k]);
                     rl_pipeline *p = rl_pipeline_create(&cfg, msg);
                     CHECK(p != NULL);
                     CHECK(strcmp(rl_pipeline_io_name(p),
                                  ios[b] == RL_IO_AUTO && uring ? "io_uring"
-                                                               : "pread") ==
-                          0);
+                                                               : "pread") == 0);
                     memset(got, 0xAB, total);
                     run_epoch(p, 1 + (t * 5 + b * 3) % 7, epoch, got);
                     CHECK(memcmp(got, ref, total) == 0);
@@ -320,8 +320,7 @@ int main(void)
 
     /* Ids outside the table, and a dst without a device, are refused. */
     int64_t out_of_range = 3;
-    CHECK_EQ(rl_pipeline_submit(p, &out_of_range, ids, 1, 0, NULL),
-             -EINVAL);
+    CHECK_EQ(rl_pipeline_submit(p, &out_of_range, ids, 1, 0, NULL), -EINVAL);
     CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, got), -EINVAL);
 
     /* Cancel with many batches in flight, then keep going. */
@@ -350,14 +349,12 @@ int main(void)
 
     /* Bad configurations are refused with a message (and the source,
      * owned by the pipeline from create on, freed). */
-    cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO),
-                 RL_T_RESIZE_CROP);
+    cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO), RL_T_RESIZE_CROP);
     cfg.nthreads = 0;
     CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');
     cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO), RL_T_NONE);
     CHECK(rl_pipeline_create(&cfg, msg) == NULL);
-    cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO),
-                 RL_T_RESIZE_CROP);
+    cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO), RL_T_RESIZE_CROP);
     cfg.skip_errors = true;
     cfg.max_consecutive_errors = 0;
     CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');

@@ -71,8 +71,8 @@ static uint8_t *make_jpeg(int w, int h, int seed, size_t *len)
 /* The samples through the memory source; the pipeline owns it. */
 static rl_source *memory_source(void)
 {
-    rl_source *src = rl_memory_source_create(
-        (const uint8_t *const *)jpegs, jpeg_lens, NULL, NJPEG);
+    rl_source *src = rl_memory_source_create((const uint8_t *const *)jpegs,
+                                             jpeg_lens, NULL, NJPEG);
     CHECK(src != NULL);
     return src;
 }
@@ -103,8 +103,8 @@ static rl_pipeline_config config(int threads, rl_source *src)
 
 /* Creates a pipeline from cfg, runs samples 0..n-1 (keys = ids) of
  * `epoch` in batches of bs into out, and destroys it. */
-static void run_all(const rl_pipeline_config *cfg, int n, int bs,
-                    int64_t epoch, uint8_t *out, rl_pipeline_stats *st)
+static void run_all(const rl_pipeline_config *cfg, int n, int bs, int64_t epoch,
+                    uint8_t *out, rl_pipeline_stats *st)
 {
     char msg[RL_MSG_MAX];
     rl_pipeline *p = rl_pipeline_create(cfg, msg);
@@ -279,9 +279,9 @@ static void test_source(void)
             /* Batches of 5, 5 and 2, all in flight together. */
             for (int first = 0; first < NJPEG; first += 5) {
                 int n = NJPEG - first < 5 ? NJPEG - first : 5;
-                CHECK_EQ(rl_pipeline_submit(p, ids + first, ids + first, n,
-                                            1, NULL),
-                         0);
+                CHECK_EQ(
+                    rl_pipeline_submit(p, ids + first, ids + first, n, 1, NULL),
+                    0);
             }
             memset(got, 0xAB, sizeof(got));
             for (int off = 0; off < NJPEG;) {
@@ -305,8 +305,7 @@ static void test_source(void)
             CHECK_EQ(rep.error.pos, 1);
             CHECK_EQ(rep.error.id, TOY_FAIL_ID);
             CHECK(strcmp(rep.error.where, "toy://sample/12") == 0);
-            CHECK(strcmp(rep.error.msg, "toy: sample 12 is unreadable") ==
-                  0);
+            CHECK(strcmp(rep.error.msg, "toy: sample 12 is unreadable") == 0);
             rl_batch_report_free(&rep);
 
             /* Each sample was read once (a batch read per batch when the
@@ -387,8 +386,10 @@ static int solid_header(void *state, const uint8_t *data, size_t len,
         }
     }
     if ((uint64_t)v[0] * (uint64_t)v[1] > lim->max_pixels) {
-        snprintf(msg, RL_MSG_MAX, "SOLID: %ldx%ld is over the %llu-pixel "
-                 "limit", v[0], v[1], (unsigned long long)lim->max_pixels);
+        snprintf(msg, RL_MSG_MAX,
+                 "SOLID: %ldx%ld is over the %llu-pixel "
+                 "limit",
+                 v[0], v[1], (unsigned long long)lim->max_pixels);
         return RL_ETOOBIG;
     }
     s->w = (int)v[0];
@@ -731,8 +732,7 @@ static void test_op(void)
 int main(void)
 {
     for (int i = 0; i < NJPEG; i++) {
-        jpegs[i] = make_jpeg(30 + i * 11, 26 + (i * 17) % 70, i,
-                             &jpeg_lens[i]);
+        jpegs[i] = make_jpeg(30 + i * 11, 26 + (i * 17) % 70, i, &jpeg_lens[i]);
     }
     test_source();
     test_decoder();

@@ -9,8 +9,10 @@
 #include "place/place.h"
 #include "check.h"
 
-#define DST(d, rs, ps, cs)                                                  \
-    ((rl_dst){.data = (d), .row_stride = (rs), .px_stride = (ps),          \
+#define DST(d, rs, ps, cs)        \
+    ((rl_dst){.data = (d),        \
+              .row_stride = (rs), \
+              .px_stride = (ps),  \
               .ch_stride = (cs)})
 
 static uint8_t src[300 * 400 * 4]; /* RGBX */
@@ -29,8 +31,8 @@ static const float ADD[3] = {-0.485f / 0.229f, -0.456f / 0.224f, 0.0f};
 static rl_dst dst_of(uint8_t *data, rl_dtype dtype, rl_layout layout, int ow,
                      int oh)
 {
-    rl_place_config c = {.out_w = ow, .out_h = oh, .layout = layout,
-                         .dtype = dtype};
+    rl_place_config c = {
+        .out_w = ow, .out_h = oh, .layout = layout, .dtype = dtype};
     memcpy(c.mul, MUL, sizeof(c.mul));
     memcpy(c.add, ADD, sizeof(c.add));
     rl_dst d;
@@ -57,9 +59,9 @@ static void test_store_rgb(void)
             int ow = sizes[s][0], oh = sizes[s][1];
             size_t stride = (size_t)ow * 3 + PAD; /* not packed rows */
             rl_dst u8 = DST(rgb, (ptrdiff_t)stride, 3, 1);
-            CHECK_EQ(rl_resample(&px, 11.5, 7.25, 301, 203.5, ow, oh, false,
-                                 &u8),
-                     0);
+            CHECK_EQ(
+                rl_resample(&px, 11.5, 7.25, 301, 203.5, ow, oh, false, &u8),
+                0);
             for (int dt = RL_DTYPE_U8; dt <= RL_DTYPE_BF16; dt++) {
                 for (int lay = 0; lay < 2; lay++) {
                     size_t n = (size_t)ow * oh * 3 * rl_dtype_size(dt);
@@ -88,8 +90,16 @@ static void test_place(void)
     enum { OW = 64, OH = 48, IW = 40, IH = 30, VX = 12, VY = 9 };
     static float out[OW * OH * 3];
     rl_pixels px = whole(IW, IH);
-    rl_plan plan = {.x = 0, .y = 0, .w = IW, .h = IH, .vx = VX, .vy = VY,
-                    .vw = IW, .vh = IH, .out_w = OW, .out_h = OH};
+    rl_plan plan = {.x = 0,
+                    .y = 0,
+                    .w = IW,
+                    .h = IH,
+                    .vx = VX,
+                    .vy = VY,
+                    .vw = IW,
+                    .vh = IH,
+                    .out_w = OW,
+                    .out_h = OH};
     char msg[RL_MSG_MAX];
     for (int dt = RL_DTYPE_U8; dt <= RL_DTYPE_F32; dt++) {
         for (int lay = 0; lay < 2; lay++) {
@@ -153,8 +163,8 @@ int main(void)
     CHECK_EQ(rl_resample(&px, 10, 20, 50, 40, 50, 40, true, &df), 0);
     for (int y = 0; y < 40; y++) {
         for (int x = 0; x < 50; x++) {
-            CHECK(memcmp(out + y * 150 + x * 3,
-                         out2 + y * 150 + (49 - x) * 3, 3) == 0);
+            CHECK(memcmp(out + y * 150 + x * 3, out2 + y * 150 + (49 - x) * 3,
+                         3) == 0);
         }
     }
 
@@ -162,8 +172,10 @@ int main(void)
     for (int i = 0; i < w * h * 4; i++) {
         src[i] = (i % 4 == 3) ? 200 : 77;
     }
-    double boxes[][4] = {{0, 0, 400, 300}, {3.3, 7.7, 123.4, 99.9},
-                         {390, 290, 10, 10}, {0.5, 0.5, 3, 2}};
+    double boxes[][4] = {{0, 0, 400, 300},
+                         {3.3, 7.7, 123.4, 99.9},
+                         {390, 290, 10, 10},
+                         {0.5, 0.5, 3, 2}};
     int sizes[][2] = {{224, 224}, {17, 31}, {1, 1}, {333, 250}};
     for (int b = 0; b < 4; b++) {
         for (int s = 0; s < 4; s++) {
@@ -211,7 +223,8 @@ int main(void)
                 for (int ch = 0; ch < 3; ch++) {
                     double cy = by + (oy + 0.5) * sy, cx = bx + (ox + 0.5) * sx;
                     double acc = 0, wsum = 0;
-                    for (int yy = (int)(cy - fy + 0.5); yy < (int)(cy + fy + 0.5); yy++) {
+                    for (int yy = (int)(cy - fy + 0.5);
+                         yy < (int)(cy + fy + 0.5); yy++) {
                         if (yy < 0 || yy >= h) {
                             continue;
                         }
@@ -219,7 +232,8 @@ int main(void)
                         if (wy <= 0) {
                             continue;
                         }
-                        for (int xx = (int)(cx - fx + 0.5); xx < (int)(cx + fx + 0.5); xx++) {
+                        for (int xx = (int)(cx - fx + 0.5);
+                             xx < (int)(cx + fx + 0.5); xx++) {
                             if (xx < 0 || xx >= w) {
                                 continue;
                             }

@@ -29,8 +29,12 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { OK = 0, ERR_INVALID_VALUE = 1, ERR_INVALID_DEVICE = 101,
-       ERR_NOT_READY = 600 };
+enum {
+    OK = 0,
+    ERR_INVALID_VALUE = 1,
+    ERR_INVALID_DEVICE = 101,
+    ERR_NOT_READY = 600
+};
 enum { OP_COPY, OP_RECORD };
 
 typedef struct fake_stream {
@@ -130,8 +134,8 @@ static void *worker_main(void *arg)
         if (o->kind == OP_COPY) {
             /* Let the caller run ahead, as a real DMA engine does. */
             pthread_mutex_unlock(&mu);
-            long us = max_delay_us() > 0 ? rand_r(&rng_state) % max_delay_us()
-                                         : 0;
+            long us =
+                max_delay_us() > 0 ? rand_r(&rng_state) % max_delay_us() : 0;
             struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
             nanosleep(&ts, NULL);
             pthread_mutex_lock(&mu);

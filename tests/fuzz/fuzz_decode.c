@@ -43,8 +43,7 @@ static void touch(const uint8_t *p, size_t n)
 }
 
 /* The transform, layout and sample index chosen by the input's header. */
-static void pick(const uint8_t *h, rl_transform *t, bool *nhwc,
-                 int64_t *index)
+static void pick(const uint8_t *h, rl_transform *t, bool *nhwc, int64_t *index)
 {
     memset(t, 0, sizeof(*t));
     int n = (int)(sizeof(out_sizes) / sizeof(out_sizes[0]));
@@ -120,8 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         dst.ch_stride = (ptrdiff_t)t->out_w * t->out_h;
     }
     rl_sample_note note;
-    int rc = rl_sample_run(ctx, &spec, jpeg, len, 0, index, &dst, &note,
-                           msg);
+    int rc = rl_sample_run(ctx, &spec, jpeg, len, 0, index, &dst, &note, msg);
     if (rc == 0) {
         if (note.decoder != 0) {
             abort(); /* the set has one decoder: it decoded the sample */

@@ -20,6 +20,7 @@ import datetime
 import os
 import platform
 import shutil
+import sys
 import tarfile
 from dataclasses import replace
 
@@ -98,6 +99,13 @@ def main() -> None:
 
     import ringloader
     from ringloader import _core
+
+    if not hasattr(_core, "read_bench"):
+        sys.exit(
+            "bench_io.py times the I/O layer alone through a test hook, which "
+            "user builds leave out: install a test build first "
+            "(RINGLOADER_TEST_HOOKS=1 pip install .)"
+        )
 
     if args.data is None:
         args.data = bench_data.build("/tmp/ringloader-bench-data", images=2000)

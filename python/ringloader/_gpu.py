@@ -34,6 +34,12 @@ class Gpu:
         self.torch_cuda = torch.cuda.is_available() and not os.environ.get(
             "RINGLOADER_CUDART"
         )
+        if not self.torch_cuda and not hasattr(_core, "cuda_malloc"):
+            raise RuntimeError(
+                f"device={str(device)!r} needs a CUDA build of torch "
+                "(RINGLOADER_CUDART without one is for ringloader's own tests, "
+                "with a test build)"
+            )
         if device.index is not None:
             self.index = device.index
         else:

@@ -26,7 +26,7 @@ MAX_LINES = 600
 LAYERS: list[list[str]] = [
     ["_core"],  # the C extension
     ["errors", "transforms", "datasets.base"],
-    ["datasets.cache"],
+    ["datasets.cache", "datasets.views"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex"],
     ["datasets.index", "datasets.shards"],
     ["datasets"],

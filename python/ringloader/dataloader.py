@@ -3,8 +3,9 @@
 Change ``torch.utils.data.DataLoader(`` to ``ringloader.DataLoader(`` and
 keep everything else. When the dataset is an ImageFolder-like folder of files
 (torchvision's ``ImageFolder``/``DatasetFolder`` with the default image
-loader, or ``ringloader.ImageFolder``) and its transform starts with
-transforms ringloader can fuse, batches come from the C pipeline: same
+loader, or ``ringloader.ImageFolder``), or a ``Subset`` (``random_split``)
+or ``ConcatDataset`` of those, nested to any depth, and its transform starts
+with transforms ringloader can fuse, batches come from the C pipeline: same
 shapes, dtype, layout, value range and labels (``target_transform``
 applied). Otherwise it says why in one line and returns a plain
 ``torch.utils.data.DataLoader`` with the same arguments: never a silently
@@ -17,14 +18,30 @@ import warnings
 from typing import Any, Optional
 
 import torch
+from torch.utils.data import default_collate
 
+from .datasets.views import NotAView, leaves_of, resolve
 from .errors import FallbackWarning
 from .loader import Loader
 from .transforms import UnsupportedTransform, compile_transform
 
 
 def _fusable_dataset(dataset: Any) -> Optional[str]:
-    """None if ringloader can read this dataset itself, else why not."""
+    """None if ringloader can read this dataset itself (or every dataset
+    under a Subset or ConcatDataset), else why not."""
+    try:
+        leaves = leaves_of(dataset)
+    except NotAView as e:
+        return str(e)
+    for leaf in leaves:
+        reason = _fusable_leaf(leaf)
+        if reason:
+            return reason
+    return None
+
+
+def _fusable_leaf(dataset: Any) -> Optional[str]:
+    """None if ringloader can read this dataset of files, else why not."""
     if getattr(dataset, "samples", None) is None:
         return f"{type(dataset).__name__} is not an ImageFolder-like dataset of files"
     module = type(dataset).__module__
@@ -47,16 +64,51 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
     reason = _fusable_dataset(dataset)
     if reason:
         return reason
-    for name in ("collate_fn", "worker_init_fn"):
-        if kwargs.get(name) is not None:
-            return f"{name} is set"
+    # default_collate given explicitly is what the loader does anyway.
+    collate_fn = kwargs.get("collate_fn")
+    if collate_fn is not None and collate_fn is not default_collate:
+        return "collate_fn is set"
+    if kwargs.get("worker_init_fn") is not None:
+        return "worker_init_fn is set"
     if kwargs.get("batch_size", 1) is None:
         return "batch_size=None (unbatched loading)"
     try:
-        compile_transform(getattr(dataset, "transform", None))
-    except UnsupportedTransform as e:
+        compile_transform(getattr(resolve(dataset), "transform", None))
+    except (UnsupportedTransform, NotAView) as e:
         return str(e)
     return None
+
+
+def _pinning(asked: bool) -> tuple[bool, Optional[str]]:
+    """(pin, warning) for ``pin_memory=asked``, decided as DataLoader
+    decides: pin when an accelerator is available (not MPS, where torch
+    cannot pin), else say why not.
+
+    Pinning copies each batch into page-locked memory from torch's caching
+    host allocator, as DataLoader's pin thread does: the C core's host slots
+    are ordinary page-aligned memory, and pinning them in place
+    (``cudaHostRegister``) would tie each slot's lifetime to CUDA."""
+    if not asked:
+        return False, None
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None:  # torch < 2.6
+        available = torch.cuda.is_available()
+        kind = "cuda" if available else None
+    else:
+        available = accelerator.is_available()
+        current = accelerator.current_accelerator() if available else None
+        kind = current.type if current is not None else None
+    if not available:
+        return False, (
+            "'pin_memory' argument is set as true but no accelerator is found, "
+            "then device pinned memory won't be used."
+        )
+    if kind == "mps":
+        return False, (
+            "'pin_memory' argument is set as true but not supported on MPS now, "
+            "device pinned memory won't be used."
+        )
+    return True, None
 
 
 class DataLoader(Loader):
@@ -66,7 +118,11 @@ class DataLoader(Loader):
     ``prefetch_factor`` times that is the number of batches decoded ahead
     (at most 8 unless ``prefetch_factor`` asks for more); ``generator``
     seeds the shuffle order (default: torch's initial seed, so
-    ``torch.manual_seed`` makes runs repeatable). ``pin_memory``,
+    ``torch.manual_seed`` makes runs repeatable). ``pin_memory=True``
+    copies each batch (images and labels) into page-locked memory, as
+    DataLoader's pin thread does, when an accelerator is available; without
+    one it warns once (a ``UserWarning``, as DataLoader does) and does not
+    pin. ``collate_fn=default_collate`` is the default and stays fused.
     ``timeout``, ``multiprocessing_context``, ``persistent_workers`` and
     ``in_order`` have nothing to do in a thread pipeline and are accepted.
     """
@@ -158,3 +214,11 @@ class DataLoader(Loader):
         self.persistent_workers = persistent_workers
         self.pin_memory_device = pin_memory_device
         self.in_order = in_order
+        self._pin_memory, self._pin_warning = _pinning(bool(pin_memory))
+
+    def __iter__(self):
+        if self._pin_warning is not None:
+            # Said at the first iteration, where DataLoader says it.
+            warnings.warn(self._pin_warning, UserWarning, stacklevel=2)
+            self._pin_warning = None
+        return super().__iter__()

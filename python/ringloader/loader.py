@@ -20,6 +20,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 from torch.utils.data import Sampler, default_collate
+from torch.utils.data._utils.pin_memory import pin_memory
 
 from . import _core
 from ._epoch import EpochIterator, Position, Sampling, check_batching, sharding
@@ -28,7 +29,8 @@ from ._gpu import Gpu
 from ._meter import Meter
 from ._meter import stats as assemble_stats
 from ._pipeline import Pipeline
-from .datasets.base import provides_sources, sources_of
+from .datasets.base import sources_of
+from .datasets.views import resolve, samples_stamp
 
 _LAYOUTS = ("NCHW", "NHWC", "channels_last")
 
@@ -66,7 +68,10 @@ class Loader:
 
     Args:
         dataset: ``ringloader.ImageFolder`` or torchvision's ``ImageFolder``
-            (anything with ``samples``, a list of (path, target)).
+            (anything with ``samples``, a list of (path, target)), a
+            dataset giving ``ringloader_sources()``, or torch's ``Subset``
+            (``random_split``) or ``ConcatDataset`` of those, nested to any
+            depth (the parts of a ConcatDataset with the same transform).
         batch_size, shuffle, sampler, batch_sampler, drop_last: as
             ``DataLoader``; any torch ``Sampler`` works.
         num_threads: decode threads (default: the CPUs this process may use).
@@ -116,6 +121,11 @@ class Loader:
     another buffer instead of overwriting one still referenced).
     """
 
+    # Whether batches are copied into page-locked memory before they are
+    # yielded: DataLoader's pin_memory=True, on a machine with an
+    # accelerator (ringloader.DataLoader sets it; see there why a copy).
+    _pin_memory = False
+
     def __init__(
         self,
         dataset: Any,
@@ -155,6 +165,9 @@ class Loader:
             )
 
         self.dataset = dataset
+        # What is read: the dataset itself, or the files under a Subset or
+        # ConcatDataset of datasets (datasets/views.py).
+        self._data = resolve(dataset)
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.shuffle = bool(shuffle)
@@ -181,7 +194,9 @@ class Loader:
             raise ValueError(f"device must be cpu or cuda, not {self.device}")
         self._gpu: Optional[Gpu] = None
         self._use_transform(
-            transform if transform is not None else getattr(dataset, "transform", None),
+            transform
+            if transform is not None
+            else getattr(self._data, "transform", None),
             stacklevel=3,
         )
         if self.device.type == "cuda":
@@ -190,14 +205,14 @@ class Loader:
         self.distributed, self.rank, self.world_size = sharding(
             distributed, rank, world_size, sampler, batch_sampler
         )
-        self.target_transform = getattr(dataset, "target_transform", None)
+        self.target_transform = getattr(self._data, "target_transform", None)
 
         self._position = Position()
         self._pipe: Optional[Pipeline] = None
         self._lock = threading.Lock()
         self._active: Optional[weakref.ref] = None
         self._meter = Meter()
-        self._fallback = Fallback(dataset, allow_truncated=self.allow_truncated)
+        self._fallback = Fallback(self._data, allow_truncated=self.allow_truncated)
         LIVE.add(self)
 
     def _use_transform(self, transform: Any, stacklevel: int) -> None:
@@ -207,9 +222,8 @@ class Loader:
         self.transform = transform
 
     def _use_sources(self) -> None:
-        self._src = sources_of(self.dataset)
-        samples = getattr(self.dataset, "samples", None)
-        self._samples_seen = (id(samples), len(samples) if samples is not None else 0)
+        self._src = sources_of(self._data)
+        self._samples_seen = samples_stamp(self._data)
 
     def _follow(self) -> None:
         """Pick up a dataset whose transform or samples list was replaced
@@ -217,16 +231,11 @@ class Loader:
         fetch)."""
         stale = False
         if self._follow_dataset:
-            current = getattr(self.dataset, "transform", None)
+            current = getattr(self._data, "transform", None)
             if current is not self.transform:
                 self._use_transform(current, stacklevel=4)
                 stale = True  # the pipeline was built for the old transform
-        samples = getattr(self.dataset, "samples", None)
-        if (
-            not provides_sources(self.dataset)
-            and samples is not None
-            and (id(samples), len(samples)) != self._samples_seen
-        ):
+        if samples_stamp(self._data) != self._samples_seen:
             self._use_sources()
             stale = True  # ... or for the old table of samples
         if stale and self._pipe is not None and self._pipe.owned():
@@ -349,6 +358,8 @@ class Loader:
                     )
                 if self.direct_io:
                     self._fallback.announce_direct(pipe, src, idx)
+                if self._pin_memory:
+                    images, labels = pin_memory((images, labels))
                 self._position.yielded += 1
                 self._meter.waited(time.perf_counter() - t0)
                 self._meter.delivered(len(idx))

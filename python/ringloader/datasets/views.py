@@ -1,0 +1,243 @@
+"""Datasets that torch composes from others by index, seen as what they are:
+maps from their indices to samples of the datasets that hold the files.
+
+``torch.utils.data.Subset`` (what ``random_split`` returns) maps index i to
+``dataset[indices[i]]``; ``ConcatDataset`` maps it to a sample of one of its
+parts. Nested to any depth, such a composition of datasets of files is still
+a table of files: :func:`resolve` turns it into a :class:`View`, which
+follows the protocol of :mod:`.base` (``ringloader_sources()``,
+``describe``) and carries the ``transform`` and ``target_transform`` that
+indexing the composition would apply: those of the datasets of files, the
+same on every part (a part with other transforms is refused with the reason,
+:class:`NotAView`).
+
+Only torch's own classes are resolved: a subclass that overrides
+``__getitem__`` may return anything, so it is left alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..transforms import UnsupportedTransform, compile_transform
+from .base import Sources, provides_sources, sources_of
+
+__all__ = ["NotAView", "View", "leaves_of", "resolve", "samples_stamp"]
+
+
+class NotAView(TypeError):
+    """A Subset or ConcatDataset that is not a map onto datasets of files
+    with one transform; the message says why."""
+
+
+def _kind(dataset: Any) -> Optional[str]:
+    """The kind of a torch index-map dataset, "subset" or "concat"
+    (subclasses that keep its ``__getitem__`` too), else None."""
+    import sys
+
+    data = sys.modules.get("torch.utils.data")
+    if data is None:  # torch not imported: no torch dataset either
+        return None
+    for kind, cls in (("subset", data.Subset), ("concat", data.ConcatDataset)):
+        if isinstance(dataset, cls):
+            for method in ("__getitem__", "__getitems__"):
+                if getattr(type(dataset), method, None) is not getattr(
+                    cls, method, None
+                ):
+                    raise NotAView(f"{type(dataset).__name__} overrides {method}")
+            return kind
+    return None
+
+
+def _map(dataset: Any) -> tuple[list, np.ndarray, np.ndarray]:
+    """(leaves, part, index): the datasets of files under ``dataset``, and
+    for each of its indices, which leaf (``part``) and which index of it."""
+    kind = _kind(dataset)
+    if kind is None:
+        return [dataset], np.zeros(len(dataset), np.intp), np.arange(len(dataset))
+    if kind == "subset":
+        leaves, part, index = _map(dataset.dataset)
+        n = len(part)
+        sel = np.asarray(dataset.indices, dtype=np.int64).reshape(-1)
+        if sel.size and (sel.min() < -n or sel.max() >= n):
+            raise NotAView(f"a Subset index is out of range for {n} samples")
+        sel = np.where(sel < 0, sel + n, sel)
+        return leaves, part[sel], index[sel]
+    leaves, parts, indices = [], [], []
+    for sub in dataset.datasets:
+        sub_leaves, part, index = _map(sub)
+        parts.append(part + len(leaves))
+        indices.append(index)
+        leaves.extend(sub_leaves)
+    if not parts:
+        return [], np.zeros(0, np.intp), np.zeros(0, np.int64)
+    return leaves, np.concatenate(parts), np.concatenate(indices)
+
+
+def leaves_of(dataset: Any) -> list:
+    """The datasets holding the samples of ``dataset``: itself, or the
+    datasets under a (nested) Subset or ConcatDataset, each once, in order.
+    Raises :class:`NotAView` for a subclass overriding ``__getitem__``."""
+    if _kind(dataset) is None:
+        return [dataset]
+    return _once(_map(dataset)[0])
+
+
+def _once(leaves: list) -> list:
+    """``leaves`` without repeats (a dataset in two parts), in order."""
+    out: list = []
+    for leaf in leaves:
+        if not any(leaf is seen for seen in out):
+            out.append(leaf)
+    return out
+
+
+def _same_transform(a: Any, b: Any) -> bool:
+    """Whether two transforms do the same: one object, or transforms that
+    compile to the same fused pipeline with nothing left to Python (two
+    ``Compose`` built by one function, say)."""
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    try:
+        ca, cb = compile_transform(a), compile_transform(b)
+    except UnsupportedTransform:
+        return False
+    return not ca.rest and not cb.rest and ca == cb
+
+
+class View:
+    """A Subset or ConcatDataset (nested to any depth) of datasets of
+    files, as the loader reads a dataset: the files and targets of its
+    samples in its own order, their description, their transforms.
+
+    ``dataset`` is the composition itself; indexing the View is not
+    supported (index the composition)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self._refresh()
+        # Parts that disagree are refused now, not at the first epoch.
+        _ = self.transform, self.target_transform
+        if any(getattr(leaf, "describe", None) for leaf in self._unique):
+            self.describe = self._describe
+
+    def _refresh(self) -> None:
+        """Map the composition as it is now (a Subset's indices may have
+        been replaced since)."""
+        self.leaves, self._part, self._index = _map(self.dataset)
+        if not self.leaves:
+            raise NotAView(f"{type(self.dataset).__name__} has no datasets")
+        self._unique = _once(self.leaves)
+
+    def __len__(self) -> int:
+        return len(self._part)
+
+    def _common(self, name: str, same: Callable[[Any, Any], bool]) -> Any:
+        first = getattr(self.leaves[0], name, None)
+        for leaf in self._unique[1:]:
+            if not same(first, getattr(leaf, name, None)):
+                raise NotAView(
+                    f"the parts of {type(self.dataset).__name__} have different {name}s"
+                )
+        return first
+
+    @property
+    def transform(self) -> Any:
+        """The transform every part applies (read at each access, so that a
+        transform replaced between epochs is followed). Raises NotAView
+        when the parts' transforms differ."""
+        return self._common("transform", _same_transform)
+
+    @property
+    def target_transform(self) -> Optional[Callable]:
+        return self._common("target_transform", lambda a, b: a is b)
+
+    def ringloader_sources(self) -> Sources:
+        """The sources of the leaves, gathered in the composition's order.
+        Raises NotAView when some leaves are byte ranges and others whole
+        files, TypeError for a leaf that is not a dataset of files."""
+        self._refresh()
+        srcs = [sources_of(leaf) for leaf in self.leaves]
+        ranged = {s.offsets is not None for s in srcs}
+        if len(ranged) > 1:
+            raise NotAView(
+                f"{type(self.dataset).__name__} mixes byte ranges of files "
+                "with whole files"
+            )
+        part, index = self._part.tolist(), self._index.tolist()
+        if len(srcs) == 1:
+            names = srcs[0].paths
+            paths = [names[i] for i in index]
+        else:
+            paths = [srcs[p].paths[i] for p, i in zip(part, index)]
+        targets = _gather([s.targets for s in srcs], self._part, self._index)
+        if ranged == {False}:
+            return Sources(paths=paths, targets=targets)
+        return Sources(
+            paths=paths,
+            targets=targets,
+            offsets=_gather([s.offsets for s in srcs], self._part, self._index),
+            lengths=_gather([s.lengths for s in srcs], self._part, self._index),
+        )
+
+    def _describe(self, index: int) -> str:
+        """Sample ``index`` as its leaf describes it (by its path when the
+        leaf has no ``describe``)."""
+        leaf = self.leaves[int(self._part[index])]
+        i = int(self._index[index])
+        describe = getattr(leaf, "describe", None)
+        if describe is not None:
+            return describe(i)
+        return str(sources_of(leaf).paths[i])
+
+    def stamp(self) -> tuple:
+        """What changes when a samples list under the View, or a Subset's
+        indices, is replaced (see :func:`samples_stamp`)."""
+        out: list = [samples_stamp(leaf) for leaf in self._unique]
+        stack = [self.dataset]
+        while stack:
+            d = stack.pop()
+            kind = _kind(d)
+            if kind == "subset":
+                out.append((id(d.indices), len(d.indices)))
+                stack.append(d.dataset)
+            elif kind == "concat":
+                out.append((id(d.datasets), len(d.datasets)))
+                stack.extend(d.datasets)
+        return tuple(out)
+
+
+def _gather(arrays: list, part: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``arrays[part[i]][index[i]]`` for every i, as one int64 array."""
+    if len(arrays) == 1:
+        return np.asarray(arrays[0], dtype=np.int64)[index]
+    out = np.empty(len(part), dtype=np.int64)
+    for p, values in enumerate(arrays):
+        sel = part == p
+        out[sel] = np.asarray(values, dtype=np.int64)[index[sel]]
+    return out
+
+
+def resolve(dataset: Any) -> Any:
+    """What the loader reads for ``dataset``: a :class:`View` of a
+    (nested) Subset or ConcatDataset, else the dataset itself. Raises
+    :class:`NotAView` for a composition that cannot be read as files with
+    one transform."""
+    return View(dataset) if _kind(dataset) is not None else dataset
+
+
+def samples_stamp(dataset: Any) -> tuple:
+    """What changes when the samples the loader reads are replaced: the
+    ``samples`` list of an ImageFolder-like dataset (as DataLoader reads it
+    at every fetch), the lists under a View, a Subset's indices. Empty for
+    a dataset giving ``ringloader_sources()``, which is read once."""
+    if isinstance(dataset, View):
+        return dataset.stamp()
+    if provides_sources(dataset):
+        return ()
+    samples = getattr(dataset, "samples", None)
+    return (id(samples), len(samples) if samples is not None else 0)

@@ -103,3 +103,43 @@ def test_fallback_in_tar_shards(tmp_path, mixed):
     )
     assert np.abs(x[1].numpy().transpose(1, 2, 0).astype(int) - ref).max() <= 1
     shutil.rmtree(tmp_path / "mixed")
+
+
+def _png_with_garbage(kind: str) -> bytes:
+    """PNG magic followed by garbage: Pillow fails to open it, or (valid
+    header, broken pixel data) to decode it."""
+    rng = np.random.default_rng(16)
+    if kind != "broken_data":
+        tail = rng.integers(0, 256, 300, dtype=np.uint8).tobytes()
+        return b"\x89PNG\r\n\x1a\n" + (bytes(300) if kind == "zeros" else tail)
+    buf = io.BytesIO()
+    Image.fromarray(photo_like(40, 40, seed=1)).save(buf, format="PNG")
+    data = buf.getvalue()
+    return data[:60] + bytes(40) + data[100:]
+
+
+@pytest.mark.parametrize("kind", ["zeros", "random", "broken_data"])
+def test_fallback_error_names_the_file_not_a_buffer(tmp_path, kind):
+    """Pillow names the file object it was given (``<_io.BytesIO object at
+    0x...>``); the error names the file, whether raised or skipped."""
+    paths = []
+    for k in range(3):
+        paths.append(tmp_path / f"{k}.jpg")
+        paths[-1].write_bytes(jpeg_bytes("baseline", 40, 60, seed=k))
+    (tmp_path / "junk.png").write_bytes(_png_with_garbage(kind))
+    paths.insert(1, tmp_path / "junk.png")
+    ds = ringloader.FileList([str(p) for p in paths], [0] * len(paths))
+    loader = ringloader.Loader(ds, batch_size=4, transform=T.Resize((32, 32)))
+    with pytest.raises(ringloader.DecodeError) as e:
+        list(loader)
+    message = str(e.value)
+    print(message)
+    assert str(tmp_path / "junk.png") in message and "Pillow" in message
+    assert "BytesIO" not in message and "object at 0x" not in message
+    skip = ringloader.Loader(
+        ds, batch_size=4, transform=T.Resize((32, 32)), on_error="skip"
+    )
+    with pytest.warns(ringloader.DataWarning, match="junk.png") as rec:
+        list(skip)
+    said = " ".join(str(w.message) for w in rec)
+    assert "BytesIO" not in said and "object at 0x" not in said

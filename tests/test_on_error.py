@@ -199,3 +199,86 @@ def test_truncated_allowed_is_counted_and_announced(tmp_path):
     with pytest.raises(ringloader.DecodeError, match="1.jpg"):
         epoch(strict)
     assert np.isfinite(images.float().mean().item())
+
+
+def test_counts_add_up_on_mixed_bad_data(tmp_path):
+    """errors counts every sample that could not be loaded, the candidates
+    tried as replacements included; skipped counts the samples replaced;
+    so skipped <= errors. A non-JPEG file Pillow cannot read is an error
+    like any other (not a fallback decode); a non-JPEG it reads is a
+    fallback decode, not an error; a truncated JPEG is an error, or with
+    allow_truncated=True a truncated decode instead."""
+    from PIL import Image
+
+    good = jpeg_bytes("s420", 90, 120, seed=7)
+    png = tmp_path / "real.png"
+    Image.new("RGB", (50, 40), (10, 200, 30)).save(png, format="PNG")
+    bad = {
+        1: tmp_path / "missing.jpg",
+        3: tmp_path / "corrupt.jpg",
+        4: tmp_path / "truncated.jpg",  # 3, 4 and 5: three in a row
+        5: tmp_path / "junk.png",
+        9: tmp_path / "junk.bmp",
+        15: tmp_path / "junk.webp",  # the last: its replacement wraps to 0
+    }
+    bad[3].write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg" * 3)
+    bad[4].write_bytes(good[: len(good) // 2])
+    bad[5].write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 2)
+    bad[9].write_bytes(b"BM" + b"\x01" * 60)
+    bad[15].write_bytes(b"RIFF\x10\0\0\0WEBPVP8 " + b"\x02" * 40)
+    paths = []
+    for i in range(16):
+        p = tmp_path / f"{i:02d}.jpg"
+        p.write_bytes(jpeg_bytes("baseline", 60 + i, 80, seed=i))
+        paths.append(str(bad.get(i, png if i == 7 else p)))
+
+    def expected_errors(bad_positions):
+        # Each bad sample fails once, then once more for every bad sample
+        # tried after it (in dataset order, wrapping) before a good one.
+        total = 0
+        for i in bad_positions:
+            total += 1
+            j = (i + 1) % 16
+            while j in bad_positions:
+                total += 1
+                j = (j + 1) % 16
+        return total
+
+    resize = T.Resize((32, 32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loader = ringloader.Loader(
+            Indexed(paths), batch_size=4, transform=resize, on_error="skip"
+        )
+        labels = epoch(loader)[1]
+    s = loader.stats()
+    counts = {k: s[k] for k in ("errors", "skipped", "fallback_decodes", "truncated")}
+    print("allow_truncated=False:", counts)
+    assert labels.tolist() == [
+        0, 2, 2, 6, 6, 6, 6, 7, 8, 10, 10, 11, 12, 13, 14, 0
+    ]  # fmt: skip
+    assert counts["skipped"] == len(bad) == 6
+    assert counts["errors"] == expected_errors(set(bad)) == 9
+    assert counts["skipped"] <= counts["errors"]
+    assert counts["fallback_decodes"] == 1 and counts["truncated"] == 0
+
+    # With allow_truncated=True the truncated JPEG loads: counted as
+    # truncated, no longer as an error nor skipped.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tolerant = ringloader.Loader(
+            Indexed(paths),
+            batch_size=4,
+            transform=resize,
+            on_error="skip",
+            allow_truncated=True,
+        )
+        epoch(tolerant)
+    s = tolerant.stats()
+    counts = {k: s[k] for k in ("errors", "skipped", "fallback_decodes", "truncated")}
+    print("allow_truncated=True: ", counts)
+    assert counts["skipped"] == 5
+    assert counts["errors"] == expected_errors(set(bad) - {4}) == 5
+    assert counts["skipped"] <= counts["errors"]
+    assert counts["truncated"] == 2  # as a sample and as 3's replacement
+    assert counts["fallback_decodes"] == 1

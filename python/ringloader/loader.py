@@ -450,10 +450,23 @@ class Loader:
           reading and in decode + transform;
         - ``queue_depth``: batches decoded and waiting; ``inflight``:
           batches submitted; ``first_batch_seconds``; ``io_backend``;
-        - ``errors``: samples that failed to load; ``skipped``: of those,
-          replaced (``on_error="skip"``); ``truncated``: JPEGs decoded
-          although truncated (``allow_truncated=True``);
-          ``fallback_decodes``: non-JPEG files decoded with Pillow.
+        - what happened to the data, counted over the loader's life (every
+          epoch) and once per load of a sample, so a file loaded as a
+          sample and again as a replacement counts twice:
+
+          - ``errors``: loads that failed: a file missing or unreadable, a
+            JPEG corrupt, truncated (without ``allow_truncated``) or over a
+            limit, a non-JPEG file Pillow cannot read either. With
+            ``on_error="skip"`` each candidate tried as a replacement that
+            fails too counts; with ``"raise"`` every failed sample of the
+            batch counts, though one error is raised;
+          - ``skipped``: samples replaced (``on_error="skip"``). Each was
+            first counted in ``errors``, so ``skipped <= errors``; the
+            difference is the replacement candidates that failed;
+          - ``fallback_decodes``: non-JPEG files Pillow decoded (not
+            errors);
+          - ``truncated``: truncated JPEGs decoded with
+            ``allow_truncated=True`` (not errors).
         """
         pipe = self._pipe
         c = pipe.stats() if pipe is not None and not pipe.closed else {}

@@ -110,6 +110,24 @@ def test_subset_of_ringloader_datasets(folder, tmp_path):
     assert e.value.index == 1  # the Subset's index, as the user indexes it
     print(e.value)
 
+    # Byte ranges of tar shards next to whole files, with the loader's own
+    # transform (the parts' transforms differ, and are not read).
+    mixed = ConcatDataset([Subset(shards, [3, 0]), Subset(ds, [16, 2])])
+    resize = T.Resize((32, 32))
+    images, labels = next(
+        iter(ringloader.Loader(mixed, batch_size=4, transform=resize))
+    )
+    tar_images, tar_labels = next(
+        iter(ringloader.Loader(shards, batch_size=2, sampler=[3, 0], transform=resize))
+    )
+    folder_images, folder_labels = next(
+        iter(ringloader.Loader(ds, batch_size=2, sampler=[16, 2], transform=resize))
+    )
+    assert torch.equal(images, torch.cat([tar_images, folder_images]))
+    assert (
+        labels.tolist() == tar_labels.tolist() + folder_labels.tolist() == [3, 0, 2, 0]
+    )
+
 
 def test_subset_errors_name_the_file(folder, tmp_path):
     bad = tmp_path / "class_x"

@@ -242,7 +242,8 @@ def _format_of(src: Sources, i: int) -> str:
             size = 1 << 16
             if src.offsets is not None:
                 f.seek(int(src.offsets[i]))
-                size = min(size, int(src.lengths[i]))  # type: ignore[index]
+                length = int(src.lengths[i])  # type: ignore[index]
+                size = min(size, length) if length >= 0 else size
             with Image.open(io.BytesIO(f.read(size))) as im:
                 return im.format or "not JPEG"
     except Exception:  # only a courtesy for the message

@@ -8,8 +8,9 @@ a table of files: :func:`resolve` turns it into a :class:`View`, which
 follows the protocol of :mod:`.base` (``ringloader_sources()``,
 ``describe``) and carries the ``transform`` and ``target_transform`` that
 indexing the composition would apply: those of the datasets of files, the
-same on every part (a part with other transforms is refused with the reason,
-:class:`NotAView`).
+same on every part (when they differ, reading them raises :class:`NotAView`
+with the reason; a loader given a transform of its own does not read the
+parts' transforms).
 
 Only torch's own classes are resolved: a subclass that overrides
 ``__getitem__`` may return anything, so it is left alone.
@@ -120,8 +121,6 @@ class View:
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
         self._refresh()
-        # Parts that disagree are refused now, not at the first epoch.
-        _ = self.transform, self.target_transform
         if any(getattr(leaf, "describe", None) for leaf in self._unique):
             self.describe = self._describe
 
@@ -157,17 +156,12 @@ class View:
         return self._common("target_transform", lambda a, b: a is b)
 
     def ringloader_sources(self) -> Sources:
-        """The sources of the leaves, gathered in the composition's order.
-        Raises NotAView when some leaves are byte ranges and others whole
-        files, TypeError for a leaf that is not a dataset of files."""
+        """The sources of the leaves, gathered in the composition's order
+        (whole files next to byte ranges: length -1, as the file source
+        reads it). Raises TypeError for a leaf that is not a dataset of
+        files."""
         self._refresh()
         srcs = [sources_of(leaf) for leaf in self.leaves]
-        ranged = {s.offsets is not None for s in srcs}
-        if len(ranged) > 1:
-            raise NotAView(
-                f"{type(self.dataset).__name__} mixes byte ranges of files "
-                "with whole files"
-            )
         part, index = self._part.tolist(), self._index.tolist()
         if len(srcs) == 1:
             names = srcs[0].paths
@@ -175,13 +169,18 @@ class View:
         else:
             paths = [srcs[p].paths[i] for p, i in zip(part, index)]
         targets = _gather([s.targets for s in srcs], self._part, self._index)
-        if ranged == {False}:
+        if all(s.offsets is None for s in srcs):
             return Sources(paths=paths, targets=targets)
+        whole = [np.zeros(len(s), np.int64) for s in srcs]
+        offsets = [w if s.offsets is None else s.offsets for s, w in zip(srcs, whole)]
+        lengths = [
+            w - 1 if s.lengths is None else s.lengths for s, w in zip(srcs, whole)
+        ]
         return Sources(
             paths=paths,
             targets=targets,
-            offsets=_gather([s.offsets for s in srcs], self._part, self._index),
-            lengths=_gather([s.lengths for s in srcs], self._part, self._index),
+            offsets=_gather(offsets, self._part, self._index),
+            lengths=_gather(lengths, self._part, self._index),
         )
 
     def _describe(self, index: int) -> str:

@@ -84,14 +84,16 @@ def texture(h: int, w: int, seed: int = 0) -> np.ndarray:
     """Fine periodic detail over the whole image (a fabric, a grating):
     periods of 2.5 to 8 px in several directions, and grain."""
     rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
-    img = np.full((h, w, 3), 128.0)
+    y = np.arange(h, dtype=np.float32)[:, None]
+    x = np.arange(w, dtype=np.float32)[None, :]
+    img = np.full((h, w, 3), 128.0, np.float32)
     for _ in range(4):
         angle = rng.uniform(0, np.pi)
         period = rng.uniform(2.5, 8.0)
-        phase = 2 * np.pi * (x * np.cos(angle) + y * np.sin(angle)) / period
-        img += rng.uniform(15, 35, 3) * np.sin(phase)[..., None]
-    img += rng.normal(0, 10, (h, w, 3))
+        phase = (2 * np.pi / period) * (x * np.cos(angle) + y * np.sin(angle))
+        amp = rng.uniform(15, 35, 3).astype(np.float32)
+        img += amp * np.sin(phase, dtype=np.float32)[..., None]
+    img += rng.normal(0, 10, (h, w, 3)).astype(np.float32)
     return np.clip(img, 0, 255).astype(np.uint8)
 
 

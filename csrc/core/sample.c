@@ -32,8 +32,9 @@
  * worst PSNR over the boxes decoded at 1/2 or 1/4 was, by the reduction
  * left after the DCT scale: 21 dB at 1 (the old rule, a margin of 1), 32
  * dB at 2, 35 dB at 2.5, 38 dB at 3; photos alone stay above 42 dB at 1.
- * On ImageNet-sized photos (short side up to 500 px, boxes under 448) no
- * box is scaled either way at a 224 output.
+ * The cost, in decode CPU time per image against the old rule: +2% on
+ * ImageNet-like photos (short side 256-500 px: 22 of 2000 train samples
+ * change scale, no eval sample), +18% on photos of 1100-2200 px.
  */
 #define RL_DCT_MARGIN 3.0
 

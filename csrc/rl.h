@@ -72,13 +72,18 @@ typedef struct rl_transform {
  * What to do with one sample: resample the box (x, y, w, h) of the source
  * image, in source pixels, into the output rectangle (vx, vy, vw, vh) of an
  * out_w x out_h image, mirrored if flip. Output pixels outside that
- * rectangle (a CenterCrop larger than the image) are zeros.
+ * rectangle (a CenterCrop larger than the image) are zeros. crop_first says
+ * whether the resample sees the box alone, as torchvision's
+ * RandomResizedCrop crops, then resizes (the filter stops at the box's
+ * edges), or the whole image, as Resize then CenterCrop crops the resized
+ * image (the filter reads across the box's edges up to the image's).
  */
 typedef struct rl_plan {
     double x, y, w, h;
     int vx, vy, vw, vh;
     int out_w, out_h;
     bool flip;
+    bool crop_first;
 } rl_plan;
 
 /*

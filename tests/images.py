@@ -1,7 +1,9 @@
 """Test images made on the fly with Pillow: every colour space and chroma
 subsampling the decoder must handle, with photo-like content (smooth
 gradients, edges and mild texture), so resampling comparisons mean
-something."""
+something; and the content photos lack, which real datasets hold too: line
+drawings, screenshots and fine textures, whose detail sits at the highest
+frequencies, where DCT-scaled decoding and resampling differ most."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import io
 import os
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
 
 def photo_like(h: int, w: int, seed: int = 0) -> np.ndarray:
@@ -33,6 +35,77 @@ def photo_like(h: int, w: int, seed: int = 0) -> np.ndarray:
     return np.clip(img + noise, 0, 255).astype(np.uint8)
 
 
+def line_drawing(h: int, w: int, seed: int = 0) -> np.ndarray:
+    """Dark strokes 1-3 px wide on white, and hatching: a diagram."""
+    rng = np.random.default_rng(seed)
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    for _ in range(max(8, h * w // 6000)):
+        x0, x1 = rng.integers(0, w, 2)
+        y0, y1 = rng.integers(0, h, 2)
+        ink = tuple(int(v) for v in rng.integers(0, 90, 3))
+        shape = rng.integers(0, 3)
+        if shape == 0:
+            d.line([(x0, y0), (x1, y1)], fill=ink, width=int(rng.integers(1, 4)))
+        elif shape == 1:
+            box = [min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)]
+            d.ellipse(box, outline=ink, width=int(rng.integers(1, 3)))
+        else:  # a hatched rectangle
+            x0, x1 = sorted((x0, x1))
+            y0, y1 = sorted((y0, y1))
+            d.rectangle([x0, y0, x1, y1], outline=ink)
+            for x in range(x0, x1, int(rng.integers(3, 7))):
+                d.line([(x, y0), (x, y1)], fill=ink)
+    return np.asarray(img)
+
+
+def screenshot(h: int, w: int, seed: int = 0) -> np.ndarray:
+    """Flat panels with 1 px borders and lines of small text: a screen."""
+    rng = np.random.default_rng(seed)
+    img = Image.new("RGB", (w, h), (240, 240, 240))
+    d = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=int(rng.integers(11, 15)))
+    y = 0
+    while y < h:
+        ph = int(rng.integers(40, 200))
+        fill = tuple(int(v) for v in rng.integers(180, 256, 3))
+        d.rectangle([4, y + 2, w - 5, y + ph - 2], fill=fill, outline=(90, 90, 90))
+        for ty in range(y + 6, y + ph - 16, 16):
+            words = " ".join(
+                "".join(chr(c) for c in rng.integers(97, 123, rng.integers(2, 9)))
+                for _ in range(w // 40)
+            )
+            d.text((10, ty), words, fill=(20, 20, 20), font=font)
+        y += ph
+    return np.asarray(img)
+
+
+def texture(h: int, w: int, seed: int = 0) -> np.ndarray:
+    """Fine periodic detail over the whole image (a fabric, a grating):
+    periods of 2.5 to 8 px in several directions, and grain."""
+    rng = np.random.default_rng(seed)
+    y = np.arange(h, dtype=np.float32)[:, None]
+    x = np.arange(w, dtype=np.float32)[None, :]
+    img = np.full((h, w, 3), 128.0, np.float32)
+    for _ in range(4):
+        angle = rng.uniform(0, np.pi)
+        period = rng.uniform(2.5, 8.0)
+        phase = (2 * np.pi / period) * (x * np.cos(angle) + y * np.sin(angle))
+        amp = rng.uniform(15, 35, 3).astype(np.float32)
+        img += amp * np.sin(phase, dtype=np.float32)[..., None]
+    img += rng.normal(0, 10, (h, w, 3)).astype(np.float32)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+# content name -> generator of an h x w RGB array
+CONTENTS = {
+    "photo": photo_like,
+    "lines": line_drawing,
+    "screen": screenshot,
+    "texture": texture,
+}
+
+
 # name -> Pillow save options (subsampling: 0 = 4:4:4, 1 = 4:2:2, 2 = 4:2:0)
 KINDS = {
     "baseline": dict(quality=90),
@@ -46,9 +119,12 @@ KINDS = {
 }
 
 
-def jpeg_bytes(kind: str, h: int, w: int, seed: int = 0) -> bytes:
-    """A JPEG of the given kind and size."""
-    rgb = Image.fromarray(photo_like(h, w, seed))
+def jpeg_bytes(
+    kind: str, h: int, w: int, seed: int = 0, content: str = "photo"
+) -> bytes:
+    """A JPEG of the given kind and size, photo-like unless content names
+    another entry of CONTENTS."""
+    rgb = Image.fromarray(CONTENTS[content](h, w, seed))
     if kind == "grayscale":
         img = rgb.convert("L")
     elif kind == "cmyk":

@@ -145,11 +145,13 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
         p->vx = p->vy = 0;
         p->vw = t->out_w;
         p->vh = t->out_h;
+        p->crop_first = true;
     } else if (t->kind == RL_T_RESIZE_CROP) {
         int rc = resize_crop_box(t, width, height, p);
         if (rc != 0) {
             return rc;
         }
+        p->crop_first = false;
     } else {
         return RL_EINTERNAL;
     }

@@ -19,7 +19,10 @@
  * (the whole image): the place stage reads only what it needs. Statuses:
  * RL_EFORMAT (not this format), RL_EDECODE (corrupt), RL_ETRUNCATED (ends
  * early, when not allowed), RL_ETOOBIG (over a limit), -ENOMEM, with msg
- * (RL_MSG_MAX bytes) saying why. States are owned by one thread at a time;
+ * (RL_MSG_MAX bytes) saying why. A region's status is the whole file's: a
+ * file truncated or corrupt past the region's last row fails too, so the
+ * outcome never depends on the crop (JPEG checks the end of a one-scan
+ * file from its bytes, without decoding the rows it skips). States are owned by one thread at a time;
  * the functions may be called without the GIL and never longjmp out.
  */
 #ifndef RL_DECODE_H

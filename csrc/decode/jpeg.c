@@ -13,6 +13,20 @@
  * A progress monitor enforces the progressive scan limit while
  * jpeg_start_decompress consumes the scans, before any output is produced.
  *
+ * A file is judged whole, whatever part of it a crop decodes. A file of
+ * several scans (progressive, or sequential with a scan per component) is
+ * read up to its EOI marker by jpeg_start_decompress. A file of one scan is
+ * read only down to the region's last row, so what lies after that is
+ * checked from the bytes instead, before any row is decoded: the rest of
+ * the entropy-coded data is skipped with memchr (a marker cannot hide in
+ * it), and the markers after it are read as libjpeg's read_markers would
+ * (jpeg_finish_decompress, which Pillow, torchvision and TurboJPEG call),
+ * up to EOI. Data ending before EOI raises libjpeg's own "Premature end of
+ * JPEG file" warning, a marker libjpeg refuses there its own error, through
+ * the same handlers. Bytes after EOI are never looked at, as libjpeg never
+ * reads them; stray bytes before a marker are only a warning to libjpeg,
+ * and ignored like its other warnings.
+ *
  * The decompressor and its row buffer live as long as the decoder and are
  * reused across images; libjpeg's per-image memory is released by
  * jpeg_abort_decompress at the start of every header read and after every
@@ -23,6 +37,7 @@
 
 #include <errno.h>
 #include <setjmp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +58,10 @@ struct jpeg_state {
     bool truncated; /* the current image ended early (and was allowed) */
     int max_scans;
     bool have_header;
-    uint8_t *buf; /* region rows */
+    const uint8_t *data; /* the bytes of the header's image */
+    size_t len;
+    size_t scan_at; /* where the first scan's entropy-coded data starts */
+    uint8_t *buf;   /* region rows */
     size_t buf_cap;
     uint8_t *cmyk_row; /* one CMYK row before conversion */
     size_t cmyk_cap;
@@ -170,12 +188,14 @@ static int jpeg_header(jpeg_state *d, const uint8_t *data, size_t len,
     }
     d->allow_truncated = lim->allow_truncated;
     d->max_scans = lim->max_scans;
+    d->data = data;
+    d->len = len;
     if (setjmp(d->jmp)) {
         jpeg_abort_decompress(&d->cinfo);
         return d->fail_status;
     }
     d->jerr.num_warnings = 0;
-    jpeg_mem_src(&d->cinfo, data, (unsigned long)len);
+    jpeg_mem_src(&d->cinfo, d->data, (unsigned long)d->len);
     jpeg_read_header(&d->cinfo, TRUE);
     uint64_t pixels =
         (uint64_t)d->cinfo.image_width * (uint64_t)d->cinfo.image_height;
@@ -190,6 +210,12 @@ static int jpeg_header(jpeg_state *d, const uint8_t *data, size_t len,
         jpeg_abort_decompress(&d->cinfo);
         return RL_ETOOBIG;
     }
+    /* jpeg_read_header stops just after the first SOS segment. The source
+     * points into data unless it ran out, which it said (JWRN_JPEG_EOF). */
+    uintptr_t at = (uintptr_t)d->cinfo.src->next_input_byte;
+    d->scan_at = at - (uintptr_t)d->data <= d->len
+                     ? (size_t)(at - (uintptr_t)d->data)
+                     : d->len;
     hdr->width = (int)d->cinfo.image_width;
     hdr->height = (int)d->cinfo.image_height;
     hdr->components = d->cinfo.num_components;
@@ -204,6 +230,85 @@ static void jpeg_scaled_size(jpeg_state *d, int m, int *w, int *h)
      * touching the decompressor's state. */
     *w = (int)(((uint64_t)d->cinfo.image_width * (unsigned)m + 7) / 8);
     *h = (int)(((uint64_t)d->cinfo.image_height * (unsigned)m + 7) / 8);
+}
+
+/* The code of the first marker in [p, end), libjpeg's way: stuffed zeros
+ * (FF 00), fill bytes (FF FF), restart markers and TEM, which libjpeg passes
+ * over, do not count; *next is just past it. Returns -1 at the end. */
+static int find_marker(const uint8_t *p, const uint8_t *end,
+                       const uint8_t **next)
+{
+    while (p < end) {
+        const uint8_t *q = memchr(p, 0xFF, (size_t)(end - p));
+        if (q == NULL) {
+            break;
+        }
+        while (q < end && *q == 0xFF) {
+            q++;
+        }
+        if (q == end) {
+            break;
+        }
+        int c = *q;
+        p = q + 1;
+        if (c != 0x00 && c != 0x01 && (c < 0xD0 || c > 0xD7)) {
+            *next = p;
+            return c;
+        }
+    }
+    return -1;
+}
+
+/* Markers followed by a length and skipped by read_markers after a scan:
+ * DHT, DAC, DNL, DQT, DRI, APPn, COM. */
+static bool has_length(int c)
+{
+    return c == 0xC4 || c == 0xCC || c == 0xDB || c == 0xDC || c == 0xDD ||
+           (c >= 0xE0 && c <= 0xEF) || c == 0xFE;
+}
+
+/*
+ * What jpeg_finish_decompress would find after the one scan of d's image,
+ * from the bytes: returns at EOI; warns JWRN_JPEG_EOF when the data ends
+ * first; errors as libjpeg does for a marker it refuses there. Warnings and
+ * errors go through d's handlers: call with the region's setjmp armed.
+ */
+static void check_after_scan(jpeg_state *d)
+{
+    j_decompress_ptr ci = &d->cinfo;
+    const uint8_t *p = d->data + d->scan_at, *end = d->data + d->len;
+    for (;;) {
+        int c = find_marker(p, end, &p);
+        if (c == 0xD9) {
+            return; /* EOI */
+        }
+        if (c < 0) {
+            WARNMS(ci, JWRN_JPEG_EOF);
+            return;
+        }
+        if (has_length(c)) {
+            size_t n = end - p >= 2 ? (size_t)p[0] << 8 | p[1] : 0;
+            if (end - p < 2 || n > (size_t)(end - p)) {
+                WARNMS(ci, JWRN_JPEG_EOF);
+                return;
+            }
+            if (n < 2 && (c == 0xC4 || c == 0xCC || c == 0xDB || c == 0xDD)) {
+                ERREXIT(ci, JERR_BAD_LENGTH); /* a table's: get_dht... */
+            }
+            p += n < 2 ? 2 : n; /* others: skip_variable */
+        } else if (c == 0xD8) {
+            ERREXIT(ci, JERR_SOI_DUPLICATE);
+        } else if (c == 0xDA) {
+            ERREXIT(ci, JERR_EOI_EXPECTED);
+        } else if (c == 0xC0 || c == 0xC1 || c == 0xC2 || c == 0xC3 ||
+                   c == 0xC9 || c == 0xCA || c == 0xCB) {
+            ERREXIT(ci, JERR_SOF_DUPLICATE);
+        } else if (c >= 0xC5 && c <= 0xCF) {
+            ERREXIT1(ci, JERR_SOF_UNSUPPORTED, c);
+        } else {
+            ERREXIT1(ci, JERR_UNKNOWN_MARKER, c);
+        }
+    }
 }
 
 /* Pillow's CMYK -> RGB for Adobe (inverted) CMYK: value = nk - c*nk/255,
@@ -266,6 +371,9 @@ static int jpeg_region(jpeg_state *d, int m, int x0, int y0, int w, int h,
     ci->scale_num = (unsigned)m;
     ci->scale_denom = 8;
     jpeg_start_decompress(ci);
+    if (!jpeg_has_multiple_scans(ci)) {
+        check_after_scan(d);
+    }
 
     int full_w = (int)ci->output_width, full_h = (int)ci->output_height;
     if (x0 < 0 || y0 < 0 || x0 + w > full_w || y0 + h > full_h) {

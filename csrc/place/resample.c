@@ -90,7 +90,8 @@ static void vpass_row(const uint8_t *const *rows, const int16_t *w, int n,
 }
 
 int rl_resample(const rl_pixels *src, double bx, double by, double bw,
-                double bh, int out_w, int out_h, bool flip, const rl_dst *dst)
+                double bh, int out_w, int out_h, bool flip, bool crop_first,
+                const rl_dst *dst)
 {
     /* Everything below is scratch of this call: NULL until allocated,
      * freed on every path. */
@@ -98,13 +99,13 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
     uint8_t *tmp = NULL;
     const uint8_t **rowp = NULL;
     int rc = -ENOMEM;
-    if (rl__taps_make(&tx, src->full_w, bx, bw, out_w) != 0 ||
-        rl__taps_make(&ty, src->full_h, by, bh, out_h) != 0) {
+    if (rl__taps_make(&tx, src->full_w, bx, bw, out_w, crop_first) != 0 ||
+        rl__taps_make(&ty, src->full_h, by, bh, out_h, crop_first) != 0) {
         goto out_free_scratch;
     }
     /* Rows of the source the vertical pass reads, all inside src. */
     int ylo, yhi;
-    rl_resample_span(src->full_h, by, bh, out_h, &ylo, &yhi);
+    rl_resample_span(src->full_h, by, bh, out_h, crop_first, &ylo, &yhi);
     int rows = yhi - ylo;
     size_t hstride = (size_t)out_w * 4;
     tmp = malloc(hstride * (size_t)(rows + 1));

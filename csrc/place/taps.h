@@ -5,6 +5,7 @@
 #ifndef RL_PLACE_TAPS_H
 #define RL_PLACE_TAPS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Weights are fixed point with this many fraction bits: a weight (at most
@@ -29,10 +30,12 @@ typedef struct rl__taps {
 
 /*
  * Computes the taps of resampling the span [b0, b0 + bsize) of an axis of
- * `full` pixels to `out` pixels. Returns 0, or -ENOMEM with *t freed.
+ * `full` pixels to `out` pixels; with crop_first the taps stay inside the
+ * span (see rl_resample_span()). Returns 0, or -ENOMEM with *t freed.
  * *t must start zeroed; rl__taps_free() releases it (also a zeroed one).
  */
-int rl__taps_make(rl__taps *t, int full, double b0, double bsize, int out);
+int rl__taps_make(rl__taps *t, int full, double b0, double bsize, int out,
+                  bool crop_first);
 void rl__taps_free(rl__taps *t);
 
 #endif /* RL_PLACE_TAPS_H */

@@ -1,7 +1,8 @@
 /*
  * python/tools.c - the module's stateless functions: a full decode, the
- * plan of one sample, the probes of io_uring and CUDA, and the resampler's
- * SIMD level. Tools for tests, benchmarks and `ringloader info`.
+ * plan of one sample and its DCT scale, the probes of io_uring and CUDA,
+ * and the resampler's SIMD level. Tools for tests, benchmarks and
+ * `ringloader info`.
  *
  * DESIGN: arguments are parsed with the GIL held; the work runs with it
  * released, on memory from malloc, never from Python's allocator.
@@ -53,31 +54,55 @@ static PyObject *py_decode(PyObject *module, PyObject *args, PyObject *kw)
     return Py_BuildValue("Nii", bytes, h, w);
 }
 
+/* Parses (spec, width, height, seed, epoch, index) and plans that sample:
+ * 0, or -1 with an exception set. */
+static int plan_args(PyObject *args, int *width, int *height, rl_plan *p)
+{
+    PyObject *spec;
+    unsigned long long seed;
+    long long epoch, index;
+    if (!PyArg_ParseTuple(args, "OiiKLL", &spec, width, height, &seed, &epoch,
+                          &index)) {
+        return -1;
+    }
+    rl_transform t;
+    if (rl__py_parse_transform(spec, &t) != 0) {
+        return -1;
+    }
+    if (rl_plan_make(&t, *width, *height, seed, epoch, index, p) != 0) {
+        PyErr_SetString(PyExc_ValueError, "cannot plan this transform");
+        return -1;
+    }
+    return 0;
+}
+
 /* plan(spec, width, height, seed, epoch, index)
  *   -> (top, left, height, width, flip): the source box of one sample, as
  *   torchvision's get_params would give it. */
 static PyObject *py_plan(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *spec;
     int width, height;
-    unsigned long long seed;
-    long long epoch, index;
-    if (!PyArg_ParseTuple(args, "OiiKLL", &spec, &width, &height, &seed, &epoch,
-                          &index)) {
-        return NULL;
-    }
-    rl_transform t;
-    if (rl__py_parse_transform(spec, &t) != 0) {
-        return NULL;
-    }
     rl_plan p;
-    if (rl_plan_make(&t, width, height, seed, epoch, index, &p) != 0) {
-        PyErr_SetString(PyExc_ValueError, "cannot plan this transform");
+    if (plan_args(args, &width, &height, &p) != 0) {
         return NULL;
     }
     return Py_BuildValue("ddddO", p.y, p.x, p.h, p.w,
                          p.flip ? Py_True : Py_False);
+}
+
+/* dct_scale(spec, width, height, seed, epoch, index) -> m: a JPEG of that
+ * size is decoded at scale m/8 for that sample (8: no DCT scaling). */
+static PyObject *py_dct_scale(PyObject *module, PyObject *args)
+{
+    (void)module;
+    int width, height;
+    rl_plan p;
+    if (plan_args(args, &width, &height, &p) != 0) {
+        return NULL;
+    }
+    return PyLong_FromLong(
+        rl_sample_pick_scale(width, height, p.w, p.h, p.vw, p.vh));
 }
 
 /* io_probe() -> (available: bool, reason: str) */
@@ -149,6 +174,9 @@ PyMethodDef rl__py_tool_methods[] = {
     {"plan", py_plan, METH_VARARGS,
      "plan(spec, width, height, seed, epoch, index) -> (top, left, h, w, "
      "flip)."},
+    {"dct_scale", py_dct_scale, METH_VARARGS,
+     "dct_scale(spec, width, height, seed, epoch, index) -> m: the sample "
+     "is decoded at DCT scale m/8 (8: none)."},
     {"io_probe", py_io_probe, METH_NOARGS,
      "io_probe() -> (io_uring_available, reason_if_not)."},
     {NULL, NULL, 0, NULL},

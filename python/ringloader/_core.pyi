@@ -67,6 +67,19 @@ def plan(
     """(top, left, height, width, flip): the source box of one sample, as
     floats, as torchvision's get_params would give it."""
 
+def dct_scale(
+    spec: _TransformSpec,
+    width: int,
+    height: int,
+    seed: int,
+    epoch: int,
+    index: int,
+    /,
+) -> int:
+    """m: a JPEG of width x height is decoded at DCT scale m/8 for this
+    sample (8: no DCT scaling, so the resample matches torchvision's within
+    1 LSB)."""
+
 def read_bench(
     paths: Iterable[_Path],
     offsets: Optional[Sequence[int]],

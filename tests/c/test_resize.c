@@ -1,7 +1,8 @@
 /* test_resize.c - the place stage: resampler invariants (identity is exact,
  * a constant image stays constant at any scale, flips mirror, spans cover
- * what is read, strides place channels where asked), rl_store_rgb writes
- * what the resampler writes, and rl_place zeroes a CenterCrop's padding. */
+ * what is read, strides place channels where asked, crop_first resamples
+ * the box as if cut out), rl_store_rgb writes what the resampler writes,
+ * and rl_place zeroes a CenterCrop's padding. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <string.h>
@@ -59,9 +60,9 @@ static void test_store_rgb(void)
             int ow = sizes[s][0], oh = sizes[s][1];
             size_t stride = (size_t)ow * 3 + PAD; /* not packed rows */
             rl_dst u8 = DST(rgb, (ptrdiff_t)stride, 3, 1);
-            CHECK_EQ(
-                rl_resample(&px, 11.5, 7.25, 301, 203.5, ow, oh, false, &u8),
-                0);
+            CHECK_EQ(rl_resample(&px, 11.5, 7.25, 301, 203.5, ow, oh, false,
+                                 false, &u8),
+                     0);
             for (int dt = RL_DTYPE_U8; dt <= RL_DTYPE_BF16; dt++) {
                 for (int lay = 0; lay < 2; lay++) {
                     size_t n = (size_t)ow * oh * 3 * rl_dtype_size(dt);
@@ -70,7 +71,7 @@ static void test_store_rgb(void)
                     memset(want, 0xA5, n + 8);
                     memset(got, 0x5A, n + 8);
                     CHECK_EQ(rl_resample(&px, 11.5, 7.25, 301, 203.5, ow, oh,
-                                         false, &a),
+                                         false, false, &a),
                              0);
                     rl_store_rgb(rgb, stride, ow, oh, &b);
                     CHECK(memcmp(want, got, n) == 0);
@@ -132,6 +133,59 @@ static void test_place(void)
     }
 }
 
+/* crop_first: resampling an integer box of the image equals resampling a
+ * copy of the box alone (torchvision's crop, then resize), at every SIMD
+ * level and scale, and reads only inside the box; without it, pixels
+ * outside the box take part (a crop of the resized image). */
+static void test_crop_first(void)
+{
+    enum { W = 400, H = 300 };
+    static uint8_t img[W * H * 4], box[W * H * 4];
+    static uint8_t want[333 * 250 * 3], got[333 * 250 * 3];
+    for (int i = 0; i < W * H * 4; i++) {
+        img[i] = (uint8_t)((i * 2246822519u) >> 24);
+    }
+    rl_pixels px = {img, W * 4, 0, 0, W, H, W, H};
+    int boxes[][4] = {
+        {37, 18, 201, 150}, {0, 0, 10, 7}, {390, 290, 10, 10}, {5, 9, 3, 2}};
+    int sizes[][2] = {{64, 48}, {224, 224}, {1, 1}, {333, 250}};
+    rl_simd before = rl_resample_simd();
+    bool differs = false;
+    for (int b = 0; b < 4; b++) {
+        int bx = boxes[b][0], by = boxes[b][1], bw = boxes[b][2];
+        int bh = boxes[b][3];
+        for (int y = 0; y < bh; y++) {
+            memcpy(box + (size_t)y * bw * 4,
+                   img + ((size_t)(by + y) * W + bx) * 4, (size_t)bw * 4);
+        }
+        rl_pixels cut = {box, (size_t)bw * 4, 0, 0, bw, bh, bw, bh};
+        for (int s = 0; s < 4; s++) {
+            int ow = sizes[s][0], oh = sizes[s][1];
+            size_t n = (size_t)ow * oh * 3;
+            int x0, x1, y0, y1;
+            rl_resample_span(W, bx, bw, ow, true, &x0, &x1);
+            rl_resample_span(H, by, bh, oh, true, &y0, &y1);
+            CHECK(x0 >= bx && x1 <= bx + bw && y0 >= by && y1 <= by + bh);
+            rl_dst dw = DST(want, ow * 3, 3, 1), dg = DST(got, ow * 3, 3, 1);
+            rl_resample_set_simd(RL_SIMD_C);
+            CHECK_EQ(rl_resample(&cut, 0, 0, bw, bh, ow, oh, false, false, &dw),
+                     0);
+            for (int level = RL_SIMD_C; level <= RL_SIMD_AVX2; level++) {
+                rl_resample_set_simd((rl_simd)level);
+                CHECK_EQ(
+                    rl_resample(&px, bx, by, bw, bh, ow, oh, false, true, &dg),
+                    0);
+                CHECK(memcmp(want, got, n) == 0);
+            }
+            CHECK_EQ(
+                rl_resample(&px, bx, by, bw, bh, ow, oh, false, false, &dg), 0);
+            differs = differs || memcmp(want, got, n) != 0;
+        }
+    }
+    CHECK(differs);
+    rl_resample_set_simd(before);
+}
+
 int main(void)
 {
     int w = 400, h = 300;
@@ -143,14 +197,14 @@ int main(void)
 
     /* Identity: same size, whole image. */
     rl_dst d = DST(out, (ptrdiff_t)w * 3, 3, 1);
-    CHECK_EQ(rl_resample(&px, 0, 0, w, h, w, h, false, &d), 0);
+    CHECK_EQ(rl_resample(&px, 0, 0, w, h, w, h, false, false, &d), 0);
     for (int i = 0; i < w * h; i++) {
         CHECK(memcmp(out + 3 * i, src + 4 * i, 3) == 0);
     }
 
     /* Integer crop at scale 1 is a copy of the crop. */
     d.row_stride = 50 * 3;
-    CHECK_EQ(rl_resample(&px, 10, 20, 50, 40, 50, 40, false, &d), 0);
+    CHECK_EQ(rl_resample(&px, 10, 20, 50, 40, 50, 40, false, false, &d), 0);
     for (int y = 0; y < 40; y++) {
         for (int x = 0; x < 50; x++) {
             CHECK(memcmp(out + y * 150 + 3 * x,
@@ -160,7 +214,7 @@ int main(void)
 
     /* Flip mirrors the columns. */
     rl_dst df = DST(out2, 150, 3, 1);
-    CHECK_EQ(rl_resample(&px, 10, 20, 50, 40, 50, 40, true, &df), 0);
+    CHECK_EQ(rl_resample(&px, 10, 20, 50, 40, 50, 40, true, false, &df), 0);
     for (int y = 0; y < 40; y++) {
         for (int x = 0; x < 50; x++) {
             CHECK(memcmp(out + y * 150 + x * 3, out2 + y * 150 + (49 - x) * 3,
@@ -182,7 +236,7 @@ int main(void)
             int ow = sizes[s][0], oh = sizes[s][1];
             rl_dst dc = DST(out, (ptrdiff_t)ow * 3, 3, 1);
             CHECK_EQ(rl_resample(&px, boxes[b][0], boxes[b][1], boxes[b][2],
-                                 boxes[b][3], ow, oh, false, &dc),
+                                 boxes[b][3], ow, oh, false, false, &dc),
                      0);
             for (int i = 0; i < ow * oh * 3; i++) {
                 CHECK_EQ(out[i], 77);
@@ -197,8 +251,8 @@ int main(void)
     }
     double bx = 37.25, by = 18.5, bw = 201.0, bh = 150.5;
     int x0, x1, y0, y1;
-    rl_resample_span(w, bx, bw, 64, &x0, &x1);
-    rl_resample_span(h, by, bh, 48, &y0, &y1);
+    rl_resample_span(w, bx, bw, 64, false, &x0, &x1);
+    rl_resample_span(h, by, bh, 48, false, &y0, &y1);
     CHECK(x0 >= 0 && x1 <= w && x0 < x1 && y0 >= 0 && y1 <= h && y0 < y1);
     static uint8_t region[400 * 300 * 4];
     size_t rstride = (size_t)(x1 - x0) * 4;
@@ -208,8 +262,8 @@ int main(void)
     }
     rl_pixels sub = {region, rstride, x0, y0, x1 - x0, y1 - y0, w, h};
     rl_dst a = DST(out, 64 * 3, 3, 1), c = DST(out2, 64 * 3, 3, 1);
-    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &a), 0);
-    CHECK_EQ(rl_resample(&sub, bx, by, bw, bh, 64, 48, false, &c), 0);
+    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, false, &a), 0);
+    CHECK_EQ(rl_resample(&sub, bx, by, bw, bh, 64, 48, false, false, &c), 0);
     CHECK(memcmp(out, out2, 64 * 48 * 3) == 0);
 
     /* Against a double-precision evaluation of the filter: within 1 LSB
@@ -257,7 +311,8 @@ int main(void)
 
     /* Planar strides (NCHW) hold the same values as interleaved. */
     rl_dst planar = DST(out2, 64, 1, 64 * 48);
-    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &planar), 0);
+    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, false, &planar),
+             0);
     for (int i = 0; i < 64 * 48; i++) {
         for (int ch = 0; ch < 3; ch++) {
             CHECK_EQ(out2[ch * 64 * 48 + i], out[i * 3 + ch]);
@@ -281,9 +336,9 @@ int main(void)
     dh.dtype = RL_DTYPE_F16;
     db.data = (uint8_t *)bf16;
     db.dtype = RL_DTYPE_BF16;
-    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &df32), 0);
-    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &dh), 0);
-    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, &db), 0);
+    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, false, &df32), 0);
+    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, false, &dh), 0);
+    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, false, &db), 0);
     for (int i = 0; i < 64 * 48; i++) {
         for (int ch = 0; ch < 3; ch++) {
             float want = out[i * 3 + ch] * mul[ch] + add[ch];
@@ -313,5 +368,6 @@ int main(void)
 
     test_store_rgb();
     test_place();
+    test_crop_first();
     PASS("test_resize");
 }

@@ -11,9 +11,9 @@
  * portable scalar version, the reference; the SSE2 one does four values at
  * a time and falls back to the scalar one for the values it cannot round
  * the same way (zero, subnormals, overflow), and on AVX2 CPUs float16 goes
- * through F16C, whose rounding is the same. float32 NCHW, the training
- * layout, has an AVX2 store of eight pixels a step, which also fills
- * the F16C path's float32 buffer. So every SIMD level writes the same
+ * through F16C, whose rounding is the same. float32 and bfloat16 NCHW (the
+ * training layout) have an AVX2 store of eight pixels a step, which also
+ * fills the F16C path's float32 buffer. So every SIMD level writes the same
  * bytes. rl_store_rgb() and rl_fill_zero() feed the same row store
  * from packed RGB or from zeros, so their bytes are the resampler's too.
  */
@@ -201,21 +201,41 @@ static int store_float_sse2(const rl_dst *dst, const uint8_t *px, int w,
 #endif
 
 #if RL_HAVE_AVX2
+/* Stores eight values f as dtype (float32 or bfloat16) at p. bfloat16
+ * rounds as f32_to_bf16 does, on eight lanes. */
+static inline RL_TARGET_AVX2 __attribute__((always_inline)) void
+store8(rl_dtype dtype, uint8_t *p, __m256 f)
+{
+    if (dtype == RL_DTYPE_F32) {
+        _mm256_storeu_ps((float *)(void *)p, f);
+        return;
+    }
+    __m256i x = _mm256_castps_si256(f);
+    __m256i odd =
+        _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    x = _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), odd));
+    x = _mm256_srli_epi32(x, 16); /* 0..0xFFFF: packus keeps it */
+    x = _mm256_permute4x64_epi64(_mm256_packus_epi32(x, x), 0x08);
+    _mm_storeu_si128((__m128i *)(void *)p, _mm256_castsi256_si128(x));
+}
+
 /*
- * float32 NCHW, eight pixels per step: one 32-byte load of eight RGBX
- * pixels, then per channel a shift, mask, convert, multiply and add, the
- * scalar path's operations in its order (no FMA, whose single rounding
- * would change the last bit). Returns how many pixels were written.
+ * float32 or bfloat16 NCHW, eight pixels per step: one 32-byte load of
+ * eight RGBX pixels, then per channel a shift, mask, convert, multiply and
+ * add, the scalar path's operations in its order (no FMA, whose single
+ * rounding would change the last bit). Returns how many pixels were
+ * written.
  */
-static RL_TARGET_AVX2 int
-store_f32_nchw_avx2(const rl_dst *dst, const uint8_t *px, int w, uint8_t *o)
+static RL_TARGET_AVX2 int store_nchw_avx2(const rl_dst *dst, const uint8_t *px,
+                                          int w, uint8_t *o)
 {
     const __m256i lo = _mm256_set1_epi32(0xFF);
     __m256 m0 = _mm256_set1_ps(dst->mul[0]), a0 = _mm256_set1_ps(dst->add[0]);
     __m256 m1 = _mm256_set1_ps(dst->mul[1]), a1 = _mm256_set1_ps(dst->add[1]);
     __m256 m2 = _mm256_set1_ps(dst->mul[2]), a2 = _mm256_set1_ps(dst->add[2]);
-    float *c0 = (float *)(void *)o;
-    float *c1 = c0 + dst->ch_stride, *c2 = c1 + dst->ch_stride;
+    size_t es = rl_dtype_size(dst->dtype);
+    uint8_t *c0 = o, *c1 = o + (size_t)dst->ch_stride * es;
+    uint8_t *c2 = c1 + (size_t)dst->ch_stride * es;
     int x = 0;
     for (; x + 8 <= w; x += 8) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(px + 4 * (size_t)x));
@@ -224,9 +244,10 @@ store_f32_nchw_avx2(const rl_dst *dst, const uint8_t *px, int w, uint8_t *o)
             _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8), lo));
         __m256 b =
             _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 16), lo));
-        _mm256_storeu_ps(c0 + x, _mm256_add_ps(_mm256_mul_ps(r, m0), a0));
-        _mm256_storeu_ps(c1 + x, _mm256_add_ps(_mm256_mul_ps(g, m1), a1));
-        _mm256_storeu_ps(c2 + x, _mm256_add_ps(_mm256_mul_ps(b, m2), a2));
+        size_t at = (size_t)x * es;
+        store8(dst->dtype, c0 + at, _mm256_add_ps(_mm256_mul_ps(r, m0), a0));
+        store8(dst->dtype, c1 + at, _mm256_add_ps(_mm256_mul_ps(g, m1), a1));
+        store8(dst->dtype, c2 + at, _mm256_add_ps(_mm256_mul_ps(b, m2), a2));
     }
     return x;
 }
@@ -239,8 +260,8 @@ static void store_float(const rl_dst *dst, const uint8_t *px, int w, uint8_t *o,
     ptrdiff_t ps = dst->px_stride, cs = dst->ch_stride;
     int x0 = 0;
 #if RL_HAVE_AVX2
-    if (simd == RL_SIMD_AVX2 && dst->dtype == RL_DTYPE_F32 && ps == 1) {
-        x0 = store_f32_nchw_avx2(dst, px, w, o);
+    if (simd == RL_SIMD_AVX2 && dst->dtype != RL_DTYPE_F16 && ps == 1) {
+        x0 = store_nchw_avx2(dst, px, w, o);
     }
 #endif
 #if RL_HAVE_SSE2

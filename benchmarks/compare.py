@@ -155,7 +155,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
         builds = [f"ringloader@{b}" for b in args.builds]
         args.contenders = builds + [base.BOUND] if builds else list(base.LABELS)
     else:
-        args.contenders = [x for x in args.base.split(",") if x]
+        args.contenders = [x for x in args.contenders.split(",") if x]
     for x in args.contenders:
         if not contenders.known(x):
             p.error(

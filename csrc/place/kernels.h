@@ -12,6 +12,7 @@
 #define RL_PLACE_KERNELS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h> /* memcpy, in the kernel templates below */
 
@@ -36,15 +37,45 @@
 #endif
 
 /*
- * Horizontal pass over two source rows (row0, row1: the region's rows,
- * starting at its column x0): out_w RGBX pixels each into out0 and out1
- * (the X byte is 0). Pixels whose taps reach past the region are computed
- * by rl__hpass_px_c(). For an odd row, pass the same row twice.
+ * The horizontal pass of one image, planned once by rl__hpass_plan() from
+ * the x taps and the decoded region, then run over the source rows four at
+ * a time. Every pixel of [0, nvec) uses the same k taps (the largest count;
+ * the weights past a pixel's own count are zero, so the sums are the same),
+ * which spares the vector kernels a per-pixel branch on the count; the
+ * pixels from nvec on, whose k-window would pass the region's end, are
+ * computed by rl__hpass_tail_c() from their real taps. Output pixel x is
+ * written at out_w - 1 - x when flip, so the mirror costs nothing.
  */
-typedef void rl__hpass2_fn(const rl_pixels *src, const uint8_t *row0,
-                           const uint8_t *row1, const rl__taps *tx, int out_w,
-                           uint8_t *out0, uint8_t *out1);
-rl__hpass2_fn rl__hpass_rows2_c;
+typedef struct rl__hpass {
+    const int *first, *count; /* the x taps (rl__taps), not owned */
+    const int16_t *w;
+    size_t ksize;
+    int x0, end; /* the region's columns [x0, end) */
+    int out_w;
+    int k;    /* taps per vector pixel: the largest count (even, may be 0) */
+    int nvec; /* pixels [0, nvec) have all k taps inside the region */
+    bool flip;
+} rl__hpass;
+
+/* Fills *h for resampling src's rows with the x taps tx to out_w pixels,
+ * mirrored when flip. h keeps pointers into tx, which must outlive it. */
+void rl__hpass_plan(rl__hpass *h, const rl__taps *tx, const rl_pixels *src,
+                    int out_w, bool flip);
+
+/*
+ * Four rows through the horizontal pass: rows[i] (a source row, starting at
+ * the region's column x0) gives out_w RGBX pixels into outs[i] (the X byte
+ * is 0). Rows may repeat, and so may outputs for the same row (the caller
+ * pads the last call with copies of its last row).
+ */
+typedef void rl__hpass4_fn(const rl__hpass *h, const uint8_t *const *rows,
+                           uint8_t *const *outs);
+rl__hpass4_fn rl__hpass_rows4_c;
+
+/* Output pixels [from, out_w) of the four rows, one at a time from their
+ * real taps: the portable kernel, and the vector kernels' tail. */
+void rl__hpass_tail_c(const rl__hpass *h, const uint8_t *const *rows,
+                      uint8_t *const *outs, int from);
 
 /* One horizontal output pixel from n (any, even 0) taps of the RGBX pixels
  * at p: the portable kernel, also the vector ones' edge case. */
@@ -60,11 +91,11 @@ int rl__vpass_c(const uint8_t *const *rows, const int16_t *w, int n, int k,
                 int nbytes, uint8_t *out);
 
 #if RL_HAVE_SSE2
-rl__hpass2_fn rl__hpass_rows2_sse2;
+rl__hpass4_fn rl__hpass_rows4_sse2;
 int rl__vpass_sse2(const uint8_t *const *rows, const int16_t *w, int n, int k,
                    int nbytes, uint8_t *out);
 #else
-#define rl__hpass_rows2_sse2 rl__hpass_rows2_c
+#define rl__hpass_rows4_sse2 rl__hpass_rows4_c
 static inline int rl__vpass_sse2(const uint8_t *const *rows, const int16_t *w,
                                  int n, int k, int nbytes, uint8_t *out)
 {
@@ -76,7 +107,7 @@ static inline int rl__vpass_sse2(const uint8_t *const *rows, const int16_t *w,
 #if RL_HAVE_AVX2
 /* Whether this CPU runs the AVX2 kernels and the F16C store. */
 bool rl__cpu_has_avx2(void);
-rl__hpass2_fn rl__hpass_rows2_avx2;
+rl__hpass4_fn rl__hpass_rows4_avx2;
 int rl__vpass_avx2(const uint8_t *const *rows, const int16_t *w, int n, int k,
                    int nbytes, uint8_t *out);
 #else
@@ -84,55 +115,38 @@ static inline bool rl__cpu_has_avx2(void)
 {
     return false;
 }
-#define rl__hpass_rows2_avx2 rl__hpass_rows2_sse2
+#define rl__hpass_rows4_avx2 rl__hpass_rows4_sse2
 #define rl__vpass_avx2 rl__vpass_sse2
 #endif
 
 /*
- * The body of an rl__hpass2_fn built on PX2(p0, p1, w, k, o0, o1), which
- * computes one output pixel of each row from k taps. Constant tap counts
- * let the compiler unroll the common cases; ATTR is the target attribute
- * the kernel needs to be inlined.
+ * An rl__hpass4_fn built on BODY(h, rows, outs, k), which computes output
+ * pixels [0, h->nvec) of the four rows from k taps each. A constant k lets
+ * the compiler unroll the common counts; ATTR is the target attribute BODY
+ * needs to be inlined. The tail is the portable kernel's.
  */
-#define RL_DEFINE_HPASS_ROWS2(NAME, PX2, ATTR)                                \
-    ATTR void NAME(const rl_pixels *src, const uint8_t *row0,                 \
-                   const uint8_t *row1, const rl__taps *tx, int out_w,        \
-                   uint8_t *out0, uint8_t *out1)                              \
-    {                                                                         \
-        /* Locals: the byte stores below could alias *tx and *src. */         \
-        const int *first = tx->first, *count = tx->count;                     \
-        const int16_t *weights = tx->w;                                       \
-        size_t ksize = (size_t)tx->ksize;                                     \
-        int x0 = src->x0, end = x0 + src->w; /* past the region */            \
-        for (int x = 0; x < out_w; x++) {                                     \
-            const int16_t *w = weights + (size_t)x * ksize;                   \
-            size_t off = (size_t)(first[x] - x0) * 4;                         \
-            const uint8_t *p0 = row0 + off, *p1 = row1 + off;                 \
-            uint8_t *o0 = out0 + 4 * x, *o1 = out1 + 4 * x;                   \
-            int n = count[x];                                                 \
-            if (n == 0 || first[x] + n > end) {                               \
-                /* Empty, or the padding tap would read past the            \
-                 * region: the portable kernel sums the real taps. */ \
-                int real = end - first[x];                                    \
-                rl__hpass_px_c(p0, w, real < n ? real : n, o0);               \
-                rl__hpass_px_c(p1, w, real < n ? real : n, o1);               \
-                continue;                                                     \
-            }                                                                 \
-            switch (n) {                                                      \
-            case 2:                                                           \
-                PX2(p0, p1, w, 2, o0, o1);                                    \
-                break;                                                        \
-            case 4:                                                           \
-                PX2(p0, p1, w, 4, o0, o1);                                    \
-                break;                                                        \
-            case 6:                                                           \
-                PX2(p0, p1, w, 6, o0, o1);                                    \
-                break;                                                        \
-            default:                                                          \
-                PX2(p0, p1, w, n, o0, o1);                                    \
-                break;                                                        \
-            }                                                                 \
-        }                                                                     \
+#define RL_DEFINE_HPASS_ROWS4(NAME, BODY, ATTR)                    \
+    ATTR void NAME(const rl__hpass *h, const uint8_t *const *rows, \
+                   uint8_t *const *outs)                           \
+    {                                                              \
+        switch (h->k) {                                            \
+        case 2:                                                    \
+            BODY(h, rows, outs, 2);                                \
+            break;                                                 \
+        case 4:                                                    \
+            BODY(h, rows, outs, 4);                                \
+            break;                                                 \
+        case 6:                                                    \
+            BODY(h, rows, outs, 6);                                \
+            break;                                                 \
+        case 8:                                                    \
+            BODY(h, rows, outs, 8);                                \
+            break;                                                 \
+        default:                                                   \
+            BODY(h, rows, outs, h->k);                             \
+            break;                                                 \
+        }                                                          \
+        rl__hpass_tail_c(h, rows, outs, h->nvec);                  \
     }
 
 /*

@@ -5,7 +5,8 @@
  * DESIGN: the functions carry target attributes, so the build needs no
  * -mavx2 and the rest of the module still runs on any x86-64 CPU; nothing
  * here is called unless rl__cpu_has_avx2() said yes. The horizontal pass
- * puts two rows' tap pair in one 256-bit multiply-add, and the vertical
+ * puts two rows' tap pair in one 256-bit multiply-add (four rows a call,
+ * one tap count per image, see kernels.h), and the vertical
  * pass works 32 bytes at a time. Unpacks and packs all stay within 128-bit
  * lanes, so each lane does exactly the SSE2 computation and the bytes are
  * the same as the SSE2 and portable kernels'.
@@ -28,38 +29,66 @@ bool rl__cpu_has_avx2(void)
 }
 
 /*
- * One output pixel of each of two rows from k taps: the two 8-byte loads
- * (two RGBX pixels of each row) are shuffled to R0 R1 G0 G1 B0 B1 X0 X1 and
- * widened to 16 bits, so one pmaddwd weighs the pair for both rows.
+ * Output pixels [0, nvec) of four rows from k taps each: per tap pair, the
+ * 8-byte loads (two RGBX pixels) of two rows are shuffled to
+ * R0 R1 G0 G1 B0 B1 X0 X1 and widened to 16 bits, so one pmaddwd weighs
+ * the pair for two rows, and the weights' broadcast serves all four.
  */
 static inline RL_TARGET_AVX2 __attribute__((always_inline)) void
-hpass_px2_avx2(const uint8_t *p0, const uint8_t *p1, const int16_t *w, int k,
-               uint8_t *o0, uint8_t *o1)
+hpass4_k_avx2(const rl__hpass *h, const uint8_t *const *rows,
+              uint8_t *const *outs, int k)
 {
     const __m128i pairs =
         _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-    __m256i acc = _mm256_set1_epi32(RL_WEIGHT_HALF);
-    for (int j = 0; j < k; j += 2) {
-        long long q0, q1;
-        int32_t pair;
-        memcpy(&q0, p0 + 4 * j, 8);
-        memcpy(&q1, p1 + 4 * j, 8);
-        memcpy(&pair, w + j, 4);
-        __m128i v = _mm_shuffle_epi8(_mm_set_epi64x(q1, q0), pairs);
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_cvtepu8_epi16(v),
-                                                      _mm256_set1_epi32(pair)));
+    const __m256i half = _mm256_set1_epi32(RL_WEIGHT_HALF);
+    const int *first = h->first;
+    const int16_t *weights = h->w;
+    size_t ksize = h->ksize;
+    ptrdiff_t step = h->flip ? -4 : 4;
+    size_t last = h->flip && h->out_w > 0 ? 4 * (size_t)(h->out_w - 1) : 0;
+    const uint8_t *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3];
+    uint8_t *o0 = outs[0] + last, *o1 = outs[1] + last;
+    uint8_t *o2 = outs[2] + last, *o3 = outs[3] + last;
+    for (int x = 0; x < h->nvec; x++) {
+        const int16_t *w = weights + (size_t)x * ksize;
+        size_t off = (size_t)(first[x] - h->x0) * 4;
+        __m256i a01 = half, a23 = half;
+        for (int j = 0; j < k; j += 2) {
+            long long q0, q1, q2, q3;
+            int32_t pair;
+            size_t at = off + 4 * (size_t)j;
+            memcpy(&q0, r0 + at, 8);
+            memcpy(&q1, r1 + at, 8);
+            memcpy(&q2, r2 + at, 8);
+            memcpy(&q3, r3 + at, 8);
+            memcpy(&pair, w + j, 4);
+            __m256i ww = _mm256_set1_epi32(pair);
+            __m128i v01 = _mm_shuffle_epi8(_mm_set_epi64x(q1, q0), pairs);
+            __m128i v23 = _mm_shuffle_epi8(_mm_set_epi64x(q3, q2), pairs);
+            a01 = _mm256_add_epi32(
+                a01, _mm256_madd_epi16(_mm256_cvtepu8_epi16(v01), ww));
+            a23 = _mm256_add_epi32(
+                a23, _mm256_madd_epi16(_mm256_cvtepu8_epi16(v23), ww));
+        }
+        a01 = _mm256_srai_epi32(a01, RL_WEIGHT_BITS);
+        a23 = _mm256_srai_epi32(a23, RL_WEIGHT_BITS);
+        __m128i p01 = _mm_packs_epi32(_mm256_castsi256_si128(a01),
+                                      _mm256_extracti128_si256(a01, 1));
+        __m128i p23 = _mm_packs_epi32(_mm256_castsi256_si128(a23),
+                                      _mm256_extracti128_si256(a23, 1));
+        __m128i px = _mm_packus_epi16(p01, p23);
+        uint32_t q = (uint32_t)_mm_cvtsi128_si32(px);
+        memcpy(o0 + step * x, &q, 4);
+        q = (uint32_t)_mm_extract_epi32(px, 1);
+        memcpy(o1 + step * x, &q, 4);
+        q = (uint32_t)_mm_extract_epi32(px, 2);
+        memcpy(o2 + step * x, &q, 4);
+        q = (uint32_t)_mm_extract_epi32(px, 3);
+        memcpy(o3 + step * x, &q, 4);
     }
-    acc = _mm256_srai_epi32(acc, RL_WEIGHT_BITS);
-    __m128i px = _mm_packs_epi32(_mm256_castsi256_si128(acc),
-                                 _mm256_extracti128_si256(acc, 1));
-    px = _mm_packus_epi16(px, px);
-    uint32_t q = (uint32_t)_mm_cvtsi128_si32(px);
-    memcpy(o0, &q, 4);
-    q = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(px, 4));
-    memcpy(o1, &q, 4);
 }
 
-RL_DEFINE_HPASS_ROWS2(rl__hpass_rows2_avx2, hpass_px2_avx2, RL_TARGET_AVX2)
+RL_DEFINE_HPASS_ROWS4(rl__hpass_rows4_avx2, hpass4_k_avx2, RL_TARGET_AVX2)
 
 RL_DEFINE_VPASS(rl__vpass_avx2, RL_TARGET_AVX2, __m256i, _mm256, si256)
 #endif /* RL_HAVE_AVX2 */

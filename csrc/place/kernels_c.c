@@ -35,15 +35,55 @@ void rl__hpass_px_c(const uint8_t *p, const int16_t *w, int n, uint8_t *o)
     o[3] = 0;
 }
 
-static inline __attribute__((always_inline)) void
-hpass_px2_c(const uint8_t *p0, const uint8_t *p1, const int16_t *w, int k,
-            uint8_t *o0, uint8_t *o1)
+void rl__hpass_plan(rl__hpass *h, const rl__taps *tx, const rl_pixels *src,
+                    int out_w, bool flip)
 {
-    rl__hpass_px_c(p0, w, k, o0);
-    rl__hpass_px_c(p1, w, k, o1);
+    h->first = tx->first;
+    h->count = tx->count;
+    h->w = tx->w;
+    h->ksize = (size_t)tx->ksize;
+    h->x0 = src->x0;
+    h->end = src->x0 + src->w;
+    h->out_w = out_w;
+    h->flip = flip;
+    int k = 0;
+    for (int x = 0; x < out_w; x++) {
+        k = tx->count[x] > k ? tx->count[x] : k;
+    }
+    h->k = k;
+    /* The vector pixels are the longest prefix whose k-windows stay inside
+     * the region. first[] never decreases, so that is all but a suffix at
+     * the region's right end; the scan does not rely on it. */
+    int n = 0;
+    while (n < out_w && tx->first[n] >= h->x0 && tx->first[n] + k <= h->end) {
+        n++;
+    }
+    h->nvec = n;
 }
 
-RL_DEFINE_HPASS_ROWS2(rl__hpass_rows2_c, hpass_px2_c, )
+void rl__hpass_tail_c(const rl__hpass *h, const uint8_t *const *rows,
+                      uint8_t *const *outs, int from)
+{
+    for (int x = from; x < h->out_w; x++) {
+        const int16_t *w = h->w + (size_t)x * h->ksize;
+        size_t off = (size_t)(h->first[x] - h->x0) * 4;
+        size_t at = 4 * (size_t)(h->flip ? h->out_w - 1 - x : x);
+        /* A padding tap past the region's end is left out: its weight is
+         * zero, so the sum is the same. */
+        int n = h->count[x], real = h->end - h->first[x];
+        n = real < n ? real : n;
+        for (int i = 0; i < 4; i++) {
+            rl__hpass_px_c(rows[i] + off, w, n, outs[i] + at);
+        }
+    }
+}
+
+void rl__hpass_rows4_c(const rl__hpass *h, const uint8_t *const *rows,
+                       uint8_t *const *outs)
+{
+    /* Without vectors the real taps are cheaper than k of them. */
+    rl__hpass_tail_c(h, rows, outs, 0);
+}
 
 int rl__vpass_c(const uint8_t *const *rows, const int16_t *w, int n, int k,
                 int nbytes, uint8_t *out)

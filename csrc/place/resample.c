@@ -7,9 +7,12 @@
  * vertical pass needs, into 8-bit RGBX rows of the output width; the
  * vertical pass then makes one output row at a time in a scratch line and
  * hands it to the store (store.c) while it is still in L1. Rows go through
- * the horizontal kernel two at a time, since the SIMD kernels share a
- * window's loads between two rows; an odd last row is passed twice, its
- * copy written to the scratch line, which the vertical pass overwrites.
+ * the horizontal kernel four at a time, since the SIMD kernels share a
+ * window's weights between rows; the last call repeats the last row as
+ * needed, the copies written to the scratch line, which the vertical pass
+ * overwrites. The mirror of a flip is made by the horizontal pass, which
+ * writes its pixels right to left: the vertical pass works column by
+ * column, so the result is the same as mirroring the output.
  *
  * The kernels (kernels_*.c) are picked once per call from the SIMD level:
  * the best the build and CPU allow (checked once), capped by
@@ -116,16 +119,22 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
     uint8_t *line = tmp + hstride * (size_t)rows; /* one output row */
 
     rl_simd simd = rl_resample_simd();
-    rl__hpass2_fn *hpass2 = simd == RL_SIMD_AVX2   ? rl__hpass_rows2_avx2
-                            : simd == RL_SIMD_SSE2 ? rl__hpass_rows2_sse2
-                                                   : rl__hpass_rows2_c;
-    for (int r = 0; r < rows; r += 2) {
-        const uint8_t *row0 =
-            src->data + (size_t)(ylo + r - src->y0) * src->stride;
-        uint8_t *out0 = tmp + (size_t)r * hstride;
-        bool pair = r + 1 < rows;
-        hpass2(src, row0, pair ? row0 + src->stride : row0, &tx, out_w, out0,
-               pair ? out0 + hstride : line);
+    rl__hpass4_fn *hpass4 = simd == RL_SIMD_AVX2   ? rl__hpass_rows4_avx2
+                            : simd == RL_SIMD_SSE2 ? rl__hpass_rows4_sse2
+                                                   : rl__hpass_rows4_c;
+    rl__hpass hp;
+    rl__hpass_plan(&hp, &tx, src, out_w, flip);
+    for (int r = 0; r < rows; r += 4) {
+        const uint8_t *rp[4];
+        uint8_t *op[4];
+        for (int i = 0; i < 4; i++) {
+            /* Past the last row, repeat it into the scratch line. */
+            bool real = r + i < rows;
+            size_t sy = (size_t)(ylo + (real ? r + i : rows - 1) - src->y0);
+            rp[i] = src->data + sy * src->stride;
+            op[i] = real ? tmp + (size_t)(r + i) * hstride : line;
+        }
+        hpass4(&hp, rp, op);
     }
     for (int y = 0; y < out_h; y++) {
         int n = ty.count[y];
@@ -136,7 +145,7 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
         }
         vpass_row(rowp, ty.w + (size_t)y * (size_t)ty.ksize, n, (int)hstride,
                   line, simd);
-        rl__store_row(dst, line, out_w, y, flip, simd);
+        rl__store_row(dst, line, out_w, y, simd);
     }
     rc = 0;
 

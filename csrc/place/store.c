@@ -4,14 +4,17 @@
  *
  * DESIGN: the resampler's vertical pass hands over one finished row at a
  * time, still in L1, and this writes it into the batch slot with arbitrary
- * strides; that is where NCHW/NHWC, the flip and the float conversion
- * happen. Float outputs are v * mul[c] + add[c] computed in float32, then
+ * strides; that is where NCHW/NHWC and the float conversion happen (the
+ * flip is already in the row: the horizontal pass writes it mirrored).
+ * Float outputs are v * mul[c] + add[c] computed in float32, then
  * rounded to float16 or bfloat16 to nearest even. Each conversion has a
  * portable scalar version, the reference; the SSE2 one does four values at
  * a time and falls back to the scalar one for the values it cannot round
  * the same way (zero, subnormals, overflow), and on AVX2 CPUs float16 goes
- * through F16C, whose rounding is the same. So every SIMD level writes the
- * same bytes. rl_store_rgb() and rl_fill_zero() feed the same row store
+ * through F16C, whose rounding is the same. float32 and bfloat16 NCHW (the
+ * training layout) have an AVX2 store of eight pixels a step, which also
+ * fills the F16C path's float32 buffer. So every SIMD level writes the same
+ * bytes. rl_store_rgb() and rl_fill_zero() feed the same row store
  * from packed RGB or from zeros, so their bytes are the resampler's too.
  */
 #include "place/store.h"
@@ -197,14 +200,72 @@ static int store_float_sse2(const rl_dst *dst, const uint8_t *px, int w,
 }
 #endif
 
+#if RL_HAVE_AVX2
+/* Stores eight values f as dtype (float32 or bfloat16) at p. bfloat16
+ * rounds as f32_to_bf16 does, on eight lanes. */
+static inline RL_TARGET_AVX2 __attribute__((always_inline)) void
+store8(rl_dtype dtype, uint8_t *p, __m256 f)
+{
+    if (dtype == RL_DTYPE_F32) {
+        _mm256_storeu_ps((float *)(void *)p, f);
+        return;
+    }
+    __m256i x = _mm256_castps_si256(f);
+    __m256i odd =
+        _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    x = _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), odd));
+    x = _mm256_srli_epi32(x, 16); /* 0..0xFFFF: packus keeps it */
+    x = _mm256_permute4x64_epi64(_mm256_packus_epi32(x, x), 0x08);
+    _mm_storeu_si128((__m128i *)(void *)p, _mm256_castsi256_si128(x));
+}
+
+/*
+ * float32 or bfloat16 NCHW, eight pixels per step: one 32-byte load of
+ * eight RGBX pixels, then per channel a shift, mask, convert, multiply and
+ * add, the scalar path's operations in its order (no FMA, whose single
+ * rounding would change the last bit). Returns how many pixels were
+ * written.
+ */
+static RL_TARGET_AVX2 int store_nchw_avx2(const rl_dst *dst, const uint8_t *px,
+                                          int w, uint8_t *o)
+{
+    const __m256i lo = _mm256_set1_epi32(0xFF);
+    __m256 m0 = _mm256_set1_ps(dst->mul[0]), a0 = _mm256_set1_ps(dst->add[0]);
+    __m256 m1 = _mm256_set1_ps(dst->mul[1]), a1 = _mm256_set1_ps(dst->add[1]);
+    __m256 m2 = _mm256_set1_ps(dst->mul[2]), a2 = _mm256_set1_ps(dst->add[2]);
+    size_t es = rl_dtype_size(dst->dtype);
+    uint8_t *c0 = o, *c1 = o + (size_t)dst->ch_stride * es;
+    uint8_t *c2 = c1 + (size_t)dst->ch_stride * es;
+    int x = 0;
+    for (; x + 8 <= w; x += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(px + 4 * (size_t)x));
+        __m256 r = _mm256_cvtepi32_ps(_mm256_and_si256(v, lo));
+        __m256 g =
+            _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8), lo));
+        __m256 b =
+            _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 16), lo));
+        size_t at = (size_t)x * es;
+        store8(dst->dtype, c0 + at, _mm256_add_ps(_mm256_mul_ps(r, m0), a0));
+        store8(dst->dtype, c1 + at, _mm256_add_ps(_mm256_mul_ps(g, m1), a1));
+        store8(dst->dtype, c2 + at, _mm256_add_ps(_mm256_mul_ps(b, m2), a2));
+    }
+    return x;
+}
+#endif
+
 /* The float outputs (dtype f32, f16 or bf16) of one row: px -> o. */
 static void store_float(const rl_dst *dst, const uint8_t *px, int w, uint8_t *o,
                         rl_simd simd)
 {
     ptrdiff_t ps = dst->px_stride, cs = dst->ch_stride;
     int x0 = 0;
+#if RL_HAVE_AVX2
+    if (simd == RL_SIMD_AVX2 && dst->dtype != RL_DTYPE_F16 && ps == 1) {
+        x0 = store_nchw_avx2(dst, px, w, o);
+    }
+#endif
 #if RL_HAVE_SSE2
-    if (simd != RL_SIMD_C) {
+    if (simd != RL_SIMD_C && x0 == 0) {
         x0 = store_float_sse2(dst, px, w, o);
     }
 #else
@@ -261,7 +322,7 @@ static void store_f16_f16c(const rl_dst *dst, const uint8_t *px, int w,
         f.dtype = RL_DTYPE_F32;
         f.px_stride = nhwc ? 3 : 1;
         f.ch_stride = nhwc ? 1 : n;
-        store_float(&f, px + 4 * (size_t)x, n, (uint8_t *)buf, RL_SIMD_SSE2);
+        store_float(&f, px + 4 * (size_t)x, n, (uint8_t *)buf, RL_SIMD_AVX2);
         uint16_t *h = (uint16_t *)(void *)o;
         if (nhwc) {
             f32_to_f16_f16c(buf, h + 3 * (size_t)x, 3 * n);
@@ -275,21 +336,11 @@ static void store_f16_f16c(const rl_dst *dst, const uint8_t *px, int w,
 }
 #endif
 
-void rl__store_row(const rl_dst *dst, uint8_t *px, int w, int y, bool flip,
+void rl__store_row(const rl_dst *dst, const uint8_t *px, int w, int y,
                    rl_simd simd)
 {
     uint8_t *o = rl_dst_at(dst, 0, y);
     ptrdiff_t ps = dst->px_stride, cs = dst->ch_stride;
-    if (flip) {
-        /* Mirror the row in place (whole 32-bit pixels): the stores below
-         * then always run forwards. The row is scratch, so this is safe. */
-        uint32_t *q = (uint32_t *)(void *)px;
-        for (int a = 0, b = w - 1; a < b; a++, b--) {
-            uint32_t t = q[a];
-            q[a] = q[b];
-            q[b] = t;
-        }
-    }
     if (dst->dtype == RL_DTYPE_U8) {
         if (ps == 3 && cs == 1) { /* NHWC: pack RGBX -> RGB */
             for (int x = 0; x < w; x++) {
@@ -340,7 +391,7 @@ void rl__store_row(const rl_dst *dst, uint8_t *px, int w, int y, bool flip,
 /*
  * Stores the w x h image at (x, y) of dst through an RGBX row on the stack,
  * a chunk of columns at a time: rows of packed RGB from rgb, stride bytes
- * apart, or black where rgb is NULL. Never flips, so the row is only read.
+ * apart, or black where rgb is NULL.
  */
 static void store_rect(const rl_dst *dst, int x, int y, int w, int h,
                        const uint8_t *rgb, size_t stride)
@@ -361,7 +412,7 @@ static void store_rect(const rl_dst *dst, int x, int y, int w, int h,
                     memcpy(px + 4 * i, s + 3 * i, 3);
                 }
             }
-            rl__store_row(&sub, px, n, y + r, false, simd);
+            rl__store_row(&sub, px, n, y + r, simd);
         }
     }
 }

@@ -11,12 +11,12 @@
 #include "place/place.h"
 
 /*
- * Writes one row of w RGBX pixels (px: 4-byte aligned scratch, which this
- * mirrors in place when flip) to row y of dst from column 0, mirrored when
- * flip, converted to dst's dtype with the kernels of level simd. Writes
- * nothing outside those w pixels.
+ * Writes one row of w RGBX pixels (px, 4-byte aligned, only read) to row y
+ * of dst from column 0, converted to dst's dtype with the kernels of level
+ * simd. Writes nothing outside those w pixels. A mirrored output is the
+ * horizontal pass's business (kernels.h): rows come here in output order.
  */
-void rl__store_row(const rl_dst *dst, uint8_t *px, int w, int y, bool flip,
+void rl__store_row(const rl_dst *dst, const uint8_t *px, int w, int y,
                    rl_simd simd);
 
 #endif /* RL_PLACE_STORE_H */

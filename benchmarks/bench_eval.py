@@ -26,7 +26,8 @@ Usage::
                                     [--plot PNG] [--check]
 
 Without ``--data`` an ImageNet-like folder is built (once) in
-``/tmp/ringloader-bench-data``.
+``/tmp/ringloader-bench-data``. ``--plot PNG`` also draws images/s of each
+loader (``make demo`` writes benchmarks/out/demo.png).
 """
 
 from __future__ import annotations

@@ -1,41 +1,60 @@
 # The two commands a newcomer needs (see README.md):
 #   make demo   install ringloader and run the side-by-side benchmark on a
-#               generated ImageNet-like folder
+#               generated ImageNet-like folder; writes a plot
 #   make test   build and run every test (what CI runs)
 # and for hardening and style (CI runs these too, see .ci/run):
 #   make lint        ruff check and ruff format --check; clang-format
 #                    --dry-run on the C sources (.clang-format)
 #   make test-asan   the pytest suite against an ASan+UBSan build of the
-#                    extension, installed into a throw-away venv (the normal
-#                    install is left alone)
+#                    extension, installed into a throw-away venv made from
+#                    .venv (.venv's own install is left alone)
 #   make fuzz        FUZZ_SECONDS (60) of libFuzzer on the decode entry point,
 #                    then the regression inputs (needs clang, libclang-rt-14-dev)
+#
+# Every target installs into the checkout's own virtual environment, .venv
+# (VENV), with the pinned versions of requirements-dev.txt, and runs only its
+# Python: the Python you have active, its packages and your torch are left
+# alone. PYTHON is only the interpreter that creates .venv.
 PYTHON ?= python3
+VENV ?= .venv
+PY := $(abspath $(VENV))/bin/python
+REQUIREMENTS = requirements-dev.txt
 C_SOURCES = $(shell find csrc tests/c tests/fuzz tests/cuda -name '*.[ch]' | sort)
-PIP ?= $(PYTHON) -m pip
+# Images in the demo's generated folder: 2000 for numbers worth reading (CI's
+# fresh-checkout step runs it with fewer); the plot it writes.
+DEMO_IMAGES ?= 2000
+DEMO_PLOT ?= benchmarks/out/demo.png
 
-.PHONY: demo test install install-test deps test-asan fuzz lint format
+.PHONY: demo test install install-test deps venv test-asan fuzz lint format
 
-deps:
-	$(PIP) install -q "torch==2.14.1" "torchvision==0.29.1" pytest pillow numpy \
-		scikit-image tqdm matplotlib psutil prometheus_client scipy "ruff==0.17.6"
+# .venv is made once and its packages installed again when
+# requirements-dev.txt changes; the stamp says the install went through.
+VENV_STAMP = $(VENV)/.ringloader-deps
+$(VENV_STAMP): $(REQUIREMENTS)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r $(REQUIREMENTS)
+	touch $@
 
+venv deps: $(VENV_STAMP)
+
+# setuptools and wheel come from .venv (pinned), hence no build isolation.
 install: deps
-	$(PIP) install -q .
+	$(PY) -m pip install -q --no-build-isolation .
 
 # The test build: the same code plus csrc/testing (fault injection, CUDA
 # breakage switches, the read benchmark), which users' builds leave out.
 install-test: deps
-	RINGLOADER_TEST_HOOKS=1 $(PIP) install -q .
+	RINGLOADER_TEST_HOOKS=1 $(PY) -m pip install -q --no-build-isolation .
 
 demo: install
-	$(PYTHON) benchmarks/bench_eval.py
+	$(PY) benchmarks/bench_eval.py --images $(DEMO_IMAGES) --plot $(DEMO_PLOT)
 
-# ruff's lint rules and formatting (pyproject.toml), pinned so that a new
-# release cannot fail a build that did not change.
+# ruff's lint rules and formatting (pyproject.toml), pinned in
+# requirements-dev.txt so that a new release cannot fail a build that did
+# not change.
 lint: deps
-	$(PYTHON) -m ruff check python tests benchmarks
-	$(PYTHON) -m ruff format --check python tests benchmarks
+	$(PY) -m ruff check python tests benchmarks
+	$(PY) -m ruff format --check python tests benchmarks
 	clang-format --dry-run --Werror $(C_SOURCES)
 
 # Formats the C sources in place (what `make lint` checks).
@@ -44,38 +63,44 @@ format:
 
 # pytest exits 5 when it collected no test: that is a failure here.
 test: install-test
-	cd tests && $(PYTHON) -m pytest -q -p no:cacheprovider . ; \
+	cd tests && $(PY) -m pytest -q -p no:cacheprovider . ; \
 		rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
-# The ASan build goes into a venv that sees the system's torch
-# (--system-site-packages), built from a copy of the tree so that no object
-# file of the normal build is reused; the venv gets the setuptools that
-# pyproject.toml asks for, since --no-build-isolation does not install it. libasan must be loaded before Python;
-# CPython's own allocations at exit are not leaks of ours (detect_leaks=0).
-# libstdc++ is preloaded with it, or ASan's __cxa_throw interceptor finds no
-# real function and aborts the first C++ exception (triton, via torch).
-# tests/test_c_units.py is left out: it builds and runs the C tests under
-# TSan, which cannot share a process with a preloaded libasan (the normal
-# `make test` runs it).
+# The ASan build goes into a venv of its own made from .venv's Python, which
+# sees .venv's packages (torch and the rest, through a .pth file) but not its
+# ringloader: the venv's own install comes first on sys.path. It is built
+# from a copy of the tree so that no object file of the normal build is
+# reused; the venv gets its own setuptools and wheel (pinned), since
+# --no-build-isolation does not install them. libasan must be loaded before
+# Python; CPython's own allocations at exit are not leaks of ours
+# (detect_leaks=0). libstdc++ is preloaded with it, or ASan's __cxa_throw
+# interceptor finds no real function and aborts the first C++ exception
+# (triton, via torch). tests/test_c_units.py is left out: it builds and runs
+# the C tests under TSan, which cannot share a process with a preloaded
+# libasan (the normal `make test` runs it).
 ASAN_DIR ?= /tmp/ringloader-asan
+ASAN_PY = $(ASAN_DIR)/venv/bin/python
 ASAN_PRELOAD = $(shell gcc -print-file-name=libasan.so) \
                $(shell gcc -print-file-name=libstdc++.so)
+PURELIB = import sysconfig; print(sysconfig.get_paths()["purelib"])
 test-asan: deps
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)/src
 	git ls-files -co --exclude-standard -z | \
 		xargs -0 tar -cf - | tar -xf - -C $(ASAN_DIR)/src
-	$(PYTHON) -m venv --system-site-packages $(ASAN_DIR)/venv
-	$(ASAN_DIR)/venv/bin/python -m pip install -q "setuptools>=77" wheel
+	$(PY) -m venv $(ASAN_DIR)/venv
+	$(PY) -c '$(PURELIB)' > "$$($(ASAN_PY) -c '$(PURELIB)')/ringloader-dotvenv.pth"
+	$(ASAN_PY) -m pip install -q -c $(abspath $(REQUIREMENTS)) setuptools wheel
 	cd $(ASAN_DIR)/src && RINGLOADER_SANITIZE=address \
-		RINGLOADER_TEST_HOOKS=1 $(ASAN_DIR)/venv/bin/python -m pip install -q --no-build-isolation .
+		RINGLOADER_TEST_HOOKS=1 $(ASAN_PY) -m pip install -q --no-build-isolation .
 	cd tests && \
 		LD_PRELOAD="$(ASAN_PRELOAD)" \
 		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1 \
 		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		$(ASAN_DIR)/venv/bin/python -m pytest -q -p no:cacheprovider \
+		$(ASAN_PY) -m pytest -q -p no:cacheprovider \
 		--ignore=test_c_units.py . ; \
 		rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
+# The seed corpus is written with Pillow, from .venv.
 FUZZ_SECONDS ?= 60
-fuzz:
-	$(MAKE) -C tests/fuzz run SECONDS=$(FUZZ_SECONDS)
+fuzz: deps
+	$(MAKE) -C tests/fuzz run SECONDS=$(FUZZ_SECONDS) PYTHON=$(PY)

@@ -8,10 +8,16 @@ import sys
 
 from setuptools import Extension, setup
 
+# What to install for each missing piece, by Debian/Ubuntu package name.
 DEBIAN_PACKAGES = {
+    "pkg-config": "pkg-config",
     "libjpeg": "libjpeg62-turbo-dev (Debian) or libjpeg-turbo8-dev (Ubuntu)",
     "liburing": "liburing-dev",
 }
+APT_LINE = (
+    "$(command -v sudo) apt-get install -y pkg-config libjpeg62-turbo-dev "
+    "liburing-dev   # Ubuntu: libjpeg-turbo8-dev"
+)
 
 
 def fail(message: str) -> None:
@@ -19,23 +25,43 @@ def fail(message: str) -> None:
     raise SystemExit(1)
 
 
-def pkg_config(package: str, *flags: str) -> list[str]:
-    """Flags for `package`, or a build failure naming what to install."""
+def check_system_libraries() -> None:
+    """Fails naming everything that is missing at once: pkg-config, or the
+    libraries pkg-config cannot find, each with its package to install."""
     if shutil.which("pkg-config") is None:
-        fail(
-            "pkg-config is not installed. On Debian/Ubuntu: "
-            "sudo apt-get install -y pkg-config libjpeg62-turbo-dev "
-            "liburing-dev"
+        # Without pkg-config nothing can be looked up: ask for all three.
+        missing = dict.fromkeys(
+            DEBIAN_PACKAGES, "cannot be looked up without pkg-config"
         )
+        missing["pkg-config"] = "not on PATH"
+    else:
+        missing = {}
+        for package in ("libjpeg", "liburing"):
+            proc = subprocess.run(
+                ["pkg-config", "--exists", "--print-errors", package],
+                capture_output=True,
+                text=True,
+            )
+            if proc.returncode != 0:
+                said = proc.stderr.strip().splitlines()
+                missing[package] = "pkg-config: " + (said[0] if said else "not found")
+    if missing:
+        lines = [f"  {name}: install {DEBIAN_PACKAGES[name]} ({why})"
+                 for name, why in missing.items()]
+        fail(
+            "missing " + ", ".join(missing) + ":\n" + "\n".join(lines)
+            + "\nOn Debian/Ubuntu, all at once (sudo where you are not root):\n  "
+            + APT_LINE
+        )
+
+
+def pkg_config(package: str, *flags: str) -> list[str]:
+    """Flags for `package` (check_system_libraries() found it)."""
     proc = subprocess.run(
         ["pkg-config", *flags, package], capture_output=True, text=True
     )
     if proc.returncode != 0:
-        fail(
-            f"pkg-config cannot find {package}. Install its development "
-            f"package: sudo apt-get install -y {DEBIAN_PACKAGES[package]}\n"
-            f"(pkg-config said: {proc.stderr.strip()})"
-        )
+        fail(f"pkg-config {' '.join(flags)} {package} failed: {proc.stderr.strip()}")
     return proc.stdout.split()
 
 
@@ -89,6 +115,7 @@ if sanitize:
     cflags += [f"-fsanitize={flags}", "-fno-omit-frame-pointer", "-O1", "-g"]
     ldflags += [f"-fsanitize={flags}"]
 
+check_system_libraries()
 jpeg_cflags = pkg_config("libjpeg", "--cflags")
 jpeg_libs = pkg_config("libjpeg", "--libs")
 uring_cflags = pkg_config("liburing", "--cflags")

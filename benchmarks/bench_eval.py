@@ -22,10 +22,12 @@ between the DataLoader's forked workers twice.
 Usage::
 
     python benchmarks/bench_eval.py [--data DIR] [--batch-size 64] [--threads N]
-                                    [--epochs 2] [--rounds 1] [--json OUT] [--check]
+                                    [--epochs 2] [--rounds 1] [--json OUT]
+                                    [--plot PNG] [--check]
 
 Without ``--data`` an ImageNet-like folder is built (once) in
-``/tmp/ringloader-bench-data``.
+``/tmp/ringloader-bench-data``. ``--plot PNG`` also draws images/s of each
+loader (``make demo`` writes benchmarks/out/demo.png).
 """
 
 from __future__ import annotations
@@ -81,6 +83,11 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--json", metavar="OUT", help="also write the results as JSON to OUT"
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="also plot images/s of each loader to PNG (needs matplotlib)",
     )
     parser.add_argument(
         "--check",
@@ -155,6 +162,20 @@ def run_check(spec: harness.Spec) -> int:
     return 0
 
 
+def write_plot(path: str, results: list[dict], threads: int) -> str:
+    """Bars of images/s, ringloader above DataLoader; says what it did."""
+    from ringloader.bench import plots
+
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        plots.throughput(path, results, ["eval"], threads, list(CONTENDERS)[::-1])
+    except ImportError:
+        return "Plot: not written: matplotlib is not installed (pip install matplotlib)"
+    except OSError as e:
+        return f"Plot: not written: {e}"
+    return f"Plot: {os.path.abspath(path)}"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if args.data:
@@ -185,6 +206,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     cfg: dict[str, Any] = dict(vars(args), data=root, data_desc=desc)
     text = report.eval_report(info, cfg, results)
     print(text)
+    if args.plot:
+        print(write_plot(args.plot, results, args.threads))
     if args.json:
         harness.write_json(
             args.json,

@@ -1,28 +1,96 @@
-"""The README's Python examples run as written (on the data they name)."""
+"""The README as a new user reads it: the set-up lines do what a fresh
+machine needs, the data line makes the folder the examples read, and the
+Python examples run as written on it. (CI's fresh-checkout step in .ci/run
+also runs the set-up lines themselves, in a new virtual environment.)"""
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from images import write_folder
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = "/tmp/ringloader-readme-data"
+MARKER = ".ringloader-data.json"  # what `ringloader data` leaves in a folder
+
+
+def readme() -> str:
+    with open(os.path.join(ROOT, "README.md")) as f:
+        return f.read()
 
 
 def blocks():
-    with open(os.path.join(ROOT, "README.md")) as f:
-        return re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    return re.findall(r"```python\n(.*?)```", readme(), re.S)
+
+
+def setup_lines() -> list[str]:
+    """The Set-up section's shell commands, continuations joined, comments
+    and blank lines dropped."""
+    section = readme().split("## Set-up", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    code = code.replace("\\\n", " ")
+    lines = [ln.split("#", 1)[0].strip() for ln in code.splitlines()]
+    return [" ".join(ln.split()) for ln in lines if ln]
+
+
+def data_line() -> str:
+    (line,) = [ln for ln in setup_lines() if ln.startswith("ringloader data ")]
+    return line
+
+
+def run_shell(line: str, **kw) -> subprocess.CompletedProcess:
+    # The `ringloader` command of this Python (its venv need not be active).
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+    return subprocess.run(
+        line,
+        shell=True,
+        env=dict(os.environ, PATH=path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kw,
+    )
+
+
+def test_setup_lines_work_for_root_and_for_users():
+    lines = setup_lines()
+    apt = [ln for ln in lines if "apt-get" in ln]
+    assert apt and all(ln.startswith("$(command -v sudo) apt-get ") for ln in apt)
+    install = next(ln for ln in apt if " install " in ln).split()
+    for package in ("pkg-config", "libjpeg62-turbo-dev", "liburing-dev"):
+        assert package in install
+    # The examples need torchvision: the set-up installs it, with ringloader.
+    assert 'pip install ".[torchvision]"' in lines
+    # ...and the folder they read.
+    assert data_line().split()[2] == DATA
+    assert all(DATA in code for code in blocks() if "readme-data" in code)
+
+
+def test_data_line_makes_an_image_folder(tmp_path):
+    """The README's data line as written, but for the folder's path."""
+    out = tmp_path / "data"
+    proc = run_shell(data_line().replace(DATA, shlex.quote(str(out))))
+    assert proc.returncode == 0, proc.stderr
+    classes = sorted(os.listdir(out))
+    assert classes[0] == MARKER and classes[1:] == [f"class_{c:03d}" for c in range(4)]
+    files = [f for c in classes[1:] for f in os.listdir(out / c)]
+    assert len(files) == 128 and all(f.endswith(".JPEG") for f in files)
+    # A second run finds the folder made and leaves it as it is.
+    again = run_shell(data_line().replace(DATA, shlex.quote(str(out))))
+    assert again.returncode == 0 and "128 images in 4 classes" in again.stdout
 
 
 @pytest.fixture(scope="module")
 def data():
-    if not os.path.isdir(DATA):
-        write_folder(DATA, n_per_class=8, classes=3)
+    # The data line as written, unless an older test suite (which wrote the
+    # folder itself, without ringloader's marker) left one there: a folder
+    # that others may be reading is left alone.
+    if not os.path.isdir(DATA) or os.path.exists(os.path.join(DATA, MARKER)):
+        proc = run_shell(data_line(), cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
     return DATA
 
 

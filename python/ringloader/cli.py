@@ -6,6 +6,8 @@
 - ``index ROOT``: builds the ImageFolder index cache (when this version has
   ``ringloader.index``).
 - ``info``: versions, I/O backend, CUDA, libjpeg-turbo, SIMD, CPUs.
+- ``data DIR``: writes a small ImageNet-like ImageFolder tree of generated
+  JPEGs (what the README's examples read), once.
 
 Optional packages only add to the output: tqdm (progress bars), matplotlib
 (the plot), torchvision (the DataLoader side of the benchmark), Pillow (the
@@ -166,6 +168,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ index
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from .bench import data
+
+    try:
+        root = data.build(
+            args.dir, args.images, args.classes, seed=0, progress=args.progress
+        )
+    except (RuntimeError, FileExistsError, ValueError) as e:
+        raise SystemExit(f"ringloader data: {e}") from None
+    print(f"{root}: {data.summary(root)}")
+    return 0
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -490,6 +505,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     i.add_argument("--no-progress", dest="progress", action="store_false")
     i.set_defaults(func=cmd_index)
+
+    d = sub.add_parser(
+        "data",
+        help="write a small ImageNet-like folder of JPEGs (the README's examples)",
+        description="Write an ImageFolder tree of generated JPEGs to DIR "
+        "(class_000/img_000000.JPEG...), ImageNet-like in sizes and encodings; "
+        "nothing is done when DIR already holds the same folder.",
+    )
+    d.add_argument("dir", metavar="DIR")
+    d.add_argument("--images", type=int, default=128, help="JPEGs (default 128)")
+    d.add_argument("--classes", type=int, default=4, help="classes (default 4)")
+    d.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no progress bar"
+    )
+    d.set_defaults(func=cmd_data)
 
     n = sub.add_parser("info", help="versions, I/O backend, CUDA, libjpeg-turbo, SIMD")
     n.set_defaults(func=cmd_info)

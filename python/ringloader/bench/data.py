@@ -380,7 +380,7 @@ def spread(total: int, n: Optional[int]) -> list[int]:
 
 
 def summary(root: str) -> str:
-    """ "2000 images in 10 classes, 81.5 MB (41 kB/image) [420: 1784, ...]"."""
+    """ "2000 images in 10 classes, 81.5 MB (41 kB/image): 1784 colour, ..."."""
     classes, samples = scan_folder(root)
     nbytes = sum(os.path.getsize(p) for p, _ in samples)
     kinds = (_read_marker(root) or {}).get("kinds", {})
@@ -388,9 +388,23 @@ def summary(root: str) -> str:
         f"{len(samples)} images in {len(classes)} classes, {nbytes / 1e6:.1f} MB "
         f"({nbytes / max(1, len(samples)) / 1e3:.0f} kB/image)"
     )
-    return text + (
-        " [" + ", ".join(f"{k}: {v}" for k, v in kinds.items()) + "]" if kinds else ""
-    )
+    if not kinds:
+        return text
+    return text + ": " + ", ".join(f"{v} {plain_kind(k)}" for k, v in kinds.items())
+
+
+def plain_kind(kind: str) -> str:
+    """An encoding as :attr:`ImageSpec.kind` names it ("420", "L-progressive"),
+    in words ("colour", "grayscale progressive")."""
+    base, _, progressive = kind.partition("-")
+    words = {
+        "420": "colour",
+        "422": "colour (4:2:2, finer colour detail)",
+        "444": "colour (4:4:4, full colour detail)",
+        "L": "grayscale",
+        "CMYK": "CMYK (print colours)",
+    }.get(base, base)
+    return words + (" progressive" if progressive else "")
 
 
 def warm(paths: list[str]) -> None:

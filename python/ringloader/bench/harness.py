@@ -298,7 +298,7 @@ class Runner:
                 ms = result["cpu_s_per_image"] * 1e3
                 log(
                     f"   {result['images_per_s']:.0f} img/s, {ms:.2f} ms CPU/img, "
-                    f"peak RSS {result['peak_rss_mb']:.0f} MB"
+                    f"peak resident memory {result['peak_rss_mb']:.0f} MB"
                 )
         return result
 

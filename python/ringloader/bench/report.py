@@ -162,52 +162,85 @@ def tag(r: dict, results: list[dict]) -> str:
     return tag + "".join(f",{k}={v}" for k, v in sorted(r.get("options", {}).items()))
 
 
+NAMES = {"dataloader": "torch DataLoader", "ringloader": "ringloader"}
+
+
 def eval_report(info: dict, cfg: dict[str, Any], results: list[dict]) -> str:
-    """benchmarks/bench_eval.py's report (what `make demo` prints)."""
+    """benchmarks/bench_eval.py's report (what `make demo` prints), in words
+    a PyTorch user knows: passes over the data, memory counted once."""
     base = rate(next((r for r in results if r["contender"] == BASELINE), None))
     rows = []
     for r in results:
+        name = NAMES.get(r["contender"], r["contender"])
         if "error" in r:
             last = [ln.strip() for ln in r["error"].splitlines() if ln.strip()] or [""]
-            rows.append([r["contender"], "failed: " + last[-1].replace("|", "\\|")])
+            rows.append([name, "failed: " + last[-1].replace("|", "\\|")])
             rows[-1] += [""] * 5
             continue
         v = r["images_per_s"]
-        cells = [(v, ".0f", ""), (ratio(v, base), ".2f", "x")]
-        cells += [(r["cpu_s_per_image"], ".4f", ""), (r.get("peak_rss_mb"), ".0f", "")]
-        cells += [(r.get("peak_anon_mb"), ".0f", ""), (r["first_batch_s"], ".3f", "")]
-        rows.append([r["contender"]] + [fmt(x, f, u, none="n/a") for x, f, u in cells])
-    header = "contender|images/s|vs DataLoader|CPU s/img|peak RSS MB|peak anon MB|"
-    header += "first batch s"
+        cpu_ms = 1e3 * r["cpu_s_per_image"]
+        cells = [(v, ".0f", ""), (ratio(v, base), ".2f", "x"), (cpu_ms, ".2f", "")]
+        cells += [(r.get("peak_anon_mb"), ".0f", ""), (r.get("peak_rss_mb"), ".0f", "")]
+        cells += [(r["first_batch_s"], ".3f", "")]
+        rows.append([name] + [fmt(x, f, u, none="n/a") for x, f, u in cells])
+    header = [
+        "loader",
+        "images/s",
+        "speed vs DataLoader",
+        "CPU ms per image",
+        "working memory MB",
+        "resident memory MB",
+        "first batch s",
+    ]
+    threads = cfg["threads"]
     lines = [
-        f"Data: `{cfg['data']}` ({cfg['data_desc']}), batch size {cfg['batch_size']}, "
-        f"{cfg['threads']} workers/threads, 1 warm-up + {cfg['epochs']} timed epochs, "
-        f"{PIPELINES['eval']} -> uint8",
+        f"Data: {cfg['data']}: {cfg['data_desc']}.",
+        f"Each loader: {PIPELINES['eval']}, uint8 output, batch size "
+        f"{cfg['batch_size']}; DataLoader with {threads} worker processes, "
+        f"ringloader with {threads} threads; one warm-up pass over the data "
+        f"(not counted), then {cfg['epochs']} timed passes.",
         "",
-        *md_table(header.split("|"), rows, "lrrrrrr"),
+        *md_table(header, rows, "lrrrrrr"),
+        "",
+        "What the columns mean:",
+        "- images/s: images delivered per second over the timed passes (higher "
+        "is better); speed vs DataLoader: that over torch's DataLoader's.",
+        "- CPU ms per image: processor time the loader used per image, all its "
+        "processes and threads and all cores added up (lower leaves more CPU "
+        "for training).",
+        "- working memory MB: the most memory the loader held at once for its "
+        "data (heap, tensors, batches; sampled every 0.1 s), each page counted "
+        "once even where processes share it.",
+        "- resident memory MB: the same moment as `top` or `ps` count it, added "
+        "up over the processes: program code included, and pages that "
+        "DataLoader's worker processes share counted in each of them.",
+        "- first batch s: seconds from the start of a timed pass to its first batch.",
         "",
     ]
     for r in results:
         if "error" in r:
             continue
-        per_epoch = ", ".join(
+        per_pass = ", ".join(
             f"{e['images'] / e['wall_s']:.0f}"
             for e in r["epochs"][r["warmup_epochs"] :]
         )
+        load = r["loadavg_start"]
+        busy = (
+            f" (the machine was already busy: load {load:.1f} on "
+            f"{info['cores']} cores; expect lower numbers than when idle)"
+            if load > 0.5 * info["cores"]
+            else ""
+        )
         lines.append(
-            f"- {r['contender']}: {r['images_per_epoch']} images/epoch, per-epoch img/s "
-            f"[{per_epoch}], import {r['import_s']:.2f} s, set-up {r['setup_s']:.2f} s, "
-            f"warm-up first batch {r['epochs'][0]['first_batch_s']:.3f} s, RSS after set-up "
-            f"{r['rss_after_setup_mb']:.0f} MB, processes: {r.get('max_processes', '?')}, "
-            f"1-min load average at start {r['loadavg_start']:.2f}; {'; '.join(r['notes'])}"
+            f"- {NAMES.get(r['contender'], r['contender'])}: "
+            f"{r['images_per_epoch']} images a pass; images/s of each timed pass: "
+            f"{per_pass}; importing it took {r['import_s']:.1f} s, making the loader "
+            f"{r['setup_s']:.2f} s, the very first batch "
+            f"{r['epochs'][0]['first_batch_s']:.2f} s; {r.get('max_processes', '?')} "
+            f"process(es){busy}. Settings: {'; '.join(r['notes'])}"
         )
         lines += [f"  - WARNING: {p}" for p in r.get("problems", [])]
-    lines += ["- CPU time: user + system of the process tree (getrusage and /proc)"]
-    lines += [
-        "- Memory: sampled by the parent every 0.1 s, summed over the tree: RSS (shared "
-        "pages in each process), anon = Pss_Anon + Pss_Shmem (each page once)",
-        "",
-    ]
+    lines += [""]
     lines += rounds_line(results)
     v = info.get("versions", {})
     lines.append(

@@ -21,6 +21,7 @@
 #ifndef RL_AUGMENT_H
 #define RL_AUGMENT_H
 
+#include "place/place.h"
 #include "rl.h"
 #include "rng.h"
 
@@ -43,13 +44,19 @@ typedef struct rl_op_def {
     /* Checks the arguments once, at configuration: 0, or RL_EINTERNAL with
      * msg saying what is wrong. NULL: any values. */
     int (*check)(const double *args, char *msg);
-    /* Draws the op's random parameters for one sample into params. NULL:
-     * the op draws nothing. */
-    void (*draw)(const rl_op *op, rl_rng *g, double *params);
+    /* Draws the op's random parameters for one sample of w x h pixels (the
+     * output size) into params. NULL: the op draws nothing. */
+    void (*draw)(const rl_op *op, rl_rng *g, int w, int h, double *params);
     /* Applies the op to img in place. Returns 0, or a status with msg
-     * (-ENOMEM for scratch memory). */
+     * (-ENOMEM for scratch memory). NULL for an output op. */
     int (*apply)(const rl_op *op, const double *params, rl_image *img,
                  char *msg);
+    /* An output op (RandomErasing after Normalize, as users write it) runs
+     * instead on the sample's w x h pixels in the slot, after the store,
+     * in the output's dtype and values. NULL for an image op. Output ops
+     * come after every image op of a chain. */
+    int (*apply_out)(const rl_op *op, const double *params, const rl_dst *out,
+                     int w, int h, char *msg);
 } rl_op_def;
 
 struct rl_op {
@@ -63,32 +70,47 @@ typedef struct rl_augment {
     int n;
 } rl_augment;
 
-/* The built-in ops (augment/ops.c), ending with NULL. */
-extern const rl_op_def *const rl_op_table[];
+/* The built-in ops, one table a file of ops (augment/ops.c lists the
+ * tables), each ending with NULL. */
+extern const rl_op_def *const rl_color_ops[];    /* color.c */
+extern const rl_op_def *const rl_geometry_ops[]; /* geometry.c */
+extern const rl_op_def *const rl_policy_ops[];   /* policy.c */
+extern const rl_op_def *const rl_output_ops[];   /* erase.c */
+/* Those tables, ending with NULL (ops.c). */
+extern const rl_op_def *const *const rl_op_tables[];
 
 /* The built-in op called name, or NULL. */
 const rl_op_def *rl_op_find(const char *name);
 
 /*
  * Appends op def with nargs arguments to the chain. Returns 0, or
- * RL_EINTERNAL with msg: a full chain, a wrong argument count, or
- * arguments its check refuses.
+ * RL_EINTERNAL with msg: a full chain, a wrong argument count, arguments
+ * its check refuses, or an image op after an output op.
  */
 int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
                    int nargs, char *msg);
 
+/* The number of image ops (the ones before the store) of the chain. */
+int rl_augment_image_ops(const rl_augment *a);
+
 /*
  * Draws the parameters of every op of the chain for sample (seed, epoch,
- * key) into params[i * RL_OP_MAX_PARAMS ...] (a caller's array of
- * a->n * RL_OP_MAX_PARAMS doubles). The same numbers rl_augment_run uses:
- * tests apply torchvision with them.
+ * key) of w x h pixels into params[i * RL_OP_MAX_PARAMS ...] (a caller's
+ * array of a->n * RL_OP_MAX_PARAMS doubles). The same numbers
+ * rl_augment_run uses: tests apply torchvision with them.
  */
 void rl_augment_draw(const rl_augment *a, uint64_t seed, int64_t epoch,
-                     int64_t key, double *params);
+                     int64_t key, int w, int h, double *params);
 
-/* Runs the chain on img for sample (seed, epoch, key). Returns 0 or the
- * first failing op's status with msg. */
-int rl_augment_run(const rl_augment *a, uint64_t seed, int64_t epoch,
-                   int64_t key, rl_image *img, char *msg);
+/* Runs the chain's image ops on img for sample (seed, epoch, key), given
+ * the chain's params from rl_augment_draw. Returns 0 or the first failing
+ * op's status with msg. */
+int rl_augment_run(const rl_augment *a, const double *params, rl_image *img,
+                   char *msg);
+
+/* Runs the chain's output ops on the w x h sample at out, after the store,
+ * with the same params. */
+int rl_augment_run_out(const rl_augment *a, const double *params,
+                       const rl_dst *out, int w, int h, char *msg);
 
 #endif /* RL_AUGMENT_H */

@@ -14,12 +14,23 @@
 
 const rl_op_def *rl_op_find(const char *name)
 {
-    for (int i = 0; rl_op_table[i] != NULL; i++) {
-        if (strcmp(rl_op_table[i]->name, name) == 0) {
-            return rl_op_table[i];
+    for (int t = 0; rl_op_tables[t] != NULL; t++) {
+        for (const rl_op_def *const *d = rl_op_tables[t]; *d != NULL; d++) {
+            if (strcmp((*d)->name, name) == 0) {
+                return *d;
+            }
         }
     }
     return NULL;
+}
+
+int rl_augment_image_ops(const rl_augment *a)
+{
+    int n = 0;
+    for (int i = 0; i < a->n; i++) {
+        n += a->ops[i].def->apply != NULL;
+    }
+    return n;
 }
 
 int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
@@ -38,6 +49,11 @@ int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
     if (def->check != NULL && def->check(args, msg) != 0) {
         return RL_EINTERNAL;
     }
+    if (def->apply != NULL && a->n > 0 && a->ops[a->n - 1].def->apply == NULL) {
+        snprintf(msg, RL_MSG_MAX, "%s must come before %s (an output op)",
+                 def->name, a->ops[a->n - 1].def->name);
+        return RL_EINTERNAL;
+    }
     rl_op *op = &a->ops[a->n++];
     memset(op, 0, sizeof(*op));
     op->def = def;
@@ -46,7 +62,7 @@ int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
 }
 
 void rl_augment_draw(const rl_augment *a, uint64_t seed, int64_t epoch,
-                     int64_t key, double *params)
+                     int64_t key, int w, int h, double *params)
 {
     for (int i = 0; i < a->n; i++) {
         const rl_op *op = &a->ops[i];
@@ -57,20 +73,38 @@ void rl_augment_draw(const rl_augment *a, uint64_t seed, int64_t epoch,
             rl_rng g;
             rl_rng_init(&g, seed, epoch, key,
                         (rl_rng_stream)(RL_RNG_AUGMENT + i * 0x10000));
-            op->def->draw(op, &g, pp);
+            op->def->draw(op, &g, w, h, pp);
         }
     }
 }
 
-int rl_augment_run(const rl_augment *a, uint64_t seed, int64_t epoch,
-                   int64_t key, rl_image *img, char *msg)
+int rl_augment_run(const rl_augment *a, const double *params, rl_image *img,
+                   char *msg)
 {
-    double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
-    rl_augment_draw(a, seed, epoch, key, params);
     for (int i = 0; i < a->n; i++) {
         const rl_op *op = &a->ops[i];
+        if (op->def->apply == NULL) {
+            continue;
+        }
         int rc =
             op->def->apply(op, params + (size_t)i * RL_OP_MAX_PARAMS, img, msg);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int rl_augment_run_out(const rl_augment *a, const double *params,
+                       const rl_dst *out, int w, int h, char *msg)
+{
+    for (int i = 0; i < a->n; i++) {
+        const rl_op *op = &a->ops[i];
+        if (op->def->apply_out == NULL) {
+            continue;
+        }
+        int rc = op->def->apply_out(op, params + (size_t)i * RL_OP_MAX_PARAMS,
+                                    out, w, h, msg);
         if (rc != 0) {
             return rc;
         }

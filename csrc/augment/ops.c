@@ -1,14 +1,16 @@
 /*
- * augment/ops.c - the table of built-in augmentation ops.
+ * augment/ops.c - the tables of built-in augmentation ops.
  *
- * DESIGN: one entry per op; Python's transforms compiler names an op, its
- * arguments go through the entry's check once, and its draw and apply run
- * per sample (augment/augment.h). The table is empty in this release: the
- * fused recipes end with the flip and the output conversion, and ops that
- * cannot be fused run in Python after the C pipeline.
+ * DESIGN: one entry per op, one table per file of ops; Python's transforms
+ * compiler (ringloader/_ops.py) names an op, its arguments go through the
+ * entry's check once, and its draw and apply run per sample
+ * (augment/augment.h). The ops follow torchvision's transforms.v2 on uint8
+ * tensors: the same parameters give the same pixels (colour ops within the
+ * tolerance each states), and the parameters are drawn with torchvision's
+ * distributions from the sample's own stream.
  */
 #include "augment/augment.h"
 
-const rl_op_def *const rl_op_table[] = {
-    NULL,
+const rl_op_def *const *const rl_op_tables[] = {
+    rl_color_ops, rl_geometry_ops, rl_policy_ops, rl_output_ops, NULL,
 };

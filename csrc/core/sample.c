@@ -93,7 +93,7 @@ int rl_sample_pick_scale(int width, int height, double bw, double bh, int vw,
 static int stage_dst(rl_sample_ctx *c, const rl_sample_spec *spec,
                      const rl_dst *slot, rl_dst *dst, rl_image *img)
 {
-    if (spec->augment.n == 0) {
+    if (rl_augment_image_ops(&spec->augment) == 0) {
         *dst = *slot;
         return 0;
     }
@@ -182,11 +182,19 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
     if (rc != 0 || spec->augment.n == 0) {
         return rc;
     }
-    rc = rl_augment_run(&spec->augment, spec->seed, epoch, key, &img, msg);
-    if (rc == 0) {
+    const rl_transform *t = &spec->transform;
+    double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
+    rl_augment_draw(&spec->augment, spec->seed, epoch, key, t->out_w, t->out_h,
+                    params);
+    if (dst.data != slot->data) {
+        rc = rl_augment_run(&spec->augment, params, &img, msg);
+        if (rc != 0) {
+            return rc;
+        }
         rl_store_rgb(img.data, img.stride, img.w, img.h, slot);
     }
-    return rc;
+    return rl_augment_run_out(&spec->augment, params, slot, t->out_w, t->out_h,
+                              msg);
 }
 
 int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "augment/augment.h"
 #include "core/plan.h"
 #include "core/sample.h"
 #include "deliver/cudart.h"
@@ -162,7 +163,111 @@ static PyObject *py_resample_simd(PyObject *module, PyObject *args)
     return PyUnicode_FromString(rl_simd_name(rl_resample_simd()));
 }
 
+/* Parses ops, height, width and the chain: 0, or -1 with an exception. */
+static int chain_args(PyObject *ops, int h, int w, rl_augment *a)
+{
+    if (h <= 0 || w <= 0) {
+        PyErr_SetString(PyExc_ValueError, "height and width must be > 0");
+        return -1;
+    }
+    PyObject *spec = Py_BuildValue("{sO}", "ops", ops);
+    if (spec == NULL) {
+        return -1;
+    }
+    int rc = rl__py_parse_ops(spec, a);
+    Py_DECREF(spec);
+    return rc;
+}
+
+static PyObject *params_list(const rl_augment *a, const double *params)
+{
+    PyObject *out = PyList_New(a->n);
+    for (int i = 0; out != NULL && i < a->n; i++) {
+        PyObject *row = PyList_New(RL_OP_MAX_PARAMS);
+        for (int k = 0; row != NULL && k < RL_OP_MAX_PARAMS; k++) {
+            PyObject *v = PyFloat_FromDouble(params[i * RL_OP_MAX_PARAMS + k]);
+            if (v == NULL) {
+                Py_CLEAR(row);
+                break;
+            }
+            PyList_SET_ITEM(row, k, v);
+        }
+        if (row == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, row);
+    }
+    return out;
+}
+
+/* augment_draw(ops, height, width, seed, epoch, key) -> [[params]] */
+static PyObject *py_augment_draw(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *ops;
+    int h, w;
+    unsigned long long seed;
+    long long epoch, key;
+    rl_augment a;
+    if (!PyArg_ParseTuple(args, "OiiKLL", &ops, &h, &w, &seed, &epoch, &key) ||
+        chain_args(ops, h, w, &a) != 0) {
+        return NULL;
+    }
+    double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
+    rl_augment_draw(&a, seed, epoch, key, w, h, params);
+    return params_list(&a, params);
+}
+
+/* augment(rgb, height, width, ops, seed, epoch, key) -> bytes: the image
+ * ops of the chain on an HWC RGB image. */
+static PyObject *py_augment(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *ops;
+    int h, w;
+    unsigned long long seed;
+    long long epoch, key;
+    rl_augment a;
+    if (!PyArg_ParseTuple(args, "y*iiOKLL", &view, &h, &w, &ops, &seed, &epoch,
+                          &key)) {
+        return NULL;
+    }
+    if (chain_args(ops, h, w, &a) != 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (view.len != (Py_ssize_t)h * w * 3) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError,
+                            "image must be height * width * 3 bytes");
+    }
+    PyObject *out = PyBytes_FromStringAndSize(view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (out == NULL) {
+        return NULL;
+    }
+    rl_image img = {(uint8_t *)PyBytes_AS_STRING(out), w, h, (size_t)w * 3};
+    double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
+    char msg[RL_MSG_MAX] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rl_augment_draw(&a, seed, epoch, key, w, h, params);
+    rc = rl_augment_run(&a, params, &img, msg);
+    Py_END_ALLOW_THREADS if (rc != 0)
+    {
+        Py_DECREF(out);
+        return rl__py_raise(PyModule_GetState(module), rc, NULL, msg);
+    }
+    return out;
+}
+
 PyMethodDef rl__py_tool_methods[] = {
+    {"augment_draw", py_augment_draw, METH_VARARGS,
+     "augment_draw(ops, height, width, seed, epoch, key) -> [[float]]: the "
+     "parameters each op of the chain draws for that sample."},
+    {"augment", py_augment, METH_VARARGS,
+     "augment(rgb, height, width, ops, seed, epoch, key) -> bytes: the "
+     "chain's image ops applied to an HWC RGB image."},
     {"resample_simd", py_resample_simd, METH_VARARGS,
      "resample_simd(cap=None) -> 'c' | 'sse2' | 'avx2': the resampler's "
      "SIMD level, first capped at cap if given."},

@@ -23,9 +23,12 @@ static int invert_check(const double *args, char *msg)
 }
 
 /* One uniform number: the sample is inverted when it is below p. */
-static void invert_draw(const rl_op *op, rl_rng *g, double *params)
+static void invert_draw(const rl_op *op, rl_rng *g, int w, int h,
+                        double *params)
 {
     (void)op;
+    (void)w;
+    (void)h;
     params[0] = rl_rng_uniform(g);
 }
 
@@ -109,7 +112,7 @@ int test_op(void)
         int inverted = 0;
         for (int k = 0; k < NJPEG; k++) {
             double params[RL_OP_MAX_PARAMS];
-            rl_augment_draw(&chain, seed, EPOCH, k, params);
+            rl_augment_draw(&chain, seed, EPOCH, k, 4, 4, params);
             const uint8_t *want = params[0] < 0.5 ? inv : base;
             inverted += params[0] < 0.5;
             CHECK(memcmp(half + k * SAMPLE_U8, want + k * SAMPLE_U8,
@@ -150,14 +153,14 @@ int test_op(void)
     static double u[NKEYS];
     for (int k = 0; k < NKEYS; k++) {
         double x[2 * RL_OP_MAX_PARAMS], y[2 * RL_OP_MAX_PARAMS];
-        rl_augment_draw(&a, 7, 2, k, x);
-        rl_augment_draw(&a, 7, 2, k, y);
+        rl_augment_draw(&a, 7, 2, k, 4, 4, x);
+        rl_augment_draw(&a, 7, 2, k, 4, 4, y);
         CHECK(memcmp(x, y, sizeof(x)) == 0);
         CHECK(x[0] >= 0.0 && x[0] < 1.0);
         CHECK(x[0] != x[RL_OP_MAX_PARAMS]); /* each op its own draws */
-        rl_augment_draw(&a, 7, 3, k, y);
+        rl_augment_draw(&a, 7, 3, k, 4, 4, y);
         CHECK(x[0] != y[0]); /* another epoch */
-        rl_augment_draw(&a, 8, 2, k, y);
+        rl_augment_draw(&a, 8, 2, k, 4, 4, y);
         CHECK(x[0] != y[0]); /* another seed */
         u[k] = x[0];
         for (int j = 0; j < k; j++) {

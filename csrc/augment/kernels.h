@@ -1,0 +1,43 @@
+/*
+ * augment/kernels.h - the pixel kernels the ops are made of, shared by the
+ * single ops (color.c, geometry.c) and the policies (policy.c).
+ *
+ * Each follows the torchvision.transforms.v2.functional kernel of the same
+ * name on a uint8 tensor, on img in place, and returns 0 or -ENOMEM.
+ */
+#ifndef RL_AUGMENT_KERNELS_H
+#define RL_AUGMENT_KERNELS_H
+
+#include "augment/augment.h"
+
+/* ---- colour (color.c, equalize/blur in color_hist.c) ---- */
+int rl_k_brightness(rl_image *img, double factor);
+int rl_k_contrast(rl_image *img, double factor);
+int rl_k_saturation(rl_image *img, double factor);
+int rl_k_hue(rl_image *img, double factor); /* factor in [-0.5, 0.5] */
+int rl_k_grayscale(rl_image *img);          /* three equal channels */
+int rl_k_autocontrast(rl_image *img);
+int rl_k_equalize(rl_image *img);
+int rl_k_posterize(rl_image *img, int bits);
+int rl_k_solarize(rl_image *img, double threshold);
+int rl_k_sharpness(rl_image *img, double factor);
+int rl_k_invert(rl_image *img);
+/* kernel (kx, ky) odd sizes along x and y; sigma (sx, sy) */
+int rl_k_gaussian_blur(rl_image *img, int kx, int ky, double sx, double sy);
+
+/* ---- geometry (geometry.c) ---- */
+typedef enum { RL_INTERP_NEAREST = 0, RL_INTERP_BILINEAR = 1 } rl_interp;
+
+/* torchvision's _get_inverse_affine_matrix(center, angle, translate, scale,
+ * shear) (degrees; center relative to the image centre) into m[6]. */
+void rl_affine_inverse(double cx, double cy, double angle, double tx, double ty,
+                       double scale, double shear_x, double shear_y,
+                       double m[6]);
+
+/* The affine warp of img by the inverse matrix m, output the same size, as
+ * torchvision's affine/rotate (expand=False). fill: three values, or NULL
+ * for fill=None. */
+int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
+                const double *fill);
+
+#endif /* RL_AUGMENT_KERNELS_H */

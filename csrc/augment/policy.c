@@ -1,0 +1,6 @@
+/* augment/policy.c - placeholder, filled by the ops work. */
+#include "augment/kernels.h"
+
+const rl_op_def *const rl_policy_ops[] = {
+    NULL,
+};

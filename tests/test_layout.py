@@ -25,6 +25,7 @@ MAX_LINES = 600
 # must be given a layer here.
 LAYERS: list[list[str]] = [
     ["_core"],  # the C extension
+    ["_ops"],  # torchvision's augmentation transforms as C ops
     ["errors", "transforms", "datasets.base"],
     ["datasets.cache", "datasets.views"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex"],

@@ -32,7 +32,9 @@ typedef struct rl_image {
     size_t stride;
 } rl_image;
 
-#define RL_OP_MAX_ARGS 16   /* configuration of one op */
+/* Configuration of one op: a policy's magnitude tables (11 ops x up to 32
+ * bins, made by Python with torch, as torchvision makes them) fit. */
+#define RL_OP_MAX_ARGS 384
 #define RL_OP_MAX_PARAMS 16 /* random parameters of one op, per sample */
 #define RL_AUGMENT_MAX_OPS 16
 

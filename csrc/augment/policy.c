@@ -1,6 +1,442 @@
-/* augment/policy.c - placeholder, filled by the ops work. */
+/*
+ * augment/policy.c - the learned and random policies: TrivialAugmentWide,
+ * RandAugment and AutoAugment (ImageNet, CIFAR10 and SVHN policies).
+ *
+ * DESIGN: a policy picks sub-ops per sample from a list of 15 kinds and
+ * runs them with the kernels of kernels.h, exactly as torchvision's
+ * _apply_image_or_video_transform would with the same op and magnitude.
+ * The magnitudes are not computed here: torchvision takes them from
+ * torch.linspace tables whose last bits depend on torch's vector code, and
+ * a magnitude one float step off moves a solarize threshold across a pixel
+ * value or a rotated pixel to its neighbour. Python makes the tables with
+ * the user's torch and the user's transform object (ringloader/_ops.py) and
+ * passes them as the op's arguments; this file indexes them.
+ *
+ * Draws (per sample, all before any apply): which sub-op(s), the magnitude
+ * bin, the sign, and for AutoAugment whether each sub-op runs. torchvision
+ * draws a bin and a sign only for ops that use them; drawing them always
+ * changes nothing in the distribution of what is applied.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+
 #include "augment/kernels.h"
 
+/* The kinds of sub-op, in torchvision's order (TrivialAugmentWide and
+ * RandAugment pick uniformly among the first 14). */
+enum {
+    K_IDENTITY,
+    K_SHEAR_X,
+    K_SHEAR_Y,
+    K_TRANSLATE_X,
+    K_TRANSLATE_Y,
+    K_ROTATE,
+    K_BRIGHTNESS,
+    K_COLOR,
+    K_CONTRAST,
+    K_SHARPNESS,
+    K_POSTERIZE,
+    K_SOLARIZE,
+    K_AUTOCONTRAST,
+    K_EQUALIZE,
+    K_INVERT,
+};
+
+/* Kinds with a magnitude table: K_SHEAR_X .. K_SOLARIZE, in that order. */
+#define N_MAG_KINDS 11
+#define MAX_BINS 32
+
+static bool has_magnitude(int kind)
+{
+    return kind >= K_SHEAR_X && kind <= K_SOLARIZE;
+}
+
+/* Magnitudes of the signed kinds are negated half of the time. */
+static bool is_signed(int kind)
+{
+    return kind >= K_SHEAR_X && kind <= K_SHARPNESS;
+}
+
+/* The common head of every policy's arguments: interpolation, then fill
+ * (three NaN for fill=None). */
+typedef struct common {
+    rl_interp interp;
+    const double *fill;
+} common;
+
+static common common_of(const double *a)
+{
+    common c = {a[0] != 0 ? RL_INTERP_BILINEAR : RL_INTERP_NEAREST,
+                isnan(a[1]) ? NULL : a + 1};
+    return c;
+}
+
+static int check_common(const char *name, const double *a, char *msg)
+{
+    if (a[0] != 0 && a[0] != 1) {
+        snprintf(msg, RL_MSG_MAX,
+                 "%s: interpolation must be 0 (nearest) or 1 (bilinear)", name);
+        return RL_EINTERNAL;
+    }
+    for (int c = 0; c < 3; c++) {
+        if (isnan(a[1]) != isnan(a[1 + c]) ||
+            (!isnan(a[1 + c]) && !(a[1 + c] >= 0 && a[1 + c] <= 255))) {
+            snprintf(msg, RL_MSG_MAX,
+                     "%s: fill must be None or three values in [0, 255]", name);
+            return RL_EINTERNAL;
+        }
+    }
+    return 0;
+}
+
+/* torchvision's op `kind` with `magnitude` on img. */
+static int apply_kind(rl_image *img, int kind, double magnitude, common c)
+{
+    double m[6];
+    double w = img->w, h = img->h;
+    switch (kind) {
+    case K_SHEAR_X: /* about the top-left corner: center [0, 0] */
+        rl_affine_inverse(-0.5 * w, -0.5 * h, 0, 0, 0, 1,
+                          atan(magnitude) * (180.0 / M_PI), 0, m);
+        return rl_k_affine(img, m, c.interp, c.fill);
+    case K_SHEAR_Y:
+        rl_affine_inverse(-0.5 * w, -0.5 * h, 0, 0, 0, 1, 0,
+                          atan(magnitude) * (180.0 / M_PI), m);
+        return rl_k_affine(img, m, c.interp, c.fill);
+    case K_TRANSLATE_X: /* int(magnitude): towards zero */
+        rl_affine_inverse(0, 0, 0, trunc(magnitude), 0, 1, 0, 0, m);
+        return rl_k_affine(img, m, c.interp, c.fill);
+    case K_TRANSLATE_Y:
+        rl_affine_inverse(0, 0, 0, 0, trunc(magnitude), 1, 0, 0, m);
+        return rl_k_affine(img, m, c.interp, c.fill);
+    case K_ROTATE: /* F.rotate: the inverse matrix of -angle */
+        rl_affine_inverse(0, 0, -magnitude, 0, 0, 1, 0, 0, m);
+        return rl_k_affine(img, m, c.interp, c.fill);
+    case K_BRIGHTNESS:
+        return rl_k_brightness(img, 1.0 + magnitude);
+    case K_COLOR:
+        return rl_k_saturation(img, 1.0 + magnitude);
+    case K_CONTRAST:
+        return rl_k_contrast(img, 1.0 + magnitude);
+    case K_SHARPNESS:
+        return rl_k_sharpness(img, 1.0 + magnitude);
+    case K_POSTERIZE:
+        return rl_k_posterize(img, (int)magnitude);
+    case K_SOLARIZE: /* the table holds thresholds in pixel values */
+        return rl_k_solarize(img, magnitude);
+    case K_AUTOCONTRAST:
+        return rl_k_autocontrast(img);
+    case K_EQUALIZE:
+        return rl_k_equalize(img);
+    case K_INVERT:
+        return rl_k_invert(img);
+    default:
+        return 0;
+    }
+}
+
+/* An index uniform in [0, n). */
+static int pick(rl_rng *g, int n)
+{
+    int i = (int)(rl_rng_uniform(g) * n);
+    return i < n ? i : n - 1;
+}
+
+/* The sign of a signed kind's magnitude: negative with probability 1/2. */
+static double sign(rl_rng *g)
+{
+    return rl_rng_uniform(g) < 0.5 ? -1.0 : 1.0;
+}
+
+/* Runs the sub-ops listed in params as (kind, magnitude) pairs; a kind < 0
+ * is skipped. */
+static int run_pairs(const double *params, int n, rl_image *img, common c,
+                     char *msg)
+{
+    for (int i = 0; i < n; i++) {
+        int kind = (int)params[2 * i];
+        if (kind < 0) {
+            continue;
+        }
+        int rc = apply_kind(img, kind, params[2 * i + 1], c);
+        if (rc != 0) {
+            snprintf(msg, RL_MSG_MAX, "out of memory");
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int check_table(const char *name, const double *t, int bins, char *msg)
+{
+    for (int i = 0; i < N_MAG_KINDS * bins; i++) {
+        if (!isfinite(t[i])) {
+            snprintf(msg, RL_MSG_MAX, "%s: magnitude table has %g", name, t[i]);
+            return RL_EINTERNAL;
+        }
+    }
+    return 0;
+}
+
+/* The signed magnitude of kind at bin of a table of `bins` bins a kind. */
+static double magnitude_of(const double *table, int bins, int kind, int bin,
+                           double s)
+{
+    if (!has_magnitude(kind)) {
+        return 0.0;
+    }
+    double v = table[(kind - K_SHEAR_X) * bins + bin];
+    return is_signed(kind) ? v * s : v;
+}
+
+/* ---- TrivialAugmentWide ----
+ * args: [num_bins, interpolation, fill r, g, b, table (11 x MAX_BINS)]
+ * params: [kind, magnitude, bin] */
+
+#define TA_ARGS (5 + N_MAG_KINDS * MAX_BINS)
+
+static int ta_check(const double *a, char *msg)
+{
+    if (!(a[0] >= 1 && a[0] <= MAX_BINS && a[0] == floor(a[0]))) {
+        snprintf(msg, RL_MSG_MAX,
+                 "trivial_augment: num_magnitude_bins must be 1..%d", MAX_BINS);
+        return RL_EINTERNAL;
+    }
+    if (check_common("trivial_augment", a + 1, msg) != 0) {
+        return RL_EINTERNAL;
+    }
+    return check_table("trivial_augment", a + 5, MAX_BINS, msg);
+}
+
+static void ta_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
+{
+    (void)w;
+    (void)h;
+    int bins = (int)op->args[0];
+    int kind = pick(g, 14);
+    int bin = pick(g, bins);
+    double s = sign(g);
+    params[0] = kind;
+    params[1] = magnitude_of(op->args + 5, MAX_BINS, kind, bin, s);
+    params[2] = bin;
+}
+
+static int ta_apply(const rl_op *op, const double *params, rl_image *img,
+                    char *msg)
+{
+    return run_pairs(params, 1, img, common_of(op->args + 1), msg);
+}
+
+static const rl_op_def trivial_augment = {
+    .name = "trivial_augment",
+    .nargs = TA_ARGS,
+    .check = ta_check,
+    .draw = ta_draw,
+    .apply = ta_apply,
+};
+
+/* ---- RandAugment ----
+ * args: [num_ops, interpolation, fill r, g, b, the 11 kinds' magnitudes at
+ * the configured bin]
+ * params: [kind, magnitude] per sub-op */
+
+#define RA_MAX_OPS (RL_OP_MAX_PARAMS / 2)
+
+static int ra_check(const double *a, char *msg)
+{
+    if (!(a[0] >= 0 && a[0] <= RA_MAX_OPS && a[0] == floor(a[0]))) {
+        snprintf(msg, RL_MSG_MAX, "rand_augment: num_ops must be 0..%d",
+                 RA_MAX_OPS);
+        return RL_EINTERNAL;
+    }
+    if (check_common("rand_augment", a + 1, msg) != 0) {
+        return RL_EINTERNAL;
+    }
+    return check_table("rand_augment", a + 5, 1, msg);
+}
+
+static void ra_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
+{
+    (void)w;
+    (void)h;
+    int n = (int)op->args[0];
+    for (int i = 0; i < n; i++) {
+        int kind = pick(g, 14);
+        double s = sign(g);
+        params[2 * i] = kind;
+        params[2 * i + 1] = magnitude_of(op->args + 5, 1, kind, 0, s);
+    }
+}
+
+static int ra_apply(const rl_op *op, const double *params, rl_image *img,
+                    char *msg)
+{
+    return run_pairs(params, (int)op->args[0], img, common_of(op->args + 1),
+                     msg);
+}
+
+static const rl_op_def rand_augment = {
+    .name = "rand_augment",
+    .nargs = 5 + N_MAG_KINDS,
+    .check = ra_check,
+    .draw = ra_draw,
+    .apply = ra_apply,
+};
+
+/* ---- AutoAugment ----
+ * args: [policy (0 ImageNet, 1 CIFAR10, 2 SVHN), interpolation, fill r, g,
+ * b, table (11 x 10 bins)]
+ * params: [kind or -1, magnitude] for the two sub-ops, then the policy
+ * index */
+
+typedef struct sub_op {
+    signed char kind;
+    unsigned char p10; /* probability in tenths */
+    signed char bin;   /* magnitude bin, -1: none */
+} sub_op;
+
+#define AA_BINS 10
+#define AA_N 25
+
+/* The three published policies, as torchvision lists them. */
+static const sub_op aa_policies[3][AA_N][2] = {
+    {
+        /* ImageNet */
+        {{K_POSTERIZE, 4, 8}, {K_ROTATE, 6, 9}},
+        {{K_SOLARIZE, 6, 5}, {K_AUTOCONTRAST, 6, -1}},
+        {{K_EQUALIZE, 8, -1}, {K_EQUALIZE, 6, -1}},
+        {{K_POSTERIZE, 6, 7}, {K_POSTERIZE, 6, 6}},
+        {{K_EQUALIZE, 4, -1}, {K_SOLARIZE, 2, 4}},
+        {{K_EQUALIZE, 4, -1}, {K_ROTATE, 8, 8}},
+        {{K_SOLARIZE, 6, 3}, {K_EQUALIZE, 6, -1}},
+        {{K_POSTERIZE, 8, 5}, {K_EQUALIZE, 10, -1}},
+        {{K_ROTATE, 2, 3}, {K_SOLARIZE, 6, 8}},
+        {{K_EQUALIZE, 6, -1}, {K_POSTERIZE, 4, 6}},
+        {{K_ROTATE, 8, 8}, {K_COLOR, 4, 0}},
+        {{K_ROTATE, 4, 9}, {K_EQUALIZE, 6, -1}},
+        {{K_EQUALIZE, 0, -1}, {K_EQUALIZE, 8, -1}},
+        {{K_INVERT, 6, -1}, {K_EQUALIZE, 10, -1}},
+        {{K_COLOR, 6, 4}, {K_CONTRAST, 10, 8}},
+        {{K_ROTATE, 8, 8}, {K_COLOR, 10, 2}},
+        {{K_COLOR, 8, 8}, {K_SOLARIZE, 8, 7}},
+        {{K_SHARPNESS, 4, 7}, {K_INVERT, 6, -1}},
+        {{K_SHEAR_X, 6, 5}, {K_EQUALIZE, 10, -1}},
+        {{K_COLOR, 4, 0}, {K_EQUALIZE, 6, -1}},
+        {{K_EQUALIZE, 4, -1}, {K_SOLARIZE, 2, 4}},
+        {{K_SOLARIZE, 6, 5}, {K_AUTOCONTRAST, 6, -1}},
+        {{K_INVERT, 6, -1}, {K_EQUALIZE, 10, -1}},
+        {{K_COLOR, 6, 4}, {K_CONTRAST, 10, 8}},
+        {{K_EQUALIZE, 8, -1}, {K_EQUALIZE, 6, -1}},
+    },
+    {
+        /* CIFAR10 */
+        {{K_INVERT, 1, -1}, {K_CONTRAST, 2, 6}},
+        {{K_ROTATE, 7, 2}, {K_TRANSLATE_X, 3, 9}},
+        {{K_SHARPNESS, 8, 1}, {K_SHARPNESS, 9, 3}},
+        {{K_SHEAR_Y, 5, 8}, {K_TRANSLATE_Y, 7, 9}},
+        {{K_AUTOCONTRAST, 5, -1}, {K_EQUALIZE, 9, -1}},
+        {{K_SHEAR_Y, 2, 7}, {K_POSTERIZE, 3, 7}},
+        {{K_COLOR, 4, 3}, {K_BRIGHTNESS, 6, 7}},
+        {{K_SHARPNESS, 3, 9}, {K_BRIGHTNESS, 7, 9}},
+        {{K_EQUALIZE, 6, -1}, {K_EQUALIZE, 5, -1}},
+        {{K_CONTRAST, 6, 7}, {K_SHARPNESS, 6, 5}},
+        {{K_COLOR, 7, 7}, {K_TRANSLATE_X, 5, 8}},
+        {{K_EQUALIZE, 3, -1}, {K_AUTOCONTRAST, 4, -1}},
+        {{K_TRANSLATE_Y, 4, 3}, {K_SHARPNESS, 2, 6}},
+        {{K_BRIGHTNESS, 9, 6}, {K_COLOR, 2, 8}},
+        {{K_SOLARIZE, 5, 2}, {K_INVERT, 0, -1}},
+        {{K_EQUALIZE, 2, -1}, {K_AUTOCONTRAST, 6, -1}},
+        {{K_EQUALIZE, 2, -1}, {K_EQUALIZE, 6, -1}},
+        {{K_COLOR, 9, 9}, {K_EQUALIZE, 6, -1}},
+        {{K_AUTOCONTRAST, 8, -1}, {K_SOLARIZE, 2, 8}},
+        {{K_BRIGHTNESS, 1, 3}, {K_COLOR, 7, 0}},
+        {{K_SOLARIZE, 4, 5}, {K_AUTOCONTRAST, 9, -1}},
+        {{K_TRANSLATE_Y, 9, 9}, {K_TRANSLATE_Y, 7, 9}},
+        {{K_AUTOCONTRAST, 9, -1}, {K_SOLARIZE, 8, 3}},
+        {{K_EQUALIZE, 8, -1}, {K_INVERT, 1, -1}},
+        {{K_TRANSLATE_Y, 7, 9}, {K_AUTOCONTRAST, 9, -1}},
+    },
+    {
+        /* SVHN */
+        {{K_SHEAR_X, 9, 4}, {K_INVERT, 2, -1}},
+        {{K_SHEAR_Y, 9, 8}, {K_INVERT, 7, -1}},
+        {{K_EQUALIZE, 6, -1}, {K_SOLARIZE, 6, 6}},
+        {{K_INVERT, 9, -1}, {K_EQUALIZE, 6, -1}},
+        {{K_EQUALIZE, 6, -1}, {K_ROTATE, 9, 3}},
+        {{K_SHEAR_X, 9, 4}, {K_AUTOCONTRAST, 8, -1}},
+        {{K_SHEAR_Y, 9, 8}, {K_INVERT, 4, -1}},
+        {{K_SHEAR_Y, 9, 5}, {K_SOLARIZE, 2, 6}},
+        {{K_INVERT, 9, -1}, {K_AUTOCONTRAST, 8, -1}},
+        {{K_EQUALIZE, 6, -1}, {K_ROTATE, 9, 3}},
+        {{K_SHEAR_X, 9, 4}, {K_SOLARIZE, 3, 3}},
+        {{K_SHEAR_Y, 8, 8}, {K_INVERT, 7, -1}},
+        {{K_EQUALIZE, 9, -1}, {K_TRANSLATE_Y, 6, 6}},
+        {{K_INVERT, 9, -1}, {K_EQUALIZE, 6, -1}},
+        {{K_CONTRAST, 3, 3}, {K_ROTATE, 8, 4}},
+        {{K_INVERT, 8, -1}, {K_TRANSLATE_Y, 0, 2}},
+        {{K_SHEAR_Y, 7, 6}, {K_SOLARIZE, 4, 8}},
+        {{K_INVERT, 6, -1}, {K_ROTATE, 8, 4}},
+        {{K_SHEAR_Y, 3, 7}, {K_TRANSLATE_X, 9, 3}},
+        {{K_SHEAR_X, 1, 6}, {K_INVERT, 6, -1}},
+        {{K_SOLARIZE, 7, 2}, {K_TRANSLATE_Y, 6, 7}},
+        {{K_SHEAR_Y, 8, 4}, {K_INVERT, 8, -1}},
+        {{K_SHEAR_X, 7, 9}, {K_TRANSLATE_Y, 8, 3}},
+        {{K_SHEAR_Y, 8, 5}, {K_AUTOCONTRAST, 7, -1}},
+        {{K_SHEAR_X, 7, 2}, {K_INVERT, 1, -1}},
+    },
+};
+
+static int aa_check(const double *a, char *msg)
+{
+    if (!(a[0] == 0 || a[0] == 1 || a[0] == 2)) {
+        snprintf(msg, RL_MSG_MAX,
+                 "auto_augment: policy must be 0 (ImageNet), 1 (CIFAR10) or "
+                 "2 (SVHN)");
+        return RL_EINTERNAL;
+    }
+    if (check_common("auto_augment", a + 1, msg) != 0) {
+        return RL_EINTERNAL;
+    }
+    return check_table("auto_augment", a + 5, AA_BINS, msg);
+}
+
+static void aa_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
+{
+    (void)w;
+    (void)h;
+    int policy = pick(g, AA_N);
+    const sub_op *sub = aa_policies[(int)op->args[0]][policy];
+    for (int i = 0; i < 2; i++) {
+        /* torchvision runs a sub-op when rand() <= p */
+        bool run = rl_rng_uniform(g) <= sub[i].p10 / 10.0;
+        double s = sign(g);
+        params[2 * i] = run ? sub[i].kind : -1;
+        params[2 * i + 1] = run && sub[i].bin >= 0
+                                ? magnitude_of(op->args + 5, AA_BINS,
+                                               sub[i].kind, sub[i].bin, s)
+                                : 0.0;
+    }
+    params[4] = policy;
+}
+
+static int aa_apply(const rl_op *op, const double *params, rl_image *img,
+                    char *msg)
+{
+    return run_pairs(params, 2, img, common_of(op->args + 1), msg);
+}
+
+static const rl_op_def auto_augment = {
+    .name = "auto_augment",
+    .nargs = 5 + N_MAG_KINDS * AA_BINS,
+    .check = aa_check,
+    .draw = aa_draw,
+    .apply = aa_apply,
+};
+
 const rl_op_def *const rl_policy_ops[] = {
+    &trivial_augment,
+    &rand_augment,
+    &auto_augment,
     NULL,
 };

@@ -85,6 +85,30 @@ static uint16_t f32_to_bf16(float f)
     return (uint16_t)(x >> 16);
 }
 
+void rl_store_value(const rl_dst *dst, int x, int y, int c, float v)
+{
+    uint8_t *p = rl_dst_at(dst, x, y) +
+                 c * dst->ch_stride * (ptrdiff_t)rl_dtype_size(dst->dtype);
+    switch (dst->dtype) {
+    case RL_DTYPE_U8: /* as torch casts a float to uint8: towards zero */
+        *p = (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : (int)v);
+        break;
+    case RL_DTYPE_F32:
+        memcpy(p, &v, 4);
+        break;
+    case RL_DTYPE_F16: {
+        uint16_t h = f32_to_f16(v);
+        memcpy(p, &h, 2);
+        break;
+    }
+    case RL_DTYPE_BF16: {
+        uint16_t h = f32_to_bf16(v);
+        memcpy(p, &h, 2);
+        break;
+    }
+    }
+}
+
 #if RL_HAVE_SSE2
 /* Four 32-bit lanes holding 16-bit values -> four uint16 in the low half. */
 static inline __m128i pack_u16x4(__m128i v)

@@ -67,8 +67,8 @@ def plan_transform(
         names = ", ".join(type(t).__name__ for t in tail)
         warnings.warn(
             f"ringloader: fused {' + '.join(compiled.fused)} into the C "
-            f"decoder; {names} cannot be fused and runs in Python per sample "
-            "(slower)",
+            f"decoder; {names} cannot be fused ({compiled.reason}) and runs "
+            "in Python per sample (slower)",
             FallbackWarning,
             stacklevel=stacklevel + 1,
         )

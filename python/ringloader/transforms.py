@@ -10,10 +10,19 @@ antialiased interpolation):
   pipeline ``Compose([Resize(256), CenterCrop(224)])``;
 - ``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``;
 - ``RandomHorizontalFlip(p=0.5)`` after any of the above;
+- then torchvision's augmentation transforms, in the user's order, run by
+  the C augment stage on the 8-bit image (``_ops.IMAGE_OPS``): ColorJitter,
+  Grayscale(3), RandomGrayscale, GaussianBlur, RandomAutocontrast,
+  RandomEqualize, RandomInvert, RandomPosterize, RandomSolarize,
+  RandomAdjustSharpness, RandomRotation, RandomAffine, TrivialAugmentWide,
+  RandAugment and AutoAugment (a flip may also follow the ops that act on
+  pixels alone);
 - then output conversion: ``ToTensor``, ``PILToTensor``, ``ToImage``,
   ``ConvertImageDtype``, ``ToDtype(float32 | float16 | bfloat16,
   scale=...)`` and ``Normalize(mean, std)``, computed in C while the sample
-  is still in cache.
+  is still in cache;
+- then ``RandomErasing``, on the converted output (after Normalize, as users
+  write it).
 
 The output is a batch of a fixed size: uint8 unless a conversion asks for
 floats. The geometry follows
@@ -26,6 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
+
+from . import _ops
 
 Size = Union[int, Sequence[int]]
 
@@ -188,7 +199,8 @@ class Compiled:
     ``spec`` is the C core's geometry; ``dtype``, ``mul`` and ``add`` the
     output conversion (float value = v * mul[c] + add[c] for the 8-bit v);
     ``fused`` names the fused transforms; ``rest`` lists the transforms left
-    to run in Python, in order; ``tensor_out`` says whether the fused part
+    to run in Python, in order, and ``reason`` says why its first could not
+    be fused; ``spec["ops"]`` lists the C augment stage's ops; ``tensor_out`` says whether the fused part
     ends in a tensor (a conversion was fused) rather than an image.
     """
 
@@ -199,6 +211,7 @@ class Compiled:
     fused: list = field(default_factory=list)
     rest: list = field(default_factory=list)
     tensor_out: bool = False
+    reason: str = ""  # why rest[0] was not fused
 
 
 def _channels(values: Any, name: str) -> tuple[float, float, float]:
@@ -255,14 +268,29 @@ def _conversion(t: Any, state: dict) -> bool:
     return False
 
 
+def _out_size(spec: dict, resize: Any, crop: Any) -> Optional[tuple[int, int]]:
+    """The (h, w) every sample has after the geometry so far, or None."""
+    if spec:
+        return spec["out_h"], spec["out_w"]
+    if crop is not None:
+        return crop
+    if resize is not None and not isinstance(resize, int):
+        return _pair(resize, "Resize")
+    return None
+
+
+_GEOMETRY = ("Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip")
+
+
 def compile_transform(transform: Any) -> Compiled:
     """Turn a transform (ringloader or torchvision) into the C core's plan.
 
     The longest prefix that can be fused is fused: geometry (Resize,
-    CenterCrop, RandomResizedCrop), one RandomHorizontalFlip, then output
-    conversions. What follows is returned in ``rest``. Raises
-    :class:`UnsupportedTransform` with a one-line reason when nothing with a
-    fixed output size can be fused.
+    CenterCrop, RandomResizedCrop), one RandomHorizontalFlip, augmentation
+    ops (``_ops``), output conversions, then RandomErasing. What follows is
+    returned in ``rest``, with the ``reason`` its first transform was not
+    fused. Raises :class:`UnsupportedTransform` with a one-line reason when
+    nothing with a fixed output size can be fused.
     """
     items = _flatten(transform)
     spec: dict[str, Any] = {}
@@ -270,28 +298,47 @@ def compile_transform(transform: Any) -> Compiled:
     crop: Optional[tuple[int, int]] = None
     flip_p = 0.0
     state: dict[str, Any] = {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
-    converted = False
-    flipped = False
+    ops: list[tuple[str, list[float]]] = []
+    converted = erased = flipped = False
+    reason = ""
     i = 0
     while i < len(items):
         t = items[i]
         name = type(t).__name__
         if not _known(t):
+            reason = f"{name} is not a torchvision transform"
             break
         geometric = resize is not None or crop is not None or bool(spec)
-        if converted or name not in (
-            "Resize",
-            "CenterCrop",
-            "RandomResizedCrop",
-            "RandomHorizontalFlip",
-        ):
-            if not geometric or not _conversion(t, state):
+        if name == "RandomErasing" and converted:
+            try:
+                ops.append(_ops.erase_of(t, state["dtype"]))
+            except _ops.NotFused as e:
+                reason = str(e)
+                break
+            erased = True
+        elif converted or name not in _GEOMETRY + tuple(_ops.IMAGE_OPS):
+            if not geometric or erased or not _conversion(t, state):
+                reason = (
+                    f"{name} after RandomErasing"
+                    if erased and geometric
+                    else f"{name} is not fused at this point"
+                )
                 break
             converted = True
+        elif name in _ops.IMAGE_OPS:
+            size = _out_size(spec, resize, crop)
+            if size is None:
+                reason = f"{name} needs a fixed image size before it"
+                break
+            try:
+                ops.append(_ops.op_of(t, *size))
+            except _ops.NotFused as e:
+                reason = str(e)
+                break
         elif name == "Resize" and not geometric:
             _check_interpolation(t)
             resize = _size_of(t)
-        elif name == "CenterCrop" and crop is None and not spec and not flipped:
+        elif name == "CenterCrop" and crop is None and not spec and not flipped and not ops:
             # (After a flip, an odd margin would put the crop one column
             # off: torchvision rounds the left edge, not the mirrored one.)
             crop = _pair(_size_of(t), "CenterCrop")
@@ -307,10 +354,20 @@ def compile_transform(transform: Any) -> Compiled:
                 "scale": scale,
                 "ratio": ratio,
             }
-        elif name == "RandomHorizontalFlip" and not flipped and geometric:
+        elif (
+            name == "RandomHorizontalFlip"
+            and not flipped
+            and geometric
+            and all(op in _ops.FLIP_SAFE for op, _ in ops)
+        ):
+            # The C core flips before the ops: a flip may follow ops that
+            # act on pixels alone, which it commutes with.
             flip_p = float(t.p)
             flipped = True
         else:
+            reason = f"{name} is not fused after " + type(items[i - 1]).__name__
+            if name == "RandomHorizontalFlip" and ops:
+                reason += " (the C core flips before the ops; put the flip first)"
             break
         i += 1
 
@@ -337,6 +394,8 @@ def compile_transform(transform: Any) -> Compiled:
                 crop = (rh, rw)
         spec["out_h"], spec["out_w"] = crop
     spec["flip_p"] = flip_p
+    if ops:
+        spec["ops"] = ops
     for key in ("out_h", "out_w"):
         if not 0 < spec[key] <= 65535:
             raise UnsupportedTransform(f"output size {spec[key]} out of range")
@@ -348,4 +407,5 @@ def compile_transform(transform: Any) -> Compiled:
         fused=[type(t).__name__ for t in items[:i]],
         rest=items[i:],
         tensor_out=converted,
+        reason=reason if i < len(items) else "",
     )

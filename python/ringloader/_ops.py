@@ -1,0 +1,284 @@
+"""torchvision's augmentation transforms as ops of the C augment stage.
+
+:func:`op_of` turns one transform object (``torchvision.transforms`` or
+``transforms.v2``) into ``(name, args)`` for the C op table
+(``csrc/augment/``), or raises :class:`NotFused` with the reason it cannot
+be fused. The op then draws its parameters per sample from the sample's own
+random stream, with torchvision's distributions, and computes the pixels
+torchvision's ``transforms.v2.functional`` kernels compute on a uint8 tensor
+(see the README's list of fused ops for each op's tolerance).
+
+The policies' magnitude tables are made here, with the user's torch and the
+transform object's own table functions, as torchvision makes them per call:
+their last bits depend on torch's vector code, and the C side only indexes
+them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+NAN = float("nan")
+
+# Ops that act on each pixel alone (or on the whole image's histogram):
+# they commute with a horizontal flip, so a flip may follow them.
+FLIP_SAFE = {
+    "color_jitter",
+    "grayscale",
+    "gaussian_blur",
+    "autocontrast",
+    "equalize",
+    "invert",
+    "posterize",
+    "solarize",
+    "sharpness",
+}
+
+# The sub-ops with a magnitude table, in the order of csrc/augment/policy.c.
+_MAG_OPS = (
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Rotate",
+    "Brightness",
+    "Color",
+    "Contrast",
+    "Sharpness",
+    "Posterize",
+    "Solarize",
+)
+_MAX_BINS = 32
+_AA_POLICIES = {"imagenet": 0, "cifar10": 1, "svhn": 2}
+
+
+class NotFused(ValueError):
+    """This transform cannot run in the C augment stage (the message says
+    why)."""
+
+
+def _is_v2(t: Any) -> bool:
+    return ".v2." in type(t).__module__ + "."
+
+
+def _interp(t: Any) -> float:
+    mode = getattr(t, "interpolation", "nearest")
+    name = str(getattr(mode, "value", mode)).lower()
+    if name in ("nearest", "0"):
+        return 0.0
+    if name in ("bilinear", "2"):
+        return 1.0
+    raise NotFused(
+        f"{type(t).__name__}(interpolation={name!r}): only nearest and "
+        "bilinear are fused"
+    )
+
+
+def _fill(t: Any) -> list[float]:
+    """Three fill values, or three NaN for fill=None."""
+    fill = getattr(t, "fill", None)
+    if isinstance(fill, dict):
+        # transforms.v2: a fill per input type; images use the entry for
+        # tv_tensors.Image, else the default (None key)
+        from torchvision import tv_tensors
+
+        fill = fill.get(tv_tensors.Image, fill.get(None))
+    if fill is None:
+        return [NAN] * 3
+    vals = [float(v) for v in (fill if isinstance(fill, (list, tuple)) else [fill])]
+    if len(vals) == 1:
+        vals *= 3
+    if len(vals) != 3 or not all(0 <= v <= 255 for v in vals):
+        raise NotFused(f"{type(t).__name__}(fill={fill!r}): fill must be 1 or 3 values")
+    return vals
+
+
+def _range(value: Any) -> list[float]:
+    if value is None:
+        return [NAN, NAN]
+    lo, hi = (float(v) for v in value)
+    return [lo, hi]
+
+
+def _color_jitter(t: Any, h: int, w: int) -> list[float]:
+    return (
+        _range(t.brightness) + _range(t.contrast) + _range(t.saturation) + _range(t.hue)
+    )
+
+
+def _grayscale(t: Any, h: int, w: int) -> list[float]:
+    if type(t).__name__ == "Grayscale":
+        if int(getattr(t, "num_output_channels", 1)) != 3:
+            raise NotFused(
+                "Grayscale(num_output_channels=1) changes the number of "
+                "channels; use Grayscale(num_output_channels=3)"
+            )
+        return [1.0]
+    return [float(t.p)]
+
+
+def _gaussian_blur(t: Any, h: int, w: int) -> list[float]:
+    kx, ky = (int(k) for k in t.kernel_size)
+    return [float(kx), float(ky), float(t.sigma[0]), float(t.sigma[1])]
+
+
+def _p(t: Any, h: int, w: int) -> list[float]:
+    return [float(t.p)]
+
+
+def _posterize(t: Any, h: int, w: int) -> list[float]:
+    return [float(t.bits), float(t.p)]
+
+
+def _solarize(t: Any, h: int, w: int) -> list[float]:
+    return [float(t.threshold), float(t.p)]
+
+
+def _sharpness(t: Any, h: int, w: int) -> list[float]:
+    return [float(t.sharpness_factor), float(t.p)]
+
+
+def _center(t: Any) -> list[float]:
+    center = getattr(t, "center", None)
+    return [NAN, NAN] if center is None else [float(c) for c in center]
+
+
+def _rotation(t: Any, h: int, w: int) -> list[float]:
+    if getattr(t, "expand", False):
+        raise NotFused(
+            "RandomRotation(expand=True) changes the image size per sample"
+        )
+    return _range(t.degrees) + [_interp(t)] + _center(t) + _fill(t)
+
+
+def _affine(t: Any, h: int, w: int) -> list[float]:
+    translate = [NAN, NAN] if t.translate is None else [float(v) for v in t.translate]
+    shear = [NAN] * 4
+    if t.shear is not None:
+        s = [float(v) for v in t.shear]
+        shear = s + [NAN, NAN] if len(s) == 2 else s
+    return (
+        _range(t.degrees)
+        + translate
+        + _range(t.scale)
+        + shear
+        + [_interp(t)]
+        + _center(t)
+        + _fill(t)
+    )
+
+
+def _magnitudes(t: Any, name: str, bins: int, h: int, w: int) -> list[float]:
+    """The magnitude table of sub-op name, as the transform itself makes it
+    for an h x w image; solarize as thresholds in pixel values."""
+    if _is_v2(t):
+        values = type(t)._AUGMENTATION_SPACE[name][0](bins, h, w)
+        scale = 255.0 if name == "Solarize" else 1.0
+    else:
+        if type(t).__name__ == "TrivialAugmentWide":
+            space = t._augmentation_space(bins)
+        else:
+            space = t._augmentation_space(bins, (h, w))
+        values, scale = space[name][0], 1.0
+    return [scale * float(v) for v in values.reshape(-1).tolist()]
+
+
+def _policy_head(t: Any) -> list[float]:
+    return [_interp(t)] + _fill(t)
+
+
+def _trivial_augment(t: Any, h: int, w: int) -> list[float]:
+    bins = int(t.num_magnitude_bins)
+    if not 1 <= bins <= _MAX_BINS:
+        raise NotFused(
+            f"TrivialAugmentWide(num_magnitude_bins={bins}): at most "
+            f"{_MAX_BINS} bins are fused"
+        )
+    table: list[float] = []
+    for name in _MAG_OPS:
+        row = _magnitudes(t, name, bins, h, w)
+        table += row + [0.0] * (_MAX_BINS - len(row))
+    return [float(bins)] + _policy_head(t) + table
+
+
+def _rand_augment(t: Any, h: int, w: int) -> list[float]:
+    if not 0 <= int(t.num_ops) <= 8:
+        raise NotFused(f"RandAugment(num_ops={t.num_ops}): at most 8 are fused")
+    bins, m = int(t.num_magnitude_bins), int(t.magnitude)
+    if not 0 <= m < bins:
+        raise NotFused(f"RandAugment(magnitude={m}) outside its {bins} bins")
+    mags = [_magnitudes(t, name, bins, h, w)[m] for name in _MAG_OPS]
+    return [float(t.num_ops)] + _policy_head(t) + mags
+
+
+def _auto_augment(t: Any, h: int, w: int) -> list[float]:
+    policy = str(getattr(t.policy, "value", t.policy)).lower()
+    if policy not in _AA_POLICIES:
+        raise NotFused(f"AutoAugment(policy={policy!r}) is not one of torchvision's")
+    table: list[float] = []
+    for name in _MAG_OPS:
+        table += _magnitudes(t, name, 10, h, w)
+    return [float(_AA_POLICIES[policy])] + _policy_head(t) + table
+
+
+# torchvision class name -> (op name, args maker)
+IMAGE_OPS = {
+    "ColorJitter": ("color_jitter", _color_jitter),
+    "Grayscale": ("grayscale", _grayscale),
+    "RandomGrayscale": ("grayscale", _grayscale),
+    "GaussianBlur": ("gaussian_blur", _gaussian_blur),
+    "RandomAutocontrast": ("autocontrast", _p),
+    "RandomEqualize": ("equalize", _p),
+    "RandomInvert": ("invert", _p),
+    "RandomPosterize": ("posterize", _posterize),
+    "RandomSolarize": ("solarize", _solarize),
+    "RandomAdjustSharpness": ("sharpness", _sharpness),
+    "RandomRotation": ("rotation", _rotation),
+    "RandomAffine": ("affine", _affine),
+    "TrivialAugmentWide": ("trivial_augment", _trivial_augment),
+    "RandAugment": ("rand_augment", _rand_augment),
+    "AutoAugment": ("auto_augment", _auto_augment),
+}
+
+
+def op_of(t: Any, h: int, w: int) -> tuple[str, list[float]]:
+    """(name, args) of the C op for image transform t on h x w samples;
+    raises NotFused."""
+    name = type(t).__name__
+    if name not in IMAGE_OPS:
+        raise NotFused(f"{name} has no C op")
+    op, make = IMAGE_OPS[name]
+    return op, make(t, h, w)
+
+
+def erase_of(t: Any, dtype: str) -> tuple[str, list[float]]:
+    """(name, args) of the output op for RandomErasing t on an output of
+    dtype (in place or not: the sample is the loader's own); raises
+    NotFused."""
+    import torch
+
+    value: Optional[Any] = getattr(t, "value", 0)
+    if isinstance(value, str) or value is None:
+        if dtype == "uint8":
+            raise NotFused("RandomErasing(value='random') on a uint8 image")
+        values, random = [0.0, 0.0, 0.0], 1.0
+    else:
+        values = [float(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+        if len(values) == 1:
+            values *= 3
+        if len(values) != 3:
+            raise NotFused(f"RandomErasing(value={value!r}): 1 or 3 values")
+        if not all(math.isfinite(v) for v in values):
+            raise NotFused(f"RandomErasing(value={value!r}) is not finite")
+        random = 0.0
+    log_ratio = torch.log(torch.tensor([float(r) for r in t.ratio])).tolist()
+    return "erase", [
+        float(t.p),
+        float(t.scale[0]),
+        float(t.scale[1]),
+        float(log_ratio[0]),
+        float(log_ratio[1]),
+        random,
+        *values,
+    ]

@@ -43,14 +43,22 @@ CASES = {
     "rank1-k1":  (dict(shuffle=True, rank=1, world_size=2), 0, 1),
     "rank1-drop-k1": (dict(shuffle=True, drop_last=True, rank=1, world_size=2), 0, 1),
     "plain-k3":  (dict(shuffle=False), 0, 3),
+    # augmentation ops in C, drawn per sample, and RandomErasing's noise
+    "ops-k2":    (dict(shuffle=True, ops=True), 0, 2),
+    "ops-epoch1-k3": (dict(shuffle=True, ops=True), 1, 3),
 }
 
 def make(root, case, threads):
-    kwargs = CASES[case][0]
+    kwargs = dict(CASES[case][0])
+    tf = [T.RandomResizedCrop(32), T.RandomHorizontalFlip()]
+    if kwargs.pop("ops", False):
+        from torchvision.transforms import v2
+        tf += [v2.ColorJitter(0.4, 0.4, 0.4, 0.1), v2.TrivialAugmentWide(),
+               v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+               v2.RandomErasing(0.5, value="random")]
     return ringloader.Loader(
         Files(root), batch_size=4, seed=3, num_threads=threads,
-        transform=T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()]),
-        **kwargs)
+        transform=T.Compose(tf), **kwargs)
 
 def digest(images, labels):
     h = hashlib.sha256(images.contiguous().numpy().tobytes())

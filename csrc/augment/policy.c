@@ -192,7 +192,7 @@ static double magnitude_of(const double *table, int bins, int kind, int bin,
 
 /* ---- TrivialAugmentWide ----
  * args: [num_bins, interpolation, fill r, g, b, table (11 x MAX_BINS)]
- * params: [kind, magnitude, bin] */
+ * params: [kind, magnitude, bin, sign] */
 
 #define TA_ARGS (5 + N_MAG_KINDS * MAX_BINS)
 
@@ -220,6 +220,7 @@ static void ta_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
     params[0] = kind;
     params[1] = magnitude_of(op->args + 5, MAX_BINS, kind, bin, s);
     params[2] = bin;
+    params[3] = s;
 }
 
 static int ta_apply(const rl_op *op, const double *params, rl_image *img,

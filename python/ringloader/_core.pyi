@@ -80,6 +80,31 @@ def dct_scale(
     sample (8: no DCT scaling, so the resample matches torchvision's within
     1 LSB)."""
 
+def augment_draw(
+    ops: Sequence[Tuple[str, Sequence[float]]],
+    height: int,
+    width: int,
+    seed: int,
+    epoch: int,
+    key: int,
+    /,
+) -> List[List[float]]:
+    """The parameters each op of the chain draws for sample (seed, epoch,
+    key) of height x width pixels: what the loader applies, for tests that
+    apply torchvision with the same ones."""
+
+def augment(
+    rgb: Buffer,
+    height: int,
+    width: int,
+    ops: Sequence[Tuple[str, Sequence[float]]],
+    seed: int,
+    epoch: int,
+    key: int,
+    /,
+) -> bytes:
+    """The chain's image ops on an HWC RGB image, as the loader runs them."""
+
 def read_bench(
     paths: Iterable[_Path],
     offsets: Optional[Sequence[int]],

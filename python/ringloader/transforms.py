@@ -279,6 +279,15 @@ def _out_size(spec: dict, resize: Any, crop: Any) -> Optional[tuple[int, int]]:
     return None
 
 
+_CONVERSIONS = (
+    "PILToTensor",
+    "ToImage",
+    "ToPureTensor",
+    "ToTensor",
+    "ToDtype",
+    "ConvertImageDtype",
+    "Normalize",
+)
 _GEOMETRY = ("Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip")
 
 
@@ -318,11 +327,12 @@ def compile_transform(transform: Any) -> Compiled:
             erased = True
         elif converted or name not in _GEOMETRY + tuple(_ops.IMAGE_OPS):
             if not geometric or erased or not _conversion(t, state):
-                reason = (
-                    f"{name} after RandomErasing"
-                    if erased and geometric
-                    else f"{name} is not fused at this point"
-                )
+                if name not in _CONVERSIONS:
+                    reason = f"{name} has no C op"
+                elif erased and geometric:
+                    reason = f"{name} after RandomErasing"
+                else:
+                    reason = f"{name} is not fused at this point"
                 break
             converted = True
         elif name in _ops.IMAGE_OPS:

@@ -171,7 +171,9 @@ def test_ops_in_the_loader_equal_torchvision_with_the_drawn_parameters(root):
 def test_unfused_op_is_named_with_its_reason_and_runs_in_python(root):
     geometry = [v2.RandomResizedCrop(40), v2.RandomHorizontalFlip()]
     tail = v2.RandomRotation(20, expand=True)  # varying size: cannot fuse
-    tf = v2.Compose(geometry + [v2.ColorJitter(0.3), tail, v2.CenterCrop(40), v2.ToImage()])
+    tf = v2.Compose(
+        geometry + [v2.ColorJitter(0.3), tail, v2.CenterCrop(40), v2.ToImage()]
+    )
     with pytest.warns(ringloader.FallbackWarning) as record:
         loader = _loader(root, tf)
     msg = str(record[0].message)
@@ -183,7 +185,10 @@ def test_unfused_op_is_named_with_its_reason_and_runs_in_python(root):
     torch.manual_seed(0)
     # the tail gets each fused sample as a PIL image, as DataLoader would
     ref = torch.stack(
-        [v2.ToImage()(v2.CenterCrop(40)(tail(Image.fromarray(img.numpy())))) for img in prefix]
+        [
+            v2.ToImage()(v2.CenterCrop(40)(tail(Image.fromarray(img.numpy()))))
+            for img in prefix
+        ]
     )
     assert torch.equal(got, ref)
 
@@ -205,7 +210,9 @@ def test_flip_after_geometric_op_is_not_fused_with_reason():
     assert "put the flip first" in compiled.reason
     # a flip after colour ops commutes with them: fused
     compiled = compile_transform(
-        v2.Compose([v2.RandomResizedCrop(32), v2.ColorJitter(0.2), v2.RandomHorizontalFlip()])
+        v2.Compose(
+            [v2.RandomResizedCrop(32), v2.ColorJitter(0.2), v2.RandomHorizontalFlip()]
+        )
     )
     assert compiled.rest == [] and compiled.spec["flip_p"] == 0.5
 
@@ -255,8 +262,8 @@ def test_erasing_random_is_standard_normal_noise(root):
 
 def test_erasing_uint8_tuple_value(root):
     erasing = v2.RandomErasing(1.0, value=(10, 200, 255))
-    plain, erased, boxes = _erase_case(root, erasing, torch.uint8, normalize=False)
-    for a, b, p in zip(plain, erased, boxes):
+    _, erased, boxes = _erase_case(root, erasing, torch.uint8, normalize=False)
+    for b, p in zip(erased, boxes):
         if p[0]:
             i, j, h, w = (int(v) for v in p[1:5])
             box = b[:, i : i + h, j : j + w]
@@ -267,9 +274,13 @@ def test_erasing_uint8_tuple_value(root):
 def test_erasing_box_distribution_matches_torchvision():
     t = v2.RandomErasing(0.5)
     ops = compile_transform(
-        v2.Compose([v2.RandomResizedCrop((48, 64)), v2.ToImage(), v2.ToDtype(torch.float32), t])
+        v2.Compose(
+            [v2.RandomResizedCrop((48, 64)), v2.ToImage(), v2.ToDtype(torch.float32), t]
+        )
     ).spec["ops"]
-    ours = np.array([_core.augment_draw(ops, 48, 64, 1, 0, k)[0][:5] for k in range(20000)])
+    ours = np.array(
+        [_core.augment_draw(ops, 48, 64, 1, 0, k)[0][:5] for k in range(20000)]
+    )
     torch.manual_seed(1)
     img = torch.zeros(3, 48, 64)
     theirs = []
@@ -279,7 +290,9 @@ def test_erasing_box_distribution_matches_torchvision():
             continue
         p = t.make_params([img])
         applied = p["v"] is not None
-        theirs.append((1, p["i"], p["j"], p["h"], p["w"]) if applied else (0, 0, 0, 0, 0))
+        theirs.append(
+            (1, p["i"], p["j"], p["h"], p["w"]) if applied else (0, 0, 0, 0, 0)
+        )
     theirs = np.array(theirs, dtype=float)
     table = [[int((x[:, 0] == v).sum()) for v in (0, 1)] for x in (ours, theirs)]
     assert stats.chi2_contingency(table)[1] > 0.01

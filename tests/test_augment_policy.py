@@ -97,7 +97,9 @@ def _check(name: str, ours: np.ndarray, ref: np.ndarray, what: str) -> None:
 
 POLICY_SETUPS = {
     "nearest": dict(),
-    "bilinear-fill": dict(interpolation=v2.InterpolationMode.BILINEAR, fill=[30, 60, 90]),
+    "bilinear-fill": dict(
+        interpolation=v2.InterpolationMode.BILINEAR, fill=[30, 60, 90]
+    ),
 }
 
 
@@ -263,5 +265,13 @@ def test_auto_augment_distribution(policy):
         ours.append(tuple(calls))
     # the applied sub-ops (what a policy and its probabilities decide), and
     # each sub-op with its signed magnitude
-    _same([tuple(n for n, _ in c) for c in ours], [tuple(n for n, _ in c) for c in theirs], "applied sub-ops")
-    _same([c for cs in ours for c in cs], [c for cs in theirs for c in cs], "signed magnitudes")
+    _same(
+        [tuple(n for n, _ in c) for c in ours],
+        [tuple(n for n, _ in c) for c in theirs],
+        "applied sub-ops",
+    )
+    _same(
+        [c for cs in ours for c in cs],
+        [c for cs in theirs for c in cs],
+        "signed magnitudes",
+    )

@@ -146,9 +146,7 @@ def _center(t: Any) -> list[float]:
 
 def _rotation(t: Any, h: int, w: int) -> list[float]:
     if getattr(t, "expand", False):
-        raise NotFused(
-            "RandomRotation(expand=True) changes the image size per sample"
-        )
+        raise NotFused("RandomRotation(expand=True) changes the image size per sample")
     return _range(t.degrees) + [_interp(t)] + _center(t) + _fill(t)
 
 
@@ -264,7 +262,9 @@ def erase_of(t: Any, dtype: str) -> tuple[str, list[float]]:
             raise NotFused("RandomErasing(value='random') on a uint8 image")
         values, random = [0.0, 0.0, 0.0], 1.0
     else:
-        values = [float(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+        values = [
+            float(v) for v in (value if isinstance(value, (list, tuple)) else [value])
+        ]
         if len(values) == 1:
             values *= 3
         if len(values) != 3:

@@ -348,7 +348,13 @@ def compile_transform(transform: Any) -> Compiled:
         elif name == "Resize" and not geometric:
             _check_interpolation(t)
             resize = _size_of(t)
-        elif name == "CenterCrop" and crop is None and not spec and not flipped and not ops:
+        elif (
+            name == "CenterCrop"
+            and crop is None
+            and not spec
+            and not flipped
+            and not ops
+        ):
             # (After a flip, an odd margin would put the crop one column
             # off: torchvision rounds the left edge, not the mirrored one.)
             crop = _pair(_size_of(t), "CenterCrop")

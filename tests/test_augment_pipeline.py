@@ -321,3 +321,35 @@ def test_batches_identical_across_threads_and_io_backends(root):
     assert _digest(root, tf, num_threads=2, io="io_uring") == one
     assert _digest(root, tf, num_threads=3, io="pread", prefetch=1) == one
     assert _digest(root, tf, num_threads=1, io="pread", shuffle=False) != one
+
+
+def test_erasing_with_device_cuda_says_what_to_do(root):
+    with pytest.raises(ValueError, match="RandomErasing cannot be fused with device='cuda'"):
+        _loader(root, reference_ta(), device="cuda")
+
+
+# ---- CutMix and MixUp: on whole batches, in the user's loop ----
+
+
+@pytest.mark.parametrize("mix", ["CutMix", "MixUp"])
+def test_cutmix_and_mixup_on_ringloader_batches(root, mix):
+    classes = 3
+    op = getattr(v2, mix)(num_classes=classes)
+    with _loader(root, color_jitter(), shuffle=True) as loader:
+        for images, labels in loader:
+            torch.manual_seed(0)
+            mixed, soft = op(images, labels)
+            assert mixed.shape == images.shape and mixed.dtype == images.dtype
+            assert soft.shape == (len(labels), classes)
+            assert torch.allclose(soft.sum(1), torch.ones(len(labels)))
+            # each mixed sample is made of its own image and the batch's
+            # roll by one, as torchvision documents
+            other = images.roll(1, 0)
+            if mix == "MixUp":
+                lam = soft[0, labels[0]].item() if labels[0] != labels[-1] else None
+                if lam is not None:
+                    assert torch.allclose(mixed[0], lam * images[0] + (1 - lam) * other[0], atol=1e-5)
+            else:
+                from_self = (mixed == images).all(1)
+                from_other = (mixed == other).all(1)
+                assert (from_self | from_other).all()

@@ -73,3 +73,27 @@ def test_pinned_memory_is_freed_on_close(folder):
     assert gpu.pinned_slots > 0
     gpu.close()
     assert gpu.pinned_slots == 0
+
+
+def test_augment_ops_and_cutmix_on_the_device(folder):
+    """Ops run in C before the copy; CutMix/MixUp act on the device batch."""
+    from torchvision.transforms import v2
+
+    ds = ringloader.ImageFolder(folder)
+    t = v2.Compose(
+        [
+            v2.RandomResizedCrop(96),
+            v2.RandomHorizontalFlip(),
+            v2.TrivialAugmentWide(),
+            v2.ColorJitter(0.4, 0.4, 0.4),
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=True),
+        ]
+    )
+    cpu = ringloader.Loader(ds, batch_size=4, transform=t, seed=3)
+    gpu = ringloader.Loader(ds, batch_size=4, transform=t, seed=3, device="cuda")
+    mix = v2.RandomChoice([v2.CutMix(num_classes=10), v2.MixUp(num_classes=10)])
+    for (a, la), (b, lb) in zip(cpu, gpu):
+        assert b.is_cuda and torch.equal(a, b.cpu())
+        images, labels = mix(b, lb.cuda())
+        assert images.is_cuda and labels.shape == (len(lb), 10)

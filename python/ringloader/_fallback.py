@@ -57,6 +57,14 @@ def plan_transform(
     ValueError when that part would follow a device copy."""
     compiled = compile_transform(transform)
     tail = list(compiled.rest)
+    if cuda and any(op == "erase" for op, _ in compiled.spec.get("ops", [])):
+        # The C core writes uint8 for the device and the conversion runs on
+        # the GPU after the copy: an erase in output units has no place.
+        raise ValueError(
+            "RandomErasing cannot be fused with device='cuda' (the dtype "
+            "conversion and Normalize run on the GPU); leave it out of the "
+            "transform and apply it to each sample of the batch on the GPU"
+        )
     if tail and cuda:
         raise ValueError(
             "transforms that run in Python per sample ("

@@ -6,7 +6,20 @@ Every contender yields the same batches from the same folder: uint8
 be asked for another dtype or layout), from
 
 * ``train``: RandomResizedCrop(224) + RandomHorizontalFlip, shuffled;
-* ``eval``: Resize(256) + CenterCrop(224), in order.
+* ``eval``: Resize(256) + CenterCrop(224), in order;
+
+and, float32 normalised, the augmentation recipes of torchvision's
+classification references (``AUGMENT``), each given to every contender as
+the very same torchvision transform object:
+
+* ``ta``: RandomResizedCrop(176) + flip + TrivialAugmentWide + PILToTensor
+  + ConvertImageDtype + Normalize + RandomErasing(0.1) (the reference
+  recipe), and ``ta-plain``, the same without TrivialAugmentWide and
+  RandomErasing (what the ops cost is measured against it);
+* ``jitter``: RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) +
+  ToTensor + Normalize;
+* ``randaug``: transforms.v2 RandomResizedCrop(224) + flip + RandAugment +
+  ToImage + ToDtype + Normalize.
 
 A contender is made from a :class:`ringloader.bench.harness.Spec`:
 ``load()`` imports (timed apart), ``build()`` makes the loader,
@@ -26,7 +39,14 @@ from . import data
 PIPELINES = {
     "train": "RandomResizedCrop(224) + RandomHorizontalFlip",
     "eval": "Resize(256) + CenterCrop(224)",
+    "ta": "RandomResizedCrop(176) + flip + TrivialAugmentWide + Normalize "
+    "+ RandomErasing(0.1)",
+    "ta-plain": "RandomResizedCrop(176) + flip + Normalize",
+    "jitter": "RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) "
+    "+ Normalize",
+    "randaug": "v2: RandomResizedCrop(224) + flip + RandAugment + Normalize",
 }
+AUGMENT = ("ta", "ta-plain", "jitter", "randaug")
 CROP, RESIZE = 224, 256
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 BASELINE, BOUND = "dataloader", "decode-bound"
@@ -60,9 +80,51 @@ def ordered(names: list[str]) -> list[str]:
     return sorted(names, key=lambda n: list(LABELS).index(split(n)[0]))
 
 
+def augment_recipe(pipeline: str) -> Any:
+    """The torchvision transform of an AUGMENT pipeline (float32, normalised)."""
+    import torch
+    from torchvision import transforms as T
+    from torchvision.transforms import v2
+
+    if pipeline == "randaug":
+        return v2.Compose(
+            [
+                v2.RandomResizedCrop(CROP),
+                v2.RandomHorizontalFlip(),
+                v2.RandAugment(),
+                v2.ToImage(),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize(MEAN, STD),
+            ]
+        )
+    if pipeline == "jitter":
+        return T.Compose(
+            [
+                T.RandomResizedCrop(CROP),
+                T.RandomHorizontalFlip(),
+                T.ColorJitter(0.4, 0.4, 0.4),
+                T.ToTensor(),
+                T.Normalize(MEAN, STD),
+            ]
+        )
+    ops = [T.TrivialAugmentWide()] if pipeline == "ta" else []
+    tail = [T.RandomErasing(0.1)] if pipeline == "ta" else []
+    return T.Compose(
+        [T.RandomResizedCrop(176), T.RandomHorizontalFlip()]
+        + ops
+        + [T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(MEAN, STD)]
+        + tail
+    )
+
+
 def recipe_steps(module: Any, pipeline: str) -> list:
     """The pipeline's geometric transforms from ``module``: torchvision's
     ``transforms``/``transforms.v2`` or ringloader's, which share the names."""
+    if pipeline in AUGMENT:
+        raise ValueError(
+            f"{pipeline} is an augmentation recipe: only the dataloader and "
+            "ringloader contenders run it (augment_recipe)"
+        )
     if pipeline == "train":
         return [module.RandomResizedCrop(CROP), module.RandomHorizontalFlip()]
     return [module.Resize(RESIZE), module.CenterCrop(CROP)]
@@ -77,7 +139,7 @@ class Contender:
 
     def __init__(self, spec: Any) -> None:
         self.spec = spec
-        self.train = spec.pipeline == "train"
+        self.train = spec.pipeline != "eval"
         self.notes: list[str] = []
         self.problems: list[str] = []
         self.extra: dict[str, Any] = {}

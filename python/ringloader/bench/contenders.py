@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import data, peers
-from .base import MEAN, STD, Contender, recipe_steps, split
+from .base import AUGMENT, MEAN, STD, Contender, augment_recipe, recipe_steps, split
 
 # In a checkout; benchmarks/compare.py sets it to its own folder's, so that
 # the bound is found whichever ringloader.bench is imported.
@@ -52,8 +52,12 @@ class TorchDataLoader(Contender):
 
         s = self.spec
         torch.manual_seed(s.seed)
-        steps = recipe_steps(v2, s.pipeline)
-        if self.decoder == "pil":
+        if s.pipeline in AUGMENT:
+            if self.decoder != "pil":
+                raise RuntimeError(f"{s.pipeline}: the recipes decode with PIL")
+            ds = datasets.ImageFolder(s.data, transform=augment_recipe(s.pipeline))
+        elif self.decoder == "pil":
+            steps = recipe_steps(v2, s.pipeline)
             tf = v2.Compose(steps + [v2.PILToTensor()])
             ds = datasets.ImageFolder(s.data, transform=tf)
         else:
@@ -61,7 +65,7 @@ class TorchDataLoader(Contender):
                 s.data,
                 loader=_decode_jpeg_file,
                 extensions=data.JPEG_SUFFIXES,
-                transform=v2.Compose(steps),
+                transform=v2.Compose(recipe_steps(v2, s.pipeline)),
             )
         if s.images is not None:
             ds = torch.utils.data.Subset(ds, data.spread(len(ds), s.images))
@@ -115,7 +119,9 @@ class Ringloader(Contender):
 
         s = self.spec
         steps = recipe_steps(T, s.pipeline)
-        if self.dtype != "uint8":
+        if s.pipeline in AUGMENT:  # torchvision's own objects, as users write
+            steps = [augment_recipe(s.pipeline)]
+        elif self.dtype != "uint8":
             for name in ("ToDtype", "Normalize"):
                 if not hasattr(T, name):
                     raise RuntimeError(

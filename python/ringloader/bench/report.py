@@ -18,6 +18,11 @@ from .base import BASELINE, BOUND, LABELS, PIPELINES, label, split
 TITLES = {
     "train": "Train: RandomResizedCrop(224) + flip",
     "eval": "Eval: Resize(256) + CenterCrop(224)",
+    "ta": "Reference recipe: RandomResizedCrop(176) + flip + TrivialAugmentWide "
+    "+ Normalize + RandomErasing(0.1)",
+    "ta-plain": "The same without TrivialAugmentWide and RandomErasing",
+    "jitter": "RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) + Normalize",
+    "randaug": "v2: RandomResizedCrop(224) + flip + RandAugment + Normalize",
 }
 
 

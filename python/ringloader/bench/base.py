@@ -179,8 +179,10 @@ class Contender:
         import torch
 
         if first:
-            want = getattr(torch, self.dtype)
-            shape = (CROP, CROP, 3) if self.layout == "NHWC" else (3, CROP, CROP)
+            augment = self.spec.pipeline in AUGMENT  # float32, normalised
+            want = torch.float32 if augment else getattr(torch, self.dtype)
+            crop = 176 if self.spec.pipeline in ("ta", "ta-plain") else CROP
+            shape = (crop, crop, 3) if self.layout == "NHWC" else (3, crop, crop)
             if images.dtype != want or tuple(images.shape[1:]) != shape:
                 raise RuntimeError(
                     f"unexpected batch {images.dtype} {tuple(images.shape)}, "

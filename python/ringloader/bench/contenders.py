@@ -118,10 +118,11 @@ class Ringloader(Contender):
         from ringloader import transforms as T
 
         s = self.spec
-        steps = recipe_steps(T, s.pipeline)
         if s.pipeline in AUGMENT:  # torchvision's own objects, as users write
             steps = [augment_recipe(s.pipeline)]
-        elif self.dtype != "uint8":
+        else:
+            steps = recipe_steps(T, s.pipeline)
+        if s.pipeline not in AUGMENT and self.dtype != "uint8":
             for name in ("ToDtype", "Normalize"):
                 if not hasattr(T, name):
                     raise RuntimeError(

@@ -324,7 +324,9 @@ def test_batches_identical_across_threads_and_io_backends(root):
 
 
 def test_erasing_with_device_cuda_says_what_to_do(root):
-    with pytest.raises(ValueError, match="RandomErasing cannot be fused with device='cuda'"):
+    with pytest.raises(
+        ValueError, match="RandomErasing cannot be fused with device='cuda'"
+    ):
         _loader(root, reference_ta(), device="cuda")
 
 
@@ -348,7 +350,9 @@ def test_cutmix_and_mixup_on_ringloader_batches(root, mix):
             if mix == "MixUp":
                 lam = soft[0, labels[0]].item() if labels[0] != labels[-1] else None
                 if lam is not None:
-                    assert torch.allclose(mixed[0], lam * images[0] + (1 - lam) * other[0], atol=1e-5)
+                    assert torch.allclose(
+                        mixed[0], lam * images[0] + (1 - lam) * other[0], atol=1e-5
+                    )
             else:
                 from_self = (mixed == images).all(1)
                 from_other = (mixed == other).all(1)

@@ -94,6 +94,6 @@ def test_augment_ops_and_cutmix_on_the_device(folder):
     gpu = ringloader.Loader(ds, batch_size=4, transform=t, seed=3, device="cuda")
     mix = v2.RandomChoice([v2.CutMix(num_classes=10), v2.MixUp(num_classes=10)])
     for (a, la), (b, lb) in zip(cpu, gpu):
-        assert b.is_cuda and torch.equal(a, b.cpu())
+        assert b.is_cuda and torch.equal(a, b.cpu()) and torch.equal(la, lb)
         images, labels = mix(b, lb.cuda())
         assert images.is_cuda and labels.shape == (len(lb), 10)

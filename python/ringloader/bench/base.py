@@ -42,8 +42,7 @@ PIPELINES = {
     "ta": "RandomResizedCrop(176) + flip + TrivialAugmentWide + Normalize "
     "+ RandomErasing(0.1)",
     "ta-plain": "RandomResizedCrop(176) + flip + Normalize",
-    "jitter": "RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) "
-    "+ Normalize",
+    "jitter": "RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) + Normalize",
     "randaug": "v2: RandomResizedCrop(224) + flip + RandAugment + Normalize",
 }
 AUGMENT = ("ta", "ta-plain", "jitter", "randaug")

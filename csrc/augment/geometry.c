@@ -30,19 +30,6 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-/*
- * torchvision's rotate_image(img, angle, interp, expand=False, center,
- * fill): the angle in degrees counterclockwise, taken modulo 360 first;
- * center in pixels from the top-left corner or NULL for the image centre
- * (then turns by multiples of 90 degrees are exact copies, as there);
- * fill three values or NULL. Returns 0, -ENOMEM, or -EOVERFLOW for a side
- * over 4194296 pixels (as rl_k_affine). To be declared in kernels.h for
- * the policies' Rotate, which must take the angle modulo 360 as here to
- * get torchvision's matrix to the last bit.
- */
-int rl_k_rotate(rl_image *img, double angle, rl_interp interp,
-                const double *center, const double *fill);
-
 /* Py_MATH_PI / 180.0, the factor of Python's math.radians */
 static const double deg_to_rad = 3.14159265358979323846 / 180.0;
 
@@ -139,6 +126,7 @@ static double mod360(double a)
     return r;
 }
 
+/* (kernels.h): torchvision's rotate_image, expand=False. */
 int rl_k_rotate(rl_image *img, double angle, rl_interp interp,
                 const double *center, const double *fill)
 {

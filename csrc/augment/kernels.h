@@ -36,8 +36,15 @@ void rl_affine_inverse(double cx, double cy, double angle, double tx, double ty,
 
 /* The affine warp of img by the inverse matrix m, output the same size, as
  * torchvision's affine/rotate (expand=False). fill: three values, or NULL
- * for fill=None. */
+ * for fill=None. Returns 0, -ENOMEM, or -EOVERFLOW for a side over
+ * 4,194,296 pixels (a limit of its rounding). */
 int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
                 const double *fill);
+
+/* All of torchvision's rotate (expand=False): the angle taken mod 360 as
+ * Python's %, negated, the quarter-turn shortcut; center in pixels or NULL
+ * for the image centre. */
+int rl_k_rotate(rl_image *img, double angle, rl_interp interp,
+                const double *center, const double *fill);
 
 #endif /* RL_AUGMENT_KERNELS_H */

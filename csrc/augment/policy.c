@@ -18,6 +18,7 @@
  * changes nothing in the distribution of what is applied.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -110,9 +111,8 @@ static int apply_kind(rl_image *img, int kind, double magnitude, common c)
     case K_TRANSLATE_Y:
         rl_affine_inverse(0, 0, 0, 0, trunc(magnitude), 1, 0, 0, m);
         return rl_k_affine(img, m, c.interp, c.fill);
-    case K_ROTATE: /* F.rotate: the inverse matrix of -angle */
-        rl_affine_inverse(0, 0, -magnitude, 0, 0, 1, 0, 0, m);
-        return rl_k_affine(img, m, c.interp, c.fill);
+    case K_ROTATE:
+        return rl_k_rotate(img, magnitude, c.interp, NULL, c.fill);
     case K_BRIGHTNESS:
         return rl_k_brightness(img, 1.0 + magnitude);
     case K_COLOR:
@@ -161,7 +161,9 @@ static int run_pairs(const double *params, int n, rl_image *img, common c,
         }
         int rc = apply_kind(img, kind, params[2 * i + 1], c);
         if (rc != 0) {
-            snprintf(msg, RL_MSG_MAX, "out of memory");
+            snprintf(msg, RL_MSG_MAX, "%s",
+                     rc == -ENOMEM ? "out of memory"
+                                   : "image too large for a warp");
             return rc;
         }
     }

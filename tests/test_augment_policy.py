@@ -25,23 +25,7 @@ from ringloader import _core, _ops
 
 from images import KINDS, jpeg_bytes, psnr
 
-KIND_NAMES = [
-    "Identity",
-    "ShearX",
-    "ShearY",
-    "TranslateX",
-    "TranslateY",
-    "Rotate",
-    "Brightness",
-    "Color",
-    "Contrast",
-    "Sharpness",
-    "Posterize",
-    "Solarize",
-    "AutoContrast",
-    "Equalize",
-    "Invert",
-]
+KIND_NAMES = _ops.POLICY_KINDS
 GEOMETRIC = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
 SEED = 11
 SIZES = [(224, 224), (37, 53), (1, 1), (2, 3), (7, 1)]

@@ -35,8 +35,10 @@ FLIP_SAFE = {
     "sharpness",
 }
 
-# The sub-ops with a magnitude table, in the order of csrc/augment/policy.c.
-_MAG_OPS = (
+# The policies' sub-ops, in the order of csrc/augment/policy.c's kinds; the
+# ones with a magnitude table are ShearX .. Solarize.
+POLICY_KINDS = (
+    "Identity",
     "ShearX",
     "ShearY",
     "TranslateX",
@@ -48,7 +50,11 @@ _MAG_OPS = (
     "Sharpness",
     "Posterize",
     "Solarize",
+    "AutoContrast",
+    "Equalize",
+    "Invert",
 )
+_MAG_OPS = POLICY_KINDS[1:12]
 _MAX_BINS = 32
 _AA_POLICIES = {"imagenet": 0, "cifar10": 1, "svhn": 2}
 

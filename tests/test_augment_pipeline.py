@@ -359,3 +359,53 @@ def test_cutmix_and_mixup_on_ringloader_batches(root, mix):
                 from_self = (mixed == images).all(1)
                 from_other = (mixed == other).all(1)
                 assert (from_self | from_other).all()
+
+
+# ---- the mapping of torchvision's classes ----
+
+BOTH = [
+    ("ColorJitter", (0.4, 0.3, 0.2, 0.1), {}),
+    ("RandomGrayscale", (0.3,), {}),
+    ("Grayscale", (3,), {}),
+    ("GaussianBlur", ((9, 5), (0.2, 3.0)), {}),
+    ("RandomAutocontrast", (0.3,), {}),
+    ("RandomEqualize", (0.3,), {}),
+    ("RandomInvert", (0.3,), {}),
+    ("RandomPosterize", (3, 0.3), {}),
+    ("RandomSolarize", (100, 0.3), {}),
+    ("RandomAdjustSharpness", (2.0, 0.3), {}),
+    ("RandomRotation", (30,), dict(center=(3, 4), fill=(1, 2, 3))),
+    ("RandomAffine", (10, (0.1, 0.2), (0.8, 1.2), (1, 2, 3, 4)), dict(fill=7)),
+    ("TrivialAugmentWide", (), dict(num_magnitude_bins=20)),
+    ("RandAugment", (3, 5, 11), {}),
+    ("AutoAugment", (), {}),
+]
+
+
+@pytest.mark.parametrize("name,args,kw", BOTH, ids=[b[0] for b in BOTH])
+def test_v1_and_v2_classes_map_to_the_same_op(name, args, kw):
+    """transforms and transforms.v2 name the same op with the same
+    arguments (NaN for what is unset), and the op accepts them."""
+    from ringloader import _ops
+
+    one = _ops.op_of(getattr(T, name)(*args, **kw), 48, 40)
+    two = _ops.op_of(getattr(v2, name)(*args, **kw), 48, 40)
+    assert one[0] == two[0]
+    assert np.allclose(one[1], two[1], equal_nan=True), (one, two)
+    _core.augment_draw([one], 48, 40, 0, 0, 0)  # the C check accepts them
+
+
+@pytest.mark.parametrize(
+    "t,why",
+    [
+        (v2.Grayscale(), "num_output_channels=1"),
+        (v2.RandomRotation(10, interpolation=v2.InterpolationMode.BICUBIC), "bicubic"),
+        (v2.RandomSolarize(300), "outside 0..255"),
+        (v2.RandomRotation(10, expand=True), "expand=True"),
+    ],
+)
+def test_unfusable_settings_fall_back_with_the_reason(t, why):
+    compiled = compile_transform(
+        v2.Compose([v2.RandomResizedCrop(32), t, v2.ToImage()])
+    )
+    assert compiled.rest[0] is t and why in compiled.reason, compiled.reason

@@ -126,6 +126,8 @@ def _grayscale(t: Any, h: int, w: int) -> list[float]:
 
 def _gaussian_blur(t: Any, h: int, w: int) -> list[float]:
     kx, ky = (int(k) for k in t.kernel_size)
+    if max(kx, ky) > 1001:
+        raise NotFused(f"GaussianBlur(kernel_size={t.kernel_size}): at most 1001")
     return [float(kx), float(ky), float(t.sigma[0]), float(t.sigma[1])]
 
 
@@ -138,6 +140,10 @@ def _posterize(t: Any, h: int, w: int) -> list[float]:
 
 
 def _solarize(t: Any, h: int, w: int) -> list[float]:
+    if not 0 <= float(t.threshold) <= 255:
+        # torch wraps a negative int threshold to uint8 and refuses one
+        # above 255: neither is a threshold on 8-bit pixels
+        raise NotFused(f"RandomSolarize(threshold={t.threshold}) outside 0..255")
     return [float(t.threshold), float(t.p)]
 
 

@@ -111,6 +111,8 @@ class Ringloader(Contender):
             )
         with contextlib.suppress(Exception):
             self.extra["libjpeg_version"] = ringloader._core.libjpeg_version
+        if self.spec.pipeline in AUGMENT:  # the recipes are torchvision's
+            from torchvision.transforms import v2  # noqa: F401
 
     def build(self) -> None:
         import ringloader

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .base import LABELS, label, split
+from .base import AUGMENT, LABELS, label, split
 from .report import (
     TITLES,
     tag,
@@ -140,7 +140,15 @@ def results_md(
         "Every contender yields the same batches: uint8 (B, 3, 224, 224) contiguous NCHW "
         "tensors (float32 normalised for *ringloader float32*), with labels. Train: "
         "RandomResizedCrop(224) + RandomHorizontalFlip, shuffled. Eval: Resize(256) + "
-        "CenterCrop(224), in order.",
+        "CenterCrop(224), in order."
+        + (
+            " The augmentation recipes (ta, ta-plain, jitter, randaug) are torchvision "
+            "transform objects given as they are to both loaders (DataLoader + "
+            "ImageFolder, and ringloader, which fuses them): float32 normalised "
+            "batches of their crop size, shuffled."
+            if set(cfg.get("pipelines", [])) & set(AUGMENT)
+            else ""
+        ),
         "",
         HOW.format(rounds=cfg["rounds"]),
         "",

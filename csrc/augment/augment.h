@@ -77,6 +77,7 @@ typedef struct rl_augment {
 extern const rl_op_def *const rl_color_ops[];    /* color.c */
 extern const rl_op_def *const rl_geometry_ops[]; /* geometry.c */
 extern const rl_op_def *const rl_policy_ops[];   /* policy.c */
+extern const rl_op_def *const rl_augmix_ops[];   /* augmix.c */
 extern const rl_op_def *const rl_output_ops[];   /* erase.c */
 /* Those tables, ending with NULL (ops.c). */
 extern const rl_op_def *const *const rl_op_tables[];

@@ -52,4 +52,14 @@ int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
 int rl_k_rotate(rl_image *img, double angle, rl_interp interp,
                 const double *center, const double *fill);
 
+/* ---- the policies' sub-ops (policy.c) ----
+ * torchvision's auto-augment sub-op `kind` with `magnitude` on img, as its
+ * _apply_image_or_video_transform runs it: kind is the index of the name in
+ * _ops.POLICY_KINDS (0 Identity .. 14 Invert), the magnitude already signed,
+ * Solarize's in pixel values; an unknown kind does nothing. fill: three
+ * values, or NULL for fill=None. Returns 0, -ENOMEM or -EOVERFLOW (as
+ * rl_k_affine). */
+int rl_policy_apply(rl_image *img, int kind, double magnitude, rl_interp interp,
+                    const double *fill);
+
 #endif /* RL_AUGMENT_KERNELS_H */

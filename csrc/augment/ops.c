@@ -12,5 +12,6 @@
 #include "augment/augment.h"
 
 const rl_op_def *const *const rl_op_tables[] = {
-    rl_color_ops, rl_geometry_ops, rl_policy_ops, rl_output_ops, NULL,
+    rl_color_ops,  rl_geometry_ops, rl_policy_ops,
+    rl_augmix_ops, rl_output_ops,   NULL,
 };

@@ -91,8 +91,9 @@ static int check_common(const char *name, const double *a, char *msg)
     return 0;
 }
 
-/* torchvision's op `kind` with `magnitude` on img. */
-static int apply_kind(rl_image *img, int kind, double magnitude, common c)
+/* torchvision's op `kind` with `magnitude` on img (kernels.h). */
+int rl_policy_apply(rl_image *img, int kind, double magnitude, rl_interp interp,
+                    const double *fill)
 {
     double m[6];
     double w = img->w, h = img->h;
@@ -100,19 +101,19 @@ static int apply_kind(rl_image *img, int kind, double magnitude, common c)
     case K_SHEAR_X: /* about the top-left corner: center [0, 0] */
         rl_affine_inverse(-0.5 * w, -0.5 * h, 0, 0, 0, 1,
                           atan(magnitude) * (180.0 / M_PI), 0, m);
-        return rl_k_affine(img, m, c.interp, c.fill);
+        return rl_k_affine(img, m, interp, fill);
     case K_SHEAR_Y:
         rl_affine_inverse(-0.5 * w, -0.5 * h, 0, 0, 0, 1, 0,
                           atan(magnitude) * (180.0 / M_PI), m);
-        return rl_k_affine(img, m, c.interp, c.fill);
+        return rl_k_affine(img, m, interp, fill);
     case K_TRANSLATE_X: /* int(magnitude): towards zero */
         rl_affine_inverse(0, 0, 0, trunc(magnitude), 0, 1, 0, 0, m);
-        return rl_k_affine(img, m, c.interp, c.fill);
+        return rl_k_affine(img, m, interp, fill);
     case K_TRANSLATE_Y:
         rl_affine_inverse(0, 0, 0, 0, trunc(magnitude), 1, 0, 0, m);
-        return rl_k_affine(img, m, c.interp, c.fill);
+        return rl_k_affine(img, m, interp, fill);
     case K_ROTATE:
-        return rl_k_rotate(img, magnitude, c.interp, NULL, c.fill);
+        return rl_k_rotate(img, magnitude, interp, NULL, fill);
     case K_BRIGHTNESS:
         return rl_k_brightness(img, 1.0 + magnitude);
     case K_COLOR:
@@ -159,7 +160,8 @@ static int run_pairs(const double *params, int n, rl_image *img, common c,
         if (kind < 0) {
             continue;
         }
-        int rc = apply_kind(img, kind, params[2 * i + 1], c);
+        int rc =
+            rl_policy_apply(img, kind, params[2 * i + 1], c.interp, c.fill);
         if (rc != 0) {
             snprintf(msg, RL_MSG_MAX, "%s",
                      rc == -ENOMEM ? "out of memory"

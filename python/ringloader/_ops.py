@@ -232,6 +232,79 @@ def _auto_augment(t: Any, h: int, w: int) -> list[float]:
     return [float(_AA_POLICIES[policy])] + _policy_head(t) + table
 
 
+# AugMix (csrc/augment/augmix.c): the magnitude bins of its tables
+# (torchvision's _PARAMETER_MAX), the sub-ops its augmentation space may
+# hold, and the per-sample parameters of one op (RL_OP_MAX_PARAMS): two
+# Beta weights, then per chain a weight and one slot a sub-op.
+_AUGMIX_BINS = 10
+_AUGMIX_MAX_KINDS = 16
+_AUGMIX_MAX_PARAMS = 16
+
+
+def _augmix_space(t: Any, h: int, w: int) -> list[tuple[str, bool, Optional[list]]]:
+    """(name, signed, magnitudes or None) of each sub-op of AugMix t's
+    augmentation space for an h x w image, in the order its forward draws
+    from, each table made by the object itself; v2's Solarize in pixel
+    values, as its forward scales it."""
+    bins = int(t._PARAMETER_MAX)
+    out = []
+    if _is_v2(t):
+        space = t._AUGMENTATION_SPACE if t.all_ops else t._PARTIAL_AUGMENTATION_SPACE
+        for name, (make, signed) in space.items():
+            values = make(bins, h, w)
+            mags = None
+            if values is not None:
+                scale = 255.0 if name == "Solarize" else 1.0
+                mags = [scale * float(v) for v in values.reshape(-1).tolist()]
+            out.append((name, bool(signed), mags))
+    else:
+        for name, (values, signed) in t._augmentation_space(bins, (h, w)).items():
+            mags = None
+            if values.ndim > 0:  # AutoContrast, Equalize: a 0-d placeholder
+                mags = [float(v) for v in values.reshape(-1).tolist()]
+            out.append((name, bool(signed), mags))
+    return out
+
+
+def _augmix(t: Any, h: int, w: int) -> list[float]:
+    severity, width = int(t.severity), int(t.mixture_width)
+    depth = int(t.chain_depth)  # <= 0: uniform in 1..3 per chain
+    slots = depth if depth > 0 else 3
+    if width < 0 or 2 + width * (1 + slots) > _AUGMIX_MAX_PARAMS:
+        raise NotFused(
+            f"AugMix(mixture_width={width}, chain_depth={depth}): "
+            f"mixture_width * (1 + depth) must be at most "
+            f"{_AUGMIX_MAX_PARAMS - 2} to be fused (depth 3 when random: "
+            "up to 3 chains)"
+        )
+    alpha = float(t.alpha)
+    if not (math.isfinite(alpha) and alpha > 0):
+        raise NotFused(f"AugMix(alpha={t.alpha}): alpha must be positive")
+    if not 1 <= severity <= _AUGMIX_BINS:
+        raise NotFused(f"AugMix(severity={severity}) outside 1..{_AUGMIX_BINS}")
+    space = _augmix_space(t, h, w)
+    if not 1 <= len(space) <= _AUGMIX_MAX_KINDS:
+        raise NotFused(f"AugMix: {len(space)} sub-ops in its augmentation space")
+    # per sub-op of the space, in its order: the C kernel's kind, signed,
+    # has a table, the table's first bins
+    rows: list[float] = []
+    for name, signed, mags in space:
+        if name not in POLICY_KINDS:
+            raise NotFused(f"AugMix: sub-op {name} has no C kernel")
+        if mags is not None and len(mags) < severity:
+            raise NotFused(f"AugMix: {name} has fewer than {severity} magnitudes")
+        row = [] if mags is None else mags[:_AUGMIX_BINS]
+        rows += [
+            float(POLICY_KINDS.index(name)),
+            float(signed),
+            float(mags is not None),
+        ]
+        rows += row + [0.0] * (_AUGMIX_BINS - len(row))
+    rows += [0.0] * ((_AUGMIX_MAX_KINDS - len(space)) * (3 + _AUGMIX_BINS))
+    head = [float(severity), float(width), float(max(depth, -1)), alpha]
+    return head + _policy_head(t) + [float(len(space))] + rows
+
+
 # torchvision class name -> (op name, args maker)
 IMAGE_OPS = {
     "ColorJitter": ("color_jitter", _color_jitter),
@@ -249,6 +322,7 @@ IMAGE_OPS = {
     "TrivialAugmentWide": ("trivial_augment", _trivial_augment),
     "RandAugment": ("rand_augment", _rand_augment),
     "AutoAugment": ("auto_augment", _auto_augment),
+    "AugMix": ("augmix", _augmix),
 }
 
 

@@ -1,0 +1,327 @@
+/*
+ * augment/augmix.c - AugMix: a few chains of random sub-ops on copies of
+ * the image, mixed back with the original by random convex weights.
+ *
+ * DESIGN: the chains' sub-ops are the policies' (rl_policy_apply, the very
+ * kernels TrivialAugmentWide uses), and, as for the policies, the magnitude
+ * tables and the list of sub-ops come from Python (ringloader/_ops.py),
+ * made by the transform object's own table functions with the user's
+ * torch: this file only indexes them. Which sub-ops the object's
+ * augmentation space holds, in its order, and whether each is signed or
+ * has magnitudes, are arguments too, so all_ops and the v1 and v2 classes
+ * are only different arguments.
+ *
+ * The weights follow torchvision's forward: (m0, m1) ~ Dirichlet(alpha,
+ * alpha), d ~ Dirichlet(alpha, ..., alpha) over the chains, each rounded to
+ * float32 as torch's samples are; chain i's weight is the float32 product
+ * d_i * m1. The mix is computed as torch computes it on a uint8 image: in
+ * float32, m0 * x first, then + (w_i * chain_i) for each chain in order,
+ * every product and sum rounded to float32 (no fused multiply-add), and
+ * the result truncated to uint8 (`.to(torch.uint8)`). So given the same
+ * weights and chains the mix is bit-exact, and a chain within 1 LSB of
+ * torchvision's moves the mix by at most 1 LSB.
+ *
+ * Gamma variates (for the Dirichlets) come from the sample's own stream:
+ * Marsaglia and Tsang's method for a >= 1, with G(a) = G(a + 1) U^(1/a)
+ * below 1, kept as logarithms so that a tiny alpha does not underflow
+ * before the normalisation; a weight below FLT_MIN becomes FLT_MIN, as in
+ * torch's _sample_dirichlet.
+ *
+ * args: [severity, mixture_width, chain_depth, alpha, interpolation,
+ *        fill r, g, b (NaN for None), n_kinds, then n_kinds rows (up to
+ *        AM_MAX_KINDS) of AM_ROW: policy kind (kernels.h), signed (0/1),
+ *        has magnitudes (0/1), the magnitudes of bins 0 .. AM_BINS - 1]
+ * params: [m0, m1, d_0 .. d_{W-1}, then W chains of D slots] where W is
+ *        mixture_width and D chain_depth, or 3 where chain_depth <= 0
+ *        (torchvision's depth uniform in 1..3). A slot holds 0 (past the
+ *        chain's end) or +-(1 + k + AM_MAX_KINDS * bin): sub-op k of the
+ *        space at magnitude bin `bin`, negative when the magnitude is
+ *        negated. 2 + W (1 + D) must fit in RL_OP_MAX_PARAMS: with 16,
+ *        torchvision's default of 3 chains of random depth does (14).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "augment/kernels.h"
+
+#define AM_BINS 10      /* torchvision's _PARAMETER_MAX */
+#define AM_MAX_KINDS 16 /* sub-ops of an augmentation space */
+#define AM_ROW (3 + AM_BINS)
+#define AM_HEAD 9
+#define AM_ARGS (AM_HEAD + AM_MAX_KINDS * AM_ROW)
+#define AM_N_KINDS_POLICY 15 /* Identity .. Invert */
+
+static const double *kind_row(const double *a, int k)
+{
+    return a + AM_HEAD + k * AM_ROW;
+}
+
+/* Sub-op slots a chain has in params. */
+static int slots_of(double chain_depth)
+{
+    return chain_depth > 0 ? (int)chain_depth : 3;
+}
+
+static bool is_int(double v)
+{
+    return isfinite(v) && v == floor(v);
+}
+
+static int fail(char *msg, const char *what)
+{
+    snprintf(msg, RL_MSG_MAX, "augmix: %s", what);
+    return RL_EINTERNAL;
+}
+
+static int am_check(const double *a, char *msg)
+{
+    if (!(is_int(a[0]) && a[0] >= 1 && a[0] <= AM_BINS)) {
+        return fail(msg, "severity must be 1..10");
+    }
+    if (!(is_int(a[1]) && a[1] >= 0 && a[1] <= RL_OP_MAX_PARAMS)) {
+        return fail(msg, "mixture_width must be a count");
+    }
+    if (!(is_int(a[2]) && fabs(a[2]) <= RL_OP_MAX_PARAMS)) {
+        return fail(msg, "chain_depth must be an integer");
+    }
+    int width = (int)a[1];
+    if (2 + width + width * slots_of(a[2]) > RL_OP_MAX_PARAMS) {
+        snprintf(msg, RL_MSG_MAX,
+                 "augmix: %d chains of %d sub-ops and their weights exceed "
+                 "%d parameters",
+                 width, slots_of(a[2]), RL_OP_MAX_PARAMS);
+        return RL_EINTERNAL;
+    }
+    if (!(isfinite(a[3]) && a[3] > 0)) {
+        return fail(msg, "alpha must be positive");
+    }
+    if (a[4] != 0 && a[4] != 1) {
+        return fail(msg, "interpolation must be 0 (nearest) or 1 (bilinear)");
+    }
+    for (int c = 0; c < 3; c++) {
+        if (isnan(a[5]) != isnan(a[5 + c]) ||
+            (!isnan(a[5 + c]) && !(a[5 + c] >= 0 && a[5 + c] <= 255))) {
+            return fail(msg, "fill must be None or three values in [0, 255]");
+        }
+    }
+    if (!(is_int(a[8]) && a[8] >= 1 && a[8] <= AM_MAX_KINDS)) {
+        return fail(msg, "the augmentation space must hold 1..16 sub-ops");
+    }
+    for (int k = 0; k < (int)a[8]; k++) {
+        const double *r = kind_row(a, k);
+        if (!(is_int(r[0]) && r[0] >= 0 && r[0] < AM_N_KINDS_POLICY) ||
+            (r[1] != 0 && r[1] != 1) || (r[2] != 0 && r[2] != 1)) {
+            return fail(msg, "a sub-op must be (kind, signed, has table)");
+        }
+        for (int b = 0; b < AM_BINS; b++) {
+            if (!isfinite(r[3 + b])) {
+                return fail(msg, "the magnitude tables must be finite");
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- draws ---- */
+
+/* An index uniform in [0, n). */
+static int pick(rl_rng *g, int n)
+{
+    int i = (int)(rl_rng_uniform(g) * n);
+    return i < n ? i : n - 1;
+}
+
+/* A uniform number in (0, 1]. */
+static double uniform_pos(rl_rng *g)
+{
+    return 1.0 - rl_rng_uniform(g);
+}
+
+/* A standard normal variate (Box-Muller, one of the pair). */
+static double normal(rl_rng *g)
+{
+    double r = sqrt(-2.0 * log(uniform_pos(g)));
+    return r * cos(2.0 * M_PI * rl_rng_uniform(g));
+}
+
+/* The logarithm of a Gamma(a, 1) variate, a > 0. */
+static double log_gamma_variate(rl_rng *g, double a)
+{
+    double boost = 0.0;
+    if (a < 1.0) {
+        /* G(a) = G(a + 1) * U^(1/a) */
+        boost = log(uniform_pos(g)) / a;
+        a += 1.0;
+    }
+    double d = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+    for (;;) {
+        double x = normal(g);
+        double v = 1.0 + c * x;
+        if (v <= 0.0) {
+            continue;
+        }
+        v = v * v * v;
+        double u = uniform_pos(g);
+        if (u < 1.0 - 0.0331 * (x * x) * (x * x) ||
+            log(u) < 0.5 * x * x + d * (1.0 - v + log(v))) {
+            return log(d * v) + boost;
+        }
+    }
+}
+
+/* n weights ~ Dirichlet(alpha, ..., alpha), each rounded to float32, into
+ * out. */
+static void dirichlet(rl_rng *g, double alpha, int n, double *out)
+{
+    double hi = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        out[i] = log_gamma_variate(g, alpha);
+        hi = out[i] > hi ? out[i] : hi;
+    }
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        out[i] = exp(out[i] - hi);
+        sum += out[i];
+    }
+    for (int i = 0; i < n; i++) {
+        float v = (float)(out[i] / sum);
+        out[i] = v < FLT_MIN ? FLT_MIN : v;
+    }
+}
+
+static void am_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
+{
+    (void)w;
+    (void)h;
+    const double *a = op->args;
+    int severity = (int)a[0], width = (int)a[1], n_kinds = (int)a[8];
+    int slots = slots_of(a[2]);
+    dirichlet(g, a[3], 2, params);
+    dirichlet(g, a[3], width, params + 2);
+    double *slot = params + 2 + width;
+    for (int c = 0; c < width; c++, slot += slots) {
+        int depth = a[2] > 0 ? slots : 1 + pick(g, 3);
+        for (int j = 0; j < depth; j++) {
+            int k = pick(g, n_kinds);
+            const double *r = kind_row(a, k);
+            int bin = r[2] != 0 ? pick(g, severity) : 0;
+            bool negate = r[1] != 0 && rl_rng_uniform(g) < 0.5;
+            double code = 1 + k + AM_MAX_KINDS * bin;
+            slot[j] = negate ? -code : code;
+        }
+    }
+}
+
+/* ---- apply ---- */
+
+/* Runs the sub-ops of one chain's slots on img. */
+static int run_chain(const double *a, const double *slot, int slots,
+                     rl_image *img, char *msg)
+{
+    rl_interp interp = a[4] != 0 ? RL_INTERP_BILINEAR : RL_INTERP_NEAREST;
+    const double *fill = isnan(a[5]) ? NULL : a + 5;
+    for (int j = 0; j < slots && slot[j] != 0; j++) {
+        int code = (int)fabs(slot[j]) - 1;
+        int k = code % AM_MAX_KINDS, bin = code / AM_MAX_KINDS;
+        const double *r = kind_row(a, k);
+        double magnitude = r[2] != 0 ? r[3 + bin] : 0.0;
+        if (slot[j] < 0) {
+            magnitude = -magnitude;
+        }
+        int rc = rl_policy_apply(img, (int)r[0], magnitude, interp, fill);
+        if (rc != 0) {
+            snprintf(msg, RL_MSG_MAX, "augmix: %s",
+                     rc == -ENOMEM ? "out of memory"
+                                   : "image too large for a warp");
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* acc += weight * x over n values, each product and sum rounded to
+ * float32 (separate statements: no contraction into a fused
+ * multiply-add). */
+static void accumulate(float *restrict acc, const uint8_t *restrict x, size_t n,
+                       float weight)
+{
+    for (size_t i = 0; i < n; i++) {
+        float t = weight * (float)x[i];
+        acc[i] = acc[i] + t;
+    }
+}
+
+static int am_apply(const rl_op *op, const double *params, rl_image *img,
+                    char *msg)
+{
+    const double *a = op->args;
+    int width = (int)a[1], slots = slots_of(a[2]);
+    size_t line = (size_t)img->w * 3, n = line * (size_t)img->h;
+    if (n == 0) {
+        return 0;
+    }
+    float *acc = malloc(sizeof(float) * n);
+    uint8_t *work = width > 0 ? malloc(n) : NULL;
+    if (acc == NULL || (width > 0 && work == NULL)) {
+        free(acc);
+        free(work);
+        snprintf(msg, RL_MSG_MAX, "augmix: out of memory");
+        return -ENOMEM;
+    }
+    /* mix = m0 * image */
+    float m0 = (float)params[0], m1 = (float)params[1];
+    for (int y = 0; y < img->h; y++) {
+        const uint8_t *row = img->data + (size_t)y * img->stride;
+        float *o = acc + (size_t)y * line;
+        for (size_t i = 0; i < line; i++) {
+            o[i] = m0 * (float)row[i];
+        }
+    }
+    /* mix += (d_i * m1) * chain_i(image), chain by chain */
+    rl_image chain = {work, img->w, img->h, line};
+    int rc = 0;
+    for (int c = 0; c < width && rc == 0; c++) {
+        for (int y = 0; y < img->h; y++) {
+            memcpy(work + (size_t)y * line, img->data + (size_t)y * img->stride,
+                   line);
+        }
+        rc = run_chain(a, params + 2 + width + c * slots, slots, &chain, msg);
+        if (rc == 0) {
+            float weight = (float)params[2 + c] * m1;
+            accumulate(acc, work, n, weight);
+        }
+    }
+    if (rc == 0) {
+        /* .to(torch.uint8): truncation. The mix is a sum of non-negative
+         * terms, within [0, 256) but for float32 rounding at the top. */
+        for (int y = 0; y < img->h; y++) {
+            uint8_t *row = img->data + (size_t)y * img->stride;
+            const float *s = acc + (size_t)y * line;
+            for (size_t i = 0; i < line; i++) {
+                float v = s[i] < 255.0f ? s[i] : 255.0f;
+                row[i] = (uint8_t)(int)v;
+            }
+        }
+    }
+    free(acc);
+    free(work);
+    return rc;
+}
+
+static const rl_op_def augmix = {
+    .name = "augmix",
+    .nargs = AM_ARGS,
+    .check = am_check,
+    .draw = am_draw,
+    .apply = am_apply,
+};
+
+const rl_op_def *const rl_augmix_ops[] = {
+    &augmix,
+    NULL,
+};

@@ -194,12 +194,14 @@ def test_unfused_op_is_named_with_its_reason_and_runs_in_python(root):
     assert torch.equal(got, ref)
 
 
-def test_augmix_is_not_fused_and_says_so():
+def test_augmix_beyond_the_parameter_limit_is_not_fused_and_says_so():
     compiled = compile_transform(
-        v2.Compose([v2.RandomResizedCrop(32), v2.AugMix(), v2.ToImage()])
+        v2.Compose([v2.RandomResizedCrop(32), v2.AugMix(mixture_width=4), v2.ToImage()])
     )
     assert [type(t).__name__ for t in compiled.rest] == ["AugMix", "ToImage"]
-    assert "AugMix has no C op" in compiled.reason
+    assert "AugMix" in compiled.reason and "mixture_width" in compiled.reason, (
+        compiled.reason
+    )
 
 
 def test_flip_after_geometric_op_is_not_fused_with_reason():

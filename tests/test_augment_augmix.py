@@ -39,6 +39,7 @@ import ringloader
 from ringloader import _core, _ops
 from ringloader.transforms import compile_transform
 
+from draws import same_categories
 from images import KINDS, jpeg_bytes, psnr, write_folder
 
 SEED = 7
@@ -433,15 +434,6 @@ def _drawn(t, n: int):
     return [_draw(t, op, H, W, key) for key in range(n)]
 
 
-def _chi2(a: list, b: list, what: str) -> float:
-    cats = sorted(set(a) | set(b), key=str)
-    table = np.array([[a.count(c) for c in cats], [b.count(c) for c in cats]])
-    table = table[:, table.sum(0) > 0]
-    p = stats.chi2_contingency(table)[1]
-    assert p > 0.01, f"{what}: p = {p:.4g}"
-    return p
-
-
 def _ks(a: list, b: list, what: str) -> float:
     p = stats.ks_2samp(a, b).pvalue
     assert p > 0.01, f"{what}: p = {p:.4g}"
@@ -477,17 +469,17 @@ def test_augmix_distribution(config):
             [o[2][i] * o[1] for o in ours], [o[2][i] * o[1] for o in theirs], f"w{i}"
         )
     # the chains' depths, and every sub-op with its signed magnitude
-    ps["depth"] = _chi2(
+    ps["depth"] = same_categories(
         [len(c) for o in ours for c in o[3]],
         [len(c) for o in theirs for c in o[3]],
         "depth",
     )
-    ps["sub-op"] = _chi2(
+    ps["sub-op"] = same_categories(
         [label(*s) for o in ours for c in o[3] for s in c],
         [label(*s) for o in theirs for c in o[3] for s in c],
         "sub-op and signed magnitude",
     )
-    ps["first"] = _chi2(
+    ps["first"] = same_categories(
         [label(*o[3][0][0]) for o in ours],
         [label(*o[3][0][0]) for o in theirs],
         "chain 0's first sub-op",

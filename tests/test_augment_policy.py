@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 from torchvision.transforms import v2
 
 from ringloader import _core, _ops
 
+from draws import same_categories
 from images import KINDS, jpeg_bytes, psnr
 
 KIND_NAMES = _ops.POLICY_KINDS
@@ -194,15 +194,6 @@ def _ours(t, n: int, h: int = 32, w: int = 32) -> list[list[float]]:
     return [_core.augment_draw([op], h, w, SEED, 0, key)[0] for key in range(n)]
 
 
-def _same(a: list, b: list, what: str) -> float:
-    cats = sorted(set(a) | set(b), key=str)
-    table = np.array([[a.count(c) for c in cats], [b.count(c) for c in cats]])
-    table = table[:, table.sum(0) > 0]
-    p = stats.chi2_contingency(table)[1]
-    assert p > 0.01, f"{what}: p = {p:.4g}"
-    return p
-
-
 def _label(name: str, m: float) -> tuple[str, float]:
     return name, round(m, 4)
 
@@ -215,8 +206,8 @@ def test_trivial_augment_distribution():
         name = KIND_NAMES[int(p[0])]
         m = p[1] / 255.0 if name == "Solarize" else p[1]
         ours.append(_label(name, m))
-    _same([n for n, _ in ours], [n for n, _ in theirs], "sub-op")
-    _same(ours, theirs, "sub-op and signed magnitude")
+    same_categories([n for n, _ in ours], [n for n, _ in theirs], "sub-op")
+    same_categories(ours, theirs, "sub-op and signed magnitude")
 
 
 def test_rand_augment_distribution():
@@ -230,7 +221,7 @@ def test_rand_augment_distribution():
             m = p[2 * i + 1] / 255.0 if name == "Solarize" else p[2 * i + 1]
             a.append(_label(name, m))
         b = [_label(*c[i]) for c in theirs]
-        _same(a, b, f"sub-op {i} and signed magnitude")
+        same_categories(a, b, f"sub-op {i} and signed magnitude")
 
 
 @pytest.mark.parametrize("policy", ["IMAGENET", "CIFAR10", "SVHN"])
@@ -249,12 +240,12 @@ def test_auto_augment_distribution(policy):
         ours.append(tuple(calls))
     # the applied sub-ops (what a policy and its probabilities decide), and
     # each sub-op with its signed magnitude
-    _same(
+    same_categories(
         [tuple(n for n, _ in c) for c in ours],
         [tuple(n for n, _ in c) for c in theirs],
         "applied sub-ops",
     )
-    _same(
+    same_categories(
         [c for cs in ours for c in cs],
         [c for cs in theirs for c in cs],
         "signed magnitudes",

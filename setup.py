@@ -1,5 +1,5 @@
-"""Build ringloader's C extension against the system's libjpeg-turbo and
-liburing, found with pkg-config. No torch, CUDA or C++ is needed to build."""
+"""Build ringloader's C extension against the system's libjpeg-turbo,
+liburing and libcurl, found with pkg-config. No torch, CUDA or C++ is needed to build."""
 
 import os
 import shutil
@@ -13,10 +13,11 @@ DEBIAN_PACKAGES = {
     "pkg-config": "pkg-config",
     "libjpeg": "libjpeg62-turbo-dev (Debian) or libjpeg-turbo8-dev (Ubuntu)",
     "liburing": "liburing-dev",
+    "libcurl": "libcurl4-openssl-dev",
 }
 APT_LINE = (
     "$(command -v sudo) apt-get install -y pkg-config libjpeg62-turbo-dev "
-    "liburing-dev   # Ubuntu: libjpeg-turbo8-dev"
+    "liburing-dev libcurl4-openssl-dev   # Ubuntu: libjpeg-turbo8-dev"
 )
 
 
@@ -29,14 +30,14 @@ def check_system_libraries() -> None:
     """Fails naming everything that is missing at once: pkg-config, or the
     libraries pkg-config cannot find, each with its package to install."""
     if shutil.which("pkg-config") is None:
-        # Without pkg-config nothing can be looked up: ask for all three.
+        # Without pkg-config nothing can be looked up: ask for everything.
         missing = dict.fromkeys(
             DEBIAN_PACKAGES, "cannot be looked up without pkg-config"
         )
         missing["pkg-config"] = "not on PATH"
     else:
         missing = {}
-        for package in ("libjpeg", "liburing"):
+        for package in ("libjpeg", "liburing", "libcurl"):
             proc = subprocess.run(
                 ["pkg-config", "--exists", "--print-errors", package],
                 capture_output=True,
@@ -119,12 +120,14 @@ check_system_libraries()
 jpeg_cflags = pkg_config("libjpeg", "--cflags")
 jpeg_libs = pkg_config("libjpeg", "--libs")
 uring_cflags = pkg_config("liburing", "--cflags")
+curl_cflags = pkg_config("libcurl", "--cflags")
+curl_libs = pkg_config("libcurl", "--libs")
 
 ext = Extension(
     "ringloader._core",
     sources=sources(),
-    extra_compile_args=cflags + jpeg_cflags + uring_cflags,
-    extra_link_args=ldflags + jpeg_libs + liburing_link_args(),
+    extra_compile_args=cflags + jpeg_cflags + uring_cflags + curl_cflags,
+    extra_link_args=ldflags + jpeg_libs + liburing_link_args() + curl_libs,
     depends=headers(),
 )
 

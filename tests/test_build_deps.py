@@ -6,7 +6,10 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-APT = "apt-get install -y pkg-config libjpeg62-turbo-dev liburing-dev"
+APT = (
+    "apt-get install -y pkg-config libjpeg62-turbo-dev liburing-dev "
+    "libcurl4-openssl-dev"
+)
 
 
 def setup_py(tmp_path, **env):
@@ -23,15 +26,15 @@ def setup_py(tmp_path, **env):
     return proc.returncode, proc.stderr
 
 
-def test_both_libraries_named_at_once(tmp_path):
-    # pkg-config searches only an empty folder: it finds neither library.
+def test_every_library_named_at_once(tmp_path):
+    # pkg-config searches only an empty folder: it finds no library.
     empty = str(tmp_path)
     rc, err = setup_py(tmp_path, PKG_CONFIG_PATH=empty, PKG_CONFIG_LIBDIR=empty)
     assert rc != 0
     assert err.count("ringloader build error") == 1
-    assert "missing libjpeg, liburing" in err
+    assert "missing libjpeg, liburing, libcurl" in err
     assert "libjpeg62-turbo-dev (Debian) or libjpeg-turbo8-dev (Ubuntu)" in err
-    assert "liburing-dev" in err and APT in err
+    assert "liburing-dev" in err and "libcurl4-openssl-dev" in err and APT in err
     assert "pkg-config: not on PATH" not in err
 
 
@@ -40,7 +43,7 @@ def test_without_pkg_config_everything_is_named(tmp_path):
     rc, err = setup_py(tmp_path, PATH=str(tmp_path))
     assert rc != 0
     assert err.count("ringloader build error") == 1
-    assert "missing pkg-config, libjpeg, liburing" in err
+    assert "missing pkg-config, libjpeg, liburing, libcurl" in err
     assert "pkg-config: install pkg-config (not on PATH)" in err
     assert "libjpeg62-turbo-dev" in err and "liburing-dev" in err and APT in err
 

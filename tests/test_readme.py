@@ -60,7 +60,12 @@ def test_setup_lines_work_for_root_and_for_users():
     apt = [ln for ln in lines if "apt-get" in ln]
     assert apt and all(ln.startswith("$(command -v sudo) apt-get ") for ln in apt)
     install = next(ln for ln in apt if " install " in ln).split()
-    for package in ("pkg-config", "libjpeg62-turbo-dev", "liburing-dev"):
+    for package in (
+        "pkg-config",
+        "libjpeg62-turbo-dev",
+        "liburing-dev",
+        "libcurl4-openssl-dev",
+    ):
         assert package in install
     # The examples need torchvision: the set-up installs it, with ringloader.
     assert 'pip install ".[torchvision]"' in lines

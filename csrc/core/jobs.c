@@ -219,6 +219,14 @@ void rl__job_init(rl_batch *b, int i, int64_t id, int64_t key)
 
 /* ---- the I/O thread ---- */
 
+/* CPU time of the calling thread, for the I/O stage's cost per image. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void on_read(rl_fetch *f, void *arg)
 {
     rl_pipeline *p = arg;
@@ -249,8 +257,9 @@ static void dispatch(rl_pipeline *p, rl_batch *b)
     for (int i = 0; i < b->n; i++) {
         fs[i] = &b->jobs[i].fetch;
     }
-    uint64_t t0 = rl__now_ns();
+    uint64_t t0 = rl__now_ns(), c0 = thread_cpu_ns();
     src->ops->read_batch(src, fs, b->n, on_read, p);
+    atomic_fetch_add(&p->io_cpu_ns, thread_cpu_ns() - c0);
     atomic_fetch_add(&p->read_ns, rl__now_ns() - t0);
     if (fs != small) {
         free(fs);

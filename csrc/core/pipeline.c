@@ -370,13 +370,32 @@ void rl_pipeline_cancel(rl_pipeline *p)
     if (rl_pipeline_forked(p)) {
         return; /* nothing would ever complete the parent's batches */
     }
+    rl_source *src = p->cfg.source;
     pthread_mutex_lock(&p->mu);
     for (rl_batch *b = p->head; b; b = b->next) {
         atomic_store(&b->cancelled, true);
     }
     while (p->head != NULL) {
         if (!p->head->done) {
-            pthread_cond_wait(&p->done_cv, &p->mu);
+            if (src == NULL || src->ops->cancel == NULL) {
+                pthread_cond_wait(&p->done_cv, &p->mu);
+                continue;
+            }
+            /* Again every 20 ms: a batch the I/O thread took just before
+             * it was marked may have begun reading after the last call. */
+            pthread_mutex_unlock(&p->mu);
+            src->ops->cancel(src);
+            pthread_mutex_lock(&p->mu);
+            if (!p->head->done) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_nsec += 20000000;
+                if (ts.tv_nsec >= 1000000000) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&p->done_cv, &p->mu, &ts);
+            }
             continue;
         }
         rl_batch *b = pop_head(p);
@@ -395,6 +414,7 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     st->errors = atomic_load(&p->n_errors);
     st->skipped = atomic_load(&p->n_skipped);
     st->read_ns = atomic_load(&p->read_ns);
+    st->io_cpu_ns = atomic_load(&p->io_cpu_ns);
     st->decode_ns = atomic_load(&p->decode_ns);
     st->direct_refused = atomic_load(&p->direct_refused);
     st->truncated = atomic_load(&p->n_truncated);

@@ -95,6 +95,7 @@ void rl_batch_report_free(rl_batch_report *r);
 typedef struct rl_pipeline_stats {
     uint64_t samples, batches, bytes_read, errors, skipped;
     uint64_t read_ns, decode_ns; /* summed over threads */
+    uint64_t io_cpu_ns;          /* CPU time of the I/O thread's reads */
     uint64_t direct_refused;     /* O_DIRECT reads that fell back */
     uint64_t truncated;          /* JPEGs decoded although truncated */
     uint64_t fallback;           /* samples decoded by a later decoder */

@@ -83,7 +83,7 @@ struct rl_pipeline {
     rl_slot *copying, *copying_tail; /* oldest first, guarded by mu */
     atomic_uint_fast64_t n_samples, n_batches, n_bytes, n_errors, n_skipped;
     atomic_uint_fast64_t read_ns, decode_ns, direct_refused, n_truncated;
-    atomic_uint_fast64_t n_fallback;
+    atomic_uint_fast64_t n_fallback, io_cpu_ns;
 };
 
 /* ---- core/slots.c; all but rl__slot_release_locked with mu held ---- */

@@ -69,6 +69,10 @@ int rl__py_spec_init(PyObject *module);
  * exception set on failure (check PyErr_Occurred). */
 int64_t rl__py_item_i64(PyObject *seq, Py_ssize_t i);
 
+/* The file backend named by io ("auto", "io_uring", "pread") into *out.
+ * Returns 0, or -1 with a ValueError. */
+int rl__py_parse_io(const char *io, rl_io_backend *out);
+
 /* The file source of paths (and optional offsets, lengths: sequences of
  * ints). Returns NULL with an exception set. */
 rl_source *rl__py_file_source(PyObject *paths, PyObject *offsets,
@@ -80,6 +84,19 @@ rl_source *rl__py_file_source(PyObject *paths, PyObject *offsets,
  * Returns NULL with an exception set. */
 rl_source *rl__py_memory_source(PyObject *buffers, PyObject *names,
                                 PyObject *keep);
+
+/* The HTTP(S) source: paths[i] is sample i's object by display name,
+ * one of http["names"], fetched from the same position of http["urls"];
+ * offsets/lengths as for files (None: whole objects); the dict's other keys
+ * are options (retries, timeout, connect_timeout, max_connections, verify,
+ * ca_file). Returns NULL with an exception set. */
+rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
+                              PyObject *lengths, PyObject *http,
+                              uint64_t max_file_bytes, char *msg);
+
+/* Replaces an HTTP source's fetch URLs (a sequence of str, one per
+ * object). Returns None (new reference) or NULL with an exception. */
+PyObject *rl__py_http_set_urls(rl_source *src, PyObject *urls);
 
 /* ---- fallback.c ---- */
 

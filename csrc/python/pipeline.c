@@ -28,22 +28,9 @@ typedef struct {
     PyObject *allocator; /* device: nbytes -> (owner, pointer) */
     PyObject *owners;    /* device: a list, the FIFO of buffer owners */
     PyObject *keep;      /* what C borrows: the fallback, memory buffers */
+    rl_source *http;     /* the HTTP source (owned by p), or NULL */
     rl_decoder_def fallback_def;
 } pipeline_object;
-
-static int parse_io(const char *s, rl_io_backend *out)
-{
-    static const char *names[] = {"auto", "io_uring", "pread"};
-    for (int i = 0; i < 3; i++) {
-        if (strcmp(s, names[i]) == 0) {
-            *out = (rl_io_backend)i;
-            return 0;
-        }
-    }
-    PyErr_Format(PyExc_ValueError,
-                 "io must be 'auto', 'io_uring' or 'pread', not '%s'", s);
-    return -1;
-}
 
 /* ---- creation and closing ---- */
 
@@ -73,10 +60,12 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                              "direct_io",
                              "skip_errors",
                              "max_consecutive_errors",
+                             "http",
                              NULL};
     PyObject *spec, *paths = Py_None, *offsets = Py_None, *lengths = Py_None;
     PyObject *buffers = Py_None, *names = Py_None, *mul = Py_None;
     PyObject *add = Py_None, *allocator = Py_None, *fallback = Py_None;
+    PyObject *http = Py_None;
     const char *dtype = "uint8", *layout = "NCHW", *io = "auto";
     int device = -1, direct_io = 0, skip_errors = 0, max_consecutive = 16;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
@@ -84,11 +73,11 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
     unsigned long long max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OOOOOisKsKiKpsOOiKOOppi", kwlist, &spec, &paths,
+            args, kw, "O|$OOOOOisKsKiKpsOOiKOOppiO", kwlist, &spec, &paths,
             &offsets, &lengths, &buffers, &names, &nthreads, &layout, &seed,
             &io, &max_pixels, &max_scans, &max_file_bytes, &allow_truncated,
             &dtype, &mul, &add, &device, &copy_stream, &allocator, &fallback,
-            &direct_io, &skip_errors, &max_consecutive)) {
+            &direct_io, &skip_errors, &max_consecutive, &http)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -97,7 +86,7 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (rl__py_parse_transform(spec, &cfg.sample.transform) != 0 ||
         rl__py_parse_ops(spec, &cfg.sample.augment) != 0 ||
         rl__py_parse_place(dtype, mul, add, layout, &cfg.place) != 0 ||
-        parse_io(io, &fopt.io) != 0) {
+        rl__py_parse_io(io, &fopt.io) != 0) {
         return NULL;
     }
     if ((paths == Py_None) == (buffers == Py_None)) {
@@ -133,9 +122,13 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         cfg.decoders.defs[cfg.decoders.n++] = &self->fallback_def;
     }
     char msg[RL_MSG_MAX] = "";
-    cfg.source = paths != Py_None
-                     ? rl__py_file_source(paths, offsets, lengths, &fopt, msg)
-                     : rl__py_memory_source(buffers, names, self->keep);
+    cfg.source = paths == Py_None
+                     ? rl__py_memory_source(buffers, names, self->keep)
+                 : http != Py_None
+                     ? rl__py_http_source(paths, offsets, lengths, http,
+                                          max_file_bytes, msg)
+                     : rl__py_file_source(paths, offsets, lengths, &fopt, msg);
+    self->http = http != Py_None ? cfg.source : NULL;
     if (cfg.source == NULL) {
         Py_DECREF(self);
         return NULL;
@@ -475,13 +468,14 @@ static PyObject *pipeline_stats(pipeline_object *self, PyObject *unused)
     rl_pipeline_stats s;
     rl_pipeline_stats_get(self->p, &s);
     return Py_BuildValue(
-        "{sKsKsKsKsKsdsdsisisisKsKsK}", "samples",
+        "{sKsKsKsKsKsdsdsdsisisisKsKsK}", "samples",
         (unsigned long long)s.samples, "batches", (unsigned long long)s.batches,
         "bytes_read", (unsigned long long)s.bytes_read, "errors",
         (unsigned long long)s.errors, "skipped", (unsigned long long)s.skipped,
         "read_seconds", s.read_ns / 1e9, "decode_seconds", s.decode_ns / 1e9,
-        "inflight", s.inflight, "ready", s.ready, "slots", s.slots,
-        "direct_refused", (unsigned long long)s.direct_refused, "truncated",
+        "io_cpu_seconds", s.io_cpu_ns / 1e9, "inflight", s.inflight, "ready",
+        s.ready, "slots", s.slots, "direct_refused",
+        (unsigned long long)s.direct_refused, "truncated",
         (unsigned long long)s.truncated, "fallback_decodes",
         (unsigned long long)s.fallback);
 }
@@ -529,6 +523,18 @@ static PyObject *pipeline_get_closed(pipeline_object *self, void *closure)
                            rl_pipeline_forked(self->p));
 }
 
+static PyObject *pipeline_set_urls(pipeline_object *self, PyObject *urls)
+{
+    if (check_open(self) != 0) {
+        return NULL;
+    }
+    if (self->http == NULL) {
+        PyErr_SetString(PyExc_TypeError, "not an HTTP pipeline");
+        return NULL;
+    }
+    return rl__py_http_set_urls(self->http, urls);
+}
+
 static PyMethodDef pipeline_methods[] = {
     {"submit", (PyCFunction)pipeline_submit, METH_VARARGS,
      "submit(ids, keys, epoch): queue a batch of samples of the table."},
@@ -536,6 +542,8 @@ static PyMethodDef pipeline_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "next(timeout=None, consumer_stream=0) -> Batch | None: the oldest "
      "batch, in order."},
+    {"set_urls", (PyCFunction)pipeline_set_urls, METH_O,
+     "set_urls(urls): new fetch URLs of an HTTP source's objects."},
     {"cancel", (PyCFunction)pipeline_cancel, METH_NOARGS,
      "Drop every batch in flight."},
     {"close", (PyCFunction)pipeline_close, METH_NOARGS,
@@ -569,7 +577,7 @@ static PyType_Slot pipeline_slots[] = {
      "io='auto', max_pixels=..., max_scans=500, max_file_bytes=..., "
      "allow_truncated=False, dtype='uint8', mul=None, add=None, device=-1, "
      "copy_stream=0, allocator=None, fallback=None, direct_io=False, "
-     "skip_errors=False, max_consecutive_errors=16)"},
+     "skip_errors=False, max_consecutive_errors=16, http=None)"},
     {0, NULL},
 };
 

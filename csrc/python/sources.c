@@ -9,6 +9,8 @@
  */
 #include "python/module.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +27,21 @@ int64_t rl__py_item_i64(PyObject *seq, Py_ssize_t i)
     int64_t x = PyLong_AsLongLong(v);
     Py_DECREF(v);
     return x;
+}
+
+/* RL_IO_* of "auto", "io_uring" or "pread"; -1 + ValueError. */
+int rl__py_parse_io(const char *s, rl_io_backend *out)
+{
+    static const char *names[] = {"auto", "io_uring", "pread"};
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = (rl_io_backend)i;
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_ValueError,
+                 "io must be 'auto', 'io_uring' or 'pread', not '%s'", s);
+    return -1;
 }
 
 /* The file source of paths (and optional offsets, lengths). */
@@ -134,4 +151,211 @@ out_free:
     free(len);
     free(cnames);
     return src;
+}
+
+/* UTF-8 pointers to the items of a sequence of str, alive as long as hold
+ * (a list they are appended to). NULL + exception on failure; free() the
+ * array. */
+static const char **utf8_items(PyObject *seq, PyObject *hold, Py_ssize_t *n)
+{
+    *n = PySequence_Size(seq);
+    if (*n < 0) {
+        return NULL;
+    }
+    const char **out = calloc((size_t)(*n > 0 ? *n : 1), sizeof(*out));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *s = PySequence_GetItem(seq, i);
+        out[i] = s != NULL && PyList_Append(hold, s) == 0 ? PyUnicode_AsUTF8(s)
+                                                          : NULL;
+        Py_XDECREF(s);
+        if (out[i] == NULL) {
+            free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* The options of an http dict (see rl__py_http_source) into o. */
+static int http_options(PyObject *http, uint64_t max_file_bytes,
+                        rl_http_options *o)
+{
+    static const char *known[] = {
+        "names",           "urls",   "retries", "timeout", "connect_timeout",
+        "max_connections", "verify", "ca_file"};
+    rl_http_options_default(o);
+    o->max_file_bytes = max_file_bytes;
+    PyObject *key, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(http, &pos, &key, &v)) {
+        const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        size_t i = 0;
+        while (k != NULL && i < sizeof(known) / sizeof(*known) &&
+               strcmp(k, known[i]) != 0) {
+            i++;
+        }
+        if (k == NULL || i == sizeof(known) / sizeof(*known)) {
+            PyErr_Format(PyExc_TypeError, "unknown http option %R", key);
+            return -1;
+        }
+        if (v == Py_None || i < 2) {
+            continue;
+        }
+        if (i == 2 || i == 5) {
+            long x = PyLong_AsLong(v);
+            *(i == 2 ? &o->retries : &o->max_inflight) = (int)x;
+        } else if (i == 3 || i == 4) {
+            double x = PyFloat_AsDouble(v);
+            *(i == 3 ? &o->timeout_s : &o->connect_timeout_s) = x;
+        } else if (i == 6) {
+            int t = PyObject_IsTrue(v);
+            o->verify = t > 0;
+            if (t < 0) {
+                return -1;
+            }
+        } else {
+            const char *s = PyUnicode_AsUTF8(v);
+            if (s == NULL) {
+                return -1;
+            }
+            snprintf(o->ca_file, sizeof(o->ca_file), "%s", s);
+        }
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    if (o->retries < 0 || o->timeout_s <= 0 || o->connect_timeout_s <= 0 ||
+        o->max_inflight < 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "http options: retries >= 0, timeout > 0, "
+                        "connect_timeout > 0, max_connections >= 1");
+        return -1;
+    }
+    return 0;
+}
+
+/* The HTTP source: paths[i] names sample i's object, one of http["names"]
+ * (display names, for messages), fetched from the same position of
+ * http["urls"]; offsets/lengths as for files; the other keys of http are
+ * its options (retries, timeout, connect_timeout, max_connections, verify,
+ * ca_file). */
+rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
+                              PyObject *lengths, PyObject *http,
+                              uint64_t max_file_bytes, char *msg)
+{
+    PyObject *names =
+        PyDict_Check(http) ? PyDict_GetItemString(http, "names") : NULL;
+    PyObject *urls = names ? PyDict_GetItemString(http, "urls") : NULL;
+    if (urls == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "http must be a dict with names and urls");
+        return NULL;
+    }
+    rl_http_options opt;
+    if (http_options(http, max_file_bytes, &opt) != 0) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Size(paths), nobj, nurl;
+    PyObject *hold = PyList_New(0), *index = PyDict_New();
+    PyObject *prev = NULL; /* consecutive samples of one shard: one lookup */
+    const char **cnames = NULL, **curls = NULL;
+    int64_t *obj = NULL, *lens = NULL;
+    uint64_t *offs = NULL;
+    rl_source *src = NULL;
+    if (n < 0 || hold == NULL || index == NULL ||
+        (cnames = utf8_items(names, hold, &nobj)) == NULL ||
+        (curls = utf8_items(urls, hold, &nurl)) == NULL) {
+        goto out;
+    }
+    if (nurl != nobj) {
+        PyErr_SetString(PyExc_ValueError, "http: one url per name");
+        goto out;
+    }
+    for (Py_ssize_t j = 0; j < nobj; j++) {
+        PyObject *jj = PyLong_FromSsize_t(j);
+        int rc = jj ? PyDict_SetItem(index, PyList_GET_ITEM(hold, j), jj) : -1;
+        Py_XDECREF(jj);
+        if (rc < 0) {
+            goto out;
+        }
+    }
+    size_t cnt = n > 0 ? (size_t)n : 1;
+    obj = malloc(cnt * sizeof(*obj));
+    offs = offsets != Py_None ? malloc(cnt * sizeof(*offs)) : NULL;
+    lens = offsets != Py_None ? malloc(cnt * sizeof(*lens)) : NULL;
+    if (obj == NULL || (offsets != Py_None && (!offs || !lens))) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PySequence_GetItem(paths, i);
+        if (p == NULL) {
+            goto out;
+        }
+        if (p != prev || i == 0) {
+            PyObject *j = PyDict_GetItemWithError(index, p);
+            if (j == NULL) {
+                if (!PyErr_Occurred()) {
+                    PyErr_Format(PyExc_ValueError,
+                                 "sample %zd: %R is not among the http names",
+                                 i, p);
+                }
+                Py_DECREF(p);
+                goto out;
+            }
+            obj[i] = PyLong_AsLongLong(j);
+        } else {
+            obj[i] = obj[i - 1];
+        }
+        Py_XSETREF(prev, p);
+        if (offs != NULL) {
+            offs[i] = (uint64_t)rl__py_item_i64(offsets, i);
+            lens[i] = rl__py_item_i64(lengths, i);
+            if (PyErr_Occurred()) {
+                goto out;
+            }
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS src = rl_http_source_create(
+        cnames, curls, nobj, obj, offs, lens, n, &opt, msg);
+    Py_END_ALLOW_THREADS if (src == NULL)
+    {
+        PyErr_SetString(PyExc_ValueError, msg);
+    }
+out:
+    Py_XDECREF(prev);
+    Py_XDECREF(hold);
+    Py_XDECREF(index);
+    free(cnames);
+    free(curls);
+    free(obj);
+    free(offs);
+    free(lens);
+    return src;
+}
+
+/* Pipeline.set_urls: new fetch URLs for an HTTP source. */
+PyObject *rl__py_http_set_urls(rl_source *src, PyObject *urls)
+{
+    PyObject *hold = PyList_New(0);
+    Py_ssize_t n;
+    const char **curls = hold ? utf8_items(urls, hold, &n) : NULL;
+    int rc = curls ? rl_http_source_set_urls(src, curls, n) : 0;
+    free(curls);
+    Py_XDECREF(hold);
+    if (curls == NULL) {
+        return NULL;
+    }
+    if (rc == -ENOMEM) {
+        return PyErr_NoMemory();
+    }
+    if (rc != 0) {
+        PyErr_SetString(PyExc_ValueError, "set_urls: one url per object");
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }

@@ -16,8 +16,9 @@
  * batch at a time; a source that reads better one request at a time sets it
  * to NULL, and the pool's workers call read_one instead, concurrently.
  * read_one is also what the skip policy uses for a replacement sample, on a
- * worker, whatever read_batch is. Everything else is called by the
- * pipeline's owner. A source is created by the caller, handed to
+ * worker, whatever read_batch is. cancel may be called from any thread
+ * while read_batch runs. Everything else is called by the pipeline's
+ * owner. A source is created by the caller, handed to
  * rl_pipeline_create, and from then on owned and destroyed by the pipeline.
  */
 #ifndef RL_SOURCE_H
@@ -67,6 +68,11 @@ typedef struct rl_source_ops {
     void (*release)(rl_source *s, rl_fetch *f);
     /* Frees the source. */
     void (*destroy)(rl_source *s);
+    /* Makes a read_batch or read_one in progress return promptly, failing
+     * what it has not read with RL_ECLOSED; later calls read normally.
+     * Any thread, never blocks. NULL: reads end soon enough by themselves
+     * (local files). The pipeline calls it when batches are cancelled. */
+    void (*cancel)(rl_source *s);
 } rl_source_ops;
 
 struct rl_source {
@@ -109,5 +115,49 @@ rl_source *rl_file_source_create(const char *const *paths,
 rl_source *rl_memory_source_create(const uint8_t *const *data,
                                    const size_t *len, const char *const *names,
                                    int64_t n);
+
+/* ---- the HTTP(S) source (source/http.c) ---- */
+
+typedef struct rl_http_options {
+    int retries;              /* further attempts after a retryable failure */
+    double timeout_s;         /* an attempt with no byte for this long fails */
+    double connect_timeout_s; /* to open a connection */
+    int max_inflight;         /* requests at once (and connections per host) */
+    bool verify;              /* TLS certificates and host names */
+    char ca_file[1024];       /* CA bundle; "": libcurl's default */
+    uint64_t max_file_bytes;  /* whole objects larger fail with RL_ETOOBIG */
+    double backoff_s;         /* the first retry's longest delay; doubles */
+    double backoff_max_s;     /* the longest delay, Retry-After included */
+} rl_http_options;
+
+/* The defaults: 5 retries, 30 s, 10 s, 32, verify, 1 GiB, 0.1 s, 10 s. */
+void rl_http_options_default(rl_http_options *o);
+
+/*
+ * A table of n samples on nobj objects: sample i is bytes offsets[i] ..
+ * offsets[i] + lengths[i] of object obj[i], or the whole object when
+ * lengths[i] < 0 (offsets and lengths NULL: every sample whole). Object j
+ * is fetched from urls[j] (http:// or https://; a presigned URL is fine)
+ * and named names[j] in messages. Everything is copied. Returns the
+ * source, or NULL with msg (RL_MSG_MAX) saying why. Statuses of fetches:
+ * -ENOENT (404), -EACCES (401/403, certificate), -EIO (5xx, 429, other
+ * HTTP), -ETIMEDOUT, -ECONNREFUSED, -ECONNRESET, -EPROTO (truncated or
+ * wrong bodies, Range ignored), RL_ETOOBIG, RL_ECLOSED (cancelled); the
+ * message says which HTTP status or libcurl error, and how many attempts.
+ */
+rl_source *rl_http_source_create(const char *const *names,
+                                 const char *const *urls, int64_t nobj,
+                                 const int64_t *obj, const uint64_t *offsets,
+                                 const int64_t *lengths, int64_t n,
+                                 const rl_http_options *opt, char *msg);
+
+/*
+ * Replaces the fetch URLs of the nobj objects (presigned URLs made anew
+ * before the old ones expire); requests already sent keep theirs.
+ * Thread-safe. Returns 0, -EINVAL (not an HTTP source, another count) or
+ * -ENOMEM (the old URLs are kept).
+ */
+int rl_http_source_set_urls(rl_source *s, const char *const *urls,
+                            int64_t nobj);
 
 #endif /* RL_SOURCE_H */

@@ -222,6 +222,11 @@ class Pipeline:
         direct_io: bool = ...,  # O_DIRECT reads where the file system allows
         skip_errors: bool = ...,  # replace failed samples (Batch.replaced)
         max_consecutive_errors: int = ...,  # ... up to this many in a row
+        # paths name objects on HTTP(S) servers: {"names": [display name of
+        # each object], "urls": [its fetch URL], and options "retries",
+        # "timeout" (s without a byte), "connect_timeout", "max_connections",
+        # "verify", "ca_file"}
+        http: Optional[Dict[str, Any]] = ...,
     ) -> Pipeline: ...
     def submit(self, ids: Sequence[int], keys: Sequence[int], epoch: int, /) -> None:
         """Queue a batch of the table's samples ids, each with the key of its
@@ -237,8 +242,12 @@ class Pipeline:
         DecodeError or OSError (with .index), TimeoutError after timeout
         seconds."""
 
+    def set_urls(self, urls: Sequence[str], /) -> None:
+        """New fetch URLs of an HTTP source's objects (same order and count
+        as http["urls"]); requests already sent keep theirs."""
+
     def cancel(self) -> None:
-        """Drop every batch in flight."""
+        """Drop every batch in flight (HTTP requests are abandoned)."""
 
     def close(self) -> None:
         """Stop and join every thread; idempotent."""
@@ -246,13 +255,15 @@ class Pipeline:
     def stats(self) -> Dict[str, Union[int, float]]:
         """Cumulative counters: samples, batches, bytes_read, errors,
         skipped, fallback_decodes, truncated, direct_refused, inflight,
-        ready, slots (ints); read_seconds, decode_seconds (floats). Every
+        ready, slots (ints); read_seconds, decode_seconds, io_cpu_seconds
+        (the I/O thread's CPU time in batch reads) (floats). Every
         sample that could not be loaded counts once in errors (replacement
         candidates included); skipped counts those replaced."""
 
     @property
     def io_backend(self) -> str:
-        """'io_uring', 'pread' or 'memory'; raises RuntimeError once closed."""
+        """'io_uring', 'pread', 'memory' or 'http'; raises RuntimeError
+        once closed."""
 
     @property
     def io_reason(self) -> str:

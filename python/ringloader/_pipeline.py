@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import deque
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
@@ -39,6 +40,7 @@ COUNTERS = (
     "errors",
     "skipped",
     "read_seconds",
+    "io_cpu_seconds",
     "decode_seconds",
     "direct_refused",
     "truncated",
@@ -90,6 +92,16 @@ class Pipeline:
         table: dict[str, Any] = dict(paths=src.paths)
         if src.offsets is not None:
             table.update(offsets=src.offsets, lengths=src.lengths)
+        remote = getattr(src, "remote", None)
+        self._refresh_at: Optional[float] = None
+        if remote is not None:
+            # Objects over HTTP(S): the C source fetches them from URLs
+            # made now (presigned ones are made again before they expire).
+            table["http"] = dict(
+                remote.options, names=list(remote.names), urls=remote.urls()
+            )
+            if remote.refresh_s is not None:
+                self._refresh_at = time.monotonic() + remote.refresh_s
         self._c = _core.Pipeline(
             compiled.spec,
             **table,
@@ -164,6 +176,10 @@ class Pipeline:
         """Queue the samples ``idx`` of the table as one batch, each with
         its random key. On the GPU path the C core asks the allocator for
         the batch's device buffer."""
+        if self._refresh_at is not None and time.monotonic() >= self._refresh_at:
+            remote = self.src.remote
+            self._c.set_urls(remote.urls())
+            self._refresh_at = time.monotonic() + remote.refresh_s
         self._c.submit(idx, keys, epoch)
         self._inflight.append(idx)
 

@@ -1,0 +1,388 @@
+/*
+ * source/http.c - samples that are objects, or byte ranges of objects, on
+ * HTTP(S) servers (tar shards in object storage: S3 through presigned
+ * URLs, GCS, MinIO, a plain web server), read with libcurl.
+ *
+ * DESIGN: the pipeline's I/O thread reads a batch through one libcurl
+ * multi handle: every sample is a range GET ("bytes=a-b", the member's
+ * range from the shard index) or a whole-object GET, up to max_inflight
+ * of them at once, over connections kept open from batch to batch (HTTP/2
+ * multiplexes them where the server offers it). Bytes are written by the
+ * write callback straight into the fetch's buffer, sized from the index,
+ * and each fetch is handed to the decode stage as soon as it is checked,
+ * while the rest of the batch is still on the wire.
+ *
+ * A response is checked before it is believed: a range must come back as
+ * 206 with the Content-Range asked for and exactly that many bytes; a body
+ * cut short (the connection closed before Content-Length) fails. Failures
+ * a server or network can recover from (5xx, 429 SlowDown, resets, refused
+ * connections, timeouts, truncated or wrong bodies) are retried after a
+ * backoff with full jitter (a random delay up to base * 2^attempt, capped;
+ * Retry-After is honoured within the cap), up to opt.retries more times;
+ * the rest (404, 403, 416, certificate failures) fail at once. "Timeout"
+ * means no byte for timeout_s seconds, not a deadline on the whole body.
+ *
+ * The fetch URLs (presigned URLs expire) can be replaced while the
+ * pipeline runs (rl_http_source_set_urls, under mu); messages name the
+ * object by its display name (s3://bucket/key), never by a URL that may
+ * carry a signature. cancel() bumps a generation and wakes the multi
+ * handle: a read_batch in progress fails what it has not read with
+ * RL_ECLOSED and returns within one poll.
+ *
+ * read_one (a replacement sample of the skip policy, on a worker) reads
+ * with an easy handle of its own, with the same checks and retries. One
+ * transfer's code (options, callbacks, verdicts, backoff) is in
+ * source/http_xfer.c; libcurl is known by these files only.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "source/http_xfer.h"
+
+/* ---- the I/O thread: a batch through the multi handle ---- */
+
+static CURL *easy_take(http_source *s)
+{
+    return s->nidle > 0 ? s->idle[--s->nidle] : rl__http_easy_new(s);
+}
+
+static void easy_give(http_source *s, CURL *e)
+{
+    curl_multi_remove_handle(s->multi, e);
+    if (s->nidle < (int)(sizeof(s->idle) / sizeof(s->idle[0]))) {
+        s->idle[s->nidle++] = e;
+    } else {
+        curl_easy_cleanup(e);
+    }
+}
+
+/* Starts x's next attempt. Returns false when it could not start (x has
+ * then ended with -ENOMEM). */
+static bool start(http_source *s, xfer *x)
+{
+    CURL *e = easy_take(s);
+    if (e == NULL || !rl__http_attempt_prepare(x, e) ||
+        curl_multi_add_handle(s->multi, e) != CURLM_OK) {
+        if (e != NULL) {
+            curl_easy_cleanup(e);
+        }
+        x->f->status = -ENOMEM;
+        snprintf(x->f->msg, RL_MSG_MAX, "out of memory");
+        rl__http_finish(x, V_FAIL);
+        return false;
+    }
+    x->state = X_RUN;
+    return true;
+}
+
+static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
+                            rl_fetch_done_fn done, void *arg)
+{
+    http_source *s = (http_source *)src;
+    unsigned gen = atomic_load(&s->gen);
+    xfer *xs = calloc((size_t)(n > 0 ? n : 1), sizeof(*xs));
+    if (xs == NULL) {
+        for (int i = 0; i < n; i++) {
+            fs[i]->status = -ENOMEM;
+            snprintf(fs[i]->msg, RL_MSG_MAX, "out of memory");
+            done(fs[i], arg);
+        }
+        return;
+    }
+    int left = n, running = 0, waiting = 0, next = 0;
+    for (int i = 0; i < n; i++) {
+        rl__http_xfer_init(s, &xs[i], fs[i]);
+    }
+    while (left > 0) {
+        if (atomic_load(&s->gen) != gen) {
+            for (int i = 0; i < n; i++) {
+                if (xs[i].state == X_RUN) {
+                    easy_give(s, xs[i].easy);
+                }
+                if (xs[i].state != X_DONE) {
+                    rl__http_fail_closed(&xs[i]);
+                    done(xs[i].f, arg);
+                }
+            }
+            break;
+        }
+        uint64_t now = rl__http_now_ns(), wake = now + 1000000000u;
+        for (int i = 0; waiting > 0 && i < n && running < s->opt.max_inflight;
+             i++) {
+            xfer *x = &xs[i];
+            if (x->state == X_WAIT && x->due_ns <= now) {
+                waiting--;
+                running += start(s, x);
+                if (x->state == X_DONE) {
+                    left--;
+                    done(x->f, arg);
+                }
+            }
+        }
+        while (next < n && running < s->opt.max_inflight) {
+            xfer *x = &xs[next++];
+            if (x->want == 0) {
+                rl__http_finish(x,
+                                V_OK); /* an empty member: nothing to ask for */
+            } else {
+                running += start(s, x);
+            }
+            if (x->state == X_DONE) {
+                left--;
+                done(x->f, arg);
+            }
+        }
+        int still;
+        curl_multi_perform(s->multi, &still);
+        CURLMsg *msg;
+        int queued;
+        while ((msg = curl_multi_info_read(s->multi, &queued)) != NULL) {
+            if (msg->msg != CURLMSG_DONE) {
+                continue;
+            }
+            xfer *x = NULL;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+            CURLcode rc = msg->data.result;
+            easy_give(s, x->easy);
+            running--;
+            if (rl__http_after_attempt(x, rc, &s->jitter)) {
+                left--;
+                done(x->f, arg);
+            } else {
+                waiting++;
+            }
+        }
+        if (left == 0) {
+            break;
+        }
+        if (next < n && running < s->opt.max_inflight) {
+            continue; /* room for more: start them first */
+        }
+        for (int i = 0; waiting > 0 && i < n; i++) {
+            if (xs[i].state == X_WAIT && xs[i].due_ns < wake) {
+                wake = xs[i].due_ns;
+            }
+        }
+        now = rl__http_now_ns();
+        int ms = wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+        if (ms > 0) {
+            /* Until a socket is ready, a retry is due, or cancel(). */
+            curl_multi_poll(s->multi, NULL, 0, ms, NULL);
+        }
+    }
+    free(xs);
+}
+
+/* ---- a worker: one fetch with an easy handle of its own ---- */
+
+static void http_read_one(rl_source *src, rl_fetch *f)
+{
+    http_source *s = (http_source *)src;
+    unsigned gen = atomic_load(&s->gen);
+    uint64_t rng = rl__http_now_ns() ^ (uint64_t)f->id;
+    xfer x;
+    rl__http_xfer_init(s, &x, f);
+    if (x.want == 0) {
+        rl__http_finish(&x, V_OK);
+        return;
+    }
+    CURL *e = rl__http_easy_new(s);
+    for (;;) {
+        if (e == NULL || !rl__http_attempt_prepare(&x, e)) {
+            f->status = -ENOMEM;
+            snprintf(f->msg, RL_MSG_MAX, "out of memory");
+            rl__http_finish(&x, V_FAIL);
+            break;
+        }
+        CURLcode rc = curl_easy_perform(e);
+        if (rl__http_after_attempt(&x, rc, &rng)) {
+            break;
+        }
+        while (rl__http_now_ns() < x.due_ns && atomic_load(&s->gen) == gen) {
+            struct timespec ts = {0, 10000000}; /* 10 ms */
+            nanosleep(&ts, NULL);
+        }
+        if (atomic_load(&s->gen) != gen) {
+            rl__http_fail_closed(&x);
+            break;
+        }
+    }
+    curl_easy_cleanup(e);
+}
+
+/* ---- the source ---- */
+
+static const char *http_backend(const rl_source *s)
+{
+    (void)s;
+    return "http";
+}
+
+static const char *http_reason(const rl_source *s)
+{
+    (void)s;
+    return "";
+}
+
+static const char *http_where(const rl_source *src, int64_t id)
+{
+    const http_source *s = (const http_source *)src;
+    return id >= 0 && id < src->count ? s->names[s->obj[id]] : "?";
+}
+
+static void http_release(rl_source *s, rl_fetch *f)
+{
+    (void)s;
+    free(f->rd.buf);
+    f->rd.buf = NULL;
+    f->data = NULL;
+    f->len = 0;
+}
+
+static void http_cancel(rl_source *src)
+{
+    http_source *s = (http_source *)src;
+    atomic_fetch_add(&s->gen, 1);
+    curl_multi_wakeup(s->multi);
+}
+
+static void free_strings(char **v, int64_t n)
+{
+    for (int64_t i = 0; v != NULL && i < n; i++) {
+        free(v[i]);
+    }
+    free(v);
+}
+
+static void http_destroy(rl_source *src)
+{
+    http_source *s = (http_source *)src;
+    for (int i = 0; i < s->nidle; i++) {
+        curl_easy_cleanup(s->idle[i]);
+    }
+    if (s->multi != NULL) {
+        curl_multi_cleanup(s->multi);
+    }
+    free_strings(s->names, s->nobj);
+    free_strings(s->urls, s->nobj);
+    free(s->obj);
+    free(s->offsets);
+    free(s->lengths);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static const rl_source_ops http_ops = {
+    .backend = http_backend,
+    .backend_reason = http_reason,
+    .where = http_where,
+    .read_batch = http_read_batch,
+    .read_one = http_read_one,
+    .release = http_release,
+    .destroy = http_destroy,
+    .cancel = http_cancel,
+};
+
+static char **copy_strings(const char *const *v, int64_t n)
+{
+    char **out = calloc((size_t)(n > 0 ? n : 1), sizeof(*out));
+    for (int64_t i = 0; out != NULL && i < n; i++) {
+        if ((out[i] = strdup(v[i])) == NULL) {
+            free_strings(out, n);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+void rl_http_options_default(rl_http_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->retries = 5;
+    o->timeout_s = 30;
+    o->connect_timeout_s = 10;
+    o->max_inflight = 32;
+    o->verify = true;
+    o->max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
+    o->backoff_s = 0.1;
+    o->backoff_max_s = 10;
+}
+
+rl_source *rl_http_source_create(const char *const *names,
+                                 const char *const *urls, int64_t nobj,
+                                 const int64_t *obj, const uint64_t *offsets,
+                                 const int64_t *lengths, int64_t n,
+                                 const rl_http_options *opt, char *msg)
+{
+    msg[0] = '\0';
+    if (!rl__http_global_init(msg)) {
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (obj[i] < 0 || obj[i] >= nobj) {
+            snprintf(msg, RL_MSG_MAX, "sample %lld names no object",
+                     (long long)i);
+            return NULL;
+        }
+    }
+    http_source *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return NULL;
+    }
+    size_t cnt = (size_t)(n > 0 ? n : 1);
+    pthread_mutex_init(&s->mu, NULL);
+    s->base.ops = &http_ops;
+    s->base.count = n;
+    s->opt = *opt;
+    s->opt.max_inflight = opt->max_inflight > 0 ? opt->max_inflight : 1;
+    s->nobj = nobj;
+    s->jitter = rl__http_now_ns() ^ (uint64_t)(uintptr_t)s;
+    atomic_init(&s->gen, 0);
+    snprintf(s->ua, sizeof(s->ua), "ringloader libcurl/%s",
+             curl_version_info(CURLVERSION_NOW)->version);
+    s->names = copy_strings(names, nobj);
+    s->urls = copy_strings(urls, nobj);
+    s->obj = malloc(cnt * sizeof(*s->obj));
+    s->offsets = malloc(cnt * sizeof(*s->offsets));
+    s->lengths = malloc(cnt * sizeof(*s->lengths));
+    s->multi = curl_multi_init();
+    if (!s->names || !s->urls || !s->obj || !s->offsets || !s->lengths ||
+        !s->multi) {
+        http_destroy(&s->base);
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        s->obj[i] = obj[i];
+        s->offsets[i] = offsets != NULL ? offsets[i] : 0;
+        s->lengths[i] = lengths != NULL ? lengths[i] : -1;
+    }
+    curl_multi_setopt(s->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+                      (long)s->opt.max_inflight);
+    curl_multi_setopt(s->multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+    return &s->base;
+}
+
+int rl_http_source_set_urls(rl_source *src, const char *const *urls,
+                            int64_t nobj)
+{
+    http_source *s = (http_source *)src;
+    if (src == NULL || src->ops != &http_ops || nobj != s->nobj) {
+        return -EINVAL;
+    }
+    char **fresh = copy_strings(urls, nobj);
+    if (fresh == NULL) {
+        return -ENOMEM;
+    }
+    pthread_mutex_lock(&s->mu);
+    char **old = s->urls;
+    s->urls = fresh;
+    pthread_mutex_unlock(&s->mu);
+    free_strings(old, nobj);
+    return 0;
+}

@@ -1,0 +1,420 @@
+/*
+ * source/http_xfer.c - one fetch of the HTTP source over its attempts:
+ * the easy handle's options, the callbacks that write the body into the
+ * fetch's buffer and read the headers that matter (status, Content-Range,
+ * Content-Length, Retry-After), the verdict on each attempt, and the
+ * backoff before the next (see source/http.c for the whole design).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "source/http_xfer.h"
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
+}
+
+bool rl__http_global_init(char *msg)
+{
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK) {
+        snprintf(msg, RL_MSG_MAX, "libcurl failed to initialise: %s",
+                 curl_easy_strerror(curl_init_rc));
+        return false;
+    }
+    return true;
+}
+
+uint64_t rl__http_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+/* The delay before retry number `attempt` (1, 2, ...): uniform in
+ * [0, min(cap, base * 2^(attempt-1))], or Retry-After within the cap. */
+static uint64_t backoff_ns(const rl_http_options *o, int attempt,
+                           double retry_after, uint64_t *rng)
+{
+    double hi = o->backoff_s;
+    for (int i = 1; i < attempt && hi < o->backoff_max_s; i++) {
+        hi *= 2;
+    }
+    hi = hi < o->backoff_max_s ? hi : o->backoff_max_s;
+    double u = (double)(splitmix(rng) >> 11) / 9007199254740992.0;
+    double d = retry_after >= 0 ? retry_after : u * hi;
+    d = d < o->backoff_max_s ? d : o->backoff_max_s;
+    return (uint64_t)(d * 1e9);
+}
+
+/* ---- the callbacks of one attempt ---- */
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    xfer *x = arg;
+    size_t len = size * n;
+    char line[256];
+    size_t k = len < sizeof(line) - 1 ? len : sizeof(line) - 1;
+    memcpy(line, p, k);
+    line[k] = '\0';
+    if (strncmp(line, "HTTP/", 5) == 0) {
+        /* A new response (after a redirect or a 100): forget the last. */
+        x->http = 0;
+        x->cr_seen = false;
+        x->clen = -1;
+        x->retry_after = -1;
+        sscanf(line, "HTTP/%*s %ld", &x->http);
+    } else if (strncasecmp(line, "content-range:", 14) == 0) {
+        long long a, b;
+        if (sscanf(line + 14, " bytes %lld-%lld", &a, &b) == 2) {
+            x->cr_seen = true;
+            x->cr_first = a;
+            x->cr_last = b;
+        }
+    } else if (strncasecmp(line, "content-length:", 15) == 0) {
+        long long c;
+        if (sscanf(line + 15, " %lld", &c) == 1 && c >= 0) {
+            x->clen = c;
+        }
+    } else if (strncasecmp(line, "retry-after:", 12) == 0) {
+        double s;
+        if (sscanf(line + 12, " %lf", &s) == 1 && s >= 0) {
+            x->retry_after = s;
+        }
+    }
+    return len;
+}
+
+static bool grow(xfer *x, size_t need)
+{
+    size_t cap = x->cap ? x->cap : 65536;
+    while (cap < need) {
+        cap *= 2;
+    }
+    uint8_t *b = realloc(x->buf, cap);
+    if (b == NULL) {
+        return false;
+    }
+    x->buf = b;
+    x->cap = cap;
+    return true;
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    xfer *x = arg;
+    size_t k = size * n;
+    if (x->http < 200 || x->http >= 300) {
+        /* An error body: keep its start, for S3's <Code>. */
+        size_t room = sizeof(x->body) - 1 - x->nbody;
+        size_t c = k < room ? k : room;
+        memcpy(x->body + x->nbody, p, c);
+        x->nbody += c;
+        x->body[x->nbody] = '\0';
+        return k;
+    }
+    if (x->want >= 0) {
+        if (x->http == 200 && !(x->off == 0 && x->clen == x->want)) {
+            x->failure = F_IGNORED_RANGE; /* the whole object is coming */
+            return 0;
+        }
+        if (x->len + k > (size_t)x->want) {
+            x->failure = F_TOO_MUCH;
+            return 0;
+        }
+    } else {
+        uint64_t max = x->s->opt.max_file_bytes;
+        if (x->len + k > max) {
+            x->failure = F_TOO_BIG;
+            return 0;
+        }
+        size_t hint =
+            x->clen > 0 && (uint64_t)x->clen <= max ? (size_t)x->clen : 0;
+        size_t need = x->len + k > hint ? x->len + k : hint;
+        if (need > x->cap && !grow(x, need)) {
+            x->failure = F_NOMEM;
+            return 0;
+        }
+    }
+    memcpy(x->buf + x->len, p, k);
+    x->len += k;
+    return k;
+}
+
+/* ---- easy handles ---- */
+
+CURL *rl__http_easy_new(http_source *s)
+{
+    CURL *e = curl_easy_init();
+    if (e == NULL) {
+        return NULL;
+    }
+    const rl_http_options *o = &s->opt;
+    long stall = (long)(o->timeout_s + 0.999);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)(o->connect_timeout_s * 1000));
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, stall > 0 ? stall : 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, o->verify ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, o->verify ? 2L : 0L);
+    if (o->ca_file[0] != '\0') {
+        curl_easy_setopt(e, CURLOPT_CAINFO, o->ca_file);
+    }
+    curl_easy_setopt(e, CURLOPT_USERAGENT, s->ua);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    return e;
+}
+
+/* Points easy at x's next attempt. Returns false when out of memory. */
+bool rl__http_attempt_prepare(xfer *x, CURL *e)
+{
+    http_source *s = x->s;
+    x->easy = e;
+    x->len = 0;
+    x->http = 0;
+    x->cr_seen = false;
+    x->clen = -1;
+    x->retry_after = -1;
+    x->failure = F_NONE;
+    x->nbody = 0;
+    x->body[0] = x->code[0] = x->err[0] = '\0';
+    if (x->want >= 0 && x->buf == NULL) {
+        x->buf = malloc(x->want > 0 ? (size_t)x->want : 1);
+        x->cap = x->want > 0 ? (size_t)x->want : 1;
+        if (x->buf == NULL) {
+            return false;
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    CURLcode rc = curl_easy_setopt(e, CURLOPT_URL, s->urls[s->obj[x->f->id]]);
+    pthread_mutex_unlock(&s->mu);
+    char range[64];
+    if (x->want >= 0) {
+        snprintf(range, sizeof(range), "%llu-%llu", (unsigned long long)x->off,
+                 (unsigned long long)(x->off + (uint64_t)x->want - 1));
+    }
+    curl_easy_setopt(e, CURLOPT_RANGE, x->want >= 0 ? range : NULL);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->err);
+    return rc == CURLE_OK;
+}
+
+/* ---- judging an attempt ---- */
+
+static bool retryable(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_WEIRD_SERVER_REPLY:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static int errno_of(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+        return EHOSTUNREACH;
+    case CURLE_COULDNT_CONNECT:
+        return ECONNREFUSED;
+    case CURLE_OPERATION_TIMEDOUT:
+        return ETIMEDOUT;
+    case CURLE_PARTIAL_FILE:
+    case CURLE_WEIRD_SERVER_REPLY:
+        return EPROTO;
+    default:
+        return ECONNRESET;
+    }
+}
+
+/* S3's error code from an XML error body ("SlowDown", "NoSuchKey"). */
+static void s3_code(xfer *x)
+{
+    const char *a = strstr(x->body, "<Code>");
+    const char *b = a ? strstr(a, "</Code>") : NULL;
+    if (b != NULL && b - a - 6 < (long)sizeof(x->code)) {
+        snprintf(x->code, sizeof(x->code), " (%.*s)", (int)(b - a - 6), a + 6);
+    }
+}
+
+/* Judges an attempt that ended with rc: V_OK, V_RETRY or V_FAIL with
+ * x->f's status and message set. */
+static int judge(xfer *x, CURLcode rc)
+{
+    rl_fetch *f = x->f;
+    char *m = f->msg;
+    unsigned long long a = x->off, b = x->off + (uint64_t)x->want - 1;
+    if (x->failure == F_TOO_BIG) {
+        f->status = RL_ETOOBIG;
+        snprintf(m, RL_MSG_MAX, "object larger than the %llu-byte limit",
+                 (unsigned long long)x->s->opt.max_file_bytes);
+        return V_FAIL;
+    }
+    if (x->failure == F_NOMEM) {
+        f->status = -ENOMEM;
+        snprintf(m, RL_MSG_MAX, "out of memory");
+        return V_FAIL;
+    }
+    if (x->failure == F_IGNORED_RANGE) {
+        f->status = -EPROTO;
+        snprintf(m, RL_MSG_MAX,
+                 "the server ignored the Range header (HTTP 200 for bytes "
+                 "%llu-%llu): shards are read by byte range, so it must "
+                 "support range requests",
+                 a, b);
+        return V_FAIL;
+    }
+    if (x->failure == F_TOO_MUCH) {
+        f->status = -EPROTO;
+        snprintf(m, RL_MSG_MAX, "more bytes than asked for (bytes %llu-%llu)",
+                 a, b);
+        return V_RETRY;
+    }
+    if (rc != CURLE_OK) {
+        f->status = -errno_of(rc);
+        /* libcurl's error buffer says more than its code's text. */
+        snprintf(m, RL_MSG_MAX, "%s",
+                 x->err[0] ? x->err : curl_easy_strerror(rc));
+        if (rc == CURLE_PEER_FAILED_VERIFICATION ||
+            rc == CURLE_SSL_CACERT_BADFILE) {
+            f->status = -EACCES;
+            size_t k = strlen(m);
+            snprintf(m + k, RL_MSG_MAX - k,
+                     " (certificates are verified; name a CA bundle with "
+                     "SSL_CERT_FILE)");
+        }
+        return retryable(rc) ? V_RETRY : V_FAIL;
+    }
+    long h = x->http;
+    if (h == 429 || h >= 500) {
+        s3_code(x);
+        f->status = -EIO;
+        snprintf(m, RL_MSG_MAX, "HTTP %ld%s", h, x->code);
+        return V_RETRY;
+    }
+    if (h >= 300 || h < 200) {
+        s3_code(x);
+        f->status = h == 404 ? -ENOENT : h == 403 || h == 401 ? -EACCES : -EIO;
+        snprintf(m, RL_MSG_MAX, "HTTP %ld%s%s", h, x->code,
+                 h == 404   ? ": no such object"
+                 : h == 416 ? ": the object is shorter than its index says "
+                              "(rebuild the index)"
+                 : h == 403 ? ": access denied (check the credentials)"
+                            : "");
+        return V_FAIL;
+    }
+    if (x->want >= 0 && h == 206 &&
+        (!x->cr_seen || x->cr_first != (int64_t)a ||
+         x->cr_last != (int64_t)b)) {
+        f->status = -EPROTO;
+        snprintf(m, RL_MSG_MAX,
+                 "wrong Content-Range (bytes %lld-%lld for bytes %llu-%llu)",
+                 (long long)(x->cr_seen ? x->cr_first : -1),
+                 (long long)(x->cr_seen ? x->cr_last : -1), a, b);
+        return V_RETRY;
+    }
+    if (x->want >= 0 && x->len != (size_t)x->want) {
+        f->status = -EPROTO;
+        snprintf(m, RL_MSG_MAX, "truncated body: %zu of %lld bytes", x->len,
+                 (long long)x->want);
+        return V_RETRY;
+    }
+    f->status = 0;
+    m[0] = '\0';
+    return V_OK;
+}
+
+/* Ends x: its fetch gets the bytes (status 0) or keeps the status judge()
+ * gave, with the attempts counted in the message. */
+void rl__http_finish(xfer *x, int verdict)
+{
+    rl_fetch *f = x->f;
+    x->state = X_DONE;
+    if (verdict == V_OK) {
+        f->data = x->buf ? x->buf : (const uint8_t *)"";
+        f->len = x->len;
+        f->rd.buf = x->buf;
+        return;
+    }
+    free(x->buf);
+    x->buf = NULL;
+    if (x->attempt > 0) {
+        size_t k = strlen(f->msg);
+        snprintf(f->msg + k, RL_MSG_MAX - k, " (%d attempts)", x->attempt + 1);
+    }
+}
+
+/* After an attempt: V_OK/V_FAIL end x; V_RETRY schedules the next attempt,
+ * or ends x when none is left. Returns true when x ended. */
+bool rl__http_after_attempt(xfer *x, CURLcode rc, uint64_t *rng)
+{
+    int v = judge(x, rc);
+    if (v == V_RETRY && x->attempt < x->s->opt.retries) {
+        x->attempt++;
+        x->state = X_WAIT;
+        x->due_ns = rl__http_now_ns() +
+                    backoff_ns(&x->s->opt, x->attempt, x->retry_after, rng);
+        return false;
+    }
+    rl__http_finish(x, v == V_RETRY ? V_FAIL : v);
+    return true;
+}
+
+void rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f)
+{
+    memset(x, 0, sizeof(*x));
+    x->s = s;
+    x->f = f;
+    x->off = s->offsets[f->id];
+    x->want = s->lengths[f->id];
+    memset(&f->rd, 0, sizeof(f->rd));
+    f->data = NULL;
+    f->len = 0;
+    f->status = 0;
+    f->msg[0] = '\0';
+}
+
+void rl__http_fail_closed(xfer *x)
+{
+    x->f->status = RL_ECLOSED;
+    snprintf(x->f->msg, RL_MSG_MAX, "closed");
+    rl__http_finish(x, V_FAIL);
+}

@@ -1,0 +1,88 @@
+/*
+ * source/http_xfer.h - the parts of the HTTP source (source/http.c) shared
+ * with one transfer's code (source/http_xfer.c): the source's struct, one
+ * fetch's transfer across its attempts, and the calls that prepare, judge
+ * and end an attempt. Internal to source/; libcurl is known by these
+ * three files only.
+ */
+#ifndef RL_HTTP_XFER_H
+#define RL_HTTP_XFER_H
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "source/source.h"
+
+typedef struct http_source {
+    rl_source base;
+    rl_http_options opt;
+    int64_t nobj;
+    char **names; /* display name of each object */
+    char **urls;  /* fetch URL of each object, guarded by mu */
+    int64_t *obj; /* object of each sample */
+    uint64_t *offsets;
+    int64_t *lengths; /* -1: the whole object */
+    pthread_mutex_t mu;
+    CURLM *multi;   /* the I/O thread's */
+    CURL *idle[64]; /* easy handles to reuse (I/O thread) */
+    int nidle;
+    atomic_uint gen; /* cancel() generation */
+    uint64_t jitter; /* the I/O thread's random state */
+    char ua[64];
+} http_source;
+
+enum { X_NEW, X_WAIT, X_RUN, X_DONE };
+enum { F_NONE, F_TOO_MUCH, F_TOO_BIG, F_IGNORED_RANGE, F_NOMEM };
+
+/* One fetch's transfer, across its attempts. */
+typedef struct xfer {
+    http_source *s;
+    rl_fetch *f;
+    CURL *easy;
+    uint64_t off;
+    int64_t want; /* bytes asked for, -1: the whole object */
+    uint8_t *buf;
+    size_t cap, len;
+    int attempt, state, failure;
+    uint64_t due_ns;
+    long http;    /* status of this attempt's last response */
+    bool cr_seen; /* Content-Range seen */
+    int64_t cr_first, cr_last, clen;
+    double retry_after; /* seconds, or -1 */
+    char code[48];      /* S3's <Code> of an error body */
+    char body[256];     /* start of an error body */
+    size_t nbody;
+    char err[CURL_ERROR_SIZE];
+} xfer;
+
+enum { V_OK, V_RETRY, V_FAIL };
+
+/* Initialises libcurl once per process. false with msg on failure. */
+bool rl__http_global_init(char *msg);
+
+uint64_t rl__http_now_ns(void);
+
+/* An easy handle with the source's fixed options (timeouts, TLS). NULL
+ * when out of memory. */
+CURL *rl__http_easy_new(http_source *s);
+
+/* x for fetch f of s: its range from the table; f emptied. */
+void rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f);
+
+/* Points e at x's next attempt (URL under s->mu, Range, callbacks).
+ * Returns false when out of memory. */
+bool rl__http_attempt_prepare(xfer *x, CURL *e);
+
+/* After an attempt that ended with rc: true when x ended (its fetch holds
+ * the bytes or a status); false when it waits for a retry at x->due_ns. */
+bool rl__http_after_attempt(xfer *x, CURLcode rc, uint64_t *rng);
+
+/* Ends x with verdict V_OK (the fetch gets the bytes) or V_FAIL (its
+ * status and message stay). */
+void rl__http_finish(xfer *x, int verdict);
+
+/* Ends x with RL_ECLOSED (cancelled). */
+void rl__http_fail_closed(xfer *x);
+
+#endif /* RL_HTTP_XFER_H */

@@ -269,6 +269,8 @@ class FaultProxy:
             raise ValueError("wrong_range: claim must be 'actual' or 'requested'")
         if kind == "wrong_range" and not full["shift"]:
             raise ValueError("wrong_range: shift must not be 0")
+        if match is not None and not isinstance(match, (str, re.Pattern)):
+            raise TypeError(f"match must be a str or a compiled regex, not {match!r}")
         for name, value in (("times", times), ("every", every)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1")

@@ -431,6 +431,8 @@ def test_bad_rules_are_refused(proxy):
         proxy.fail("stall", seconds=1, then="later")
     with pytest.raises(ValueError):
         proxy.fail("status", times=0)
+    with pytest.raises(TypeError):
+        proxy.fail("status", match=b"/a.bin")
 
 
 def test_log_counts_retries_until_each_member_succeeds(proxy):

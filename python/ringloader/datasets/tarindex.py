@@ -18,6 +18,7 @@ import os
 import re
 import tarfile
 from collections.abc import Sequence
+from typing import BinaryIO
 
 import numpy as np
 
@@ -77,10 +78,11 @@ def _cached(path_abs: str, cache_dir: PathLike | None) -> str:
     return os.path.join(default_cache_dir(cache_dir), name)
 
 
-def _scan_shard(path: str, st: os.stat_result) -> dict[str, np.ndarray]:
-    """The index arrays of one shard, from its tar headers. Raises
-    ShardError for a truncated, corrupt or compressed shard."""
-    size = st.st_size
+def _scan(f: BinaryIO, name: str, size: int) -> dict[str, np.ndarray]:
+    """The member arrays of the tar of ``size`` bytes that ``f`` reads from
+    its start (a file, or a stream that seeks forward: see
+    :class:`_ForwardReader`). Raises ShardError naming ``name`` for a
+    truncated, corrupt or compressed shard."""
     names: list[bytes] = []
     offsets: list[int] = []
     sizes: list[int] = []
@@ -90,70 +92,67 @@ def _scan_shard(path: str, st: os.stat_result) -> dict[str, np.ndarray]:
     keys: dict[str, int] = {}
     exts: dict[str, int] = {}
     last = "the start of the archive"
-    with open(path, "rb") as f:
-        head = f.read(4)
-        f.seek(0)
-        if head[:2] == b"\x1f\x8b" or head[:3] == b"BZh" or head[:4] == b"\xfd7zX":
-            raise ShardError(
-                f"{path}: compressed tar shards cannot be read by byte range; "
-                "decompress them (the .tar files are read in place)"
-            )
+    head = f.read(4)
+    f.seek(0)
+    if head[:2] == b"\x1f\x8b" or head[:3] == b"BZh" or head[:4] == b"\xfd7zX":
+        raise ShardError(
+            f"{name}: compressed tar shards cannot be read by byte range; "
+            "decompress them (the .tar files are read in place)"
+        )
+    try:
+        tf = tarfile.TarFile(fileobj=f)  # closing tf leaves f open
+    except tarfile.ReadError as e:
+        raise ShardError(f"{name}: not a tar file ({e})") from None
+    while True:
         try:
-            tf = tarfile.TarFile(fileobj=f)  # the `with` above closes f
-        except tarfile.ReadError as e:
-            raise ShardError(f"{path}: not a tar file ({e})") from None
-        while True:
-            try:
-                m = tf.next()
-            except tarfile.TarError as e:
-                raise ShardError(
-                    f"{path}: truncated or corrupt after member {last!r} ({e})"
-                ) from None
-            if m is None:
-                break
-            tf.members = []  # tarfile keeps every TarInfo otherwise
-            end = m.offset_data + m.size
-            if m.isreg() and end > size:
-                raise ShardError(
-                    f"{path}: truncated shard: member {m.name!r} needs bytes "
-                    f"{m.offset_data}..{end} but the file has {size} bytes"
-                )
-            last = m.name
-            if not m.isreg():
-                continue  # directories, links, devices: no data of their own
-            if m.sparse is not None:
-                raise ShardError(f"{path}: member {m.name!r} is a sparse file")
-            split = split_key(m.name)
-            if split is None:
-                continue
-            key, ext = split
-            value = _NO_INT
-            if m.size <= _SMALL_MEMBER:
-                text = os.pread(f.fileno(), m.size, m.offset_data)
-                if _INT_TEXT.fullmatch(text):
-                    value = int(text)
-            names.append(os.fsencode(m.name))
-            offsets.append(m.offset_data)
-            sizes.append(m.size)
-            key_ids.append(keys.setdefault(key, len(keys)))
-            ext_codes.append(exts.setdefault(ext, len(exts)))
-            ints.append(value)
-        # tarfile stops quietly at a header that is cut short or is not a
-        # header at all; past the last member there must be the end-of-archive
-        # zero block, or nothing (some writers omit it).
-        tail = os.pread(f.fileno(), tarfile.BLOCKSIZE, tf.offset)
-        if tail and (len(tail) < tarfile.BLOCKSIZE or tail.count(0) != len(tail)):
+            m = tf.next()
+        except tarfile.TarError as e:
             raise ShardError(
-                f"{path}: truncated or corrupt after member {last!r} "
-                f"(no valid tar header at byte {tf.offset})"
+                f"{name}: truncated or corrupt after member {last!r} ({e})"
+            ) from None
+        if m is None:
+            break
+        tf.members = []  # tarfile keeps every TarInfo otherwise
+        end = m.offset_data + m.size
+        if m.isreg() and end > size:
+            raise ShardError(
+                f"{name}: truncated shard: member {m.name!r} needs bytes "
+                f"{m.offset_data}..{end} but the file has {size} bytes"
             )
+        last = m.name
+        if not m.isreg():
+            continue  # directories, links, devices: no data of their own
+        if m.sparse is not None:
+            raise ShardError(f"{name}: member {m.name!r} is a sparse file")
+        split = split_key(m.name)
+        if split is None:
+            continue
+        key, ext = split
+        value = _NO_INT
+        if m.size <= _SMALL_MEMBER:
+            f.seek(m.offset_data)  # tarfile seeks on from where it left
+            text = f.read(m.size)
+            if _INT_TEXT.fullmatch(text):
+                value = int(text)
+        names.append(os.fsencode(m.name))
+        offsets.append(m.offset_data)
+        sizes.append(m.size)
+        key_ids.append(keys.setdefault(key, len(keys)))
+        ext_codes.append(exts.setdefault(ext, len(exts)))
+        ints.append(value)
+    # tarfile stops quietly at a header that is cut short or is not a
+    # header at all; past the last member there must be the end-of-archive
+    # zero block, or nothing (some writers omit it).
+    f.seek(tf.offset)
+    tail = f.read(tarfile.BLOCKSIZE)
+    if tail and (len(tail) < tarfile.BLOCKSIZE or tail.count(0) != len(tail)):
+        raise ShardError(
+            f"{name}: truncated or corrupt after member {last!r} "
+            f"(no valid tar header at byte {tf.offset})"
+        )
     names_blob, names_offsets = pack_strings(names)
     exts_blob, exts_offsets = pack_strings(os.fsencode(e) for e in exts)
     return {
-        "version": np.int64(SHARD_INDEX_VERSION),
-        "shard": np.frombuffer(os.fsencode(os.path.abspath(path)), dtype=np.uint8),
-        "size": np.int64(st.st_size),
-        "mtime_ns": np.int64(st.st_mtime_ns),
         "names_blob": names_blob,
         "names_offsets": names_offsets,
         "offsets": np.array(offsets, dtype=np.int64),
@@ -164,6 +163,24 @@ def _scan_shard(path: str, st: os.stat_result) -> dict[str, np.ndarray]:
         "exts_offsets": exts_offsets,
         "ints": np.array(ints, dtype=np.int64),
     }
+
+
+def _header(shard: str, size: int, mtime_ns: int) -> dict[str, np.ndarray]:
+    """The fields of an index that say which shard it describes."""
+    return {
+        "version": np.int64(SHARD_INDEX_VERSION),
+        "shard": np.frombuffer(os.fsencode(shard), dtype=np.uint8),
+        "size": np.int64(size),
+        "mtime_ns": np.int64(mtime_ns),
+    }
+
+
+def _scan_shard(path: str, st: os.stat_result) -> dict[str, np.ndarray]:
+    """The index arrays of one local shard, from its tar headers. Raises
+    ShardError for a truncated, corrupt or compressed shard."""
+    with open(path, "rb") as f:
+        members = _scan(f, path, st.st_size)
+    return {**_header(os.path.abspath(path), st.st_size, st.st_mtime_ns), **members}
 
 
 def _valid(

@@ -1,0 +1,350 @@
+"""The HTTP(S) source (csrc/source/http.c) under the loader: tar shards
+served by a real nginx on 127.0.0.1, through a real fault-injecting proxy
+(tests/faultproxy.py) for the faults. Every fault kind is either retried, with
+the epoch's samples then identical to the local shards' and each member
+fetched exactly once, or reported naming the URL and the member; nothing
+hangs (every wait here is bounded).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+
+import pytest
+import torch
+import torchvision.transforms as T
+from faultproxy import FaultProxy
+from images import KINDS, jpeg_bytes
+
+import ringloader
+from ringloader import _core
+from ringloader.bench.servers import Nginx
+
+TF = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.PILToTensor()])
+SHARDS = 3
+PER_SHARD = 24
+
+
+def _add(tf: tarfile.TarFile, name: str, data: bytes) -> None:
+    import io
+
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tf.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture(scope="module")
+def www(tmp_path_factory):
+    """SHARDS tar shards of PER_SHARD JPEGs of every kind and size, with
+    .cls labels; their indexes are built over HTTP, not beside them."""
+    root = tmp_path_factory.mktemp("www")
+    kinds = sorted(KINDS)
+    for s in range(SHARDS):
+        with tarfile.open(root / f"s{s}.tar", "w") as tf:
+            for i in range(PER_SHARD):
+                n = s * PER_SHARD + i
+                kind = kinds[n % len(kinds)]
+                h, w = 40 + (n * 7) % 90, 50 + (n * 13) % 70
+                _add(tf, f"k{n:04d}.jpg", jpeg_bytes(kind, h, w, seed=n))
+                _add(tf, f"k{n:04d}.cls", str(n % 5).encode())
+    return root
+
+
+@pytest.fixture(scope="module")
+def nginx(www):
+    with Nginx(www) as server:
+        yield server
+
+
+@pytest.fixture
+def proxy(nginx):
+    with FaultProxy(nginx.url) as p:
+        yield p
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RINGLOADER_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def shards_at(base: str) -> str:
+    return f"{base}/s{{0..{SHARDS - 1}}}.tar"
+
+
+def epoch(ds, **kw):
+    """One shuffled epoch: (images, labels, the loader's stats)."""
+    kw.setdefault("num_threads", 2)
+    loader = ringloader.Loader(
+        ds, batch_size=16, transform=TF, seed=7, shuffle=True, **kw
+    )
+    try:
+        xs, ys = [], []
+        for x, y in loader:
+            xs.append(x.clone())
+            ys.append(y.clone())
+        return torch.cat(xs), torch.cat(ys), loader.stats()
+    finally:
+        loader.close()
+
+
+@pytest.fixture(scope="module")
+def local(www):
+    """The epoch read from the shards on local disk."""
+    x, y, _ = epoch(ringloader.TarShards(shards_at(str(www))))
+    return x, y
+
+
+def remote(base: str, **kw) -> ringloader.TarShards:
+    return ringloader.TarShards(shards_at(base), progress=False, **kw)
+
+
+def members_fetched(proxy: FaultProxy) -> list[tuple[str, str]]:
+    """(path, range) of every range GET of a shard that was answered in
+    full (not faulted)."""
+    return [
+        (r.path, r.range)
+        for r in proxy.requests
+        if r.range and r.fault is None and r.status == 206
+    ]
+
+
+def test_http_gives_the_local_samples(nginx, local):
+    x, y, stats = epoch(remote(nginx.url))
+    assert stats["io_backend"] == "http"
+    assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+    assert stats["io_cpu_seconds"] > 0
+
+
+# Each kind of fault on every third range GET of a shard (first attempts and
+# retries alike), with a 1 s no-progress timeout for the slow ones.
+RETRIED = {
+    "503 SlowDown": ("status", dict(status=503)),
+    "429": ("status", dict(status=429, retry_after=0)),
+    "500": ("status", dict(status=500)),
+    "reset": ("reset", {}),
+    "truncated body": ("truncate", dict(fraction=0.5)),
+    "wrong range": ("wrong_range", dict(shift=1)),
+    "slow headers": ("slow", dict(seconds=2.5, then="respond")),
+    "stalled body": ("stall", dict(seconds=2.5, fraction=0.5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RETRIED))
+def test_faults_are_retried_and_nothing_is_lost_or_duplicated(
+    name, proxy, local
+):
+    kind, params = RETRIED[name]
+    ds = remote(proxy.url, retries=4, timeout=1.0)  # indexed with no fault
+    proxy.clear(log=True)
+    every = 3 if kind not in ("slow", "stall") else 12  # slow ones cost 1 s
+    proxy.fail(kind, every=every, match=".tar", **params)
+    start = time.monotonic()
+    x, y, stats = epoch(ds)
+    assert time.monotonic() - start < 60
+    assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+    assert stats["errors"] == 0
+    faulted = proxy.count(".tar", fault=kind)
+    assert faulted >= 2, proxy.requests
+    fetched = members_fetched(proxy)
+    assert len(fetched) == SHARDS * PER_SHARD  # each member once...
+    assert len(set(fetched)) == len(fetched)  # ...and only once
+    assert not proxy.errors
+
+
+def test_a_missing_shard_names_its_url_and_member(proxy):
+    ds = remote(proxy.url)
+    proxy.fail("status", status=404, match="/s1.tar")
+    with pytest.raises(FileNotFoundError) as e:
+        epoch(ds)
+    text = str(e.value)
+    assert f"{proxy.url}/s1.tar" in text and "HTTP 404" in text
+    assert re.search(r"s1\.tar\[k00\d\d\]", text), text
+    assert "attempts" not in text  # a 404 is not retried
+    assert e.value.errno == errno.ENOENT
+
+
+def test_skip_replaces_the_samples_of_a_missing_shard(proxy, local):
+    ds = remote(proxy.url)
+    proxy.fail("status", status=404, match="/s1.tar")
+    x, y, stats = epoch(ds, on_error="skip", max_consecutive_errors=PER_SHARD + 1)
+    assert x.shape == local[0].shape
+    assert stats["skipped"] > 0 and stats["errors"] >= stats["skipped"]
+    # Replacements come from the shards that answer: the worker's own reads
+    # (read_one), which see the 404 too for the samples of s1.
+    hits = proxy.count("/s1.tar", fault="status")
+    assert hits >= stats["skipped"]
+
+
+def test_retries_are_bounded_and_say_how_many(proxy):
+    ds = remote(proxy.url, retries=2)
+    proxy.fail("status", status=503, match="/s0.tar")
+    start = time.monotonic()
+    with pytest.raises(OSError) as e:
+        epoch(ds)
+    assert time.monotonic() - start < 30
+    text = str(e.value)
+    assert "HTTP 503 (SlowDown) (3 attempts)" in text and "/s0.tar[" in text
+
+
+def test_a_server_ignoring_ranges_is_refused_clearly(proxy):
+    ds = remote(proxy.url)
+    proxy.fail("ignore_range", match=".tar")
+    with pytest.raises(OSError) as e:
+        epoch(ds)
+    assert "ignored the Range header" in str(e.value)
+    assert e.value.errno == errno.EPROTO
+
+
+def test_connection_refused_is_retried_then_reported(nginx, tmp_path):
+    ds = remote(nginx.url, retries=1)
+    # Another port, where nothing listens: the fetch URLs move there.
+    dead = nginx.url.rsplit(":", 1)[0] + ":9"
+    src = ds.ringloader_sources()
+    urls = [u.replace(nginx.url, dead) for u in src.remote.urls()]
+    p = _core.Pipeline(
+        TF_SPEC,
+        paths=src.paths,
+        offsets=src.offsets,
+        lengths=src.lengths,
+        http=dict(names=list(src.remote.names), urls=urls, retries=1),
+    )
+    try:
+        p.submit([0, 1], [0, 1], 0)
+        with pytest.raises(ConnectionRefusedError) as e:
+            p.next(timeout=30)
+        assert "(2 attempts)" in str(e.value)
+        # The right URLs again: the same pipeline reads.
+        p.set_urls(src.remote.urls())
+        p.submit([0, 1], [0, 1], 0)
+        assert p.next(timeout=30) is not None
+    finally:
+        p.close()
+
+
+TF_SPEC = ringloader.transforms.compile_transform(
+    T.Compose([T.Resize(32), T.CenterCrop(32), T.PILToTensor()])
+).spec
+
+
+@pytest.mark.parametrize("where", ["stalled body", "no response"])
+def test_close_abandons_requests_in_flight_promptly(proxy, where):
+    ds = remote(proxy.url, timeout=60.0)
+    src = ds.ringloader_sources()
+    if where == "stalled body":
+        proxy.fail("stall", seconds=60, fraction=0.5, match=".tar")
+    else:
+        proxy.fail("slow", seconds=60, match=".tar")
+    p = _core.Pipeline(
+        TF_SPEC,
+        paths=src.paths,
+        offsets=src.offsets,
+        lengths=src.lengths,
+        http=dict(
+            names=list(src.remote.names), urls=src.remote.urls(), timeout=60.0
+        ),
+    )
+    ids = list(range(16))
+    p.submit(ids, ids, 0)
+    kind = "stall" if where == "stalled body" else "slow"
+    deadline = time.monotonic() + 10
+    while proxy.count(".tar", fault=kind) == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    start = time.monotonic()
+    p.close()
+    assert time.monotonic() - start < 2.0
+    assert p.closed
+
+
+def test_a_loader_closed_from_another_thread_mid_epoch(proxy):
+    ds = remote(proxy.url, timeout=60.0)
+    proxy.fail("slow", seconds=60, match=".tar")
+    loader = ringloader.Loader(ds, batch_size=8, transform=TF, num_threads=2)
+    seen: list = []
+
+    def consume():
+        try:
+            for _ in loader:
+                pass
+        except BaseException as e:  # noqa: B036 - whatever ends the loop
+            seen.append(e)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(0.5)
+    start = time.monotonic()
+    loader.close()
+    t.join(10)
+    assert not t.is_alive()
+    assert time.monotonic() - start < 5
+
+
+def test_whole_objects_over_http(nginx, www, tmp_path):
+    """A FileList of URLs: whole objects, no Range."""
+    d = tmp_path / "files"
+    d.mkdir()
+    os.symlink(d, os.path.join(www, "files"))  # served by nginx from now on
+    paths, labels = [], []
+    for i in range(10):
+        (d / f"{i}.jpg").write_bytes(jpeg_bytes("baseline", 30 + i, 41, seed=i))
+        paths.append(f"files/{i}.jpg")
+        labels.append(i)
+    try:
+        lx, ly, _ = epoch(ringloader.FileList([str(www / p) for p in paths], labels))
+        rx, ry, _ = epoch(ringloader.FileList([f"{nginx.url}/{p}" for p in paths], labels))
+        assert torch.equal(lx, rx) and torch.equal(ly, ry)
+    finally:
+        os.unlink(os.path.join(www, "files"))
+
+
+SIGINT_CHILD = r"""
+import sys, time
+import ringloader
+from ringloader import transforms as T
+ds = ringloader.TarShards(sys.argv[1], timeout=60.0, progress=False)
+loader = ringloader.Loader(ds, batch_size=8, num_threads=2,
+                           transform=T.Compose([T.RandomResizedCrop(32)]))
+print("RUNNING", flush=True)
+try:
+    for _ in loader:
+        pass
+except KeyboardInterrupt:
+    print("INTERRUPTED", time.monotonic(), flush=True)
+"""
+
+
+def test_ctrl_c_while_requests_hang(proxy):
+    remote(proxy.url)  # the index, cached for the child (same cache dir)
+    proxy.fail("stall", seconds=60, nbytes=0, match=re.compile(r"\.tar$"))
+    python_dir = os.path.dirname(os.path.dirname(ringloader.__file__))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGINT_CHILD, shards_at(proxy.url)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=python_dir),
+    )
+    try:
+        assert proc.stdout.readline().strip() == "RUNNING"
+        deadline = time.monotonic() + 20
+        while proxy.count(".tar", fault="stall") == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        sent = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        exited = time.monotonic()
+    finally:
+        proc.kill()
+    assert out.startswith("INTERRUPTED"), out + err
+    assert float(out.split()[1]) - sent < 2.0
+    assert exited - sent < 5.0  # the loader's close at exit did not wait
+    assert proc.returncode == 0, err

@@ -383,7 +383,7 @@ class MotoS3:
             aws_access_key_id=self.ACCESS_KEY,
             aws_secret_access_key=self.SECRET_KEY,
             region_name=self.REGION,
-            config=Config(**config),
+            config=Config(**{"signature_version": "s3v4", **config}),
         )
 
     def upload(

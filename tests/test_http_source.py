@@ -138,9 +138,7 @@ RETRIED = {
 
 
 @pytest.mark.parametrize("name", sorted(RETRIED))
-def test_faults_are_retried_and_nothing_is_lost_or_duplicated(
-    name, proxy, local
-):
+def test_faults_are_retried_and_nothing_is_lost_or_duplicated(name, proxy, local):
     kind, params = RETRIED[name]
     ds = remote(proxy.url, retries=4, timeout=1.0)  # indexed with no fault
     proxy.clear(log=True)
@@ -247,9 +245,7 @@ def test_close_abandons_requests_in_flight_promptly(proxy, where):
         paths=src.paths,
         offsets=src.offsets,
         lengths=src.lengths,
-        http=dict(
-            names=list(src.remote.names), urls=src.remote.urls(), timeout=60.0
-        ),
+        http=dict(names=list(src.remote.names), urls=src.remote.urls(), timeout=60.0),
     )
     ids = list(range(16))
     p.submit(ids, ids, 0)
@@ -299,7 +295,9 @@ def test_whole_objects_over_http(nginx, www, tmp_path):
         labels.append(i)
     try:
         lx, ly, _ = epoch(ringloader.FileList([str(www / p) for p in paths], labels))
-        rx, ry, _ = epoch(ringloader.FileList([f"{nginx.url}/{p}" for p in paths], labels))
+        rx, ry, _ = epoch(
+            ringloader.FileList([f"{nginx.url}/{p}" for p in paths], labels)
+        )
         assert torch.equal(lx, rx) and torch.equal(ly, ry)
     finally:
         os.unlink(os.path.join(www, "files"))

@@ -27,7 +27,7 @@ LAYERS: list[list[str]] = [
     ["_core"],  # the C extension
     ["_ops"],  # torchvision's augmentation transforms as C ops
     ["errors", "transforms", "datasets.base"],
-    ["datasets.cache", "datasets.views"],
+    ["datasets.cache", "datasets.views", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex"],
     ["datasets.index", "datasets.shards"],
     ["datasets"],

@@ -171,7 +171,7 @@ def test_brace_notation_and_lists(shards, tmp_path):
     with pytest.raises(FileNotFoundError):
         TarShards(str(shards / "nothing-*.tar"), cache_dir=tmp_path)
     with pytest.raises(ValueError, match="only local"):
-        TarShards("https://example.com/a.tar", cache_dir=tmp_path)
+        TarShards("gs://bucket/a.tar", cache_dir=tmp_path)
 
 
 def test_label_key_callable_and_none(data, shards, tmp_path):

@@ -26,7 +26,7 @@ from images import KINDS, jpeg_bytes
 
 import ringloader
 from ringloader import _core
-from ringloader.bench.servers import Nginx
+from ringloader.bench.servers import MotoS3, Nginx
 
 TF = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.PILToTensor()])
 SHARDS = 3
@@ -346,3 +346,121 @@ def test_ctrl_c_while_requests_hang(proxy):
     assert float(out.split()[1]) - sent < 2.0
     assert exited - sent < 5.0  # the loader's close at exit did not wait
     assert proc.returncode == 0, err
+
+
+# ---- S3 (moto's S3-API server), through presigned URLs ----
+
+
+@pytest.fixture(scope="module")
+def moto(www):
+    with MotoS3() as server:
+        server.upload("shards", {f"s{s}.tar": www / f"s{s}.tar" for s in range(SHARDS)})
+        yield server
+
+
+def test_s3_gives_the_local_samples(moto, local):
+    with moto.environ():
+        x, y, stats = epoch(remote("s3://shards"))
+    assert stats["io_backend"] == "http"
+    assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+
+
+def test_s3_slowdown_is_retried_through_presigned_urls(moto, local):
+    """The endpoint is a proxy in front of moto: the URLs are presigned for
+    it, and every third range GET gets S3's 503 SlowDown."""
+    with FaultProxy(moto.endpoint_url) as proxy, moto.environ():
+        os.environ["AWS_ENDPOINT_URL_S3"] = proxy.url
+        ds = remote("s3://shards", retries=4)
+        proxy.clear(log=True)
+        proxy.fail("status", status=503, every=3, match=".tar")
+        x, y, _ = epoch(ds)
+        assert proxy.count(".tar", fault="status") >= 2
+        fetched = members_fetched(proxy)
+        assert "X-Amz-Signature=" in fetched[0][0]  # presigned by boto3
+    assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+    assert len(set(fetched)) == len(fetched) == SHARDS * PER_SHARD
+
+
+def test_presigned_urls_are_made_again_while_an_epoch_runs(moto, local, monkeypatch):
+    from ringloader.datasets import remote as remote_mod
+
+    calls = []
+    presign = remote_mod.Client.fetch_urls
+
+    def counted(self, names):
+        calls.append(len(names))
+        return presign(self, names)
+
+    monkeypatch.setattr(remote_mod, "REFRESH_S", 0.0)  # due at every batch
+    monkeypatch.setattr(remote_mod.Client, "fetch_urls", counted)
+    with moto.environ():
+        x, y, _ = epoch(remote("s3://shards"))
+    batches = -(-SHARDS * PER_SHARD // 16)
+    assert len(calls) >= batches  # at creation, then before each batch
+    assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+
+
+# ---- HTTPS: certificates verified, HTTP/2 where offered ----
+
+
+@pytest.fixture(scope="module")
+def tls_nginx(www, tmp_path_factory):
+    """nginx over HTTPS with a self-signed certificate for 127.0.0.1."""
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = str(d / "cert.pem"), str(d / "key.pem")
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with Nginx(www, tls=(cert, key), access_log=True) as server:
+        yield server, cert
+
+
+def test_https_verifies_the_certificate_and_speaks_http2(tls_nginx, local, monkeypatch):
+    server, cert = tls_nginx
+    monkeypatch.setenv("SSL_CERT_FILE", cert)  # the CA bundle users name
+    ds = remote(server.url)
+    src = ds.ringloader_sources()
+    assert src.remote.options["ca_file"] == cert
+    server.clear_requests()
+    x, y, _ = epoch(ds)
+    assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+    ranged = [r for r in server.requests() if r[3]]
+    assert len(ranged) == SHARDS * PER_SHARD
+    assert {r[5] for r in ranged} == {"HTTP/2.0"}
+
+    # Without the certificate's CA the C source refuses the server.
+    options = dict(src.remote.options, ca_file=None, retries=0)
+    p = _core.Pipeline(
+        TF_SPEC,
+        paths=src.paths,
+        offsets=src.offsets,
+        lengths=src.lengths,
+        http=dict(options, names=list(src.remote.names), urls=src.remote.urls()),
+    )
+    try:
+        p.submit([0], [0], 0)
+        with pytest.raises(PermissionError) as e:
+            p.next(timeout=30)
+    finally:
+        p.close()
+    assert "certificate" in str(e.value) and "SSL_CERT_FILE" in str(e.value)
+    assert f"{server.url}/s0.tar" in str(e.value)

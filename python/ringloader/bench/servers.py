@@ -85,8 +85,9 @@ http {{
     fastcgi_temp_path {tmp}/fastcgi;
     uwsgi_temp_path {tmp}/uwsgi;
     scgi_temp_path {tmp}/scgi;
+    {certificate}
     server {{
-        listen {host}:{port} backlog=4096;
+        listen {host}:{port} backlog=4096{tls};
         root {root};
         autoindex off;
         location / {{
@@ -112,6 +113,8 @@ class Nginx:
             connections.
         access_log: log each request (``requests()`` reads them), for
             tests that count what a client fetched.
+        tls: (certificate file, key file): serve HTTPS, with HTTP/2 offered
+            (ALPN) next to HTTP/1.1; ``url`` is then ``https://``.
         start_timeout: seconds to wait for nginx to accept connections.
 
     Raises ServerError when nginx is missing or does not start, with its
@@ -125,9 +128,11 @@ class Nginx:
         port: int = 0,
         workers: int = 1,
         access_log: bool = False,
+        tls: Optional[tuple[str, str]] = None,
         start_timeout: float = 10.0,
     ) -> None:
         self.root_dir = os.path.abspath(os.fspath(root_dir))
+        self.tls = tuple(os.path.abspath(p) for p in tls) if tls else None
         self._proc: Optional[subprocess.Popen] = None
         self._tmp: Optional[str] = None
         self._access_log = access_log
@@ -167,7 +172,7 @@ class Nginx:
         if self._access_log:
             log = (
                 "log_format rl '$request_method $uri $status $http_range "
-                "$body_bytes_sent';\n    " + log
+                "$body_bytes_sent $server_protocol';\n    " + log
             )
         conf = _NGINX_CONF.format(
             master="on" if workers > 1 else "off",
@@ -177,6 +182,13 @@ class Nginx:
             host=_HOST,
             port=port,
             root=self.root_dir,
+            tls=" ssl http2" if self.tls else "",
+            certificate=(
+                f"ssl_certificate {self.tls[0]};\n    "
+                f"ssl_certificate_key {self.tls[1]};"
+                if self.tls
+                else ""
+            ),
         )
         conf_path = os.path.join(tmp, "nginx.conf")
         with open(conf_path, "w") as f:
@@ -226,12 +238,14 @@ class Nginx:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT``, no trailing slash."""
-        return f"http://{_HOST}:{self.port}"
+        """``http://127.0.0.1:PORT`` (``https://`` with ``tls``), no
+        trailing slash."""
+        return f"{'https' if self.tls else 'http'}://{_HOST}:{self.port}"
 
-    def requests(self) -> list[tuple[str, str, int, str, int]]:
-        """(method, path, status, Range header or "", body bytes) of every
-        request served so far (``access_log=True`` only)."""
+    def requests(self) -> list[tuple[str, str, int, str, int, str]]:
+        """(method, path, status, Range header or "", body bytes, protocol
+        such as "HTTP/1.1" or "HTTP/2.0") of every request served so far
+        (``access_log=True`` only)."""
         if not self._access_log or self._tmp is None:
             raise RuntimeError("start Nginx with access_log=True to see requests")
         out = []
@@ -241,10 +255,9 @@ class Nginx:
         except FileNotFoundError:
             return []
         for line in lines:
-            method, path, status, rng, sent = line.split(" ")
-            out.append(
-                (method, path, int(status), "" if rng == "-" else rng, int(sent))
-            )
+            method, path, status, rng, sent, proto = line.split(" ")
+            rng = "" if rng == "-" else rng
+            out.append((method, path, int(status), rng, int(sent), proto))
         return out
 
     def clear_requests(self) -> None:

@@ -464,3 +464,40 @@ def test_https_verifies_the_certificate_and_speaks_http2(tls_nginx, local, monke
         p.close()
     assert "certificate" in str(e.value) and "SSL_CERT_FILE" in str(e.value)
     assert f"{server.url}/s0.tar" in str(e.value)
+
+
+# ---- DDP ranks and exact resume, as for local shards ----
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_ranks_split_remote_shards_as_local_ones(nginx, www, rank):
+    kw = dict(rank=rank, world_size=2)
+    lx, ly, _ = epoch(ringloader.TarShards(shards_at(str(www))), **kw)
+    rx, ry, _ = epoch(remote(nginx.url), **kw)
+    assert torch.equal(lx, rx) and torch.equal(ly, ry)
+    assert len(ly) == SHARDS * PER_SHARD // 2
+
+
+def test_resume_over_http_is_exact(nginx, local):
+    def loader(threads):
+        return ringloader.Loader(
+            remote(nginx.url),
+            batch_size=16,
+            transform=TF,
+            seed=7,
+            shuffle=True,
+            num_threads=threads,
+        )
+
+    first = loader(2)
+    for k, _ in enumerate(first, 1):
+        if k == 3:
+            break
+    state = first.state_dict()
+    first.close()
+    second = loader(1)  # another thread count on purpose
+    second.load_state_dict(state)
+    rest = [(x.clone(), y.clone()) for x, y in second]
+    second.close()
+    assert torch.equal(torch.cat([x for x, _ in rest]), local[0][3 * 16 :])
+    assert torch.equal(torch.cat([y for _, y in rest]), local[1][3 * 16 :])

@@ -287,3 +287,25 @@ def test_pin_memory_with_an_accelerator_pins_each_batch(folder, monkeypatch):
     assert len(batches) == 5
     unpinned = list(fused(ds, batch_size=4))
     assert all(torch.equal(a, b) for (a, _), (b, _) in zip(batches, unpinned))
+
+
+def test_dataloader_reads_ringloaders_own_datasets(tmp_path):
+    """TarShards and FileList (local here; over HTTP and S3 in
+    test_http_source.py and the README) go through the C pipeline, with
+    the dataset's transform, and no FallbackWarning."""
+    good = [jpeg_bytes("baseline", 60 + i, 80, seed=i) for i in range(5)]
+    with tarfile.open(tmp_path / "s.tar", "w") as tf:
+        for i, data in enumerate(good):
+            for ext, blob in (("cls", str(i).encode()), ("jpg", data)):
+                info = tarfile.TarInfo(f"k{i}.{ext}")
+                info.size = len(blob)
+                tf.addfile(info, io.BytesIO(blob))
+    tf_ = v1.Compose([v1.Resize((32, 32)), v1.PILToTensor()])
+    shards = TarShards(str(tmp_path / "s.tar"), progress=False, transform=tf_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = ringloader.DataLoader(shards, batch_size=5)
+        images, labels = next(iter(loader))
+    assert isinstance(loader, ringloader.Loader)
+    ref_images, ref_labels = next(iter(ringloader.Loader(shards, batch_size=5)))
+    assert torch.equal(images, ref_images) and labels.tolist() == [0, 1, 2, 3, 4]

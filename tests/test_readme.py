@@ -103,16 +103,62 @@ def test_readme_has_examples():
     assert len(blocks()) >= 3
 
 
+def s3_example_env(code: str, data: str, stack) -> dict:
+    """For an example reading ``s3://BUCKET/PREFIX{a..b}.tar``: an S3-API
+    server on 127.0.0.1 (moto) holding those shards, made from the README's
+    folder, and the environment that points boto3 at it, as a user points
+    it at MinIO. Empty for other examples."""
+    import io
+    import tarfile
+
+    from ringloader.bench.servers import MotoS3
+
+    m = re.search(r'"s3://([^/"]+)/([^"{]*)\{(\d+)\.\.(\d+)\}\.tar"', code)
+    if m is None:
+        return {}
+    bucket, prefix, lo, hi = m.group(1), m.group(2), m.group(3), m.group(4)
+    files = sorted(
+        os.path.join(c, f)
+        for c in os.listdir(data)
+        if c.startswith("class_")
+        for f in os.listdir(os.path.join(data, c))
+    )
+    names = [f"{prefix}{i:0{len(lo)}d}.tar" for i in range(int(lo), int(hi) + 1)]
+    shards = {}
+    for s, name in enumerate(names):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tf:
+            for j, rel in enumerate(files[s :: len(names)]):
+                label = int(rel.split("/")[0].split("_")[1])
+                for member, body in (
+                    (f"{s:02d}{j:04d}.jpg", open(os.path.join(data, rel), "rb").read()),
+                    (f"{s:02d}{j:04d}.cls", str(label).encode()),
+                ):
+                    info = tarfile.TarInfo(member)
+                    info.size = len(body)
+                    tf.addfile(info, io.BytesIO(body))
+        shards[name] = buf.getvalue()
+    server = stack.enter_context(MotoS3())
+    server.upload(bucket, shards)
+    return server.env()
+
+
 @pytest.mark.parametrize("i", range(len(blocks())))
 def test_readme_example_runs(data, i):
+    import contextlib
+
     code = blocks()[i]
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    with contextlib.ExitStack() as stack:
+        env = dict(os.environ, **s3_example_env(code, data, stack))
+        env.pop("AWS_PROFILE", None)
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+            env=env,
+        )
     if 'device="cuda"' in code and not torch.cuda.is_available():
         # Without a GPU the example must fail with the one clear error.
         assert proc.returncode != 0

@@ -3,7 +3,9 @@
 Change ``torch.utils.data.DataLoader(`` to ``ringloader.DataLoader(`` and
 keep everything else. When the dataset is an ImageFolder-like folder of files
 (torchvision's ``ImageFolder``/``DatasetFolder`` with the default image
-loader, or ``ringloader.ImageFolder``), or a ``Subset`` (``random_split``)
+loader, or ``ringloader.ImageFolder``), one of ringloader's datasets
+(``TarShards``, ``FileList``, ``IndexedImageFolder``, local or over HTTP and
+S3), or a ``Subset`` (``random_split``)
 or ``ConcatDataset`` of those, nested to any depth, and its transform starts
 with transforms ringloader can fuse, batches come from the C pipeline: same
 shapes, dtype, layout, value range and labels (``target_transform``
@@ -20,6 +22,7 @@ from typing import Any, Optional
 import torch
 from torch.utils.data import default_collate
 
+from .datasets.base import provides_sources
 from .datasets.views import NotAView, leaves_of, resolve
 from .errors import FallbackWarning
 from .loader import Loader
@@ -42,9 +45,11 @@ def _fusable_dataset(dataset: Any) -> Optional[str]:
 
 def _fusable_leaf(dataset: Any) -> Optional[str]:
     """None if ringloader can read this dataset of files, else why not."""
+    module = type(dataset).__module__
+    if module.startswith("ringloader.") and provides_sources(dataset):
+        return None  # TarShards, FileList, IndexedImageFolder: local or remote
     if getattr(dataset, "samples", None) is None:
         return f"{type(dataset).__name__} is not an ImageFolder-like dataset of files"
-    module = type(dataset).__module__
     if module.startswith("torchvision."):
         from torchvision.datasets import DatasetFolder
         from torchvision.datasets.folder import default_loader, pil_loader

@@ -501,3 +501,66 @@ def test_resume_over_http_is_exact(nginx, local):
     second.close()
     assert torch.equal(torch.cat([x for x, _ in rest]), local[0][3 * 16 :])
     assert torch.equal(torch.cat([y for _, y in rest]), local[1][3 * 16 :])
+
+
+# ---- the local cache of fetched members (cache_limit=) ----
+
+
+def two_epochs(ds, during=None):
+    """Epochs 0 and 1 of one loader, each as (images, labels); during(e)
+    runs before epoch e."""
+    loader = ringloader.Loader(
+        ds, batch_size=16, transform=TF, seed=7, shuffle=True, num_threads=2
+    )
+    out = []
+    try:
+        for e in range(2):
+            if during is not None:
+                during(e)
+            xs, ys = zip(*[(x.clone(), y.clone()) for x, y in loader])
+            out.append((torch.cat(xs), torch.cat(ys)))
+    finally:
+        loader.close()
+    return out
+
+
+def member_bytes(www) -> int:
+    return sum(
+        m.size
+        for s in range(SHARDS)
+        for m in tarfile.open(www / f"s{s}.tar")
+        if m.name.endswith(".jpg")
+    )
+
+
+@pytest.mark.parametrize("fraction", [2.0, 0.5])
+def test_fetched_members_are_kept_for_later_epochs(www, tmp_path, fraction):
+    total = member_bytes(www)
+    limit = int(total * fraction)
+    fetched = tmp_path / "cache" / "fetched"
+    with Nginx(www, access_log=True) as server:
+        reference = two_epochs(remote(server.url))
+        requests = []
+        sizes = []
+
+        def during(e):
+            if e == 1:
+                sizes.append(
+                    sum(p.stat().st_blocks * 512 for p in fetched.rglob("*.part"))
+                )
+            requests.append(len([r for r in server.requests() if r[3]]))
+            server.clear_requests()
+
+        got = two_epochs(remote(server.url, cache_limit=limit), during)
+        requests.append(len([r for r in server.requests() if r[3]]))
+    for (rx, ry), (gx, gy) in zip(reference, got):
+        assert torch.equal(rx, gx) and torch.equal(ry, gy)
+    n = SHARDS * PER_SHARD
+    assert requests[1] == n  # epoch 0: every member over HTTP
+    if fraction > 1:
+        assert requests[2] == 0  # epoch 1: every member from the cache
+        assert total <= sizes[0] <= total + n * 4096
+    else:
+        assert 0 < requests[2] < n  # the shards used least recently went
+        assert sizes[0] <= limit + n * 4096
+    assert list(fetched.iterdir()) == []  # removed with the loader

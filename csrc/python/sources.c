@@ -185,8 +185,8 @@ static int http_options(PyObject *http, uint64_t max_file_bytes,
                         rl_http_options *o)
 {
     static const char *known[] = {
-        "names",           "urls",   "retries", "timeout", "connect_timeout",
-        "max_connections", "verify", "ca_file"};
+        "names",           "urls",   "retries", "timeout",   "connect_timeout",
+        "max_connections", "verify", "ca_file", "cache_dir", "cache_bytes"};
     rl_http_options_default(o);
     o->max_file_bytes = max_file_bytes;
     PyObject *key, *v;
@@ -217,12 +217,15 @@ static int http_options(PyObject *http, uint64_t max_file_bytes,
             if (t < 0) {
                 return -1;
             }
+        } else if (i == 9) {
+            o->cache_bytes = PyLong_AsUnsignedLongLong(v);
         } else {
             const char *s = PyUnicode_AsUTF8(v);
             if (s == NULL) {
                 return -1;
             }
-            snprintf(o->ca_file, sizeof(o->ca_file), "%s", s);
+            char *dst = i == 7 ? o->ca_file : o->cache_dir;
+            snprintf(dst, sizeof(o->ca_file), "%s", s);
         }
         if (PyErr_Occurred()) {
             return -1;

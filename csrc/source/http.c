@@ -32,7 +32,8 @@
  * read_one (a replacement sample of the skip policy, on a worker) reads
  * with an easy handle of its own, with the same checks and retries. One
  * transfer's code (options, callbacks, verdicts, backoff) is in
- * source/http_xfer.c; libcurl is known by these files only.
+ * source/http_xfer.c, the optional local cache of fetched byte ranges in
+ * source/http_cache.c; libcurl is known by these files only.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -126,9 +127,8 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
         while (next < n && running < s->opt.max_inflight) {
             xfer *x = &xs[next++];
             if (x->want == 0) {
-                rl__http_finish(x,
-                                V_OK); /* an empty member: nothing to ask for */
-            } else {
+                rl__http_finish(x, V_OK); /* an empty member: nothing to ask */
+            } else if (!rl__http_cache_read(s, x)) {
                 running += start(s, x);
             }
             if (x->state == X_DONE) {
@@ -150,6 +150,9 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
             easy_give(s, x->easy);
             running--;
             if (rl__http_after_attempt(x, rc, &s->jitter)) {
+                if (x->f->status == 0) {
+                    rl__http_cache_store(s, x);
+                }
                 left--;
                 done(x->f, arg);
             } else {
@@ -261,6 +264,7 @@ static void free_strings(char **v, int64_t n)
 static void http_destroy(rl_source *src)
 {
     http_source *s = (http_source *)src;
+    rl__http_cache_free(s);
     for (int i = 0; i < s->nidle; i++) {
         curl_easy_cleanup(s->idle[i]);
     }
@@ -361,6 +365,11 @@ rl_source *rl_http_source_create(const char *const *names,
         s->obj[i] = obj[i];
         s->offsets[i] = offsets != NULL ? offsets[i] : 0;
         s->lengths[i] = lengths != NULL ? lengths[i] : -1;
+    }
+    if (!rl__http_cache_init(s)) {
+        http_destroy(&s->base);
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return NULL;
     }
     curl_multi_setopt(s->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
                       (long)s->opt.max_inflight);

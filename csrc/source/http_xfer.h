@@ -30,6 +30,14 @@ typedef struct http_source {
     atomic_uint gen; /* cancel() generation */
     uint64_t jitter; /* the I/O thread's random state */
     char ua[64];
+    /* The local cache of fetched bytes (http_cache.c), the I/O thread's:
+     * per object its cache file, bytes held and last use; per sample
+     * whether its bytes are there. */
+    int *cfd;
+    uint64_t *cbytes, *cused;
+    uint8_t *cached;
+    uint64_t ctotal, ctick;
+    atomic_uint_fast64_t chits;
 } http_source;
 
 enum { X_NEW, X_WAIT, X_RUN, X_DONE };
@@ -84,5 +92,21 @@ void rl__http_finish(xfer *x, int verdict);
 
 /* Ends x with RL_ECLOSED (cancelled). */
 void rl__http_fail_closed(xfer *x);
+
+/* ---- the cache of fetched bytes (http_cache.c), I/O thread only ---- */
+
+/* Allocates the cache's tables when opt.cache_dir is set. false when out
+ * of memory. */
+bool rl__http_cache_init(http_source *s);
+
+/* Removes the cache's files and frees its tables. */
+void rl__http_cache_free(http_source *s);
+
+/* Ends x with its bytes from the cache, if they are there: true. */
+bool rl__http_cache_read(http_source *s, xfer *x);
+
+/* Keeps the bytes x fetched, evicting the objects used least recently to
+ * stay within opt.cache_bytes. Failures (a full disk) only skip it. */
+void rl__http_cache_store(http_source *s, const xfer *x);
 
 #endif /* RL_HTTP_XFER_H */

@@ -128,6 +128,12 @@ typedef struct rl_http_options {
     uint64_t max_file_bytes;  /* whole objects larger fail with RL_ETOOBIG */
     double backoff_s;         /* the first retry's longest delay; doubles */
     double backoff_max_s;     /* the longest delay, Retry-After included */
+    /* A folder for a local cache of the byte ranges fetched (later epochs
+     * read them from there), holding at most cache_bytes; "": none. The
+     * folder must exist; the files made in it are removed with the
+     * source. */
+    char cache_dir[1024];
+    uint64_t cache_bytes;
 } rl_http_options;
 
 /* The defaults: 5 retries, 30 s, 10 s, 32, verify, 1 GiB, 0.1 s, 10 s. */

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import time
+import weakref
 from collections import deque
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
@@ -24,6 +27,7 @@ import torch
 from . import _core
 from ._gpu import Gpu
 from .datasets.base import Sources
+from .datasets.cache import default_cache_dir
 from .transforms import Compiled
 
 log = logging.getLogger("ringloader")
@@ -94,12 +98,21 @@ class Pipeline:
             table.update(offsets=src.offsets, lengths=src.lengths)
         remote = getattr(src, "remote", None)
         self._refresh_at: Optional[float] = None
+        self._fetched: Optional[weakref.finalize] = None
         if remote is not None:
             # Objects over HTTP(S): the C source fetches them from URLs
             # made now (presigned ones are made again before they expire).
             table["http"] = dict(
                 remote.options, names=list(remote.names), urls=remote.urls()
             )
+            if remote.options.get("cache_bytes"):
+                # The members fetched, kept for later epochs: a folder of
+                # this pipeline's, removed with it.
+                root = os.path.join(default_cache_dir(), "fetched")
+                os.makedirs(root, exist_ok=True)
+                folder = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root)
+                self._fetched = weakref.finalize(self, shutil.rmtree, folder, True)
+                table["http"]["cache_dir"] = folder
             if remote.refresh_s is not None:
                 self._refresh_at = time.monotonic() + remote.refresh_s
         self._c = _core.Pipeline(
@@ -219,3 +232,5 @@ class Pipeline:
         if not self._c.closed:
             self._carried = self.counters()
         self._c.close()
+        if self._fetched is not None:
+            self._fetched()  # the cache of fetched members, after its files

@@ -143,6 +143,11 @@ class TarShards(ImageDataset):
             credentials, endpoint and region); None: one made from the
             standard configuration (credential chain, ``AWS_ENDPOINT_URL``,
             ``AWS_REGION``...), anonymous when there are no credentials.
+        cache_limit: remote shards: keep up to this many bytes of the
+            members fetched on local disk (under the cache directory, for
+            the loader's life), so that later epochs read them from there;
+            past the limit the shards used least recently are dropped.
+            None (the default): no such cache.
 
     Remote shards (``http://``, ``https://``, ``s3://`` URLs, brace
     notation, ``s3://`` globs; an HTTP server cannot be listed) are read by
@@ -170,7 +175,13 @@ class TarShards(ImageDataset):
         retries: int = 5,
         timeout: float = 30.0,
         s3_client: Any = None,
+        cache_limit: int | None = None,
     ) -> None:
+        if cache_limit is not None and int(cache_limit) <= 0:
+            raise ValueError(
+                f"cache_limit must be a positive byte count, not {cache_limit!r}"
+            )
+        self.cache_limit = None if cache_limit is None else int(cache_limit)
         if isinstance(image_key, str):
             image_key = image_key.split(";")
         self.image_key = tuple(k.lower().lstrip(".") for k in image_key)
@@ -322,12 +333,17 @@ class TarShards(ImageDataset):
 
     def ringloader_sources(self) -> Sources:
         """The shard of each sample with its image member's byte range."""
+        remote = None
+        if self.client is not None:
+            remote = self.client.remote(self.shards)
+            if self.cache_limit is not None:
+                remote.options["cache_bytes"] = self.cache_limit
         return Sources(
             paths=self.paths,
             targets=self.targets,
             offsets=self.offsets,
             lengths=self.lengths,
-            remote=None if self.client is None else self.client.remote(self.shards),
+            remote=remote,
         )
 
     def __repr__(self) -> str:

@@ -79,8 +79,34 @@ def shards_at(base: str) -> str:
     return f"{base}/s{{0..{SHARDS - 1}}}.tar"
 
 
+def bounded(fn, seconds: float = 120.0):
+    """fn() on a daemon thread, failing the test if it takes longer than
+    ``seconds``: a hang is a failure, never a stuck suite."""
+    out: list = []
+
+    def run():
+        try:
+            out.append((True, fn()))
+        except BaseException as e:  # noqa: B036 - re-raised below
+            out.append((False, e))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert out, f"did not finish in {seconds} s"
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
 def epoch(ds, **kw):
-    """One shuffled epoch: (images, labels, the loader's stats)."""
+    """One shuffled epoch: (images, labels, the loader's stats), within
+    two minutes."""
+    return bounded(lambda: _epoch(ds, **kw))
+
+
+def _epoch(ds, **kw):
     kw.setdefault("num_threads", 2)
     loader = ringloader.Loader(
         ds, batch_size=16, transform=TF, seed=7, shuffle=True, **kw

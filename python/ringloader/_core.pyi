@@ -225,7 +225,8 @@ class Pipeline:
         # paths name objects on HTTP(S) servers: {"names": [display name of
         # each object], "urls": [its fetch URL], and options "retries",
         # "timeout" (s without a byte), "connect_timeout", "max_connections",
-        # "verify", "ca_file"}
+        # "verify", "ca_file", "cache_dir" and "cache_bytes" (a local cache
+        # of the ranges fetched, in an existing folder)}
         http: Optional[Dict[str, Any]] = ...,
     ) -> Pipeline: ...
     def submit(self, ids: Sequence[int], keys: Sequence[int], epoch: int, /) -> None:

@@ -62,6 +62,13 @@ def find_nginx() -> Optional[str]:
     return found
 
 
+# tcp_nopush (TCP_CORK with sendfile), on in Debian's default nginx.conf,
+# holds back the last segment of about one small response in ten for the
+# 40 ms of a delayed ACK when range GETs follow each other on kept-alive
+# connections: measured here, 64 range GETs of 40-70 kB took 27 ms with it
+# and 1.9 ms without, which halved ringloader's rate over HTTP. Whole-file
+# downloads do not notice it; servers of shards read by range should not
+# cork.
 _NGINX_CONF = """\
 daemon off;
 master_process {master};
@@ -75,7 +82,7 @@ events {{
 http {{
     {access_log}
     sendfile on;
-    tcp_nopush on;
+    tcp_nopush off;
     tcp_nodelay on;
     keepalive_timeout 300s;
     keepalive_requests 1000000;

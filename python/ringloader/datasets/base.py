@@ -30,6 +30,7 @@ __all__ = [
     "ImageDataset",
     "PairView",
     "PathLike",
+    "Remote",
     "Sources",
     "decode_item",
     "provides_sources",
@@ -41,18 +42,44 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 
 @dataclass
+class Remote:
+    """How the objects of a remote dataset (HTTP(S) or S3) are fetched.
+
+    ``names`` are the objects' display names (``http://host/a.tar``,
+    ``s3://bucket/key``, never a presigned URL): each of
+    ``Sources.paths`` is one of them. ``urls()`` gives the fetch URL of
+    each, in the same order (the URL itself, or a presigned GET URL for
+    S3), made afresh at each call; call it again every ``refresh_s``
+    seconds (None: the URLs do not expire). ``options`` are the fetch
+    settings: ``retries`` (int), ``timeout`` (seconds without progress
+    before an attempt is abandoned), ``connect_timeout`` (seconds),
+    ``ca_file`` (str or None: the system's), ``verify`` (bool),
+    ``max_connections`` (int).
+    """
+
+    names: Sequence[str]
+    urls: Callable[[], list[str]]
+    refresh_s: Optional[float]
+    options: dict
+
+
+@dataclass
 class Sources:
     """Where each sample's bytes are: a file, or a byte range of one.
 
     ``offsets``/``lengths`` are None for whole files. Datasets that are not
     ImageFolder-like provide this through a ``ringloader_sources()``
-    method (tar shards, file lists and indexed folders do).
+    method (tar shards, file lists and indexed folders do). For a remote
+    dataset, ``paths`` are the display names of ``remote.names`` (the
+    shard of each sample, or the file) and ``remote`` says how to fetch
+    them; None for local files.
     """
 
     paths: Sequence[str]
     targets: np.ndarray
     offsets: Optional[np.ndarray] = None
     lengths: Optional[np.ndarray] = None
+    remote: Optional[Remote] = None
 
     def __len__(self) -> int:
         return len(self.paths)

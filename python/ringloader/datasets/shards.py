@@ -4,7 +4,8 @@ A shard is a plain POSIX tar file (ustar, GNU or pax; not compressed) whose
 members are grouped into samples by basename, as WebDataset groups them:
 ``dir/abc.jpg`` and ``dir/abc.cls`` form the sample ``dir/abc``. Nothing is
 unpacked or converted: the loader reads each sample's image member straight
-out of the shard with one ranged read.
+out of the shard with one ranged read, from a local file or, for shards
+given by ``http(s)://`` or ``s3://`` URL, with a ranged GET (:mod:`.remote`).
 
 On first use each shard gets an index (:mod:`.tarindex`): every member's
 name, byte range and sample, kept in a small ``.npz`` file next to the shard
@@ -16,22 +17,33 @@ member, rather than in the middle of an epoch.
 from __future__ import annotations
 
 import bisect
+import collections
 import glob
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 import numpy as np
 
 from .base import ImageDataset, PathLike, Sources
 from .cache import StringBlob, load_npz
-from .tarindex import ShardError, key_of, select_samples, shard_index
+from .remote import Client, has_magic, is_url, redact
+from .tarindex import (
+    ShardError,
+    key_of,
+    remote_shard_index,
+    select_samples,
+    shard_index,
+)
 
 __all__ = ["IMAGE_KEYS", "ShardError", "TarShards"]
 
 # Extensions (WebDataset "keys") tried in this order for a sample's image.
 IMAGE_KEYS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff")
+# Remote shards indexed at once (each waits on the network).
+_INDEX_THREADS = 8
 
 
 def _expand_braces(pattern: str) -> list[str]:
@@ -51,21 +63,24 @@ def _expand_braces(pattern: str) -> list[str]:
     return [p for item in items for p in _expand_braces(head + item + tail)]
 
 
+def _specs(urls_or_glob: PathLike | Iterable[PathLike]) -> list[str]:
+    if isinstance(urls_or_glob, (str, os.PathLike)):
+        return [os.fspath(urls_or_glob)]
+    return [os.fspath(u) for u in urls_or_glob]
+
+
 def _shard_paths(urls_or_glob: PathLike | Iterable[PathLike]) -> list[str]:
     """Local shard paths, in order: a path, a glob (sorted), WebDataset
     brace notation, ``file://`` URLs, or a list of any of these."""
-    if isinstance(urls_or_glob, (str, os.PathLike)):
-        specs = [os.fspath(urls_or_glob)]
-    else:
-        specs = [os.fspath(u) for u in urls_or_glob]
     paths: list[str] = []
-    for spec in specs:
+    for spec in _specs(urls_or_glob):
         if spec.startswith("file://"):
             spec = spec[len("file://") :]
         elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", spec):
             raise ValueError(
-                f"{spec}: only local tar files can be read by byte range "
-                "(copy or mount remote shards first)"
+                f"{redact(spec)}: only local tar files and http://, https:// "
+                "and s3:// URLs can be read by byte range (copy or mount "
+                "other shards first)"
             )
         for pattern in _expand_braces(os.path.expanduser(spec)):
             if glob.has_magic(pattern):
@@ -80,6 +95,25 @@ def _shard_paths(urls_or_glob: PathLike | Iterable[PathLike]) -> list[str]:
     if not paths:
         raise FileNotFoundError(f"no shard in {urls_or_glob!r}")
     return paths
+
+
+def _shard_urls(specs: list[str], client: Client) -> list[str]:
+    """Remote shard URLs, in order: URLs, brace notation, ``s3://`` globs
+    (the prefix listed, sorted). An HTTP server cannot be listed: an
+    http(s) glob raises ValueError."""
+    urls: list[str] = []
+    for spec in specs:
+        for url in _expand_braces(spec):
+            if not has_magic(url):
+                urls.append(url)
+            elif url.startswith("s3://"):
+                urls.extend(client.list_glob(url))
+            else:
+                raise ValueError(
+                    f"{redact(url)}: an HTTP server cannot be listed; name "
+                    "the shards with braces (train-{0000..1023}.tar) or a list"
+                )
+    return urls
 
 
 class TarShards(ImageDataset):
@@ -97,12 +131,29 @@ class TarShards(ImageDataset):
         label_key: the extension of the member holding the integer label
             (``"cls"``), a function from the sample key (``"dir/abc"``) to an
             int, or None (labels are -1).
-        cache_dir: where indexes go when a shard's folder is not writable.
+        cache_dir: where indexes go when a shard's folder is not writable,
+            and those of remote shards.
         transform, target_transform: as ImageFolder's; the loader uses
             ``transform`` when it is given none.
+        retries: remote shards: attempts after the first for a failed
+            request (5xx, 429, connection errors, timeouts).
+        timeout: remote shards: seconds without progress before an
+            attempt is abandoned and retried.
+        s3_client: a boto3 S3 client for ``s3://`` shards (its
+            credentials, endpoint and region); None: one made from the
+            standard configuration (credential chain, ``AWS_ENDPOINT_URL``,
+            ``AWS_REGION``...), anonymous when there are no credentials.
+
+    Remote shards (``http://``, ``https://``, ``s3://`` URLs, brace
+    notation, ``s3://`` globs; an HTTP server cannot be listed) are read by
+    ranged GETs. Each is indexed once, from its sidecar
+    ``<url>.idx.npz`` when one records its size, else by streaming it
+    once (a few shards at a time); the index is cached in ``cache_dir``
+    with the shard's size and ETag. Local and remote shards cannot be
+    mixed in one dataset.
 
     Samples come shard by shard, each in the order its key first appears
-    in the shard. Attributes: ``shards`` (paths), ``targets`` (int64),
+    in the shard. Attributes: ``shards`` (paths or URLs), ``targets`` (int64),
     ``offsets`` and ``lengths`` (the image member's byte range).
     """
 
@@ -115,6 +166,10 @@ class TarShards(ImageDataset):
         transform: Callable | None = None,
         target_transform: Callable | None = None,
         progress: bool = True,
+        *,
+        retries: int = 5,
+        timeout: float = 30.0,
+        s3_client: Any = None,
     ) -> None:
         if isinstance(image_key, str):
             image_key = image_key.split(";")
@@ -123,19 +178,28 @@ class TarShards(ImageDataset):
         self.cache_dir = cache_dir
         self.transform = transform
         self.target_transform = target_transform
-        self.shards = _shard_paths(urls_or_glob)
+        specs = _specs(urls_or_glob)
+        remote = [is_url(u) for u in specs]
+        self.client: Client | None = None
+        if any(remote):
+            if not all(remote):
+                raise ValueError(
+                    "local shards and remote (http, https, s3) shards cannot "
+                    "be mixed in one TarShards; make two and concatenate them"
+                )
+            self.client = Client(retries=retries, timeout=timeout, s3_client=s3_client)
+            self.shards = _shard_urls(specs, self.client)
+        else:
+            self.shards = _shard_paths(urls_or_glob)
         self.index_files: list[str] = []
 
         by_ext = label_key.lower().lstrip(".") if isinstance(label_key, str) else None
         parts_off, parts_len, parts_tgt = [], [], []
         counts = []
-        bar = self._progress_bar() if progress else None
+        indexes = self._indexes(progress)
         try:
-            for path in self.shards:
-                z, file, reused = shard_index(path, cache_dir)
+            for path, (z, file) in zip(self.shards, indexes):
                 self.index_files.append(file)
-                if bar is not None and not reused:
-                    bar.update(1)
                 images, labels = select_samples(path, z, self.image_key, by_ext)
                 if callable(label_key):
                     names = StringBlob(z["names_blob"], z["names_offsets"])
@@ -148,13 +212,52 @@ class TarShards(ImageDataset):
                 parts_tgt.append(labels)
                 counts.append(len(images))
         finally:
-            if bar is not None:
-                bar.close()
+            indexes.close()  # on error: cancels the indexing left to do
         self.offsets = np.concatenate(parts_off).astype(np.int64, copy=False)
         self.lengths = np.concatenate(parts_len).astype(np.int64, copy=False)
         self.targets = np.concatenate(parts_tgt).astype(np.int64, copy=False)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.paths = _ShardPaths(self.shards, self.starts)
+
+    def _index_of(self, shard: int) -> tuple[dict[str, np.ndarray], str, bool]:
+        path = self.shards[shard]
+        if self.client is not None:
+            return remote_shard_index(path, self.client, self.cache_dir)
+        return shard_index(path, self.cache_dir)
+
+    def _indexes(self, progress: bool) -> Iterator[tuple[dict, str]]:
+        """(arrays, index file) of each shard, in order. Local shards are
+        indexed one by one; remote ones a few at a time (the network, not
+        the CPU, is what they wait for)."""
+        bar = self._progress_bar() if progress else None
+        try:
+            if self.client is None:
+                for s in range(len(self.shards)):
+                    z, file, reused = self._index_of(s)
+                    if bar is not None and not reused:
+                        bar.update(1)
+                    yield z, file
+                return
+            with ThreadPoolExecutor(_INDEX_THREADS) as pool:
+
+                def submit(s: int) -> Future:
+                    future = pool.submit(self._index_of, s)
+                    if bar is not None:
+                        future.add_done_callback(lambda _: bar.update(1))
+                    return future
+
+                # A future keeps its result: each is dropped once used.
+                pending = collections.deque(map(submit, range(len(self.shards))))
+                try:
+                    while pending:
+                        z, file, _ = pending.popleft().result()
+                        yield z, file
+                finally:
+                    for future in pending:
+                        future.cancel()
+        finally:
+            if bar is not None:
+                bar.close()
 
     def _progress_bar(self) -> Any:
         """A tqdm bar over the shards still to index, when there are many
@@ -188,7 +291,7 @@ class TarShards(ImageDataset):
         s = self.shard_of(index)
         z = load_npz(self.index_files[s])
         if z is None:
-            z = shard_index(self.shards[s], self.cache_dir)[0]
+            z = self._index_of(s)[0]
         member = int(np.searchsorted(z["offsets"], self.offsets[index]))
         return key_of(StringBlob(z["names_blob"], z["names_offsets"])[member])
 
@@ -202,6 +305,8 @@ class TarShards(ImageDataset):
         """The bytes of sample ``index``'s image member."""
         path = self.paths[index]
         off, length = int(self.offsets[index]), int(self.lengths[index])
+        if self.client is not None:
+            return self.client.get(path, off, off + length)
         with open(path, "rb") as f:
             data = os.pread(f.fileno(), length, off)
         if len(data) != length:
@@ -222,6 +327,7 @@ class TarShards(ImageDataset):
             targets=self.targets,
             offsets=self.offsets,
             lengths=self.lengths,
+            remote=None if self.client is None else self.client.remote(self.shards),
         )
 
     def __repr__(self) -> str:

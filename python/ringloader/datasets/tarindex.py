@@ -6,18 +6,25 @@ without parsing its tar headers again.
 The index is a ``.npz`` file written next to the shard
 (``<shard>.idx.npz``) or, when the shard's folder is not writable, in the
 cache directory (see :mod:`.cache`). It records the shard's size and mtime
-and is rebuilt when either changes. Tar headers are parsed by Python's
+and is rebuilt when either changes. A remote shard's index (HTTP(S), S3)
+is its sidecar (``<url>.idx.npz``) when one records its size, else is
+built from the shard streamed once; it is kept in the cache directory
+with the shard's size and ETag, and rebuilt when either changes. Tar headers are parsed by Python's
 ``tarfile``; building the index checks that every member lies inside the
 file, so a truncated shard fails there, naming the shard and the member.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import re
 import tarfile
-from collections.abc import Sequence
+import zipfile
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO
 
 import numpy as np
 
@@ -30,8 +37,16 @@ from .cache import (
     pack_strings,
     save_npz,
 )
+from .remote import Client, local_name, sidecar_url
 
-__all__ = ["ShardError", "key_of", "select_samples", "shard_index", "split_key"]
+__all__ = [
+    "ShardError",
+    "key_of",
+    "remote_shard_index",
+    "select_samples",
+    "shard_index",
+    "split_key",
+]
 
 log = logging.getLogger("ringloader")
 
@@ -77,10 +92,11 @@ def _cached(path_abs: str, cache_dir: PathLike | None) -> str:
     return os.path.join(default_cache_dir(cache_dir), name)
 
 
-def _scan_shard(path: str, st: os.stat_result) -> dict[str, np.ndarray]:
-    """The index arrays of one shard, from its tar headers. Raises
-    ShardError for a truncated, corrupt or compressed shard."""
-    size = st.st_size
+def _scan(f: BinaryIO, name: str, size: int) -> dict[str, np.ndarray]:
+    """The member arrays of the tar of ``size`` bytes that ``f`` reads from
+    its start (a file, or a stream that seeks forward: see
+    :class:`_ForwardReader`). Raises ShardError naming ``name`` for a
+    truncated, corrupt or compressed shard."""
     names: list[bytes] = []
     offsets: list[int] = []
     sizes: list[int] = []
@@ -90,70 +106,67 @@ def _scan_shard(path: str, st: os.stat_result) -> dict[str, np.ndarray]:
     keys: dict[str, int] = {}
     exts: dict[str, int] = {}
     last = "the start of the archive"
-    with open(path, "rb") as f:
-        head = f.read(4)
-        f.seek(0)
-        if head[:2] == b"\x1f\x8b" or head[:3] == b"BZh" or head[:4] == b"\xfd7zX":
-            raise ShardError(
-                f"{path}: compressed tar shards cannot be read by byte range; "
-                "decompress them (the .tar files are read in place)"
-            )
+    head = f.read(4)
+    f.seek(0)
+    if head[:2] == b"\x1f\x8b" or head[:3] == b"BZh" or head[:4] == b"\xfd7zX":
+        raise ShardError(
+            f"{name}: compressed tar shards cannot be read by byte range; "
+            "decompress them (the .tar files are read in place)"
+        )
+    try:
+        tf = tarfile.TarFile(fileobj=f)  # closing tf leaves f open
+    except tarfile.ReadError as e:
+        raise ShardError(f"{name}: not a tar file ({e})") from None
+    while True:
         try:
-            tf = tarfile.TarFile(fileobj=f)  # the `with` above closes f
-        except tarfile.ReadError as e:
-            raise ShardError(f"{path}: not a tar file ({e})") from None
-        while True:
-            try:
-                m = tf.next()
-            except tarfile.TarError as e:
-                raise ShardError(
-                    f"{path}: truncated or corrupt after member {last!r} ({e})"
-                ) from None
-            if m is None:
-                break
-            tf.members = []  # tarfile keeps every TarInfo otherwise
-            end = m.offset_data + m.size
-            if m.isreg() and end > size:
-                raise ShardError(
-                    f"{path}: truncated shard: member {m.name!r} needs bytes "
-                    f"{m.offset_data}..{end} but the file has {size} bytes"
-                )
-            last = m.name
-            if not m.isreg():
-                continue  # directories, links, devices: no data of their own
-            if m.sparse is not None:
-                raise ShardError(f"{path}: member {m.name!r} is a sparse file")
-            split = split_key(m.name)
-            if split is None:
-                continue
-            key, ext = split
-            value = _NO_INT
-            if m.size <= _SMALL_MEMBER:
-                text = os.pread(f.fileno(), m.size, m.offset_data)
-                if _INT_TEXT.fullmatch(text):
-                    value = int(text)
-            names.append(os.fsencode(m.name))
-            offsets.append(m.offset_data)
-            sizes.append(m.size)
-            key_ids.append(keys.setdefault(key, len(keys)))
-            ext_codes.append(exts.setdefault(ext, len(exts)))
-            ints.append(value)
-        # tarfile stops quietly at a header that is cut short or is not a
-        # header at all; past the last member there must be the end-of-archive
-        # zero block, or nothing (some writers omit it).
-        tail = os.pread(f.fileno(), tarfile.BLOCKSIZE, tf.offset)
-        if tail and (len(tail) < tarfile.BLOCKSIZE or tail.count(0) != len(tail)):
+            m = tf.next()
+        except tarfile.TarError as e:
             raise ShardError(
-                f"{path}: truncated or corrupt after member {last!r} "
-                f"(no valid tar header at byte {tf.offset})"
+                f"{name}: truncated or corrupt after member {last!r} ({e})"
+            ) from None
+        if m is None:
+            break
+        tf.members = []  # tarfile keeps every TarInfo otherwise
+        end = m.offset_data + m.size
+        if m.isreg() and end > size:
+            raise ShardError(
+                f"{name}: truncated shard: member {m.name!r} needs bytes "
+                f"{m.offset_data}..{end} but the file has {size} bytes"
             )
+        last = m.name
+        if not m.isreg():
+            continue  # directories, links, devices: no data of their own
+        if m.sparse is not None:
+            raise ShardError(f"{name}: member {m.name!r} is a sparse file")
+        split = split_key(m.name)
+        if split is None:
+            continue
+        key, ext = split
+        value = _NO_INT
+        if m.size <= _SMALL_MEMBER:
+            f.seek(m.offset_data)  # tarfile seeks on from where it left
+            text = f.read(m.size)
+            if _INT_TEXT.fullmatch(text):
+                value = int(text)
+        names.append(os.fsencode(m.name))
+        offsets.append(m.offset_data)
+        sizes.append(m.size)
+        key_ids.append(keys.setdefault(key, len(keys)))
+        ext_codes.append(exts.setdefault(ext, len(exts)))
+        ints.append(value)
+    # tarfile stops quietly at a header that is cut short or is not a
+    # header at all; past the last member there must be the end-of-archive
+    # zero block, or nothing (some writers omit it).
+    f.seek(tf.offset)
+    tail = f.read(tarfile.BLOCKSIZE)
+    if tail and (len(tail) < tarfile.BLOCKSIZE or tail.count(0) != len(tail)):
+        raise ShardError(
+            f"{name}: truncated or corrupt after member {last!r} "
+            f"(no valid tar header at byte {tf.offset})"
+        )
     names_blob, names_offsets = pack_strings(names)
     exts_blob, exts_offsets = pack_strings(os.fsencode(e) for e in exts)
     return {
-        "version": np.int64(SHARD_INDEX_VERSION),
-        "shard": np.frombuffer(os.fsencode(os.path.abspath(path)), dtype=np.uint8),
-        "size": np.int64(st.st_size),
-        "mtime_ns": np.int64(st.st_mtime_ns),
         "names_blob": names_blob,
         "names_offsets": names_offsets,
         "offsets": np.array(offsets, dtype=np.int64),
@@ -164,6 +177,24 @@ def _scan_shard(path: str, st: os.stat_result) -> dict[str, np.ndarray]:
         "exts_offsets": exts_offsets,
         "ints": np.array(ints, dtype=np.int64),
     }
+
+
+def _header(shard: str, size: int, mtime_ns: int) -> dict[str, np.ndarray]:
+    """The fields of an index that say which shard it describes."""
+    return {
+        "version": np.int64(SHARD_INDEX_VERSION),
+        "shard": np.frombuffer(os.fsencode(shard), dtype=np.uint8),
+        "size": np.int64(size),
+        "mtime_ns": np.int64(mtime_ns),
+    }
+
+
+def _scan_shard(path: str, st: os.stat_result) -> dict[str, np.ndarray]:
+    """The index arrays of one local shard, from its tar headers. Raises
+    ShardError for a truncated, corrupt or compressed shard."""
+    with open(path, "rb") as f:
+        members = _scan(f, path, st.st_size)
+    return {**_header(os.path.abspath(path), st.st_size, st.st_mtime_ns), **members}
 
 
 def _valid(
@@ -221,6 +252,121 @@ def _drop(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+# ---------------------------------------------------------------------------
+# Index of a remote shard
+
+
+class _ForwardReader:
+    """A read-only file over a stream of chunks, enough for tarfile: it
+    reads, seeks forward by reading on, and back only within the last
+    ``KEEP`` bytes. ``received`` counts the bytes the stream gave."""
+
+    KEEP = 1 << 17
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buf = bytearray()
+        self._base = 0  # the offset of _buf[0] in the stream
+        self._pos = 0
+
+    @property
+    def received(self) -> int:
+        return self._base + len(self._buf)
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        if whence == 1:
+            pos += self._pos
+        elif whence != 0:
+            raise io.UnsupportedOperation("a stream is not seekable from its end")
+        if pos < self._base:
+            raise io.UnsupportedOperation(f"cannot seek back to {pos} in a stream")
+        self._pos = pos
+        return pos
+
+    def read(self, n: int = -1) -> bytes:
+        want = self._pos + n if n >= 0 else None
+        while want is None or self.received < want:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            self._buf += chunk
+            drop = min(self._pos - self.KEEP - self._base, len(self._buf))
+            if drop >= self.KEEP:  # keep KEEP bytes behind the position
+                del self._buf[:drop]
+                self._base += drop
+        a = self._pos - self._base
+        data = bytes(self._buf[a : a + n] if n >= 0 else self._buf[a:])
+        self._pos += len(data)
+        return data
+
+
+def _valid_remote(z: dict[str, np.ndarray] | None, size: int, etag: str) -> bool:
+    """Whether a cached index describes the remote shard as it is now:
+    same size and validator (ETag)."""
+    if z is None:
+        return False
+    try:
+        return (
+            int(z["version"]) == SHARD_INDEX_VERSION
+            and int(z["size"]) == size
+            and z["etag"].tobytes().decode() == etag
+        )
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError):
+        return False
+
+
+def _sidecar_arrays(name: str, client: Client, size: int) -> dict | None:
+    """The index arrays of the sidecar beside remote shard ``name``, when
+    there is one that records the shard's size (mtimes do not apply)."""
+    data = client.get_optional(sidecar_url(name))
+    if data is None:
+        return None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        if (
+            int(arrays["version"]) == SHARD_INDEX_VERSION
+            and int(arrays["size"]) == size
+        ):
+            return arrays
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        pass
+    log.info("ringloader: %s: the sidecar index does not match; rescanning", name)
+    return None
+
+
+def remote_shard_index(
+    name: str, client: Client, cache_dir: PathLike | None = None
+) -> tuple[dict[str, np.ndarray], str, bool]:
+    """(arrays, index file, reused) for a remote shard: the cached index
+    when the shard's size and ETag are those recorded, else its sidecar
+    (``<url>.idx.npz``) when it records the shard's size, else a scan of
+    the shard in one streaming pass. A new index is written to the cache
+    directory, named after the URL. Raises ShardError for a bad shard,
+    OSError (naming the URL) for one that cannot be read."""
+    size, etag = client.head(name)
+    cached = os.path.join(
+        default_cache_dir(cache_dir), cache_name("shard", name, local_name(name))
+    )
+    z = load_npz(cached)
+    if _valid_remote(z, size, etag):
+        assert z is not None
+        return z, cached, True
+    arrays = _sidecar_arrays(name, client, size)
+    if arrays is None:
+        with contextlib.closing(client.stream(name, etag)) as chunks:
+            f = _ForwardReader(chunks)
+            arrays = _scan(f, name, size)
+    arrays.update(_header(name, size, 0))
+    arrays["etag"] = np.frombuffer(etag.encode(), dtype=np.uint8)
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    save_npz(cached, arrays)
+    return arrays, cached, False
 
 
 def select_samples(

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..transforms import UnsupportedTransform, compile_transform
-from .base import Sources, provides_sources, sources_of
+from .base import Remote, Sources, provides_sources, sources_of
 
 __all__ = ["NotAView", "View", "leaves_of", "resolve", "samples_stamp"]
 
@@ -158,10 +158,13 @@ class View:
     def ringloader_sources(self) -> Sources:
         """The sources of the leaves, gathered in the composition's order
         (whole files next to byte ranges: length -1, as the file source
-        reads it). Raises TypeError for a leaf that is not a dataset of
-        files."""
+        reads it), remote objects merged (see :func:`_merge_remote`).
+        Raises TypeError for a leaf that is not a dataset of files, and
+        :class:`NotAView` for local and remote leaves together."""
         self._refresh()
-        srcs = [sources_of(leaf) for leaf in self.leaves]
+        by_leaf = {id(leaf): sources_of(leaf) for leaf in self._unique}
+        srcs = [by_leaf[id(leaf)] for leaf in self.leaves]
+        remote = _merge_remote([s.remote for s in by_leaf.values()])
         part, index = self._part.tolist(), self._index.tolist()
         if len(srcs) == 1:
             names = srcs[0].paths
@@ -170,7 +173,7 @@ class View:
             paths = [srcs[p].paths[i] for p, i in zip(part, index)]
         targets = _gather([s.targets for s in srcs], self._part, self._index)
         if all(s.offsets is None for s in srcs):
-            return Sources(paths=paths, targets=targets)
+            return Sources(paths=paths, targets=targets, remote=remote)
         whole = [np.zeros(len(s), np.int64) for s in srcs]
         offsets = [w if s.offsets is None else s.offsets for s, w in zip(srcs, whole)]
         lengths = [
@@ -181,6 +184,7 @@ class View:
             targets=targets,
             offsets=_gather(offsets, self._part, self._index),
             lengths=_gather(lengths, self._part, self._index),
+            remote=remote,
         )
 
     def _describe(self, index: int) -> str:
@@ -208,6 +212,67 @@ class View:
                 out.append((id(d.datasets), len(d.datasets)))
                 stack.extend(d.datasets)
         return tuple(out)
+
+
+def _merge_remote(remotes: list[Optional[Remote]]) -> Optional[Remote]:
+    """One ``Remote`` for the remote leaves of a composition: their
+    objects, each once (a shard in two leaves is fetched by the first
+    leaf's URL), refreshed as often as the most often refreshed leaf,
+    with the most patient numeric options. Raises NotAView for local and
+    remote leaves together (not supported yet) and for leaves whose
+    certificate options differ."""
+    if all(r is None for r in remotes):
+        return None
+    if any(r is None for r in remotes):
+        raise NotAView(
+            "a composition of local and remote (http, https, s3) datasets is "
+            "not supported yet; copy the local files to the server, or load "
+            "them apart"
+        )
+    parts = [r for r in remotes if r is not None]
+    if len(parts) == 1:
+        return parts[0]
+    where: dict[str, int] = {}
+    positions = []
+    for r in parts:
+        positions.append([where.setdefault(n, len(where)) for n in r.names])
+    options = dict(parts[0].options)
+    for r in parts[1:]:
+        for k, v in r.options.items():
+            if k not in options or options[k] == v:
+                options[k] = v
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                options[k] = max(options[k], v)
+            else:
+                raise NotAView(f"the remote parts have different {k} options")
+    refresh = [r.refresh_s for r in parts if r.refresh_s is not None]
+    return Remote(
+        names=list(where),
+        urls=_MergedUrls([r.urls for r in parts], positions, len(where)),
+        refresh_s=min(refresh) if refresh else None,
+        options=options,
+    )
+
+
+class _MergedUrls:
+    """The fetch URLs of merged remote leaves: each leaf's ``urls()``,
+    placed at its objects' positions (the first leaf naming one wins)."""
+
+    def __init__(self, parts: list, positions: list[list[int]], n: int) -> None:
+        self._parts = parts
+        self._positions = positions
+        self._n = n
+
+    def __call__(self) -> list[str]:
+        out: list[Optional[str]] = [None] * self._n
+        for urls, positions in zip(self._parts, self._positions):
+            for p, url in zip(positions, urls()):
+                if out[p] is None:
+                    out[p] = url
+        return out  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"<fetch URLs of {self._n} objects>"
 
 
 def _gather(arrays: list, part: np.ndarray, index: np.ndarray) -> np.ndarray:

@@ -1,0 +1,574 @@
+"""Objects on HTTP(S) servers and in S3, as the datasets see them from
+Python: their size and ETag, a byte range, a stream of the whole object,
+an ``s3://`` prefix listed, and the fetch URLs handed to the C source.
+
+An object is named by its *display name*, the URL the user gave
+(``http://host/a.tar``, ``s3://bucket/key``): that is what messages,
+reprs and ``Sources.paths`` show. The C source fetches objects by *fetch
+URL*: the same URL for HTTP(S), a presigned GET URL for S3, made by boto3
+(never signed here) and made again before it expires. A presigned query
+string carries credentials: it never reaches a message, a repr or a log.
+
+HTTP(S) goes through urllib3 (its ``Retry`` policy: 5xx, 429 and
+connection errors, exponential backoff with jitter; certificates verified,
+the CA bundle from ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE`` or
+``CURL_CA_BUNDLE``). S3 goes through boto3, which finds credentials,
+endpoint (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``), region and CA
+bundle (``AWS_CA_BUNDLE``) where it always does; without credentials, S3
+is read anonymously (public buckets). Both are imported on first use.
+
+Errors are OSErrors naming the object and what to do: FileNotFoundError
+(404), PermissionError (401/403), ConnectionError (refused, unreachable),
+TimeoutError (no progress for ``timeout`` seconds).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import http.client
+import logging
+import os
+import posixpath
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, Optional
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from .base import Remote
+
+__all__ = ["Client", "is_url", "redact", "sidecar_url"]
+
+log = logging.getLogger("ringloader")
+
+SCHEMES = ("http", "https", "s3")
+# Presigned URLs live an hour and are made again every 15 minutes: a URL
+# signed with temporary credentials dies with them, often sooner.
+PRESIGN_EXPIRES_S = 3600
+REFRESH_S = 900.0
+CHUNK = 1 << 16
+_RETRY_STATUS = (429, 500, 502, 503, 504)
+_SECRET_PARAMS = ("signature", "sig", "token", "credential", "policy", "key-pair-id")
+
+
+def is_url(spec: str) -> bool:
+    """Whether ``spec`` is a URL ringloader reads remotely (http, https, s3)."""
+    return urlsplit(spec).scheme.lower() in SCHEMES
+
+
+def redact(url: str) -> str:
+    """``url`` with the values of signing parameters (``X-Amz-Signature``,
+    ``X-Amz-Credential``, ``X-Amz-Security-Token``, ``Signature``, ...)
+    replaced, for messages."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    query = [
+        (k, "REDACTED" if any(s in k.lower() for s in _SECRET_PARAMS) else v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    return urlunsplit(parts._replace(query=urlencode(query, safe="/")))
+
+
+def sidecar_url(name: str) -> str:
+    """The URL of the index file beside a shard: its path plus ``.idx.npz``
+    (before any query string)."""
+    parts = urlsplit(name)
+    return urlunsplit(parts._replace(path=parts.path + ".idx.npz"))
+
+
+def _s3_split(name: str) -> tuple[str, str]:
+    """(bucket, key) of ``s3://bucket/key``; the key is taken literally
+    (S3 keys may hold ``?`` and ``#``)."""
+    parts = urlsplit(name, allow_fragments=False)
+    key = parts.path.lstrip("/")
+    if parts.query:
+        key += "?" + parts.query
+    if not parts.netloc or not key:
+        raise ValueError(f"{name}: an S3 URL is s3://bucket/key")
+    return parts.netloc, key
+
+
+def ca_file(s3: bool) -> Optional[str]:
+    """The CA bundle named by the standard variables, or None (the
+    system's): ``AWS_CA_BUNDLE`` first for S3, then ``SSL_CERT_FILE``,
+    ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``."""
+    names = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+    for var in (("AWS_CA_BUNDLE",) if s3 else ()) + names:
+        value = os.environ.get(var)
+        if value:
+            return value
+    return None
+
+
+class Client:
+    """Reads objects by display name, over one connection pool (HTTP) and
+    one boto3 client (S3), both made on first use; thread-safe.
+
+    Args:
+        retries: attempts after the first for a failed request (5xx, 429,
+            connection errors, timeouts) and for a stream cut short.
+        timeout: seconds without progress before an attempt is abandoned.
+        s3_client: a boto3 S3 client to use (its credentials, endpoint,
+            region); None: one made from the standard configuration,
+            anonymous when no credentials are found.
+        connect_timeout: seconds to connect.
+        max_connections: connections per host, here and in the C source.
+    """
+
+    def __init__(
+        self,
+        retries: int = 5,
+        timeout: float = 30.0,
+        s3_client: Any = None,
+        connect_timeout: float = 10.0,
+        max_connections: int = 64,
+    ) -> None:
+        if retries < 0 or timeout <= 0:
+            raise ValueError(f"retries={retries}, timeout={timeout}: need >= 0, > 0")
+        self.retries = int(retries)
+        self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.max_connections = int(max_connections)
+        self._user_s3 = s3_client
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._http: Any = None
+        self._s3: Any = self._user_s3
+
+    def __getstate__(self) -> dict:
+        """Pools and boto3 clients do not travel; a copy makes its own (a
+        user's ``s3_client`` must be picklable itself)."""
+        state = self.__dict__.copy()
+        for name in ("_lock", "_http", "_s3"):
+            state.pop(name)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _fresh(self) -> None:
+        if self._pid != os.getpid():  # after fork: the parent's sockets
+            self._reset()
+
+    # -- the two kinds of store -------------------------------------------
+
+    def http(self) -> Any:
+        """The urllib3 PoolManager (made on first use)."""
+        self._fresh()
+        with self._lock:
+            if self._http is None:
+                self._http = self._make_http()
+            return self._http
+
+    def _make_http(self) -> Any:
+        try:
+            import urllib3
+        except ImportError:
+            raise ImportError(
+                'reading shards over HTTP needs urllib3: pip install "ringloader[http]"'
+            ) from None
+        retry_args: dict[str, Any] = dict(
+            total=self.retries,
+            connect=self.retries,
+            read=self.retries,
+            status=self.retries,
+            backoff_factor=0.25,
+            status_forcelist=_RETRY_STATUS,
+            allowed_methods=frozenset({"GET", "HEAD"}),
+            respect_retry_after_header=True,
+            raise_on_status=False,
+        )
+        try:
+            retry = urllib3.Retry(backoff_jitter=0.5, backoff_max=10.0, **retry_args)
+        except TypeError:  # urllib3 1.26: no jitter
+            retry = urllib3.Retry(**retry_args)
+        return urllib3.PoolManager(
+            num_pools=64,
+            maxsize=self.max_connections,
+            retries=retry,
+            timeout=urllib3.Timeout(connect=self.connect_timeout, read=self.timeout),
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=ca_file(s3=False),
+        )
+
+    def s3(self) -> Any:
+        """The boto3 S3 client: the user's, or one made on first use."""
+        self._fresh()
+        with self._lock:
+            if self._s3 is None:
+                self._s3 = self._make_s3()
+            return self._s3
+
+    def _make_s3(self) -> Any:
+        try:
+            import boto3
+            from botocore import UNSIGNED
+            from botocore.config import Config
+        except ImportError:
+            raise ImportError(
+                'reading s3:// URLs needs boto3: pip install "ringloader[s3]"'
+            ) from None
+        session = boto3.session.Session()
+        # SigV4 presigned URLs: every region takes them (not all take V2).
+        extra: dict[str, Any] = {"signature_version": "s3v4"}
+        if session.get_credentials() is None:
+            log.info("ringloader: no AWS credentials found; reading S3 anonymously")
+            extra["signature_version"] = UNSIGNED
+        config = Config(
+            retries={"max_attempts": self.retries + 1, "mode": "standard"},
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.timeout,
+            max_pool_connections=self.max_connections,
+            **extra,
+        )
+        return session.client("s3", config=config)
+
+    # -- what the C source is given ---------------------------------------
+
+    def options(self, s3: bool) -> dict[str, Any]:
+        """``Remote.options``: how the C source fetches."""
+        return {
+            "retries": self.retries,
+            "timeout": self.timeout,
+            "connect_timeout": self.connect_timeout,
+            "ca_file": ca_file(s3),
+            "verify": True,
+            "max_connections": self.max_connections,
+        }
+
+    def signs(self) -> bool:
+        """Whether the S3 client signs its URLs (they then expire)."""
+        from botocore import UNSIGNED
+
+        return self.s3().meta.config.signature_version is not UNSIGNED
+
+    def fetch_urls(self, names: Sequence[str]) -> list[str]:
+        """The fetch URL of each object: HTTP(S) URLs as they are, S3 objects
+        presigned for GET (``PRESIGN_EXPIRES_S`` seconds) by boto3."""
+        out = []
+        s3 = None
+        for name in names:
+            if not name.startswith("s3://"):
+                out.append(name)
+                continue
+            if s3 is None:
+                s3 = self.s3()
+            bucket, key = _s3_split(name)
+            out.append(
+                s3.generate_presigned_url(
+                    "get_object",
+                    Params={"Bucket": bucket, "Key": key},
+                    ExpiresIn=PRESIGN_EXPIRES_S,
+                )
+            )
+        return out
+
+    def remote(self, names: Sequence[str]) -> Remote:
+        """``Sources.remote`` for objects ``names`` (display names)."""
+        names = list(names)
+        s3 = any(n.startswith("s3://") for n in names)
+        return Remote(
+            names=names,
+            urls=_Urls(self, names),
+            refresh_s=REFRESH_S if s3 and self.signs() else None,
+            options=self.options(s3),
+        )
+
+    # -- metadata and bytes -----------------------------------------------
+
+    def head(self, name: str) -> tuple[int, str]:
+        """(size, validator) of an object: its ETag (or Last-Modified when
+        the server gives no ETag; "" with neither)."""
+        if name.startswith("s3://"):
+            bucket, key = _s3_split(name)
+            r = self._s3_call(name, "head_object", Bucket=bucket, Key=key)
+            return int(r["ContentLength"]), str(
+                r.get("ETag") or r.get("LastModified", "")
+            )
+        r = self._http_request(name, "HEAD")
+        size = r.headers.get("Content-Length")
+        if r.status in (405, 501) or size is None:  # no HEAD: ask for 1 byte
+            r = self._http_request(name, "GET", 0, 1)
+            total = r.headers.get("Content-Range", "").rpartition("/")[2]
+            size = total if total.isdigit() else r.headers.get("Content-Length")
+        if size is None:
+            raise OSError(f"{name}: the server gives no size (no Content-Length)")
+        return int(size), r.headers.get("ETag") or r.headers.get("Last-Modified", "")
+
+    def get(self, name: str, start: int = 0, end: Optional[int] = None) -> bytes:
+        """Bytes ``start..end`` of an object (to its end when ``end`` is
+        None). Raises OSError when fewer come back."""
+        if name.startswith("s3://"):
+            bucket, key = _s3_split(name)
+            args: dict[str, Any] = {"Bucket": bucket, "Key": key}
+            if start or end is not None:
+                args["Range"] = _range(start, end)
+            body = self._s3_call(name, "get_object", **args)["Body"]
+            data = self._s3_body(name, lambda: body.read())
+        else:
+            r = self._http_request(name, "GET", start, end)
+            if r.status == 200 and (start or end is not None):
+                raise OSError(
+                    f"{name}: the server ignores Range requests (answered 200); "
+                    "shards are read by byte range"
+                )
+            data = r.data
+        if end is not None and len(data) != end - start:
+            raise OSError(
+                f"{name}: bytes {start}..{end} asked, {len(data)} received "
+                "(the object is shorter: truncated or replaced?)"
+            )
+        return data
+
+    def get_optional(self, name: str) -> Optional[bytes]:
+        """The whole object, or None when there is none (404; 403 too for
+        S3, which answers so for a missing key without ListBucket)."""
+        try:
+            return self.get(name)
+        except FileNotFoundError:
+            return None
+        except PermissionError:
+            if name.startswith("s3://"):
+                return None
+            raise
+
+    def stream(self, name: str, validator: str = "") -> Iterator[bytes]:
+        """The object's bytes in chunks, from the start. A connection cut
+        short is resumed where it stopped (a range request, up to
+        ``retries`` times), checked against ``validator`` (If-Match) so
+        that an object replaced meanwhile fails rather than mixes."""
+        pos, failures = 0, 0
+        while True:
+            try:
+                for chunk in self._chunks(name, pos, validator):
+                    pos += len(chunk)
+                    yield chunk
+                return
+            except (ConnectionError, TimeoutError) as e:
+                failures += 1
+                if failures > self.retries:
+                    raise
+                log.warning("ringloader: %s: resuming at byte %d (%s)", name, pos, e)
+
+    def _chunks(self, name: str, start: int, validator: str) -> Iterator[bytes]:
+        if name.startswith("s3://"):
+            bucket, key = _s3_split(name)
+            args: dict[str, Any] = {"Bucket": bucket, "Key": key}
+            if start:
+                args["Range"] = _range(start, None)
+            if validator.startswith('"'):
+                args["IfMatch"] = validator
+            body = self._s3_call(name, "get_object", **args)["Body"]
+            chunks = body.iter_chunks(CHUNK)
+            try:
+                while True:
+                    chunk = self._s3_body(name, lambda: next(chunks, b""))
+                    if not chunk:
+                        return
+                    yield chunk
+            finally:
+                body.close()
+        # If-Match compares strongly: a weak ETag would never match.
+        headers = {"If-Match": validator} if validator.startswith('"') else {}
+        r = self._http_request(name, "GET", start, None, headers, stream=True)
+        done = False
+        try:
+            if start and r.status != 206:
+                raise OSError(f"{name}: the server ignores Range requests")
+            while True:
+                chunk = self._http_body(name, lambda: r.read(CHUNK))
+                if not chunk:
+                    done = True
+                    return
+                yield chunk
+        finally:
+            if not done:  # unread data: the connection cannot be reused
+                r.close()
+            r.release_conn()
+
+    def list_glob(self, pattern: str) -> list[str]:
+        """The objects of ``s3://bucket/pattern`` (``*``, ``?``, ``[..]``
+        matching within one ``/``-separated part, as a local glob),
+        listed from the prefix before the first wildcard, sorted."""
+        if not pattern.startswith("s3://"):
+            raise ValueError(
+                f"{redact(pattern)}: an HTTP server cannot be listed; name the "
+                "shards with braces (train-{0000..1023}.tar) or a list"
+            )
+        bucket, key = _s3_split(pattern)
+        first = min(key.find(c) for c in "*?[" if c in key)
+        prefix = key[:first]
+        parts = key.split("/")
+        paginator = self._s3_call(pattern, "get_paginator", "list_objects_v2")
+
+        def matching() -> list[str]:
+            found = []
+            for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+                for obj in page.get("Contents", ()):
+                    got = obj["Key"].split("/")
+                    if len(got) == len(parts) and all(
+                        fnmatch.fnmatchcase(a, b) for a, b in zip(got, parts)
+                    ):
+                        found.append(f"s3://{bucket}/{obj['Key']}")
+            return found
+
+        found = self._s3_body(pattern, matching)
+        if not found:
+            raise FileNotFoundError(f"no object matches {pattern!r}")
+        return sorted(found)
+
+    # -- errors ------------------------------------------------------------
+
+    def _http_request(
+        self,
+        name: str,
+        method: str,
+        start: int = 0,
+        end: Optional[int] = None,
+        headers: Optional[dict] = None,
+        stream: bool = False,
+    ) -> Any:
+        """A urllib3 response, after retries; raises for error statuses."""
+        import urllib3
+
+        headers = {"Accept-Encoding": "identity", **(headers or {})}
+        if start or end is not None:
+            headers["Range"] = _range(start, end)
+        try:
+            r = self.http().request(
+                method, name, headers=headers, preload_content=not stream
+            )
+        except urllib3.exceptions.HTTPError as e:
+            raise _http_failure(name, e) from None
+        if r.status >= 400 and not (method == "HEAD" and r.status in (405, 501)):
+            r.drain_conn()
+            raise _status_error(name, r.status, r.reason or "")
+        return r
+
+    def _http_body(self, name: str, read: Any) -> bytes:
+        import urllib3
+
+        try:
+            return read()
+        except urllib3.exceptions.HTTPError as e:
+            raise _http_failure(name, e) from None
+
+    def _s3_call(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._s3_body(name, lambda: getattr(self.s3(), method)(*args, **kwargs))
+
+    def _s3_body(self, name: str, call: Any) -> Any:
+        """``call()``, botocore's errors turned into OSErrors naming ``name``."""
+        from botocore import exceptions as bx
+
+        try:
+            return call()
+        except bx.ClientError as e:
+            err = e.response.get("Error", {})
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            code = str(err.get("Code", status))
+            if code in ("404", "NoSuchKey", "NoSuchBucket"):
+                status = 404
+            if code in ("PreconditionFailed", "412"):
+                status = 412
+            raise _status_error(name, int(status or 0), code) from None
+        except (bx.ConnectTimeoutError, bx.ReadTimeoutError) as e:
+            raise TimeoutError(f"{name}: no answer in time ({e})") from None
+        except (bx.EndpointConnectionError, bx.ConnectionError) as e:
+            raise ConnectionError(
+                f"{name}: cannot reach S3 ({e}): is the endpoint right "
+                "(AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL) and reachable?"
+            ) from None
+        except bx.NoCredentialsError as e:
+            raise PermissionError(f"{name}: {e}") from None
+        except bx.BotoCoreError as e:  # streaming errors, among others
+            raise ConnectionError(f"{name}: {e}") from None
+
+
+class _Urls:
+    """``Remote.urls``: the fetch URLs of some objects, made at each call."""
+
+    def __init__(self, client: Client, names: list[str]) -> None:
+        self._client = client
+        self._names = names
+
+    def __call__(self) -> list[str]:
+        return self._client.fetch_urls(self._names)
+
+    def __repr__(self) -> str:
+        return f"<fetch URLs of {len(self._names)} objects>"
+
+
+def _range(start: int, end: Optional[int]) -> str:
+    return f"bytes={start}-" + ("" if end is None else str(end - 1))
+
+
+def _status_error(name: str, status: int, reason: str) -> OSError:
+    """The OSError for an HTTP status (or S3 error code) of ``name``."""
+    if not reason or reason == str(status):
+        reason = http.client.responses.get(status, "")
+    if status == 404:
+        return FileNotFoundError(f"{name}: no such object (404 {reason})")
+    if status in (401, 403):
+        hint = (
+            "check the AWS credentials (AWS_PROFILE, AWS_ACCESS_KEY_ID, ...) "
+            "and the bucket's permissions"
+            if name.startswith("s3://")
+            else "check the server's access rules"
+        )
+        return PermissionError(f"{name}: access denied ({status} {reason}): {hint}")
+    if status == 412:
+        return OSError(f"{name}: the object changed while it was read; try again")
+    if status == 416:
+        return OSError(f"{name}: byte range not satisfiable (the object is shorter)")
+    return OSError(f"{name}: {status} {reason}".rstrip())
+
+
+def _http_failure(name: str, e: Exception) -> OSError:
+    """The OSError for a urllib3 failure (after its retries) on ``name``."""
+    import urllib3.exceptions as ux
+
+    reason = getattr(e, "reason", None) or e
+    # NewConnectionError subclasses ConnectTimeoutError: it goes first.
+    if isinstance(reason, ux.NewConnectionError):
+        host = urlsplit(name).netloc
+        return ConnectionError(
+            f"{name}: cannot connect to {host}: is the server running and "
+            f"reachable? ({_plain(reason)})"
+        )
+    if isinstance(reason, (ux.TimeoutError, TimeoutError)):
+        return TimeoutError(f"{name}: no progress in time ({_plain(reason)})")
+    if isinstance(reason, ux.SSLError):
+        return ConnectionError(
+            f"{name}: TLS failed ({_plain(reason)}): the CA bundle comes from "
+            "SSL_CERT_FILE, REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE"
+        )
+    if isinstance(e, ux.MaxRetryError) and isinstance(reason, ux.ResponseError):
+        return OSError(f"{name}: the server kept failing ({_plain(reason)})")
+    return ConnectionError(f"{name}: {_plain(reason)}")
+
+
+def _plain(e: Any) -> str:
+    """An exception's text without the object's identity urllib3 adds."""
+    text = str(e)
+    if text.startswith("<") and ">: " in text:
+        text = text.split(">: ", 1)[1]
+    return text
+
+
+def local_name(name: str) -> str:
+    """The last part of an object's path (for cache file labels)."""
+    return posixpath.basename(urlsplit(name).path) or "object"
+
+
+def has_magic(name: str) -> bool:
+    """Whether a URL holds glob wildcards: in an S3 key (where ``?`` is
+    one), in an HTTP URL's path (where ``?`` starts the query)."""
+    if name.startswith("s3://"):
+        return glob.has_magic(_s3_split(name)[1])
+    return glob.has_magic(urlsplit(name).path)

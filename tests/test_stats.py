@@ -31,6 +31,7 @@ KEYS = {
     "wall_seconds",
     "first_batch_seconds",
     "read_seconds",
+    "io_cpu_seconds",
     "decode_seconds",
     "samples_decoded",
     "bytes_read",

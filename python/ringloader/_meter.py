@@ -68,6 +68,7 @@ def stats(
     out = meter.snapshot()
     out.update(
         read_seconds=c.get("read_seconds", 0.0),
+        io_cpu_seconds=c.get("io_cpu_seconds", 0.0),
         decode_seconds=c.get("decode_seconds", 0.0),
         samples_decoded=c.get("samples", 0),
         bytes_read=c.get("bytes_read", 0),

@@ -448,6 +448,9 @@ class Loader:
           GPU starves);
         - ``read_seconds``, ``decode_seconds``: cumulative thread time in
           reading and in decode + transform;
+        - ``io_cpu_seconds``: cumulative CPU time of the I/O thread in its
+          batch reads (io_uring submissions, HTTP requests), 0 where the
+          decode threads read for themselves (pread);
         - ``queue_depth``: batches decoded and waiting; ``inflight``:
           batches submitted; ``first_batch_seconds``; ``io_backend``;
         - what happened to the data, counted over the loader's life (every

@@ -1,8 +1,9 @@
 """The datasets ringloader reads itself, on one base (:mod:`.base`): an
 ImageFolder as torchvision's, the same with a cached index, a list of files,
-and WebDataset tar shards. None of them imports the loader."""
+and WebDataset tar shards (local, or over HTTP(S) and S3). None of them
+imports the loader."""
 
-from .base import ImageDataset, Sources
+from .base import ImageDataset, Remote, Sources
 from .filelist import FileList
 from .folder import IMG_EXTENSIONS, ImageFolder
 from .index import IndexedImageFolder, build_index
@@ -14,6 +15,7 @@ __all__ = [
     "ImageDataset",
     "ImageFolder",
     "IndexedImageFolder",
+    "Remote",
     "ShardError",
     "Sources",
     "TarShards",

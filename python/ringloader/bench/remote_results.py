@@ -79,35 +79,41 @@ def contender_table(results: list[dict], order: list[str]) -> list[str]:
 
 
 def targets(results: list[dict]) -> list[str]:
-    """The issue's two targets, each ringloader remote contender checked."""
+    """The issue's two targets, each ringloader remote contender checked:
+    against its own local-disk rate, and against every peer (all of them,
+    and those reading from the same server)."""
     local = rate(_find(results, LOCAL))
     peers = [
         r for r in results if not r["contender"].startswith("ringloader") and rate(r)
     ]
-    best = max(peers, key=lambda r: r["images_per_s"], default=None)
+
+    def versus(v: float, group: list[dict], what: str) -> str:
+        best = max(group, key=lambda r: r["images_per_s"], default=None)
+        if best is None:
+            return f"no peer {what} ran"
+        b = best["images_per_s"]
+        verdict = "ahead of every peer" if v > b else "**behind** the best peer"
+        return (
+            f"{verdict} {what} ({label(best['contender'])}, {b:.0f} img/s; "
+            f"{v / b:.2f}×)"
+        )
+
     lines = []
     for name in ("ringloader-http", "ringloader-s3"):
         r = _find(results, name)
         v = rate(r)
-        if v is None or local is None:
+        if r is None or v is None or local is None:
             lines.append(f"- {label(name)}: not measured")
             continue
         x = v / local
         met = "met" if x >= TARGET else "**not met**"
-        ahead = (
-            f"ahead of every peer (best: {label(best['contender'])}, {best['images_per_s']:.0f} "
-            f"img/s, {v / best['images_per_s']:.2f}×)"
-            if best is not None and v > best["images_per_s"]
-            else (
-                f"**behind** {label(best['contender'])} ({best['images_per_s']:.0f} img/s)"
-                if best is not None
-                else "no peer ran"
-            )
-        )
-        server = _server_cpu(r) if r else None
+        store = STORE[name]
+        same = [p for p in peers if STORE.get(p["contender"]) == store]
+        server = _server_cpu(r)
         lines.append(
             f"- {label(name)}: {v:.0f} img/s = {x:.2f}× ringloader-local (target ≥ "
-            f"{TARGET}×: {met}); {ahead}"
+            f"{TARGET}×: {met}); {versus(v, peers, 'of this run')}; "
+            f"{versus(v, same, f'on {SERVER[store]}')}"
             + (
                 f"; the server spent {1e3 * server:.3f} ms CPU per image"
                 if server is not None
@@ -335,8 +341,8 @@ def plot(path: str, results: list[dict], order: list[str], threads: int) -> str:
     ax.set_xlim(0, top * 1.55)
     ax.set_xlabel("images / s (higher is better)")
     ax.set_title(
-        f"Tar shards, RandomResizedCrop+flip, {threads} cores: grey local disk, "
-        "blue nginx (HTTP), orange moto (S3)",
+        f"Tar shards, RandomResizedCrop+flip, {threads} cores\n"
+        "grey: local disk, blue: nginx (HTTP), orange: moto (S3)",
         fontsize=9,
     )
     ax.grid(axis="x", alpha=0.3)

@@ -447,9 +447,10 @@ class Loader:
           waiting for its next batch (0: the loader keeps up; near 1: the
           GPU starves);
         - ``read_seconds``, ``decode_seconds``: cumulative thread time in
-          reading and in decode + transform; ``io_cpu_seconds``: CPU time
-          the I/O thread spent reading batches (io_uring submissions, HTTP
-          requests);
+          reading and in decode + transform;
+        - ``io_cpu_seconds``: cumulative CPU time of the I/O thread in its
+          batch reads (io_uring submissions, HTTP requests), 0 where the
+          decode threads read for themselves (pread);
         - ``queue_depth``: batches decoded and waiting; ``inflight``:
           batches submitted; ``first_batch_seconds``; ``io_backend``;
         - what happened to the data, counted over the loader's life (every

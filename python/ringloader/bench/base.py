@@ -153,6 +153,12 @@ class Contender:
     def epoch(self, e: int) -> Iterator[tuple[Any, Any]]:
         return iter(self.loader)
 
+    def counters(self) -> dict[str, float]:
+        """Cumulative counters of the loader (ringloader's I/O thread CPU
+        time...): the harness reports their growth over the timed epochs
+        per image. None by default."""
+        return {}
+
     def batches(self) -> Optional[int]:
         """Batches per epoch, where the loader knows (for progress bars)."""
         try:

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import data, peers
+from . import data, peers, remote
 from .base import AUGMENT, MEAN, STD, Contender, augment_recipe, recipe_steps, split
 
 # In a checkout; benchmarks/compare.py sets it to its own folder's, so that
@@ -233,6 +233,7 @@ FACTORIES: dict[str, Callable[[Any], Contender]] = {
     "decode-bound": DecodeBound,
     "ringloader": lambda s: Ringloader(s, "uint8"),
     "ringloader-float": lambda s: Ringloader(s, "float32"),
+    **remote.FACTORIES,  # benchmarks/remote: tar shards, local, HTTP and S3
 }
 
 

@@ -76,6 +76,9 @@ class Spec:
     build: Optional[str] = None  # the python/ folder ringloader is imported from
     workdir: str = WORK_DIR  # compiled bound, FFCV's .beton, the child's cwd
     options: dict = field(default_factory=dict)  # contender's: dtype, layout, io...
+    # Processes outside the contender whose CPU time over the timed epochs
+    # is reported per image (name -> pid: the servers of remote shards).
+    watch: dict = field(default_factory=dict)
 
     @property
     def key(self) -> tuple:
@@ -142,7 +145,11 @@ def _bar(total: Optional[int], desc: str, enabled: bool) -> Any:
     return None
 
 
-def _epoch(c: base.Contender, e: int, bar: Any) -> dict[str, Any]:
+def _epoch(
+    c: base.Contender, e: int, bar: Any, watch: dict[str, int]
+) -> dict[str, Any]:
+    counters0 = c.counters()
+    watched0 = {k: system.process_cpu_seconds(pid) for k, pid in watch.items()}
     cpu0 = system.tree_cpu_seconds()
     t0 = time.perf_counter()
     first = None
@@ -158,13 +165,30 @@ def _epoch(c: base.Contender, e: int, bar: Any) -> dict[str, Any]:
             bar.update(1)
     wall = time.perf_counter() - t0
     cpu = system.tree_cpu_seconds() - cpu0
-    return {
+    out = {
         "images": n,
         "batches": batches,
         "wall_s": wall,
         "cpu_s": cpu,
         "first_batch_s": first,
     }
+    if watch:
+        out["watched_cpu_s"] = {
+            k: system.process_cpu_seconds(pid) - watched0[k] for k, pid in watch.items()
+        }
+    counters = c.counters()
+    if counters:
+        out["counters"] = {k: v - counters0.get(k, 0.0) for k, v in counters.items()}
+    return out
+
+
+def _per_image(timed: list[dict], key: str, n: int) -> dict[str, float]:
+    """The per-epoch dicts ``key`` of the timed epochs, added up, per image."""
+    total: dict[str, float] = {}
+    for ep in timed:
+        for k, v in ep.get(key, {}).items():
+            total[k] = total.get(k, 0.0) + v
+    return {k: v / n for k, v in total.items()}
 
 
 def measure(
@@ -202,7 +226,7 @@ def measure(
         for e in range(total):
             if before_epoch is not None:
                 before_epoch(e)
-            epochs.append(_epoch(c, e, bar))
+            epochs.append(_epoch(c, e, bar, spec.watch))
             if say is not None:
                 ep = epochs[-1]
                 warm = " (warm-up)" if e < spec.warmup else ""
@@ -224,6 +248,10 @@ def measure(
             cold_first_batch_s=setup + (epochs[0]["first_batch_s"] or 0.0),
             epochs=epochs,
         )
+        if spec.watch:
+            result["watched_cpu_s_per_image"] = _per_image(timed, "watched_cpu_s", n)
+        if any("counters" in ep for ep in timed):
+            result["counters_per_image"] = _per_image(timed, "counters", n)
     except Exception as exc:  # the contender's failure is a result
         result.update(
             error=f"{type(exc).__name__}: {exc}".strip(),

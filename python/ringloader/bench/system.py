@@ -1,6 +1,7 @@
 """What the harness reads from the system: CPU time and memory of process
-trees (from /proc, no psutil), running a command pinned and sampled, and a
-description of the machine and the versions installed.
+trees (from /proc; another process's CPU time with psutil where it is
+installed), running a command pinned and sampled, and a description of the
+machine and the versions installed.
 
 A process tree is a process and its live descendants. Its CPU time adds
 what ``getrusage`` says of the process and its reaped children to what
@@ -82,6 +83,30 @@ def tree_cpu_seconds() -> float:
         st = _stat(pid)
         if st is not None:  # utime, stime, cutime, cstime
             total += sum(int(v) for v in st[11:15]) / _TICK
+    return total
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of another process ``pid`` and its live
+    descendants (a server and its workers), with what they reaped; psutil's
+    reading when it is installed, else /proc's. 0 for a process gone."""
+    try:
+        import psutil
+    except ImportError:
+        total = 0.0
+        for p in [pid, *descendants(pid)]:
+            st = _stat(p)
+            if st is not None:  # utime, stime, cutime, cstime
+                total += sum(int(v) for v in st[11:15]) / _TICK
+        return total
+    total = 0.0
+    with contextlib.suppress(psutil.Error):
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
     return total
 
 

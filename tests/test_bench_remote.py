@@ -1,0 +1,139 @@
+"""The remote-shards benchmark (benchmarks/remote/compare.py): its shards,
+the harness's measurement of servers and loader counters, and each
+contender run in a child against real nginx and moto servers."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+
+import pytest
+
+import ringloader
+from ringloader.bench import data, harness, remote, shards, system
+from ringloader.bench.servers import Nginx, find_nginx
+
+BUILD = os.path.dirname(os.path.dirname(os.path.abspath(ringloader.__file__)))
+IMAGES, CLASSES, SHARDS = 12, 3, 3
+
+
+@pytest.fixture(scope="module")
+def shard_dir(tmp_path_factory):
+    top = tmp_path_factory.mktemp("remote-bench")
+    folder = data.build(str(top / "images"), IMAGES, CLASSES, progress=False)
+    return shards.build(folder, str(top / "shards"), shards=SHARDS, progress=False)
+
+
+def test_shards_hold_every_image_once_with_its_label(shard_dir):
+    folder = os.path.join(os.path.dirname(shard_dir), "images")
+    _, samples = data.scan_folder(folder)
+    want = {
+        os.path.splitext(os.path.basename(p))[0]: (open(p, "rb").read(), c)
+        for p, c in samples
+    }
+    seen = {}
+    for name in shards.shard_names(SHARDS):
+        with tarfile.open(os.path.join(shard_dir, name)) as tf:
+            members = tf.getmembers()
+            assert [m.name.rsplit(".", 1)[1] for m in members] == ["jpg", "cls"] * (
+                len(members) // 2
+            )
+            for jpg, cls in zip(members[::2], members[1::2]):
+                key = jpg.name[: -len(".jpg")]
+                assert cls.name == key + ".cls" and key not in seen
+                seen[key] = (
+                    tf.extractfile(jpg).read(),
+                    int(tf.extractfile(cls).read()),
+                )
+        assert os.path.samefile(
+            os.path.join(shard_dir, name),
+            os.path.join(shard_dir, shards.NOSIDECAR, name),
+        )
+    assert seen == want
+    ds = ringloader.TarShards(os.path.join(shard_dir, shards.pattern(SHARDS)))
+    assert len(ds) == IMAGES and sorted(ds.targets.tolist()) == sorted(
+        c for _, c in want.values()
+    )
+    # the same parameters: the same folder, returned at once
+    assert shards.build(folder, shard_dir, shards=SHARDS, progress=False) == shard_dir
+
+
+def test_process_cpu_seconds_counts_another_process():
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ninput()",
+        ],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        import time
+
+        time.sleep(1.0)
+        assert system.process_cpu_seconds(proc.pid) >= 0.25
+    finally:
+        proc.communicate(b"\n", timeout=10)
+    assert system.process_cpu_seconds(proc.pid) == 0.0  # gone
+
+
+def test_every_contender_runs_against_the_servers(shard_dir, tmp_path):
+    if find_nginx() is None:
+        pytest.fail("nginx is missing: apt-get install nginx (CI installs it)")
+    pytest.importorskip("moto")
+    for name in ("webdataset", "s3fs", "s3torchconnector"):
+        pytest.importorskip(name)
+    pattern = shards.pattern(SHARDS)
+    names = shards.shard_names(SHARDS)
+    saved = dict(os.environ)
+    with Nginx(shard_dir) as nginx, remote.MotoProcess() as moto:
+        try:
+            os.environ.update(remote.s3_env(moto.endpoint_url))
+            files = {n: os.path.join(shard_dir, n) for n in names}
+            files.update(
+                {n + ".idx.npz": os.path.join(shard_dir, n + ".idx.npz") for n in names}
+            )
+            remote.upload(moto.endpoint_url, files, progress=False)
+            where = {
+                "local": os.path.join(shard_dir, pattern),
+                "http": f"{nginx.url}/{pattern}",
+                "s3": f"s3://{remote.BUCKET}/{pattern}",
+            }
+            specs = [
+                harness.Spec(
+                    c,
+                    "train",
+                    2,
+                    shard_dir,
+                    batch_size=4,
+                    epochs=1,
+                    warmup=1,
+                    build=BUILD,
+                    workdir=str(tmp_path),
+                    options={
+                        "shards": where[remote.STORE[c]],
+                        "endpoint": moto.endpoint_url,
+                    },
+                    watch={"moto": moto.pid},
+                )
+                for c in remote.FACTORIES
+            ]
+            results = harness.run_rounds(
+                specs, 1, harness.Runner(timeout=300), say=None
+            )
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    for r in results:
+        assert "error" not in r, (r["contender"], r.get("traceback", r.get("error")))
+        assert r["images_per_epoch"] == IMAGES, r["contender"]
+        assert set(r["watched_cpu_s_per_image"]) == {"moto"}
+        if r["contender"].startswith("ringloader"):
+            assert r["ringloader_path"] == os.path.join(BUILD, "ringloader")
+            assert r["counters_per_image"]["io_cpu_s"] >= 0
+    by = {r["contender"]: r for r in results}
+    assert by["ringloader-s3"]["watched_cpu_s_per_image"]["moto"] > 0
+    assert by["ringloader-http"]["io_backend"] == "http"

@@ -18,6 +18,8 @@ Contenders (``--contenders``, comma separated; default all):
   ringloader-local   ringloader.Loader over TarShards(local paths)
   ringloader-http    the same over the nginx URLs (libcurl range GETs)
   ringloader-s3      the same over s3:// on moto (presigned range GETs)
+  ringloader-s3-cache  the same with cache_limit: the members fetched in the
+                     warm-up epoch are read from local disk in the timed ones
   webdataset-local   webdataset.WebDataset over the local shards + DataLoader
   webdataset-http    the same over the nginx URLs, opened with fsspec
   webdataset-s3fs    the same over s3:// with s3fs
@@ -59,6 +61,7 @@ ALL = [
     "ringloader-local",
     "ringloader-http",
     "ringloader-s3",
+    "ringloader-s3-cache",
 ]
 JSON_NAME = "remote-results.json"
 

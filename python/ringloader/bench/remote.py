@@ -59,6 +59,8 @@ LABELS = {
     "ringloader-local": "ringloader, local shards",
     "ringloader-http": "ringloader over HTTP",
     "ringloader-s3": "ringloader over S3",
+    "ringloader-s3-cache": "ringloader over S3, cache_limit (members fetched in "
+    "the warm-up epoch read from local disk)",
 }
 # Where each contender reads from: local, http (nginx) or s3 (moto).
 STORE = {
@@ -70,6 +72,7 @@ STORE = {
     "ringloader-local": "local",
     "ringloader-http": "http",
     "ringloader-s3": "s3",
+    "ringloader-s3-cache": "s3",
 }
 
 
@@ -101,8 +104,12 @@ class RingloaderShards(Contender):
         _train_only(s)
         self.cache = tempfile.mkdtemp(prefix="ringloader-bench-index-")
         t0 = time.perf_counter()
+        cached = s.contender.endswith("-cache")
         ds = ringloader.TarShards(
-            s.options["shards"], cache_dir=self.cache, progress=False
+            s.options["shards"],
+            cache_dir=self.cache,
+            progress=False,
+            cache_limit=8 << 30 if cached else None,
         )
         self.extra["index_s"] = time.perf_counter() - t0
         self.extra["shards"] = len(ds.shards)
@@ -123,6 +130,7 @@ class RingloaderShards(Contender):
             f"TarShards({len(ds.shards)} shards) + Loader(num_threads={s.threads}, "
             f"prefetch={s.prefetch}, shuffle=True), io={self.loader.io_backend}; "
             f"index from {where} in a fresh cache directory, in set-up"
+            + ("; cache_limit=8 GiB" if cached else "")
         )
 
     def epoch(self, e: int) -> Iterator[tuple[Any, Any]]:
@@ -372,6 +380,7 @@ FACTORIES = {
     "ringloader-local": RingloaderShards,
     "ringloader-http": RingloaderShards,
     "ringloader-s3": RingloaderShards,
+    "ringloader-s3-cache": RingloaderShards,
     "webdataset-local": lambda s: WebDatasetPeer(s, "local"),
     "webdataset-http": lambda s: WebDatasetPeer(s, "http"),
     "webdataset-s3fs": lambda s: WebDatasetPeer(s, "s3"),

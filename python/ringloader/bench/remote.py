@@ -59,8 +59,7 @@ LABELS = {
     "ringloader-local": "ringloader, local shards",
     "ringloader-http": "ringloader over HTTP",
     "ringloader-s3": "ringloader over S3",
-    "ringloader-s3-cache": "ringloader over S3, cache_limit (members fetched in "
-    "the warm-up epoch read from local disk)",
+    "ringloader-s3-cache": "ringloader over S3 with cache_limit",
 }
 # Where each contender reads from: local, http (nginx) or s3 (moto).
 STORE = {

@@ -323,7 +323,7 @@ def plot(path: str, results: list[dict], order: list[str], threads: int) -> str:
     names = [n for n in order if _find(results, n) is not None][::-1]
     vals = [rate(_find(results, n)) or 0.0 for n in names]
     colours = {"local": "#7f7f7f", "http": "#1f77b4", "s3": "#ff7f0e"}
-    fig, ax = plt.subplots(figsize=(9.0, 0.55 * len(names) + 1.8))
+    fig, ax = plt.subplots(figsize=(10.0, 0.55 * len(names) + 1.8))
     ax.barh(
         range(len(names)),
         vals,
@@ -338,7 +338,7 @@ def plot(path: str, results: list[dict], order: list[str], threads: int) -> str:
         if v and local and n != LOCAL:
             text += f"  ({v / local:.2f}× ringloader-local)"
         ax.text(v + top * 0.01, y, text, va="center", fontsize=8)
-    ax.set_xlim(0, top * 1.55)
+    ax.set_xlim(0, top * 1.75)
     ax.set_xlabel("images / s (higher is better)")
     ax.set_title(
         f"Tar shards, RandomResizedCrop+flip, {threads} cores\n"

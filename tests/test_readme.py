@@ -67,8 +67,9 @@ def test_setup_lines_work_for_root_and_for_users():
         "libcurl4-openssl-dev",
     ):
         assert package in install
-    # The examples need torchvision: the set-up installs it, with ringloader.
-    assert 'pip install ".[torchvision]"' in lines
+    # The examples need torchvision, and boto3 for s3:// shards: the set-up
+    # installs them, with ringloader.
+    assert 'pip install ".[torchvision,s3]"' in lines
     # ...and the folder they read.
     assert data_line().split()[2] == DATA
     assert all(DATA in code for code in blocks() if "readme-data" in code)

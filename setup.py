@@ -37,7 +37,7 @@ def check_system_libraries() -> None:
         missing["pkg-config"] = "not on PATH"
     else:
         missing = {}
-        for package in ("libjpeg", "liburing", "libcurl"):
+        for package in [p for p in ("libjpeg", "liburing", "libcurl") if p in DEBIAN_PACKAGES]:
             proc = subprocess.run(
                 ["pkg-config", "--exists", "--print-errors", package],
                 capture_output=True,
@@ -48,7 +48,7 @@ def check_system_libraries() -> None:
                 missing[package] = "pkg-config: " + (said[0] if said else "not found")
         # curl_multi_poll and curl_multi_wakeup, which the HTTP source
         # waits and is woken with, came in libcurl 7.68 (2020).
-        if "libcurl" not in missing and subprocess.run(
+        if "libcurl" in DEBIAN_PACKAGES and "libcurl" not in missing and subprocess.run(
             ["pkg-config", "--atleast-version=7.68.0", "libcurl"]
         ).returncode != 0:
             missing["libcurl"] = "version 7.68 or newer needed"
@@ -122,12 +122,28 @@ if sanitize:
     cflags += [f"-fsanitize={flags}", "-fno-omit-frame-pointer", "-O1", "-g"]
     ldflags += [f"-fsanitize={flags}"]
 
+# A wheel links libcurl, with OpenSSL and nghttp2, statically from a prefix
+# built for an old glibc by packaging/wheels.py (RINGLOADER_STATIC_CURL=
+# PREFIX): the wheel then needs no libcurl of the system. The module exports
+# its init function alone (packaging/exports.map), so their symbols stay
+# inside it, whatever OpenSSL the process has loaded besides.
+STATIC_CURL = os.environ.get("RINGLOADER_STATIC_CURL", "")
+if STATIC_CURL:
+    DEBIAN_PACKAGES.pop("libcurl")
+
 check_system_libraries()
 jpeg_cflags = pkg_config("libjpeg", "--cflags")
 jpeg_libs = pkg_config("libjpeg", "--libs")
 uring_cflags = pkg_config("liburing", "--cflags")
-curl_cflags = pkg_config("libcurl", "--cflags")
-curl_libs = pkg_config("libcurl", "--libs")
+if STATIC_CURL:
+    curl_cflags = [f"-I{STATIC_CURL}/include"]
+    curl_libs = [
+        os.path.join(STATIC_CURL, "lib", a)
+        for a in ("libcurl.a", "libnghttp2.a", "libssl.a", "libcrypto.a")
+    ] + ["-Wl,--version-script=" + os.path.join("packaging", "exports.map")]
+else:
+    curl_cflags = pkg_config("libcurl", "--cflags")
+    curl_libs = pkg_config("libcurl", "--libs")
 
 ext = Extension(
     "ringloader._core",

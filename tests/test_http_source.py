@@ -147,6 +147,7 @@ def test_http_gives_the_local_samples(nginx, local):
     assert stats["io_backend"] == "http"
     assert torch.equal(x, local[0]) and torch.equal(y, local[1])
     assert stats["io_cpu_seconds"] > 0
+    assert _core.http_library().startswith("libcurl/")
 
 
 # Each kind of fault on every third range GET of a shard (first attempts and

@@ -362,5 +362,6 @@ int rl__py_batch_init(PyObject *module, rl_module_state *st)
     if (st->batch_type == NULL) {
         return -1;
     }
+    rl__py_no_new(st->batch_type);
     return PyModule_AddType(module, st->batch_type);
 }

@@ -14,6 +14,33 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* Python 3.9, which pyproject.toml supports: what 3.10 added and we use.
+ * A type that must not be instantiated from Python gets tp_new = NULL by
+ * rl__py_no_new after its creation there (3.10: the flag). */
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *rl__py_newref(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
+#define Py_NewRef(o) rl__py_newref((PyObject *)(o))
+static inline int PyModule_AddObjectRef(PyObject *m, const char *name,
+                                        PyObject *o)
+{
+    Py_XINCREF(o);
+    if (PyModule_AddObject(m, name, o) < 0) {
+        Py_XDECREF(o);
+        return -1;
+    }
+    return 0;
+}
+#define Py_TPFLAGS_IMMUTABLETYPE 0
+#define Py_TPFLAGS_DISALLOW_INSTANTIATION 0
+#define rl__py_no_new(type) ((type)->tp_new = NULL)
+#else
+#define rl__py_no_new(type) ((void)(type))
+#endif
+
 #include "core/pipeline.h"
 #include "rl.h"
 

@@ -118,6 +118,14 @@ static PyObject *py_io_probe(PyObject *module, PyObject *unused)
                                               why);
 }
 
+/* http_library() -> libcurl's version line (TLS, HTTP/2 libraries) */
+static PyObject *py_http_library(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyUnicode_FromString(rl_http_library());
+}
+
 /* cuda_probe() -> (available, message, library, device_count) */
 static PyObject *py_cuda_probe(PyObject *module, PyObject *unused)
 {
@@ -284,5 +292,8 @@ PyMethodDef rl__py_tool_methods[] = {
      "is decoded at DCT scale m/8 (8: none)."},
     {"io_probe", py_io_probe, METH_NOARGS,
      "io_probe() -> (io_uring_available, reason_if_not)."},
+    {"http_library", py_http_library, METH_NOARGS,
+     "http_library() -> the HTTP source's libcurl, with its TLS and HTTP/2 "
+     "libraries ('libcurl/7.88.1 OpenSSL/3.0.20 nghttp2/1.52.0')."},
     {NULL, NULL, 0, NULL},
 };

@@ -395,3 +395,8 @@ int rl_http_source_set_urls(rl_source *src, const char *const *urls,
     free_strings(old, nobj);
     return 0;
 }
+
+const char *rl_http_library(void)
+{
+    return curl_version();
+}

@@ -157,6 +157,9 @@ rl_source *rl_http_source_create(const char *const *names,
                                  const int64_t *lengths, int64_t n,
                                  const rl_http_options *opt, char *msg);
 
+/* libcurl's version line, with its TLS and HTTP/2 libraries. */
+const char *rl_http_library(void);
+
 /*
  * Replaces the fetch URLs of the nobj objects (presigned URLs made anew
  * before the old ones expire); requests already sent keep theirs.

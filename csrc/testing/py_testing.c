@@ -223,8 +223,11 @@ int rl__py_testing_init(PyObject *module, rl_module_state *st)
 {
     st->devbuf_type =
         (PyTypeObject *)PyType_FromModuleAndSpec(module, &devbuf_spec, NULL);
-    if (st->devbuf_type == NULL ||
-        PyModule_AddType(module, st->devbuf_type) < 0 ||
+    if (st->devbuf_type == NULL) {
+        return -1;
+    }
+    rl__py_no_new(st->devbuf_type);
+    if (PyModule_AddType(module, st->devbuf_type) < 0 ||
         PyModule_AddFunctions(module, rl__py_testing_methods) < 0) {
         return -1;
     }

@@ -124,6 +124,10 @@ def resample_simd(cap: Optional[str] = ..., /) -> str:
     it to at most cap when given (process-wide: call it with no loader
     running)."""
 
+def http_library() -> str:
+    """The HTTP source's libcurl with its TLS and HTTP/2 libraries, e.g.
+    'libcurl/7.88.1 OpenSSL/3.0.20 nghttp2/1.52.0'."""
+
 def io_probe() -> Tuple[bool, str]:
     """(io_uring_available, reason_if_not)."""
 

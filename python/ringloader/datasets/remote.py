@@ -90,14 +90,22 @@ def _s3_split(name: str) -> tuple[str, str]:
 
 
 def ca_file(s3: bool) -> Optional[str]:
-    """The CA bundle named by the standard variables, or None (the
-    system's): ``AWS_CA_BUNDLE`` first for S3, then ``SSL_CERT_FILE``,
-    ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``."""
+    """The CA bundle named by the standard variables (``AWS_CA_BUNDLE``
+    first for S3, then ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``,
+    ``CURL_CA_BUNDLE``), else the one Python's ssl module trusts on this
+    system, else None. The C source gets it too: a wheel's libcurl, built
+    elsewhere, does not know where this distribution keeps its CAs."""
     names = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
     for var in (("AWS_CA_BUNDLE",) if s3 else ()) + names:
         value = os.environ.get(var)
         if value:
             return value
+    import ssl
+
+    paths = ssl.get_default_verify_paths()
+    for candidate in (paths.cafile, paths.openssl_cafile):
+        if candidate and os.path.isfile(candidate):
+            return candidate
     return None
 
 

@@ -296,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         RINGLOADER_STATIC_CURL=str(prefix),
     )
     env.pop("RINGLOADER_TEST_HOOKS", None)
+    # Each Python's isolated build gets the setuptools that supports it
+    # (the pins of requirements-dev.txt are .venv's Python's).
+    env.pop("PIP_CONSTRAINT", None)
     out.mkdir(parents=True, exist_ok=True)
     for python in pythons:
         log(f"building for {python}")

@@ -23,6 +23,7 @@ import torch
 import torchvision.transforms as T
 from faultproxy import FaultProxy
 from images import KINDS, jpeg_bytes
+from test_shards import _add
 
 import ringloader
 from ringloader import _core
@@ -31,14 +32,6 @@ from ringloader.bench.servers import MotoS3, Nginx
 TF = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.PILToTensor()])
 SHARDS = 3
 PER_SHARD = 24
-
-
-def _add(tf: tarfile.TarFile, name: str, data: bytes) -> None:
-    import io
-
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tf.addfile(info, io.BytesIO(data))
 
 
 @pytest.fixture(scope="module")

@@ -230,9 +230,10 @@ def _make_one(job: tuple[int, int, int, str]) -> tuple[str, int]:
     return spec.kind, write_image(spec, root)
 
 
-def _read_marker(root: str) -> Optional[dict]:
+def _read_marker(root: str, name: str = MARKER) -> Optional[dict]:
+    """The JSON marker ``name`` a generator left in ``root``, or None."""
     try:
-        with open(os.path.join(root, MARKER)) as f:
+        with open(os.path.join(root, name)) as f:
             return json.load(f)
     except (OSError, ValueError):
         return None

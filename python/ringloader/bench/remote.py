@@ -187,6 +187,20 @@ def _fsspec_gopen(
     return fsspec.open(url, mode, **options).open()
 
 
+def _workers(ds: Any, threads: int) -> Any:
+    """The peers' DataLoader over an iterable dataset that batches itself:
+    one worker per core, kept across epochs."""
+    import torch
+
+    return torch.utils.data.DataLoader(
+        ds,
+        batch_size=None,
+        num_workers=threads,
+        persistent_workers=True,
+        pin_memory=False,
+    )
+
+
 def _shard_list(pattern: str) -> list[str]:
     import braceexpand
 
@@ -260,13 +274,7 @@ class WebDatasetPeer(Contender):
             .map(functools.partial(_decode, tf))
             .batched(s.batch_size, collation_fn=_collate, partial=True)
         )
-        self.loader = torch.utils.data.DataLoader(
-            ds,
-            batch_size=None,
-            num_workers=s.threads,
-            persistent_workers=True,
-            pin_memory=False,
-        )
+        self.loader = _workers(ds, s.threads)
         self.notes.append(
             f"WebDataset({len(urls)} shards, shardshuffle={len(urls)}) .shuffle("
             f"{SHUFFLE_BUFFER}, initial={SHUFFLE_INITIAL}) .to_tuple('jpg', 'cls') "
@@ -352,13 +360,7 @@ class S3TorchConnector(Contender):
         uris = _shard_list(s.options["shards"])
         base = type("S3Tars", (_S3Tars, torch.utils.data.IterableDataset), {})
         ds = base(uris, s.options["endpoint"], s.seed, s.batch_size, _train_transform())
-        self.loader = torch.utils.data.DataLoader(
-            ds,
-            batch_size=None,
-            num_workers=s.threads,
-            persistent_workers=True,
-            pin_memory=False,
-        )
+        self.loader = _workers(ds, s.threads)
         self.notes.append(
             f"S3IterableDataset.from_objects({len(uris)} shard URIs, shuffled each epoch, "
             f"region={REGION}, endpoint=moto over http, S3ClientConfig(force_path_style"

@@ -28,7 +28,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
-from typing import Any, Optional
+from typing import Any
 
 from . import data
 
@@ -57,14 +57,6 @@ def _member(tf: tarfile.TarFile, name: str, payload: bytes) -> None:
     tf.addfile(info, io.BytesIO(payload))
 
 
-def _read_marker(root: str) -> Optional[dict]:
-    try:
-        with open(os.path.join(root, MARKER)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def build(
     folder: str, out_dir: str, shards: int = 16, seed: int = 0, progress: bool = True
 ) -> str:
@@ -85,7 +77,7 @@ def build(
         "seed": seed,
         "folder_marker": (data._read_marker(folder) or {}).get("params"),
     }
-    marker = _read_marker(out_dir)
+    marker = data._read_marker(out_dir, MARKER)
     if marker is not None and marker.get("params") == params:
         return out_dir
     if marker is None and os.path.isdir(out_dir) and os.listdir(out_dir):
@@ -157,7 +149,7 @@ def build(
 
 def summary(out_dir: str) -> str:
     """ "16 shards of 5.1 MB (81.9 MB), 2000 samples (KEY.jpg + KEY.cls)"."""
-    m = _read_marker(out_dir) or {}
+    m = data._read_marker(out_dir, MARKER) or {}
     p = m.get("params", {})
     n, total = p.get("shards", 0), m.get("bytes", 0)
     return (

@@ -9,6 +9,7 @@ hangs (every wait here is bounded).
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import signal
@@ -177,8 +178,9 @@ def test_faults_are_retried_and_nothing_is_lost_or_duplicated(name, proxy, local
     assert not proxy.errors
 
 
-def test_a_missing_shard_names_its_url_and_member(proxy):
-    ds = remote(proxy.url)
+@pytest.mark.parametrize("cache_limit", [None, 1 << 30])
+def test_a_missing_shard_names_its_url_and_member(proxy, cache_limit):
+    ds = remote(proxy.url, cache_limit=cache_limit)  # with it: a block first
     proxy.fail("status", status=404, match="/s1.tar")
     with pytest.raises(FileNotFoundError) as e:
         epoch(ds)
@@ -252,24 +254,27 @@ TF_SPEC = ringloader.transforms.compile_transform(
 ).spec
 
 
-@pytest.mark.parametrize("where", ["stalled body", "no response"])
-def test_close_abandons_requests_in_flight_promptly(proxy, where):
+@pytest.mark.parametrize("where", ["stalled body", "no response", "stalled block"])
+def test_close_abandons_requests_in_flight_promptly(proxy, where, tmp_path):
     ds = remote(proxy.url, timeout=60.0)
     src = ds.ringloader_sources()
-    if where == "stalled body":
+    if where != "no response":
         proxy.fail("stall", seconds=60, fraction=0.5, match=".tar")
     else:
         proxy.fail("slow", seconds=60, match=".tar")
+    http = dict(names=list(src.remote.names), urls=src.remote.urls(), timeout=60.0)
+    if where == "stalled block":  # GETs of blocks into the cache
+        http.update(cache_dir=str(tmp_path), cache_bytes=1 << 30, block_bytes=1 << 20)
     p = _core.Pipeline(
         TF_SPEC,
         paths=src.paths,
         offsets=src.offsets,
         lengths=src.lengths,
-        http=dict(names=list(src.remote.names), urls=src.remote.urls(), timeout=60.0),
+        http=http,
     )
     ids = list(range(16))
     p.submit(ids, ids, 0)
-    kind = "stall" if where == "stalled body" else "slow"
+    kind = "slow" if where == "no response" else "stall"
     deadline = time.monotonic() + 10
     while proxy.count(".tar", fault=kind) == 0:
         assert time.monotonic() < deadline
@@ -278,6 +283,7 @@ def test_close_abandons_requests_in_flight_promptly(proxy, where):
     p.close()
     assert time.monotonic() - start < 2.0
     assert p.closed
+    assert list(tmp_path.glob("*.part")) == []  # the cache files went too
 
 
 def test_a_loader_closed_from_another_thread_mid_epoch(proxy):
@@ -554,7 +560,9 @@ def member_bytes(www) -> int:
 
 
 @pytest.mark.parametrize("fraction", [2.0, 0.5])
-def test_fetched_members_are_kept_for_later_epochs(www, tmp_path, fraction):
+def test_fetched_members_are_kept_for_later_epochs(www, tmp_path, fraction, request):
+    if fraction < 1:
+        request.getfixturevalue("small_blocks")  # a few fit in the limit
     total = member_bytes(www)
     limit = int(total * fraction)
     fetched = tmp_path / "cache" / "fetched"
@@ -576,11 +584,128 @@ def test_fetched_members_are_kept_for_later_epochs(www, tmp_path, fraction):
     for (rx, ry), (gx, gy) in zip(reference, got):
         assert torch.equal(rx, gx) and torch.equal(ry, gy)
     n = SHARDS * PER_SHARD
-    assert requests[1] == n  # epoch 0: every member over HTTP
     if fraction > 1:
-        assert requests[2] == 0  # epoch 1: every member from the cache
+        # Epoch 0: each shard (under 8 MiB) in one GET; epoch 1: none.
+        assert requests[1:] == [SHARDS, 0]
         assert total <= sizes[0] <= total + n * 4096
     else:
+        # Epoch 0: a block while there was room, then members one by one.
+        assert 0 < requests[1] < n
         assert 0 < requests[2] < n  # the shards used least recently went
         assert sizes[0] <= limit + n * 4096
     assert list(fetched.iterdir()) == []  # removed with the loader
+
+
+def answered_ranges(requests) -> dict[str, list[tuple[int, int]]]:
+    """{shard file name: sorted [(first, last)]} of the range GETs
+    answered in full, from (path, Range header, status) triples."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for path, rng, status in requests:
+        if rng and status == 206:
+            a, b = rng.removeprefix("bytes=").split("-")
+            out.setdefault(path.rsplit("/", 1)[1], []).append((int(a), int(b)))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def assert_each_member_once(ds, ranges, block_bytes):
+    """The GETs did not overlap, none spanned more than block_bytes, and
+    every member of ds lay in exactly one of them: nothing fetched twice,
+    nothing missed."""
+    for spans in ranges.values():
+        for (_, last), (first, _) in zip(spans, spans[1:]):
+            assert first > last, spans
+        assert all(b - a + 1 <= block_bytes for a, b in spans), spans
+    for i, (off, length) in enumerate(zip(ds.offsets, ds.lengths)):
+        url = ds.shards[ds.shard_of(i)]
+        spans = ranges[url.rsplit("/", 1)[1]]
+        inside = [a <= off and off + length - 1 <= b for a, b in spans]
+        assert sum(inside) == 1, (url, off, length, spans)
+
+
+@pytest.fixture
+def small_blocks(www, monkeypatch) -> int:
+    """A block size of a third of a shard, so that each shard takes a few
+    block GETs."""
+    size = (www / "s0.tar").stat().st_size // 3
+    monkeypatch.setattr(ringloader.datasets.shards, "CACHE_BLOCK_BYTES", size)
+    return size
+
+
+def test_members_come_in_blocks_of_neighbours(www, local, small_blocks):
+    with Nginx(www, access_log=True) as server:
+        ds = remote(server.url, cache_limit=1 << 30)
+        server.clear_requests()
+        x, y, _ = epoch(ds)
+        got = [(r[1], r[3], r[2]) for r in server.requests()]
+    assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+    assert all(status == 206 for _, _, status in got)
+    assert SHARDS * 3 <= len(got) <= SHARDS * 6  # not one GET per member
+    assert_each_member_once(ds, answered_ranges(got), small_blocks)
+
+
+@pytest.mark.parametrize(
+    "name", ["503 SlowDown", "reset", "truncated body", "wrong range"]
+)
+def test_faults_in_block_gets_are_retried_and_nothing_is_lost(
+    name, proxy, local, small_blocks
+):
+    kind, params = RETRIED[name]
+    ds = remote(proxy.url, retries=4, timeout=1.0, cache_limit=1 << 30)
+    proxy.clear(log=True)
+    proxy.fail(kind, every=2, match=".tar", **params)
+    x, y, stats = epoch(ds)
+    assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+    assert stats["errors"] == 0
+    assert proxy.count(".tar", fault=kind) >= 2
+    answered = [(r.path, r.range, r.status) for r in proxy.requests if r.fault is None]
+    assert_each_member_once(ds, answered_ranges(answered), small_blocks)
+    assert not proxy.errors
+
+
+def test_a_block_that_fails_falls_back_to_its_members(proxy, local):
+    ds = remote(proxy.url, retries=1, cache_limit=1 << 30)
+    proxy.clear(log=True)
+    proxy.fail("status", status=503, times=2, match="/s1.tar")  # its block, twice
+    x, y, stats = epoch(ds)
+    assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+    assert stats["errors"] == 0
+    ok = [r for r in proxy.requests if r.fault is None and r.status == 206]
+    assert len([r for r in ok if "/s1.tar" in r.path]) == PER_SHARD  # one by one
+    assert len([r for r in ok if "/s1.tar" not in r.path]) == SHARDS - 1  # blocks
+
+
+FULL_DISK_CHILD = r"""
+import hashlib, resource, signal, sys
+import torch, torchvision.transforms as T
+import ringloader
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit: EFBIG
+ds = ringloader.TarShards(sys.argv[1], progress=False, cache_limit=1 << 30)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]),) * 2)
+tf = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.PILToTensor()])
+loader = ringloader.Loader(ds, batch_size=16, transform=tf, seed=7, shuffle=True,
+                           num_threads=2)
+xs, ys = zip(*[(x.clone(), y.clone()) for x, y in loader])
+h = hashlib.sha256(torch.cat(xs).numpy().tobytes())
+h.update(torch.cat(ys).numpy().tobytes())
+print(h.hexdigest(), loader.stats()["errors"])
+"""
+
+
+def test_a_cache_that_cannot_be_written_costs_nothing(nginx, www, local):
+    """Files limited to 20 kB (as a full disk would): the block GETs and
+    member writes that fail leave their members to be fetched alone."""
+    remote(nginx.url)  # the index, cached for the child (same cache dir)
+    python_dir = os.path.dirname(os.path.dirname(ringloader.__file__))
+    env = dict(os.environ, PYTHONPATH=python_dir)
+    out = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_CHILD, shards_at(nginx.url), "20000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    h = hashlib.sha256()
+    h.update(local[0].numpy().tobytes())
+    h.update(local[1].numpy().tobytes())
+    assert out.stdout.split() == [h.hexdigest(), "0"]

@@ -186,7 +186,8 @@ static int http_options(PyObject *http, uint64_t max_file_bytes,
 {
     static const char *known[] = {
         "names",           "urls",   "retries", "timeout",   "connect_timeout",
-        "max_connections", "verify", "ca_file", "cache_dir", "cache_bytes"};
+        "max_connections", "verify", "ca_file", "cache_dir", "cache_bytes",
+        "block_bytes"};
     rl_http_options_default(o);
     o->max_file_bytes = max_file_bytes;
     PyObject *key, *v;
@@ -217,8 +218,9 @@ static int http_options(PyObject *http, uint64_t max_file_bytes,
             if (t < 0) {
                 return -1;
             }
-        } else if (i == 9) {
-            o->cache_bytes = PyLong_AsUnsignedLongLong(v);
+        } else if (i == 9 || i == 10) {
+            *(i == 9 ? &o->cache_bytes : &o->block_bytes) =
+                PyLong_AsUnsignedLongLong(v);
         } else {
             const char *s = PyUnicode_AsUTF8(v);
             if (s == NULL) {

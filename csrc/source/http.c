@@ -94,7 +94,7 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
         }
         return;
     }
-    int left = n, running = 0, waiting = 0, next = 0;
+    int left = n, running = 0, waiting = 0, holding = 0, next = 0;
     for (int i = 0; i < n; i++) {
         rl__http_xfer_init(s, &xs[i], fs[i]);
     }
@@ -103,6 +103,11 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
             for (int i = 0; i < n; i++) {
                 if (xs[i].state == X_RUN) {
                     easy_give(s, xs[i].easy);
+                }
+                if (xs[i].blk >= 0 && xs[i].state != X_HOLD &&
+                    xs[i].state != X_DONE) {
+                    xs[i].f->status = RL_ECLOSED; /* its block, abandoned */
+                    rl__http_block_end(s, &xs[i]);
                 }
                 if (xs[i].state != X_DONE) {
                     rl__http_fail_closed(&xs[i]);
@@ -126,9 +131,20 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
         }
         while (next < n && running < s->opt.max_inflight) {
             xfer *x = &xs[next++];
+            int64_t b;
             if (x->want == 0) {
                 rl__http_finish(x, V_OK); /* an empty member: nothing to ask */
-            } else if (!rl__http_cache_read(s, x)) {
+            } else if (rl__http_cache_read(s, x)) {
+                /* read from the cache */
+            } else if ((b = rl__http_block_of(s, x)) >= 0 &&
+                       s->bstate[b] == B_BUSY) {
+                x->state = X_HOLD; /* its block is on the way */
+                x->blk = b;
+                holding++;
+            } else {
+                if (b >= 0) {
+                    rl__http_block_begin(s, x, b); /* else: the member */
+                }
                 running += start(s, x);
             }
             if (x->state == X_DONE) {
@@ -149,13 +165,37 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
             CURLcode rc = msg->data.result;
             easy_give(s, x->easy);
             running--;
-            if (rl__http_after_attempt(x, rc, &s->jitter)) {
-                if (x->f->status == 0) {
-                    rl__http_cache_store(s, x);
+            if (!rl__http_after_attempt(x, rc, &s->jitter)) {
+                waiting++;
+                continue;
+            }
+            if (x->blk >= 0) {
+                /* A block ended: x is its member's fetch again, read from
+                 * the cache, or fetched alone if the block failed. */
+                rl__http_block_end(s, x);
+                if (!rl__http_cache_read(s, x)) {
+                    x->state = X_WAIT;
+                    waiting++;
+                    continue;
                 }
+            } else if (x->f->status == 0) {
+                rl__http_cache_store(s, x);
+            }
+            left--;
+            done(x->f, arg);
+        }
+        for (int i = 0; holding > 0 && i < n; i++) {
+            xfer *x = &xs[i];
+            if (x->state != X_HOLD || s->bstate[x->blk] == B_BUSY) {
+                continue;
+            }
+            holding--;
+            x->blk = -1;
+            if (rl__http_cache_read(s, x)) {
                 left--;
                 done(x->f, arg);
             } else {
+                x->state = X_WAIT; /* its block failed: the member alone */
                 waiting++;
             }
         }

@@ -6,8 +6,22 @@
  * which only the byte ranges fetched are written, at their offsets in the
  * object: a sample fetched once is read from that file in later epochs
  * (pread, page cache), and only the members actually read take space.
- * Nothing is fetched for the cache's sake. Whole objects (file lists) are
- * not cached: their length is not in the table.
+ * Whole objects (file lists) are not cached: their length is not in the
+ * table.
+ *
+ * Blocks (opt.block_bytes): at creation the samples of each object are
+ * sorted by offset and cut into blocks of neighbours (at most block_bytes
+ * from the first member's start to the last one's end, no gap over
+ * BLOCK_GAP). A member not yet cached whose block fits in the cache's free
+ * room is fetched with its whole block in one range GET, written into the
+ * object's file as it arrives; the batch's other members of that block
+ * wait for it and are then read from the file. This turns an epoch over
+ * data the cache can hold into a few large GETs instead of one per member
+ * (object stores charge, throttle and spend CPU per request), at the price
+ * of fetching members another rank or a later epoch will read. Once the
+ * cache is full, members are fetched one at a time again. A block whose
+ * GET fails (after its retries) falls back to its members, each with its
+ * own attempts and its own error, for the rest of the run.
  *
  * The cache holds at most opt.cache_bytes of members: storing more evicts
  * the objects used least recently, a whole file at a time, and forgets
@@ -27,9 +41,104 @@
 
 #include "source/http_xfer.h"
 
+/* The largest gap between two members of one block. */
+#define BLOCK_GAP ((uint64_t)1 << 20)
+
 static bool cache_on(const http_source *s)
 {
     return s->cfd != NULL;
+}
+
+typedef struct {
+    int64_t obj, id;
+    uint64_t off;
+} by_offset;
+
+static int by_offset_cmp(const void *a, const void *b)
+{
+    const by_offset *x = a, *y = b;
+    if (x->obj != y->obj) {
+        return x->obj < y->obj ? -1 : 1;
+    }
+    if (x->off != y->off) {
+        return x->off < y->off ? -1 : 1;
+    }
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Cuts the samples into blocks (see above). false when out of memory. */
+static bool blocks_init(http_source *s)
+{
+    int64_t n = s->base.count;
+    size_t cnt = (size_t)(n > 0 ? n : 1);
+    by_offset *v = malloc(cnt * sizeof(*v));
+    s->bof = malloc(cnt * sizeof(*s->bof));
+    s->bids = malloc(cnt * sizeof(*s->bids));
+    s->bat = malloc((cnt + 1) * sizeof(*s->bat));
+    s->boff = malloc(cnt * sizeof(*s->boff));
+    s->bend = malloc(cnt * sizeof(*s->bend));
+    s->cbusy = calloc((size_t)(s->nobj > 0 ? s->nobj : 1), sizeof(*s->cbusy));
+    if (!v || !s->bof || !s->bids || !s->bat || !s->boff || !s->bend ||
+        !s->cbusy) {
+        free(v);
+        return false;
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s->bof[i] = -1;
+        if (s->lengths[i] > 0) {
+            v[m++] = (by_offset){s->obj[i], i, s->offsets[i]};
+        }
+    }
+    qsort(v, (size_t)m, sizeof(*v), by_offset_cmp);
+    int64_t nb = 0, k = 0;
+    for (int64_t a = 0; a < m;) {
+        /* The block starting at v[a]: its neighbours while they fit. */
+        uint64_t first = v[a].off;
+        uint64_t end = first + (uint64_t)s->lengths[v[a].id];
+        int64_t z = a + 1;
+        while (z < m && v[z].obj == v[a].obj && v[z].off <= end + BLOCK_GAP) {
+            uint64_t e = v[z].off + (uint64_t)s->lengths[v[z].id];
+            e = e > end ? e : end;
+            if (e - first > s->opt.block_bytes) {
+                break;
+            }
+            end = e;
+            z++;
+        }
+        if (z - a > 1) { /* one member alone gains nothing */
+            s->boff[nb] = first;
+            s->bend[nb] = end;
+            s->bat[nb] = k;
+            for (int64_t t = a; t < z; t++) {
+                s->bof[v[t].id] = nb;
+                s->bids[k++] = v[t].id;
+            }
+            nb++;
+        }
+        a = z;
+    }
+    s->bat[nb] = k;
+    s->nblk = nb;
+    s->bstate = calloc((size_t)(nb > 0 ? nb : 1), 1);
+    free(v);
+    return s->bstate != NULL;
+}
+
+static void blocks_free(http_source *s)
+{
+    free(s->bof);
+    free(s->bids);
+    free(s->bat);
+    free(s->boff);
+    free(s->bend);
+    free(s->bstate);
+    free(s->cbusy);
+    s->bof = s->bids = s->bat = NULL;
+    s->boff = s->bend = NULL;
+    s->bstate = NULL;
+    s->cbusy = NULL;
+    s->nblk = 0;
 }
 
 static void cache_path(const http_source *s, int64_t j, char *out, size_t n)
@@ -54,6 +163,10 @@ bool rl__http_cache_init(http_source *s)
     }
     for (size_t j = 0; j < nobj; j++) {
         s->cfd[j] = -1;
+    }
+    if (s->opt.block_bytes > 0 && !blocks_init(s)) {
+        rl__http_cache_free(s);
+        return false;
     }
     return true;
 }
@@ -94,6 +207,7 @@ void rl__http_cache_free(http_source *s)
     free(s->cbytes);
     free(s->cused);
     free(s->cached);
+    blocks_free(s);
     s->cfd = NULL;
     s->cbytes = s->cused = NULL;
     s->cached = NULL;
@@ -132,12 +246,14 @@ bool rl__http_cache_read(http_source *s, xfer *x)
     return true;
 }
 
-/* Evicts the object used least recently that holds bytes. false: none. */
+/* Evicts the object used least recently that holds bytes and has no
+ * block being fetched into its file. false: none. */
 static bool evict_one(http_source *s)
 {
     int64_t lru = -1;
     for (int64_t j = 0; j < s->nobj; j++) {
-        if (s->cbytes[j] > 0 && (lru < 0 || s->cused[j] < s->cused[lru])) {
+        if (s->cbytes[j] > 0 && (s->cbusy == NULL || s->cbusy[j] == 0) &&
+            (lru < 0 || s->cused[j] < s->cused[lru])) {
             lru = j;
         }
     }
@@ -146,6 +262,17 @@ static bool evict_one(http_source *s)
     }
     cache_drop(s, lru);
     return true;
+}
+
+/* Opens object j's cache file if it is not open. false on failure. */
+static bool cache_open(http_source *s, int64_t j)
+{
+    if (s->cfd[j] < 0) {
+        char path[1200];
+        cache_path(s, j, path, sizeof(path));
+        s->cfd[j] = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    }
+    return s->cfd[j] >= 0;
 }
 
 void rl__http_cache_store(http_source *s, const xfer *x)
@@ -161,13 +288,8 @@ void rl__http_cache_store(http_source *s, const xfer *x)
         }
     }
     int64_t j = s->obj[id];
-    if (s->cfd[j] < 0) {
-        char path[1200];
-        cache_path(s, j, path, sizeof(path));
-        s->cfd[j] = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (s->cfd[j] < 0) {
-            return;
-        }
+    if (!cache_open(s, j)) {
+        return;
     }
     size_t put = 0;
     while (put < x->len) {
@@ -185,4 +307,85 @@ void rl__http_cache_store(http_source *s, const xfer *x)
     s->cbytes[j] += x->len;
     s->ctotal += x->len;
     s->cused[j] = ++s->ctick;
+}
+
+/* ---- blocks ---- */
+
+int64_t rl__http_block_of(http_source *s, const xfer *x)
+{
+    if (!cache_on(s) || s->bof == NULL || x->want <= 0) {
+        return -1;
+    }
+    int64_t b = s->bof[x->f->id];
+    if (b < 0 || s->bstate[b] == B_OFF) {
+        return -1;
+    }
+    if (s->bstate[b] == B_IDLE &&
+        s->ctotal + (s->bend[b] - s->boff[b]) > s->opt.cache_bytes) {
+        return -1; /* no room: this member alone */
+    }
+    return b;
+}
+
+bool rl__http_block_begin(http_source *s, xfer *x, int64_t b)
+{
+    int64_t j = s->obj[x->f->id];
+    if (!cache_open(s, j)) {
+        return false;
+    }
+    uint64_t span = s->bend[b] - s->boff[b];
+    x->blk = b;
+    x->off = s->boff[b];
+    x->want = (int64_t)span;
+    s->bstate[b] = B_BUSY;
+    s->cbusy[j]++;
+    s->cbytes[j] += span; /* its room, taken now */
+    s->ctotal += span;
+    s->cused[j] = ++s->ctick;
+    return true;
+}
+
+bool rl__http_block_write(http_source *s, const xfer *x, const char *p,
+                          size_t k)
+{
+    int fd = s->cfd[s->obj[x->f->id]];
+    size_t put = 0;
+    while (put < k) {
+        ssize_t w = pwrite(fd, p + put, k - put, (off_t)(x->off + x->len + put));
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            return false;
+        }
+        put += (size_t)w;
+    }
+    return true;
+}
+
+void rl__http_block_end(http_source *s, xfer *x)
+{
+    int64_t b = x->blk;
+    int64_t j = s->obj[x->f->id];
+    uint64_t span = s->bend[b] - s->boff[b];
+    s->cbusy[j]--;
+    if (x->f->status == 0) {
+        /* Its samples are in the file now; those cached before were
+         * counted twice. */
+        for (int64_t t = s->bat[b]; t < s->bat[b + 1]; t++) {
+            int64_t id = s->bids[t];
+            if (s->cached[id]) {
+                s->cbytes[j] -= (uint64_t)s->lengths[id];
+                s->ctotal -= (uint64_t)s->lengths[id];
+            }
+            s->cached[id] = 1;
+        }
+        s->bstate[b] = B_IDLE;
+    } else {
+        s->cbytes[j] -= span;
+        s->ctotal -= span;
+        s->bstate[b] = B_OFF;
+    }
+    x->f->rd.buf = NULL;
+    rl__http_xfer_init(s, x, x->f);
 }

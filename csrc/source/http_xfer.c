@@ -132,13 +132,30 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
         return k;
     }
     if (x->want >= 0) {
-        if (x->http == 200 && !(x->off == 0 && x->clen == x->want)) {
+        /* A 200 is the whole object unless it is exactly the range: the
+         * object's first `want` bytes, or a Content-Range naming the range
+         * asked for (some S3-API servers answer a range GET with 200). */
+        if (x->http == 200 && x->clen != x->want) {
             x->failure = F_IGNORED_RANGE; /* the whole object is coming */
+            return 0;
+        }
+        if (x->http == 200 && x->off != 0 &&
+            !(x->cr_seen && x->cr_first == (int64_t)x->off &&
+              x->cr_last == (int64_t)(x->off + (uint64_t)x->want - 1))) {
+            x->failure = F_IGNORED_RANGE;
             return 0;
         }
         if (x->len + k > (size_t)x->want) {
             x->failure = F_TOO_MUCH;
             return 0;
+        }
+        if (x->blk >= 0) {
+            if (!rl__http_block_write(x->s, x, p, k)) {
+                x->failure = F_CACHE;
+                return 0;
+            }
+            x->len += k;
+            return k;
         }
     } else {
         uint64_t max = x->s->opt.max_file_bytes;
@@ -203,7 +220,7 @@ bool rl__http_attempt_prepare(xfer *x, CURL *e)
     x->failure = F_NONE;
     x->nbody = 0;
     x->body[0] = x->code[0] = x->err[0] = '\0';
-    if (x->want >= 0 && x->buf == NULL) {
+    if (x->want >= 0 && x->buf == NULL && x->blk < 0) {
         x->buf = malloc(x->want > 0 ? (size_t)x->want : 1);
         x->cap = x->want > 0 ? (size_t)x->want : 1;
         if (x->buf == NULL) {
@@ -293,6 +310,11 @@ static int judge(xfer *x, CURLcode rc)
         snprintf(m, RL_MSG_MAX, "out of memory");
         return V_FAIL;
     }
+    if (x->failure == F_CACHE) {
+        f->status = -EIO;
+        snprintf(m, RL_MSG_MAX, "could not write the cache file");
+        return V_FAIL;
+    }
     if (x->failure == F_IGNORED_RANGE) {
         f->status = -EPROTO;
         snprintf(m, RL_MSG_MAX,
@@ -341,7 +363,7 @@ static int judge(xfer *x, CURLcode rc)
                             : "");
         return V_FAIL;
     }
-    if (x->want >= 0 && h == 206 &&
+    if (x->want >= 0 && (h == 206 || x->cr_seen) &&
         (!x->cr_seen || x->cr_first != (int64_t)a ||
          x->cr_last != (int64_t)b)) {
         f->status = -EPROTO;
@@ -405,6 +427,7 @@ void rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f)
     x->f = f;
     x->off = s->offsets[f->id];
     x->want = s->lengths[f->id];
+    x->blk = -1;
     memset(&f->rd, 0, sizeof(f->rd));
     f->data = NULL;
     f->len = 0;

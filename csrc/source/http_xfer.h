@@ -38,10 +38,22 @@ typedef struct http_source {
     uint8_t *cached;
     uint64_t ctotal, ctick;
     atomic_uint_fast64_t chits;
+    /* The blocks of neighbouring members fetched in one GET into the cache
+     * (opt.block_bytes): per sample its block (-1: none); per block its
+     * byte range, its samples (bids[bat[b]] .. bids[bat[b + 1]]) and
+     * whether it is being fetched (B_BUSY) or fell back to members
+     * (B_OFF); per object the blocks being fetched into its file. */
+    int64_t nblk;
+    int64_t *bof, *bids, *bat;
+    uint64_t *boff, *bend;
+    uint8_t *bstate;
+    int *cbusy;
 } http_source;
 
-enum { X_NEW, X_WAIT, X_RUN, X_DONE };
-enum { F_NONE, F_TOO_MUCH, F_TOO_BIG, F_IGNORED_RANGE, F_NOMEM };
+enum { B_IDLE, B_BUSY, B_OFF };
+
+enum { X_NEW, X_WAIT, X_RUN, X_HOLD, X_DONE };
+enum { F_NONE, F_TOO_MUCH, F_TOO_BIG, F_IGNORED_RANGE, F_NOMEM, F_CACHE };
 
 /* One fetch's transfer, across its attempts. */
 typedef struct xfer {
@@ -50,6 +62,8 @@ typedef struct xfer {
     CURL *easy;
     uint64_t off;
     int64_t want; /* bytes asked for, -1: the whole object */
+    int64_t blk;  /* the block this attempt fetches into the cache, or the
+                   * block an X_HOLD fetch waits for; -1: none */
     uint8_t *buf;
     size_t cap, len;
     int attempt, state, failure;
@@ -108,5 +122,23 @@ bool rl__http_cache_read(http_source *s, xfer *x);
 /* Keeps the bytes x fetched, evicting the objects used least recently to
  * stay within opt.cache_bytes. Failures (a full disk) only skip it. */
 void rl__http_cache_store(http_source *s, const xfer *x);
+
+/* The block to fetch for x's member: -1 when blocks are off, x's sample
+ * has none, or the cache lacks room for it. */
+int64_t rl__http_block_of(http_source *s, const xfer *x);
+
+/* Turns x into the GET of block b, which is written into the cache file
+ * as it arrives; its room in the cache is taken now. false (x unchanged)
+ * when the cache file cannot be opened. */
+bool rl__http_block_begin(http_source *s, xfer *x, int64_t b);
+
+/* After x's block GET ended (x->f->status 0: all of it arrived): its
+ * samples are cached, or its room is given back and the block falls back
+ * to members. x is made a fetch of its own member again. */
+void rl__http_block_end(http_source *s, xfer *x);
+
+/* Writes body bytes of x's block into its cache file. false on failure. */
+bool rl__http_block_write(http_source *s, const xfer *x, const char *p,
+                          size_t k);
 
 #endif /* RL_HTTP_XFER_H */

@@ -134,6 +134,10 @@ typedef struct rl_http_options {
      * source. */
     char cache_dir[1024];
     uint64_t cache_bytes;
+    /* With the cache: a member not yet cached is fetched with the members
+     * next to it in its object, up to block_bytes in one range GET, while
+     * the cache has room for the whole block; 0: one member at a time. */
+    uint64_t block_bytes;
 } rl_http_options;
 
 /* The defaults: 5 retries, 30 s, 10 s, 32, verify, 1 GiB, 0.1 s, 10 s. */

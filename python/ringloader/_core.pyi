@@ -230,7 +230,8 @@ class Pipeline:
         # each object], "urls": [its fetch URL], and options "retries",
         # "timeout" (s without a byte), "connect_timeout", "max_connections",
         # "verify", "ca_file", "cache_dir" and "cache_bytes" (a local cache
-        # of the ranges fetched, in an existing folder)}
+        # of the ranges fetched, in an existing folder), "block_bytes" (with
+        # the cache: neighbouring members fetched in one GET up to this)}
         http: Optional[Dict[str, Any]] = ...,
     ) -> Pipeline: ...
     def submit(self, ids: Sequence[int], keys: Sequence[int], epoch: int, /) -> None:

@@ -33,7 +33,10 @@
  * with an easy handle of its own, with the same checks and retries. One
  * transfer's code (options, callbacks, verdicts, backoff) is in
  * source/http_xfer.c, the optional local cache of fetched byte ranges in
- * source/http_cache.c; libcurl is known by these files only.
+ * source/http_cache.c (with it, a member not yet cached is fetched with
+ * its neighbours in one GET of a block while the cache has room; the
+ * batch's other members of that block wait for it); libcurl is known by
+ * these files only.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -351,7 +351,8 @@ bool rl__http_block_write(http_source *s, const xfer *x, const char *p,
     int fd = s->cfd[s->obj[x->f->id]];
     size_t put = 0;
     while (put < k) {
-        ssize_t w = pwrite(fd, p + put, k - put, (off_t)(x->off + x->len + put));
+        ssize_t w =
+            pwrite(fd, p + put, k - put, (off_t)(x->off + x->len + put));
         if (w < 0 && errno == EINTR) {
             continue;
         }

@@ -149,6 +149,12 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
             x->failure = F_TOO_MUCH;
             return 0;
         }
+        if (x->http == 206 &&
+            (!x->cr_seen || x->cr_first != (int64_t)x->off ||
+             x->cr_last != (int64_t)(x->off + (uint64_t)x->want - 1))) {
+            x->failure = F_WRONG_RANGE; /* not a byte of it is kept */
+            return 0;
+        }
         if (x->blk >= 0) {
             if (!rl__http_block_write(x->s, x, p, k)) {
                 x->failure = F_CACHE;
@@ -330,6 +336,14 @@ static int judge(xfer *x, CURLcode rc)
                  a, b);
         return V_RETRY;
     }
+    if (x->failure == F_WRONG_RANGE) {
+        f->status = -EPROTO;
+        snprintf(m, RL_MSG_MAX,
+                 "wrong Content-Range (bytes %lld-%lld for bytes %llu-%llu)",
+                 (long long)(x->cr_seen ? x->cr_first : -1),
+                 (long long)(x->cr_seen ? x->cr_last : -1), a, b);
+        return V_RETRY;
+    }
     if (rc != CURLE_OK) {
         f->status = -errno_of(rc);
         /* libcurl's error buffer says more than its code's text. */
@@ -362,16 +376,6 @@ static int judge(xfer *x, CURLcode rc)
                  : h == 403 ? ": access denied (check the credentials)"
                             : "");
         return V_FAIL;
-    }
-    if (x->want >= 0 && (h == 206 || x->cr_seen) &&
-        (!x->cr_seen || x->cr_first != (int64_t)a ||
-         x->cr_last != (int64_t)b)) {
-        f->status = -EPROTO;
-        snprintf(m, RL_MSG_MAX,
-                 "wrong Content-Range (bytes %lld-%lld for bytes %llu-%llu)",
-                 (long long)(x->cr_seen ? x->cr_first : -1),
-                 (long long)(x->cr_seen ? x->cr_last : -1), a, b);
-        return V_RETRY;
     }
     if (x->want >= 0 && x->len != (size_t)x->want) {
         f->status = -EPROTO;

@@ -53,7 +53,15 @@ typedef struct http_source {
 enum { B_IDLE, B_BUSY, B_OFF };
 
 enum { X_NEW, X_WAIT, X_RUN, X_HOLD, X_DONE };
-enum { F_NONE, F_TOO_MUCH, F_TOO_BIG, F_IGNORED_RANGE, F_NOMEM, F_CACHE };
+enum {
+    F_NONE,
+    F_TOO_MUCH,
+    F_TOO_BIG,
+    F_IGNORED_RANGE,
+    F_WRONG_RANGE,
+    F_NOMEM,
+    F_CACHE
+};
 
 /* One fetch's transfer, across its attempts. */
 typedef struct xfer {

@@ -1,6 +1,6 @@
 """The remote-shards benchmark (benchmarks/remote/compare.py): its shards,
 the harness's measurement of servers and loader counters, and each
-contender run in a child against real nginx and moto servers."""
+contender run in a child against real nginx and rclone S3 servers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import ringloader
 from ringloader.bench import data, harness, remote, shards, system
-from ringloader.bench.servers import Nginx, find_nginx
+from ringloader.bench.servers import Nginx, RcloneS3, find_nginx
 
 BUILD = os.path.dirname(os.path.dirname(os.path.abspath(ringloader.__file__)))
 IMAGES, CLASSES, SHARDS = 12, 3, 3
@@ -83,20 +83,19 @@ def test_process_cpu_seconds_counts_another_process():
 def test_every_contender_runs_against_the_servers(shard_dir, tmp_path):
     if find_nginx() is None:
         pytest.fail("nginx is missing: apt-get install nginx (CI installs it)")
-    pytest.importorskip("moto")
     for name in ("webdataset", "s3fs", "s3torchconnector"):
         pytest.importorskip(name)
     pattern = shards.pattern(SHARDS)
     names = shards.shard_names(SHARDS)
     saved = dict(os.environ)
-    with Nginx(shard_dir) as nginx, remote.MotoProcess() as moto:
+    with Nginx(shard_dir) as nginx, RcloneS3() as s3:
         try:
-            os.environ.update(remote.s3_env(moto.endpoint_url))
+            os.environ.update(remote.s3_env(s3.endpoint_url))
             files = {n: os.path.join(shard_dir, n) for n in names}
             files.update(
                 {n + ".idx.npz": os.path.join(shard_dir, n + ".idx.npz") for n in names}
             )
-            remote.upload(moto.endpoint_url, files, progress=False)
+            remote.upload(s3.endpoint_url, files, progress=False)
             where = {
                 "local": os.path.join(shard_dir, pattern),
                 "http": f"{nginx.url}/{pattern}",
@@ -115,9 +114,9 @@ def test_every_contender_runs_against_the_servers(shard_dir, tmp_path):
                     workdir=str(tmp_path),
                     options={
                         "shards": where[remote.STORE[c]],
-                        "endpoint": moto.endpoint_url,
+                        "endpoint": s3.endpoint_url,
                     },
-                    watch={"moto": moto.pid},
+                    watch={"s3": s3.pid},
                 )
                 for c in remote.FACTORIES
             ]
@@ -130,10 +129,13 @@ def test_every_contender_runs_against_the_servers(shard_dir, tmp_path):
     for r in results:
         assert "error" not in r, (r["contender"], r.get("traceback", r.get("error")))
         assert r["images_per_epoch"] == IMAGES, r["contender"]
-        assert set(r["watched_cpu_s_per_image"]) == {"moto"}
+        assert set(r["watched_cpu_s_per_image"]) == {"s3"}
         if r["contender"].startswith("ringloader"):
             assert r["ringloader_path"] == os.path.join(BUILD, "ringloader")
             assert r["counters_per_image"]["io_cpu_s"] >= 0
     by = {r["contender"]: r for r in results}
-    assert by["ringloader-s3"]["watched_cpu_s_per_image"]["moto"] > 0
+    # rclone serves 12 images within a clock tick: its CPU time is read (the
+    # key is there) but may be 0 here; test_process_cpu_seconds_counts_
+    # another_process checks the reading itself.
+    assert by["ringloader-s3"]["watched_cpu_s_per_image"]["s3"] >= 0
     assert by["ringloader-http"]["io_backend"] == "http"

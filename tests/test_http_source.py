@@ -28,7 +28,7 @@ from test_shards import _add
 
 import ringloader
 from ringloader import _core
-from ringloader.bench.servers import MotoS3, Nginx
+from ringloader.bench.servers import MotoS3, Nginx, RcloneS3
 
 TF = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.PILToTensor()])
 SHARDS = 3
@@ -424,6 +424,39 @@ def test_presigned_urls_are_made_again_while_an_epoch_runs(moto, local, monkeypa
     batches = -(-SHARDS * PER_SHARD // 16)
     assert len(calls) >= batches  # at creation, then before each batch
     assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+
+
+@pytest.fixture(scope="module")
+def rclone(www):
+    with RcloneS3() as server:
+        server.upload("shards", {f"s{s}.tar": www / f"s{s}.tar" for s in range(SHARDS)})
+        yield server
+
+
+@pytest.mark.parametrize("cache_limit", [None, 1 << 30])
+def test_s3_on_a_server_that_checks_signatures(rclone, local, cache_limit):
+    """rclone's S3 server checks every presigned URL's signature (and
+    answers a range GET with 200 and the Content-Range asked for)."""
+    with rclone.environ():
+        x, y, stats = epoch(remote("s3://shards", cache_limit=cache_limit))
+    assert stats["errors"] == 0
+    assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+
+
+def test_s3_with_the_wrong_secret_is_refused_clearly(rclone):
+    import boto3
+
+    client = boto3.session.Session().client(
+        "s3",
+        endpoint_url=rclone.endpoint_url,
+        aws_access_key_id=rclone.ACCESS_KEY,
+        aws_secret_access_key="wrong",
+        region_name=rclone.REGION,
+    )
+    with pytest.raises(PermissionError) as e:
+        remote("s3://shards", s3_client=client)
+    text = str(e.value)
+    assert "403" in text and "s3://shards/s0.tar" in text, text
 
 
 # ---- HTTPS: certificates verified, HTTP/2 where offered ----

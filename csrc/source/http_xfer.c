@@ -432,6 +432,7 @@ void rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f)
     x->off = s->offsets[f->id];
     x->want = s->lengths[f->id];
     x->blk = -1;
+    x->run = -1;
     memset(&f->rd, 0, sizeof(f->rd));
     f->data = NULL;
     f->len = 0;

@@ -72,6 +72,7 @@ typedef struct xfer {
     int64_t want; /* bytes asked for, -1: the whole object */
     int64_t blk;  /* the block this attempt fetches into the cache, or the
                    * block an X_HOLD fetch waits for; -1: none */
+    int run;      /* the run (source/http.c) an X_HOLD fetch waits for; -1 */
     uint8_t *buf;
     size_t cap, len;
     int attempt, state, failure;

@@ -292,3 +292,72 @@ def test_distributed_errors(jpeg):
             world_size=2,
             transform=SMALL,
         )
+
+
+# ---- shuffle="runs": runs of consecutive samples, shuffled ----
+
+
+def runs_of(order: list[int]) -> list[list[int]]:
+    """order cut where it stops counting up by one."""
+    out: list[list[int]] = []
+    for i in order:
+        if out and i == out[-1][-1] + 1:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def test_runs_shuffle_runs_of_consecutive_samples(jpeg):
+    n = 100
+    with ringloader.Loader(
+        Indexed(jpeg, n), batch_size=8, shuffle="runs", seed=SEED, transform=SMALL
+    ) as loader:
+        e0, e1 = collect(loader)
+        again = collect(loader)
+    assert sorted(e0) == sorted(e1) == list(range(n))  # each sample once
+    assert [e0, e1] == again  # a function of seed and epoch
+    assert e0 != e1 and e0 != list(range(n))  # shuffled, anew each epoch
+    for order in (e0, e1):
+        pieces = runs_of(order)
+        # Whole runs of 16 (the last one 4), each starting at a multiple of 16,
+        # except where two runs happen to follow each other.
+        assert all(p[0] % ringloader._epoch.RUN_LENGTH == 0 for p in pieces)
+        assert len(pieces) < n // 8
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_runs_split_across_ranks_keep_runs_whole(jpeg, drop_last):
+    n, run = 75, ringloader._epoch.RUN_LENGTH
+    got = []
+    for r in range(WORLD):
+        with ringloader.Loader(
+            Indexed(jpeg, n),
+            batch_size=4,
+            shuffle="runs",
+            drop_last=drop_last,
+            seed=SEED,
+            transform=SMALL,
+            rank=r,
+            world_size=WORLD,
+        ) as loader:
+            got.append(collect(loader, epochs=(0,))[0])
+            assert len(loader) == -(-len(got[-1]) // 4)
+    # As DistributedSampler: ceil(n / world) each (padded with repeats from
+    # the start), or floor with drop_last, whose last short batch goes too.
+    per_rank = n // WORLD if drop_last else -(-n // WORLD)
+    yielded = per_rank // 4 * 4 if drop_last else per_rank
+    assert [len(g) for g in got] == [yielded] * WORLD
+    seen = got[0] + got[1]
+    if drop_last:
+        assert len(set(seen)) == len(seen)
+    else:
+        assert set(seen) == set(range(n))
+    for g in got:
+        pieces = runs_of(g)  # a rank's part may start inside a run
+        assert all(p[0] % run == 0 for p in pieces[1:]), pieces
+
+
+def test_shuffle_must_be_a_bool_or_runs(jpeg):
+    with pytest.raises(ValueError, match='shuffle must be a bool or "runs"'):
+        ringloader.Loader(Indexed(jpeg), shuffle="yes")

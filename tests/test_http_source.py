@@ -103,9 +103,8 @@ def epoch(ds, **kw):
 
 def _epoch(ds, **kw):
     kw.setdefault("num_threads", 2)
-    loader = ringloader.Loader(
-        ds, batch_size=16, transform=TF, seed=7, shuffle=True, **kw
-    )
+    kw.setdefault("shuffle", True)
+    loader = ringloader.Loader(ds, batch_size=16, transform=TF, seed=7, **kw)
     try:
         xs, ys = [], []
         for x, y in loader:
@@ -176,6 +175,71 @@ def test_faults_are_retried_and_nothing_is_lost_or_duplicated(name, proxy, local
     answered = [(r.path, r.range, r.status) for r in proxy.requests if not r.fault]
     assert_each_member_once(ds, answered_ranges(answered))
     assert not proxy.errors
+
+
+# ---- runs: a batch's neighbouring samples in one GET ----
+
+
+def run_gets(ds, batch_size=16, seed=7, epoch=0) -> int:
+    """The GETs the runs of an epoch of shuffle="runs" take: per batch, one
+    for each stretch of consecutive samples in one shard."""
+    from ringloader._epoch import RunSampler, epoch_seed
+
+    order = list(RunSampler(len(ds), epoch_seed(seed, epoch)))
+    gets = 0
+    for b in range(0, len(order), batch_size):
+        ids = sorted(order[b : b + batch_size])
+        gets += 1 + sum(
+            i != p + 1 or ds.shard_of(i) != ds.shard_of(p) for p, i in zip(ids, ids[1:])
+        )
+    return gets
+
+
+@pytest.fixture(scope="module")
+def local_runs(www):
+    """The epoch of shuffle="runs", read from local disk."""
+    x, y, _ = epoch(ringloader.TarShards(shards_at(str(www))), shuffle="runs")
+    return x, y
+
+
+def test_a_run_of_neighbours_comes_in_one_get(www, local_runs):
+    with Nginx(www, access_log=True) as server:
+        ds = remote(server.url)
+        server.clear_requests()
+        x, y, _ = epoch(ds, shuffle="runs")
+        got = [(r[1], r[3], r[2]) for r in server.requests() if r[3]]
+    assert torch.equal(x, local_runs[0]) and torch.equal(y, local_runs[1])
+    assert len(got) == run_gets(ds) < len(ds) // 4
+    assert_each_member_once(ds, answered_ranges(got))
+
+
+@pytest.mark.parametrize(
+    "name", ["503 SlowDown", "reset", "truncated body", "wrong range"]
+)
+def test_faults_in_runs_are_retried_and_nothing_is_lost(name, proxy, local_runs):
+    kind, params = RETRIED[name]
+    ds = remote(proxy.url, retries=4, timeout=1.0)
+    proxy.clear(log=True)
+    proxy.fail(kind, every=2, match=".tar", **params)
+    x, y, stats = epoch(ds, shuffle="runs")
+    assert torch.equal(x, local_runs[0]) and torch.equal(y, local_runs[1])
+    assert stats["errors"] == 0 and proxy.count(".tar", fault=kind) >= 2
+    answered = [(r.path, r.range, r.status) for r in proxy.requests if not r.fault]
+    assert_each_member_once(ds, answered_ranges(answered))
+    assert not proxy.errors
+
+
+def test_a_run_that_fails_falls_back_to_its_members(proxy, local_runs):
+    ds = remote(proxy.url, retries=1)
+    proxy.clear(log=True)
+    proxy.fail("status", status=503, times=2, match="/s1.tar")  # a run, twice
+    x, y, stats = epoch(ds, shuffle="runs")
+    assert torch.equal(x, local_runs[0]) and torch.equal(y, local_runs[1])
+    assert stats["errors"] == 0
+    ok = [r for r in proxy.requests if r.fault is None and r.status == 206]
+    assert len(ok) > run_gets(ds)  # the failed run's members, one GET each
+    answered = [(r.path, r.range, r.status) for r in ok]
+    assert_each_member_once(ds, answered_ranges(answered))
 
 
 @pytest.mark.parametrize("cache_limit", [None, 1 << 30])

@@ -18,6 +18,9 @@ Contenders (``--contenders``, comma separated; default all):
   ringloader-local   ringloader.Loader over TarShards(local paths)
   ringloader-http    the same over the nginx URLs (libcurl range GETs)
   ringloader-s3      the same over s3:// (presigned range GETs)
+  ringloader-local-runs, ringloader-http-runs, ringloader-s3-runs
+                     the same with shuffle="runs" (runs of 16 consecutive
+                     samples shuffled: a batch of 64 in about 4 GETs)
   ringloader-http-blocks, ringloader-s3-blocks
                      the same with cache_limit and a new loader (an empty
                      cache) for every epoch: first epochs, the members
@@ -65,6 +68,9 @@ ALL = [
     "ringloader-local",
     "ringloader-http",
     "ringloader-s3",
+    "ringloader-local-runs",
+    "ringloader-http-runs",
+    "ringloader-s3-runs",
     "ringloader-http-blocks",
     "ringloader-s3-blocks",
     "ringloader-s3-cache",

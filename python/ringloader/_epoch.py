@@ -15,6 +15,7 @@ from torch.utils.data import (
     BatchSampler,
     DistributedSampler,
     RandomSampler,
+    Sampler,
     SequentialSampler,
 )
 
@@ -54,6 +55,60 @@ def epoch_seed(seed: int, epoch: int) -> int:
     """A 63-bit generator seed that depends only on (seed, epoch)."""
     state = np.random.SeedSequence([seed & (2**64 - 1), epoch & (2**64 - 1)])
     return int(state.generate_state(1, dtype=np.uint64)[0]) >> 1
+
+
+# shuffle="runs": the epoch shuffles runs of this many consecutive samples.
+RUN_LENGTH = 16
+
+
+def shuffle_mode(shuffle: Any) -> tuple[bool, bool]:
+    """(shuffle, runs) of a Loader's ``shuffle`` argument: a bool, or
+    "runs". Raises ValueError for anything else."""
+    if isinstance(shuffle, str):
+        if shuffle != "runs":
+            raise ValueError(f'shuffle must be a bool or "runs", not {shuffle!r}')
+        return True, True
+    return bool(shuffle), False
+
+
+class RunSampler(Sampler[int]):
+    """The order of ``shuffle="runs"``: the samples cut into runs of
+    RUN_LENGTH consecutive indices, the runs in a random order (seeded by
+    ``seed``), each run's samples in order. With ``world_size`` > 1, the
+    order is padded (from its start) to a multiple of the world size, or cut
+    to one with ``drop_last``, as DistributedSampler does, and rank r takes
+    the r-th contiguous part of it, so runs stay whole."""
+
+    def __init__(
+        self,
+        n: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+    ) -> None:
+        self.n, self.seed = n, seed
+        self.rank, self.world_size = rank, world_size
+        if drop_last:
+            self.num_samples = n // world_size
+        else:
+            self.num_samples = math.ceil(n / world_size)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        gen = torch.Generator()
+        gen.manual_seed(self.seed)
+        runs = torch.randperm(math.ceil(self.n / RUN_LENGTH), generator=gen).numpy()
+        starts = runs * RUN_LENGTH
+        order = (starts[:, None] + np.arange(RUN_LENGTH)[None, :]).ravel()
+        order = order[order < self.n]
+        total = self.num_samples * self.world_size
+        if total > len(order):
+            order = np.resize(order, total)  # repeats from the start
+        part = order[self.rank * self.num_samples : (self.rank + 1) * self.num_samples]
+        return iter(part.tolist())
 
 
 def check_batching(
@@ -129,6 +184,7 @@ class Sampling:
     batch_size: Optional[int]
     drop_last: bool
     shuffle: bool
+    runs: bool  # shuffle="runs" (RunSampler)
     sampler: Any
     batch_sampler: Any
     distributed: bool
@@ -146,6 +202,8 @@ class Sampling:
             return len(self.batch_sampler)
         if self.sampler is not None:
             n = len(self.sampler)
+        elif self.runs:
+            n = len(self.run_sampler(0))
         elif self.distributed:
             n = len(self.distributed_sampler(0))
         else:
@@ -166,6 +224,15 @@ class Sampling:
         s.set_epoch(epoch)
         return s
 
+    def run_sampler(self, epoch: int) -> RunSampler:
+        return RunSampler(
+            self.n,
+            epoch_seed(self.seed, epoch),
+            self.rank,
+            self.world_size,
+            self.drop_last and self.distributed,
+        )
+
     def batches(self, epoch: int) -> Iterator[Any]:
         """The batches (lists of dataset indices) of ``epoch``. A sampler of
         the user's keeps the epoch the user gave it (directly, or through
@@ -174,6 +241,8 @@ class Sampling:
             return iter(self.batch_sampler)
         if self.sampler is not None:
             sampler = self.sampler
+        elif self.runs:
+            sampler = self.run_sampler(epoch)
         elif self.distributed:
             sampler = self.distributed_sampler(epoch)
         elif self.shuffle:

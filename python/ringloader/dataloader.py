@@ -163,7 +163,7 @@ class DataLoader(Loader):
         self,
         dataset: Any,
         batch_size: Optional[int] = 1,
-        shuffle: Optional[bool] = None,
+        shuffle: Optional[bool | str] = None,
         sampler: Any = None,
         batch_sampler: Any = None,
         num_workers: int = 0,
@@ -196,7 +196,7 @@ class DataLoader(Loader):
         super().__init__(
             dataset,
             batch_size=batch_size,
-            shuffle=bool(shuffle),
+            shuffle=shuffle if shuffle == "runs" else bool(shuffle),
             sampler=sampler,
             batch_sampler=batch_sampler,
             drop_last=drop_last,

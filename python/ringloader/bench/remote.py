@@ -59,6 +59,9 @@ LABELS = {
     "ringloader-local": "ringloader, local shards",
     "ringloader-http": "ringloader over HTTP",
     "ringloader-s3": "ringloader over S3",
+    "ringloader-local-runs": 'ringloader, local shards, shuffle="runs"',
+    "ringloader-http-runs": 'ringloader over HTTP, shuffle="runs"',
+    "ringloader-s3-runs": 'ringloader over S3, shuffle="runs"',
     "ringloader-http-blocks": "ringloader over HTTP, cache_limit: first epoch (blocks)",
     "ringloader-s3-blocks": "ringloader over S3, cache_limit: first epoch (blocks)",
     "ringloader-s3-cache": "ringloader over S3, cache_limit: later epochs (local disk)",
@@ -73,6 +76,9 @@ STORE = {
     "ringloader-local": "local",
     "ringloader-http": "http",
     "ringloader-s3": "s3",
+    "ringloader-local-runs": "local",
+    "ringloader-http-runs": "http",
+    "ringloader-s3-runs": "s3",
     "ringloader-http-blocks": "http",
     "ringloader-s3-blocks": "s3",
     "ringloader-s3-cache": "s3",
@@ -127,7 +133,8 @@ class RingloaderShards(Contender):
         )
         self.notes.append(
             f"TarShards({len(ds.shards)} shards) + Loader(num_threads={s.threads}, "
-            f"prefetch={s.prefetch}, shuffle=True), io={self.loader.io_backend}; "
+            f"prefetch={s.prefetch}, shuffle={self.loader.runs and 'runs' or True!r}), "
+            f"io={self.loader.io_backend}; "
             f"index from {where} in a fresh cache directory, in set-up"
             + ("; cache_limit=8 GiB" if cached else "")
             + ("; a new Loader (empty cache) for each epoch" if self.fresh else "")
@@ -141,7 +148,7 @@ class RingloaderShards(Contender):
         return ringloader.Loader(
             self.ds,
             batch_size=s.batch_size,
-            shuffle=True,
+            shuffle="runs" if s.contender.endswith("-runs") else True,
             num_threads=s.threads,
             prefetch=s.prefetch,
             seed=s.seed,
@@ -401,6 +408,9 @@ FACTORIES = {
     "ringloader-local": RingloaderShards,
     "ringloader-http": RingloaderShards,
     "ringloader-s3": RingloaderShards,
+    "ringloader-local-runs": RingloaderShards,
+    "ringloader-http-runs": RingloaderShards,
+    "ringloader-s3-runs": RingloaderShards,
     "ringloader-http-blocks": RingloaderShards,
     "ringloader-s3-blocks": RingloaderShards,
     "ringloader-s3-cache": RingloaderShards,

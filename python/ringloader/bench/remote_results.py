@@ -36,8 +36,13 @@ def _server_cpu(r: dict) -> Optional[float]:
     return watched.get(server) if server else None
 
 
+def reference(name: str) -> str:
+    """The local-disk contender a remote one is compared with: the one
+    with the same order of samples."""
+    return LOCAL + "-runs" if name.endswith("-runs") else LOCAL
+
+
 def contender_table(results: list[dict], order: list[str], s3: str) -> list[str]:
-    local = rate(_find(results, LOCAL))
     rows = []
     for name in order:
         r = _find(results, name)
@@ -48,6 +53,7 @@ def contender_table(results: list[dict], order: list[str], s3: str) -> list[str]
             rows.append([label(name), store, "could not run (below)"] + [""] * 7)
             continue
         v = r["images_per_s"]
+        local = rate(_find(results, reference(name)))
         b = "**" if name.startswith("ringloader") else ""
         counters = r.get("counters_per_image") or {}
         io_cpu = counters.get("io_cpu_s")
@@ -72,7 +78,7 @@ def contender_table(results: list[dict], order: list[str], s3: str) -> list[str]
         "contender",
         "reads from",
         "images/s",
-        "× ringloader-local",
+        "× ringloader-local (same order)",
         "CPU ms/img (loader)",
         "I/O thread CPU ms/img",
         "server CPU ms/img",
@@ -87,7 +93,6 @@ def targets(results: list[dict], s3: str) -> list[str]:
     """The issue's two targets, each ringloader remote contender checked:
     against its own local-disk rate, and against every peer (all of them,
     and those reading from the same server)."""
-    local = rate(_find(results, LOCAL))
     peers = [
         r for r in results if not r["contender"].startswith("ringloader") and rate(r)
     ]
@@ -107,11 +112,14 @@ def targets(results: list[dict], s3: str) -> list[str]:
     for name in (
         "ringloader-http",
         "ringloader-s3",
+        "ringloader-http-runs",
+        "ringloader-s3-runs",
         "ringloader-http-blocks",
         "ringloader-s3-blocks",
     ):
         r = _find(results, name)
         v = rate(r)
+        local = rate(_find(results, reference(name)))
         if r is None or v is None or local is None:
             lines.append(f"- {label(name)}: not measured")
             continue
@@ -121,7 +129,7 @@ def targets(results: list[dict], s3: str) -> list[str]:
         same = [p for p in peers if STORE.get(p["contender"]) == store]
         server = _server_cpu(r)
         lines.append(
-            f"- {label(name)}: {v:.0f} img/s = {x:.2f}× ringloader-local (target ≥ "
+            f"- {label(name)}: {v:.0f} img/s = {x:.2f}× {reference(name)} (target ≥ "
             f"{TARGET}×: {met}); {versus(v, peers, 'of this run')}; "
             f"{versus(v, same, f'on {stores(s3)[store]}')}"
             + (
@@ -351,11 +359,12 @@ def plot(path: str, results: list[dict], order: list[str], threads: int) -> str:
         linewidth=2,
     )
     ax.set_yticks(range(len(names)), [label(n) for n in names], fontsize=8)
-    local, top = rate(_find(results, LOCAL)), max(vals + [1.0])
+    top = max(vals + [1.0])
     for y, (n, v) in enumerate(zip(names, vals)):
         text = "could not run" if not v else f"{v:.0f}"
-        if v and local and n != LOCAL:
-            text += f"  ({v / local:.2f}× ringloader-local)"
+        local = rate(_find(results, reference(n)))
+        if v and local and n != reference(n):
+            text += f"  ({v / local:.2f}× {reference(n)})"
         ax.text(v + top * 0.01, y, text, va="center", fontsize=8)
     ax.set_xlim(0, top * 1.75)
     ax.set_xlabel("images / s (higher is better)")

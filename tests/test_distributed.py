@@ -361,3 +361,22 @@ def test_runs_split_across_ranks_keep_runs_whole(jpeg, drop_last):
 def test_shuffle_must_be_a_bool_or_runs(jpeg):
     with pytest.raises(ValueError, match='shuffle must be a bool or "runs"'):
         ringloader.Loader(Indexed(jpeg), shuffle="yes")
+
+
+def test_dataloader_takes_shuffle_runs(jpeg):
+    import torchvision.transforms as TV
+
+    tf = TV.Compose([TV.Resize((8, 8)), TV.PILToTensor()])
+    ds = ringloader.FileList([jpeg] * 40, list(range(40)), transform=tf)
+    loader = ringloader.DataLoader(ds, batch_size=8, shuffle="runs")
+    assert isinstance(loader, ringloader.Loader) and loader.runs
+    order = [i for _, labels in loader for i in labels.tolist()]
+    assert sorted(order) == list(range(40))
+    assert all(p[0] % ringloader._epoch.RUN_LENGTH == 0 for p in runs_of(order))
+
+
+def test_dataloader_falling_back_shuffles_plainly_with_runs(jpeg):
+    ds = Indexed(jpeg, 10)  # no tensor transform: torch's DataLoader reads it
+    with pytest.warns(ringloader.FallbackWarning, match='shuffle="runs" is plain'):
+        loader = ringloader.DataLoader(ds, batch_size=2, shuffle="runs")
+    assert isinstance(loader.sampler, torch.utils.data.RandomSampler)

@@ -151,11 +151,17 @@ class DataLoader(Loader):
         merged.update(kwargs)
         reason = _why_not(dataset, merged)
         if reason is not None:
+            runs = merged.get("shuffle") == "runs"
             warnings.warn(
-                f"ringloader: using torch.utils.data.DataLoader because {reason}",
+                f"ringloader: using torch.utils.data.DataLoader because {reason}"
+                + ('; shuffle="runs" is plain shuffling there' if runs else ""),
                 FallbackWarning,
                 stacklevel=2,
             )
+            if runs and "shuffle" in kwargs:
+                kwargs["shuffle"] = True
+            elif runs:
+                args = args[:1] + (True,) + args[2:]
             return torch.utils.data.DataLoader(dataset, *args, **kwargs)
         return super().__new__(cls)
 

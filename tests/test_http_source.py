@@ -602,14 +602,17 @@ def test_ranks_split_remote_shards_as_local_ones(nginx, www, rank):
     assert len(ly) == SHARDS * PER_SHARD // 2
 
 
-def test_resume_over_http_is_exact(nginx, local):
+@pytest.mark.parametrize("shuffle", [True, "runs"])
+def test_resume_over_http_is_exact(nginx, shuffle, request):
+    local = request.getfixturevalue("local" if shuffle is True else "local_runs")
+
     def loader(threads):
         return ringloader.Loader(
             remote(nginx.url),
             batch_size=16,
             transform=TF,
             seed=7,
-            shuffle=True,
+            shuffle=shuffle,
             num_threads=threads,
         )
 

@@ -35,8 +35,9 @@
  * source/http_xfer.c, the optional local cache of fetched byte ranges in
  * source/http_cache.c (with it, a member not yet cached is fetched with
  * its neighbours in one GET of a block while the cache has room; the
- * batch's other members of that block wait for it); libcurl is known by
- * these files only.
+ * batch's other members of that block wait for it), the runs (a batch's
+ * neighbouring samples in one GET) in source/http_runs.c; libcurl is
+ * known by these files only.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -83,118 +84,6 @@ static bool start(http_source *s, xfer *x)
     return true;
 }
 
-/* Run r of the batch ended: on success each member waiting for it gets
- * its bytes, copied out of the run's; otherwise each is fetched alone. */
-static void run_end(http_source *s, xfer *xs, int n, int r, int *waiting,
-                    int *holding, int *left, rl_fetch_done_fn done, void *arg)
-{
-    xfer *rx = &xs[n + r];
-    bool ok = rx->f->status == 0;
-    for (int i = 0; i < n; i++) {
-        xfer *x = &xs[i];
-        if (x->state != X_HOLD || x->run != r) {
-            continue;
-        }
-        (*holding)--;
-        x->run = -1;
-        x->buf = ok ? malloc((size_t)x->want) : NULL;
-        if (x->buf == NULL) {
-            x->state = X_WAIT; /* alone, at once */
-            x->due_ns = 0;
-            (*waiting)++;
-            continue;
-        }
-        memcpy(x->buf, rx->buf + (x->off - rx->off), (size_t)x->want);
-        x->len = (size_t)x->want;
-        rl__http_finish(x, V_OK);
-        rl__http_cache_store(s, x);
-        (*left)--;
-        done(x->f, arg);
-    }
-    if (ok) {
-        free(rx->buf);
-    }
-    rx->buf = NULL;
-}
-
-/* Runs: a batch's samples that follow each other in the table (ids i,
- * i + 1, ...) and in one object (gaps of at most RUN_GAP bytes between
- * them: a tar shard's headers and members that are not samples) are
- * fetched in one range GET of at most RUN_BYTES. No byte of a sample
- * outside the batch is fetched. Sequential reading and orders that keep
- * neighbours together (shuffle="runs") fetch a batch in a few GETs. */
-#define RUN_GAP ((uint64_t)1 << 20)
-#define RUN_BYTES ((uint64_t)16 << 20)
-
-typedef struct {
-    int64_t obj;
-    uint64_t off;
-    int i;
-} run_key;
-
-static int run_key_cmp(const void *a, const void *b)
-{
-    const run_key *x = a, *y = b;
-    if (x->obj != y->obj) {
-        return x->obj < y->obj ? -1 : 1;
-    }
-    if (x->off != y->off) {
-        return x->off < y->off ? -1 : 1;
-    }
-    return x->i - y->i;
-}
-
-/* Plans the batch's runs: each gets xs[n + r], the GET of its span for a
- * fetch of its own (rf[r]), and its members wait for it (X_HOLD, run r).
- * Returns how many runs there are; members not in a run stay X_NEW. */
-static int runs_plan(http_source *s, xfer *xs, int n, rl_fetch *rf)
-{
-    run_key *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(*v));
-    if (v == NULL) {
-        return 0; /* every member alone */
-    }
-    int m = 0, nr = 0;
-    for (int i = 0; i < n; i++) {
-        if (xs[i].state == X_NEW && xs[i].want > 0) {
-            v[m++] = (run_key){s->obj[xs[i].f->id], xs[i].off, i};
-        }
-    }
-    qsort(v, (size_t)m, sizeof(*v), run_key_cmp);
-    for (int a = 0; a < m;) {
-        uint64_t first = v[a].off;
-        uint64_t end = first + (uint64_t)xs[v[a].i].want;
-        int z = a + 1;
-        while (z < m && v[z].obj == v[a].obj && v[z].off <= end + RUN_GAP) {
-            int64_t prev = xs[v[z - 1].i].f->id, id = xs[v[z].i].f->id;
-            if (id != prev && id != prev + 1) {
-                break; /* another sample lies between them */
-            }
-            uint64_t e = v[z].off + (uint64_t)xs[v[z].i].want;
-            e = e > end ? e : end;
-            if (e - first > RUN_BYTES) {
-                break;
-            }
-            end = e;
-            z++;
-        }
-        if (z - a > 1) {
-            xfer *rx = &xs[n + nr];
-            rf[nr].id = xs[v[a].i].f->id; /* for its object */
-            rl__http_xfer_init(s, rx, &rf[nr]);
-            rx->off = first;
-            rx->want = (int64_t)(end - first);
-            for (int t = a; t < z; t++) {
-                xs[v[t].i].state = X_HOLD;
-                xs[v[t].i].run = nr;
-            }
-            nr++;
-        }
-        a = z;
-    }
-    free(v);
-    return nr;
-}
-
 static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
                             rl_fetch_done_fn done, void *arg)
 {
@@ -227,7 +116,7 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
         done(x->f, arg);
     }
     if (s->bof == NULL) { /* with blocks, the cache does better */
-        nr = runs_plan(s, xs, n, rf);
+        nr = rl__http_runs_plan(s, xs, n, rf);
         for (int i = 0; i < n; i++) {
             holding += xs[i].state == X_HOLD;
         }
@@ -262,8 +151,8 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
                 running += start(s, x);
                 if (x->state == X_DONE) {
                     if (i >= n) {
-                        run_end(s, xs, n, i - n, &waiting, &holding, &left,
-                                done, arg);
+                        rl__http_run_end(s, xs, n, i - n, &waiting, &holding,
+                                         &left, done, arg);
                     } else {
                         left--;
                         done(x->f, arg);
@@ -280,8 +169,8 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
             if (i >= n) {
                 running += start(s, x);
                 if (x->state == X_DONE) {
-                    run_end(s, xs, n, i - n, &waiting, &holding, &left, done,
-                            arg);
+                    rl__http_run_end(s, xs, n, i - n, &waiting, &holding, &left,
+                                     done, arg);
                 }
                 continue;
             }
@@ -321,8 +210,8 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
                 continue;
             }
             if (x >= xs + n) {
-                run_end(s, xs, n, (int)(x - xs) - n, &waiting, &holding, &left,
-                        done, arg);
+                rl__http_run_end(s, xs, n, (int)(x - xs) - n, &waiting,
+                                 &holding, &left, done, arg);
                 continue;
             }
             if (x->blk >= 0) {

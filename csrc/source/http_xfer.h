@@ -1,9 +1,9 @@
 /*
  * source/http_xfer.h - the parts of the HTTP source (source/http.c) shared
- * with one transfer's code (source/http_xfer.c): the source's struct, one
- * fetch's transfer across its attempts, and the calls that prepare, judge
- * and end an attempt. Internal to source/; libcurl is known by these
- * three files only.
+ * with one transfer's code (source/http_xfer.c), its cache (http_cache.c)
+ * and its runs (http_runs.c): the source's struct, one fetch's transfer
+ * across its attempts, and the calls that prepare, judge and end an
+ * attempt. Internal to source/; libcurl is known by these files only.
  */
 #ifndef RL_HTTP_XFER_H
 #define RL_HTTP_XFER_H
@@ -115,6 +115,20 @@ void rl__http_finish(xfer *x, int verdict);
 
 /* Ends x with RL_ECLOSED (cancelled). */
 void rl__http_fail_closed(xfer *x);
+
+/* ---- runs (http_runs.c) ---- */
+
+/* Plans the runs of a batch of n members xs[0, n) (those still X_NEW):
+ * run r gets xs[n + r], the GET of its span for fetch rf[r], and its
+ * members wait for it (X_HOLD, run r). Returns the number of runs. */
+int rl__http_runs_plan(http_source *s, xfer *xs, int n, rl_fetch *rf);
+
+/* Run r ended (xs[n + r] holds its bytes or a failure): each member
+ * waiting for it gets its bytes and is done, or is fetched alone (X_WAIT,
+ * counted in *waiting). */
+void rl__http_run_end(http_source *s, xfer *xs, int n, int r, int *waiting,
+                      int *holding, int *left, rl_fetch_done_fn done,
+                      void *arg);
 
 /* ---- the cache of fetched bytes (http_cache.c), I/O thread only ---- */
 

@@ -283,8 +283,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     info = system.machine_info(sys.executable)
     index = [local_scan(root, pattern, names)]
 
-    s3_server = RcloneS3() if args.s3_server == "rclone" else remote.MotoProcess()
-    with Nginx(root) as nginx, s3_server as s3:
+    s3_server = RcloneS3 if args.s3_server == "rclone" else remote.MotoProcess
+    with Nginx(root) as nginx, s3_server() as s3:
         os.environ.update(remote.s3_env(s3.endpoint_url))  # the children inherit it
         files = {n: os.path.join(root, n) for n in names}
         files.update(

@@ -49,21 +49,16 @@ static bool cache_on(const http_source *s)
     return s->cfd != NULL;
 }
 
-typedef struct {
-    int64_t obj, id;
-    uint64_t off;
-} by_offset;
-
-static int by_offset_cmp(const void *a, const void *b)
+int rl__http_place_cmp(const void *a, const void *b)
 {
-    const by_offset *x = a, *y = b;
+    const rl_http_place *x = a, *y = b;
     if (x->obj != y->obj) {
         return x->obj < y->obj ? -1 : 1;
     }
     if (x->off != y->off) {
         return x->off < y->off ? -1 : 1;
     }
-    return x->id < y->id ? -1 : x->id > y->id;
+    return x->key < y->key ? -1 : x->key > y->key;
 }
 
 /* Cuts the samples into blocks (see above). false when out of memory. */
@@ -71,7 +66,7 @@ static bool blocks_init(http_source *s)
 {
     int64_t n = s->base.count;
     size_t cnt = (size_t)(n > 0 ? n : 1);
-    by_offset *v = malloc(cnt * sizeof(*v));
+    rl_http_place *v = malloc(cnt * sizeof(*v));
     s->bof = malloc(cnt * sizeof(*s->bof));
     s->bids = malloc(cnt * sizeof(*s->bids));
     s->bat = malloc((cnt + 1) * sizeof(*s->bat));
@@ -87,18 +82,18 @@ static bool blocks_init(http_source *s)
     for (int64_t i = 0; i < n; i++) {
         s->bof[i] = -1;
         if (s->lengths[i] > 0) {
-            v[m++] = (by_offset){s->obj[i], i, s->offsets[i]};
+            v[m++] = (rl_http_place){s->obj[i], i, s->offsets[i]};
         }
     }
-    qsort(v, (size_t)m, sizeof(*v), by_offset_cmp);
+    qsort(v, (size_t)m, sizeof(*v), rl__http_place_cmp);
     int64_t nb = 0, k = 0;
     for (int64_t a = 0; a < m;) {
         /* The block starting at v[a]: its neighbours while they fit. */
         uint64_t first = v[a].off;
-        uint64_t end = first + (uint64_t)s->lengths[v[a].id];
+        uint64_t end = first + (uint64_t)s->lengths[v[a].key];
         int64_t z = a + 1;
         while (z < m && v[z].obj == v[a].obj && v[z].off <= end + BLOCK_GAP) {
-            uint64_t e = v[z].off + (uint64_t)s->lengths[v[z].id];
+            uint64_t e = v[z].off + (uint64_t)s->lengths[v[z].key];
             e = e > end ? e : end;
             if (e - first > s->opt.block_bytes) {
                 break;
@@ -111,8 +106,8 @@ static bool blocks_init(http_source *s)
             s->bend[nb] = end;
             s->bat[nb] = k;
             for (int64_t t = a; t < z; t++) {
-                s->bof[v[t].id] = nb;
-                s->bids[k++] = v[t].id;
+                s->bof[v[t].key] = nb;
+                s->bids[k++] = v[t].key;
             }
             nb++;
         }

@@ -53,50 +53,32 @@ void rl__http_run_end(http_source *s, xfer *xs, int n, int r, int *waiting,
 #define RUN_GAP ((uint64_t)1 << 20)
 #define RUN_BYTES ((uint64_t)16 << 20)
 
-typedef struct {
-    int64_t obj;
-    uint64_t off;
-    int i;
-} run_key;
-
-static int run_key_cmp(const void *a, const void *b)
-{
-    const run_key *x = a, *y = b;
-    if (x->obj != y->obj) {
-        return x->obj < y->obj ? -1 : 1;
-    }
-    if (x->off != y->off) {
-        return x->off < y->off ? -1 : 1;
-    }
-    return x->i - y->i;
-}
-
 /* Plans the batch's runs: each gets xs[n + r], the GET of its span for a
  * fetch of its own (rf[r]), and its members wait for it (X_HOLD, run r).
  * Returns how many runs there are; members not in a run stay X_NEW. */
 int rl__http_runs_plan(http_source *s, xfer *xs, int n, rl_fetch *rf)
 {
-    run_key *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(*v));
+    rl_http_place *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(*v));
     if (v == NULL) {
         return 0; /* every member alone */
     }
     int m = 0, nr = 0;
     for (int i = 0; i < n; i++) {
         if (xs[i].state == X_NEW && xs[i].want > 0) {
-            v[m++] = (run_key){s->obj[xs[i].f->id], xs[i].off, i};
+            v[m++] = (rl_http_place){s->obj[xs[i].f->id], i, xs[i].off};
         }
     }
-    qsort(v, (size_t)m, sizeof(*v), run_key_cmp);
+    qsort(v, (size_t)m, sizeof(*v), rl__http_place_cmp);
     for (int a = 0; a < m;) {
         uint64_t first = v[a].off;
-        uint64_t end = first + (uint64_t)xs[v[a].i].want;
+        uint64_t end = first + (uint64_t)xs[v[a].key].want;
         int z = a + 1;
         while (z < m && v[z].obj == v[a].obj && v[z].off <= end + RUN_GAP) {
-            int64_t prev = xs[v[z - 1].i].f->id, id = xs[v[z].i].f->id;
+            int64_t prev = xs[v[z - 1].key].f->id, id = xs[v[z].key].f->id;
             if (id != prev && id != prev + 1) {
                 break; /* another sample lies between them */
             }
-            uint64_t e = v[z].off + (uint64_t)xs[v[z].i].want;
+            uint64_t e = v[z].off + (uint64_t)xs[v[z].key].want;
             e = e > end ? e : end;
             if (e - first > RUN_BYTES) {
                 break;
@@ -106,13 +88,13 @@ int rl__http_runs_plan(http_source *s, xfer *xs, int n, rl_fetch *rf)
         }
         if (z - a > 1) {
             xfer *rx = &xs[n + nr];
-            rf[nr].id = xs[v[a].i].f->id; /* for its object */
+            rf[nr].id = xs[v[a].key].f->id; /* for its object */
             rl__http_xfer_init(s, rx, &rf[nr]);
             rx->off = first;
             rx->want = (int64_t)(end - first);
             for (int t = a; t < z; t++) {
-                xs[v[t].i].state = X_HOLD;
-                xs[v[t].i].run = nr;
+                xs[v[t].key].state = X_HOLD;
+                xs[v[t].key].run = nr;
             }
             nr++;
         }

@@ -116,6 +116,17 @@ void rl__http_finish(xfer *x, int verdict);
 /* Ends x with RL_ECLOSED (cancelled). */
 void rl__http_fail_closed(xfer *x);
 
+/* A sample's place in its object, sorted by (object, offset, key) with
+ * rl__http_place_cmp: the blocks (http_cache.c) and runs (http_runs.c)
+ * are neighbours in that order. key: the sample's id, or its index in a
+ * batch. */
+typedef struct {
+    int64_t obj, key;
+    uint64_t off;
+} rl_http_place;
+
+int rl__http_place_cmp(const void *a, const void *b);
+
 /* ---- runs (http_runs.c) ---- */
 
 /* Plans the runs of a batch of n members xs[0, n) (those still X_NEW):

@@ -116,6 +116,7 @@ class RingloaderShards(Contender):
         # -blocks: a new loader for every epoch, so that each starts with an
         # empty cache and reads from the server, in blocks.
         self.fresh = s.contender.endswith("-blocks")
+        self.shuffle = "runs" if s.contender.endswith("-runs") else True
         self._past: dict[str, float] = {}
         self.ds = ringloader.TarShards(
             s.options["shards"],
@@ -133,7 +134,7 @@ class RingloaderShards(Contender):
         )
         self.notes.append(
             f"TarShards({len(ds.shards)} shards) + Loader(num_threads={s.threads}, "
-            f"prefetch={s.prefetch}, shuffle={self.loader.runs and 'runs' or True!r}), "
+            f"prefetch={s.prefetch}, shuffle={self.shuffle!r}), "
             f"io={self.loader.io_backend}; "
             f"index from {where} in a fresh cache directory, in set-up"
             + ("; cache_limit=8 GiB" if cached else "")
@@ -148,7 +149,7 @@ class RingloaderShards(Contender):
         return ringloader.Loader(
             self.ds,
             batch_size=s.batch_size,
-            shuffle="runs" if s.contender.endswith("-runs") else True,
+            shuffle=self.shuffle,
             num_threads=s.threads,
             prefetch=s.prefetch,
             seed=s.seed,

@@ -288,12 +288,7 @@ class Nginx:
     def stop(self) -> None:
         """Stop nginx (fast shutdown, then SIGKILL) and remove its
         temporary directory. Safe to call twice."""
-        proc, self._proc = getattr(self, "_proc", None), None
-        if proc is not None:
-            _end(proc)
-        tmp, self._tmp = getattr(self, "_tmp", None), None
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _shut(self)
 
     def __enter__(self) -> Nginx:
         return self
@@ -321,6 +316,18 @@ def _end(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # workers left by a killed master
     if proc.poll() is None:
         proc.wait()
+
+
+def _shut(server: Any) -> None:
+    """End a server's process (``_proc``) and remove its temporary
+    directory (``_tmp``), each once: what both process servers' stop()
+    does, safe on a server whose start failed half way."""
+    proc, server._proc = getattr(server, "_proc", None), None
+    if proc is not None:
+        _end(proc)
+    tmp, server._tmp = getattr(server, "_tmp", None), None
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _no_log(*args: Any, **kwargs: Any) -> None:
@@ -545,12 +552,7 @@ class RcloneS3(_S3Api):
 
     def stop(self) -> None:
         """Stop the server and remove its folder. Safe to call twice."""
-        proc, self._proc = getattr(self, "_proc", None), None
-        if proc is not None:
-            _end(proc)
-        tmp, self._tmp = getattr(self, "_tmp", None), None
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _shut(self)
 
     def __del__(self) -> None:
         self.stop()

@@ -154,7 +154,7 @@ class TarShards(ImageDataset):
             its neighbours in the shard, up to 8 MiB in one ranged GET, so
             that a data set the cache can hold comes down in a few large
             GETs rather than one per member. None (the default): no such
-            cache, one GET per member.
+            cache.
 
     Remote shards (``http://``, ``https://``, ``s3://`` URLs, brace
     notation, ``s3://`` globs; an HTTP server cannot be listed) are read by

@@ -139,3 +139,69 @@ def test_every_contender_runs_against_the_servers(shard_dir, tmp_path):
     # another_process checks the reading itself.
     assert by["ringloader-s3"]["watched_cpu_s_per_image"]["s3"] >= 0
     assert by["ringloader-http"]["io_backend"] == "http"
+
+
+def _compare_script():
+    """benchmarks/remote/compare.py as a module (it is a script, not in the
+    package)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(BUILD), "benchmarks", "remote", "compare.py")
+    spec = importlib.util.spec_from_file_location("remote_compare", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_server_cpus_are_taken_from_the_contenders(monkeypatch):
+    compare = _compare_script()
+    monkeypatch.setattr(system, "cpus", lambda: [0, 1, 2, 3])
+    args = compare.parse_args(["--server-cpus", "2-3"])
+    assert (args.server_cpus, args.cpus, args.threads) == ([2, 3], [0, 1], 2)
+    args = compare.parse_args(["--server-cpus", "0,3", "--threads", "1"])
+    assert (args.server_cpus, args.cpus, args.threads) == ([0, 3], [1, 2], 1)
+    args = compare.parse_args([])
+    assert (args.server_cpus, args.cpus, args.threads) == ([], [0, 1, 2, 3], 4)
+    # all the CPUs, one not usable, not numbers, one not usable among others
+    for bad in ("0-3", "5", "one", "-1", "1,9"):
+        with pytest.raises(SystemExit):
+            compare.parse_args(["--server-cpus", bad])
+    with pytest.raises(SystemExit):  # 2 CPUs left, 3 threads asked
+        compare.parse_args(["--server-cpus", "2-3", "--threads", "3"])
+
+
+def test_pin_keeps_every_thread_of_a_server_on_its_cpus():
+    import subprocess
+    import sys
+
+    from ringloader.bench.servers import pin
+
+    cpu = system.cpus()[-1]
+    code = (
+        "import threading, os, sys\n"
+        "ev = threading.Event()\n"
+        "ts = [threading.Thread(target=ev.wait) for _ in range(3)]\n"
+        "[t.start() for t in ts]\n"
+        "print('up', flush=True)\n"
+        "sys.stdin.readline()\n"  # pinned now: one more thread, then report
+        "t = threading.Thread(target=ev.wait); t.start()\n"
+        "print(sorted({tuple(sorted(os.sched_getaffinity(int(x))))"
+        " for x in os.listdir('/proc/self/task')}), flush=True)\n"
+        "ev.set()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        assert len(os.listdir(f"/proc/{proc.pid}/task")) >= 4
+        pin(proc.pid, [cpu])
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == str([(cpu,)])
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)

@@ -242,6 +242,23 @@ def test_a_run_that_fails_falls_back_to_its_members(proxy, local_runs):
     assert_each_member_once(ds, answered_ranges(answered))
 
 
+def test_connections_are_kept_open_from_batch_to_batch(proxy):
+    """Each batch's GETs go over the connections the batches before it
+    opened, even when a slow response leaves one GET of a batch in flight
+    while the others are done: no more connections in two epochs than
+    GETs in one batch."""
+    ds = remote(proxy.url)
+    proxy.clear(log=True)
+    proxy.fail("slow", seconds=0.2, every=16)
+    bounded(lambda: two_epochs(ds))
+    gets = [r for r in proxy.requests if r.range]
+    batches = 2 * -(-len(ds) // 16)
+    # (neighbours that a shuffled batch happens to hold come in one GET)
+    assert len(gets) > len(ds) and batches >= 10
+    used = {r.conn for r in gets}
+    assert len(used) <= 16, f"{len(used)} connections for {batches} batches of 16"
+
+
 @pytest.mark.parametrize("cache_limit", [None, 1 << 30])
 def test_a_missing_shard_names_its_url_and_member(proxy, cache_limit):
     ds = remote(proxy.url, cache_limit=cache_limit)  # with it: a block first

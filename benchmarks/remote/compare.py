@@ -56,7 +56,7 @@ from typing import Any, Optional
 from ringloader.bench import data, harness, remote, shards, system
 from ringloader.bench.remote_results import plot, results_md
 from ringloader.bench.report import fmt
-from ringloader.bench.servers import Nginx, RcloneS3
+from ringloader.bench.servers import Nginx, RcloneS3, pin
 
 HERE = Path(__file__).resolve().parent
 ALL = [
@@ -76,6 +76,17 @@ ALL = [
     "ringloader-s3-cache",
 ]
 JSON_NAME = "remote-results.json"
+
+
+def parse_cpus(text: str) -> list[int]:
+    """'1', '2-3' or '0,2' to a sorted list of CPU numbers (ValueError)."""
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    if not out or min(out) < 0:
+        raise ValueError(text)
+    return sorted(out)
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
@@ -99,10 +110,19 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
         help="the S3 API server: rclone serve s3 (Go) or moto's (Python)",
     )
     p.add_argument(
+        "--server-cpus",
+        dest="server_cpus_arg",
+        default=None,
+        help="CPUs for the servers alone, e.g. 1 or 2-3: nginx and the S3 server "
+        "are pinned to them and the contenders to the other CPUs, as when the "
+        "store runs on machines of its own (default: none; the servers share "
+        "the contenders' CPUs)",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=None,
-        help="cores = threads = workers (default: all usable CPUs)",
+        help="cores = threads = workers (default: all CPUs the contenders get)",
     )
     p.add_argument(
         "--epochs", type=int, default=2, help="timed epochs after the warm-up"
@@ -126,6 +146,17 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
             p.error(f"unknown contender {c!r} (choose from {', '.join(ALL)})")
     args.contenders = [c for c in ALL if c in args.contenders]  # report order
     args.cpus = system.cpus()
+    args.server_cpus = []
+    if args.server_cpus_arg:
+        try:
+            args.server_cpus = parse_cpus(args.server_cpus_arg)
+        except ValueError:
+            p.error(f"bad --server-cpus {args.server_cpus_arg!r}: use e.g. 1 or 2-3")
+        if not set(args.server_cpus) < set(args.cpus):
+            p.error(
+                f"--server-cpus must name some, not all, of the usable CPUs {args.cpus}"
+            )
+        args.cpus = [c for c in args.cpus if c not in args.server_cpus]
     args.threads = args.threads or len(args.cpus)
     if not 1 <= args.threads <= len(args.cpus):
         p.error(f"--threads must be in 1..{len(args.cpus)}")
@@ -303,6 +334,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             "s3": f"s3://{remote.BUCKET}/{pattern}",
         }
         watch = {"nginx": _nginx_pid(), "s3": s3.pid}
+        for pid in watch.values():
+            if args.server_cpus:
+                pin(pid, args.server_cpus)
         specs = []
         for c in args.contenders:
             options = {}
@@ -340,7 +374,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             + "in a process of its own, with the shards and their sidecars "
             f"uploaded into bucket `{remote.BUCKET}`; S3 clients get endpoint "
             f"{s3.endpoint_url} (ringloader and boto3 through AWS_ENDPOINT_URL), dummy "
-            f"credentials, region {remote.REGION}; the servers are not pinned"
+            f"credentials, region {remote.REGION}; "
+            + (
+                f"the servers pinned to CPUs {args.server_cpus}, the contenders to "
+                f"CPUs {args.cpus[: args.threads]}"
+                if args.server_cpus
+                else "the servers not pinned, on the contenders' CPUs"
+            )
         )
 
     out = args.out
@@ -364,6 +404,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         batch_size=args.batch_size,
         prefetch=args.prefetch,
         cpus=args.cpus,
+        server_cpus=args.server_cpus,
         servers=servers,
         s3_server=args.s3_server,
         index=index,
@@ -383,13 +424,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             "index": index,
             "upload_s": upload_s,
             "s3_server": args.s3_server,
+            "server_cpus": args.server_cpus,
             "results": results,
         },
     )
     from ringloader.bench.remote_results import contender_table, targets
 
     print("\n".join(contender_table(results, args.contenders, args.s3_server)))
-    print("\n".join(targets(results, args.s3_server)))
+    print("\n".join(targets(results, args.s3_server, args.server_cpus)))
     harness.log(f"wrote {out / 'RESULTS.md'}" + (f" and {written}" if written else ""))
     return 0
 

@@ -25,9 +25,9 @@
  * The fetch URLs (presigned URLs expire) can be replaced while the
  * pipeline runs (rl_http_source_set_urls, under mu); messages name the
  * object by its display name (s3://bucket/key), never by a URL that may
- * carry a signature. cancel() bumps a generation and wakes the multi
- * handle: a read_batch in progress fails what it has not read with
- * RL_ECLOSED and returns within one poll.
+ * carry a signature. cancel() bumps a generation and wakes the I/O
+ * thread's wait: a read_batch in progress fails what it has not read with
+ * RL_ECLOSED and returns within one wait.
  *
  * read_one (a replacement sample of the skip policy, on a worker) reads
  * with an easy handle of its own, with the same checks and retries. One
@@ -36,8 +36,9 @@
  * source/http_cache.c (with it, a member not yet cached is fetched with
  * its neighbours in one GET of a block while the cache has room; the
  * batch's other members of that block wait for it), the runs (a batch's
- * neighbouring samples in one GET) in source/http_runs.c; libcurl is
- * known by these files only.
+ * neighbouring samples in one GET) in source/http_runs.c, the wait for
+ * the multi handle (libcurl's socket interface over epoll) in
+ * source/http_wait.c; libcurl is known by these files only.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -192,8 +193,7 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
                 done(x->f, arg);
             }
         }
-        int still;
-        curl_multi_perform(s->multi, &still);
+        rl__http_drive(s);
         CURLMsg *msg;
         int queued;
         while ((msg = curl_multi_info_read(s->multi, &queued)) != NULL) {
@@ -256,12 +256,9 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
                 wake = xs[i].due_ns;
             }
         }
-        now = rl__http_now_ns();
-        int ms = wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
-        if (ms > 0) {
-            /* Until a socket is ready, a retry is due, or cancel(). */
-            curl_multi_poll(s->multi, NULL, 0, ms, NULL);
-        }
+        /* Until a socket is ready, curl's timer or a retry is due, or
+         * cancel(). */
+        rl__http_wait(s, wake);
     }
     for (int r = 0; r < nr; r++) {
         free(xs[n + r].buf); /* a run's bytes, if still held */
@@ -340,7 +337,7 @@ static void http_cancel(rl_source *src)
 {
     http_source *s = (http_source *)src;
     atomic_fetch_add(&s->gen, 1);
-    curl_multi_wakeup(s->multi);
+    rl__http_wake(s);
 }
 
 static void free_strings(char **v, int64_t n)
@@ -361,6 +358,7 @@ static void http_destroy(rl_source *src)
     if (s->multi != NULL) {
         curl_multi_cleanup(s->multi);
     }
+    rl__http_wait_free(s);
     free_strings(s->names, s->nobj);
     free_strings(s->urls, s->nobj);
     free(s->obj);
@@ -430,6 +428,7 @@ rl_source *rl_http_source_create(const char *const *names,
     }
     size_t cnt = (size_t)(n > 0 ? n : 1);
     pthread_mutex_init(&s->mu, NULL);
+    s->epfd = s->evfd = -1;
     s->base.ops = &http_ops;
     s->base.count = n;
     s->opt = *opt;
@@ -461,9 +460,21 @@ rl_source *rl_http_source_create(const char *const *names,
         snprintf(msg, RL_MSG_MAX, "out of memory");
         return NULL;
     }
+    if (!rl__http_wait_init(s)) {
+        int e = errno;
+        http_destroy(&s->base);
+        snprintf(msg, RL_MSG_MAX, "cannot make the HTTP source's epoll set: %s",
+                 strerror(e));
+        return NULL;
+    }
     curl_multi_setopt(s->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
                       (long)s->opt.max_inflight);
     curl_multi_setopt(s->multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+    /* Keep every connection open between batches. libcurl's default
+     * keeps 4 per transfer still added: a batch's last few transfers
+     * would close the rest, and the next batch connect again. */
+    curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS,
+                      (long)s->opt.max_inflight);
     return &s->base;
 }
 

@@ -1,9 +1,9 @@
 /*
  * source/http_xfer.h - the parts of the HTTP source (source/http.c) shared
- * with one transfer's code (source/http_xfer.c), its cache (http_cache.c)
- * and its runs (http_runs.c): the source's struct, one fetch's transfer
- * across its attempts, and the calls that prepare, judge and end an
- * attempt. Internal to source/; libcurl is known by these files only.
+ * with one transfer's code (source/http_xfer.c), its cache (http_cache.c),
+ * its runs (http_runs.c) and its wait (http_wait.c): the source's struct,
+ * one fetch's transfer across its attempts, and the calls that prepare,
+ * judge and end an attempt. Internal to source/; libcurl is known by these files only.
  */
 #ifndef RL_HTTP_XFER_H
 #define RL_HTTP_XFER_H
@@ -11,8 +11,11 @@
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/epoll.h>
 
 #include "source/source.h"
+
+#define RL_HTTP_READY 128 /* sockets handled per wake, at most */
 
 typedef struct http_source {
     rl_source base;
@@ -27,6 +30,13 @@ typedef struct http_source {
     CURLM *multi;   /* the I/O thread's */
     CURL *idle[64]; /* easy handles to reuse (I/O thread) */
     int nidle;
+    /* The multi handle's sockets and timer (http_wait.c): an epoll set
+     * with an eventfd that ends a wait, curl's next timeout and the
+     * sockets the last wait found ready. */
+    int epfd, evfd;
+    uint64_t timer_ns;
+    int nready;
+    struct epoll_event ready[RL_HTTP_READY];
     atomic_uint gen; /* cancel() generation */
     uint64_t jitter; /* the I/O thread's random state */
     char ua[64];
@@ -126,6 +136,26 @@ typedef struct {
 } rl_http_place;
 
 int rl__http_place_cmp(const void *a, const void *b);
+
+/* ---- waiting for the multi handle (http_wait.c), I/O thread only ---- */
+
+/* The epoll set and eventfd, and the multi handle's socket and timer
+ * callbacks. false (errno set) when they cannot be made. */
+bool rl__http_wait_init(http_source *s);
+
+/* Closes them (after curl_multi_cleanup, which still calls back). */
+void rl__http_wait_free(http_source *s);
+
+/* Ends a wait in progress, or the next one, at once. Any thread. */
+void rl__http_wake(http_source *s);
+
+/* Drives libcurl for the sockets the last wait found ready and its timer,
+ * if due: transfers start, progress and end (curl_multi_info_read). */
+void rl__http_drive(http_source *s);
+
+/* Waits until a socket is ready, curl's timer is due, until_ns passes (1 s
+ * at most) or rl__http_wake. */
+void rl__http_wait(http_source *s, uint64_t until_ns);
 
 /* ---- runs (http_runs.c) ---- */
 

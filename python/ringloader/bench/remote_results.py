@@ -89,10 +89,22 @@ def contender_table(results: list[dict], order: list[str], s3: str) -> list[str]
     return md_table(header, rows, "llrrrrrrrr")
 
 
-def targets(results: list[dict], s3: str) -> list[str]:
+def _io_cpu(r: Optional[dict]) -> Optional[float]:
+    return ((r or {}).get("counters_per_image") or {}).get("io_cpu_s")
+
+
+def targets(
+    results: list[dict], s3: str, server_cpus: Optional[list[int]] = None
+) -> list[str]:
     """The issue's two targets, each ringloader remote contender checked:
     against its own local-disk rate, and against every peer (all of them,
-    and those reading from the same server)."""
+    and those reading from the same server). ``server_cpus``: the CPUs the
+    servers were pinned to, apart from the contenders' (None: shared)."""
+    where = (
+        f"on CPUs {server_cpus} of its own"
+        if server_cpus
+        else "on the contender's own cores"
+    )
     peers = [
         r for r in results if not r["contender"].startswith("ringloader") and rate(r)
     ]
@@ -142,17 +154,25 @@ def targets(results: list[dict], s3: str) -> list[str]:
             lines.append(
                 "  - ringloader sends one ranged GET per sample; rclone's server "
                 f"spends {1e3 * server:.2f} ms of CPU per GET (signature check, a "
-                "file opened per request) on the contender's own cores. With "
+                f"file opened per request) {where}. With "
                 "`cache_limit` (the -blocks rows) the members come in GETs of "
                 "blocks of neighbours instead, a few per shard."
+            )
+        mine, local_io = _io_cpu(r), _io_cpu(_find(results, reference(name)))
+        if server_cpus and x < TARGET and mine is not None and local_io is not None:
+            lines.append(
+                "  - with the servers apart, the gap is ringloader's own cost per "
+                f"request: its I/O thread spends {1e3 * mine:.3f} ms per image "
+                f"(libcurl, the sockets) against {1e3 * local_io:.3f} locally, on "
+                "the cores that decode."
             )
         if name == "ringloader-s3" and server and s3 == "moto":
             lines.append(
                 "  - ringloader sends one ranged GET per sample; moto's server is one "
                 "Python process (werkzeug, a thread per connection, `Connection: close` "
                 f"on every response), so at {1e3 * server:.2f} ms of its CPU per GET it "
-                f"serves at most about {1 / server:.0f} GETs/s on a whole core, and "
-                "shares the contender's cores: this row measures moto's cost per "
+                f"serves at most about {1 / server:.0f} GETs/s on a whole core, "
+                f"{where}: this row measures moto's cost per "
                 "request, not S3's (an S3 endpoint serves each GET on its own fleet). "
                 "The WebDataset-style peers send one GET per shard (or per 5 MiB "
                 "block) and hardly load it."
@@ -192,9 +212,8 @@ HOW = (
     "threads, DataLoader workers) over the timed epochs; the servers are not in it. "
     "Server CPU ms/img is the CPU time of the process serving the contender's reads "
     "(nginx, or the S3 server in a process of its own) over the same timed epochs, "
-    "read with psutil before and after each epoch by the contender's process: the "
-    "servers run on the same {cores} cores as the contender (the machine has no "
-    "others), so their CPU time is taken from the loader's. I/O thread CPU ms/img "
+    "read with psutil before and after each epoch by the contender's process: "
+    "{layout}. I/O thread CPU ms/img "
     "(ringloader only) is the growth of `Loader.stats()['io_cpu_seconds']` (the CPU "
     "time of ringloader's I/O thread in its batch reads: io_uring submissions locally, "
     "libcurl's transfers remotely) over the timed epochs. Peak RSS / PSS: the "
@@ -202,6 +221,21 @@ HOW = (
     "building the loader (shard indexes included) to the first batch of the warm-up "
     "epoch, warm = median over the timed epochs."
 )
+
+
+def _layout(cfg: dict[str, Any]) -> str:
+    """Where the servers ran, against the contenders' CPUs."""
+    mine = cfg["cpus"][: cfg["threads"]]
+    if cfg.get("server_cpus"):
+        return (
+            f"the servers are pinned to CPUs {cfg['server_cpus']} and the contenders "
+            f"to CPUs {mine}, so the servers' CPU time is not taken from the loader's, "
+            "as with a store on machines of its own"
+        )
+    return (
+        f"the servers run on the contenders' CPUs {mine}, so their CPU time is taken "
+        "from the loader's"
+    )
 
 
 def results_md(
@@ -226,7 +260,9 @@ def results_md(
         "",
         f"- date: {info['date']}",
         f"- machine: {info.get('cpu', '?')}, {info['cores']} cores (contenders pinned to "
-        f"CPUs {cfg['cpus'][: cfg['threads']]}), {info.get('ram_gb', 0):.0f} GiB RAM, "
+        f"CPUs {cfg['cpus'][: cfg['threads']]}"
+        + (f", servers to CPUs {cfg['server_cpus']}" if cfg.get("server_cpus") else "")
+        + f"), {info.get('ram_gb', 0):.0f} GiB RAM, "
         f"Linux {info['kernel']}; 1-min load average at start {load:.2f}",
         f"- data: {cfg['shards_desc']}; the images: {cfg['data_desc']}",
         f"- servers, on 127.0.0.1: {cfg['servers']}",
@@ -245,7 +281,7 @@ def results_md(
         "(one ranged read or GET per sample); the WebDataset-style peers read each shard "
         "whole, in order, with a shuffle buffer.",
         "",
-        HOW.format(rounds=cfg["rounds"], epochs=cfg["epochs"], cores=info["cores"]),
+        HOW.format(rounds=cfg["rounds"], epochs=cfg["epochs"], layout=_layout(cfg)),
         "",
     ]
     if load > 0.5:
@@ -257,7 +293,8 @@ def results_md(
     lines += ["## Train: RandomResizedCrop(224) + flip", ""]
     s3 = cfg.get("s3_server", "moto")
     lines += contender_table(results, cfg["contenders"], s3) + [""]
-    lines += ["The issue's targets (from 127.0.0.1):", ""] + targets(results, s3) + [""]
+    lines += ["The issue's targets (from 127.0.0.1):", ""]
+    lines += targets(results, s3, cfg.get("server_cpus")) + [""]
     if plot:
         lines += [f"![throughput](plots/{os.path.basename(plot)})", ""]
     lines += [

@@ -39,6 +39,7 @@ __all__ = [
     "find_nginx",
     "find_rclone",
     "free_port",
+    "pin",
 ]
 
 _HOST = "127.0.0.1"
@@ -301,6 +302,14 @@ class Nginx:
 
     def __repr__(self) -> str:
         return f"Nginx({self.root_dir!r} at {self.url})"
+
+
+def pin(pid: int, cpus: list[int]) -> None:
+    """Pins every thread of process ``pid`` to ``cpus`` (threads it starts
+    later inherit it): a server kept off the CPUs a benchmark measures."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended
+            os.sched_setaffinity(int(tid), cpus)
 
 
 def _end(proc: subprocess.Popen) -> None:

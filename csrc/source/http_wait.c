@@ -6,11 +6,11 @@
  * driven for the sockets that are ready and a timer that is due only.
  *
  * Why not curl_multi_poll + curl_multi_perform: they poll every socket
- * and visit every transfer on each wake, and a batch has up to
- * max_inflight transfers whose responses arrive one by one (a server
- * that is slower than nginx sends them spread out): that cost per wake,
- * times a wake per response, made the I/O thread several times dearer
- * per GET than the work of the GET itself.
+ * and visit every transfer on each wake, a batch has up to max_inflight
+ * transfers, and a server slower than nginx sends their answers one by
+ * one, a wake each (measured with rclone's S3 server: 4051 wakes for 5830
+ * GETs, against 276 with nginx), so that cost per wake grew with the
+ * batch. Here a wake costs one epoll_wait and the ready sockets' work.
  *
  * An eventfd in the set ends a wait from another thread (cancel()).
  */

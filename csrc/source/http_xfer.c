@@ -198,6 +198,10 @@ CURL *rl__http_easy_new(http_source *s)
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, stall > 0 ? stall : 1L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    /* Bodies are read 256 KiB at a time, not libcurl's 16 KiB: a sample
+     * in one or two reads, a block or run in a few, each a write callback
+     * (and, for a block, a write into the cache file). */
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L << 10);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);

@@ -160,11 +160,16 @@ def targets(
             )
         mine, local_io = _io_cpu(r), _io_cpu(_find(results, reference(name)))
         if server_cpus and x < TARGET and mine is not None and local_io is not None:
+            what = (
+                "the block GETs, each written into the cache file as it arrives "
+                "and its members read back"
+                if name.endswith("-blocks")
+                else "a GET per sample: libcurl, the sockets"
+            )
             lines.append(
-                "  - with the servers apart, the gap is ringloader's own cost per "
-                f"request: its I/O thread spends {1e3 * mine:.3f} ms per image "
-                f"(libcurl, the sockets) against {1e3 * local_io:.3f} locally, on "
-                "the cores that decode."
+                "  - with the servers apart, the gap is ringloader's own I/O: its "
+                f"I/O thread spends {1e3 * mine:.3f} ms per image ({what}) against "
+                f"{1e3 * local_io:.3f} locally, on the cores that decode."
             )
         if name == "ringloader-s3" and server and s3 == "moto":
             lines.append(

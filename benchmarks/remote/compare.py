@@ -35,7 +35,13 @@ Contenders (``--contenders``, comma separated; default all):
   dataloader         DataLoader + ImageFolder (PIL) on the unpacked JPEGs
 
   python benchmarks/remote/compare.py                   # full run, ~10 min on 2 cores
+  python benchmarks/remote/compare.py --server-cpus 1 --out benchmarks/remote/servers-apart
   python benchmarks/remote/compare.py --rounds 1 --epochs 1 --out /tmp/remote-trial
+
+With ``--server-cpus`` the servers run on CPUs of their own, as a store on
+other machines does, and the contenders on the rest: the rates then show
+what the loader itself costs per request, not what the server takes from
+it.
 """
 
 from __future__ import annotations

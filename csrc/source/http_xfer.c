@@ -198,10 +198,6 @@ CURL *rl__http_easy_new(http_source *s)
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, stall > 0 ? stall : 1L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    /* Bodies are read 256 KiB at a time, not libcurl's 16 KiB: a sample
-     * in one or two reads, a block or run in a few, each a write callback
-     * (and, for a block, a write into the cache file). */
-    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L << 10);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
@@ -246,6 +242,11 @@ bool rl__http_attempt_prepare(xfer *x, CURL *e)
                  (unsigned long long)(x->off + (uint64_t)x->want - 1));
     }
     curl_easy_setopt(e, CURLOPT_RANGE, x->want >= 0 ? range : NULL);
+    /* A block or run (megabytes) is read 256 KiB at a time, in a few
+     * write callbacks (for a block, a few writes into the cache file);
+     * a sample with libcurl's default 16 KiB, which costs less per GET. */
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE,
+                     x->want > (1 << 20) ? 256L << 10 : 16L << 10);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);

@@ -46,8 +46,8 @@ def check_system_libraries() -> None:
             if proc.returncode != 0:
                 said = proc.stderr.strip().splitlines()
                 missing[package] = "pkg-config: " + (said[0] if said else "not found")
-        # curl_multi_poll and curl_multi_wakeup, which the HTTP source
-        # waits and is woken with, came in libcurl 7.68 (2020).
+        # The HTTP source's newest libcurl API is from 7.47 (HTTP/2 over TLS
+        # only); 7.68 (2020, Ubuntu 20.04's) is the oldest supported.
         if "libcurl" in DEBIAN_PACKAGES and "libcurl" not in missing and subprocess.run(
             ["pkg-config", "--atleast-version=7.68.0", "libcurl"]
         ).returncode != 0:

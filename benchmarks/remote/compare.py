@@ -398,6 +398,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             results,
             args.contenders,
             args.threads,
+            args.server_cpus,
         )
     except ImportError as e:
         harness.log(f"no plot: {e}")

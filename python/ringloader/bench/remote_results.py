@@ -383,7 +383,13 @@ def results_md(
     return "\n".join(lines)
 
 
-def plot(path: str, results: list[dict], order: list[str], threads: int) -> str:
+def plot(
+    path: str,
+    results: list[dict],
+    order: list[str],
+    threads: int,
+    server_cpus: Optional[list[int]] = None,
+) -> str:
     """Bars of images/s per contender, coloured by where it reads from,
     with × ringloader-local; returns ``path``."""
     from .plots import pyplot
@@ -411,8 +417,14 @@ def plot(path: str, results: list[dict], order: list[str], threads: int) -> str:
     ax.set_xlim(0, top * 1.75)
     ax.set_xlabel("images / s (higher is better)")
     ax.set_title(
-        f"Tar shards, RandomResizedCrop+flip, {threads} cores\n"
-        "grey: local disk, blue: nginx (HTTP), orange: the S3 API server",
+        f"Tar shards, RandomResizedCrop+flip, {threads} "
+        f"core{'s' if threads != 1 else ''} for the loader, "
+        + (
+            f"the servers on CPUs {server_cpus} of their own\n"
+            if server_cpus
+            else "shared with the servers\n"
+        )
+        + "grey: local disk, blue: nginx (HTTP), orange: the S3 API server",
         fontsize=9,
     )
     ax.grid(axis="x", alpha=0.3)

@@ -146,7 +146,8 @@ def _compare_script():
     package)."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(BUILD), "benchmarks", "remote", "compare.py")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(repo, "benchmarks", "remote", "compare.py")
     spec = importlib.util.spec_from_file_location("remote_compare", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

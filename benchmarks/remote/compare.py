@@ -84,17 +84,6 @@ ALL = [
 JSON_NAME = "remote-results.json"
 
 
-def parse_cpus(text: str) -> list[int]:
-    """'1', '2-3' or '0,2' to a sorted list of CPU numbers (ValueError)."""
-    out: set[int] = set()
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
-    if not out or min(out) < 0:
-        raise ValueError(text)
-    return sorted(out)
-
-
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -155,7 +144,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     args.server_cpus = []
     if args.server_cpus_arg:
         try:
-            args.server_cpus = parse_cpus(args.server_cpus_arg)
+            args.server_cpus = harness.parse_ranges(args.server_cpus_arg)
         except ValueError:
             p.error(f"bad --server-cpus {args.server_cpus_arg!r}: use e.g. 1 or 2-3")
         if not set(args.server_cpus) < set(args.cpus):
@@ -340,9 +329,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             "s3": f"s3://{remote.BUCKET}/{pattern}",
         }
         watch = {"nginx": _nginx_pid(), "s3": s3.pid}
-        for pid in watch.values():
-            if args.server_cpus:
-                pin(pid, args.server_cpus)
+        for pid in watch.values() if args.server_cpus else ():
+            pin(pid, args.server_cpus)
         specs = []
         for c in args.contenders:
             options = {}

@@ -3,7 +3,8 @@
  * with one transfer's code (source/http_xfer.c), its cache (http_cache.c),
  * its runs (http_runs.c) and its wait (http_wait.c): the source's struct,
  * one fetch's transfer across its attempts, and the calls that prepare,
- * judge and end an attempt. Internal to source/; libcurl is known by these files only.
+ * judge and end an attempt. Internal to source/; libcurl is known by
+ * these files only.
  */
 #ifndef RL_HTTP_XFER_H
 #define RL_HTTP_XFER_H

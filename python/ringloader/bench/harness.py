@@ -86,22 +86,28 @@ class Spec:
         return (self.contender, self.pipeline, self.threads, options)
 
 
+def parse_ranges(text: str, lowest: int = 0) -> list[int]:
+    """'1,2,4', '1-4' or a mix to a sorted list of numbers, each at least
+    ``lowest``; ValueError otherwise."""
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    if not out or min(out) < lowest:
+        raise ValueError(text)
+    return sorted(out)
+
+
 def parse_threads(text: Optional[str]) -> list[int]:
     """'1,2,4' or '1-4' (or a mix) to a sorted list; default 1..usable CPUs."""
     if not text:
         return list(range(1, len(system.cpus()) + 1))
-    out: set[int] = set()
     try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            lo, _, hi = part.partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
+        return parse_ranges(text, lowest=1)
     except ValueError:
-        out = set()
-    if not out or min(out) < 1:
         raise argparse.ArgumentTypeError(
             f"bad thread list {text!r}: use e.g. 1,2,4 or 1-4"
-        )
-    return sorted(out)
+        ) from None
 
 
 def parse_builds(text: str) -> dict[str, str]:

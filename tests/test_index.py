@@ -15,6 +15,7 @@ from images import jpeg_bytes
 from ringloader import transforms as T
 from ringloader.datasets.cache import StringBlob
 from ringloader.datasets.index import IndexedImageFolder, build_index
+from subproc import run_python
 
 torchvision = pytest.importorskip("torchvision")
 
@@ -231,3 +232,52 @@ def test_string_blob():
     assert blob[1:3] == ["r/", "r/ü/é"]
     with pytest.raises(IndexError):
         blob[4]
+
+
+def test_index_files_are_read_safely_from_many_threads():
+    # Remote shards are indexed by a pool of threads. On CPython before
+    # 3.11.8 / 3.12.2, numpy's header parse (ast.literal_eval) in two threads
+    # at once failed with "SystemError: AST constructor recursion depth
+    # mismatch" when a garbage collection ran Python code in between. The
+    # child makes that interleaving likely: collections often, a finalizer
+    # that runs Python code, and a tiny switch interval.
+    code = """
+import gc, io, sys, threading
+import numpy as np
+from ringloader.datasets.cache import read_npz
+
+class Finalized:
+    def __del__(self):
+        sum(range(200))
+
+def collect(phase, info):
+    for _ in range(3):
+        x = Finalized()
+        x.cycle = x
+
+gc.callbacks.append(collect)
+gc.set_threshold(50)
+sys.setswitchinterval(1e-6)
+buf = io.BytesIO()
+np.savez(buf, a=np.arange(3), b=np.int64(5), c=np.zeros((2, 3)))
+data = buf.getvalue()
+errors = []
+
+def read():
+    for _ in range(1500):
+        try:
+            z = read_npz(io.BytesIO(data))
+            assert int(z["b"]) == 5 and z["c"].shape == (2, 3)
+        except Exception as e:
+            errors.append(repr(e))
+
+threads = [threading.Thread(target=read) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(len(errors), errors[:1])
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == "0", proc.stdout

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
 import zipfile
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -28,6 +29,7 @@ __all__ = [
     "default_cache_dir",
     "load_npz",
     "pack_strings",
+    "read_npz",
     "save_npz",
 ]
 
@@ -76,12 +78,27 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
         raise
 
 
+# numpy reads each array's header with ast.literal_eval. Before 3.11.8 and
+# 3.12.2, CPython kept the AST builder's recursion depth in state shared by
+# all threads (python/cpython#106905): two parses at once, with a garbage
+# collection between, fail with "SystemError: AST constructor recursion depth
+# mismatch". Remote shards are indexed by a pool of threads, so index files
+# are read one at a time (a few microseconds each).
+_NPZ_LOCK = threading.Lock()
+
+
+def read_npz(file: Any) -> dict[str, np.ndarray]:
+    """All arrays of the ``.npz`` archive ``file`` (a path or a binary file
+    object), never unpickled. Raises what ``np.load`` raises."""
+    with _NPZ_LOCK, np.load(file, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
 def load_npz(path: str) -> dict[str, np.ndarray] | None:
     """The arrays of an index file, or None when it is missing, unreadable
     or corrupt (the caller then rebuilds it). Never unpickles."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+        return read_npz(path)
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
         return None
 

@@ -35,6 +35,7 @@ from .cache import (
     default_cache_dir,
     load_npz,
     pack_strings,
+    read_npz,
     save_npz,
 )
 from .remote import Client, local_name, sidecar_url
@@ -327,8 +328,7 @@ def _sidecar_arrays(name: str, client: Client, size: int) -> dict | None:
     if data is None:
         return None
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        arrays = read_npz(io.BytesIO(data))
         if (
             int(arrays["version"]) == SHARD_INDEX_VERSION
             and int(arrays["size"]) == size

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import re
 import signal
@@ -792,6 +793,98 @@ def test_a_block_that_fails_falls_back_to_its_members(proxy, local):
     ok = [r for r in proxy.requests if r.fault is None and r.status == 206]
     assert len([r for r in ok if "/s1.tar" in r.path]) == PER_SHARD  # one by one
     assert len([r for r in ok if "/s1.tar" not in r.path]) == SHARDS - 1  # blocks
+
+
+@pytest.fixture(scope="module")
+def big_www(tmp_path_factory):
+    """Shards of large members (noise JPEGs of ~200 kB): s0 with 4, s1 with
+    12, s2 with 4, so that the cache's room can be reckoned in members."""
+    import numpy as np
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("big_www")
+    n = 0
+    for s, count in enumerate((4, 12, 4)):
+        with tarfile.open(root / f"s{s}.tar", "w") as tf:
+            for _ in range(count):
+                rng = np.random.default_rng(n)
+                buf = io.BytesIO()
+                Image.fromarray(rng.integers(0, 256, (256, 256, 3), np.uint8)).save(
+                    buf, "JPEG", quality=95
+                )
+                _add(tf, f"k{n:04d}.jpg", buf.getvalue())
+                _add(tf, f"k{n:04d}.cls", str(n % 5).encode())
+                n += 1
+    return root
+
+
+def spans(path) -> list[tuple[int, int]]:
+    """(offset, length) of each JPEG member of a tar, in order."""
+    with tarfile.open(path) as tf:
+        return [(m.offset_data, m.size) for m in tf if m.name.endswith(".jpg")]
+
+
+def test_a_failed_block_leaves_only_cached_members_on_disk(big_www, tmp_path):
+    """A block that fails after writing part of itself: what it wrote is
+    removed from the cache file, except the members cached before it, which
+    are read back intact; the disk holds no more than the members cached."""
+    a, b = spans(big_www / "s0.tar"), spans(big_www / "s1.tar")
+    c = spans(big_www / "s2.tar")
+    m = max(length for _, length in a + b + c)
+    span_a = a[-1][0] + a[-1][1] - a[0][0]
+    span_b = b[-1][0] + b[-1][1] - b[0][0]
+    limit = span_b + m + 1024
+    # In this order, one sample a batch: B0 brings all of s1 in a block;
+    # A0 comes alone (s0's block does not fit beside s1's); C0 comes alone
+    # and its room evicts s1; A1 finds room for s0's block, whose GET is
+    # cut short, so A1 comes alone; A0 is then read from the cache.
+    order = [4, 0, 16, 1, 0]
+    assert span_b + span_a > limit and a[0][1] + c[0][1] > m + 1024
+    assert a[0][1] + c[0][1] + span_a <= limit
+    local = ringloader.TarShards(
+        shards_at(str(big_www)), progress=False, cache_dir=tmp_path / "local"
+    )
+
+    def read(loader):
+        try:
+            return [(x.clone(), y.clone()) for x, y in loader]
+        finally:
+            loader.close()
+
+    def loader_of(ds):
+        return ringloader.Loader(
+            ds, batch_size=1, sampler=order, transform=TF, seed=7, num_threads=2
+        )
+
+    want = bounded(lambda: read(loader_of(local)))
+    fetched = tmp_path / "cache" / "fetched"
+    with Nginx(big_www) as server, FaultProxy(server.url) as proxy:
+        ds = remote(proxy.url, retries=0, cache_limit=limit)
+        proxy.clear(log=True)
+        # The GETs of s0: A0, then s0's block (cut short), then A1.
+        rule = proxy.fail(
+            "truncate", every=2, fraction=0.9, match=re.compile(r"/s0\.tar$")
+        )
+        loader = loader_of(ds)
+        try:
+            got = bounded(lambda: [(x.clone(), y.clone()) for x, y in loader])
+            on_disk = sum(p.stat().st_blocks * 512 for p in fetched.rglob("*.part"))
+            stats = loader.stats()
+        finally:
+            loader.close()
+        s0 = [r for r in proxy.requests if r.path.endswith("/s0.tar")]
+    assert rule.applied == 1 and stats["errors"] == 0
+    cut = [r for r in s0 if r.fault is not None]
+    first, last = (int(v) for v in cut[0].range.split("=")[1].split("-"))
+    assert (first, last + 1) == (a[0][0], a[0][0] + span_a)  # s0's block
+    assert [r.range for r in s0 if r.fault is None] == [
+        f"bytes={off}-{off + n - 1}" for off, n in (a[0], a[1])
+    ]  # A0 and A1 alone; A0 read again from the cache
+    assert len(got) == len(want) == len(order)
+    for (gx, gy), (wx, wy) in zip(got, want):
+        assert torch.equal(gx, wx) and torch.equal(gy, wy)
+    cached = a[0][1] + a[1][1] + c[0][1]  # A0, A1, C0
+    assert on_disk <= cached + 3 * 2 * 4096, (on_disk, cached)
 
 
 FULL_DISK_CHILD = r"""

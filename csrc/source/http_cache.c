@@ -21,7 +21,9 @@
  * of fetching members another rank or a later epoch will read. Once the
  * cache is full, members are fetched one at a time again. A block whose
  * GET fails (after its retries) falls back to its members, each with its
- * own attempts and its own error, for the rest of the run.
+ * own attempts and its own error, for the rest of the run; what it wrote
+ * is punched out of the file (or, where holes cannot be punched, stays
+ * counted until the object is evicted).
  *
  * The cache holds at most opt.cache_bytes of members: storing more evicts
  * the objects used least recently, a whole file at a time, and forgets
@@ -359,6 +361,33 @@ bool rl__http_block_write(http_source *s, const xfer *x, const char *p,
     return true;
 }
 
+/* Frees what a failed block wrote into object j's file, all but the bytes
+ * of its members cached before it (the room of a block is counted only
+ * while it is fetched; a member's, once it is cached). false when the
+ * file system cannot punch holes: the bytes stay and must stay counted. */
+static bool block_unwrite(http_source *s, int64_t b, int64_t j)
+{
+    uint64_t at = s->boff[b];
+    for (int64_t t = s->bat[b]; t <= s->bat[b + 1]; t++) {
+        uint64_t to = s->bend[b], next = to;
+        if (t < s->bat[b + 1]) {
+            int64_t id = s->bids[t];
+            if (!s->cached[id]) {
+                continue;
+            }
+            to = s->offsets[id];
+            next = to + (uint64_t)s->lengths[id];
+        }
+        if (to > at &&
+            fallocate(s->cfd[j], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      (off_t)at, (off_t)(to - at)) != 0) {
+            return false;
+        }
+        at = next > at ? next : at;
+    }
+    return true;
+}
+
 void rl__http_block_end(http_source *s, xfer *x)
 {
     int64_t b = x->blk;
@@ -378,8 +407,10 @@ void rl__http_block_end(http_source *s, xfer *x)
         }
         s->bstate[b] = B_IDLE;
     } else {
-        s->cbytes[j] -= span;
-        s->ctotal -= span;
+        if (block_unwrite(s, b, j)) {
+            s->cbytes[j] -= span;
+            s->ctotal -= span;
+        }
         s->bstate[b] = B_OFF;
     }
     x->f->rd.buf = NULL;

@@ -795,6 +795,54 @@ def test_a_block_that_fails_falls_back_to_its_members(proxy, local):
     assert len([r for r in ok if "/s1.tar" not in r.path]) == SHARDS - 1  # blocks
 
 
+def test_stats_count_requests_retries_and_bytes(proxy, local):
+    ds = remote(proxy.url, retries=5, timeout=5.0)
+    proxy.clear(log=True)
+    proxy.fail("truncate", every=3, fraction=0.5, match=".tar")
+    x, y, stats = epoch(ds)
+    assert torch.equal(x, local[0]) and torch.equal(y, local[1])
+    gets = [r for r in proxy.requests if r.path.endswith(".tar")]
+    cut = [r for r in gets if r.fault is not None]
+    assert stats["errors"] == 0 and len(cut) >= 2
+    assert stats["http_requests"] == len(gets)
+    assert stats["http_retries"] == len(cut)  # each cut GET, once more
+    assert stats["http_bytes"] == sum(r.nbytes for r in gets)  # cut ones' part too
+    assert stats["http_cache_hits"] == 0
+
+
+def test_stats_count_cache_hits(nginx, www):
+    loader = ringloader.Loader(
+        remote(nginx.url, cache_limit=1 << 30), batch_size=16, transform=TF
+    )
+    try:
+        seen = []
+        for _ in range(2):
+            n = sum(len(y) for _, y in loader)
+            seen.append({k: v for k, v in loader.stats().items() if "http" in k})
+    finally:
+        loader.close()
+    # Epoch 0, in order: each shard in one GET (its block), made by the
+    # first batch that asks for one of its members; that batch's members of
+    # the shard come with the block, the later ones are cache hits.
+    # Epoch 1: every sample a hit, no request.
+    shard = [i // PER_SHARD for i in range(n)]
+    first = {s: i // 16 for i, s in reversed(list(enumerate(shard)))}
+    misses = sum(i // 16 == first[s] for i, s in enumerate(shard))
+    assert seen[0]["http_requests"] == seen[1]["http_requests"] == SHARDS
+    assert seen[0]["http_bytes"] >= member_bytes(www)
+    assert seen[0]["http_retries"] == 0
+    assert seen[0]["http_cache_hits"] == n - misses > 0
+    assert seen[1]["http_cache_hits"] - seen[0]["http_cache_hits"] == n
+    local = ringloader.Loader(
+        ringloader.TarShards(shards_at(str(www))), batch_size=16, transform=TF
+    )
+    try:
+        next(iter(local))
+        assert all(local.stats()[k] == 0 for k in seen[0])
+    finally:
+        local.close()
+
+
 @pytest.fixture(scope="module")
 def big_www(tmp_path_factory):
     """Shards of large members (noise JPEGs of ~200 kB): s0 with 4, s1 with

@@ -419,6 +419,9 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     st->direct_refused = atomic_load(&p->direct_refused);
     st->truncated = atomic_load(&p->n_truncated);
     st->fallback = atomic_load(&p->n_fallback);
+    if (p->cfg.source->ops->counters != NULL) {
+        p->cfg.source->ops->counters(p->cfg.source, &st->source);
+    }
     if (rl_pipeline_forked(p)) {
         return;
     }

@@ -99,6 +99,7 @@ typedef struct rl_pipeline_stats {
     uint64_t direct_refused;     /* O_DIRECT reads that fell back */
     uint64_t truncated;          /* JPEGs decoded although truncated */
     uint64_t fallback;           /* samples decoded by a later decoder */
+    rl_source_counters source;   /* a remote source's (0 for local) */
     int inflight;                /* batches submitted, not yet returned */
     int ready;                   /* of those, decoded and waiting */
     int slots;                   /* slot memory allocated (pinned on GPU) */

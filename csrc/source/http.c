@@ -110,7 +110,10 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
         rl__http_xfer_init(s, x, fs[i]);
         if (x->want == 0) {
             rl__http_finish(x, V_OK); /* an empty member: nothing to ask */
-        } else if (!rl__http_cache_read(s, x)) {
+        } else if (rl__http_cache_read(s, x)) {
+            /* a hit: cached before this batch asked (not by its block) */
+            atomic_fetch_add_explicit(&s->chits, 1, memory_order_relaxed);
+        } else {
             continue;
         }
         left--;
@@ -368,6 +371,15 @@ static void http_destroy(rl_source *src)
     free(s);
 }
 
+static void http_counters(const rl_source *src, rl_source_counters *out)
+{
+    const http_source *s = (const http_source *)src;
+    out->requests = atomic_load_explicit(&s->nreq, memory_order_relaxed);
+    out->retries = atomic_load_explicit(&s->nretry, memory_order_relaxed);
+    out->bytes = atomic_load_explicit(&s->nbytes, memory_order_relaxed);
+    out->cache_hits = atomic_load_explicit(&s->chits, memory_order_relaxed);
+}
+
 static const rl_source_ops http_ops = {
     .backend = http_backend,
     .backend_reason = http_reason,
@@ -377,6 +389,7 @@ static const rl_source_ops http_ops = {
     .release = http_release,
     .destroy = http_destroy,
     .cancel = http_cancel,
+    .counters = http_counters,
 };
 
 static char **copy_strings(const char *const *v, int64_t n)

@@ -238,7 +238,6 @@ bool rl__http_cache_read(http_source *s, xfer *x)
     x->buf = buf;
     x->len = got;
     s->cused[j] = ++s->ctick;
-    atomic_fetch_add(&s->chits, 1);
     rl__http_finish(x, V_OK);
     return true;
 }

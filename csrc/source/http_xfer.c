@@ -217,6 +217,10 @@ CURL *rl__http_easy_new(http_source *s)
 bool rl__http_attempt_prepare(xfer *x, CURL *e)
 {
     http_source *s = x->s;
+    atomic_fetch_add_explicit(&s->nreq, 1, memory_order_relaxed);
+    if (x->attempt > 0) {
+        atomic_fetch_add_explicit(&s->nretry, 1, memory_order_relaxed);
+    }
     x->easy = e;
     x->len = 0;
     x->http = 0;
@@ -418,6 +422,7 @@ void rl__http_finish(xfer *x, int verdict)
 bool rl__http_after_attempt(xfer *x, CURLcode rc, uint64_t *rng)
 {
     int v = judge(x, rc);
+    atomic_fetch_add_explicit(&x->s->nbytes, x->len, memory_order_relaxed);
     if (v == V_RETRY && x->attempt < x->s->opt.retries) {
         x->attempt++;
         x->state = X_WAIT;

@@ -48,7 +48,9 @@ typedef struct http_source {
     uint64_t *cbytes, *cused;
     uint8_t *cached;
     uint64_t ctotal, ctick;
-    atomic_uint_fast64_t chits;
+    /* rl_source_counters (read from any thread): cache hits, attempts,
+     * retries, body bytes read. */
+    atomic_uint_fast64_t chits, nreq, nretry, nbytes;
     /* The blocks of neighbouring members fetched in one GET into the cache
      * (opt.block_bytes): per sample its block (-1: none); per block its
      * byte range, its samples (bids[bat[b]] .. bids[bat[b + 1]]) and

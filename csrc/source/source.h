@@ -48,6 +48,13 @@ typedef struct rl_fetch {
 
 typedef void (*rl_fetch_done_fn)(rl_fetch *f, void *arg);
 
+/* What a remote source did since creation: requests (attempts) made, of
+ * which retries, body bytes received, and samples read from its local
+ * cache instead. */
+typedef struct rl_source_counters {
+    uint64_t requests, retries, bytes, cache_hits;
+} rl_source_counters;
+
 typedef struct rl_source_ops {
     /* How the bytes are read, for users ("io_uring", "pread", "memory"). */
     const char *(*backend)(const rl_source *s);
@@ -73,6 +80,8 @@ typedef struct rl_source_ops {
      * Any thread, never blocks. NULL: reads end soon enough by themselves
      * (local files). The pipeline calls it when batches are cancelled. */
     void (*cancel)(rl_source *s);
+    /* Its counters, from any thread. NULL: none (local sources). */
+    void (*counters)(const rl_source *s, rl_source_counters *out);
 } rl_source_ops;
 
 struct rl_source {

@@ -53,6 +53,10 @@ class Meter:
         }
 
 
+# What a loader's HTTP(S)/S3 source did (0 for local data).
+HTTP_COUNTERS = ("http_requests", "http_retries", "http_bytes", "http_cache_hits")
+
+
 def stats(
     meter: Meter,
     c: dict,
@@ -82,5 +86,6 @@ def stats(
         direct_refused=c.get("direct_refused", 0),
         skipped=skipped,
         truncated=c.get("truncated", 0),
+        **{k: c.get(k, 0) for k in HTTP_COUNTERS},
     )
     return out

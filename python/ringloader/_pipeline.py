@@ -49,6 +49,10 @@ COUNTERS = (
     "direct_refused",
     "truncated",
     "fallback_decodes",
+    "http_requests",
+    "http_retries",
+    "http_bytes",
+    "http_cache_hits",
 )
 
 

@@ -481,7 +481,13 @@ class Loader:
           - ``fallback_decodes``: non-JPEG files Pillow decoded (not
             errors);
           - ``truncated``: truncated JPEGs decoded with
-            ``allow_truncated=True`` (not errors).
+            ``allow_truncated=True`` (not errors);
+          - for shards or files over HTTP(S) or S3 (0 otherwise):
+            ``http_requests`` (requests made, each attempt counted),
+            ``http_retries`` (of those, the attempts after a failure),
+            ``http_bytes`` (bytes of response bodies read) and
+            ``http_cache_hits`` (samples read from ``cache_limit``'s local
+            cache instead of the network).
         """
         pipe = self._pipe
         c = pipe.stats() if pipe is not None and not pipe.closed else {}

@@ -9,15 +9,23 @@ import os
 import pickle
 import shutil
 import tarfile
+import threading
+import time
+from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 import pytest
+import ringloader
+import torch
 import urllib3
+from faultproxy import FaultProxy
 from ringloader.bench.servers import MotoS3, Nginx, ServerError, find_nginx
+from ringloader.datasets import remote as remote_module
 from ringloader.datasets.filelist import FileList
+from ringloader.datasets.remote import Client
 from ringloader.datasets.shards import ShardError, TarShards
 from ringloader.datasets.views import NotAView, View
-from test_shards import _add, data  # noqa: F401  (data: the shards fixture)
+from test_shards import EVAL, _add, data  # noqa: F401  (data: the shards fixture)
 
 torch_data = pytest.importorskip("torch.utils.data")
 
@@ -311,3 +319,80 @@ def test_nginx_fails_clearly(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "access", lambda *a, **k: False)
     with pytest.raises(ServerError, match="apt-get install nginx"):
         Nginx(tmp_path)
+
+
+def _expires(url: str) -> int:
+    return int(dict(parse_qsl(urlsplit(url).query))["X-Amz-Expires"])
+
+
+def test_presigned_urls_live_as_long_as_the_credentials_allow(s3, monkeypatch):
+    """Long-term keys: URLs for the 7 days SigV4 allows, made again daily.
+    Temporary credentials (a session token), or a user's client whose kind
+    is not known: an hour, made again every 15 minutes."""
+    name = "s3://shards/plain/train-000.tar"
+    with s3.environ():
+        long_term = Client().remote([name])
+        assert long_term.refresh_s == 24 * 3600
+        (url,) = long_term.urls()
+        assert _expires(url) == 7 * 24 * 3600 and "X-Amz-Security-Token" not in url
+        monkeypatch.setenv("AWS_SESSION_TOKEN", "a-session-token")
+        temporary = Client().remote([name])
+        assert temporary.refresh_s == 900
+        (url,) = temporary.urls()
+        assert _expires(url) == 3600 and "X-Amz-Security-Token=" in url
+    users = Client(s3_client=s3.client()).remote([name])
+    assert users.refresh_s == 900 and _expires(users.urls()[0]) == 3600
+
+
+def test_urls_are_made_again_without_stalling_the_loop(s3, monkeypatch):
+    """When the URLs are due, they are made on a thread of their own (here
+    slowed to 2 s) while batches keep coming, then handed to the C source:
+    the fetches after it go where the new URLs point (a proxy in front of
+    the same server)."""
+    monkeypatch.setattr(remote_module, "LONG_TERM_REFRESH_S", 0.3)
+    made = []
+    presign = Client.fetch_urls
+
+    with FaultProxy(s3.endpoint_url) as proxy, s3.environ():
+
+        def slow_fetch_urls(self, names):
+            urls = presign(self, names)
+            if threading.current_thread() is threading.main_thread():
+                return urls
+            made.append(time.monotonic())
+            time.sleep(2.0)
+            return [u.replace(s3.endpoint_url, proxy.url) for u in urls]
+
+        monkeypatch.setattr(Client, "fetch_urls", slow_fetch_urls)
+        ds = TarShards("s3://shards/plain/train-{000..002}.tar", progress=False)
+        loader = ringloader.Loader(ds, batch_size=4, transform=EVAL, num_threads=2)
+        waits, epochs = [], []
+        try:
+            deadline = time.monotonic() + 60
+            while not proxy.requests and time.monotonic() < deadline:
+                xs, t = [], time.monotonic()
+                for x, _ in loader:
+                    waits.append(time.monotonic() - t)
+                    xs.append(x.clone())
+                    time.sleep(0.02)  # a training step
+                    t = time.monotonic()
+                epochs.append(torch.cat(xs))
+        finally:
+            loader.close()
+    assert made and proxy.requests, "the URLs were never made again"
+    assert max(waits) < 1.0, max(waits)  # never the 2 s of the refresh
+    assert all(r.status == 206 for r in proxy.requests)
+    assert all(torch.equal(e, epochs[0]) for e in epochs)
+
+
+def test_presigning_many_objects_shows_a_bar(s3, monkeypatch, capsys):
+    monkeypatch.setattr(remote_module, "PRESIGN_BAR", 3)
+    names = [f"s3://shards/plain/{n}" for n in SHARDS]
+    with s3.environ():
+        urls = Client().remote(names).urls()
+    assert len(urls) == 3
+    assert "presigning S3 URLs" in capsys.readouterr().err
+    monkeypatch.setattr(remote_module, "PRESIGN_BAR", 4)
+    with s3.environ():
+        Client().remote(names).urls()
+    assert "presigning" not in capsys.readouterr().err

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 import weakref
 from collections import deque
@@ -102,6 +103,7 @@ class Pipeline:
             table.update(offsets=src.offsets, lengths=src.lengths)
         remote = getattr(src, "remote", None)
         self._refresh_at: Optional[float] = None
+        self._refreshing: Optional[_Background] = None
         self._fetched: Optional[weakref.finalize] = None
         if remote is not None:
             # Objects over HTTP(S): the C source fetches them from URLs
@@ -189,14 +191,38 @@ class Pipeline:
 
     # ---- batches ----
 
+    def _refresh_urls(self) -> None:
+        """Presigned URLs are made again on a thread of their own when they
+        are due (for many objects that takes minutes of Python, which the
+        training loop must not wait for), then handed to the C source by
+        the first submit() that finds them made. The URLs in use stay valid
+        meanwhile: they are refreshed long before they expire. A failure is
+        logged and tried again a minute later."""
+        job = self._refreshing
+        if job is None:
+            if time.monotonic() >= self._refresh_at:
+                self._refreshing = _Background(self.src.remote.urls)
+            return
+        if not job.done.is_set():
+            return
+        self._refreshing = None
+        if job.error is not None:
+            log.warning(
+                "ringloader: making the S3 URLs again failed (%s); "
+                "trying again in a minute",
+                job.error,
+            )
+            self._refresh_at = time.monotonic() + 60.0
+            return
+        self._c.set_urls(job.result)
+        self._refresh_at = job.started + self.src.remote.refresh_s
+
     def submit(self, idx: list[int], keys: list[int], epoch: int) -> None:
         """Queue the samples ``idx`` of the table as one batch, each with
         its random key. On the GPU path the C core asks the allocator for
         the batch's device buffer."""
-        if self._refresh_at is not None and time.monotonic() >= self._refresh_at:
-            remote = self.src.remote
-            self._c.set_urls(remote.urls())
-            self._refresh_at = time.monotonic() + remote.refresh_s
+        if self._refresh_at is not None:
+            self._refresh_urls()
         self._c.submit(idx, keys, epoch)
         self._inflight.append(idx)
 
@@ -238,3 +264,26 @@ class Pipeline:
         self._c.close()
         if self._fetched is not None:
             self._fetched()  # the cache of fetched members, after its files
+
+
+class _Background:
+    """``fn()`` on a daemon thread: ``done`` is set once ``result`` (or
+    ``error``) is there. A job still running when its pipeline closes is
+    left to finish; its result is dropped."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.started = time.monotonic()
+        self.result: Any = None
+        self.error: Optional[BaseException] = None
+        self.done = threading.Event()
+        threading.Thread(
+            target=self._run, args=(fn,), name="ringloader-urls", daemon=True
+        ).start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.result = fn()
+        except Exception as e:  # reported by the pipeline's next submit()
+            self.error = e
+        finally:
+            self.done.set()

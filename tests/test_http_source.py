@@ -491,17 +491,19 @@ def test_s3_slowdown_is_retried_through_presigned_urls(moto, local):
 
 
 def test_presigned_urls_are_made_again_while_an_epoch_runs(moto, local, monkeypatch):
-    from ringloader.datasets import remote as remote_mod
+    from ringloader.datasets import presign as presign_mod
+    from ringloader.datasets.remote import Client
 
     calls = []
-    presign = remote_mod.Client.fetch_urls
+    presign = Client.fetch_urls
 
     def counted(self, names):
         calls.append(len(names))
         return presign(self, names)
 
-    monkeypatch.setattr(remote_mod, "REFRESH_S", 0.0)  # due at every batch
-    monkeypatch.setattr(remote_mod.Client, "fetch_urls", counted)
+    # Due at every batch, and past due: made on the loop before each one.
+    monkeypatch.setattr(presign_mod, "LONG_TERM_REFRESH_S", 0.0)
+    monkeypatch.setattr(Client, "fetch_urls", counted)
     with moto.environ():
         x, y, _ = epoch(remote("s3://shards"))
     batches = -(-SHARDS * PER_SHARD // 16)

@@ -26,7 +26,7 @@ MAX_LINES = 600
 LAYERS: list[list[str]] = [
     ["_core"],  # the C extension
     ["_ops"],  # torchvision's augmentation transforms as C ops
-    ["errors", "transforms", "datasets.base"],
+    ["errors", "transforms", "datasets.base", "datasets.presign"],
     ["datasets.cache", "datasets.views", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex"],
     ["datasets.index", "datasets.shards"],

@@ -20,7 +20,8 @@ import torch
 import urllib3
 from faultproxy import FaultProxy
 from ringloader.bench.servers import MotoS3, Nginx, ServerError, find_nginx
-from ringloader.datasets import remote as remote_module
+from ringloader import _pipeline as pipeline_module
+from ringloader.datasets import presign as presign_module
 from ringloader.datasets.filelist import FileList
 from ringloader.datasets.remote import Client
 from ringloader.datasets.shards import ShardError, TarShards
@@ -202,7 +203,7 @@ def test_s3_glob_braces_and_presigned_urls(s3, local, tmp_path):
         f"s3://shards/{d}/train-000.tar" for d in ("bad", "plain", "side")
     ]
     remote = ds.ringloader_sources().remote
-    assert remote.names == ds.shards and remote.refresh_s == 900
+    assert remote.names == ds.shards and remote.refresh_s == 600
     assert not any(s in repr(ds) + repr(remote) for s in SECRETS)
     urls = remote.urls()
     assert all("X-Amz-Signature=" in u for u in urls)
@@ -303,7 +304,7 @@ def test_views_merge_remote_leaves(nginx, s3, local, tmp_path):
     both = torch_data.ConcatDataset([a, torch_data.Subset(b, [4, 0]), a])
     src = View(both).ringloader_sources()
     assert src.remote.names == a.shards + b.shards
-    assert src.remote.refresh_s == 900
+    assert src.remote.refresh_s == 600
     urls = src.remote.urls()
     assert urls[:2] == a.shards and "X-Amz-Signature=" in urls[2]
     assert src.paths[len(a)] == b.shards[0]
@@ -337,19 +338,46 @@ def test_presigned_urls_live_as_long_as_the_credentials_allow(s3, monkeypatch):
         assert _expires(url) == 7 * 24 * 3600 and "X-Amz-Security-Token" not in url
         monkeypatch.setenv("AWS_SESSION_TOKEN", "a-session-token")
         temporary = Client().remote([name])
-        assert temporary.refresh_s == 900
+        assert temporary.refresh_s == 600
         (url,) = temporary.urls()
         assert _expires(url) == 3600 and "X-Amz-Security-Token=" in url
     users = Client(s3_client=s3.client()).remote([name])
-    assert users.refresh_s == 900 and _expires(users.urls()[0]) == 3600
+    assert users.refresh_s == 600 and _expires(users.urls()[0]) == 3600
+
+
+def _epochs(loader, until, pause=0.0):
+    """Epochs of ``loader`` (a training step of 20 ms after each batch)
+    until ``until()``, at most 60 s: (the epochs' images, each wait for a
+    batch but an epoch's first)."""
+    epochs, waits = [], []
+    deadline = time.monotonic() + 60
+    while not until() and time.monotonic() < deadline:
+        xs, t = [], time.monotonic()
+        for x, _ in loader:
+            if xs:
+                waits.append(time.monotonic() - t)
+            xs.append(x.clone())
+            time.sleep(0.02)
+            t = time.monotonic()
+        epochs.append(torch.cat(xs))
+        time.sleep(pause)
+    return epochs, waits
+
+
+def _urls_threads_end():
+    deadline = time.monotonic() + 30
+    while any(t.name == "ringloader-urls" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a URL thread is still running"
+        time.sleep(0.05)
 
 
 def test_urls_are_made_again_without_stalling_the_loop(s3, monkeypatch):
     """When the URLs are due, they are made on a thread of their own (here
-    slowed to 2 s) while batches keep coming, then handed to the C source:
+    slowed to 3 s) while batches keep coming, then handed to the C source:
     the fetches after it go where the new URLs point (a proxy in front of
     the same server)."""
-    monkeypatch.setattr(remote_module, "LONG_TERM_REFRESH_S", 0.3)
+    monkeypatch.setattr(presign_module, "LONG_TERM_REFRESH_S", 0.3)
+    monkeypatch.setattr(pipeline_module, "URL_DEADLINE", 1000.0)
     made = []
     presign = Client.fetch_urls
 
@@ -360,39 +388,88 @@ def test_urls_are_made_again_without_stalling_the_loop(s3, monkeypatch):
             if threading.current_thread() is threading.main_thread():
                 return urls
             made.append(time.monotonic())
-            time.sleep(2.0)
+            time.sleep(3.0)
             return [u.replace(s3.endpoint_url, proxy.url) for u in urls]
 
         monkeypatch.setattr(Client, "fetch_urls", slow_fetch_urls)
         ds = TarShards("s3://shards/plain/train-{000..002}.tar", progress=False)
-        loader = ringloader.Loader(ds, batch_size=4, transform=EVAL, num_threads=2)
-        waits, epochs = [], []
-        try:
-            deadline = time.monotonic() + 60
-            while not proxy.requests and time.monotonic() < deadline:
-                xs, t = [], time.monotonic()
-                for x, _ in loader:
-                    waits.append(time.monotonic() - t)
-                    xs.append(x.clone())
-                    time.sleep(0.02)  # a training step
-                    t = time.monotonic()
-                epochs.append(torch.cat(xs))
-        finally:
-            loader.close()
+        with ringloader.Loader(ds, batch_size=4, transform=EVAL) as loader:
+            epochs, waits = _epochs(loader, lambda: proxy.requests)
+        _urls_threads_end()
     assert made and proxy.requests, "the URLs were never made again"
-    assert max(waits) < 1.0, max(waits)  # never the 2 s of the refresh
+    assert max(waits) < 1.5, max(waits)  # never the 3 s of the refresh
     assert all(r.status == 206 for r in proxy.requests)
     assert all(torch.equal(e, epochs[0]) for e in epochs)
 
 
+def test_urls_that_may_have_expired_are_replaced_before_a_batch(s3, monkeypatch):
+    """After a pause longer than 1.5 x refresh_s, the next batch waits for
+    new URLs: every fetch of the epoch after the pause uses them."""
+    monkeypatch.setattr(presign_module, "LONG_TERM_REFRESH_S", 1.0)
+    presign = Client.fetch_urls
+    redirect = []
+
+    with FaultProxy(s3.endpoint_url) as proxy, s3.environ():
+
+        def fetch_urls(self, names):
+            urls = presign(self, names)
+            if redirect:
+                urls = [u.replace(s3.endpoint_url, proxy.url) for u in urls]
+            return urls
+
+        monkeypatch.setattr(Client, "fetch_urls", fetch_urls)
+        ds = TarShards("s3://shards/plain/train-{000..002}.tar", progress=False)
+        with ringloader.Loader(ds, batch_size=4, transform=EVAL) as loader:
+            xs = [x.clone() for x, _ in loader]
+            redirect.append(True)
+            time.sleep(1.6)
+            ys = [y.clone() for y, _ in loader]
+        _urls_threads_end()
+    # Every sample of the epoch after the pause came through the proxy.
+    gets = []
+    for r in proxy.requests:
+        a, b = r.range.split("=")[1].split("-")
+        gets.append((r.path.split("?")[0].rsplit("/", 1)[1], int(a), int(b)))
+    for i in range(len(ds)):
+        shard = ds.shards[ds.shard_of(i)].rsplit("/", 1)[1]
+        off, n = int(ds.offsets[i]), int(ds.lengths[i])
+        assert any(s == shard and a <= off and off + n - 1 <= b for s, a, b in gets)
+    assert all(torch.equal(x, y) for x, y in zip(xs, ys))
+
+
+def test_urls_that_cannot_be_made_again_fail_clearly(s3, monkeypatch, caplog):
+    """A failed refresh in the background is logged and batches go on with
+    the URLs in use; once those may have expired, the error is raised."""
+    monkeypatch.setattr(presign_module, "LONG_TERM_REFRESH_S", 0.3)
+    presign = Client.fetch_urls
+    calls = []
+
+    with s3.environ():
+
+        def fetch_urls(self, names):
+            calls.append(threading.current_thread() is threading.main_thread())
+            if len(calls) > 1:
+                raise PermissionError("s3://shards: the credentials were revoked")
+            return presign(self, names)
+
+        monkeypatch.setattr(Client, "fetch_urls", fetch_urls)
+        ds = TarShards("s3://shards/plain/train-{000..002}.tar", progress=False)
+        with ringloader.Loader(ds, batch_size=2, transform=EVAL) as loader:
+            with pytest.raises(PermissionError, match="revoked"):
+                _epochs(loader, lambda: False)
+        _urls_threads_end()
+    assert calls[:3] == [True, False, True]  # made; in the background; here
+    assert "making the S3 URLs again failed" in caplog.text
+
+
 def test_presigning_many_objects_shows_a_bar(s3, monkeypatch, capsys):
-    monkeypatch.setattr(remote_module, "PRESIGN_BAR", 3)
+    monkeypatch.setattr(presign_module, "PRESIGN_BAR", 3)
     names = [f"s3://shards/plain/{n}" for n in SHARDS]
     with s3.environ():
         urls = Client().remote(names).urls()
     assert len(urls) == 3
     assert "presigning S3 URLs" in capsys.readouterr().err
-    monkeypatch.setattr(remote_module, "PRESIGN_BAR", 4)
+    monkeypatch.setattr(presign_module, "PRESIGN_BAR", 4)
     with s3.environ():
         Client().remote(names).urls()
     assert "presigning" not in capsys.readouterr().err

@@ -81,6 +81,7 @@ static bool start(http_source *s, xfer *x)
         rl__http_finish(x, V_FAIL);
         return false;
     }
+    rl__http_count_attempt(x);
     x->state = X_RUN;
     return true;
 }
@@ -291,6 +292,7 @@ static void http_read_one(rl_source *src, rl_fetch *f)
             rl__http_finish(&x, V_FAIL);
             break;
         }
+        rl__http_count_attempt(&x);
         CURLcode rc = curl_easy_perform(e);
         if (rl__http_after_attempt(&x, rc, &rng)) {
             break;
@@ -374,8 +376,9 @@ static void http_destroy(rl_source *src)
 static void http_counters(const rl_source *src, rl_source_counters *out)
 {
     const http_source *s = (const http_source *)src;
-    out->requests = atomic_load_explicit(&s->nreq, memory_order_relaxed);
+    /* retries first: a snapshot never has more retries than requests */
     out->retries = atomic_load_explicit(&s->nretry, memory_order_relaxed);
+    out->requests = atomic_load_explicit(&s->nreq, memory_order_relaxed);
     out->bytes = atomic_load_explicit(&s->nbytes, memory_order_relaxed);
     out->cache_hits = atomic_load_explicit(&s->chits, memory_order_relaxed);
 }

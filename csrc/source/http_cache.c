@@ -360,22 +360,23 @@ bool rl__http_block_write(http_source *s, const xfer *x, const char *p,
     return true;
 }
 
-/* Frees what a failed block wrote into object j's file, all but the bytes
- * of its members cached before it (the room of a block is counted only
- * while it is fetched; a member's, once it is cached). false when the
- * file system cannot punch holes: the bytes stay and must stay counted. */
-static bool block_unwrite(http_source *s, int64_t b, int64_t j)
+/* Frees the `wrote` bytes a failed block wrote into object j's file from
+ * its start, all but those of its members cached before it (the room of a
+ * block is counted only while it is fetched; a member's, once it is
+ * cached). false when the file system cannot punch holes: the bytes stay
+ * and must stay counted. */
+static bool block_unwrite(http_source *s, int64_t b, int64_t j, size_t wrote)
 {
-    uint64_t at = s->boff[b];
-    for (int64_t t = s->bat[b]; t <= s->bat[b + 1]; t++) {
-        uint64_t to = s->bend[b], next = to;
+    uint64_t at = s->boff[b], end = s->boff[b] + wrote;
+    for (int64_t t = s->bat[b]; t <= s->bat[b + 1] && at < end; t++) {
+        uint64_t to = end, next = to;
         if (t < s->bat[b + 1]) {
             int64_t id = s->bids[t];
             if (!s->cached[id]) {
                 continue;
             }
-            to = s->offsets[id];
-            next = to + (uint64_t)s->lengths[id];
+            to = s->offsets[id] < end ? s->offsets[id] : end;
+            next = s->offsets[id] + (uint64_t)s->lengths[id];
         }
         if (to > at &&
             fallocate(s->cfd[j], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
@@ -406,7 +407,7 @@ void rl__http_block_end(http_source *s, xfer *x)
         }
         s->bstate[b] = B_IDLE;
     } else {
-        if (block_unwrite(s, b, j)) {
+        if (block_unwrite(s, b, j, x->wrote)) {
             s->cbytes[j] -= span;
             s->ctotal -= span;
         }

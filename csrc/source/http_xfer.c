@@ -161,6 +161,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
                 return 0;
             }
             x->len += k;
+            x->wrote = x->len > x->wrote ? x->len : x->wrote;
             return k;
         }
     } else {
@@ -217,10 +218,6 @@ CURL *rl__http_easy_new(http_source *s)
 bool rl__http_attempt_prepare(xfer *x, CURL *e)
 {
     http_source *s = x->s;
-    atomic_fetch_add_explicit(&s->nreq, 1, memory_order_relaxed);
-    if (x->attempt > 0) {
-        atomic_fetch_add_explicit(&s->nretry, 1, memory_order_relaxed);
-    }
     x->easy = e;
     x->len = 0;
     x->http = 0;
@@ -256,6 +253,14 @@ bool rl__http_attempt_prepare(xfer *x, CURL *e)
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->err);
     return rc == CURLE_OK;
+}
+
+void rl__http_count_attempt(const xfer *x)
+{
+    atomic_fetch_add_explicit(&x->s->nreq, 1, memory_order_relaxed);
+    if (x->attempt > 0) {
+        atomic_fetch_add_explicit(&x->s->nretry, 1, memory_order_relaxed);
+    }
 }
 
 /* ---- judging an attempt ---- */

@@ -86,6 +86,8 @@ typedef struct xfer {
     int64_t blk;  /* the block this attempt fetches into the cache, or the
                    * block an X_HOLD fetch waits for; -1: none */
     int run;      /* the run (source/http.c) an X_HOLD fetch waits for; -1 */
+    size_t wrote; /* a block's bytes written into the cache file, the most
+                   * of any attempt (each starts at the block's start) */
     uint8_t *buf;
     size_t cap, len;
     int attempt, state, failure;
@@ -117,6 +119,8 @@ void rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f);
 /* Points e at x's next attempt (URL under s->mu, Range, callbacks).
  * Returns false when out of memory. */
 bool rl__http_attempt_prepare(xfer *x, CURL *e);
+/* Counts an attempt that was sent off (rl_source_counters). */
+void rl__http_count_attempt(const xfer *x);
 
 /* After an attempt that ended with rc: true when x ended (its fetch holds
  * the bytes or a status); false when it waits for a retry at x->due_ns. */

@@ -57,6 +57,11 @@ COUNTERS = (
 )
 
 
+# Past this many times Remote.refresh_s since they were made, the URLs in
+# use may be about to expire: the next batch waits for new ones.
+URL_DEADLINE = 1.5
+
+
 class Taken(NamedTuple):
     """One batch taken from the pipeline."""
 
@@ -104,10 +109,12 @@ class Pipeline:
         remote = getattr(src, "remote", None)
         self._refresh_at: Optional[float] = None
         self._refreshing: Optional[_Background] = None
+        self._urls_made = 0.0  # when the URLs in use began to be made
         self._fetched: Optional[weakref.finalize] = None
         if remote is not None:
             # Objects over HTTP(S): the C source fetches them from URLs
             # made now (presigned ones are made again before they expire).
+            self._urls_made = time.monotonic()
             table["http"] = dict(
                 remote.options, names=list(remote.names), urls=remote.urls()
             )
@@ -120,7 +127,7 @@ class Pipeline:
                 self._fetched = weakref.finalize(self, shutil.rmtree, folder, True)
                 table["http"]["cache_dir"] = folder
             if remote.refresh_s is not None:
-                self._refresh_at = time.monotonic() + remote.refresh_s
+                self._refresh_at = self._urls_made + remote.refresh_s
         self._c = _core.Pipeline(
             compiled.spec,
             **table,
@@ -192,30 +199,41 @@ class Pipeline:
     # ---- batches ----
 
     def _refresh_urls(self) -> None:
-        """Presigned URLs are made again on a thread of their own when they
-        are due (for many objects that takes minutes of Python, which the
-        training loop must not wait for), then handed to the C source by
-        the first submit() that finds them made. The URLs in use stay valid
-        meanwhile: they are refreshed long before they expire. A failure is
-        logged and tried again a minute later."""
-        job = self._refreshing
-        if job is None:
-            if time.monotonic() >= self._refresh_at:
-                self._refreshing = _Background(self.src.remote.urls)
-            return
-        if not job.done.is_set():
-            return
-        self._refreshing = None
-        if job.error is not None:
+        """Presigned URLs are made again when ``refresh_s`` has passed, on a
+        thread of their own (for many objects that takes minutes of Python,
+        which the training loop should not wait for), and handed to the C
+        source by the first submit() that finds them made. A failure there
+        is logged and tried again a minute later. Past URL_DEADLINE x
+        ``refresh_s``
+        the URLs in use may be about to expire (after a long pause between
+        batches, or refreshes that keep failing): submit() then waits for
+        new ones, made here if need be, and a failure is raised."""
+        job, now = self._refreshing, time.monotonic()
+        if job is not None and job.done.is_set():
+            self._refreshing = None
+            if job.error is None:
+                self._use_urls(job.result, job.started)
+                return
             log.warning(
-                "ringloader: making the S3 URLs again failed (%s); "
-                "trying again in a minute",
-                job.error,
+                "ringloader: making the S3 URLs again failed; trying again in a minute",
+                exc_info=job.error,
             )
-            self._refresh_at = time.monotonic() + 60.0
-            return
-        self._c.set_urls(job.result)
-        self._refresh_at = job.started + self.src.remote.refresh_s
+            self._refresh_at = now + 60.0
+            job = None
+        refresh_s = self.src.remote.refresh_s
+        if now >= self._urls_made + URL_DEADLINE * refresh_s:
+            if job is not None:
+                job.done.wait()
+                self._refresh_urls()  # its URLs, or (failed) made here
+            else:
+                self._use_urls(self.src.remote.urls(), now)
+        elif job is None and now >= self._refresh_at:
+            self._refreshing = _Background(self.src.remote.urls)
+
+    def _use_urls(self, urls: list[str], made: float) -> None:
+        self._c.set_urls(urls)
+        self._urls_made = made
+        self._refresh_at = made + self.src.remote.refresh_s
 
     def submit(self, idx: list[int], keys: list[int], epoch: int) -> None:
         """Queue the samples ``idx`` of the table as one batch, each with
@@ -283,7 +301,7 @@ class _Background:
     def _run(self, fn: Callable[[], Any]) -> None:
         try:
             self.result = fn()
-        except Exception as e:  # reported by the pipeline's next submit()
+        except BaseException as e:  # noqa: BLE001 - the next submit() reports it
             self.error = e
         finally:
             self.done.set()

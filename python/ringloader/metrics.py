@@ -49,6 +49,14 @@ _COUNTERS = (
     ("samples_decoded", "samples_decoded", "Samples decoded"),
     ("bytes_read", "read_bytes", "Bytes read from files"),
     ("errors", "errors", "Samples that failed to read or decode"),
+    ("http_requests", "http_requests", "HTTP(S)/S3 requests made (each attempt)"),
+    ("http_retries", "http_retries", "HTTP(S)/S3 requests that were retries"),
+    ("http_bytes", "http_bytes", "Bytes of HTTP(S)/S3 response bodies kept"),
+    (
+        "http_cache_hits",
+        "http_cache_hits",
+        "Remote samples read from the local cache instead of the network",
+    ),
 )
 _LABELS = ["rank", "loader"]
 

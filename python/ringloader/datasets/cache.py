@@ -87,6 +87,16 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
 _NPZ_LOCK = threading.Lock()
 
 
+def _new_npz_lock() -> None:
+    """A forked child's lock: a pool thread of the parent may have held the
+    parent's at the fork, and no thread of the child would release it."""
+    global _NPZ_LOCK
+    _NPZ_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_npz_lock)
+
+
 def read_npz(file: Any) -> dict[str, np.ndarray]:
     """All arrays of the ``.npz`` archive ``file`` (a path or a binary file
     object), never unpickled. Raises what ``np.load`` raises."""

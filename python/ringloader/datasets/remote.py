@@ -35,24 +35,15 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from . import presign
 from .base import Remote
+from .presign import split_s3 as _s3_split
 
 __all__ = ["Client", "is_url", "redact", "sidecar_url"]
 
 log = logging.getLogger("ringloader")
 
 SCHEMES = ("http", "https", "s3")
-# How long presigned URLs live and when they are made again. With long-term
-# access keys, a URL lives the 7 days SigV4 allows and is made again daily.
-# A URL signed with temporary credentials (a session token: roles, SSO,
-# instance profiles) dies with them, often within the hour: those live an
-# hour and are made again every 15 minutes.
-PRESIGN_EXPIRES_S = 3600
-REFRESH_S = 900.0
-LONG_TERM_EXPIRES_S = 7 * 24 * 3600
-LONG_TERM_REFRESH_S = 24 * 3600.0
-# From this many objects on, presigning them (~0.13 ms each) shows a bar.
-PRESIGN_BAR = 20000
 CHUNK = 1 << 16
 _RETRY_STATUS = (429, 500, 502, 503, 504)
 _SECRET_PARAMS = ("signature", "sig", "token", "credential", "policy", "key-pair-id")
@@ -82,18 +73,6 @@ def sidecar_url(name: str) -> str:
     (before any query string)."""
     parts = urlsplit(name)
     return urlunsplit(parts._replace(path=parts.path + ".idx.npz"))
-
-
-def _s3_split(name: str) -> tuple[str, str]:
-    """(bucket, key) of ``s3://bucket/key``; the key is taken literally
-    (S3 keys may hold ``?`` and ``#``)."""
-    parts = urlsplit(name, allow_fragments=False)
-    key = parts.path.lstrip("/")
-    if parts.query:
-        key += "?" + parts.query
-    if not parts.netloc or not key:
-        raise ValueError(f"{name}: an S3 URL is s3://bucket/key")
-    return parts.netloc, key
 
 
 def ca_file(s3: bool) -> Optional[str]:
@@ -230,8 +209,6 @@ class Client:
             raise ImportError(
                 'reading s3:// URLs needs boto3: pip install "ringloader[s3]"'
             ) from None
-        from botocore.credentials import RefreshableCredentials
-
         session = boto3.session.Session()
         # SigV4 presigned URLs: every region takes them (not all take V2).
         extra: dict[str, Any] = {"signature_version": "s3v4"}
@@ -240,10 +217,7 @@ class Client:
             log.info("ringloader: no AWS credentials found; reading S3 anonymously")
             extra["signature_version"] = UNSIGNED
         else:
-            self._long_term = (
-                not isinstance(creds, RefreshableCredentials)
-                and creds.get_frozen_credentials().token is None
-            )
+            self._long_term = presign.long_term(creds)
         config = Config(
             retries={"max_attempts": self.retries + 1, "mode": "standard"},
             connect_timeout=self.connect_timeout,
@@ -274,44 +248,17 @@ class Client:
 
     def refresh_s(self) -> Optional[float]:
         """Seconds after which presigned URLs are to be made again: a day
-        for long-term access keys, 15 minutes for temporary credentials or
+        for long-term access keys, 10 minutes for temporary credentials or
         a user's ``s3_client`` (whose kind is not known); None when S3 is
         read anonymously (nothing expires)."""
         if not self.signs():
             return None
-        return LONG_TERM_REFRESH_S if self._long_term else REFRESH_S
+        return presign.LONG_TERM_REFRESH_S if self._long_term else presign.REFRESH_S
 
     def fetch_urls(self, names: Sequence[str]) -> list[str]:
         """The fetch URL of each object: HTTP(S) URLs as they are, S3 objects
-        presigned for GET by boto3 (for 7 days with long-term access keys,
-        else an hour). On the main thread, many S3 objects show a bar."""
-        out = []
-        s3 = None
-        bar = _presign_bar(names)
-        try:
-            for name in names:
-                if not name.startswith("s3://"):
-                    out.append(name)
-                    continue
-                if s3 is None:
-                    s3 = self.s3()
-                    expires = (
-                        LONG_TERM_EXPIRES_S if self._long_term else PRESIGN_EXPIRES_S
-                    )
-                bucket, key = _s3_split(name)
-                out.append(
-                    s3.generate_presigned_url(
-                        "get_object",
-                        Params={"Bucket": bucket, "Key": key},
-                        ExpiresIn=expires,
-                    )
-                )
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
-        return out
+        presigned for GET by boto3 (``presign.presigned``)."""
+        return presign.presigned(names, self.s3, lambda: self._long_term)
 
     def remote(self, names: Sequence[str]) -> Remote:
         """``Sources.remote`` for objects ``names`` (display names)."""
@@ -546,21 +493,6 @@ class _Urls:
 
     def __repr__(self) -> str:
         return f"<fetch URLs of {len(self._names)} objects>"
-
-
-def _presign_bar(names: Sequence[str]) -> Any:
-    """A tqdm bar over the S3 objects to presign, when there are many and
-    this is the main thread (a refresh in the background draws none)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    n = sum(1 for name in names if name.startswith("s3://"))
-    if n < PRESIGN_BAR:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=n, unit="URL", unit_scale=True, desc="presigning S3 URLs")
 
 
 def _range(start: int, end: Optional[int]) -> str:

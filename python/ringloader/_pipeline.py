@@ -204,27 +204,28 @@ class Pipeline:
         which the training loop should not wait for), and handed to the C
         source by the first submit() that finds them made. A failure there
         is logged and tried again a minute later. Past URL_DEADLINE x
-        ``refresh_s``
-        the URLs in use may be about to expire (after a long pause between
-        batches, or refreshes that keep failing): submit() then waits for
-        new ones, made here if need be, and a failure is raised."""
+        ``refresh_s`` since they began to be made, the URLs in use may be
+        about to expire (after a long pause between batches, or refreshes
+        that keep failing): submit() then waits for new ones, made here if
+        need be, and a failure is raised."""
         job, now = self._refreshing, time.monotonic()
         if job is not None and job.done.is_set():
             self._refreshing = None
             if job.error is None:
                 self._use_urls(job.result, job.started)
-                return
-            log.warning(
-                "ringloader: making the S3 URLs again failed; trying again in a minute",
-                exc_info=job.error,
-            )
-            self._refresh_at = now + 60.0
+            else:
+                log.warning(
+                    "ringloader: making the S3 URLs again failed; trying again "
+                    "in a minute",
+                    exc_info=job.error,
+                )
+                self._refresh_at = now + 60.0
             job = None
         refresh_s = self.src.remote.refresh_s
         if now >= self._urls_made + URL_DEADLINE * refresh_s:
             if job is not None:
                 job.done.wait()
-                self._refresh_urls()  # its URLs, or (failed) made here
+                self._refresh_urls()  # its URLs, then again if still too old
             else:
                 self._use_urls(self.src.remote.urls(), now)
         elif job is None and now >= self._refresh_at:

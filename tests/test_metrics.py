@@ -84,6 +84,7 @@ def test_serve_and_scrape(jpeg):
             assert v["ringloader_read_seconds_total"] > 0
             assert v["ringloader_decode_seconds_total"] > 0
             assert v["ringloader_errors_total"] == 0
+            assert v["ringloader_http_requests_total"] == 0  # local files
             assert v["ringloader_queue_depth"] == 0
             assert v["ringloader_inflight_batches"] == 0
         # A second serve() on the same registry does not register twice.

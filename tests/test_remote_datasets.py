@@ -203,7 +203,7 @@ def test_s3_glob_braces_and_presigned_urls(s3, local, tmp_path):
         f"s3://shards/{d}/train-000.tar" for d in ("bad", "plain", "side")
     ]
     remote = ds.ringloader_sources().remote
-    assert remote.names == ds.shards and remote.refresh_s == 600
+    assert remote.names == ds.shards and remote.refresh_s == 300
     assert not any(s in repr(ds) + repr(remote) for s in SECRETS)
     urls = remote.urls()
     assert all("X-Amz-Signature=" in u for u in urls)
@@ -304,7 +304,7 @@ def test_views_merge_remote_leaves(nginx, s3, local, tmp_path):
     both = torch_data.ConcatDataset([a, torch_data.Subset(b, [4, 0]), a])
     src = View(both).ringloader_sources()
     assert src.remote.names == a.shards + b.shards
-    assert src.remote.refresh_s == 600
+    assert src.remote.refresh_s == 300
     urls = src.remote.urls()
     assert urls[:2] == a.shards and "X-Amz-Signature=" in urls[2]
     assert src.paths[len(a)] == b.shards[0]
@@ -329,7 +329,7 @@ def _expires(url: str) -> int:
 def test_presigned_urls_live_as_long_as_the_credentials_allow(s3, monkeypatch):
     """Long-term keys: URLs for the 7 days SigV4 allows, made again daily.
     Temporary credentials (a session token), or a user's client whose kind
-    is not known: an hour, made again every 15 minutes."""
+    is not known: an hour, made again every 5 minutes."""
     name = "s3://shards/plain/train-000.tar"
     with s3.environ():
         long_term = Client().remote([name])
@@ -338,11 +338,11 @@ def test_presigned_urls_live_as_long_as_the_credentials_allow(s3, monkeypatch):
         assert _expires(url) == 7 * 24 * 3600 and "X-Amz-Security-Token" not in url
         monkeypatch.setenv("AWS_SESSION_TOKEN", "a-session-token")
         temporary = Client().remote([name])
-        assert temporary.refresh_s == 600
+        assert temporary.refresh_s == 300
         (url,) = temporary.urls()
         assert _expires(url) == 3600 and "X-Amz-Security-Token=" in url
     users = Client(s3_client=s3.client()).remote([name])
-    assert users.refresh_s == 600 and _expires(users.urls()[0]) == 3600
+    assert users.refresh_s == 300 and _expires(users.urls()[0]) == 3600
 
 
 def _epochs(loader, until, pause=0.0):
@@ -441,6 +441,7 @@ def test_urls_that_cannot_be_made_again_fail_clearly(s3, monkeypatch, caplog):
     """A failed refresh in the background is logged and batches go on with
     the URLs in use; once those may have expired, the error is raised."""
     monkeypatch.setattr(presign_module, "LONG_TERM_REFRESH_S", 0.3)
+    monkeypatch.setattr(pipeline_module, "URL_DEADLINE", 10.0)  # due at 3 s
     presign = Client.fetch_urls
     calls = []
 
@@ -473,3 +474,25 @@ def test_presigning_many_objects_shows_a_bar(s3, monkeypatch, capsys):
     with s3.environ():
         Client().remote(names).urls()
     assert "presigning" not in capsys.readouterr().err
+
+
+def test_urls_slower_to_make_than_their_cadence_are_reported_once(
+    s3, monkeypatch, caplog
+):
+    monkeypatch.setattr(presign_module, "LONG_TERM_REFRESH_S", 0.2)
+    presign = Client.fetch_urls
+
+    def slow(self, names):
+        time.sleep(0.3)
+        return presign(self, names)
+
+    with s3.environ():
+        monkeypatch.setattr(Client, "fetch_urls", slow)
+        ds = TarShards("s3://shards/plain/train-{000..002}.tar", progress=False)
+        with ringloader.Loader(ds, batch_size=4, transform=EVAL) as loader:
+            _epochs(loader, lambda: "longer than" in caplog.text)
+            for _ in loader:  # one more epoch: said once only
+                pass
+        _urls_threads_end()
+    said = [r for r in caplog.records if "longer than they may be used" in r.message]
+    assert len(said) == 1 and "tar shards" in said[0].message

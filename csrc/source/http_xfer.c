@@ -157,6 +157,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
         }
         if (x->blk >= 0) {
             if (!rl__http_block_write(x->s, x, p, k)) {
+                /* some of the k bytes may be on disk: punched out too */
+                x->wrote = x->len + k > x->wrote ? x->len + k : x->wrote;
                 x->failure = F_CACHE;
                 return 0;
             }

@@ -49,7 +49,7 @@ typedef struct rl_fetch {
 typedef void (*rl_fetch_done_fn)(rl_fetch *f, void *arg);
 
 /* What a remote source did since creation: requests (attempts) sent, of
- * which retries, body bytes kept, and samples read from its local cache
+ * which retries, body bytes received, and samples read from its local cache
  * instead. */
 typedef struct rl_source_counters {
     uint64_t requests, retries, bytes, cache_hits;

@@ -264,7 +264,7 @@ class Pipeline:
         ready, slots (ints); read_seconds, decode_seconds, io_cpu_seconds
         (the I/O thread's CPU time in batch reads) (floats); for a remote
         source http_requests (attempts), http_retries, http_bytes (body
-        bytes kept) and http_cache_hits (samples read from the local
+        bytes received) and http_cache_hits (samples read from the local
         cache), 0 for local ones. Every
         sample that could not be loaded counts once in errors (replacement
         candidates included); skipped counts those replaced."""

@@ -110,6 +110,7 @@ class Pipeline:
         self._refresh_at: Optional[float] = None
         self._refreshing: Optional[_Background] = None
         self._urls_made = 0.0  # when the URLs in use began to be made
+        self._slow_urls_said = False
         self._fetched: Optional[weakref.finalize] = None
         if remote is not None:
             # Objects over HTTP(S): the C source fetches them from URLs
@@ -232,6 +233,19 @@ class Pipeline:
             self._refreshing = _Background(self.src.remote.urls)
 
     def _use_urls(self, urls: list[str], made: float) -> None:
+        took, refresh_s = time.monotonic() - made, self.src.remote.refresh_s
+        if took > refresh_s and not self._slow_urls_said:
+            self._slow_urls_said = True
+            log.warning(
+                "ringloader: making the URLs of %d S3 objects took %.0f s, "
+                "longer than they may be used before new ones are made "
+                "(%.0f s): batches will keep waiting for them. Pack the "
+                "objects into tar shards (ringloader.TarShards), or sign with "
+                "long-term access keys (URLs made daily).",
+                len(urls),
+                took,
+                refresh_s,
+            )
         self._c.set_urls(urls)
         self._urls_made = made
         self._refresh_at = made + self.src.remote.refresh_s
@@ -240,7 +254,7 @@ class Pipeline:
         """Queue the samples ``idx`` of the table as one batch, each with
         its random key. On the GPU path the C core asks the allocator for
         the batch's device buffer."""
-        if self._refresh_at is not None:
+        if self._refresh_at is not None and not self._c.closed:
             self._refresh_urls()
         self._c.submit(idx, keys, epoch)
         self._inflight.append(idx)

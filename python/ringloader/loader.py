@@ -485,8 +485,9 @@ class Loader:
           - for shards or files over HTTP(S) or S3 (0 otherwise):
             ``http_requests`` (requests made, each attempt counted),
             ``http_retries`` (of those, the attempts after a failure),
-            ``http_bytes`` (bytes of response bodies kept; a response
-            refused whole, such as a wrong range, counts none) and
+            ``http_bytes`` (bytes of response bodies received, retried
+            attempts included; a response refused at its head, such as a
+            wrong range, counts none) and
             ``http_cache_hits`` (samples read from ``cache_limit``'s local
             cache instead of the network).
         """

@@ -51,7 +51,7 @@ _COUNTERS = (
     ("errors", "errors", "Samples that failed to read or decode"),
     ("http_requests", "http_requests", "HTTP(S)/S3 requests made (each attempt)"),
     ("http_retries", "http_retries", "HTTP(S)/S3 requests that were retries"),
-    ("http_bytes", "http_bytes", "Bytes of HTTP(S)/S3 response bodies kept"),
+    ("http_bytes", "http_bytes", "Bytes of HTTP(S)/S3 response bodies received"),
     (
         "http_cache_hits",
         "http_cache_hits",

@@ -22,10 +22,12 @@ __all__ = ["long_term", "presigned", "split_s3"]
 # URL lives the 7 days SigV4 allows and is made again daily. A URL signed
 # with temporary credentials (a session token: roles, SSO, instance
 # profiles) dies with them: boto3 renews them 15 minutes before they
-# expire, so such a URL lives at least 15 minutes and at most an hour; it
-# is made again after 10.
+# expire, or at the latest 10 minutes before, so such a URL lives at least
+# 10 minutes and at most an hour; it is made again after 5 and used at
+# most 7.5, which leaves time for the batches in flight. So are the URLs
+# of a user's s3_client, whose kind of credentials is not known.
 PRESIGN_EXPIRES_S = 3600
-REFRESH_S = 600.0
+REFRESH_S = 300.0
 LONG_TERM_EXPIRES_S = 7 * 24 * 3600
 LONG_TERM_REFRESH_S = 24 * 3600.0
 # From this many objects on, presigning them (~0.13 ms each) shows a bar.

@@ -129,6 +129,9 @@ class Client:
         self._reset()
 
     def _reset(self) -> None:
+        # New in a forked child: a thread of the parent (the URL refresh)
+        # may have held the parent's at the fork.
+        self._lock = threading.Lock()
         self._pid = os.getpid()
         self._http: Any = None
         self._s3: Any = self._user_s3
@@ -248,7 +251,7 @@ class Client:
 
     def refresh_s(self) -> Optional[float]:
         """Seconds after which presigned URLs are to be made again: a day
-        for long-term access keys, 10 minutes for temporary credentials or
+        for long-term access keys, 5 minutes for temporary credentials or
         a user's ``s3_client`` (whose kind is not known); None when S3 is
         read anonymously (nothing expires)."""
         if not self.signs():

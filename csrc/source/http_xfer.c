@@ -156,14 +156,13 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
             return 0;
         }
         if (x->blk >= 0) {
+            /* counted before the write: a failed one may have put some */
+            x->wrote = x->len + k > x->wrote ? x->len + k : x->wrote;
             if (!rl__http_block_write(x->s, x, p, k)) {
-                /* some of the k bytes may be on disk: punched out too */
-                x->wrote = x->len + k > x->wrote ? x->len + k : x->wrote;
                 x->failure = F_CACHE;
                 return 0;
             }
             x->len += k;
-            x->wrote = x->len > x->wrote ? x->len : x->wrote;
             return k;
         }
     } else {

@@ -49,7 +49,7 @@ typedef struct http_source {
     uint8_t *cached;
     uint64_t ctotal, ctick;
     /* rl_source_counters (read from any thread): cache hits, attempts,
-     * retries, body bytes read. */
+     * retries, body bytes received. */
     atomic_uint_fast64_t chits, nreq, nretry, nbytes;
     /* The blocks of neighbouring members fetched in one GET into the cache
      * (opt.block_bytes): per sample its block (-1: none); per block its

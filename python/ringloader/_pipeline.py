@@ -27,6 +27,7 @@ import torch
 
 from . import _core
 from ._gpu import Gpu
+from ._meter import HTTP_COUNTERS
 from .datasets.base import Sources
 from .datasets.cache import default_cache_dir
 from .transforms import Compiled
@@ -50,10 +51,7 @@ COUNTERS = (
     "direct_refused",
     "truncated",
     "fallback_decodes",
-    "http_requests",
-    "http_retries",
-    "http_bytes",
-    "http_cache_hits",
+    *HTTP_COUNTERS,
 )
 
 
@@ -248,7 +246,7 @@ class Pipeline:
             )
         self._c.set_urls(urls)
         self._urls_made = made
-        self._refresh_at = made + self.src.remote.refresh_s
+        self._refresh_at = made + refresh_s
 
     def submit(self, idx: list[int], keys: list[int], epoch: int) -> None:
         """Queue the samples ``idx`` of the table as one batch, each with

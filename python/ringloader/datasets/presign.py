@@ -66,12 +66,12 @@ def presigned(
     show a bar."""
     out = []
     client = None
-    bar = _presign_bar(names)
     # Off the main thread, the GIL is handed back after each URL (0.13 ms
     # of Python) instead of after the 5 ms switch interval: a training step
     # whose backward pass releases the GIL otherwise waits for it at every
     # op (benchmarks/remote/refresh_step.py).
     main = threading.current_thread() is threading.main_thread()
+    bar = _presign_bar(names) if main else None
     try:
         for name in names:
             if not name.startswith("s3://"):
@@ -99,10 +99,8 @@ def presigned(
 
 
 def _presign_bar(names: Sequence[str]) -> Any:
-    """A tqdm bar over the S3 objects to presign, when there are many and
-    this is the main thread (a refresh in the background draws none)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
+    """A tqdm bar over the S3 objects to presign, when there are many (on
+    the main thread only: a refresh in the background draws none)."""
     n = sum(1 for name in names if name.startswith("s3://"))
     if n < PRESIGN_BAR:
         return None

@@ -132,7 +132,7 @@ size_t rl_pipeline_sample_bytes(const rl_pipeline *p)
 }
 
 int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
-                       int n, int64_t epoch, void *dst)
+                       int n, int64_t epoch, void *dst, uint64_t *ticket)
 {
     if (rl_pipeline_forked(p)) {
         return RL_ECLOSED;
@@ -185,6 +185,10 @@ int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
     }
     p->io_tail = b;
     p->inflight++;
+    b->ticket = ++p->tickets;
+    if (ticket != NULL) {
+        *ticket = b->ticket;
+    }
     pthread_cond_signal(&p->io_cv);
     pthread_mutex_unlock(&p->mu);
     return 0;
@@ -204,8 +208,10 @@ static rl_batch *pop_head(rl_pipeline *p)
 
 void rl_batch_report_free(rl_batch_report *r)
 {
+    free(r->ids);
     free(r->fallback);
     free(r->replaced);
+    r->ids = NULL;
     r->fallback = NULL;
     r->replaced = NULL;
     r->n_fallback = r->n_replaced = 0;
@@ -228,6 +234,7 @@ static int report(const rl_pipeline *p, const rl_batch *b, rl_batch_report *rep)
 {
     memset(rep, 0, sizeof(*rep));
     rep->n = b->n;
+    rep->ticket = b->ticket;
     rep->error.pos = -1;
     rep->error.id = -1;
     int nfb = 0, nrep = 0;
@@ -235,9 +242,11 @@ static int report(const rl_pipeline *p, const rl_batch *b, rl_batch_report *rep)
         nfb += b->jobs[i].decoder > 0;
         nrep += b->jobs[i].replaced_by >= 0;
     }
+    rep->ids = malloc(sizeof(int64_t) * (size_t)b->n);
     rep->fallback = nfb ? malloc(sizeof(int) * (size_t)nfb) : NULL;
     rep->replaced = nrep ? malloc(sizeof(rl_replacement) * (size_t)nrep) : NULL;
-    if ((nfb && rep->fallback == NULL) || (nrep && rep->replaced == NULL)) {
+    if (rep->ids == NULL || (nfb && rep->fallback == NULL) ||
+        (nrep && rep->replaced == NULL)) {
         rl_batch_report_free(rep);
         rep->error.status = -ENOMEM;
         snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");
@@ -246,6 +255,7 @@ static int report(const rl_pipeline *p, const rl_batch *b, rl_batch_report *rep)
     int status = 0;
     for (int i = 0; i < b->n; i++) {
         const rl__job *j = &b->jobs[i];
+        rep->ids[i] = j->fetch.id;
         if (j->decoder > 0) {
             rep->fallback[rep->n_fallback++] = i;
         }
@@ -346,8 +356,12 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
     rl__slot_put(p, s); /* onto the copying list until its event completes */
     pthread_mutex_unlock(&p->mu);
     free(b);
-    if (rc != 0) {
-        rl_batch_report_free(rep);
+    if (rc != 0) { /* the batch failed whole: ids stay, the rest goes */
+        free(rep->fallback);
+        free(rep->replaced);
+        rep->fallback = NULL;
+        rep->replaced = NULL;
+        rep->n_fallback = rep->n_replaced = 0;
         rep->error.status = rc;
         rep->error.pos = -1;
     }

@@ -71,13 +71,17 @@ typedef struct rl_replacement {
 } rl_replacement;
 
 /*
- * What happened to a batch: on failure, the first failed sample; and, on
- * failure too, the positions decoded by a decoder after the first of the
- * set (a fallback, e.g. Pillow for a PNG) and the replacements. The arrays are
+ * What happened to a batch: which batch it is (its ticket and the ids it
+ * was submitted with, so that a caller never pairs it with another batch's
+ * bookkeeping); on failure, the first failed sample; and, on failure too,
+ * the positions decoded by a decoder after the first of the set (a
+ * fallback, e.g. Pillow for a PNG) and the replacements. The arrays are
  * malloc'd and owned by the caller (rl_batch_report_free); empty ones NULL.
  */
 typedef struct rl_batch_report {
-    int n; /* samples in the batch */
+    int n;           /* samples in the batch */
+    uint64_t ticket; /* what rl_pipeline_submit gave for it; 0: none */
+    int64_t *ids;    /* the n ids submitted, in position order */
     rl_sample_error error;
     int *fallback;
     int n_fallback;
@@ -133,17 +137,20 @@ size_t rl_pipeline_sample_bytes(const rl_pipeline *p);
  * Queues a batch of n >= 1 samples of `epoch`: ids[i] names the sample in
  * the source's table, keys[i] the key of its randomness (rng.h). With a
  * device delivery, dst is the device buffer (n * sample_bytes bytes, the
- * caller's) the batch is copied into; else NULL. Returns 0, -EINVAL (an id
- * out of range, a missing or extra dst), -ENOMEM or RL_ECLOSED. Never blocks
- * on decoding; with a device delivery it may wait for an in-flight copy
+ * caller's) the batch is copied into; else NULL. On success *ticket (when
+ * not NULL) is the batch's number, 1, 2, ... in submission order, which
+ * rl_pipeline_next reports with it. Returns 0, -EINVAL (an id out of
+ * range, a missing or extra dst), -ENOMEM or RL_ECLOSED. Never blocks on
+ * decoding; with a device delivery it may wait for an in-flight copy
  * before refilling a pinned slot.
  */
 int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
-                       int n, int64_t epoch, void *dst);
+                       int n, int64_t epoch, void *dst, uint64_t *ticket);
 
 /*
  * Waits up to timeout_ms (-1: forever) for the oldest submitted batch.
- * Returns 0 with *rep filled and, on the host, *out set to the slot (a
+ * Whatever its outcome, once a batch is taken rep->ticket and rep->ids say
+ * which it was (-ENOMEM aside). Returns 0 with *rep filled and, on the host, *out set to the slot (a
  * reference the caller releases with rl_slot_release); with a device
  * delivery *out is NULL, the batch is in its dst, and consumer_stream has
  * been made to wait for its copy. Else RL_ETIMEDOUT; RL_ECLOSED when no

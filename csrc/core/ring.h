@@ -53,6 +53,7 @@ struct rl_batch {
     rl_slot *slot;
     int n;
     int64_t epoch;
+    uint64_t ticket; /* its number in submission order, from 1 */
     atomic_int remaining;
     atomic_bool cancelled;
     bool done;         /* guarded by p->mu */
@@ -78,6 +79,7 @@ struct rl_pipeline {
     rl_batch *head, *tail;           /* delivery FIFO, guarded by mu */
     rl_batch *io_head, *io_tail;     /* I/O queue, guarded by mu */
     int inflight;                    /* guarded by mu */
+    uint64_t tickets;                /* batches ever submitted, by mu */
     bool stopping, closed;           /* guarded by mu */
     rl_slot *free_slots;             /* guarded by mu */
     rl_slot *copying, *copying_tail; /* oldest first, guarded by mu */

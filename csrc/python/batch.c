@@ -88,9 +88,11 @@ typedef struct {
     PyObject_HEAD rl_slot *slot; /* host batches */
     void *dev_ptr;               /* device batches */
     int device;                  /* CUDA device, or -1 on the host */
-    PyObject *owner;    /* device batches: the buffer's owner, or None */
-    PyObject *fallback; /* tuple of positions decoded by a fallback */
-    PyObject *replaced; /* tuple of (position, id, exception) */
+    PyObject *owner;           /* device batches: the buffer's owner, or None */
+    PyObject *fallback;        /* tuple of positions decoded by a fallback */
+    PyObject *replaced;        /* tuple of (position, id, exception) */
+    PyObject *ids;             /* tuple: the id of each position's sample */
+    unsigned long long ticket; /* its submission number */
     rl_dtype dtype;
     int ndim;
     Py_ssize_t shape[4];
@@ -114,6 +116,7 @@ static void batch_dealloc(batch_object *self)
     Py_XDECREF(self->owner);
     Py_XDECREF(self->fallback);
     Py_XDECREF(self->replaced);
+    Py_XDECREF(self->ids);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -232,6 +235,18 @@ static PyObject *batch_get_replaced(batch_object *self, void *closure)
     return Py_NewRef(self->replaced);
 }
 
+static PyObject *batch_get_ids(batch_object *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->ids);
+}
+
+static PyObject *batch_get_ticket(batch_object *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->ticket);
+}
+
 static PyObject *batch_get_owner(batch_object *self, void *closure)
 {
     (void)closure;
@@ -260,6 +275,12 @@ static PyGetSetDef batch_getset[] = {
      "(position, replacement id, exception) of samples that failed and "
      "were replaced (skip_errors=True).",
      NULL},
+    {"ids", (getter)batch_get_ids, NULL,
+     "The id of the sample at each position: those submitted, replacements "
+     "put in.",
+     NULL},
+    {"ticket", (getter)batch_get_ticket, NULL,
+     "The number submit() returned for this batch.", NULL},
     {"owner", (getter)batch_get_owner, NULL,
      "Device batches: the object the allocator returned for its buffer.", NULL},
     {"device", (getter)batch_get_device, NULL,
@@ -288,12 +309,28 @@ static PyType_Spec batch_spec = {
 };
 
 /* The report's lists as Python tuples into b. 0 or -1. */
+PyObject *rl__py_batch_ids(const rl_batch_report *rep)
+{
+    PyObject *t = PyTuple_New(rep->n);
+    for (int i = 0; t != NULL && i < rep->n; i++) {
+        PyObject *v = PyLong_FromLongLong(rep->ids[i]);
+        if (v == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
 static int batch_lists(rl_module_state *st, batch_object *b,
                        const rl_batch_report *rep)
 {
+    b->ticket = rep->ticket;
     b->fallback = PyTuple_New(rep->n_fallback);
     b->replaced = PyTuple_New(rep->n_replaced);
-    if (b->fallback == NULL || b->replaced == NULL) {
+    b->ids = rl__py_batch_ids(rep);
+    if (b->fallback == NULL || b->replaced == NULL || b->ids == NULL) {
         return -1;
     }
     for (int i = 0; i < rep->n_fallback; i++) {
@@ -313,6 +350,11 @@ static int batch_lists(rl_module_state *st, batch_object *b,
             return -1;
         }
         PyTuple_SET_ITEM(b->replaced, i, item);
+        /* The tuple is new and ours alone: safe to change. */
+        PyObject *id = PyLong_FromLongLong(r->id);
+        if (id == NULL || PyTuple_SetItem(b->ids, r->error.pos, id) != 0) {
+            return -1;
+        }
     }
     return 0;
 }
@@ -333,7 +375,7 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
     b->dev_ptr = (void *)dev_ptr;
     b->device = slot != NULL ? -1 : device;
     b->owner = slot != NULL ? NULL : Py_NewRef(owner);
-    b->fallback = b->replaced = NULL;
+    b->fallback = b->replaced = b->ids = NULL;
     b->dtype = dtype;
     b->ndim = 4;
     Py_ssize_t h = out_h, w = out_w;

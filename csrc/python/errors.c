@@ -100,3 +100,46 @@ PyObject *rl__py_sample_error(rl_module_state *st, const rl_sample_error *e)
     }
     return value;
 }
+
+/* Sets attribute `name` of exc to v (stolen); 0, or -1 with an exception. */
+static int set_stolen(PyObject *exc, const char *name, PyObject *v)
+{
+    int rc = v != NULL ? PyObject_SetAttrString(exc, name, v) : -1;
+    Py_XDECREF(v);
+    return rc;
+}
+
+PyObject *rl__py_raise_batch(rl_module_state *st, int status,
+                             const rl_batch_report *rep)
+{
+    if (rep->error.pos >= 0) {
+        PyObject *exc = rl__py_sample_error(st, &rep->error);
+        if (exc != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+    } else {
+        rl__py_raise(st, status, NULL, rep->error.msg);
+    }
+    /* Which batch failed, and what was decoded how before it did. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *fb = PyTuple_New(rep->n_fallback);
+    for (int i = 0; fb != NULL && i < rep->n_fallback; i++) {
+        PyTuple_SET_ITEM(fb, i, PyLong_FromLong(rep->fallback[i]));
+    }
+    if (value == NULL || rep->ids == NULL) {
+        Py_XDECREF(fb);
+    } else if (set_stolen(value, "fallback", fb) != 0 ||
+               set_stolen(value, "batch", rl__py_batch_ids(rep)) != 0 ||
+               set_stolen(value, "ticket",
+                          PyLong_FromUnsignedLongLong(rep->ticket)) != 0) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return NULL; /* the exception of setting an attribute */
+    }
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}

@@ -70,6 +70,16 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
  * reference), or NULL with an exception set. */
 PyObject *rl__py_sample_error(rl_module_state *st, const rl_sample_error *e);
 
+/*
+ * Raises the failure of a batch that rl_pipeline_next reported with
+ * `status`: the failed sample's exception (rl__py_sample_error) or the
+ * status's, with .fallback (positions decoded by a fallback before it
+ * failed), .batch (the ids the batch was submitted with) and .ticket (its
+ * submission number). Always returns NULL.
+ */
+PyObject *rl__py_raise_batch(rl_module_state *st, int status,
+                             const rl_batch_report *rep);
+
 /* ---- spec.c ---- */
 
 /*
@@ -144,13 +154,34 @@ int rl__py_batch_init(PyObject *module, rl_module_state *st);
 /*
  * A Batch for a handed-out host slot (stolen) or, with slot NULL, for a
  * device buffer at dev_ptr on CUDA device `device` owned by `owner`
- * (borrowed); with the report's fallback positions and replacements. New
- * reference, or NULL with an exception (the slot is then released).
+ * (borrowed); with the report's ticket, ids, fallback positions and
+ * replacements. New reference, or NULL with an exception (the slot is then
+ * released).
  */
 PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
                            uintptr_t dev_ptr, int device, PyObject *owner,
                            int n, int out_h, int out_w, rl_layout layout,
                            rl_dtype dtype, const rl_batch_report *rep);
+
+/* The ids a reported batch was submitted with, as a tuple of ints (new
+ * reference), or NULL with an exception set. */
+PyObject *rl__py_batch_ids(const rl_batch_report *rep);
+
+/* ---- owners.c ---- */
+
+/*
+ * Calls allocator(nbytes) for a batch's device buffer. Returns its
+ * (owner, pointer) pair (new reference) with *ptr the pointer, or NULL with
+ * an exception set (also for a NULL pointer). Keep the pair in a dict
+ * under the batch's ticket until its Batch is made.
+ */
+PyObject *rl__py_device_buffer(PyObject *allocator, size_t nbytes,
+                               uintptr_t *ptr);
+
+/* The pair kept in `owners` under `ticket`, removed from it (new
+ * reference); NULL when there is none (no exception set then) or with an
+ * exception set. */
+PyObject *rl__py_pop_owner(PyObject *owners, uint64_t ticket);
 
 /* ---- tools.c ---- */
 

@@ -7,11 +7,14 @@
  * keys. Waiting for a batch releases the GIL and wakes every 50 ms to run
  * Python's signal handlers, so Ctrl-C interrupts a wait promptly. With a
  * device, the allocator given at creation is called at submit, with the GIL
- * held, for the batch's device buffer; its owner objects wait in a FIFO
- * (batches come back in submission order) until next() puts each in its
- * Batch. close() from another thread while a call of ours runs with the
- * GIL released only marks the pipeline; the last such call to return
- * closes it.
+ * held, for the batch's device buffer; its owner waits in a dict under the
+ * batch's ticket until next() puts it in the Batch the core reports with
+ * that ticket. Nothing here is kept in step with the core by order alone:
+ * a batch names itself (ticket, ids), so an exception between two calls
+ * (Ctrl-C in a wait) can never pair one batch with another's owner or
+ * ids. close() from another thread while a call of ours runs with the GIL
+ * released only marks the pipeline; the last such call to return closes
+ * it.
  */
 #include "python/module.h"
 
@@ -26,7 +29,7 @@ typedef struct {
     bool close_pending;
     int device;          /* CUDA device of the device delivery, or -1 */
     PyObject *allocator; /* device: nbytes -> (owner, pointer) */
-    PyObject *owners;    /* device: a list, the FIFO of buffer owners */
+    PyObject *owners;    /* device: {ticket: (owner, pointer)} */
     PyObject *keep;      /* what C borrows: the fallback, memory buffers */
     rl_source *http;     /* the HTTP source (owned by p), or NULL */
     rl_decoder_def fallback_def;
@@ -106,7 +109,7 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->place.out_w = cfg.sample.transform.out_w;
     self->place.out_h = cfg.sample.transform.out_h;
     self->keep = PyList_New(0);
-    self->owners = PyList_New(0);
+    self->owners = PyDict_New();
     self->allocator = Py_NewRef(allocator);
     if (self->keep == NULL || self->owners == NULL) {
         Py_DECREF(self);
@@ -134,10 +137,10 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     }
     if (device >= 0) {
-        Py_BEGIN_ALLOW_THREADS cfg.deliver =
-            rl_deliver_cuda_create(device, copy_stream, msg);
-        Py_END_ALLOW_THREADS if (cfg.deliver == NULL)
-        {
+        Py_BEGIN_ALLOW_THREADS
+        cfg.deliver = rl_deliver_cuda_create(device, copy_stream, msg);
+        Py_END_ALLOW_THREADS
+        if (cfg.deliver == NULL) {
             rl_source_destroy(cfg.source);
             Py_DECREF(self);
             PyErr_SetString(PyExc_RuntimeError, msg);
@@ -152,9 +155,10 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     cfg.sample.limits.allow_truncated = allow_truncated != 0;
     cfg.skip_errors = skip_errors != 0;
     cfg.max_consecutive_errors = max_consecutive;
-    Py_BEGIN_ALLOW_THREADS self->p = rl_pipeline_create(&cfg, msg);
-    Py_END_ALLOW_THREADS if (self->p == NULL)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    self->p = rl_pipeline_create(&cfg, msg);
+    Py_END_ALLOW_THREADS
+    if (self->p == NULL) {
         Py_DECREF(self);
         PyErr_SetString(PyExc_ValueError, msg);
         return NULL;
@@ -167,11 +171,12 @@ static void pipeline_close_impl(pipeline_object *self)
     rl_pipeline *p = self->p;
     self->p = NULL;
     if (p != NULL) {
-        Py_BEGIN_ALLOW_THREADS rl_pipeline_destroy(p);
+        Py_BEGIN_ALLOW_THREADS
+        rl_pipeline_destroy(p);
         Py_END_ALLOW_THREADS
     }
     if (self->owners != NULL) {
-        PyList_SetSlice(self->owners, 0, PY_SSIZE_T_MAX, NULL);
+        PyDict_Clear(self->owners);
     }
 }
 
@@ -246,29 +251,7 @@ static int parse_ids(PyObject *ids, PyObject *keys, int64_t **out_ids,
     return 0;
 }
 
-/* Calls the allocator for a device buffer of nbytes; pushes its
- * (owner, pointer) on the FIFO. Returns the pointer, or 0 with an
- * exception set. */
-static uintptr_t device_buffer(pipeline_object *self, size_t nbytes)
-{
-    PyObject *r =
-        PyObject_CallFunction(self->allocator, "n", (Py_ssize_t)nbytes);
-    PyObject *owner;
-    unsigned long long ptr = 0;
-    if (r == NULL || !PyArg_ParseTuple(r, "OK", &owner, &ptr) ||
-        PyList_Append(self->owners, r) < 0) {
-        Py_XDECREF(r);
-        return 0;
-    }
-    Py_DECREF(r);
-    if (ptr == 0) {
-        PyErr_SetString(PyExc_ValueError, "the allocator returned NULL");
-        return 0;
-    }
-    return (uintptr_t)ptr;
-}
-
-/* submit(ids, keys, epoch): queue a batch. */
+/* submit(ids, keys, epoch) -> ticket: queue a batch. */
 static PyObject *pipeline_submit(pipeline_object *self, PyObject *args)
 {
     PyObject *ids, *keys;
@@ -279,51 +262,44 @@ static PyObject *pipeline_submit(pipeline_object *self, PyObject *args)
     }
     int64_t *cids = NULL, *ckeys = NULL;
     Py_ssize_t n = 0;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *owner = NULL, *ticket_obj = NULL;
     uintptr_t dst = 0;
     if (parse_ids(ids, keys, &cids, &ckeys, &n) != 0) {
         goto out_free;
     }
     if (self->device >= 0) {
-        dst =
-            device_buffer(self, rl_pipeline_sample_bytes(self->p) * (size_t)n);
-        if (dst == 0) {
+        size_t nbytes = rl_pipeline_sample_bytes(self->p) * (size_t)n;
+        if ((owner = rl__py_device_buffer(self->allocator, nbytes, &dst)) ==
+            NULL) {
             goto out_free;
         }
     }
     int rc;
+    uint64_t ticket = 0;
     rl_pipeline *p = self->p;
     busy_enter(self);
-    Py_BEGIN_ALLOW_THREADS rc =
-        rl_pipeline_submit(p, cids, ckeys, (int)n, epoch, (void *)dst);
-    Py_END_ALLOW_THREADS busy_leave(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc =
+        rl_pipeline_submit(p, cids, ckeys, (int)n, epoch, (void *)dst, &ticket);
+    Py_END_ALLOW_THREADS
+    busy_leave(self);
     if (rc != 0) {
-        if (dst != 0) { /* the batch never entered the FIFO */
-            Py_ssize_t last = PyList_GET_SIZE(self->owners) - 1;
-            PyList_SetSlice(self->owners, last, last + 1, NULL);
-        }
         rl__py_raise(rl__py_state_of(Py_TYPE(self)), rc, NULL,
                      rc == -EINVAL ? "a sample id is out of range"
                                    : "cannot submit the batch");
         goto out_free;
     }
-    result = Py_NewRef(Py_None);
+    ticket_obj = PyLong_FromUnsignedLongLong(ticket);
+    if (ticket_obj != NULL && owner != NULL && self->owners != NULL &&
+        PyDict_SetItem(self->owners, ticket_obj, owner) < 0) {
+        Py_CLEAR(ticket_obj); /* next() will find no owner: it raises */
+    }
+    result = ticket_obj;
 out_free:
+    Py_XDECREF(owner);
     free(cids);
     free(ckeys);
     return result;
-}
-
-/* The (owner, pointer) of the oldest device buffer, popped (new
- * reference), or None on the host. */
-static PyObject *pop_owner(pipeline_object *self)
-{
-    if (self->device < 0 || PyList_GET_SIZE(self->owners) == 0) {
-        return Py_NewRef(Py_None);
-    }
-    PyObject *o = Py_NewRef(PyList_GET_ITEM(self->owners, 0));
-    PyList_SetSlice(self->owners, 0, 1, NULL);
-    return o;
 }
 
 /* Waits for the next batch in 50 ms steps, running signal handlers. */
@@ -335,10 +311,10 @@ static int wait_next(pipeline_object *self, double limit, uintptr_t consumer,
         rl_pipeline *p = self->p;
         int rc;
         busy_enter(self);
-        Py_BEGIN_ALLOW_THREADS rc =
-            rl_pipeline_next(p, 50, consumer, slot, rep);
-        Py_END_ALLOW_THREADS busy_leave(
-            self); /* a batch taken stays valid if this closes */
+        Py_BEGIN_ALLOW_THREADS
+        rc = rl_pipeline_next(p, 50, consumer, slot, rep);
+        Py_END_ALLOW_THREADS
+        busy_leave(self); /* a batch taken stays valid if this closes */
         if (rc != RL_ETIMEDOUT) {
             return rc;
         }
@@ -390,25 +366,15 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
         result = Py_NewRef(Py_None);
         goto out_free;
     }
-    PyObject *owner = pop_owner(self);
-    if (rc != 0) {
-        Py_DECREF(owner);
-        if (rep->error.pos >= 0) {
-            /* The failed sample's exception, with the batch's fallback
-             * positions (what was decoded how before it failed). */
-            PyObject *exc = rl__py_sample_error(st, &rep->error);
-            PyObject *fb = exc ? PyTuple_New(rep->n_fallback) : NULL;
-            for (int i = 0; fb != NULL && i < rep->n_fallback; i++) {
-                PyTuple_SET_ITEM(fb, i, PyLong_FromLong(rep->fallback[i]));
-            }
-            if (fb != NULL &&
-                PyObject_SetAttrString(exc, "fallback", fb) == 0) {
-                PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-            }
-            Py_XDECREF(fb);
-            Py_XDECREF(exc);
-        } else {
-            rl__py_raise(st, rc, NULL, rep->error.msg);
+    PyObject *owner = self->device < 0
+                          ? Py_NewRef(Py_None)
+                          : rl__py_pop_owner(self->owners, rep->ticket);
+    if (rc != 0 || owner == NULL) {
+        Py_XDECREF(owner);
+        if (rc != 0) {
+            rl__py_raise_batch(st, rc, rep);
+        } else if (!PyErr_Occurred()) { /* closed (owners dropped) */
+            rl__py_raise(st, RL_ECLOSED, NULL, "");
         }
         goto out_free;
     }
@@ -438,9 +404,11 @@ static PyObject *pipeline_cancel(pipeline_object *self, PyObject *unused)
     if (self->p != NULL) {
         rl_pipeline *p = self->p;
         busy_enter(self);
-        Py_BEGIN_ALLOW_THREADS rl_pipeline_cancel(p);
-        Py_END_ALLOW_THREADS busy_leave(self);
-        PyList_SetSlice(self->owners, 0, PY_SSIZE_T_MAX, NULL);
+        Py_BEGIN_ALLOW_THREADS
+        rl_pipeline_cancel(p);
+        Py_END_ALLOW_THREADS
+        busy_leave(self);
+        PyDict_Clear(self->owners);
     }
     Py_RETURN_NONE;
 }
@@ -538,7 +506,9 @@ static PyObject *pipeline_set_urls(pipeline_object *self, PyObject *urls)
 
 static PyMethodDef pipeline_methods[] = {
     {"submit", (PyCFunction)pipeline_submit, METH_VARARGS,
-     "submit(ids, keys, epoch): queue a batch of samples of the table."},
+     "submit(ids, keys, epoch) -> ticket: queue a batch of samples of the "
+     "table; its Batch (or the exception of its failure) carries the "
+     "ticket."},
     {"next", (PyCFunction)(void (*)(void))pipeline_next,
      METH_VARARGS | METH_KEYWORDS,
      "next(timeout=None, consumer_stream=0) -> Batch | None: the oldest "

@@ -83,10 +83,10 @@ rl_source *rl__py_file_source(PyObject *paths, PyObject *offsets,
             }
         }
     }
-    Py_BEGIN_ALLOW_THREADS src =
-        rl_file_source_create(cpaths, offs, lens, n, opt, msg);
-    Py_END_ALLOW_THREADS if (src == NULL)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    src = rl_file_source_create(cpaths, offs, lens, n, opt, msg);
+    Py_END_ALLOW_THREADS
+    if (src == NULL) {
         PyErr_SetString(PyExc_MemoryError, msg);
     }
 out_free:
@@ -325,10 +325,11 @@ rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
             }
         }
     }
-    Py_BEGIN_ALLOW_THREADS src = rl_http_source_create(
-        cnames, curls, nobj, obj, offs, lens, n, &opt, msg);
-    Py_END_ALLOW_THREADS if (src == NULL)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    src = rl_http_source_create(cnames, curls, nobj, obj, offs, lens, n, &opt,
+                                msg);
+    Py_END_ALLOW_THREADS
+    if (src == NULL) {
         PyErr_SetString(PyExc_ValueError, msg);
     }
 out:

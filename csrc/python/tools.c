@@ -40,9 +40,11 @@ static PyObject *py_decode(PyObject *module, PyObject *args, PyObject *kw)
     uint8_t *out = NULL;
     int w = 0, h = 0, rc;
     char msg[RL_MSG_MAX];
-    Py_BEGIN_ALLOW_THREADS rc = rl_sample_decode_full(
-        view.buf, (size_t)view.len, &lim, &out, &w, &h, msg);
-    Py_END_ALLOW_THREADS PyBuffer_Release(&view);
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_sample_decode_full(view.buf, (size_t)view.len, &lim, &out, &w, &h,
+                               msg);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
     if (rc != 0) {
         return rl__py_raise(st, rc, NULL, msg);
     }
@@ -113,9 +115,10 @@ static PyObject *py_io_probe(PyObject *module, PyObject *unused)
     (void)unused;
     char why[RL_MSG_MAX];
     bool ok;
-    Py_BEGIN_ALLOW_THREADS ok = rl_io_uring_probe(why);
-    Py_END_ALLOW_THREADS return Py_BuildValue("Os", ok ? Py_True : Py_False,
-                                              why);
+    Py_BEGIN_ALLOW_THREADS
+    ok = rl_io_uring_probe(why);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("Os", ok ? Py_True : Py_False, why);
 }
 
 /* http_library() -> libcurl's version line (TLS, HTTP/2 libraries) */
@@ -134,12 +137,14 @@ static PyObject *py_cuda_probe(PyObject *module, PyObject *unused)
     char msg[RL_MSG_MAX];
     const char *path = NULL;
     int n = 0, rc;
-    Py_BEGIN_ALLOW_THREADS rc = rl_cuda_load(msg, &path);
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_cuda_load(msg, &path);
     if (rc == 0) {
         rc = rl_cuda_device_count(&n, msg);
     }
-    Py_END_ALLOW_THREADS return Py_BuildValue(
-        "Ossi", rc == 0 ? Py_True : Py_False, msg, path ? path : "", n);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("Ossi", rc == 0 ? Py_True : Py_False, msg,
+                         path ? path : "", n);
 }
 
 /* resample_simd(cap=None) -> the resampler's SIMD level ("c", "sse2",
@@ -259,10 +264,11 @@ static PyObject *py_augment(PyObject *module, PyObject *args)
     double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
     char msg[RL_MSG_MAX] = "";
     int rc;
-    Py_BEGIN_ALLOW_THREADS rl_augment_draw(&a, seed, epoch, key, w, h, params);
+    Py_BEGIN_ALLOW_THREADS
+    rl_augment_draw(&a, seed, epoch, key, w, h, params);
     rc = rl_augment_run(&a, params, &img, msg);
-    Py_END_ALLOW_THREADS if (rc != 0)
-    {
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
         Py_DECREF(out);
         return rl__py_raise(PyModule_GetState(module), rc, NULL, msg);
     }

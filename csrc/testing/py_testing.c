@@ -115,10 +115,10 @@ static PyObject *py_cuda_stream_sync(PyObject *module, PyObject *args)
         return NULL;
     }
     char msg[RL_MSG_MAX];
-    Py_BEGIN_ALLOW_THREADS rc =
-        rl_cuda_stream_sync(device, (uintptr_t)stream, msg);
-    Py_END_ALLOW_THREADS if (rc != 0)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_cuda_stream_sync(device, (uintptr_t)stream, msg);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
         return rl__py_raise(PyModule_GetState(module), rc, NULL, msg);
     }
     Py_RETURN_NONE;
@@ -181,12 +181,13 @@ static PyObject *py_read_bench(PyObject *module, PyObject *args, PyObject *kw)
     uint64_t bytes = 0;
     double seconds = 0;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = rl_iobench_read(
-        be, threads, batch, direct != 0, cpaths,
-        offsets != Py_None ? offs : NULL, offsets != Py_None ? lens : NULL,
-        (int)n, &bytes, &seconds);
-    Py_END_ALLOW_THREADS if (rc != 0)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_iobench_read(be, threads, batch, direct != 0, cpaths,
+                         offsets != Py_None ? offs : NULL,
+                         offsets != Py_None ? lens : NULL, (int)n, &bytes,
+                         &seconds);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
         rl__py_raise(PyModule_GetState(module), rc, NULL, "read failed");
         goto out;
     }

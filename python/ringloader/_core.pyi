@@ -175,6 +175,15 @@ class Batch:
         have raised for the sample, with .index set."""
 
     @property
+    def ids(self) -> Tuple[int, ...]:
+        """The id of the sample at each position: the ids the batch was
+        submitted with, replacements put in."""
+
+    @property
+    def ticket(self) -> int:
+        """The number submit() returned for this batch."""
+
+    @property
     def owner(self) -> Any:
         """Device batches: the owner object the allocator returned; None on
         the host."""
@@ -234,10 +243,11 @@ class Pipeline:
         # the cache: neighbouring members fetched in one GET up to this)}
         http: Optional[Dict[str, Any]] = ...,
     ) -> Pipeline: ...
-    def submit(self, ids: Sequence[int], keys: Sequence[int], epoch: int, /) -> None:
+    def submit(self, ids: Sequence[int], keys: Sequence[int], epoch: int, /) -> int:
         """Queue a batch of the table's samples ids, each with the key of its
-        randomness. With a device, the allocator is called for the batch's
-        buffer."""
+        randomness; returns its ticket (1, 2, ... in submission order), which
+        its Batch, or the exception of its failure, carries. With a device,
+        the allocator is called for the batch's buffer."""
 
     def next(
         self, timeout: Optional[float] = ..., *, consumer_stream: int = ...
@@ -245,8 +255,10 @@ class Pipeline:
         """The oldest batch, in order, or None when no batch is in flight.
         With a device, consumer_stream (a cudaStream_t handle) is made to
         wait for the batch's copy. Raises the first failed sample's
-        DecodeError or OSError (with .index), TimeoutError after timeout
-        seconds."""
+        DecodeError or OSError (with .index, and the failed batch's .batch:
+        its ids, .ticket and .fallback), TimeoutError after timeout seconds,
+        RuntimeError once closed (also by close() from another thread
+        during the wait)."""
 
     def set_urls(self, urls: Sequence[str], /) -> None:
         """New fetch URLs of an HTTP source's objects (same order and count

@@ -9,6 +9,10 @@ core's skip policy replaced (``on_error="skip"``).
 
 A Pipeline belongs to one process (the threads do not survive ``fork``)
 and runs one epoch at a time; batches come back in the order submitted.
+What is in flight is known to the C core alone: each batch it hands back
+(or the exception of its failure) carries the ids it was submitted with,
+so no bookkeeping here can drift from the core's when an exception (a
+Ctrl-C in the wait) falls between two calls.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ import tempfile
 import threading
 import time
 import weakref
-from collections import deque
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 import torch
@@ -146,8 +149,6 @@ class Pipeline:
         self.src = src
         self._gpu = gpu
         self._carried = dict(carried or {})
-        # The dataset indices of each batch in flight.
-        self._inflight: deque = deque()
         reason = self._c.io_reason
         if self._c.io_backend == "pread" and reason not in _announced_io:
             _announced_io.add(reason)
@@ -169,8 +170,8 @@ class Pipeline:
 
     @property
     def pending(self) -> int:
-        """Batches submitted and not taken yet."""
-        return len(self._inflight)
+        """Batches submitted and not taken yet (the C core's count)."""
+        return self._c.inflight
 
     @property
     def io_backend(self) -> str:
@@ -255,37 +256,29 @@ class Pipeline:
         if self._refresh_at is not None and not self._c.closed:
             self._refresh_urls()
         self._c.submit(idx, keys, epoch)
-        self._inflight.append(idx)
 
     def take(self) -> Taken:
         """The oldest batch submitted, once decoded (blocks, GIL released).
-        Raises DecodeError or OSError (with ``.index``) for a sample that
-        failed and was not replaced, and RuntimeError once closed; the batch
-        is then dropped."""
-        idx = self._inflight.popleft()
+        Raises DecodeError or OSError (with ``.index``, and ``.batch``: the
+        ids of its batch) for a sample that failed and was not replaced,
+        and RuntimeError once closed; the batch is then dropped. Its ids
+        are the ones the core reports with it, never a copy kept here."""
         consumer = self._gpu.consumer_stream() if self._gpu is not None else 0
-        try:
-            batch = self._c.next(consumer_stream=consumer)
-        except (_core.DecodeError, OSError) as e:
-            e.batch = idx  # type: ignore[attr-defined]  # with e.fallback
-            raise
+        batch = self._c.next(consumer_stream=consumer)
+        if batch is None:
+            raise RuntimeError("the loader is closed")  # nothing in flight
         if self._gpu is None:
             raw = torch.from_dlpack(batch)
         else:
             raw = self._gpu.tensor(batch)
-        idx = list(idx)
-        replaced = []
-        for pos, j, error in batch.replaced:
-            idx[pos] = j
-            replaced.append((pos, error))
-        return Taken(idx, raw, batch.fallback, replaced)
+        replaced = [(pos, error) for pos, _, error in batch.replaced]
+        return Taken(list(batch.ids), raw, batch.fallback, replaced)
 
     # ---- lifecycle ----
 
     def cancel(self) -> None:
         """Drop every batch in flight."""
         self._c.cancel()
-        self._inflight.clear()
 
     def close(self) -> None:
         """Stop and join the threads; idempotent. The counters are kept

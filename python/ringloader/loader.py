@@ -347,6 +347,8 @@ class Loader:
                     if idx:
                         pipe.submit(idx, keys.draw(idx), epoch)
                 if not pipe.pending:
+                    if pipe.closed:  # by close() from another thread
+                        raise RuntimeError("the loader is closed")
                     self._position.finished = True
                     return
                 try:
@@ -401,12 +403,9 @@ class Loader:
         its next batch."""
         active = self._active() if self._active else None
         if active is not None:
-            try:
-                active.close()
-            except ValueError:
-                # Iterating in another thread right now: closing the
-                # pipeline below makes its next batch raise instead.
-                pass
+            # Iterated in another thread right now, it is only marked:
+            # closing the pipeline below ends that thread's wait.
+            active.close()
         if self._pipe is not None and self._pipe.owned():
             self._pipe.close()
         self._pipe = None

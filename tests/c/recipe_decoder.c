@@ -167,7 +167,7 @@ int test_decoder(void)
     rl_pipeline *jp = rl_pipeline_create(&cfg, msg);
     CHECK(jp != NULL);
     int64_t jpeg_ids[3] = {0, 2, 5};
-    CHECK_EQ(rl_pipeline_submit(jp, jpeg_ids, jpeg_ids, 3, 0, NULL), 0);
+    CHECK_EQ(rl_pipeline_submit(jp, jpeg_ids, jpeg_ids, 3, 0, NULL, NULL), 0);
     rl_slot *js;
     rl_batch_report rep;
     CHECK_EQ(rl_pipeline_next(jp, -1, 0, &js, &rep), 0);
@@ -175,7 +175,7 @@ int test_decoder(void)
     rl_batch_report_free(&rep);
     /* Without the decoder, SOLID bytes are nobody's. */
     int64_t one = 1;
-    CHECK_EQ(rl_pipeline_submit(jp, &one, &one, 1, 0, NULL), 0);
+    CHECK_EQ(rl_pipeline_submit(jp, &one, &one, 1, 0, NULL, NULL), 0);
     rl_slot *s;
     CHECK_EQ(rl_pipeline_next(jp, -1, 0, &s, &rep), RL_EFORMAT);
     CHECK(strcmp(rep.error.where, "mix1") == 0);
@@ -188,7 +188,7 @@ int test_decoder(void)
         rl_pipeline *p = rl_pipeline_create(&cfg, msg);
         CHECK(p != NULL);
         int64_t ids[6] = {0, 1, 2, 3, 4, 5};
-        CHECK_EQ(rl_pipeline_submit(p, ids, ids, 6, 0, NULL), 0);
+        CHECK_EQ(rl_pipeline_submit(p, ids, ids, 6, 0, NULL, NULL), 0);
         CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
         /* The fallback positions name the SOLID samples, in order. */
         CHECK_EQ(rep.n_fallback, 3);
@@ -225,18 +225,18 @@ int test_decoder(void)
 
         /* The decoder's own failures reach the report with its message. */
         int64_t bad[3] = {0, 6, 2};
-        CHECK_EQ(rl_pipeline_submit(p, bad, bad, 3, 0, NULL), 0);
+        CHECK_EQ(rl_pipeline_submit(p, bad, bad, 3, 0, NULL, NULL), 0);
         CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), RL_EDECODE);
         CHECK_EQ(rep.error.pos, 1);
         CHECK(strcmp(rep.error.where, "mix6") == 0);
         CHECK(strncmp(rep.error.msg, "SOLID: ", 7) == 0);
         rl_batch_report_free(&rep);
         int64_t big = 7, nobody = 8;
-        CHECK_EQ(rl_pipeline_submit(p, &big, &big, 1, 0, NULL), 0);
+        CHECK_EQ(rl_pipeline_submit(p, &big, &big, 1, 0, NULL, NULL), 0);
         CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), RL_ETOOBIG);
         CHECK(strstr(rep.error.msg, "pixel limit") != NULL);
         rl_batch_report_free(&rep);
-        CHECK_EQ(rl_pipeline_submit(p, &nobody, &nobody, 1, 0, NULL), 0);
+        CHECK_EQ(rl_pipeline_submit(p, &nobody, &nobody, 1, 0, NULL, NULL), 0);
         CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), RL_EFORMAT);
         rl_batch_report_free(&rep);
 

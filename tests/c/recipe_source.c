@@ -151,9 +151,9 @@ int test_source(void)
             /* Batches of 5, 5 and 2, all in flight together. */
             for (int first = 0; first < NJPEG; first += 5) {
                 int n = NJPEG - first < 5 ? NJPEG - first : 5;
-                CHECK_EQ(
-                    rl_pipeline_submit(p, ids + first, ids + first, n, 1, NULL),
-                    0);
+                CHECK_EQ(rl_pipeline_submit(p, ids + first, ids + first, n, 1,
+                                            NULL, NULL),
+                         0);
             }
             memset(got, 0xAB, sizeof(got));
             for (int off = 0; off < NJPEG;) {
@@ -170,7 +170,7 @@ int test_source(void)
 
             /* A read that fails names the source's own where and msg. */
             int64_t bad[3] = {0, TOY_FAIL_ID, 2};
-            CHECK_EQ(rl_pipeline_submit(p, bad, bad, 3, 1, NULL), 0);
+            CHECK_EQ(rl_pipeline_submit(p, bad, bad, 3, 1, NULL, NULL), 0);
             rl_slot *s;
             rl_batch_report rep;
             CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), -EIO);

@@ -151,7 +151,7 @@ static void run_epoch(rl_pipeline *p, int bs, int64_t epoch, uint8_t *out)
             for (int k = 0; k < n; k++) {
                 ids[k] = submitted + k; /* keys: the ids themselves */
             }
-            CHECK_EQ(rl_pipeline_submit(p, ids, ids, n, epoch, NULL), 0);
+            CHECK_EQ(rl_pipeline_submit(p, ids, ids, n, epoch, NULL, NULL), 0);
             submitted += n;
         }
         CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
@@ -189,7 +189,7 @@ static void check_skip(rl_io_backend io, const char *bad, uint8_t *ref)
     size_t sb = rl_pipeline_sample_bytes(p);
 
     int64_t ids[3] = {0, 1, 4};
-    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 3, 0, NULL), 0);
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 3, 0, NULL, NULL), 0);
     rl_slot *s;
     rl_batch_report rep;
     CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
@@ -212,7 +212,7 @@ static void check_skip(rl_io_backend io, const char *bad, uint8_t *ref)
 
     /* The last sample of the table is replaced by the first. */
     ids[0] = 5;
-    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL), 0);
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL, NULL), 0);
     CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
     CHECK_EQ(rep.n_replaced, 1);
     CHECK_EQ(rep.replaced[0].id, 0);
@@ -238,7 +238,7 @@ static void check_skip(rl_io_backend io, const char *bad, uint8_t *ref)
     cfg.max_consecutive_errors = 2;
     p = rl_pipeline_create(&cfg, msg);
     CHECK(p != NULL);
-    CHECK_EQ(rl_pipeline_submit(p, ids + 1, ids + 1, 1, 0, NULL), 0);
+    CHECK_EQ(rl_pipeline_submit(p, ids + 1, ids + 1, 1, 0, NULL, NULL), 0);
     CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), -ENOENT);
     CHECK(s == NULL);
     CHECK_EQ(rep.error.status, -ENOENT);
@@ -304,41 +304,57 @@ int main(void)
     rl_pipeline *p = rl_pipeline_create(&cfg, msg);
     CHECK(p != NULL);
     int64_t ids[3] = {0, 1, 2};
-    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 3, 0, NULL), 0);
-    CHECK_EQ(rl_pipeline_submit(p, ids + 2, ids + 2, 1, 0, NULL), 0);
+    uint64_t t1 = 0, t2 = 0;
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 3, 0, NULL, &t1), 0);
+    CHECK_EQ(rl_pipeline_submit(p, ids + 2, ids + 2, 1, 0, NULL, &t2), 0);
+    CHECK(t1 == 1 && t2 == 2);
     rl_slot *s;
     rl_batch_report rep;
     CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), -ENOENT);
     CHECK(strcmp(rep.error.where, "/nonexistent.jpg") == 0);
     CHECK_EQ(rep.error.pos, 1);
     CHECK_EQ(rep.error.id, 1);
+    /* A failed batch still says which it was. */
+    CHECK(rep.ticket == t1 && rep.n == 3 && rep.ids != NULL);
+    CHECK(rep.ids[0] == 0 && rep.ids[1] == 1 && rep.ids[2] == 2);
     rl_batch_report_free(&rep);
+    CHECK(rep.ids == NULL);
     CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), RL_EDECODE);
     CHECK(strcmp(rep.error.where, bad) == 0);
     CHECK(rep.error.msg[0] != '\0');
+    CHECK(rep.ticket == t2 && rep.n == 1 && rep.ids[0] == 2);
     rl_batch_report_free(&rep);
 
     /* Ids outside the table, and a dst without a device, are refused. */
     int64_t out_of_range = 3;
-    CHECK_EQ(rl_pipeline_submit(p, &out_of_range, ids, 1, 0, NULL), -EINVAL);
-    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, got), -EINVAL);
+    CHECK_EQ(rl_pipeline_submit(p, &out_of_range, ids, 1, 0, NULL, NULL),
+             -EINVAL);
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, got, NULL), -EINVAL);
 
     /* Cancel with many batches in flight, then keep going. */
     for (int i = 0; i < 20; i++) {
-        CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL), 0);
+        CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL, NULL), 0);
     }
     rl_pipeline_cancel(p);
     CHECK_EQ(rl_pipeline_inflight(p), 0);
     CHECK_EQ(rl_pipeline_next(p, 0, 0, &s, &rep), RL_ECLOSED);
-    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL), 0);
+    /* The next batch is the one submitted after the cancel, known by its
+     * ticket (the 20 cancelled ones had 3 to 22). */
+    CHECK_EQ(rl_pipeline_submit(p, ids + 2, ids, 1, 0, NULL, &t1), 0);
+    CHECK(t1 == 23);
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL, NULL), 0);
+    CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), RL_EDECODE);
+    CHECK(rep.ticket == t1 && rep.ids[0] == 2);
+    rl_batch_report_free(&rep);
     CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
+    CHECK(rep.ticket == t1 + 1 && rep.ids[0] == 0);
     rl_batch_report_free(&rep);
 
     /* A slot held past destroy stays valid and is freed on release. */
     rl_slot_retain(s);
     rl_slot_release(s);
     for (int i = 0; i < 5; i++) {
-        CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL), 0);
+        CHECK_EQ(rl_pipeline_submit(p, ids, ids, 1, 0, NULL, NULL), 0);
     }
     rl_pipeline_destroy(p); /* with 5 batches in flight */
     memset(rl_slot_data(s), 1, 32 * 40 * 3);

@@ -115,7 +115,7 @@ void run_all(const rl_pipeline_config *cfg, int n, int bs, int64_t epoch,
         for (int k = 0; k < m; k++) {
             ids[k] = first + k;
         }
-        CHECK_EQ(rl_pipeline_submit(p, ids, ids, m, epoch, NULL), 0);
+        CHECK_EQ(rl_pipeline_submit(p, ids, ids, m, epoch, NULL, NULL), 0);
     }
     for (int got = 0; got < n;) {
         rl_slot *s;

@@ -4,15 +4,45 @@
  * A stream is a pure function of (seed, epoch, key, stream): no state is
  * shared between threads or samples, so draws do not depend on thread count
  * or completion order, and resuming mid-epoch replays them exactly. The key
- * is the sample's dataset index the first time it comes in an epoch (the
- * Python side adds an occurrence count for repeats above bit 40; the core's
- * skip policy keys a replacement with bit 62 set and its attempt number in
- * bits 54..61 above the original key, see core/jobs.c).
+ * is the sample's dataset index the first time it comes in an epoch; the
+ * layout of its bits is below, written once here and exported to Python
+ * (python/module.c), whose ringloader/_epoch.py makes the keys.
  */
 #ifndef RL_RNG_H
 #define RL_RNG_H
 
 #include "rl.h"
+
+/* The bits of a sample's key (int64, never negative):
+ *   0..39   the dataset index (Python's side);
+ *   40..53  how many times the sample came before in the epoch (Python's
+ *           side: repeats by a sampler with replacement, repeated
+ *           augmentation); without the skip policy, which makes no
+ *           replacement keys, a repeat count may also use bits 54..61;
+ *   54..61  the attempt (1..255) of a replacement (core/jobs.c);
+ *   62      set in the key of a replacement only.
+ * So no two draws of an epoch share a key as long as an epoch draws one
+ * sample at most 2^14 times (2^22 without the skip policy) and the skip
+ * policy tries at most RL_MAX_CONSECUTIVE_ERRORS samples in a row: both
+ * are checked where they are set (python/ringloader/_epoch.py,
+ * core/pipeline.c). These values are what every key drawn so far used:
+ * changing them changes the randomness of saved runs. */
+#define RL_KEY_OCCURRENCE_SHIFT 40
+#define RL_KEY_ATTEMPT_SHIFT 54
+#define RL_KEY_ATTEMPT_BITS 8
+#define RL_KEY_REPLACEMENT_BIT 62
+/* The original sample counts as the first of the errors in a row, so the
+ * attempts are 1 .. max_consecutive_errors - 1. */
+#define RL_MAX_CONSECUTIVE_ERRORS (1 << RL_KEY_ATTEMPT_BITS)
+
+/* The key of attempt `attempt` (1 .. RL_MAX_CONSECUTIVE_ERRORS - 1) to
+ * replace the sample of key `key` (below 2^RL_KEY_ATTEMPT_SHIFT). */
+static inline int64_t rl_key_replacement(int64_t key, int attempt)
+{
+    uint64_t low = (uint64_t)key & (((uint64_t)1 << RL_KEY_ATTEMPT_SHIFT) - 1);
+    return (int64_t)(((uint64_t)1 << RL_KEY_REPLACEMENT_BIT) |
+                     ((uint64_t)attempt << RL_KEY_ATTEMPT_SHIFT) | low);
+}
 
 /* Each stage that draws has a stream of its own (the first counter word),
  * so one stage's draws never shift another's. */

@@ -177,6 +177,83 @@ def test_bad_arguments():
         ringloader.Loader(Indexed([]), max_consecutive_errors=0)
 
 
+def test_consecutive_failure_limit_is_what_replacement_keys_hold(tmp_path):
+    # A replacement's random key holds its attempt in 8 bits (csrc/rng.h):
+    # a larger limit would give attempt 257 the key of attempt 1 (the same
+    # crop of the same file, seen before the bound), or overflow from 513.
+    bound = ringloader._core.MAX_CONSECUTIVE_ERRORS
+    assert bound == 256
+    with pytest.raises(ValueError, match=r"max_consecutive_errors must be 1\.\.256"):
+        ringloader.Loader(
+            Indexed([]), transform=TRAIN, max_consecutive_errors=bound + 1
+        )
+    # Up to the bound every attempt has a key of its own: the same file
+    # replacing sample 0 at attempt 1 and at attempt 255 is cropped apart.
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg" * 3)
+    good = tmp_path / "good.jpg"
+    good.write_bytes(jpeg_bytes("baseline", 120, 160, seed=4))
+    images = []
+    for n_bad in (1, bound - 1):
+        paths = [str(bad)] * n_bad + [str(good)]
+        loader = ringloader.Loader(
+            Indexed(paths),
+            batch_size=1,
+            sampler=[0],
+            transform=TRAIN,
+            on_error="skip",
+            max_consecutive_errors=bound,
+        )
+        x, y = epoch(loader)
+        assert y.tolist() == [n_bad] and loader.stats()["skipped"] == 1
+        images.append(x)
+    assert not torch.equal(images[0], images[1])
+
+
+def test_repeats_beyond_what_keys_hold_raise(tmp_path):
+    # With on_error="skip" a replacement keeps a key's low 54 bits, so a
+    # sample's repeats in an epoch are counted in 14 bits (bits 40..53):
+    # its 16,385th draw would share its replacement's key with the first
+    # (before the bound: identical crops at positions 0 and 16,384).
+    limit = 1 << (
+        ringloader._core.KEY_ATTEMPT_SHIFT - ringloader._core.KEY_OCCURRENCE_SHIFT
+    )
+    assert limit == 16384
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg" * 3)
+    good = tmp_path / "good.jpg"
+    good.write_bytes(jpeg_bytes("baseline", 40, 48, seed=4))
+    loader = ringloader.Loader(
+        Indexed([str(bad), str(good)]),
+        batch_size=limit + 1,
+        sampler=[0] * (limit + 1),
+        transform=T.Compose([T.RandomResizedCrop(8)]),
+        on_error="skip",
+    )
+    with pytest.raises(ValueError, match="sample 0 comes more than 16,384 times"):
+        epoch(loader)
+
+
+def test_keys_of_repeats():
+    from ringloader._epoch import MAX_DRAWS, Keys, index_of
+
+    shift = ringloader._core.KEY_OCCURRENCE_SHIFT
+    # Unchanged for every key in use: index, then the repeat count at bit 40.
+    assert Keys().draw([7, 3, 7, 7]) == [7, 3, 7 + (1 << shift), 7 + (2 << shift)]
+    assert index_of(5 + (9 << shift)) == 5
+    for skip in (False, True):
+        keys = Keys(skip)
+        keys.seen[7] = MAX_DRAWS[skip] - 1
+        last = keys.draw([7])[0]
+        assert last < 1 << (
+            ringloader._core.KEY_ATTEMPT_SHIFT
+            if skip
+            else ringloader._core.KEY_REPLACEMENT_BIT
+        )
+        with pytest.raises(ValueError, match="sample 7 comes more than"):
+            keys.draw([7])
+
+
 def test_truncated_allowed_is_counted_and_announced(tmp_path):
     good = jpeg_bytes("baseline", 120, 160, seed=5)
     paths = []

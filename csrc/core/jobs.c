@@ -12,9 +12,8 @@
  *
  * The skip policy runs in the job that failed, on its worker: it reads and
  * decodes the next ids of the source's table itself (read_one), into the
- * same place, with a key of its own (rng.h: bit 62 marks a replacement, the
- * attempt number sits above the original key), so the outcome depends on
- * the data only, never on timing or thread count.
+ * same place, with a key of its own (rng.h's rl_key_replacement), so the
+ * outcome depends on the data only, never on timing or thread count.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,11 +23,7 @@
 #include <time.h>
 
 #include "core/ring.h"
-
-/* Keys of replacements: the original key below bit 54, the attempt (1..)
- * in bits 54..61, bit 62 set. Original keys are below 2^54. */
-#define REPLACEMENT_BIT ((int64_t)1 << 62)
-#define ATTEMPT_SHIFT 54
+#include "rng.h"
 
 uint64_t rl__now_ns(void)
 {
@@ -152,8 +147,7 @@ static void replace(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx,
         rl_fetch f;
         memset(&f, 0, sizeof(f));
         f.id = (j->fetch.id + k) % count;
-        int64_t key = REPLACEMENT_BIT | ((int64_t)k << ATTEMPT_SHIFT) |
-                      (j->key & (((int64_t)1 << ATTEMPT_SHIFT) - 1));
+        int64_t key = rl_key_replacement(j->key, k);
         char keep[RL_MSG_MAX];
         memcpy(keep, j->msg, sizeof(keep));
         int status = load(p, j, ctx, &f, true, key, dst);

@@ -19,6 +19,7 @@
 
 #include "core/plan.h"
 #include "core/ring.h"
+#include "rng.h"
 
 static void fail_msg(char *msg, const char *what, int value)
 {
@@ -40,9 +41,13 @@ static bool config_ok(const rl_pipeline_config *cfg, char *msg)
         snprintf(msg, RL_MSG_MAX, "a pipeline needs a source");
         return false;
     }
-    if (cfg->skip_errors && cfg->max_consecutive_errors < 1) {
-        fail_msg(msg, "max_consecutive_errors must be >= 1, not %d",
-                 cfg->max_consecutive_errors);
+    if (cfg->skip_errors &&
+        (cfg->max_consecutive_errors < 1 ||
+         cfg->max_consecutive_errors > RL_MAX_CONSECUTIVE_ERRORS)) {
+        /* Above the bound, replacement keys would repeat (rng.h). */
+        snprintf(msg, RL_MSG_MAX,
+                 "max_consecutive_errors must be 1..%d, not %d",
+                 RL_MAX_CONSECUTIVE_ERRORS, cfg->max_consecutive_errors);
         return false;
     }
     return rl_transform_check(&cfg->sample.transform, msg) == 0;

@@ -171,16 +171,17 @@ int rl_transform_check(const rl_transform *t, char *msg)
                  "the transform must give a fixed output size");
         return RL_EINTERNAL;
     }
-    if (t->out_w <= 0 || t->out_h <= 0 || t->out_w > 65535 ||
-        t->out_h > 65535) {
+    if (t->out_w <= 0 || t->out_h <= 0 || t->out_w > RL_MAX_SIDE ||
+        t->out_h > RL_MAX_SIDE) {
         snprintf(msg, RL_MSG_MAX,
-                 "the output size must be 1..65535 a side, not %dx%d", t->out_w,
-                 t->out_h);
+                 "the output size must be 1..%d a side, not %dx%d", RL_MAX_SIDE,
+                 t->out_w, t->out_h);
         return RL_EINTERNAL;
     }
-    if (t->resize_short < 0 || t->resize_short > 65535 || t->resize_h < 0 ||
-        t->resize_h > 65535 || t->resize_w < 0 || t->resize_w > 65535) {
-        snprintf(msg, RL_MSG_MAX, "resize sizes must be in 0..65535");
+    if (t->resize_short < 0 || t->resize_short > RL_MAX_SIDE ||
+        t->resize_h < 0 || t->resize_h > RL_MAX_SIDE || t->resize_w < 0 ||
+        t->resize_w > RL_MAX_SIDE) {
+        snprintf(msg, RL_MSG_MAX, "resize sizes must be in 0..%d", RL_MAX_SIDE);
         return RL_EINTERNAL;
     }
     if (!(t->ratio_lo > 0) || !(t->ratio_hi > 0) || !(t->scale_lo >= 0) ||

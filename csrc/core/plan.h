@@ -20,10 +20,15 @@
 int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
                  int64_t epoch, int64_t index, rl_plan *plan);
 
+/* The largest output or resize side, in pixels (exported to Python as
+ * _core.MAX_SIDE, which ringloader/transforms.py checks against). */
+#define RL_MAX_SIDE 65535
+
 /*
  * Checks a transform once, where it is configured: a known kind, an output
- * of 1..65535 pixels a side, sizes within 0..65535, positive ratios, an
- * ordered scale range and a flip probability in [0, 1]. Returns 0, or
+ * of 1..RL_MAX_SIDE pixels a side, sizes within 0..RL_MAX_SIDE, positive
+ * ratios, an ordered scale range and a flip probability in [0, 1].
+ * Returns 0, or
  * RL_EINTERNAL with msg (RL_MSG_MAX bytes) naming what is wrong.
  */
 int rl_transform_check(const rl_transform *t, char *msg);

@@ -10,11 +10,36 @@
  */
 #include "python/module.h"
 
+#include "core/plan.h"
 #include "decode/decode.h"
+#include "rng.h"
 
 rl_module_state *rl__py_state_of(PyTypeObject *type)
 {
     return PyType_GetModuleState(type);
+}
+
+/* The limits and bit layouts Python must share with the core, defined
+ * once in C (rng.h, core/plan.h). 0 or -1. */
+static int add_layout_constants(PyObject *m)
+{
+    static const struct {
+        const char *name;
+        long value;
+    } constants[] = {
+        {"KEY_OCCURRENCE_SHIFT", RL_KEY_OCCURRENCE_SHIFT},
+        {"KEY_ATTEMPT_SHIFT", RL_KEY_ATTEMPT_SHIFT},
+        {"KEY_REPLACEMENT_BIT", RL_KEY_REPLACEMENT_BIT},
+        {"MAX_CONSECUTIVE_ERRORS", RL_MAX_CONSECUTIVE_ERRORS},
+        {"MAX_SIDE", RL_MAX_SIDE},
+    };
+    for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++) {
+        if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) <
+            0) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static int module_exec(PyObject *m)
@@ -35,7 +60,8 @@ static int module_exec(PyObject *m)
         PyModule_AddIntConstant(m, "DEFAULT_MAX_PIXELS",
                                 (long)RL_DEFAULT_MAX_PIXELS) < 0 ||
         PyModule_AddIntConstant(m, "DEFAULT_MAX_SCANS", RL_DEFAULT_MAX_SCANS) <
-            0) {
+            0 ||
+        add_layout_constants(m) < 0) {
         return -1;
     }
 #ifdef RL_HAVE_LIBURING
@@ -47,8 +73,8 @@ static int module_exec(PyObject *m)
         return -1;
     }
 #endif
-    if (rl__py_spec_init(m) < 0 || rl__py_batch_init(m, st) < 0 ||
-        rl__py_pipeline_init(m, st) < 0) {
+    if (rl__py_spec_init(m) < 0 || rl__py_stats_init(m) < 0 ||
+        rl__py_batch_init(m, st) < 0 || rl__py_pipeline_init(m, st) < 0) {
         return -1;
     }
     return rl__py_testing_init(m, st);

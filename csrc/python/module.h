@@ -3,8 +3,8 @@
  * csrc/python and testing/py_testing.c include Python.h (first, before any
  * system header); none of them includes liburing.h or jpeglib.h. One file per concern: module.c (initialisation and the
  * method table), errors.c (statuses to exceptions), spec.c (the transform
- * and output schema), pipeline.c (the Pipeline type), batch.c (the Batch
- * type), sources.c (the table of samples), fallback.c (a Python decoder
+ * and output schema), pipeline.c (the Pipeline type), stats.c (its counters as
+ * a dict), batch.c (the Batch type), sources.c (the table of samples), fallback.c (a Python decoder
  * registered with the decode stage),
  * tools.c (stateless functions); testing/py_testing.c in test builds.
  */
@@ -99,6 +99,15 @@ int rl__py_parse_place(const char *dtype, PyObject *mul, PyObject *add,
 
 /* Adds TRANSFORM_FIELDS, the schema of the spec dict, to the module. */
 int rl__py_spec_init(PyObject *module);
+
+/* ---- stats.c ---- */
+
+/* The dict of Pipeline.stats() for s, its keys those of STATS_FIELDS (new
+ * reference), or NULL with an exception. */
+PyObject *rl__py_stats_dict(const rl_pipeline_stats *s);
+
+/* Adds STATS_FIELDS, the keys of that dict, to the module. 0 or -1. */
+int rl__py_stats_init(PyObject *module);
 
 /* ---- sources.c ---- */
 

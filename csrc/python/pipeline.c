@@ -435,18 +435,7 @@ static PyObject *pipeline_stats(pipeline_object *self, PyObject *unused)
     }
     rl_pipeline_stats s;
     rl_pipeline_stats_get(self->p, &s);
-#define U(v) ((unsigned long long)(v))
-    return Py_BuildValue(
-        "{sKsKsKsKsKsdsdsdsisisisKsKsKsKsKsKsK}", "samples", U(s.samples),
-        "batches", U(s.batches), "bytes_read", U(s.bytes_read), "errors",
-        U(s.errors), "skipped", U(s.skipped), "read_seconds", s.read_ns / 1e9,
-        "decode_seconds", s.decode_ns / 1e9, "io_cpu_seconds",
-        s.io_cpu_ns / 1e9, "inflight", s.inflight, "ready", s.ready, "slots",
-        s.slots, "direct_refused", U(s.direct_refused), "truncated",
-        U(s.truncated), "fallback_decodes", U(s.fallback), "http_requests",
-        U(s.source.requests), "http_retries", U(s.source.retries), "http_bytes",
-        U(s.source.bytes), "http_cache_hits", U(s.source.cache_hits));
-#undef U
+    return rl__py_stats_dict(&s);
 }
 
 static PyObject *pipeline_get_io(pipeline_object *self, void *closure)

@@ -32,7 +32,21 @@ _TransformSpec = Dict[str, Any]
 # The spec's schema, defined once in C: key -> (default, description);
 # "kind" -> its allowed values.
 TRANSFORM_FIELDS: Dict[str, Tuple[Any, str]]
+# The keys of Pipeline.stats(), defined once in C (csrc/python/stats.c):
+# key -> (kind, description); kind is "count" (int, cumulative), "seconds"
+# (float, cumulative) or "gauge" (int, the state now).
+STATS_FIELDS: Dict[str, Tuple[str, str]]
 test_hooks: int  # test builds: 1
+
+# The bits of a sample's random key (csrc/rng.h): the repeat count of a
+# sample in its epoch starts at bit KEY_OCCURRENCE_SHIFT, a replacement's
+# attempt at KEY_ATTEMPT_SHIFT, and bit KEY_REPLACEMENT_BIT marks a
+# replacement; max_consecutive_errors is at most MAX_CONSECUTIVE_ERRORS.
+KEY_OCCURRENCE_SHIFT: int
+KEY_ATTEMPT_SHIFT: int
+KEY_REPLACEMENT_BIT: int
+MAX_CONSECUTIVE_ERRORS: int
+MAX_SIDE: int  # the largest output or resize side, in pixels
 
 DEFAULT_MAX_PIXELS: int
 DEFAULT_MAX_SCANS: int
@@ -235,6 +249,7 @@ class Pipeline:
         direct_io: bool = ...,  # O_DIRECT reads where the file system allows
         skip_errors: bool = ...,  # replace failed samples (Batch.replaced)
         max_consecutive_errors: int = ...,  # ... up to this many in a row
+        # (1..MAX_CONSECUTIVE_ERRORS; each key below 2**KEY_ATTEMPT_SHIFT)
         # paths name objects on HTTP(S) servers: {"names": [display name of
         # each object], "urls": [its fetch URL], and options "retries",
         # "timeout" (s without a byte), "connect_timeout", "max_connections",
@@ -271,7 +286,8 @@ class Pipeline:
         """Stop and join every thread; idempotent."""
 
     def stats(self) -> Dict[str, Union[int, float]]:
-        """Cumulative counters: samples, batches, bytes_read, errors,
+        """The keys of STATS_FIELDS, in its order. Cumulative counters:
+        samples, batches, bytes_read, errors,
         skipped, fallback_decodes, truncated, direct_refused, inflight,
         ready, slots (ints); read_seconds, decode_seconds, io_cpu_seconds
         (the I/O thread's CPU time in batch reads) (floats); for a remote

@@ -20,14 +20,24 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-# The key of a sample's randomness is its dataset index the first time it
-# comes in an epoch; a repeat (a sampler with replacement, repeated
-# augmentation) adds its occurrence count above bit 40, and the C core's
-# replacement for a failed sample (on_error="skip") sets bit 62 with its
-# attempt in bits 54..61, so no two draws of an epoch share a key.
-# Index = key & INDEX_MASK.
-OCCURRENCE_SHIFT = 40
+from . import _core
+
+# The key of a sample's randomness (its bit layout is the C core's, csrc/rng.h,
+# exported by _core): its dataset index the first time it comes in an epoch;
+# a repeat (a sampler with replacement, repeated augmentation) adds its
+# occurrence count at KEY_OCCURRENCE_SHIFT; the C core's replacement for a
+# failed sample (on_error="skip") keeps the key's bits below
+# KEY_ATTEMPT_SHIFT and sets its attempt above them, with bit
+# KEY_REPLACEMENT_BIT, so no two draws of an epoch share a key as long as no
+# sample comes more than MAX_DRAWS times in it. Index = key & INDEX_MASK.
+OCCURRENCE_SHIFT = _core.KEY_OCCURRENCE_SHIFT
 INDEX_MASK = (1 << OCCURRENCE_SHIFT) - 1
+MAX_DRAWS = {
+    # skip policy: the count stays below the replacement's attempt bits
+    True: 1 << (_core.KEY_ATTEMPT_SHIFT - OCCURRENCE_SHIFT),
+    # no replacement keys: the count stays below the replacement bit
+    False: 1 << (_core.KEY_REPLACEMENT_BIT - OCCURRENCE_SHIFT),
+}
 
 STATE_VERSION = 1
 
@@ -38,15 +48,29 @@ def index_of(key: int) -> int:
 
 
 class Keys:
-    """Random keys of the samples of one epoch, in the order drawn."""
+    """Random keys of the samples of one epoch, in the order drawn. With
+    ``skip`` (on_error="skip") the C core makes replacement keys from them,
+    which leaves fewer bits for repeats (MAX_DRAWS)."""
 
-    def __init__(self) -> None:
+    def __init__(self, skip: bool = False) -> None:
         self.seen: dict[int, int] = {}
+        self.skip = skip
 
     def draw(self, idx: Sequence[int]) -> list[int]:
+        """The keys of the samples idx, drawn in this order. Raises
+        ValueError for a sample that would come more than MAX_DRAWS times
+        in the epoch: its key would be another draw's."""
         out = []
+        limit = MAX_DRAWS[self.skip]
         for i in idx:
             n = self.seen.get(i, 0)
+            if n >= limit:
+                mode = 'on_error="skip"' if self.skip else 'on_error="raise"'
+                raise ValueError(
+                    f"sample {i} comes more than {limit:,} times in one epoch, "
+                    f"more than the random keys of {mode} can tell apart: "
+                    "draw fewer samples per epoch (a sampler's num_samples)"
+                )
             self.seen[i] = n + 1
             out.append(i + (n << OCCURRENCE_SHIFT))
         return out
@@ -293,9 +317,11 @@ class Position:
         self.started += 1
         return self.epoch
 
-    def begin(self, sampling: Sampling, epoch: int) -> tuple[Iterator[Any], Keys]:
+    def begin(
+        self, sampling: Sampling, epoch: int, skip: bool
+    ) -> tuple[Iterator[Any], Keys]:
         """The batches of ``epoch`` still to yield and the keys drawn so
-        far. A stateful sampler is saved as it is now, before this epoch
+        far (``skip``: on_error="skip", see Keys). A stateful sampler is saved as it is now, before this epoch
         draws from it (and prefetching draws ahead of what is yielded):
         resuming restores this and skips the batches yielded before."""
         self.sampler_states = {
@@ -304,7 +330,7 @@ class Position:
             if s is not None and hasattr(s, "state_dict")
         }
         batches = sampling.batches(epoch)
-        keys = Keys()
+        keys = Keys(skip)
         skip, self.skip = self.skip, 0
         for _ in range(skip):  # resuming: these batches were yielded before
             done = next(batches, None)

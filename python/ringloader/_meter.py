@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
+from . import _core
+
 
 class Meter:
     """Wall time, waiting time and counts of one epoch, from its first
@@ -53,8 +55,16 @@ class Meter:
         }
 
 
-# What a loader's HTTP(S)/S3 source did (0 for local data).
-HTTP_COUNTERS = ("http_requests", "http_retries", "http_bytes", "http_cache_hits")
+# The C pipeline's stats (their keys and kinds are _core.STATS_FIELDS,
+# defined in C) that Loader.stats() shows, by the name it shows them under:
+# all of them, some renamed, but the batches returned and slots allocated
+# (the loader counts its own batches per epoch). What a loader's
+# HTTP(S)/S3 source did are the http_* ones (0 for local data).
+RENAMED = {"samples": "samples_decoded", "ready": "queue_depth"}
+HIDDEN = ("batches", "slots")
+SHOWN = {
+    name: RENAMED.get(name, name) for name in _core.STATS_FIELDS if name not in HIDDEN
+}
 
 
 def stats(
@@ -70,22 +80,14 @@ def stats(
     cumulative counters ``c`` (empty without a pipeline), and the loader's
     own counts."""
     out = meter.snapshot()
+    for name, shown in SHOWN.items():
+        kind = _core.STATS_FIELDS[name][0]
+        out[shown] = c.get(name, 0.0 if kind == "seconds" else 0)
     out.update(
-        read_seconds=c.get("read_seconds", 0.0),
-        io_cpu_seconds=c.get("io_cpu_seconds", 0.0),
-        decode_seconds=c.get("decode_seconds", 0.0),
-        samples_decoded=c.get("samples", 0),
-        bytes_read=c.get("bytes_read", 0),
-        errors=c.get("errors", 0),
-        inflight=c.get("inflight", 0),
-        queue_depth=c.get("ready", 0),
         io_backend=io_backend,
         epoch=epoch,
         rank=rank,
         fallback_decodes=fallback_decodes,
-        direct_refused=c.get("direct_refused", 0),
         skipped=skipped,
-        truncated=c.get("truncated", 0),
-        **{k: c.get(k, 0) for k in HTTP_COUNTERS},
     )
     return out

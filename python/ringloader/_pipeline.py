@@ -30,7 +30,6 @@ import torch
 
 from . import _core
 from ._gpu import Gpu
-from ._meter import HTTP_COUNTERS
 from .datasets.base import Sources
 from .datasets.cache import default_cache_dir
 from .transforms import Compiled
@@ -41,20 +40,10 @@ log = logging.getLogger("ringloader")
 _announced_io: set[str] = set()
 
 # Counters of the C core that add up across the pipelines a loader makes
-# (a new one for a new transform, a new table of samples, a fork).
-COUNTERS = (
-    "samples",
-    "batches",
-    "bytes_read",
-    "errors",
-    "skipped",
-    "read_seconds",
-    "io_cpu_seconds",
-    "decode_seconds",
-    "direct_refused",
-    "truncated",
-    "fallback_decodes",
-    *HTTP_COUNTERS,
+# (a new one for a new transform, a new table of samples, a fork): every
+# key of its stats but the gauges (_core.STATS_FIELDS, defined in C).
+COUNTERS = tuple(
+    name for name, (kind, _) in _core.STATS_FIELDS.items() if kind != "gauge"
 )
 
 

@@ -107,8 +107,11 @@ class Loader:
             order (index + 1, + 2, ... with its own label and augmentation,
             so the result does not depend on timing), counted in
             ``stats()["skipped"]`` and announced once; after
-            ``max_consecutive_errors`` unreadable samples in a row, the
-            error is raised all the same.
+            ``max_consecutive_errors`` unreadable samples in a row (at
+            most 256), the error is raised all the same. With ``"skip"`` an
+            epoch may draw one sample at most 16,384 times (a sampler with
+            replacement), else about 4 million: more raises ValueError, as
+            the random keys could not tell the repeats apart.
         device: ``None``/``"cpu"`` (host batches), or ``"cuda"``,
             ``"cuda:N"``, a ``torch.device``: batches are copied to that GPU
             from pinned memory by the C threads as soon as each is decoded,
@@ -170,9 +173,11 @@ class Loader:
             raise ValueError(f"prefetch must be >= 1, not {prefetch}")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
-        if max_consecutive_errors < 1:
+        if not 1 <= max_consecutive_errors <= _core.MAX_CONSECUTIVE_ERRORS:
+            # Above the bound, replacements would share random keys.
             raise ValueError(
-                f"max_consecutive_errors must be >= 1, not {max_consecutive_errors}"
+                f"max_consecutive_errors must be 1..{_core.MAX_CONSECUTIVE_ERRORS}, "
+                f"not {max_consecutive_errors}"
             )
 
         self.dataset = dataset
@@ -330,7 +335,9 @@ class Loader:
     def _iterate(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         pipe = self._pipeline()
         src = pipe.src
-        batches, keys = self._position.begin(self._sampling(), epoch)
+        batches, keys = self._position.begin(
+            self._sampling(), epoch, skip=self.on_error == "skip"
+        )
         self._meter.start_epoch()
         exhausted = False
         try:

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
-from . import _ops
+from . import _core, _ops
 
 Size = Union[int, Sequence[int]]
 
@@ -413,7 +413,7 @@ def compile_transform(transform: Any) -> Compiled:
     if ops:
         spec["ops"] = ops
     for key in ("out_h", "out_w"):
-        if not 0 < spec[key] <= 65535:
+        if not 0 < spec[key] <= _core.MAX_SIDE:
             raise UnsupportedTransform(f"output size {spec[key]} out of range")
     return Compiled(
         spec=spec,

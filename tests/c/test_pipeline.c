@@ -14,6 +14,7 @@
 
 #include "core/pipeline.h"
 #include "core/sample.h"
+#include "rng.h"
 #include "check.h"
 
 #define DST(d, rs, ps, cs)        \
@@ -374,6 +375,18 @@ int main(void)
     cfg.skip_errors = true;
     cfg.max_consecutive_errors = 0;
     CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');
+    /* One more than the attempts a replacement key holds (rng.h). */
+    cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO), RL_T_RESIZE_CROP);
+    cfg.skip_errors = true;
+    cfg.max_consecutive_errors = RL_MAX_CONSECUTIVE_ERRORS + 1;
+    CHECK(rl_pipeline_create(&cfg, msg) == NULL &&
+          strstr(msg, "max_consecutive_errors") != NULL);
+    cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO), RL_T_RESIZE_CROP);
+    cfg.skip_errors = true;
+    cfg.max_consecutive_errors = RL_MAX_CONSECUTIVE_ERRORS;
+    p = rl_pipeline_create(&cfg, msg);
+    CHECK(p != NULL);
+    rl_pipeline_destroy(p);
     cfg = config(1, NULL, RL_T_RESIZE_CROP);
     CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');
 

@@ -28,6 +28,11 @@ enum {
     RL_ETIMEDOUT,          /* a bounded wait expired; try again */
     RL_ECUDA,              /* the CUDA runtime failed */
     RL_EINTERNAL,          /* an impossible state: a bug of ours */
+    RL_ECONFIG,            /* a value the user configured is invalid: refused
+                            * where it is configured (ValueError) */
+    RL_EFALLBACK,          /* a fallback decoder registered at run time
+                            * broke its contract for one sample (a wrong
+                            * result): that sample's error, skippable */
 };
 
 /* Output memory layouts of a batch. */
@@ -104,11 +109,28 @@ typedef struct rl_pixels {
 #define RL_DEFAULT_MAX_SCANS 500
 #define RL_DEFAULT_MAX_FILE_BYTES (1ULL << 30)
 
+/*
+ * The memory libjpeg may hold for one image on one decode thread follows
+ * max_pixels by default: a progressive (or otherwise multi-scan) JPEG keeps
+ * the whole image's DCT coefficients, 2 bytes per pixel for each
+ * full-resolution component, so at most 8 bytes per pixel (4 components,
+ * CMYK), plus padding to whole MCUs (under 256 bytes per pixel of width +
+ * height, 34 MB at libjpeg's 65500 x 65500) and libjpeg's row buffers and
+ * tables: RL_DECODE_SLACK_BYTES. So every JPEG within max_pixels decodes,
+ * and none takes more: 783 MB at the default max_pixels. A baseline JPEG
+ * needs only a few rows.
+ */
+#define RL_DECODE_BYTES_PER_PIXEL 8ULL
+#define RL_DECODE_SLACK_BYTES (64ULL << 20)
+
 typedef struct rl_limits {
     uint64_t max_pixels;
     int max_scans;
     uint64_t max_file_bytes;
     bool allow_truncated;
+    /* Bytes libjpeg may hold for one image; 0: the default, which follows
+     * max_pixels (rl_decode_memory_bound, decode/decode.h). */
+    uint64_t max_decode_bytes;
 } rl_limits;
 
 #endif /* RL_H */

@@ -43,7 +43,7 @@ typedef struct rl_op rl_op;
 typedef struct rl_op_def {
     const char *name;
     int nargs; /* arguments the op takes, at most RL_OP_MAX_ARGS */
-    /* Checks the arguments once, at configuration: 0, or RL_EINTERNAL with
+    /* Checks the arguments once, at configuration: 0, or RL_ECONFIG with
      * msg saying what is wrong. NULL: any values. */
     int (*check)(const double *args, char *msg);
     /* Draws the op's random parameters for one sample of w x h pixels (the
@@ -87,7 +87,7 @@ const rl_op_def *rl_op_find(const char *name);
 
 /*
  * Appends op def with nargs arguments to the chain. Returns 0, or
- * RL_EINTERNAL with msg: a full chain, a wrong argument count, arguments
+ * RL_ECONFIG with msg: a full chain, a wrong argument count, arguments
  * its check refuses, or an image op after an output op.
  */
 int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,

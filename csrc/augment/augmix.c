@@ -75,7 +75,7 @@ static bool is_int(double v)
 static int fail(char *msg, const char *what)
 {
     snprintf(msg, RL_MSG_MAX, "augmix: %s", what);
-    return RL_EINTERNAL;
+    return RL_ECONFIG;
 }
 
 static int am_check(const double *a, char *msg)
@@ -95,7 +95,7 @@ static int am_check(const double *a, char *msg)
                  "augmix: %d chains of %d sub-ops and their weights exceed "
                  "%d parameters",
                  width, slots_of(a[2]), RL_OP_MAX_PARAMS);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (!(isfinite(a[3]) && a[3] > 0)) {
         return fail(msg, "alpha must be positive");

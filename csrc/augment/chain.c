@@ -39,20 +39,20 @@ int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
     if (a->n >= RL_AUGMENT_MAX_OPS) {
         snprintf(msg, RL_MSG_MAX, "more than %d augmentation ops",
                  RL_AUGMENT_MAX_OPS);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (nargs != def->nargs || nargs > RL_OP_MAX_ARGS) {
         snprintf(msg, RL_MSG_MAX, "%s takes %d arguments, not %d", def->name,
                  def->nargs, nargs);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (def->check != NULL && def->check(args, msg) != 0) {
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (def->apply != NULL && a->n > 0 && a->ops[a->n - 1].def->apply == NULL) {
         snprintf(msg, RL_MSG_MAX, "%s must come before %s (an output op)",
                  def->name, a->ops[a->n - 1].def->name);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     rl_op *op = &a->ops[a->n++];
     memset(op, 0, sizeof(*op));

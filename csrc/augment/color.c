@@ -446,7 +446,7 @@ static const rl_op_def color_ops[K_COUNT];
 static int refuse(char *msg, int kind, const char *what, double v)
 {
     snprintf(msg, RL_MSG_MAX, "%s: %s, not %g", color_ops[kind].name, what, v);
-    return RL_EINTERNAL;
+    return RL_ECONFIG;
 }
 
 /* color_jitter [b_lo, b_hi, c_lo, c_hi, s_lo, s_hi, h_lo, h_hi], a NaN
@@ -464,7 +464,7 @@ static int check(int kind, const double *a, char *msg)
                      "color_jitter: %s must be (min, max) in [%g, %g], not "
                      "(%g, %g)",
                      jit[k], min, max, lo, hi);
-            return RL_EINTERNAL;
+            return RL_ECONFIG;
         }
     }
     for (int k = 0; kind == K_BLUR && k < 2; k++) {

@@ -25,26 +25,26 @@ static int erase_check(const double *a, char *msg)
 {
     if (!(a[0] >= 0 && a[0] <= 1)) {
         snprintf(msg, RL_MSG_MAX, "erase: p must be in [0, 1], not %g", a[0]);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (!(a[1] >= 0 && a[1] <= a[2] && a[2] <= 1)) {
         snprintf(msg, RL_MSG_MAX,
                  "erase: scale must be (lo, hi) with 0 <= lo <= hi <= 1");
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (!(isfinite(a[3]) && isfinite(a[4]) && a[3] <= a[4])) {
         snprintf(msg, RL_MSG_MAX,
                  "erase: ratio must be (lo, hi) with 0 < lo <= hi");
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (a[5] != 0 && a[5] != 1) {
         snprintf(msg, RL_MSG_MAX, "erase: random must be 0 or 1");
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     for (int c = 6; c < 9; c++) {
         if (a[5] == 0 && !isfinite(a[c])) {
             snprintf(msg, RL_MSG_MAX, "erase: value must be finite");
-            return RL_EINTERNAL;
+            return RL_ECONFIG;
         }
     }
     return 0;

@@ -172,7 +172,7 @@ static int check_range(const char *op, const char *what, const double *v,
                  "%s: %s must be finite float32 (lo, hi) with lo <= hi%s, "
                  "not (%g, %g)",
                  op, what, none_ok ? " or None" : "", v[0], v[1]);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     return 0;
 }
@@ -186,7 +186,7 @@ static int check_common(const char *op, double interp, const double *center,
                  "%s: interpolation must be 0 (nearest) or 1 (bilinear), "
                  "not %g",
                  op, interp);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (!(isnan(center[0]) && isnan(center[1])) &&
         !(isfinite(center[0]) && isfinite(center[1]))) {
@@ -194,7 +194,7 @@ static int check_common(const char *op, double interp, const double *center,
                  "%s: center must be two finite numbers or None, not (%g, "
                  "%g)",
                  op, center[0], center[1]);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     int nones = isnan(fill[0]) + isnan(fill[1]) + isnan(fill[2]);
     for (int c = 0; nones == 0 && c < 3; c++) {
@@ -207,7 +207,7 @@ static int check_common(const char *op, double interp, const double *center,
                  "%s: fill must be three values in [0, 255] or None, not "
                  "(%g, %g, %g)",
                  op, fill[0], fill[1], fill[2]);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     return 0;
 }
@@ -217,7 +217,7 @@ static int check_common(const char *op, double interp, const double *center,
 static int rotation_check(const double *args, char *msg)
 {
     if (check_range("rotation", "degrees", args, 0, msg) != 0) {
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     return check_common("rotation", args[2], args + 3, args + 5, msg);
 }
@@ -269,7 +269,7 @@ static int affine_check(const double *args, char *msg)
         check_range(op, "scale", args + 4, 1, msg) != 0 ||
         check_range(op, "shear x", args + 6, 1, msg) != 0 ||
         check_range(op, "shear y", args + 8, 1, msg) != 0) {
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     const double *t = args + 2;
     if (!(isnan(t[0]) && isnan(t[1])) &&
@@ -278,17 +278,17 @@ static int affine_check(const double *args, char *msg)
                  "affine: translate must be two fractions in [0, 1] or None, "
                  "not (%g, %g)",
                  t[0], t[1]);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (!isnan(args[4]) && !(args[4] > 0.0)) {
         snprintf(msg, RL_MSG_MAX, "affine: scale must be > 0, not (%g, %g)",
                  args[4], args[5]);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (isnan(args[6]) && !isnan(args[8])) {
         snprintf(msg, RL_MSG_MAX,
                  "affine: a shear y range needs a shear x range");
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     return check_common(op, args[10], args + 11, args + 13, msg);
 }

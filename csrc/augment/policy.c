@@ -78,14 +78,14 @@ static int check_common(const char *name, const double *a, char *msg)
     if (a[0] != 0 && a[0] != 1) {
         snprintf(msg, RL_MSG_MAX,
                  "%s: interpolation must be 0 (nearest) or 1 (bilinear)", name);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     for (int c = 0; c < 3; c++) {
         if (isnan(a[1]) != isnan(a[1 + c]) ||
             (!isnan(a[1 + c]) && !(a[1 + c] >= 0 && a[1 + c] <= 255))) {
             snprintf(msg, RL_MSG_MAX,
                      "%s: fill must be None or three values in [0, 255]", name);
-            return RL_EINTERNAL;
+            return RL_ECONFIG;
         }
     }
     return 0;
@@ -177,7 +177,7 @@ static int check_table(const char *name, const double *t, int bins, char *msg)
     for (int i = 0; i < N_MAG_KINDS * bins; i++) {
         if (!isfinite(t[i])) {
             snprintf(msg, RL_MSG_MAX, "%s: magnitude table has %g", name, t[i]);
-            return RL_EINTERNAL;
+            return RL_ECONFIG;
         }
     }
     return 0;
@@ -205,10 +205,10 @@ static int ta_check(const double *a, char *msg)
     if (!(a[0] >= 1 && a[0] <= MAX_BINS && a[0] == floor(a[0]))) {
         snprintf(msg, RL_MSG_MAX,
                  "trivial_augment: num_magnitude_bins must be 1..%d", MAX_BINS);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (check_common("trivial_augment", a + 1, msg) != 0) {
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     return check_table("trivial_augment", a + 5, MAX_BINS, msg);
 }
@@ -253,10 +253,10 @@ static int ra_check(const double *a, char *msg)
     if (!(a[0] >= 0 && a[0] <= RA_MAX_OPS && a[0] == floor(a[0]))) {
         snprintf(msg, RL_MSG_MAX, "rand_augment: num_ops must be 0..%d",
                  RA_MAX_OPS);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (check_common("rand_augment", a + 1, msg) != 0) {
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     return check_table("rand_augment", a + 5, 1, msg);
 }
@@ -398,10 +398,10 @@ static int aa_check(const double *a, char *msg)
         snprintf(msg, RL_MSG_MAX,
                  "auto_augment: policy must be 0 (ImageNet), 1 (CIFAR10) or "
                  "2 (SVHN)");
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (check_common("auto_augment", a + 1, msg) != 0) {
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     return check_table("auto_augment", a + 5, AA_BINS, msg);
 }

@@ -1,5 +1,5 @@
 /*
- * rl_plan.c - sample geometry as torchvision defines it.
+ * core/plan.c - sample geometry as torchvision defines it.
  *
  * DESIGN: the arithmetic follows torchvision's definitions (Resize's
  * truncated long side, CenterCrop's rounded offsets, RandomResizedCrop's ten
@@ -169,26 +169,26 @@ int rl_transform_check(const rl_transform *t, char *msg)
     if (t->kind != RL_T_RESIZE_CROP && t->kind != RL_T_RANDOM_CROP) {
         snprintf(msg, RL_MSG_MAX,
                  "the transform must give a fixed output size");
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (t->out_w <= 0 || t->out_h <= 0 || t->out_w > RL_MAX_SIDE ||
         t->out_h > RL_MAX_SIDE) {
         snprintf(msg, RL_MSG_MAX,
                  "the output size must be 1..%d a side, not %dx%d", RL_MAX_SIDE,
                  t->out_w, t->out_h);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (t->resize_short < 0 || t->resize_short > RL_MAX_SIDE ||
         t->resize_h < 0 || t->resize_h > RL_MAX_SIDE || t->resize_w < 0 ||
         t->resize_w > RL_MAX_SIDE) {
         snprintf(msg, RL_MSG_MAX, "resize sizes must be in 0..%d", RL_MAX_SIDE);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     if (!(t->ratio_lo > 0) || !(t->ratio_hi > 0) || !(t->scale_lo >= 0) ||
         !(t->scale_hi >= t->scale_lo) || !(t->flip_p >= 0) ||
         !(t->flip_p <= 1)) {
         snprintf(msg, RL_MSG_MAX, "invalid scale, ratio or flip_p");
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     return 0;
 }

@@ -15,7 +15,8 @@
 /*
  * Computes the plan of one sample from its source size (width x height, both
  * > 0). Returns 0, or RL_EINTERNAL for a transform without a fixed output
- * (RL_T_NONE) or with invalid parameters.
+ * (RL_T_NONE) or with invalid parameters: rl_transform_check refuses those
+ * where the transform is configured, so they cannot reach a sample.
  */
 int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
                  int64_t epoch, int64_t index, rl_plan *plan);
@@ -28,8 +29,8 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
  * Checks a transform once, where it is configured: a known kind, an output
  * of 1..RL_MAX_SIDE pixels a side, sizes within 0..RL_MAX_SIDE, positive
  * ratios, an ordered scale range and a flip probability in [0, 1].
- * Returns 0, or
- * RL_EINTERNAL with msg (RL_MSG_MAX bytes) naming what is wrong.
+ * Returns 0, or RL_ECONFIG with msg (RL_MSG_MAX bytes) naming what is
+ * wrong.
  */
 int rl_transform_check(const rl_transform *t, char *msg);
 

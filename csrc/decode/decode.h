@@ -46,7 +46,7 @@ struct rl_decoder_def {
     void *(*create)(const rl_decoder_def *def);
     void (*destroy)(void *state);
     /* Reads the size; refuses images over lim->max_pixels (RL_ETOOBIG)
-     * before allocating pixel memory. */
+     * before allocating pixel memory (rl_decode_check_pixels). */
     int (*header)(void *state, const uint8_t *data, size_t len,
                   const rl_limits *lim, rl_image_info *info, char *msg);
     /* The image size at scale m/8 (m = 1, 2, 4, 8); NULL: full size only. */
@@ -68,6 +68,25 @@ extern const rl_decoder_def rl_jpeg_decoder;
 
 /* The libjpeg-turbo version this module was built against ("2.1.5"). */
 const char *rl_decode_libjpeg_version(void);
+
+/*
+ * The one check of the pixel limit, for every decoder's header(): returns
+ * 0 for an image of width x height within lim->max_pixels, else
+ * RL_ETOOBIG with msg (RL_MSG_MAX bytes) saying so in the same words
+ * whatever the format, so a refusal reads the same for a JPEG and a PNG.
+ */
+int rl_decode_check_pixels(uint64_t width, uint64_t height,
+                           const rl_limits *lim, char *msg);
+
+/*
+ * The bytes libjpeg may hold for one image on one thread under lim:
+ * lim->max_decode_bytes when set, else RL_DECODE_BYTES_PER_PIXEL x
+ * max_pixels + RL_DECODE_SLACK_BYTES (rl.h says why), saturating. The JPEG
+ * decoder gives it to libjpeg (max_memory_to_use), which checks a
+ * progressive file's coefficient buffers against it before allocating
+ * them; one over it is refused with RL_ETOOBIG.
+ */
+uint64_t rl_decode_memory_bound(const rl_limits *lim);
 
 /* The decoders of a pipeline, tried in order. */
 #define RL_MAX_DECODERS 8

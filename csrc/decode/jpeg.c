@@ -12,6 +12,12 @@
  * becomes an error unless truncated files are allowed, and is then counted.
  * A progress monitor enforces the progressive scan limit while
  * jpeg_start_decompress consumes the scans, before any output is produced.
+ * libjpeg's memory for one image is bounded by rl_decode_memory_bound
+ * (max_memory_to_use): libjpeg-turbo has no backing store, so the
+ * whole-image coefficient buffers of a multi-scan file that would exceed
+ * it fail with "Backing store not supported" before they are allocated,
+ * which becomes RL_ETOOBIG. Setting it ourselves also keeps a JPEGMEM in
+ * the environment (meant for djpeg) from changing what decodes.
  *
  * A file is judged whole, whatever part of it a crop decodes. A file of
  * several scans (progressive, or sequential with a scan per component) is
@@ -36,6 +42,7 @@
 #include "decode/decode.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +64,7 @@ struct jpeg_state {
     bool allow_truncated;
     bool truncated; /* the current image ended early (and was allowed) */
     int max_scans;
+    uint64_t max_bytes; /* libjpeg's memory bound for the current image */
     bool have_header;
     const uint8_t *data; /* the bytes of the header's image */
     size_t len;
@@ -76,6 +84,15 @@ static void on_error_exit(j_common_ptr c)
     /* libjpeg's own dimension limit (65500) refuses a bomb before ours. */
     d->fail_status =
         c->err->msg_code == JERR_IMAGE_TOO_BIG ? RL_ETOOBIG : RL_EDECODE;
+    if (c->err->msg_code == JERR_NO_BACKING_STORE) {
+        /* What libjpeg-turbo says for memory over max_memory_to_use. */
+        snprintf(d->msg, RL_MSG_MAX,
+                 "JPEG needs more than the %llu bytes a decode thread may "
+                 "hold for one image (its whole-image coefficient buffers; "
+                 "by default 8 bytes per pixel of max_pixels + 64 MiB)",
+                 (unsigned long long)d->max_bytes);
+        d->fail_status = RL_ETOOBIG;
+    }
     longjmp(d->jmp, 1);
 }
 
@@ -188,6 +205,11 @@ static int jpeg_header(jpeg_state *d, const uint8_t *data, size_t len,
     }
     d->allow_truncated = lim->allow_truncated;
     d->max_scans = lim->max_scans;
+    d->max_bytes = rl_decode_memory_bound(lim);
+    /* A field of the memory manager: it lasts across images (jpeg_abort
+     * keeps it), and is read when an image's buffers are made. */
+    d->cinfo.mem->max_memory_to_use =
+        d->max_bytes > (uint64_t)LONG_MAX ? LONG_MAX : (long)d->max_bytes;
     d->data = data;
     d->len = len;
     if (setjmp(d->jmp)) {
@@ -197,18 +219,11 @@ static int jpeg_header(jpeg_state *d, const uint8_t *data, size_t len,
     d->jerr.num_warnings = 0;
     jpeg_mem_src(&d->cinfo, d->data, (unsigned long)d->len);
     jpeg_read_header(&d->cinfo, TRUE);
-    uint64_t pixels =
-        (uint64_t)d->cinfo.image_width * (uint64_t)d->cinfo.image_height;
-    if (pixels > lim->max_pixels) {
-        snprintf(msg, RL_MSG_MAX,
-                 "image is %ux%u = %llu pixels, over the limit of %llu "
-                 "(decompression bomb?); if it is trusted, raise the limit "
-                 "with max_pixels=",
-                 d->cinfo.image_width, d->cinfo.image_height,
-                 (unsigned long long)pixels,
-                 (unsigned long long)lim->max_pixels);
+    int rc = rl_decode_check_pixels(d->cinfo.image_width, d->cinfo.image_height,
+                                    lim, msg);
+    if (rc != 0) {
         jpeg_abort_decompress(&d->cinfo);
-        return RL_ETOOBIG;
+        return rc;
     }
     /* jpeg_read_header stops just after the first SOS segment. The source
      * points into data unless it ran out, which it said (JWRN_JPEG_EOF). */

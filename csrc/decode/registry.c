@@ -18,6 +18,35 @@ struct rl_decode_ctx {
     void *states[RL_MAX_DECODERS];
 };
 
+int rl_decode_check_pixels(uint64_t width, uint64_t height,
+                           const rl_limits *lim, char *msg)
+{
+    /* Each side is below 2^32, so the product cannot wrap. */
+    uint64_t pixels = width * height;
+    if (pixels <= lim->max_pixels) {
+        return 0;
+    }
+    snprintf(msg, RL_MSG_MAX,
+             "image is %llux%llu = %llu pixels, over the limit of %llu "
+             "(decompression bomb?); if it is trusted, raise the limit with "
+             "max_pixels=",
+             (unsigned long long)width, (unsigned long long)height,
+             (unsigned long long)pixels, (unsigned long long)lim->max_pixels);
+    return RL_ETOOBIG;
+}
+
+uint64_t rl_decode_memory_bound(const rl_limits *lim)
+{
+    if (lim->max_decode_bytes > 0) {
+        return lim->max_decode_bytes;
+    }
+    uint64_t room = UINT64_MAX - RL_DECODE_SLACK_BYTES;
+    return lim->max_pixels > room / RL_DECODE_BYTES_PER_PIXEL
+               ? UINT64_MAX
+               : lim->max_pixels * RL_DECODE_BYTES_PER_PIXEL +
+                     RL_DECODE_SLACK_BYTES;
+}
+
 rl_decode_ctx *rl_decode_ctx_create(const rl_decoders *set)
 {
     rl_decode_ctx *c = calloc(1, sizeof(*c));

@@ -6,8 +6,9 @@
  * an exception here: -ENOMEM a MemoryError, -errno an OSError naming the
  * file (so FileNotFoundError and friends keep their subclass), decode
  * statuses a ringloader.DecodeError naming the file with .path, .reason and
- * .kind, our own closed/CUDA statuses a RuntimeError, and anything else an
- * internal error.
+ * .kind, a configuration refused a ValueError, a fallback decoder's wrong
+ * result a TypeError naming the file (with .path), our own closed/CUDA
+ * statuses a RuntimeError, and anything else an internal error.
  */
 #include "python/module.h"
 
@@ -67,6 +68,29 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
         Py_XDECREF(exc);
         Py_XDECREF(r);
         Py_XDECREF(k);
+        return NULL;
+    }
+    case RL_ECONFIG:
+        PyErr_SetString(PyExc_ValueError, msg ? msg : "invalid configuration");
+        return NULL;
+    case RL_EFALLBACK: {
+        /* The callable is at fault, not the file: a TypeError, as Python
+         * raises for a function that returns the wrong type, naming the
+         * file it was given so the sample can be found. */
+        PyObject *p =
+            path ? PyUnicode_DecodeFSDefault(path) : Py_NewRef(Py_None);
+        PyObject *text = p == NULL ? NULL
+                         : path
+                             ? PyUnicode_FromFormat("%s (decoding %U)", msg, p)
+                             : PyUnicode_FromString(msg);
+        PyObject *exc =
+            text ? PyObject_CallOneArg(PyExc_TypeError, text) : NULL;
+        Py_XDECREF(text);
+        if (exc != NULL && PyObject_SetAttrString(exc, "path", p) == 0) {
+            PyErr_SetObject(PyExc_TypeError, exc);
+        }
+        Py_XDECREF(p);
+        Py_XDECREF(exc);
         return NULL;
     }
     case RL_ECUDA:

@@ -6,13 +6,20 @@
  * DESIGN: this is the one place a pool thread runs Python. It claims any
  * bytes, so it goes last in the pipeline's decoder set; JPEG data never
  * reaches it. Its header() takes the GIL (PyGILState_Ensure, only while the
- * interpreter is alive), calls decode(memoryview) -> (rgb, width, height)
- * on a view of the source's buffer, valid only during the call, and keeps
- * the pixels as RGBX in the thread's state for region(). No pipeline lock
- * is held meanwhile, and every call that waits for workers releases the
- * GIL first, so the worker's wait for the GIL cannot deadlock. An exception
- * becomes RL_EFORMAT with its text: a file neither libjpeg nor Python can
- * read. The decoder cannot scale or crop: region() returns the whole image.
+ * interpreter is alive), calls decode(memoryview, max_pixels) -> (rgb,
+ * width, height) on a view of the source's buffer, valid only during the
+ * call, and keeps the pixels as RGBX in the thread's state for region().
+ * The callable reads the size first and, for an image over max_pixels,
+ * returns (None, width, height) without decoding it: the pixel limit is
+ * checked here, from the size alone, before any pixel memory exists
+ * (decode.h's contract), and a callable that decoded anyway is refused all
+ * the same. No pipeline lock is held meanwhile, and every call that waits
+ * for workers releases the GIL first, so the worker's wait for the GIL
+ * cannot deadlock. An exception becomes RL_EFORMAT with its text: a file
+ * neither libjpeg nor Python can read. A result of the wrong shape is the
+ * callable's fault, not the file's, and not a bug of the core:
+ * RL_EFALLBACK, naming the callable. The decoder cannot scale or crop:
+ * region() returns the whole image.
  */
 #include "python/module.h"
 
@@ -79,33 +86,65 @@ static void exception_text(char *msg)
     Py_XDECREF(tb);
 }
 
-/* Unpacks decode()'s (rgb, width, height) into RGBX. GIL held. */
+/* Refuses decode()'s result res as breaking the callable's contract:
+ * RL_EFALLBACK with msg naming the callable and saying what was wrong (the
+ * Python exception's text when what is set to NULL). GIL held. */
+static int bad_result(const py_state *s, const char *what, char *msg)
+{
+    char text[RL_MSG_MAX];
+    if (what == NULL) {
+        exception_text(text);
+        what = text;
+    }
+    PyObject *name = PyObject_GetAttrString(s->decode, "__qualname__");
+    const char *n = name ? PyUnicode_AsUTF8(name) : NULL;
+    if (n == NULL) {
+        PyErr_Clear();
+    }
+    snprintf(msg, RL_MSG_MAX,
+             "the fallback decoder %.64s broke its contract (%.100s): it "
+             "must return (RGB bytes, width, height)",
+             n ? n : "(unnamed)", what);
+    Py_XDECREF(name);
+    return RL_EFALLBACK;
+}
+
+/* Unpacks decode()'s (rgb, width, height) into RGBX, refusing an image over
+ * the pixel limit from its size before its pixels are looked at. GIL
+ * held. */
 static int take_pixels(py_state *s, PyObject *res, const rl_limits *lim,
                        char *msg)
 {
     PyObject *rgb;
     int w, h;
-    if (!PyArg_ParseTuple(res, "Oii", &rgb, &w, &h)) {
-        exception_text(msg);
-        return RL_EINTERNAL;
+    if (!PyTuple_Check(res)) {
+        return bad_result(s, "returned no tuple", msg);
     }
-    if (w <= 0 || h <= 0 || (uint64_t)w * (uint64_t)h > lim->max_pixels) {
-        snprintf(msg, RL_MSG_MAX,
-                 "image is %dx%d, over the limit of %llu pixels (or empty)", w,
-                 h, (unsigned long long)lim->max_pixels);
-        return RL_ETOOBIG;
+    if (!PyArg_ParseTuple(res, "Oii", &rgb, &w, &h)) {
+        return bad_result(s, NULL, msg);
+    }
+    if (w <= 0 || h <= 0) {
+        char what[64];
+        snprintf(what, sizeof(what), "a size of %dx%d", w, h);
+        return bad_result(s, what, msg);
+    }
+    int rc = rl_decode_check_pixels((uint64_t)w, (uint64_t)h, lim, msg);
+    if (rc != 0) {
+        return rc;
+    }
+    if (rgb == Py_None) {
+        return bad_result(s, "no pixels for an image within max_pixels", msg);
     }
     Py_buffer view;
     if (PyObject_GetBuffer(rgb, &view, PyBUF_SIMPLE) != 0) {
-        exception_text(msg);
-        return RL_EINTERNAL;
+        return bad_result(s, NULL, msg);
     }
     size_t n = (size_t)w * (size_t)h;
-    int rc = 0;
-    if ((size_t)view.len < n * 3) {
-        snprintf(msg, RL_MSG_MAX, "the fallback returned %zd bytes for %dx%d",
-                 view.len, w, h);
-        rc = RL_EINTERNAL;
+    if ((size_t)view.len != n * 3) {
+        char what[96];
+        snprintf(what, sizeof(what), "%zd bytes for %dx%d RGB, not %zu",
+                 view.len, w, h, n * 3);
+        rc = bad_result(s, what, msg);
     } else if (n * 4 > s->cap) {
         uint8_t *p = realloc(s->rgbx, n * 4);
         if (p == NULL) {
@@ -141,7 +180,10 @@ static int py_header(void *state, const uint8_t *data, size_t len,
     int rc;
     PyObject *mv =
         PyMemoryView_FromMemory((char *)data, (Py_ssize_t)len, PyBUF_READ);
-    PyObject *res = mv ? PyObject_CallOneArg(s->decode, mv) : NULL;
+    PyObject *res =
+        mv ? PyObject_CallFunction(s->decode, "OK", mv,
+                                   (unsigned long long)lim->max_pixels)
+           : NULL;
     if (res == NULL) {
         exception_text(msg);
         rc = RL_EFORMAT;

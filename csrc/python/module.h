@@ -60,8 +60,9 @@ rl_module_state *rl__py_state_of(PyTypeObject *type);
 /*
  * Sets the Python exception for a C status: -ENOMEM -> MemoryError,
  * -errno -> OSError(errno, msg, path), decode statuses -> DecodeError naming
- * path, RL_ECLOSED -> RuntimeError, RL_ECUDA -> RuntimeError, anything else
- * -> SystemError. path may be NULL. Always returns NULL.
+ * path, RL_ECONFIG -> ValueError, RL_EFALLBACK -> TypeError naming path
+ * (with .path), RL_ECLOSED -> RuntimeError, RL_ECUDA -> RuntimeError,
+ * anything else -> SystemError. path may be NULL. Always returns NULL.
  */
 PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
                        const char *msg);
@@ -148,8 +149,11 @@ PyObject *rl__py_http_set_urls(rl_source *src, PyObject *urls);
 
 /*
  * Makes *def a decoder that claims any bytes and decodes them by calling
- * decode(memoryview) -> (rgb bytes, width, height) with the GIL taken: the
- * one place a pool thread runs Python. decode is borrowed: the caller keeps
+ * decode(memoryview, max_pixels) -> (rgb bytes, width, height) with the GIL
+ * taken: the one place a pool thread runs Python. For an image over
+ * max_pixels, decode returns (None, width, height) without decoding it
+ * (RL_ETOOBIG); an exception is RL_EFORMAT; a result of another shape
+ * RL_EFALLBACK. decode is borrowed: the caller keeps
  * it alive as long as the pipeline. Returns 0 or -1 with an exception.
  */
 int rl__py_fallback_def(PyObject *decode, rl_decoder_def *def);

@@ -20,23 +20,29 @@
 #include "place/place.h"
 #include "source/io.h"
 
-/* decode(data, *, max_pixels, max_scans, allow_truncated)
- *   -> (bytes, height, width): the full image in RGB, for tests and tools. */
+/* decode(data, *, max_pixels, max_scans, allow_truncated, max_decode_bytes)
+ *   -> (bytes, height, width): the full image in RGB, for tests and tools.
+ *   max_decode_bytes 0: libjpeg's memory bound follows max_pixels. */
 static PyObject *py_decode(PyObject *module, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"data", "max_pixels", "max_scans",
-                             "allow_truncated", NULL};
+    static char *kwlist[] = {"data",
+                             "max_pixels",
+                             "max_scans",
+                             "allow_truncated",
+                             "max_decode_bytes",
+                             NULL};
     Py_buffer view;
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
+    unsigned long long max_decode_bytes = 0;
     int max_scans = RL_DEFAULT_MAX_SCANS, allow_truncated = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|$Kip", kwlist, &view,
-                                     &max_pixels, &max_scans,
-                                     &allow_truncated)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|$KipK", kwlist, &view,
+                                     &max_pixels, &max_scans, &allow_truncated,
+                                     &max_decode_bytes)) {
         return NULL;
     }
     rl_module_state *st = PyModule_GetState(module);
     rl_limits lim = {max_pixels, max_scans, RL_DEFAULT_MAX_FILE_BYTES,
-                     allow_truncated != 0};
+                     allow_truncated != 0, max_decode_bytes};
     uint8_t *out = NULL;
     int w = 0, h = 0, rc;
     char msg[RL_MSG_MAX];

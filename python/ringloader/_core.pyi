@@ -67,6 +67,7 @@ def decode(
     max_pixels: int = ...,
     max_scans: int = ...,
     allow_truncated: bool = ...,
+    max_decode_bytes: int = ...,  # libjpeg's memory; 0: follows max_pixels
 ) -> Tuple[bytes, int, int]:
     """Full RGB decode: (rgb_bytes, height, width); note height comes first."""
 
@@ -243,9 +244,15 @@ class Pipeline:
         copy_stream: int = ...,  # cudaStream_t handle for the copies
         # device: nbytes -> (owner, device address) for each batch
         allocator: Optional[Callable[[int], Tuple[Any, int]]] = ...,
-        # decodes what libjpeg cannot: memoryview -> (rgb, width, height);
-        # runs on the decode threads with the GIL taken
-        fallback: Optional[Callable[[memoryview], Tuple[Buffer, int, int]]] = ...,
+        # decodes what libjpeg cannot: (memoryview, max_pixels) -> (rgb,
+        # width, height), with rgb None for an image over max_pixels (read
+        # from its header, not decoded: refused as too_big); runs on the
+        # decode threads with the GIL taken. An exception is a DecodeError
+        # of the file; a result of another shape a TypeError naming the
+        # callable (skipped like a DecodeError with skip_errors)
+        fallback: Optional[
+            Callable[[memoryview, int], Tuple[Optional[Buffer], int, int]]
+        ] = ...,
         direct_io: bool = ...,  # O_DIRECT reads where the file system allows
         skip_errors: bool = ...,  # replace failed samples (Batch.replaced)
         max_consecutive_errors: int = ...,  # ... up to this many in a row

@@ -23,7 +23,7 @@ from __future__ import annotations
 import io
 import logging
 import warnings
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import torch
 from torch.utils.data import default_collate
@@ -123,11 +123,16 @@ class Fallback:
         self._announced_truncated = False
         self._announced_direct = False
 
-    def decode(self, data: memoryview) -> tuple[bytes, int, int]:
+    def decode(
+        self, data: memoryview, max_pixels: int
+    ) -> tuple[Optional[bytes], int, int]:
         """Decode bytes that are not JPEG with Pillow: (rgb, width, height).
         Called by the C core's decode threads (holding the GIL); ``data``
-        is valid only during the call. Raises ValueError with the reason,
-        which the core reports as a DecodeError naming the file."""
+        is valid only during the call. An image over ``max_pixels`` is not
+        decoded: Pillow reads only its header to open it, and (None, width,
+        height) lets the core refuse it from its size, as it refuses a JPEG.
+        Raises ValueError with the reason, which the core reports as a
+        DecodeError naming the file."""
         try:
             from PIL import Image
         except ImportError:
@@ -137,6 +142,9 @@ class Fallback:
         buf = io.BytesIO(data)
         try:
             with Image.open(buf) as im:
+                w, h = im.size
+                if w * h > max_pixels:
+                    return None, w, h
                 im.draft(None, None)
                 rgb = im.convert("RGB")
         except Exception as e:

@@ -72,7 +72,7 @@ class Pipeline:
         *,
         c_layout: str,
         gpu: Optional[Gpu],
-        fallback: Callable[[memoryview], tuple],
+        fallback: Callable[[memoryview, int], tuple],
         num_threads: int,
         seed: int,
         io: str,

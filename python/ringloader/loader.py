@@ -96,7 +96,12 @@ class Loader:
             ``torch.channels_last``).
         io: ``"auto"`` (io_uring when available), ``"io_uring"`` or
             ``"pread"``.
-        max_pixels: images with more pixels are refused before decoding.
+        max_pixels: images with more pixels are refused from their header,
+            before decoding, whatever their format (``DecodeError``, kind
+            ``"too_big"``). It also bounds each decode thread's memory for
+            one image: libjpeg's at 8 bytes per pixel of ``max_pixels`` +
+            64 MiB (783 MB at the default; what a progressive CMYK JPEG at
+            the limit needs), plus the decoded region.
         allow_truncated: decode truncated JPEGs (grey bottom) instead of
             raising; they are counted in ``stats()["truncated"]`` and the
             first one is announced with a :class:`DataWarning`.

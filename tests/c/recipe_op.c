@@ -17,7 +17,7 @@ static int invert_check(const double *args, char *msg)
     if (!(args[0] >= 0.0 && args[0] <= 1.0)) {
         snprintf(msg, RL_MSG_MAX, "invert: p must be in [0, 1], not %g",
                  args[0]);
-        return RL_EINTERNAL;
+        return RL_ECONFIG;
     }
     return 0;
 }
@@ -82,9 +82,9 @@ int test_op(void)
     rl_augment a;
     memset(&a, 0, sizeof(a));
     double bad_p = 1.5, two[2] = {0.5, 0.5};
-    CHECK_EQ(rl_augment_add(&a, &invert_op, &bad_p, 1, msg), RL_EINTERNAL);
+    CHECK_EQ(rl_augment_add(&a, &invert_op, &bad_p, 1, msg), RL_ECONFIG);
     CHECK(strstr(msg, "invert") != NULL);
-    CHECK_EQ(rl_augment_add(&a, &invert_op, two, 2, msg), RL_EINTERNAL);
+    CHECK_EQ(rl_augment_add(&a, &invert_op, two, 2, msg), RL_ECONFIG);
     CHECK_EQ(a.n, 0);
 
     for (int layout = 0; layout < 2; layout++) {

@@ -13,6 +13,7 @@
 #include <jpeglib.h>
 
 #include "core/pipeline.h"
+#include "core/plan.h"
 #include "core/sample.h"
 #include "rng.h"
 #include "check.h"
@@ -389,6 +390,14 @@ int main(void)
     rl_pipeline_destroy(p);
     cfg = config(1, NULL, RL_T_RESIZE_CROP);
     CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');
+    /* A transform's values are the user's: RL_ECONFIG, never the status
+     * of a bug of ours (RL_EINTERNAL). */
+    rl_transform bad_t = cfg.sample.transform;
+    bad_t.out_w = 70000;
+    CHECK_EQ(rl_transform_check(&bad_t, msg), RL_ECONFIG);
+    bad_t = cfg.sample.transform;
+    bad_t.flip_p = 2.0;
+    CHECK_EQ(rl_transform_check(&bad_t, msg), RL_ECONFIG);
 
     for (int i = 0; i < NIMG; i++) {
         unlink(paths[i]);

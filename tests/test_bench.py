@@ -11,8 +11,9 @@ import sys
 import pytest
 
 import ringloader
-from ringloader.bench import data, harness, report
+from ringloader.bench import contenders, data, harness, report
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.dirname(os.path.dirname(os.path.abspath(ringloader.__file__)))
 
 
@@ -88,3 +89,111 @@ def test_data_is_deterministic_and_leaves_other_folders_alone(tmp_path):
     with pytest.raises(FileExistsError):
         data.build(str(tmp_path / "mine"), images=6, progress=False)
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_what_only_tests_and_benchmarks_use_is_not_installed():
+    """The servers' launchers, the peers, the remote benchmark and the
+    RESULTS.md writer live in the checkout (benchmarks/rlbench), not in the
+    package every user installs; ``ringloader bench`` needs none of them."""
+    import importlib.util
+
+    for name in ("servers", "peers", "remote", "remote_results", "results", "shards"):
+        assert importlib.util.find_spec(f"ringloader.bench.{name}") is None, name
+        assert importlib.util.find_spec(f"rlbench.{name}") is not None, name
+    assert set(contenders.FACTORIES) >= {"dataloader", "ringloader", "decode-bound"}
+    assert "dali" not in contenders.FACTORIES or "dali" in contenders.PLUGINS
+
+
+def test_compare_runs_the_bound_and_reports_non_jpeg_files(tmp_path):
+    """benchmarks/compare.py with an installed ringloader, as its help says:
+    the decode-only bound is built from benchmarks/decode_bound.c, the
+    decode_jpeg contender decodes a PNG named .JPEG (and says so) instead
+    of dying on it, and RESULTS.md's links lead to files that exist."""
+    import json
+    import re
+
+    from PIL import Image
+
+    root = data.build(str(tmp_path / "data"), images=12, classes=2, progress=False)
+    _, samples = data.scan_folder(root)
+    png = samples[3][0]
+    Image.new("RGB", (300, 260), (200, 30, 90)).save(png, format="PNG")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "compare.py"),
+            "--data",
+            root,
+            "--contenders",
+            "ringloader,decode-bound,dataloader-tvio",
+            "--pipelines",
+            "train",
+            "--threads",
+            "1",
+            "--rounds",
+            "1",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "4",
+            "--no-scaling",
+            "--venv",
+            str(tmp_path / "no-venv"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "compare-results.json").read_text())["results"]
+    by_name = {r["contender"]: r for r in results}
+    assert not [r.get("error") for r in results if "error" in r], proc.stderr[-3000:]
+    assert by_name["decode-bound"]["images_per_s"] > 0
+    tvio = " ".join(by_name["dataloader-tvio"]["notes"])
+    assert f"1 of 12 files are not JPEG (the first: {png})" in tvio
+    md = (out / "RESULTS.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)\)", md)
+    assert links and any(link.endswith("PROFILE.md") for link in links)
+    for link in links:
+        assert (out / link).exists(), link
+
+
+def test_a_contender_that_cannot_start_is_logged(tmp_path, monkeypatch, capsys):
+    """The bound without its source: the run's error is a result and a line
+    on stderr, as every other failure is."""
+    monkeypatch.setattr(contenders, "BOUND_SOURCE", tmp_path / "decode_bound.c")
+    spec = harness.Spec("decode-bound", "any", 1, str(tmp_path), workdir=str(tmp_path))
+    result = harness.Runner(verbose=True)(spec)
+    assert "decode_bound.c not found" in result["error"]
+    assert "could not run:" in capsys.readouterr().err
+
+
+def test_the_peers_venv_sees_this_torch_and_ringloader(tmp_path, monkeypatch):
+    """benchmarks/compare.py --setup run from a venv: the peers' venv
+    imports the torch and the ringloader of the interpreter that made it
+    (a venv made from a venv is made from the base interpreter)."""
+    from rlbench import peers
+
+    import torch
+
+    # ensurepip leaves files in HOME on some machines (~/.rustup here).
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+    python = peers.make_venv(str(tmp_path / "peers"))
+    proc = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import ringloader, torch; print(ringloader.__file__); print(torch.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [ringloader.__file__, torch.__file__]
+    # Made again (an older venv, or another interpreter): still the same.
+    assert peers.make_venv(str(tmp_path / "peers")) == python

@@ -10,8 +10,11 @@ import tarfile
 import pytest
 
 import ringloader
-from ringloader.bench import data, harness, remote, shards, system
-from ringloader.bench.servers import Nginx, RcloneS3, find_nginx
+from ringloader.bench import contenders, data, harness, system
+from rlbench import remote, shards
+from rlbench.servers import Nginx, RcloneS3, find_nginx
+
+contenders.register(remote)  # as benchmarks/remote/compare.py does
 
 BUILD = os.path.dirname(os.path.dirname(os.path.abspath(ringloader.__file__)))
 IMAGES, CLASSES, SHARDS = 12, 3, 3
@@ -178,7 +181,7 @@ def test_pin_keeps_every_thread_of_a_server_on_its_cpus():
     import subprocess
     import sys
 
-    from ringloader.bench.servers import pin
+    from rlbench.servers import pin
 
     cpu = system.cpus()[-1]
     code = (

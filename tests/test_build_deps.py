@@ -1,7 +1,10 @@
 """A build without the system libraries names everything missing in one
 message, with the Debian/Ubuntu packages to install (setup.py)."""
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -52,3 +55,82 @@ def test_with_the_libraries_nothing_is_missing(tmp_path):
     rc, err = setup_py(tmp_path)
     assert rc == 0, err
     assert "ringloader build error" not in err
+
+
+def compile_args(**env) -> list:
+    """The C compiler arguments setup.py gives the extension under ``env``
+    (setuptools.setup replaced by a print: nothing is compiled)."""
+    show = (
+        "import json, runpy, setuptools\n"
+        "setuptools.setup = lambda **kw: print(json.dumps("
+        "kw['ext_modules'][0].extra_compile_args))\n"
+        "runpy.run_path('setup.py')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", show],
+        cwd=ROOT,
+        env={
+            **{k: v for k, v in os.environ.items() if k != "RINGLOADER_WERROR"},
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_warnings_are_errors_only_in_our_builds():
+    """A user's `pip install .` compiles without -Werror (a newer compiler's
+    new warning must not stop it); RINGLOADER_WERROR=1, which the Makefile's
+    builds set, adds it."""
+    user = compile_args()
+    assert "-Wall" in user and "-Wextra" in user and "-Werror" not in user
+    assert "-Werror" in compile_args(RINGLOADER_WERROR="1")
+    assert "-Werror" not in compile_args(RINGLOADER_WERROR="0")
+
+
+def test_the_makefile_builds_with_werror(tmp_path):
+    """Every target of the Makefile that compiles the extension sets
+    RINGLOADER_WERROR=1 (make -n prints the commands, runs none)."""
+    for target in ("install", "install-test", "test-asan"):
+        proc = subprocess.run(
+            ["make", "-n", target, f"VENV={tmp_path}/venv"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        commands = proc.stdout.replace("\\\n", " ").splitlines()
+        builds = [c for c in commands if "pip install" in c and c.endswith(" .")]
+        assert builds, (target, proc.stdout)
+        assert all("RINGLOADER_WERROR=1" in ln for ln in builds), (target, builds)
+
+
+def test_the_version_is_written_once(tmp_path):
+    """The distribution's version is __version__ of ringloader/__init__.py
+    (pyproject.toml reads it, [tool.setuptools.dynamic]): in a copy of the
+    tree whose __init__.py says 9.8.7, the build says 9.8.7 too."""
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    shutil.copytree(os.path.join(ROOT, "csrc"), tmp_path / "csrc")
+    shutil.copytree(
+        os.path.join(ROOT, "python"),
+        tmp_path / "python",
+        ignore=shutil.ignore_patterns("*.so", "__pycache__"),
+    )
+    init = tmp_path / "python" / "ringloader" / "__init__.py"
+    text = init.read_text()
+    assert text.count("__version__ = ") == 1
+    init.write_text(re.sub(r'__version__ = "[^"]*"', '__version__ = "9.8.7"', text))
+    proc = subprocess.run(
+        [sys.executable, "setup.py", "--version"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "9.8.7"

@@ -29,7 +29,7 @@ from test_shards import _add
 
 import ringloader
 from ringloader import _core
-from ringloader.bench.servers import MotoS3, Nginx, RcloneS3
+from rlbench.servers import MotoS3, Nginx, RcloneS3
 
 TF = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.PILToTensor()])
 SHARDS = 3

@@ -36,6 +36,33 @@ def setup_lines() -> list[str]:
     return [" ".join(ln.split()) for ln in lines if ln]
 
 
+# The line CI's fresh-checkout step (.ci/run) runs with REPO replaced by the
+# checkout it was started from.
+CLONE = "git clone REPO ringloader && cd ringloader"
+
+
+def ci_apt_packages() -> set:
+    """What .ci/run installs with apt-get."""
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        text = f.read().replace("\\\n", " ")
+    (line,) = [ln for ln in text.splitlines() if "apt-get install" in ln]
+    return {w for w in line.split() if not w.startswith("-") and ">" not in w} - {
+        "apt-get",
+        "install",
+    }
+
+
+def test_setup_apt_lines_are_all_make_test_needs():
+    """The README's apt line installs everything CI installs but what only
+    `make lint` and `make fuzz` use (clang and its runtime, clang-format):
+    nginx among them, which the tests serve shards with."""
+    (install,) = [ln for ln in setup_lines() if "apt-get install" in ln]
+    readme_packages = set(install.split())
+    lint_and_fuzz = {"clang", "clang-format", "libclang-rt-14-dev"}
+    assert ci_apt_packages() - lint_and_fuzz <= readme_packages
+    assert {"nginx", "git", "gcc", "python3-dev"} <= readme_packages
+
+
 def data_line() -> str:
     (line,) = [ln for ln in setup_lines() if ln.startswith("ringloader data ")]
     return line
@@ -67,9 +94,11 @@ def test_setup_lines_work_for_root_and_for_users():
         "libcurl4-openssl-dev",
     ):
         assert package in install
-    # The examples need torchvision, and boto3 for s3:// shards: the set-up
-    # installs them, with ringloader.
-    assert 'pip install ".[torchvision,s3]"' in lines
+    # The examples need torchvision, boto3 for s3:// shards, `ringloader
+    # bench` its plot (matplotlib): the set-up installs them, with ringloader,
+    # from the checkout it clones and enters first.
+    assert lines.index(CLONE) < lines.index('pip install ".[torchvision,s3,bench]"')
+    assert not any(ln.startswith("pip install") for ln in lines[: lines.index(CLONE)])
     # ...and the folder they read.
     assert data_line().split()[2] == DATA
     assert all(DATA in code for code in blocks() if "readme-data" in code)
@@ -112,10 +141,10 @@ def s3_example_env(code: str, data: str, stack) -> dict:
     import io
     import tarfile
 
-    from ringloader.bench.servers import MotoS3
+    from rlbench.servers import MotoS3
 
     m = re.search(r'"s3://([^/"]+)/([^"{]*)\{(\d+)\.\.(\d+)\}\.tar"', code)
-    if m is None:
+    if m is None or "ThreadedMotoServer" in code:  # it starts its own
         return {}
     bucket, prefix, lo, hi = m.group(1), m.group(2), m.group(3), m.group(4)
     files = sorted(

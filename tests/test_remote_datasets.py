@@ -1,7 +1,7 @@
 """TarShards and FileList over HTTP (nginx) and S3 (moto's server): the
 same samples, indexes and bytes as the local shards they were copied from;
 sidecars, the index cache, errors that name the URL and never a presigned
-one. Real servers on 127.0.0.1 (ringloader.bench.servers), no mocks."""
+one. Real servers on 127.0.0.1 (benchmarks/rlbench/servers.py), no mocks."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import ringloader
 import torch
 import urllib3
 from faultproxy import FaultProxy
-from ringloader.bench.servers import MotoS3, Nginx, ServerError, find_nginx
+from rlbench.servers import MotoS3, Nginx, ServerError, find_nginx
 from ringloader import _pipeline as pipeline_module
 from ringloader.datasets import presign as presign_module
 from ringloader.datasets.filelist import FileList
@@ -177,7 +177,7 @@ def test_http_errors_name_the_url(nginx, www, tmp_path):
 
 
 def test_connection_refused_says_so(tmp_path):
-    from ringloader.bench.servers import free_port
+    from rlbench.servers import free_port
 
     url = f"http://127.0.0.1:{free_port()}/a.tar"
     with pytest.raises(ConnectionError, match="is the server running"):
@@ -318,6 +318,10 @@ def test_nginx_fails_clearly(tmp_path, monkeypatch):
         Nginx(tmp_path / "missing")
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(os, "access", lambda *a, **k: False)
+    # Without nginx, a folder that is not there is still named first: the
+    # caller's mistake, whatever the machine has.
+    with pytest.raises(ServerError, match="no such folder"):
+        Nginx(tmp_path / "missing")
     with pytest.raises(ServerError, match="apt-get install nginx"):
         Nginx(tmp_path)
 
@@ -371,7 +375,7 @@ def _urls_threads_end():
         time.sleep(0.05)
 
 
-def test_urls_are_made_again_without_stalling_the_loop(s3, monkeypatch):
+def test_urls_are_made_again_without_stalling_the_loop(tmp_path, s3, monkeypatch):
     """When the URLs are due, they are made on a thread of their own (here
     slowed to 3 s) while batches keep coming, then handed to the C source:
     the fetches after it go where the new URLs point (a proxy in front of
@@ -392,7 +396,9 @@ def test_urls_are_made_again_without_stalling_the_loop(s3, monkeypatch):
             return [u.replace(s3.endpoint_url, proxy.url) for u in urls]
 
         monkeypatch.setattr(Client, "fetch_urls", slow_fetch_urls)
-        ds = TarShards("s3://shards/plain/train-{000..002}.tar", progress=False)
+        ds = TarShards(
+            "s3://shards/plain/train-{000..002}.tar", cache_dir=tmp_path, progress=False
+        )
         with ringloader.Loader(ds, batch_size=4, transform=EVAL) as loader:
             epochs, waits = _epochs(loader, lambda: proxy.requests)
         _urls_threads_end()
@@ -402,7 +408,9 @@ def test_urls_are_made_again_without_stalling_the_loop(s3, monkeypatch):
     assert all(torch.equal(e, epochs[0]) for e in epochs)
 
 
-def test_urls_that_may_have_expired_are_replaced_before_a_batch(s3, monkeypatch):
+def test_urls_that_may_have_expired_are_replaced_before_a_batch(
+    tmp_path, s3, monkeypatch
+):
     """After a pause longer than 1.5 x refresh_s, the next batch waits for
     new URLs: every fetch of the epoch after the pause uses them."""
     monkeypatch.setattr(presign_module, "LONG_TERM_REFRESH_S", 1.0)
@@ -418,7 +426,9 @@ def test_urls_that_may_have_expired_are_replaced_before_a_batch(s3, monkeypatch)
             return urls
 
         monkeypatch.setattr(Client, "fetch_urls", fetch_urls)
-        ds = TarShards("s3://shards/plain/train-{000..002}.tar", progress=False)
+        ds = TarShards(
+            "s3://shards/plain/train-{000..002}.tar", cache_dir=tmp_path, progress=False
+        )
         with ringloader.Loader(ds, batch_size=4, transform=EVAL) as loader:
             xs = [x.clone() for x, _ in loader]
             redirect.append(True)
@@ -437,7 +447,7 @@ def test_urls_that_may_have_expired_are_replaced_before_a_batch(s3, monkeypatch)
     assert all(torch.equal(x, y) for x, y in zip(xs, ys))
 
 
-def test_urls_that_cannot_be_made_again_fail_clearly(s3, monkeypatch, caplog):
+def test_urls_that_cannot_be_made_again_fail_clearly(tmp_path, s3, monkeypatch, caplog):
     """A failed refresh in the background is logged and batches go on with
     the URLs in use; once those may have expired, the error is raised."""
     monkeypatch.setattr(presign_module, "LONG_TERM_REFRESH_S", 0.3)
@@ -454,7 +464,9 @@ def test_urls_that_cannot_be_made_again_fail_clearly(s3, monkeypatch, caplog):
             return presign(self, names)
 
         monkeypatch.setattr(Client, "fetch_urls", fetch_urls)
-        ds = TarShards("s3://shards/plain/train-{000..002}.tar", progress=False)
+        ds = TarShards(
+            "s3://shards/plain/train-{000..002}.tar", cache_dir=tmp_path, progress=False
+        )
         with ringloader.Loader(ds, batch_size=2, transform=EVAL) as loader:
             with pytest.raises(PermissionError, match="revoked"):
                 _epochs(loader, lambda: False)
@@ -477,7 +489,7 @@ def test_presigning_many_objects_shows_a_bar(s3, monkeypatch, capsys):
 
 
 def test_urls_slower_to_make_than_their_cadence_are_reported_once(
-    s3, monkeypatch, caplog
+    tmp_path, s3, monkeypatch, caplog
 ):
     monkeypatch.setattr(presign_module, "LONG_TERM_REFRESH_S", 0.2)
     presign = Client.fetch_urls
@@ -488,7 +500,9 @@ def test_urls_slower_to_make_than_their_cadence_are_reported_once(
 
     with s3.environ():
         monkeypatch.setattr(Client, "fetch_urls", slow)
-        ds = TarShards("s3://shards/plain/train-{000..002}.tar", progress=False)
+        ds = TarShards(
+            "s3://shards/plain/train-{000..002}.tar", cache_dir=tmp_path, progress=False
+        )
         with ringloader.Loader(ds, batch_size=4, transform=EVAL) as loader:
             _epochs(loader, lambda: "longer than" in caplog.text)
             for _ in loader:  # one more epoch: said once only

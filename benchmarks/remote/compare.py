@@ -59,12 +59,16 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from ringloader.bench import data, harness, remote, shards, system
-from ringloader.bench.remote_results import plot, results_md
+from ringloader.bench import contenders, data, harness, system
 from ringloader.bench.report import fmt
-from ringloader.bench.servers import Nginx, RcloneS3, pin
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # benchmarks/rlbench, not installed
+from rlbench import remote, shards  # noqa: E402
+from rlbench.remote_results import plot, results_md  # noqa: E402
+from rlbench.servers import Nginx, RcloneS3, pin  # noqa: E402
+
+contenders.register(remote)
 ALL = [
     "dataloader",
     "webdataset-local",
@@ -423,7 +427,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             "results": results,
         },
     )
-    from ringloader.bench.remote_results import contender_table, targets
+    from rlbench.remote_results import contender_table, targets
 
     print("\n".join(contender_table(results, args.contenders, args.s3_server)))
     print("\n".join(targets(results, args.s3_server, args.server_cpus)))

@@ -5,17 +5,17 @@ scripts in benchmarks/.
 - ``data``: the ImageNet-like JPEG folder every benchmark runs on;
 - ``base``: the train/eval pipelines, contender names, the interface;
   ``contenders``: DataLoader, ringloader, the decode-only bound, the
-  registry; ``peers``: DALI, SPDL and FFCV, and the venv they need;
+  registry (which benchmarks/rlbench extends with DALI, SPDL, FFCV and the
+  contenders of tar shards over HTTP and S3);
 - ``harness``: runs contenders round-robin over rounds, in pinned child
   processes or in this one, and measures them; ``system``: CPU time and
   memory of process trees, the machine;
-- ``report``, ``results`` and ``plots``: tables, benchmarks/RESULTS.md and
-  plots (matplotlib, optional);
-- the benchmark of tar shards over HTTP and S3 (benchmarks/remote):
-  ``shards`` writes the data set as WebDataset shards, ``servers`` starts
-  nginx and moto on 127.0.0.1, ``remote`` holds its contenders (ringloader
-  on local, HTTP and S3 shards; WebDataset over fsspec and s3fs;
-  s3torchconnector), ``remote_results`` its RESULTS.md and plot.
+- ``report`` and ``plots``: tables and plots (matplotlib, optional).
+
+What only the tests and the repository's benchmarks use (the nginx, moto
+and rclone launchers, the peers and their venv, the remote benchmark,
+benchmarks/RESULTS.md) is not installed: it is the checkout's
+benchmarks/rlbench.
 
 ``import ringloader`` does not import this package, and this package
 imports torch, torchvision, Pillow and ringloader itself only when a

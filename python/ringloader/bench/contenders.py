@@ -1,7 +1,8 @@
 """The loaders the benchmarks compare (see base.py for what they share):
 torch's DataLoader with PIL or torchvision.io decoding, ringloader, the
-decode-only bound, and the registry of every contender, peers.py's (DALI,
-SPDL, FFCV) included.
+decode-only bound, and the registry of contenders, which modules outside
+the package extend (:func:`register`: the repository's benchmarks/rlbench,
+with DALI, SPDL, FFCV and the remote-shard contenders).
 
 Contenders import torch, torchvision and ringloader only inside their
 methods: the harness loads this package by file path in a child whose
@@ -11,24 +12,40 @@ methods: the harness loads this package by file path in a child whose
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
-from . import data, peers, remote
+from . import data
 from .base import AUGMENT, MEAN, STD, Contender, augment_recipe, recipe_steps, split
 
 # In a checkout; benchmarks/compare.py sets it to its own folder's, so that
-# the bound is found whichever ringloader.bench is imported.
+# the bound is found whichever ringloader.bench is imported (an installed one
+# has no benchmarks/ beside it).
 BOUND_SOURCE = Path(__file__).resolve().parents[3] / "benchmarks" / "decode_bound.c"
 
 
+JPEG_MAGIC = b"\xff\xd8\xff"
+
+
+def _is_jpeg(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(3) == JPEG_MAGIC
+
+
 def _decode_jpeg_file(path: str) -> Any:
+    """decode_jpeg, or decode_image for a file that is not JPEG (a PNG named
+    .JPEG, as ImageNet has), as a user of decode_jpeg must do."""
     import torchvision.io as tio
 
-    return tio.decode_jpeg(tio.read_file(path), mode=tio.ImageReadMode.RGB)
+    raw = tio.read_file(path)
+    if bytes(raw[:3].tolist()) == JPEG_MAGIC:
+        return tio.decode_jpeg(raw, mode=tio.ImageReadMode.RGB)
+    return tio.decode_image(raw, mode=tio.ImageReadMode.RGB)
 
 
 class TorchDataLoader(Contender):
@@ -69,6 +86,13 @@ class TorchDataLoader(Contender):
             )
         if s.images is not None:
             ds = torch.utils.data.Subset(ds, data.spread(len(ds), s.images))
+        if self.decoder == "decode_jpeg":
+            others = [p for p, _ in self.samples() if not _is_jpeg(p)]
+            if others:
+                self.notes.append(
+                    f"{len(others)} of {len(ds)} files are not JPEG (the first: "
+                    f"{others[0]}), decoded with torchvision.io.decode_image"
+                )
         self.loader = torch.utils.data.DataLoader(
             ds,
             batch_size=s.batch_size,
@@ -227,14 +251,43 @@ class DecodeBound(Contender):
 FACTORIES: dict[str, Callable[[Any], Contender]] = {
     "dataloader": lambda s: TorchDataLoader(s, "pil"),
     "dataloader-tvio": lambda s: TorchDataLoader(s, "decode_jpeg"),
-    "dali": peers.Dali,
-    "spdl": peers.Spdl,
-    "ffcv": peers.Ffcv,
     "decode-bound": DecodeBound,
     "ringloader": lambda s: Ringloader(s, "uint8"),
     "ringloader-float": lambda s: Ringloader(s, "float32"),
-    **remote.FACTORIES,  # benchmarks/remote: tar shards, local, HTTP and S3
 }
+# Contender name -> (module, folder it is imported from) for those that
+# register() added: a harness child imports the module again (Spec.plugin).
+PLUGINS: dict[str, tuple[str, str]] = {}
+
+
+def register(module: Any) -> None:
+    """Adds ``module.FACTORIES`` (name -> factory of a Contender) to the
+    registry: contenders defined outside this package. The module must be
+    importable by name from a folder on ``sys.path`` (its package's parent),
+    which the harness's child processes are given."""
+    name = module.__name__
+    depth = name.count(".") + 1
+    if Path(module.__file__).name == "__init__.py":
+        depth += 1
+    folder = str(Path(module.__file__).resolve().parents[depth - 1])
+    for contender, factory in module.FACTORIES.items():
+        FACTORIES[contender] = factory
+        PLUGINS[contender] = (name, folder)
+
+
+def plugin_of(contender: str) -> Optional[list[str]]:
+    """[module, folder] of a contender register() added; None otherwise."""
+    found = PLUGINS.get(split(contender)[0])
+    return list(found) if found else None
+
+
+def load_plugin(plugin: Optional[list[str]]) -> None:
+    """In a child: imports and registers the module a Spec names."""
+    if plugin:
+        module, folder = plugin
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        register(importlib.import_module(module))
 
 
 def known(name: str) -> bool:

@@ -79,6 +79,9 @@ class Spec:
     # Processes outside the contender whose CPU time over the timed epochs
     # is reported per image (name -> pid: the servers of remote shards).
     watch: dict = field(default_factory=dict)
+    # [module, folder] of a contender defined outside this package
+    # (contenders.register); child_command fills it in.
+    plugin: Optional[list] = None
 
     @property
     def key(self) -> tuple:
@@ -278,11 +281,14 @@ def measure(
 def child_command(spec: Spec, python: str = sys.executable) -> list[str]:
     """The command that runs ``spec`` with :func:`measure` in a fresh
     ``python``, whatever ringloader that interpreter imports."""
+    spec = replace(spec, plugin=contenders.plugin_of(spec.contender))
     return [python, "-c", BOOTSTRAP, BENCH_DIR, json.dumps(asdict(spec))]
 
 
 def child_main(spec_json: str) -> int:
-    result = measure(Spec(**json.loads(spec_json)), say=log)
+    spec = Spec(**json.loads(spec_json))
+    contenders.load_plugin(spec.plugin)
+    result = measure(spec, say=log)
     print(RESULT_TAG + json.dumps(result), flush=True)
     return 0 if "error" not in result else 1
 
@@ -312,6 +318,8 @@ class Runner:
         try:
             cmd = c.command() if c.external else child_command(spec, self.python)
         except Exception as exc:  # the bound could not be built
+            if self.verbose:
+                log(f"   could not run: {exc}")
             return {**result, "error": str(exc), "error_phase": "set-up"}
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if spec.build:

@@ -30,7 +30,7 @@ import tarfile
 import tempfile
 from typing import Any
 
-from . import data
+from ringloader.bench import data
 
 __all__ = ["build", "pattern", "shard_names", "summary"]
 

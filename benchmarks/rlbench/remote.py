@@ -25,7 +25,8 @@ endpoint for the peers that take one (ringloader finds it in
   decode, transforms and batching.
 
 As in contenders.py, nothing is imported at the top but the harness's own
-modules: the harness loads this package by path in its children.
+modules (_bench.py): the harness's children import this module again, by
+name, beside the harness package they loaded by path.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ import tempfile
 import time
 from typing import Any, Iterator, Optional
 
-from .base import CROP, Contender, recipe_steps
+from ._bench import base
+
+CROP, Contender, recipe_steps = base.CROP, base.Contender, base.recipe_steps
 
 SHUFFLE_BUFFER = 1000  # samples per worker (each worker's share is 1000 here)
 SHUFFLE_INITIAL = 100  # webdataset's default: samples buffered before the first

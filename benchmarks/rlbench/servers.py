@@ -157,14 +157,14 @@ class Nginx:
         self._tmp: Optional[str] = None
         self._access_log = access_log
         self.port = 0
+        if not os.path.isdir(self.root_dir):
+            raise ServerError(f"{self.root_dir}: no such folder to serve")
         exe = find_nginx()
         if exe is None:
             raise ServerError(
                 "nginx is not installed (apt-get install nginx): the tests "
                 "and benchmarks of remote shards serve them with it"
             )
-        if not os.path.isdir(self.root_dir):
-            raise ServerError(f"{self.root_dir}: no such folder to serve")
         self._tmp = tempfile.mkdtemp(prefix="ringloader-nginx-")
         try:
             for _attempt in range(8):

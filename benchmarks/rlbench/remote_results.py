@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+from ringloader.bench.report import fmt, md_table, rate, ratio
+
 from .remote import LABELS, STORE
-from .report import fmt, md_table, rate, ratio
 
 LOCAL = "ringloader-local"
 TARGET = 0.9  # ringloader over HTTP/S3 against its own local-disk rate
@@ -392,7 +393,7 @@ def plot(
 ) -> str:
     """Bars of images/s per contender, coloured by where it reads from,
     with × ringloader-local; returns ``path``."""
-    from .plots import pyplot
+    from ringloader.bench.plots import pyplot
 
     plt = pyplot()
     names = [n for n in order if _find(results, n) is not None][::-1]

@@ -2,8 +2,9 @@
 virtual environment they are installed into.
 
 They run only in a child process of the harness (``--python``, usually
-the venv that :func:`setup` makes with ``--system-site-packages``, so that
-torch and torchvision are the system's and pinned: no peer may replace
+the venv that :func:`make_venv` makes, which sees the packages of the
+interpreter that made it, so that torch, torchvision and the ringloader
+measured are the same for every contender, and pinned: no peer may replace
 them). Each is configured for the pipelines of base.py and its notes
 say how; a peer that cannot be installed or run is reported with its error.
 """
@@ -21,8 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import data
-from .base import CROP, RESIZE, Contender
+from ._bench import base, data
+
+CROP, RESIZE, Contender = base.CROP, base.RESIZE, base.Contender
 
 # Peer packages (also in benchmarks/requirements-peers.txt) and the Debian
 # 12 packages they need: FFCV compiles against OpenCV and libturbojpeg,
@@ -290,8 +292,51 @@ class Ffcv(Contender):
             yield images, labels.view(-1)
 
 
+FACTORIES = {"dali": Dali, "spdl": Spdl, "ffcv": Ffcv}  # contenders.register
+
+
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+# The peers' venv sees this interpreter's packages: a venv made from a venv
+# is made from the base interpreter, whose site-packages
+# (--system-site-packages) hold neither the torch nor the ringloader being
+# measured. site.addsitedir, unlike a plain path line, also reads the .pth
+# files there (a venv that sees another's packages through one, as the
+# Makefile's test-asan venv does).
+_PTH = "ringloader-bench-parent.pth"
+
+
+def make_venv(venv: str) -> Path:
+    """Makes the peers' venv at ``venv`` (if new) seeing the packages of
+    this interpreter after its own; returns its python."""
+    import sysconfig
+
+    root = Path(venv)
+    python = root / "bin" / "python"
+    if not python.exists():
+        _log(f"setup: python -m venv --system-site-packages {root}")
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--system-site-packages", str(root)],
+            check=True,
+        )
+    paths = sysconfig.get_paths()
+    dirs = list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+    where = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(where, _PTH).write_text(
+        "".join(f"import site; site.addsitedir({d!r})\n" for d in dirs)
+    )
+    return python
 
 
 def setup(venv: str) -> dict[str, str]:
@@ -314,12 +359,7 @@ def setup(venv: str) -> dict[str, str]:
         _log(
             f"setup: not root: make sure these Debian packages are installed: {' '.join(APT_PACKAGES)}"
         )
-    if not (root / "bin" / "python").exists():
-        _log(f"setup: python3 -m venv --system-site-packages {root}")
-        subprocess.run(
-            [sys.executable, "-m", "venv", "--system-site-packages", str(root)],
-            check=True,
-        )
+    make_venv(venv)
     import torch
     import torchvision
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .base import AUGMENT, LABELS, label, split
-from .report import (
+from ringloader.bench.base import AUGMENT, LABELS, label, split
+from ringloader.bench.report import (
     TITLES,
     tag,
     builds_table,
@@ -182,7 +182,7 @@ def results_md(
     lines += rounds_line(results)
     lines += [
         f"Raw numbers: `{cfg['json_name']}` (next to this file). Where ringloader's time "
-        "goes (perf, by library and kernel): [PROFILE.md](PROFILE.md), made with "
+        f"goes (perf, by library and kernel): [PROFILE.md]({cfg.get('profile', 'PROFILE.md')}), made with "
         "`benchmarks/profile_decode.py`.",
         "",
     ]

@@ -194,8 +194,15 @@ void rl__http_resp_s3_code(const char *body, size_t len, char *code, size_t cap)
     a += 6;
     const char *b = memmem(a, (size_t)(body + len - a), "</Code>", 7);
     size_t n = b != NULL ? (size_t)(b - a) : 0;
-    if (b == NULL || n + 4 > cap) {
+    if (b == NULL || n == 0 || n + 4 > cap) {
         return; /* " (" + code + ")" + NUL */
+    }
+    for (size_t i = 0; i < n; i++) {
+        /* A code is a word ("NoSuchKey"); anything else (a NUL, a newline,
+         * an escape sequence) would reach messages and logs as it is. */
+        if (a[i] <= ' ' || a[i] > '~') {
+            return;
+        }
     }
     code[0] = ' ';
     code[1] = '(';

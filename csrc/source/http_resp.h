@@ -64,8 +64,8 @@ int rl__http_resp_body(const rl_http_resp *r, uint64_t off, int64_t want,
                        size_t have, size_t k);
 
 /* S3's error code in an XML error body body[0, len) ("SlowDown"), as
- * " (SlowDown)" in code[0, cap); "" when there is none or it does not
- * fit. cap >= 1. */
+ * " (SlowDown)" in code[0, cap); "" when there is none, it is not one
+ * word of printable ASCII, or it does not fit. cap >= 1. */
 void rl__http_resp_s3_code(const char *body, size_t len, char *code,
                            size_t cap);
 

@@ -8,8 +8,10 @@
 #   make test-asan   the pytest suite against an ASan+UBSan build of the
 #                    extension, installed into a throw-away venv made from
 #                    .venv (.venv's own install is left alone)
-#   make fuzz        FUZZ_SECONDS (60) of libFuzzer on the decode entry point,
-#                    then the regression inputs (needs clang, libclang-rt-14-dev)
+#   make fuzz        FUZZ_SECONDS (60) of fuzzing in all: libFuzzer on the
+#                    decode entry point and the HTTP response checks, atheris
+#                    on the shard index's tar walk; then the regression
+#                    inputs (needs clang, libclang-rt-14-dev)
 #
 # Every target installs into the checkout's own virtual environment, .venv
 # (VENV), with the pinned versions of requirements-dev.txt, and runs only its
@@ -105,9 +107,11 @@ test-asan: deps
 		--ignore=test_c_units.py . ; \
 		rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
-# The seed corpus is written with Pillow, from .venv.
+# The seed corpora are written from .venv, and the tar walk fuzzed there
+# (atheris, and ringloader installed unless it is already).
 FUZZ_SECONDS ?= 60
 fuzz: deps
+	$(PY) -c "import ringloader" 2>/dev/null || $(MAKE) install
 	$(MAKE) -C tests/fuzz run SECONDS=$(FUZZ_SECONDS) PYTHON=$(PY)
 
 # Wheels that install with pip alone (packaging/wheels.py): one per CPython

@@ -1,17 +1,28 @@
-"""Replays every input the fuzzer ever crashed on (tests/fuzz/regressions)
-and the fuzzer's seed corpus (made by tests/fuzz/make_corpus.py) through
-the decoder, as _core.decode and as a
-Loader would decode them. Each file is the fuzzer's input: 8 header bytes
-choosing the transform (see fuzz_decode.c), then the JPEG."""
+"""Replays every input a fuzzer ever failed on and each fuzzer's seed
+corpus (made by tests/fuzz/make_corpus.py) through what it fuzzes:
+
+- fuzz_decode.c (tests/fuzz/regressions): the decoder, as _core.decode and
+  as a Loader would decode them. Each file is 8 header bytes choosing the
+  transform (see fuzz_decode.c), then the JPEG.
+- fuzz_http.c (regressions_http): the HTTP response checks, through the
+  harness itself built with the system's C compiler (ASan + UBSan where it
+  has them) and replay_main.c instead of libFuzzer.
+- fuzz_tar.py (regressions_tar): the shard index's tar walk, through the
+  harness's own checks without atheris.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 from subproc import HERE, run_python
 
-REGRESSIONS = os.path.join(HERE, "fuzz", "regressions")
+FUZZ = os.path.join(HERE, "fuzz")
+REGRESSIONS = os.path.join(FUZZ, "regressions")
 
 REPLAY = r"""
 import json, os, sys, tempfile
@@ -47,19 +58,59 @@ print(len(paths))
 """
 
 
-def test_fuzz_regressions_and_seeds_replay(tmp_path):
-    names = sorted(n for n in os.listdir(REGRESSIONS) if n != "README")
-    paths = [os.path.join(REGRESSIONS, n) for n in names]
-    seeds = tmp_path / "seeds"
+def inputs(folder: str, seeds, kind: str = "decode") -> list[str]:
+    """The regression inputs in tests/fuzz/``folder``, then the seeds
+    make_corpus.py writes for ``kind`` into ``seeds``."""
+    where = os.path.join(FUZZ, folder)
+    paths = [os.path.join(where, n) for n in sorted(os.listdir(where)) if n != "README"]
     proc = run_python(
-        "import runpy, sys; sys.argv = ['make_corpus.py', sys.argv[1]]; "
-        f"runpy.run_path({os.path.join(HERE, 'fuzz', 'make_corpus.py')!r}, "
+        "import runpy, sys; sys.argv = ['make_corpus.py', *sys.argv[1:]]; "
+        f"runpy.run_path({os.path.join(FUZZ, 'make_corpus.py')!r}, "
         "run_name='__main__')",
         str(seeds),
+        kind,
     )
     assert proc.returncode == 0, proc.stderr
-    paths += sorted(str(p) for p in seeds.iterdir())
+    return paths + sorted(str(p) for p in seeds.iterdir())
+
+
+def test_fuzz_regressions_and_seeds_replay(tmp_path):
+    paths = inputs("regressions", tmp_path / "seeds")
     assert len(paths) > 100
     proc = run_python(REPLAY, json.dumps(paths), timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.strip() == str(len(paths))
+
+
+def test_http_check_regressions_and_seeds_replay(tmp_path):
+    paths = inputs("regressions_http", tmp_path / "seeds", "http")
+    assert len(paths) > 30
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    assert cc is not None, "a C compiler is needed to build the harness"
+    exe = str(tmp_path / "fuzz_http")
+    srcs = [os.path.join(FUZZ, f) for f in ("fuzz_http.c", "replay_main.c")]
+    srcs.append(os.path.join(HERE, "..", "csrc", "source", "http_resp.c"))
+    base = [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"]
+    base += ["-I", os.path.join(HERE, "..", "csrc"), "-o", exe, *srcs, "-lm"]
+    san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
+    built = subprocess.run(base[:1] + san + base[1:], capture_output=True, text=True)
+    if built.returncode != 0:  # a compiler without the sanitizers' runtime
+        built = subprocess.run(base, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=1")
+    proc = subprocess.run([exe, *paths], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip() == str(len(paths))
+
+
+def test_tar_walk_regressions_and_seeds_replay(tmp_path):
+    paths = inputs("regressions_tar", tmp_path / "seeds", "tar")
+    assert len(paths) > 10
+    sys.path.insert(0, FUZZ)
+    try:
+        import fuzz_tar
+    finally:
+        sys.path.remove(FUZZ)
+    for p in paths:
+        with open(p, "rb") as f:
+            fuzz_tar.one_input(f.read())

@@ -111,7 +111,7 @@ http {{
         root {root};
         autoindex off;
         location / {{
-            limit_except GET HEAD {{ deny all; }}
+            {location}
         }}
     }}
 }}
@@ -135,6 +135,9 @@ class Nginx:
             tests that count what a client fetched.
         tls: (certificate file, key file): serve HTTPS, with HTTP/2 offered
             (ALPN) next to HTTP/1.1; ``url`` is then ``https://``.
+        redirect: answer every request with ``302 Found`` to this URL
+            followed by the request's path (``redirect + "/a/b.tar"``)
+            instead of serving files, for tests of redirects.
         start_timeout: seconds to wait for nginx to accept connections.
 
     Raises ServerError when nginx is missing or does not start, with its
@@ -149,6 +152,7 @@ class Nginx:
         workers: int = 1,
         access_log: bool = False,
         tls: Optional[tuple[str, str]] = None,
+        redirect: Optional[str] = None,
         start_timeout: float = 10.0,
     ) -> None:
         self.root_dir = os.path.abspath(os.fspath(root_dir))
@@ -156,6 +160,7 @@ class Nginx:
         self._proc: Optional[subprocess.Popen] = None
         self._tmp: Optional[str] = None
         self._access_log = access_log
+        self._redirect = redirect
         self.port = 0
         if not os.path.isdir(self.root_dir):
             raise ServerError(f"{self.root_dir}: no such folder to serve")
@@ -202,6 +207,11 @@ class Nginx:
             host=_HOST,
             port=port,
             root=self.root_dir,
+            location=(
+                f"return 302 {self._redirect}$request_uri;"
+                if self._redirect
+                else "limit_except GET HEAD { deny all; }"
+            ),
             tls=" ssl http2" if self.tls else "",
             certificate=(
                 f"ssl_certificate {self.tls[0]};\n    "

@@ -30,7 +30,9 @@
  * RL_ECLOSED and returns within one wait.
  *
  * read_one (a replacement sample of the skip policy, on a worker) reads
- * with an easy handle of its own, with the same checks and retries. One
+ * with an easy handle and a multi handle of its own, with the same checks
+ * and retries; cancel() also wakes each read_one's wait, so a transfer or
+ * a backoff in progress ends with RL_ECLOSED at once. One
  * transfer's code (options, callbacks, verdicts, backoff) is in
  * source/http_xfer.c, the optional local cache of fetched byte ranges in
  * source/http_cache.c (with it, a member not yet cached is fetched with
@@ -45,8 +47,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
 #include "source/http_xfer.h"
 
 /* ---- the I/O thread: a batch through the multi handle ---- */
@@ -284,7 +284,9 @@ static void http_read_one(rl_source *src, rl_fetch *f)
         rl__http_finish(&x, V_OK);
         return;
     }
-    CURL *e = rl__http_easy_new(s);
+    rl_http_one one;
+    bool listed = rl__http_one_init(s, &one);
+    CURL *e = listed ? rl__http_easy_new(s) : NULL;
     for (;;) {
         if (e == NULL || !rl__http_attempt_prepare(&x, e)) {
             f->status = -ENOMEM;
@@ -293,20 +295,26 @@ static void http_read_one(rl_source *src, rl_fetch *f)
             break;
         }
         rl__http_count_attempt(&x);
-        CURLcode rc = curl_easy_perform(e);
+        CURLcode rc;
+        /* Each wait ends at cancel(): the transfer mid-way, the backoff. */
+        if (!rl__http_one_perform(s, &one, e, gen, &rc)) {
+            rl__http_fail_closed(&x);
+            break;
+        }
         if (rl__http_after_attempt(&x, rc, &rng)) {
             break;
         }
-        while (rl__http_now_ns() < x.due_ns && atomic_load(&s->gen) == gen) {
-            struct timespec ts = {0, 10000000}; /* 10 ms */
-            nanosleep(&ts, NULL);
-        }
-        if (atomic_load(&s->gen) != gen) {
+        if (!rl__http_one_pause(s, &one, x.due_ns, gen)) {
             rl__http_fail_closed(&x);
             break;
         }
     }
-    curl_easy_cleanup(e);
+    if (e != NULL) {
+        curl_easy_cleanup(e);
+    }
+    if (listed) {
+        rl__http_one_exit(s, &one);
+    }
 }
 
 /* ---- the source ---- */
@@ -343,6 +351,7 @@ static void http_cancel(rl_source *src)
     http_source *s = (http_source *)src;
     atomic_fetch_add(&s->gen, 1);
     rl__http_wake(s);
+    rl__http_one_wake_all(s);
 }
 
 static void free_strings(char **v, int64_t n)

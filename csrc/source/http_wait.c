@@ -13,6 +13,14 @@
  * batch. Here a wake costs one epoll_wait and the ready sockets' work.
  *
  * An eventfd in the set ends a wait from another thread (cancel()).
+ *
+ * A worker's read_one (one transfer, then perhaps a backoff and another)
+ * waits on a multi handle of its own with curl_multi_poll, which
+ * curl_multi_wakeup ends from another thread: cancel() wakes every
+ * read_one on the source's list, so one waiting for a server that sends
+ * nothing ends at once instead of after timeout_s x attempts. (An easy
+ * handle's curl_easy_perform cannot be woken; its progress callback runs
+ * about once a second while nothing arrives.)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -134,4 +142,102 @@ void rl__http_wait(http_source *s, uint64_t until_ns)
     }
     int n = epoll_wait(s->epfd, s->ready, RL_HTTP_READY, ms);
     s->nready = n > 0 ? n : 0; /* EINTR: nothing ready */
+}
+
+/* ---- a worker's read_one ---- */
+
+bool rl__http_one_init(http_source *s, rl_http_one *o)
+{
+    o->multi = curl_multi_init();
+    if (o->multi == NULL) {
+        return false;
+    }
+    pthread_mutex_lock(&s->mu);
+    o->prev = NULL;
+    o->next = s->ones;
+    if (s->ones != NULL) {
+        s->ones->prev = o;
+    }
+    s->ones = o;
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+void rl__http_one_exit(http_source *s, rl_http_one *o)
+{
+    pthread_mutex_lock(&s->mu);
+    if (o->prev != NULL) {
+        o->prev->next = o->next;
+    } else {
+        s->ones = o->next;
+    }
+    if (o->next != NULL) {
+        o->next->prev = o->prev;
+    }
+    pthread_mutex_unlock(&s->mu);
+    curl_multi_cleanup(o->multi); /* off the list: no wake can reach it */
+}
+
+void rl__http_one_wake_all(http_source *s)
+{
+    pthread_mutex_lock(&s->mu);
+    for (rl_http_one *o = s->ones; o != NULL; o = o->next) {
+        curl_multi_wakeup(o->multi);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static bool cancelled(http_source *s, unsigned gen)
+{
+    return atomic_load(&s->gen) != gen;
+}
+
+bool rl__http_one_perform(http_source *s, rl_http_one *o, CURL *e, unsigned gen,
+                          CURLcode *rc)
+{
+    if (curl_multi_add_handle(o->multi, e) != CURLM_OK) {
+        *rc = CURLE_OUT_OF_MEMORY;
+        return true;
+    }
+    bool done = false;
+    while (!done && !cancelled(s, gen)) {
+        int running = 0;
+        CURLMcode mc = curl_multi_perform(o->multi, &running);
+        CURLMsg *m;
+        int queued;
+        while ((m = curl_multi_info_read(o->multi, &queued)) != NULL) {
+            if (m->msg == CURLMSG_DONE && m->easy_handle == e) {
+                *rc = m->data.result;
+                done = true;
+            }
+        }
+        if (!done && (mc != CURLM_OK || running == 0)) {
+            /* libcurl itself failed (out of memory): no result will come */
+            *rc = CURLE_OUT_OF_MEMORY;
+            done = true;
+        }
+        if (!done) {
+            /* Until a socket is ready, curl's timer is due or cancel(). */
+            curl_multi_poll(o->multi, NULL, 0, 1000, NULL);
+        }
+    }
+    curl_multi_remove_handle(o->multi, e);
+    return done;
+}
+
+bool rl__http_one_pause(http_source *s, rl_http_one *o, uint64_t due_ns,
+                        unsigned gen)
+{
+    for (;;) {
+        if (cancelled(s, gen)) {
+            return false;
+        }
+        uint64_t now = rl__http_now_ns();
+        if (now >= due_ns) {
+            return true;
+        }
+        uint64_t ms = (due_ns - now + 999999) / 1000000;
+        /* No transfer is added: this waits for the time or a wake. */
+        curl_multi_poll(o->multi, NULL, 0, ms > 1000 ? 1000 : (int)ms, NULL);
+    }
 }

@@ -16,11 +16,40 @@
 #include "source/http_xfer.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
+static CURLcode curl_init_rc, curl_proto_rc;
+
+/* Transfers go over HTTP(S) only, whatever libcurl was built with (FTP,
+ * FILE, SMB, ...), and so do redirects; a redirect from an https URL
+ * stays on https (https: true), never dropping TLS. The _STR options are
+ * libcurl 7.85's; the bitmask ones before it are deprecated since. */
+static CURLcode restrict_protocols(CURL *e, bool https)
+{
+#if LIBCURL_VERSION_NUM >= 0x075500
+    CURLcode rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    return rc != CURLE_OK ? rc
+                          : curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR,
+                                             https ? "https" : "http,https");
+#else
+    long all = CURLPROTO_HTTP | CURLPROTO_HTTPS;
+    CURLcode rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS, all);
+    return rc != CURLE_OK
+               ? rc
+               : curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS,
+                                  https ? (long)CURLPROTO_HTTPS : all);
+#endif
+}
 
 static void curl_init(void)
 {
     curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
+    if (curl_init_rc != CURLE_OK) {
+        return;
+    }
+    /* A libcurl older than the headers built against would refuse the
+     * restriction: then no transfer, rather than one to any protocol. */
+    CURL *e = curl_easy_init();
+    curl_proto_rc = e == NULL ? CURLE_OUT_OF_MEMORY : restrict_protocols(e, 0);
+    curl_easy_cleanup(e);
 }
 
 bool rl__http_global_init(char *msg)
@@ -29,6 +58,14 @@ bool rl__http_global_init(char *msg)
     if (curl_init_rc != CURLE_OK) {
         snprintf(msg, RL_MSG_MAX, "libcurl failed to initialise: %s",
                  curl_easy_strerror(curl_init_rc));
+        return false;
+    }
+    if (curl_proto_rc != CURLE_OK) {
+        snprintf(msg, RL_MSG_MAX,
+                 "libcurl %s cannot restrict transfers to HTTP(S) (%s): "
+                 "ringloader was built against libcurl %s",
+                 curl_version_info(CURLVERSION_NOW)->version,
+                 curl_easy_strerror(curl_proto_rc), LIBCURL_VERSION);
         return false;
     }
     return true;
@@ -70,37 +107,8 @@ static uint64_t backoff_ns(const rl_http_options *o, int attempt,
 static size_t on_header(char *p, size_t size, size_t n, void *arg)
 {
     xfer *x = arg;
-    size_t len = size * n;
-    char line[256];
-    size_t k = len < sizeof(line) - 1 ? len : sizeof(line) - 1;
-    memcpy(line, p, k);
-    line[k] = '\0';
-    if (strncmp(line, "HTTP/", 5) == 0) {
-        /* A new response (after a redirect or a 100): forget the last. */
-        x->http = 0;
-        x->cr_seen = false;
-        x->clen = -1;
-        x->retry_after = -1;
-        sscanf(line, "HTTP/%*s %ld", &x->http);
-    } else if (strncasecmp(line, "content-range:", 14) == 0) {
-        long long a, b;
-        if (sscanf(line + 14, " bytes %lld-%lld", &a, &b) == 2) {
-            x->cr_seen = true;
-            x->cr_first = a;
-            x->cr_last = b;
-        }
-    } else if (strncasecmp(line, "content-length:", 15) == 0) {
-        long long c;
-        if (sscanf(line + 15, " %lld", &c) == 1 && c >= 0) {
-            x->clen = c;
-        }
-    } else if (strncasecmp(line, "retry-after:", 12) == 0) {
-        double s;
-        if (sscanf(line + 12, " %lf", &s) == 1 && s >= 0) {
-            x->retry_after = s;
-        }
-    }
-    return len;
+    rl__http_resp_header(&x->resp, p, size * n);
+    return size * n;
 }
 
 static bool grow(xfer *x, size_t need)
@@ -122,7 +130,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
     xfer *x = arg;
     size_t k = size * n;
-    if (x->http < 200 || x->http >= 300) {
+    if (x->resp.status < 200 || x->resp.status >= 300) {
         /* An error body: keep its start, for S3's <Code>. */
         size_t room = sizeof(x->body) - 1 - x->nbody;
         size_t c = k < room ? k : room;
@@ -132,27 +140,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
         return k;
     }
     if (x->want >= 0) {
-        /* A 200 is the whole object unless it is exactly the range: the
-         * object's first `want` bytes, or a Content-Range naming the range
-         * asked for (some S3-API servers answer a range GET with 200). */
-        if (x->http == 200 && x->clen != x->want) {
-            x->failure = F_IGNORED_RANGE; /* the whole object is coming */
-            return 0;
-        }
-        if (x->http == 200 && x->off != 0 &&
-            !(x->cr_seen && x->cr_first == (int64_t)x->off &&
-              x->cr_last == (int64_t)(x->off + (uint64_t)x->want - 1))) {
-            x->failure = F_IGNORED_RANGE;
-            return 0;
-        }
-        if (x->len + k > (size_t)x->want) {
-            x->failure = F_TOO_MUCH;
-            return 0;
-        }
-        if (x->http == 206 &&
-            (!x->cr_seen || x->cr_first != (int64_t)x->off ||
-             x->cr_last != (int64_t)(x->off + (uint64_t)x->want - 1))) {
-            x->failure = F_WRONG_RANGE; /* not a byte of it is kept */
+        x->failure = rl__http_resp_body(&x->resp, x->off, x->want, x->len, k);
+        if (x->failure != F_NONE) {
             return 0;
         }
         if (x->blk >= 0) {
@@ -171,8 +160,9 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
             x->failure = F_TOO_BIG;
             return 0;
         }
-        size_t hint =
-            x->clen > 0 && (uint64_t)x->clen <= max ? (size_t)x->clen : 0;
+        size_t hint = x->resp.clen > 0 && (uint64_t)x->resp.clen <= max
+                          ? (size_t)x->resp.clen
+                          : 0;
         size_t need = x->len + k > hint ? x->len + k : hint;
         if (need > x->cap && !grow(x, need)) {
             x->failure = F_NOMEM;
@@ -202,7 +192,7 @@ CURL *rl__http_easy_new(http_source *s)
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L); /* to HTTP(S) only */
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, o->verify ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, o->verify ? 2L : 0L);
@@ -221,10 +211,7 @@ bool rl__http_attempt_prepare(xfer *x, CURL *e)
     http_source *s = x->s;
     x->easy = e;
     x->len = 0;
-    x->http = 0;
-    x->cr_seen = false;
-    x->clen = -1;
-    x->retry_after = -1;
+    rl__http_resp_reset(&x->resp);
     x->failure = F_NONE;
     x->nbody = 0;
     x->body[0] = x->code[0] = x->err[0] = '\0';
@@ -236,8 +223,13 @@ bool rl__http_attempt_prepare(xfer *x, CURL *e)
         }
     }
     pthread_mutex_lock(&s->mu);
-    CURLcode rc = curl_easy_setopt(e, CURLOPT_URL, s->urls[s->obj[x->f->id]]);
+    const char *url = s->urls[s->obj[x->f->id]];
+    x->https = strncasecmp(url, "https:", 6) == 0;
+    CURLcode rc = curl_easy_setopt(e, CURLOPT_URL, url);
     pthread_mutex_unlock(&s->mu);
+    if (rc == CURLE_OK) {
+        rc = restrict_protocols(e, x->https);
+    }
     char range[64];
     if (x->want >= 0) {
         snprintf(range, sizeof(range), "%llu-%llu", (unsigned long long)x->off,
@@ -306,10 +298,34 @@ static int errno_of(CURLcode rc)
 /* S3's error code from an XML error body ("SlowDown", "NoSuchKey"). */
 static void s3_code(xfer *x)
 {
-    const char *a = strstr(x->body, "<Code>");
-    const char *b = a ? strstr(a, "</Code>") : NULL;
-    if (b != NULL && b - a - 6 < (long)sizeof(x->code)) {
-        snprintf(x->code, sizeof(x->code), " (%.*s)", (int)(b - a - 6), a + 6);
+    rl__http_resp_s3_code(x->body, x->nbody, x->code, sizeof(x->code));
+}
+
+/* The message of a transfer refused for its protocol: a redirect to one
+ * other than HTTP(S), or from https to http. The URL is named without
+ * its query string, which may carry a signature. */
+static void refused_protocol(xfer *x, char *m)
+{
+    char *url = NULL;
+    long redirects = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_EFFECTIVE_URL, &url);
+    curl_easy_getinfo(x->easy, CURLINFO_REDIRECT_COUNT, &redirects);
+    url = url != NULL ? url : "?";
+    int n = (int)strcspn(url, "?#");
+    bool http = strncasecmp(url, "http:", 5) == 0;
+    if (redirects == 0 && strncasecmp(url, "http", 4) != 0) {
+        snprintf(m, RL_MSG_MAX, "%.*s: only http:// and https:// URLs are read",
+                 n, url);
+    } else if (x->https && http) {
+        snprintf(m, RL_MSG_MAX,
+                 "redirected to %.*s: refused, a redirect from https:// to "
+                 "http:// would send the request unencrypted",
+                 n, url);
+    } else {
+        snprintf(m, RL_MSG_MAX,
+                 "redirected to %.*s: refused, redirects are followed to "
+                 "http:// and https:// only",
+                 n, url);
     }
 }
 
@@ -355,9 +371,14 @@ static int judge(xfer *x, CURLcode rc)
         f->status = -EPROTO;
         snprintf(m, RL_MSG_MAX,
                  "wrong Content-Range (bytes %lld-%lld for bytes %llu-%llu)",
-                 (long long)(x->cr_seen ? x->cr_first : -1),
-                 (long long)(x->cr_seen ? x->cr_last : -1), a, b);
+                 (long long)(x->resp.cr_seen ? x->resp.cr_first : -1),
+                 (long long)(x->resp.cr_seen ? x->resp.cr_last : -1), a, b);
         return V_RETRY;
+    }
+    if (rc == CURLE_UNSUPPORTED_PROTOCOL) {
+        f->status = -EPROTO;
+        refused_protocol(x, m);
+        return V_FAIL;
     }
     if (rc != CURLE_OK) {
         f->status = -errno_of(rc);
@@ -374,7 +395,7 @@ static int judge(xfer *x, CURLcode rc)
         }
         return retryable(rc) ? V_RETRY : V_FAIL;
     }
-    long h = x->http;
+    long h = x->resp.status;
     if (h == 429 || h >= 500) {
         s3_code(x);
         f->status = -EIO;
@@ -432,8 +453,8 @@ bool rl__http_after_attempt(xfer *x, CURLcode rc, uint64_t *rng)
     if (v == V_RETRY && x->attempt < x->s->opt.retries) {
         x->attempt++;
         x->state = X_WAIT;
-        x->due_ns = rl__http_now_ns() +
-                    backoff_ns(&x->s->opt, x->attempt, x->retry_after, rng);
+        x->due_ns = rl__http_now_ns() + backoff_ns(&x->s->opt, x->attempt,
+                                                   x->resp.retry_after, rng);
         return false;
     }
     rl__http_finish(x, v == V_RETRY ? V_FAIL : v);

@@ -14,17 +14,21 @@
 #include <stdatomic.h>
 #include <sys/epoll.h>
 
+#include "source/http_resp.h"
 #include "source/source.h"
 
 #define RL_HTTP_READY 128 /* sockets handled per wake, at most */
+
+typedef struct rl_http_one rl_http_one;
 
 typedef struct http_source {
     rl_source base;
     rl_http_options opt;
     int64_t nobj;
-    char **names; /* display name of each object */
-    char **urls;  /* fetch URL of each object, guarded by mu */
-    int64_t *obj; /* object of each sample */
+    char **names;      /* display name of each object */
+    char **urls;       /* fetch URL of each object, guarded by mu */
+    rl_http_one *ones; /* the read_one calls in progress, guarded by mu */
+    int64_t *obj;      /* object of each sample */
     uint64_t *offsets;
     int64_t *lengths; /* -1: the whole object */
     pthread_mutex_t mu;
@@ -66,15 +70,6 @@ typedef struct http_source {
 enum { B_IDLE, B_BUSY, B_OFF };
 
 enum { X_NEW, X_WAIT, X_RUN, X_HOLD, X_DONE };
-enum {
-    F_NONE,
-    F_TOO_MUCH,
-    F_TOO_BIG,
-    F_IGNORED_RANGE,
-    F_WRONG_RANGE,
-    F_NOMEM,
-    F_CACHE
-};
 
 /* One fetch's transfer, across its attempts. */
 typedef struct xfer {
@@ -90,15 +85,13 @@ typedef struct xfer {
                    * of any attempt (each starts at the block's start) */
     uint8_t *buf;
     size_t cap, len;
-    int attempt, state, failure;
+    int attempt, state, failure; /* failure: F_* (source/http_resp.h) */
     uint64_t due_ns;
-    long http;    /* status of this attempt's last response */
-    bool cr_seen; /* Content-Range seen */
-    int64_t cr_first, cr_last, clen;
-    double retry_after; /* seconds, or -1 */
-    char code[48];      /* S3's <Code> of an error body */
-    char body[256];     /* start of an error body */
+    rl_http_resp resp; /* this attempt's last response's headers */
+    char code[48];     /* S3's <Code> of an error body */
+    char body[256];    /* start of an error body */
     size_t nbody;
+    bool https; /* this attempt's URL is https: (no redirect to http:) */
     char err[CURL_ERROR_SIZE];
 } xfer;
 
@@ -109,15 +102,16 @@ bool rl__http_global_init(char *msg);
 
 uint64_t rl__http_now_ns(void);
 
-/* An easy handle with the source's fixed options (timeouts, TLS). NULL
- * when out of memory. */
+/* An easy handle with the source's fixed options (timeouts, TLS, HTTP(S)
+ * only). NULL when out of memory. */
 CURL *rl__http_easy_new(http_source *s);
 
 /* x for fetch f of s: its range from the table; f emptied. */
 void rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f);
 
-/* Points e at x's next attempt (URL under s->mu, Range, callbacks).
- * Returns false when out of memory. */
+/* Points e at x's next attempt (URL under s->mu, Range, callbacks, the
+ * protocols a redirect may go to: https only from an https URL). Returns
+ * false when out of memory. */
 bool rl__http_attempt_prepare(xfer *x, CURL *e);
 /* Counts an attempt that was sent off (rl_source_counters). */
 void rl__http_count_attempt(const xfer *x);
@@ -163,6 +157,37 @@ void rl__http_drive(http_source *s);
 /* Waits until a socket is ready, curl's timer is due, until_ns passes (1 s
  * at most) or rl__http_wake. */
 void rl__http_wait(http_source *s, uint64_t until_ns);
+
+/* ---- a worker's read_one (http_wait.c): its own multi handle ---- */
+
+/* One read_one in progress, on its worker's stack: cancel() wakes its
+ * multi handle's wait (curl_multi_wakeup) through the source's list. */
+struct rl_http_one {
+    CURLM *multi;
+    rl_http_one *prev, *next;
+};
+
+/* Makes o's multi handle and puts o on s's list. false when out of
+ * memory (o is then not on the list). */
+bool rl__http_one_init(http_source *s, rl_http_one *o);
+
+/* Takes o off s's list and frees its multi handle. */
+void rl__http_one_exit(http_source *s, rl_http_one *o);
+
+/* Runs transfer e to its end on o's multi handle: true with *rc its
+ * result, or false as soon as cancel() has moved s->gen from gen (e is
+ * then abandoned mid-transfer). Either way e is off the multi handle. */
+bool rl__http_one_perform(http_source *s, rl_http_one *o, CURL *e, unsigned gen,
+                          CURLcode *rc);
+
+/* Sleeps until due_ns: true, or false as soon as cancel() has moved
+ * s->gen from gen. */
+bool rl__http_one_pause(http_source *s, rl_http_one *o, uint64_t due_ns,
+                        unsigned gen);
+
+/* Wakes every read_one in progress (they then see the new generation).
+ * Any thread; takes s->mu. */
+void rl__http_one_wake_all(http_source *s);
 
 /* ---- runs (http_runs.c) ---- */
 

@@ -1,4 +1,6 @@
-"""Writes the fuzzer's seed corpus: valid and odd JPEGs made with Pillow.
+"""Writes the fuzzers' seed corpora: for fuzz_decode.c (the default),
+valid and odd JPEGs made with Pillow; for fuzz_http.c ("http"), HTTP
+response header blocks; for fuzz_tar.py ("tar"), tar shards.
 
 Each file is an 8-byte header that fuzz_decode.c reads as the transform
 choice (kind, output size, resize, flip, layout, sample index), followed by
@@ -6,7 +8,15 @@ a JPEG. The JPEGs cover every subsampling, progressive, grayscale, CMYK,
 restart markers, tiny and odd sizes, EXIF and ICC segments, and truncated
 or header-only files, so the fuzzer starts from every decoder path.
 
-Usage: python3 make_corpus.py OUT_DIR
+A fuzz_http.c seed is 8 bytes (the range asked for and how the body
+arrives, see fuzz_http.c) and a header block as a server sends it: range
+answers right and wrong, whole objects, errors with S3 bodies, redirects
+and 100 Continue before the answer, HTTP/2 status lines, odd spacing and
+numbers past 64 bits. A fuzz_tar.py seed is a whole tar shard as
+tarindex.py reads them: WebDataset members, directories and links, long
+names (GNU and pax), no end-of-archive block, cut short, and compressed.
+
+Usage: python3 make_corpus.py OUT_DIR [decode|http|tar]
 """
 
 from __future__ import annotations
@@ -16,7 +26,9 @@ import io
 import os
 import shutil
 import subprocess
+import struct
 import sys
+import tarfile
 
 import numpy as np
 from PIL import Image
@@ -103,8 +115,160 @@ def seeds() -> list[bytes]:
     return out
 
 
+def http_seed(off: int, want: int, head: bytes, step: int = 0, extra: int = 0) -> bytes:
+    """A fuzz_http.c input: the range [off, off + want) asked for (off below
+    2^24, or a multiple of 2^31), body writes of 1 + 37 * step bytes, extra
+    bytes past the range, then the header block."""
+    big = off >= 1 << 31
+    o = off >> 31 if big else off
+    assert o < 1 << 24 and (o << 31 if big else o) == off
+    head8 = struct.pack("<I", o)[:3] + bytes([big, *struct.pack("<H", want - 1)])
+    return head8 + bytes([step, extra]) + head
+
+
+def http_seeds() -> list[bytes]:
+    def h(*lines: str) -> bytes:
+        return "".join(line + "\r\n" for line in lines).encode() + b"\r\n"
+
+    def cr(a: int, b: int, total: str = "*") -> str:
+        return f"Content-Range: bytes {a}-{b}/{total}"
+
+    out = []
+    for off, want in ((0, 1), (512, 100), (1000, 4096), (3 << 31, 700)):
+        last = off + want - 1
+        cl = f"Content-Length: {want}"
+        out += [
+            http_seed(
+                off,
+                want,
+                h("HTTP/1.1 206 Partial Content", cr(off, last, str(last + 9)), cl),
+            ),
+            http_seed(off, want, h("HTTP/2 206", cr(off, last), cl), step=3),
+            http_seed(
+                off, want, h("HTTP/1.1 206 Partial Content", cr(off + 1, last + 1), cl)
+            ),
+            http_seed(off, want, h("HTTP/1.1 206 OK", cr(off, last - 1), cl), extra=5),
+            http_seed(off, want, h("HTTP/1.1 200 OK", f"Content-Length: {want + 10}")),
+            http_seed(off, want, h("HTTP/1.1 200 OK", cl, cr(off, last, "*"))),
+            http_seed(
+                off,
+                want,
+                h("HTTP/1.1 100 Continue")
+                + h("HTTP/1.1 206 Partial Content", cr(off, last), cl),
+            ),
+            http_seed(
+                off,
+                want,
+                h("HTTP/1.1 302 Found", "Location: /x", "Content-Length: 0")
+                + h("HTTP/1.1 206 Partial Content", cr(off, last), cl),
+            ),
+        ]
+    s3 = "<?xml version='1.0'?><Error><Code>SlowDown</Code><Message>Reduce</Message></Error>"
+    out += [
+        http_seed(
+            0, 10, h("HTTP/1.1 503 Service Unavailable", "Retry-After: 3") + s3.encode()
+        ),
+        http_seed(
+            0, 10, h("HTTP/1.1 429 Too Many", "Retry-After: 0.5", "retry-after:  7 ")
+        ),
+        http_seed(0, 10, h("HTTP/1.1 404 Not Found") + b"<Code>NoSuchKey</Code>"),
+        http_seed(
+            0, 10, h("HTTP/1.1 403 Forbidden") + b"<Code>" + b"A" * 60 + b"</Code>"
+        ),
+        http_seed(
+            0, 10, h("HTTP/1.1 416 Range Not Satisfiable", "Content-Range: bytes */5")
+        ),
+        http_seed(
+            0,
+            10,
+            h("HTTP/1.1 206 x", "content-range:bytes\t0-9/10", "CONTENT-LENGTH:\t10"),
+        ),
+        http_seed(
+            0,
+            10,
+            h(
+                "HTTP/1.1 206 x",
+                "Content-Range: bytes 0-99999999999999999999/*",
+                "Content-Length: -1",
+            ),
+        ),
+        http_seed(
+            0,
+            10,
+            h(
+                "HTTP/1.1 206 x",
+                "Content-Range: bytes -5--1/10",
+                "Retry-After: Wed, 21 Oct 2015 07:28:00 GMT",
+            ),
+        ),
+        http_seed(0, 10, b"HTTP/1.1 206\nContent-Range: bytes 0-9\n\n"),
+        http_seed(0, 10, b"HTTP/ 99999999999999999999999 x\r\nRetry-After: 1e999\r\n"),
+    ]
+    return out
+
+
+def tar_seeds() -> list[bytes]:
+    def shard(
+        members: list[tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT, extra=None
+    ) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+            for info in extra or []:
+                tf.addfile(info)
+        return buf.getvalue()
+
+    pixels = b"\xff\xd8\xff\xe0" + bytes(range(200)) + b"\xff\xd9"
+    members = []
+    for i in range(4):
+        members += [
+            (f"d/k{i:03d}.jpg", pixels),
+            (f"d/k{i:03d}.cls", f" {i - 1}\n".encode()),
+        ]
+    plain = shard(members)
+    folder = tarfile.TarInfo("d")
+    folder.type = tarfile.DIRTYPE
+    link = tarfile.TarInfo("d/l.jpg")
+    link.type = tarfile.SYMTYPE
+    link.linkname = "d/k000.jpg"
+    long_name = "x" * 120 + "/sample.with.dots.JPG"
+    out = [
+        plain,
+        shard(members, extra=[folder, link]),
+        shard(
+            [(long_name, pixels), (long_name[:-3] + "cls", b"7")],
+            fmt=tarfile.GNU_FORMAT,
+        ),
+        shard([(long_name, pixels), ("n\u00e9.cls", b"+3")], fmt=tarfile.PAX_FORMAT),
+        shard([(".hidden", b"x"), ("nodot", b"y"), ("a.b.c", b"9" * 70)]),
+        shard([]),
+        plain[: len(plain) - 1024],  # no end-of-archive block
+        plain[:700],  # cut inside a member
+        plain[:100],  # cut inside a header
+        b"\x1f\x8b\x08\x00" + plain[:200],  # gzip magic
+    ]
+    return out
+
+
+def write(root: str, blobs: list[bytes]) -> int:
+    os.makedirs(root, exist_ok=True)
+    for blob in blobs:
+        name = hashlib.sha1(blob).hexdigest()
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(blob)
+    return len(blobs)
+
+
 def main() -> None:
     root = sys.argv[1] if len(sys.argv) > 1 else "seeds"
+    kind = sys.argv[2] if len(sys.argv) > 2 else "decode"
+    if kind in ("http", "tar"):
+        n = write(root, http_seeds() if kind == "http" else tar_seeds())
+        print(f"{n} {kind} seeds in {root}")
+        return
     os.makedirs(root, exist_ok=True)
     rng = np.random.default_rng(0)
     n = 0

@@ -10,11 +10,12 @@ URL*: the same URL for HTTP(S), a presigned GET URL for S3, made by boto3
 string carries credentials: it never reaches a message, a repr or a log.
 
 HTTP(S) goes through urllib3 (its ``Retry`` policy: 5xx, 429 and
-connection errors, exponential backoff with jitter; certificates verified,
-the CA bundle from ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE`` or
-``CURL_CA_BUNDLE``). S3 goes through boto3, which finds credentials,
-endpoint (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``), region and CA
-bundle (``AWS_CA_BUNDLE``) where it always does; without credentials, S3
+connection errors, exponential backoff with jitter; up to 5 redirects, to
+HTTP(S) only, never from https to http; certificates verified, the CA
+bundle from ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE``).
+S3 goes through boto3, which finds credentials, endpoint
+(``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``), region and CA bundle
+(``AWS_CA_BUNDLE``) where it always does; without credentials, S3
 is read anonymously (public buckets). Both are imported on first use.
 
 Errors are OSErrors naming the object and what to do: FileNotFoundError
@@ -33,7 +34,7 @@ import posixpath
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from . import presign
 from .base import Remote
@@ -46,6 +47,8 @@ log = logging.getLogger("ringloader")
 SCHEMES = ("http", "https", "s3")
 CHUNK = 1 << 16
 _RETRY_STATUS = (429, 500, 502, 503, 504)
+_REDIRECT_STATUS = (301, 302, 303, 307, 308)
+MAX_REDIRECTS = 5  # as the C source (CURLOPT_MAXREDIRS)
 _SECRET_PARAMS = ("signature", "sig", "token", "credential", "policy", "key-pair-id")
 
 
@@ -434,12 +437,21 @@ class Client:
         headers = {"Accept-Encoding": "identity", **(headers or {})}
         if start or end is not None:
             headers["Range"] = _range(start, end)
-        try:
-            r = self.http().request(
-                method, name, headers=headers, preload_content=not stream
-            )
-        except urllib3.exceptions.HTTPError as e:
-            raise _http_failure(name, e) from None
+        url, kw = name, dict(headers=headers, preload_content=not stream)
+        # Redirects are followed here, not by urllib3, which would follow
+        # one from https:// to http://.
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                r = self.http().request(method, url, redirect=False, **kw)
+            except urllib3.exceptions.HTTPError as e:
+                raise _http_failure(name, e) from None
+            location = r.headers.get("Location")
+            if r.status not in _REDIRECT_STATUS or not location:
+                break
+            r.drain_conn()
+            url = _redirect_target(name, url, location, r.status)
+        else:
+            raise OSError(f"{name}: more than {MAX_REDIRECTS} redirects")
         if r.status >= 400 and not (method == "HEAD" and r.status in (405, 501)):
             r.drain_conn()
             raise _status_error(name, r.status, r.reason or "")
@@ -496,6 +508,23 @@ class _Urls:
 
     def __repr__(self) -> str:
         return f"<fetch URLs of {len(self._names)} objects>"
+
+
+def _redirect_target(name: str, url: str, location: str, status: int) -> str:
+    """The URL a redirect from ``url`` to ``location`` goes to; raises
+    OSError naming ``name`` when it is refused: a scheme other than
+    http/https, or from https down to http."""
+    target = urljoin(url, location)
+    scheme = urlsplit(target).scheme.lower()
+    if scheme == "http" and urlsplit(url).scheme.lower() == "https":
+        why = "a redirect from https:// to http:// would send the request unencrypted"
+    elif scheme not in ("http", "https"):
+        why = "redirects are followed to http:// and https:// only"
+    else:
+        return target
+    raise OSError(
+        f"{name}: redirected to {redact(target)} (HTTP {status}): refused, {why}"
+    )
 
 
 def _range(start: int, end: Optional[int]) -> str:

@@ -57,6 +57,10 @@ SHARD_INDEX_VERSION = 1
 _SMALL_MEMBER = 64
 _NO_INT = np.iinfo(np.int64).min
 _INT_TEXT = re.compile(rb"\s*[-+]?\d+\s*")
+# What tarfile raises on a corrupt header: TarError, or what its parsing
+# lets out (a pax record length past ssize_t: OverflowError, found by
+# tests/fuzz/fuzz_tar.py; bad numbers and names: ValueError).
+_TAR_FAILURES = (tarfile.TarError, ValueError, OverflowError, EOFError)
 
 
 class ShardError(ValueError):
@@ -116,12 +120,12 @@ def _scan(f: BinaryIO, name: str, size: int) -> dict[str, np.ndarray]:
         )
     try:
         tf = tarfile.TarFile(fileobj=f)  # closing tf leaves f open
-    except tarfile.ReadError as e:
+    except _TAR_FAILURES as e:
         raise ShardError(f"{name}: not a tar file ({e})") from None
     while True:
         try:
             m = tf.next()
-        except tarfile.TarError as e:
+        except _TAR_FAILURES as e:
             raise ShardError(
                 f"{name}: truncated or corrupt after member {last!r} ({e})"
             ) from None

@@ -24,10 +24,12 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, Optional, Union
 
@@ -160,6 +162,7 @@ class Nginx:
         self._proc: Optional[subprocess.Popen] = None
         self._tmp: Optional[str] = None
         self._access_log = access_log
+        self._workers_many = workers > 1
         self._redirect = redirect
         self.port = 0
         if not os.path.isdir(self.root_dir):
@@ -275,20 +278,57 @@ class Nginx:
     def requests(self) -> list[tuple[str, str, int, str, int, str]]:
         """(method, path, status, Range header or "", body bytes, protocol
         such as "HTTP/1.1" or "HTTP/2.0") of every request served so far
-        (``access_log=True`` only)."""
+        (``access_log=True`` only).
+
+        nginx logs a request after its last byte is sent, so a client that
+        has its answer may look before the line is written. With one
+        process (``workers=1``), which handles events in order, a request
+        of our own is logged only after every earlier one: the lines are
+        read once it is there (it is left out)."""
         if not self._access_log or self._tmp is None:
             raise RuntimeError("start Nginx with access_log=True to see requests")
+        path = os.path.join(self._tmp, "access.log")
+        marker = f"/.ringloader-sync-{uuid.uuid4().hex}"
+        if not self._workers_many:
+            self._sync(marker)
+        lines: list[str] = []
+        deadline = time.monotonic() + 10.0
+        while True:
+            try:
+                with open(path) as f:
+                    lines = f.read().splitlines()
+            except FileNotFoundError:
+                lines = []
+            if self._workers_many or any(marker in ln for ln in lines):
+                break
+            if time.monotonic() > deadline:
+                raise ServerError(f"nginx did not log {marker} within 10 s")
+            time.sleep(0.005)
         out = []
-        try:
-            with open(os.path.join(self._tmp, "access.log")) as f:
-                lines = f.read().splitlines()
-        except FileNotFoundError:
-            return []
         for line in lines:
+            if marker in line:
+                continue
             method, path, status, rng, sent, proto = line.split(" ")
             rng = "" if rng == "-" else rng
             out.append((method, path, int(status), rng, int(sent), proto))
         return out
+
+    def _sync(self, marker: str) -> None:
+        """GET ``marker`` and read the answer to its end (a 404, or the
+        redirect's 302, which is not followed)."""
+        with socket.create_connection((_HOST, self.port), timeout=10) as raw:
+            conn: Any = raw
+            if self.tls:
+                ctx = ssl.create_default_context()
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+                conn = ctx.wrap_socket(raw)
+            conn.sendall(
+                f"GET {marker} HTTP/1.1\r\nHost: {_HOST}\r\n"
+                "Connection: close\r\n\r\n".encode()
+            )
+            while conn.recv(65536):
+                pass
 
     def clear_requests(self) -> None:
         """Forget the requests logged so far."""

@@ -1,6 +1,6 @@
 """What C and Python share is written once, in C, and exported by _core:
 the bits of a sample's random key, the largest side, the keys of the
-pipeline's stats (and, in test_ops_layout below, the op arguments). These
+pipeline's stats and the augmentation ops' arguments. These
 tests check that the Python side reads the exported values and keeps no
 copy of them (static checks on the sources), and that what it builds from
 them is what the C core produces."""
@@ -87,3 +87,156 @@ def test_stats_keys_are_read_from_the_core():
     for name in fields:
         if name not in _meter.HIDDEN:
             assert _meter.RENAMED.get(name, name) in shown, name
+
+
+# ---- the augmentation ops' arguments (csrc/augment/augment.h) ----
+
+
+def _size(fields) -> int:
+    return sum(c * (1 if r is None else _size(r)) for _, c, r in fields)
+
+
+def _numbers(fields) -> set[int]:
+    """Every count of a layout and of its records, and their sizes."""
+    out = {_size(fields)}
+    for _, count, record in fields:
+        out.add(count)
+        if record is not None:
+            out |= _numbers(record)
+    return out
+
+
+def test_op_layouts_are_read_from_the_core():
+    from ringloader import _ops
+
+    # Python keeps no copy of a count, a size or a limit (the three
+    # channels of a fill aside), nor of the kinds' or policies' names
+    # (Solarize aside: v2 keeps its table in fractions of 255).
+    numbers = set().union(*map(_numbers, _core.OP_ARGS.values()))
+    for limits in _core.OP_LIMITS.values():
+        numbers |= set(limits.values())
+    names = set(_core.POLICY_KINDS) - {"Solarize"}
+    names |= set(_core.AUTO_AUGMENT_POLICIES)
+    for line, v in _constants("_ops.py"):
+        assert not (isinstance(v, int) and v > 3 and v in numbers), (
+            f"_ops.py:{line} repeats a count or limit of the op layouts: {v}"
+        )
+        assert v not in names, f"_ops.py:{line} repeats the name {v!r}"
+    assert _ops.POLICY_KINDS == _core.POLICY_KINDS
+    assert set(_ops._MAG_OPS) <= set(_core.POLICY_KINDS)
+    # Every C op is reached from Python, and each layout is the one C
+    # checks the arguments against.
+    assert set(_core.OP_ARGS) == {op for op, _ in _ops.IMAGE_OPS.values()} | {"erase"}
+    for op, fields in _core.OP_ARGS.items():
+        n = _size(fields)
+        with pytest.raises(ValueError, match=f"{op} takes {n} arguments, not {n + 1}"):
+            _core.augment_draw([(op, [0.0] * (n + 1))], 8, 8, 0, 0, 0)
+
+
+def _reversed(fields):
+    return tuple(
+        (n, c, None if r is None else _reversed(r)) for n, c, r in reversed(fields)
+    )
+
+
+def _by_name(fields, args):
+    """{field: its values} of args laid out by fields (NaN as None)."""
+    out, at = {}, 0
+    for name, count, record in fields:
+        if record is None:
+            out[name] = [None if v != v else v for v in args[at : at + count]]
+            at += count
+        else:
+            size = _size(record)
+            out[name] = [
+                _by_name(record, args[at + k * size : at + (k + 1) * size])
+                for k in range(count)
+            ]
+            at += count * size
+    assert at == len(args)
+    return out
+
+
+def test_op_arguments_are_packed_by_field_name(monkeypatch):
+    """With every layout's fields (and records' fields) in reverse order,
+    each transform's arguments follow: Python packs by name, from the
+    layout C exports, not by position."""
+    v2 = pytest.importorskip("torchvision.transforms.v2")
+    from ringloader import _ops
+
+    transforms = [
+        v2.ColorJitter(0.4, 0.3, 0.2, 0.1),
+        v2.RandomGrayscale(0.3),
+        v2.GaussianBlur((3, 7), (0.1, 2.0)),
+        v2.RandomAutocontrast(0.3),
+        v2.RandomEqualize(0.4),
+        v2.RandomInvert(0.6),
+        v2.RandomPosterize(3, 0.2),
+        v2.RandomSolarize(100, 0.7),
+        v2.RandomAdjustSharpness(2.0, 0.3),
+        v2.RandomRotation((-10, 20), center=(3, 4), fill=7),
+        v2.RandomAffine(5, (0.1, 0.2), (0.8, 1.2), (1, 2, 3, 4), center=(5, 6)),
+        v2.TrivialAugmentWide(num_magnitude_bins=7, fill=[4, 5, 6]),
+        v2.RandAugment(num_ops=5, magnitude=3),
+        v2.AutoAugment(v2.AutoAugmentPolicy.SVHN, fill=3),
+        v2.AugMix(severity=4, all_ops=False, chain_depth=2),
+    ]
+    erasing = v2.RandomErasing(0.3, (0.1, 0.2), (0.5, 2.0), value=(1, 2, 3))
+    forward = [_ops.op_of(t, 48, 40) for t in transforms]
+    forward.append(_ops.erase_of(erasing, "float32"))
+    assert {op for op, _ in forward} == set(_core.OP_ARGS)
+    layouts = dict(_core.OP_ARGS)
+    monkeypatch.setattr(
+        _core, "OP_ARGS", {op: _reversed(f) for op, f in layouts.items()}
+    )
+    backward = [_ops.op_of(t, 48, 40) for t in transforms]
+    backward.append(_ops.erase_of(erasing, "float32"))
+    for (op, args), (_, rev) in zip(forward, backward):
+        assert args != rev or len(layouts[op]) == 1, op
+        assert _by_name(layouts[op], args) == _by_name(_core.OP_ARGS[op], rev), op
+
+
+def _offset(op: str, field: str) -> int:
+    at = 0
+    for name, count, record in _core.OP_ARGS[op]:
+        if name == field:
+            return at
+        at += count * (1 if record is None else _size(record))
+    raise KeyError(field)
+
+
+def test_op_limits_are_the_c_checks():
+    """Python refuses to fuse exactly where the C check starts refusing."""
+    v2 = pytest.importorskip("torchvision.transforms.v2")
+    from ringloader import _ops
+
+    most = _core.OP_LIMITS["rand_augment"]["max_num_ops"]
+    bins = _ops._count("trivial_augment", "table", "magnitudes")
+    kernel = _core.OP_LIMITS["gaussian_blur"]["max_kernel_size"]
+    for fits, over, field, value in [
+        (
+            v2.RandAugment(num_ops=most),
+            v2.RandAugment(num_ops=most + 1),
+            "num_ops",
+            most + 1,
+        ),
+        (
+            v2.TrivialAugmentWide(num_magnitude_bins=bins),
+            v2.TrivialAugmentWide(num_magnitude_bins=bins + 1),
+            "num_magnitude_bins",
+            bins + 1,
+        ),
+        (
+            v2.GaussianBlur(kernel, 1.0),
+            v2.GaussianBlur(kernel + 2, 1.0),
+            "kernel_size",
+            kernel + 2,
+        ),
+    ]:
+        op, args = _ops.op_of(fits, 16, 16)
+        _core.augment_draw([(op, args)], 16, 16, 0, 0, 0)
+        with pytest.raises(_ops.NotFused):
+            _ops.op_of(over, 16, 16)
+        args[_offset(op, field)] = float(value)
+        with pytest.raises(ValueError, match=op):
+            _core.augment_draw([(op, args)], 16, 16, 0, 0, 0)

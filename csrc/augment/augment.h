@@ -40,9 +40,50 @@ typedef struct rl_image {
 
 typedef struct rl_op rl_op;
 
+/*
+ * The layout of an op's arguments, shared with Python: a list of fields,
+ * ending with {NULL}, that lay out args[] in order. A field is `count`
+ * doubles, or, with `record`, `count` records each laid out by that list
+ * (a row of a table). The module exports every op's list as
+ * _core.OP_ARGS, and ringloader/_ops.py packs arguments by these names,
+ * so an op's layout is written here once.
+ *
+ * An op's code reads args[] at offsets made from the same list: written as
+ * a list macro of X(prefix, name, count, record prefix), with RL_ARG_ as
+ * the record prefix of plain doubles,
+ *     #define ROT_ARGS(X) X(ROT_, degrees, 2, RL_ARG_) \
+ *                         X(ROT_, fill, 3, RL_ARG_)
+ *     enum { ROT_ARGS(RL_OP_ARG_AT) ROT_NARGS };
+ *     static const rl_op_field ROT_fields[] = {ROT_ARGS(RL_OP_FIELD){NULL}};
+ * gives ROT_degrees = 0, ROT_fill = 2, ROT_NARGS = 5 and the field list. A
+ * field of records of list REC_ uses REC_NARGS (a record's doubles) and
+ * REC_fields.
+ */
+typedef struct rl_op_field {
+    const char *name;
+    int count;                        /* doubles, or records of `record` */
+    const struct rl_op_field *record; /* NULL: plain doubles */
+} rl_op_field;
+
+#define RL_OP_ARG_AT(p, name, count, rec) \
+    p##name, p##name##_end_ = p##name + (count)*rec##NARGS - 1,
+#define RL_OP_FIELD(p, name, count, rec) {#name, (count), rec##fields},
+enum { RL_ARG_NARGS = 1 };
+#define RL_ARG_fields NULL
+
+/* A named limit of an op that Python checks before it builds the op's
+ * arguments (a bound the op's check enforces); lists end with {NULL}. */
+typedef struct rl_op_limit {
+    const char *name;
+    int value;
+} rl_op_limit;
+
 typedef struct rl_op_def {
     const char *name;
     int nargs; /* arguments the op takes, at most RL_OP_MAX_ARGS */
+    /* The layout of args[]: the fields' sizes add up to nargs. */
+    const rl_op_field *fields;
+    const rl_op_limit *limits; /* NULL: none */
     /* Checks the arguments once, at configuration: 0, or RL_ECONFIG with
      * msg saying what is wrong. NULL: any values. */
     int (*check)(const double *args, char *msg);
@@ -74,7 +115,7 @@ typedef struct rl_augment {
 
 /* The built-in ops, one table a file of ops (augment/ops.c lists the
  * tables), each ending with NULL. */
-extern const rl_op_def *const rl_color_ops[];    /* color.c */
+extern const rl_op_def *const rl_color_ops[];    /* color_ops.c */
 extern const rl_op_def *const rl_geometry_ops[]; /* geometry.c */
 extern const rl_op_def *const rl_policy_ops[];   /* policy.c */
 extern const rl_op_def *const rl_augmix_ops[];   /* augmix.c */
@@ -85,10 +126,40 @@ extern const rl_op_def *const *const rl_op_tables[];
 /* The built-in op called name, or NULL. */
 const rl_op_def *rl_op_find(const char *name);
 
+/* The doubles a field list lays out (records counted in full), or -1 for
+ * a malformed list: a field without a name, a negative count, an empty
+ * record, or two fields of one list with the same name. */
+int rl_op_fields_size(const rl_op_field *fields);
+
+/* Checks that def describes its arguments: a well-formed field list whose
+ * size is its nargs, at most RL_OP_MAX_ARGS. 0, or RL_EINTERNAL with msg.
+ * rl_augment_add checks every op it is given; the module checks the
+ * built-in ones when it exports them. */
+int rl_op_def_check(const rl_op_def *def, char *msg);
+
+/* The policies' sub-op kinds (policy.c), by kind number (the number
+ * rl_policy_apply and AugMix's argument rows take), ending with {NULL}:
+ * torchvision's name, and whether the kind has a row in the policies'
+ * magnitude tables (those rows are in kind order). Python takes them from
+ * _core.POLICY_KINDS and _core.POLICY_TABLE_KINDS. */
+typedef struct rl_policy_kind {
+    const char *name;
+    bool table;
+} rl_policy_kind;
+extern const rl_policy_kind rl_policy_kinds[];
+#define RL_POLICY_N_KINDS 15 /* Identity .. Invert */
+
+/* AutoAugment's policies by the number of its `policy` argument (policy.c),
+ * ending with NULL: torchvision's AutoAugmentPolicy values
+ * (_core.AUTO_AUGMENT_POLICIES). */
+extern const char *const rl_auto_augment_policies[];
+
 /*
  * Appends op def with nargs arguments to the chain. Returns 0, or
- * RL_ECONFIG with msg: a full chain, a wrong argument count, arguments
- * its check refuses, or an image op after an output op.
+ * RL_ECONFIG with msg: a full chain, a wrong argument count, arguments its
+ * check refuses, or an image op after an output op; RL_EINTERNAL with msg
+ * for a def whose fields do not describe its nargs (rl_op_def_check: a bug
+ * in the def, not in the user's configuration).
  */
 int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
                    int nargs, char *msg);

@@ -27,17 +27,19 @@
  * before the normalisation; a weight below FLT_MIN becomes FLT_MIN, as in
  * torch's _sample_dirichlet.
  *
- * args: [severity, mixture_width, chain_depth, alpha, interpolation,
- *        fill r, g, b (NaN for None), n_kinds, then n_kinds rows (up to
- *        AM_MAX_KINDS) of AM_ROW: policy kind (kernels.h), signed (0/1),
- *        has magnitudes (0/1), the magnitudes of bins 0 .. AM_BINS - 1]
+ * args (AM_ARGS): severity, mixture_width, chain_depth, alpha,
+ *        interpolation, fill (NaN for None), space_size, then space: rows
+ *        (AM_MAX_KINDS, the first space_size used) of policy kind
+ *        (rl_policy_kinds), signed (0/1), has_table (0/1), the magnitudes
+ *        of bins 0 .. AM_BINS - 1
  * params: [m0, m1, d_0 .. d_{W-1}, then W chains of D slots] where W is
- *        mixture_width and D chain_depth, or 3 where chain_depth <= 0
- *        (torchvision's depth uniform in 1..3). A slot holds 0 (past the
- *        chain's end) or +-(1 + k + AM_MAX_KINDS * bin): sub-op k of the
- *        space at magnitude bin `bin`, negative when the magnitude is
- *        negated. 2 + W (1 + D) must fit in RL_OP_MAX_PARAMS: with 16,
- *        torchvision's default of 3 chains of random depth does (14).
+ *        mixture_width and D chain_depth, or AM_RANDOM_DEPTH where
+ *        chain_depth <= 0 (torchvision's depth uniform in 1..3). A slot
+ *        holds 0 (past the chain's end) or +-(1 + k + AM_MAX_KINDS * bin):
+ *        sub-op k of the space at magnitude bin `bin`, negative when the
+ *        magnitude is negated. W (1 + D) must fit in AM_CHAIN_PARAMS, the
+ *        RL_OP_MAX_PARAMS after m0 and m1: with 16, torchvision's default
+ *        of 3 chains of random depth does (12 of 14).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -51,20 +53,47 @@
 
 #define AM_BINS 10      /* torchvision's _PARAMETER_MAX */
 #define AM_MAX_KINDS 16 /* sub-ops of an augmentation space */
-#define AM_ROW (3 + AM_BINS)
-#define AM_HEAD 9
-#define AM_ARGS (AM_HEAD + AM_MAX_KINDS * AM_ROW)
-#define AM_N_KINDS_POLICY 15 /* Identity .. Invert */
+#define AM_RANDOM_DEPTH 3
+#define AM_CHAIN_PARAMS (RL_OP_MAX_PARAMS - 2)
+
+/* A row of the space: one sub-op. */
+#define AM_ROW_ARGS(X)                \
+    X(AM_ROW_, kind, 1, RL_ARG_)      \
+    X(AM_ROW_, signed, 1, RL_ARG_)    \
+    X(AM_ROW_, has_table, 1, RL_ARG_) \
+    X(AM_ROW_, magnitudes, AM_BINS, RL_ARG_)
+enum { AM_ROW_ARGS(RL_OP_ARG_AT) AM_ROW_NARGS };
+static const rl_op_field AM_ROW_fields[] = {AM_ROW_ARGS(RL_OP_FIELD){NULL}};
+
+#define AM_ARGS(X)                    \
+    X(AM_, severity, 1, RL_ARG_)      \
+    X(AM_, mixture_width, 1, RL_ARG_) \
+    X(AM_, chain_depth, 1, RL_ARG_)   \
+    X(AM_, alpha, 1, RL_ARG_)         \
+    X(AM_, interpolation, 1, RL_ARG_) \
+    X(AM_, fill, 3, RL_ARG_)          \
+    X(AM_, space_size, 1, RL_ARG_)    \
+    X(AM_, space, AM_MAX_KINDS, AM_ROW_)
+enum { AM_ARGS(RL_OP_ARG_AT) AM_NARGS };
+static const rl_op_field AM_fields[] = {AM_ARGS(RL_OP_FIELD){NULL}};
+
+/* What Python checks before it builds the arguments: chains and their
+ * weights within the parameters, a random depth's slots. */
+static const rl_op_limit AM_limits[] = {
+    {"chain_params", AM_CHAIN_PARAMS},
+    {"random_depth_slots", AM_RANDOM_DEPTH},
+    {NULL},
+};
 
 static const double *kind_row(const double *a, int k)
 {
-    return a + AM_HEAD + k * AM_ROW;
+    return a + AM_space + k * AM_ROW_NARGS;
 }
 
 /* Sub-op slots a chain has in params. */
 static int slots_of(double chain_depth)
 {
-    return chain_depth > 0 ? (int)chain_depth : 3;
+    return chain_depth > 0 ? (int)chain_depth : AM_RANDOM_DEPTH;
 }
 
 static bool is_int(double v)
@@ -80,46 +109,52 @@ static int fail(char *msg, const char *what)
 
 static int am_check(const double *a, char *msg)
 {
-    if (!(is_int(a[0]) && a[0] >= 1 && a[0] <= AM_BINS)) {
+    double severity = a[AM_severity], width_ = a[AM_mixture_width];
+    double depth = a[AM_chain_depth], alpha = a[AM_alpha];
+    const double *fill = a + AM_fill;
+    if (!(is_int(severity) && severity >= 1 && severity <= AM_BINS)) {
         return fail(msg, "severity must be 1..10");
     }
-    if (!(is_int(a[1]) && a[1] >= 0 && a[1] <= RL_OP_MAX_PARAMS)) {
+    if (!(is_int(width_) && width_ >= 0 && width_ <= RL_OP_MAX_PARAMS)) {
         return fail(msg, "mixture_width must be a count");
     }
-    if (!(is_int(a[2]) && fabs(a[2]) <= RL_OP_MAX_PARAMS)) {
+    if (!(is_int(depth) && fabs(depth) <= RL_OP_MAX_PARAMS)) {
         return fail(msg, "chain_depth must be an integer");
     }
-    int width = (int)a[1];
-    if (2 + width + width * slots_of(a[2]) > RL_OP_MAX_PARAMS) {
+    int width = (int)width_;
+    if (width + width * slots_of(depth) > AM_CHAIN_PARAMS) {
         snprintf(msg, RL_MSG_MAX,
                  "augmix: %d chains of %d sub-ops and their weights exceed "
                  "%d parameters",
-                 width, slots_of(a[2]), RL_OP_MAX_PARAMS);
+                 width, slots_of(depth), RL_OP_MAX_PARAMS);
         return RL_ECONFIG;
     }
-    if (!(isfinite(a[3]) && a[3] > 0)) {
+    if (!(isfinite(alpha) && alpha > 0)) {
         return fail(msg, "alpha must be positive");
     }
-    if (a[4] != 0 && a[4] != 1) {
+    if (a[AM_interpolation] != 0 && a[AM_interpolation] != 1) {
         return fail(msg, "interpolation must be 0 (nearest) or 1 (bilinear)");
     }
     for (int c = 0; c < 3; c++) {
-        if (isnan(a[5]) != isnan(a[5 + c]) ||
-            (!isnan(a[5 + c]) && !(a[5 + c] >= 0 && a[5 + c] <= 255))) {
+        if (isnan(fill[0]) != isnan(fill[c]) ||
+            (!isnan(fill[c]) && !(fill[c] >= 0 && fill[c] <= 255))) {
             return fail(msg, "fill must be None or three values in [0, 255]");
         }
     }
-    if (!(is_int(a[8]) && a[8] >= 1 && a[8] <= AM_MAX_KINDS)) {
+    double n = a[AM_space_size];
+    if (!(is_int(n) && n >= 1 && n <= AM_MAX_KINDS)) {
         return fail(msg, "the augmentation space must hold 1..16 sub-ops");
     }
-    for (int k = 0; k < (int)a[8]; k++) {
+    for (int k = 0; k < (int)n; k++) {
         const double *r = kind_row(a, k);
-        if (!(is_int(r[0]) && r[0] >= 0 && r[0] < AM_N_KINDS_POLICY) ||
-            (r[1] != 0 && r[1] != 1) || (r[2] != 0 && r[2] != 1)) {
+        double kind = r[AM_ROW_kind], sgn = r[AM_ROW_signed];
+        double table = r[AM_ROW_has_table];
+        if (!(is_int(kind) && kind >= 0 && kind < RL_POLICY_N_KINDS) ||
+            (sgn != 0 && sgn != 1) || (table != 0 && table != 1)) {
             return fail(msg, "a sub-op must be (kind, signed, has table)");
         }
         for (int b = 0; b < AM_BINS; b++) {
-            if (!isfinite(r[3 + b])) {
+            if (!isfinite(r[AM_ROW_magnitudes + b])) {
                 return fail(msg, "the magnitude tables must be finite");
             }
         }
@@ -199,18 +234,20 @@ static void am_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
     (void)w;
     (void)h;
     const double *a = op->args;
-    int severity = (int)a[0], width = (int)a[1], n_kinds = (int)a[8];
-    int slots = slots_of(a[2]);
-    dirichlet(g, a[3], 2, params);
-    dirichlet(g, a[3], width, params + 2);
+    int severity = (int)a[AM_severity], width = (int)a[AM_mixture_width];
+    int n_kinds = (int)a[AM_space_size];
+    int slots = slots_of(a[AM_chain_depth]);
+    dirichlet(g, a[AM_alpha], 2, params);
+    dirichlet(g, a[AM_alpha], width, params + 2);
     double *slot = params + 2 + width;
     for (int c = 0; c < width; c++, slot += slots) {
-        int depth = a[2] > 0 ? slots : 1 + pick(g, 3);
+        int depth =
+            a[AM_chain_depth] > 0 ? slots : 1 + pick(g, AM_RANDOM_DEPTH);
         for (int j = 0; j < depth; j++) {
             int k = pick(g, n_kinds);
             const double *r = kind_row(a, k);
-            int bin = r[2] != 0 ? pick(g, severity) : 0;
-            bool negate = r[1] != 0 && rl_rng_uniform(g) < 0.5;
+            int bin = r[AM_ROW_has_table] != 0 ? pick(g, severity) : 0;
+            bool negate = r[AM_ROW_signed] != 0 && rl_rng_uniform(g) < 0.5;
             double code = 1 + k + AM_MAX_KINDS * bin;
             slot[j] = negate ? -code : code;
         }
@@ -223,17 +260,20 @@ static void am_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
 static int run_chain(const double *a, const double *slot, int slots,
                      rl_image *img, char *msg)
 {
-    rl_interp interp = a[4] != 0 ? RL_INTERP_BILINEAR : RL_INTERP_NEAREST;
-    const double *fill = isnan(a[5]) ? NULL : a + 5;
+    rl_interp interp =
+        a[AM_interpolation] != 0 ? RL_INTERP_BILINEAR : RL_INTERP_NEAREST;
+    const double *fill = isnan(a[AM_fill]) ? NULL : a + AM_fill;
     for (int j = 0; j < slots && slot[j] != 0; j++) {
         int code = (int)fabs(slot[j]) - 1;
         int k = code % AM_MAX_KINDS, bin = code / AM_MAX_KINDS;
         const double *r = kind_row(a, k);
-        double magnitude = r[2] != 0 ? r[3 + bin] : 0.0;
+        double magnitude =
+            r[AM_ROW_has_table] != 0 ? r[AM_ROW_magnitudes + bin] : 0.0;
         if (slot[j] < 0) {
             magnitude = -magnitude;
         }
-        int rc = rl_policy_apply(img, (int)r[0], magnitude, interp, fill);
+        int rc =
+            rl_policy_apply(img, (int)r[AM_ROW_kind], magnitude, interp, fill);
         if (rc != 0) {
             snprintf(msg, RL_MSG_MAX, "augmix: %s",
                      rc == -ENOMEM ? "out of memory"
@@ -260,7 +300,7 @@ static int am_apply(const rl_op *op, const double *params, rl_image *img,
                     char *msg)
 {
     const double *a = op->args;
-    int width = (int)a[1], slots = slots_of(a[2]);
+    int width = (int)a[AM_mixture_width], slots = slots_of(a[AM_chain_depth]);
     size_t line = (size_t)img->w * 3, n = line * (size_t)img->h;
     if (n == 0) {
         return 0;
@@ -315,7 +355,9 @@ static int am_apply(const rl_op *op, const double *params, rl_image *img,
 
 static const rl_op_def augmix = {
     .name = "augmix",
-    .nargs = AM_ARGS,
+    .nargs = AM_NARGS,
+    .fields = AM_fields,
+    .limits = AM_limits,
     .check = am_check,
     .draw = am_draw,
     .apply = am_apply,

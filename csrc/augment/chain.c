@@ -24,6 +24,48 @@ const rl_op_def *rl_op_find(const char *name)
     return NULL;
 }
 
+int rl_op_fields_size(const rl_op_field *fields)
+{
+    if (fields == NULL || fields[0].name == NULL) {
+        return -1; /* an op or a record lays out something */
+    }
+    long size = 0;
+    for (const rl_op_field *f = fields; f->name != NULL; f++) {
+        for (const rl_op_field *g = fields; g != f; g++) {
+            if (strcmp(g->name, f->name) == 0) {
+                return -1;
+            }
+        }
+        long each = f->record != NULL ? rl_op_fields_size(f->record) : 1;
+        if (f->count < 0 || each < 0) {
+            return -1;
+        }
+        size += f->count * each;
+        if (size > RL_OP_MAX_ARGS) {
+            return RL_OP_MAX_ARGS + 1; /* too many, whatever the rest */
+        }
+    }
+    return (int)size;
+}
+
+int rl_op_def_check(const rl_op_def *def, char *msg)
+{
+    int size = rl_op_fields_size(def->fields);
+    if (size < 0) {
+        snprintf(msg, RL_MSG_MAX,
+                 "%s: its argument fields are missing or malformed", def->name);
+        return RL_EINTERNAL;
+    }
+    if (size != def->nargs || def->nargs > RL_OP_MAX_ARGS) {
+        snprintf(msg, RL_MSG_MAX,
+                 "%s: its argument fields lay out %d arguments, its nargs is "
+                 "%d (at most %d)",
+                 def->name, size, def->nargs, RL_OP_MAX_ARGS);
+        return RL_EINTERNAL;
+    }
+    return 0;
+}
+
 int rl_augment_image_ops(const rl_augment *a)
 {
     int n = 0;
@@ -41,7 +83,10 @@ int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
                  RL_AUGMENT_MAX_OPS);
         return RL_ECONFIG;
     }
-    if (nargs != def->nargs || nargs > RL_OP_MAX_ARGS) {
+    if (rl_op_def_check(def, msg) != 0) {
+        return RL_EINTERNAL;
+    }
+    if (nargs != def->nargs) {
         snprintf(msg, RL_MSG_MAX, "%s takes %d arguments, not %d", def->name,
                  def->nargs, nargs);
         return RL_ECONFIG;

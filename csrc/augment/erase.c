@@ -4,8 +4,8 @@
  * users put it after Normalize (value 0 is then the normalised 0, not
  * black) and torchvision's "random" value is normal noise in those units.
  *
- * args: [p, scale_lo, scale_hi, log_ratio_lo, log_ratio_hi, random (0/1),
- *        v0, v1, v2] (v ignored when random)
+ * args (ERASE_ARGS): p, scale (lo, hi), log_ratio (lo, hi), random (0/1),
+ *        value (3; ignored when random)
  * params: [applied (0/1), i (top), j (left), h, w, noise seed]
  *
  * The draw follows torchvision's RandomErasing: apply with probability p;
@@ -21,28 +21,38 @@
 
 #include "augment/kernels.h"
 
+#define ERASE_ARGS(X)            \
+    X(E_, p, 1, RL_ARG_)         \
+    X(E_, scale, 2, RL_ARG_)     \
+    X(E_, log_ratio, 2, RL_ARG_) \
+    X(E_, random, 1, RL_ARG_)    \
+    X(E_, value, 3, RL_ARG_)
+enum { ERASE_ARGS(RL_OP_ARG_AT) E_NARGS };
+static const rl_op_field E_fields[] = {ERASE_ARGS(RL_OP_FIELD){NULL}};
+
 static int erase_check(const double *a, char *msg)
 {
-    if (!(a[0] >= 0 && a[0] <= 1)) {
-        snprintf(msg, RL_MSG_MAX, "erase: p must be in [0, 1], not %g", a[0]);
+    const double *scale = a + E_scale, *ratio = a + E_log_ratio;
+    if (!(a[E_p] >= 0 && a[E_p] <= 1)) {
+        snprintf(msg, RL_MSG_MAX, "erase: p must be in [0, 1], not %g", a[E_p]);
         return RL_ECONFIG;
     }
-    if (!(a[1] >= 0 && a[1] <= a[2] && a[2] <= 1)) {
+    if (!(scale[0] >= 0 && scale[0] <= scale[1] && scale[1] <= 1)) {
         snprintf(msg, RL_MSG_MAX,
                  "erase: scale must be (lo, hi) with 0 <= lo <= hi <= 1");
         return RL_ECONFIG;
     }
-    if (!(isfinite(a[3]) && isfinite(a[4]) && a[3] <= a[4])) {
+    if (!(isfinite(ratio[0]) && isfinite(ratio[1]) && ratio[0] <= ratio[1])) {
         snprintf(msg, RL_MSG_MAX,
                  "erase: ratio must be (lo, hi) with 0 < lo <= hi");
         return RL_ECONFIG;
     }
-    if (a[5] != 0 && a[5] != 1) {
+    if (a[E_random] != 0 && a[E_random] != 1) {
         snprintf(msg, RL_MSG_MAX, "erase: random must be 0 or 1");
         return RL_ECONFIG;
     }
-    for (int c = 6; c < 9; c++) {
-        if (a[5] == 0 && !isfinite(a[c])) {
+    for (int c = 0; c < 3; c++) {
+        if (a[E_random] == 0 && !isfinite(a[E_value + c])) {
             snprintf(msg, RL_MSG_MAX, "erase: value must be finite");
             return RL_ECONFIG;
         }
@@ -59,13 +69,13 @@ static void erase_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
 {
     const double *a = op->args;
     params[0] = 0;
-    if (!(rl_rng_uniform(g) < a[0])) {
+    if (!(rl_rng_uniform(g) < a[E_p])) {
         return;
     }
     double area = (double)w * h;
     for (int t = 0; t < 10; t++) {
-        double ea = area * uniform(g, a[1], a[2]);
-        double ar = exp(uniform(g, a[3], a[4]));
+        double ea = area * uniform(g, a[E_scale], a[E_scale + 1]);
+        double ar = exp(uniform(g, a[E_log_ratio], a[E_log_ratio + 1]));
         /* Python's round: half to even, as nearbyint in the default mode */
         double eh = nearbyint(sqrt(ea * ar));
         double ew = nearbyint(sqrt(ea / ar));
@@ -108,7 +118,7 @@ static int erase_apply_out(const rl_op *op, const double *params,
     for (int c = 0; c < 3; c++) {
         for (int y = i; y < i + eh; y++) {
             for (int x = j; x < j + ew; x++) {
-                float v = a[5] != 0 ? normal(&g) : (float)a[6 + c];
+                float v = a[E_random] != 0 ? normal(&g) : (float)a[E_value + c];
                 rl_store_value(out, x, y, c, v);
             }
         }
@@ -118,7 +128,8 @@ static int erase_apply_out(const rl_op *op, const double *params,
 
 static const rl_op_def erase = {
     .name = "erase",
-    .nargs = 9,
+    .nargs = E_NARGS,
+    .fields = E_fields,
     .check = erase_check,
     .draw = erase_draw,
     .apply_out = erase_apply_out,

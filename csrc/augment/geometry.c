@@ -212,14 +212,24 @@ static int check_common(const char *op, double interp, const double *center,
     return 0;
 }
 
-/* ---- rotation: [deg_lo, deg_hi, interp, cx, cy, fill r, g, b] ---- */
+/* ---- rotation: degrees (lo, hi), interpolation, center (x, y; NaN for
+ * None), fill (r, g, b; NaN for None) ---- */
+
+#define ROT_ARGS(X)                    \
+    X(ROT_, degrees, 2, RL_ARG_)       \
+    X(ROT_, interpolation, 1, RL_ARG_) \
+    X(ROT_, center, 2, RL_ARG_)        \
+    X(ROT_, fill, 3, RL_ARG_)
+enum { ROT_ARGS(RL_OP_ARG_AT) ROT_NARGS };
+static const rl_op_field ROT_fields[] = {ROT_ARGS(RL_OP_FIELD){NULL}};
 
 static int rotation_check(const double *args, char *msg)
 {
-    if (check_range("rotation", "degrees", args, 0, msg) != 0) {
+    if (check_range("rotation", "degrees", args + ROT_degrees, 0, msg) != 0) {
         return RL_ECONFIG;
     }
-    return check_common("rotation", args[2], args + 3, args + 5, msg);
+    return check_common("rotation", args[ROT_interpolation], args + ROT_center,
+                        args + ROT_fill, msg);
 }
 
 static void rotation_draw(const rl_op *op, rl_rng *g, int w, int h,
@@ -227,7 +237,8 @@ static void rotation_draw(const rl_op *op, rl_rng *g, int w, int h,
 {
     (void)w;
     (void)h;
-    params[0] = uniform_f32(g, op->args[0], op->args[1]);
+    const double *degrees = op->args + ROT_degrees;
+    params[0] = uniform_f32(g, degrees[0], degrees[1]);
 }
 
 /* An op's rl_k_affine or rl_k_rotate status, with a message where it is an
@@ -245,33 +256,47 @@ static int rotation_apply(const rl_op *op, const double *params, rl_image *img,
                           char *msg)
 {
     const double *a = op->args;
-    int rc =
-        rl_k_rotate(img, params[0], (rl_interp)a[2], isnan(a[3]) ? NULL : a + 3,
-                    isnan(a[5]) ? NULL : a + 5);
+    int rc = rl_k_rotate(img, params[0], (rl_interp)a[ROT_interpolation],
+                         isnan(a[ROT_center]) ? NULL : a + ROT_center,
+                         isnan(a[ROT_fill]) ? NULL : a + ROT_fill);
     return warp_status("rotation", img, rc, msg);
 }
 
 static const rl_op_def rotation_op = {
     .name = "rotation",
-    .nargs = 8,
+    .nargs = ROT_NARGS,
+    .fields = ROT_fields,
     .check = rotation_check,
     .draw = rotation_draw,
     .apply = rotation_apply,
 };
 
-/* ---- affine: [deg_lo, deg_hi, translate x, y, scale_lo, scale_hi,
- * shear x lo, hi, shear y lo, hi, interp, cx, cy, fill r, g, b] ---- */
+/* ---- affine: degrees (lo, hi), translate (x, y fractions), scale (lo,
+ * hi), shear (x lo, hi, y lo, hi), interpolation, center, fill; NaN where
+ * torchvision has None ---- */
+
+#define AFF_ARGS(X)                    \
+    X(AFF_, degrees, 2, RL_ARG_)       \
+    X(AFF_, translate, 2, RL_ARG_)     \
+    X(AFF_, scale, 2, RL_ARG_)         \
+    X(AFF_, shear, 4, RL_ARG_)         \
+    X(AFF_, interpolation, 1, RL_ARG_) \
+    X(AFF_, center, 2, RL_ARG_)        \
+    X(AFF_, fill, 3, RL_ARG_)
+enum { AFF_ARGS(RL_OP_ARG_AT) AFF_NARGS };
+static const rl_op_field AFF_fields[] = {AFF_ARGS(RL_OP_FIELD){NULL}};
 
 static int affine_check(const double *args, char *msg)
 {
     const char *op = "affine";
-    if (check_range(op, "degrees", args, 0, msg) != 0 ||
-        check_range(op, "scale", args + 4, 1, msg) != 0 ||
-        check_range(op, "shear x", args + 6, 1, msg) != 0 ||
-        check_range(op, "shear y", args + 8, 1, msg) != 0) {
+    const double *scale = args + AFF_scale, *shear = args + AFF_shear;
+    if (check_range(op, "degrees", args + AFF_degrees, 0, msg) != 0 ||
+        check_range(op, "scale", scale, 1, msg) != 0 ||
+        check_range(op, "shear x", shear, 1, msg) != 0 ||
+        check_range(op, "shear y", shear + 2, 1, msg) != 0) {
         return RL_ECONFIG;
     }
-    const double *t = args + 2;
+    const double *t = args + AFF_translate;
     if (!(isnan(t[0]) && isnan(t[1])) &&
         !(t[0] >= 0.0 && t[0] <= 1.0 && t[1] >= 0.0 && t[1] <= 1.0)) {
         snprintf(msg, RL_MSG_MAX,
@@ -280,36 +305,39 @@ static int affine_check(const double *args, char *msg)
                  t[0], t[1]);
         return RL_ECONFIG;
     }
-    if (!isnan(args[4]) && !(args[4] > 0.0)) {
+    if (!isnan(scale[0]) && !(scale[0] > 0.0)) {
         snprintf(msg, RL_MSG_MAX, "affine: scale must be > 0, not (%g, %g)",
-                 args[4], args[5]);
+                 scale[0], scale[1]);
         return RL_ECONFIG;
     }
-    if (isnan(args[6]) && !isnan(args[8])) {
+    if (isnan(shear[0]) && !isnan(shear[2])) {
         snprintf(msg, RL_MSG_MAX,
                  "affine: a shear y range needs a shear x range");
         return RL_ECONFIG;
     }
-    return check_common(op, args[10], args + 11, args + 13, msg);
+    return check_common(op, args[AFF_interpolation], args + AFF_center,
+                        args + AFF_fill, msg);
 }
 
 static void affine_draw(const rl_op *op, rl_rng *g, int w, int h,
                         double *params)
 {
-    const double *a = op->args;
-    params[0] = uniform_f32(g, a[0], a[1]);
+    const double *degrees = op->args + AFF_degrees;
+    const double *t = op->args + AFF_translate, *scale = op->args + AFF_scale;
+    const double *shear = op->args + AFF_shear;
+    params[0] = uniform_f32(g, degrees[0], degrees[1]);
     params[1] = params[2] = 0.0;
-    if (!isnan(a[2])) {
-        double dx = a[2] * (double)w, dy = a[3] * (double)h;
+    if (!isnan(t[0])) {
+        double dx = t[0] * (double)w, dy = t[1] * (double)h;
         params[1] = nearbyint(uniform_f32(g, -dx, dx));
         params[2] = nearbyint(uniform_f32(g, -dy, dy));
     }
-    params[3] = isnan(a[4]) ? 1.0 : uniform_f32(g, a[4], a[5]);
+    params[3] = isnan(scale[0]) ? 1.0 : uniform_f32(g, scale[0], scale[1]);
     params[4] = params[5] = 0.0;
-    if (!isnan(a[6])) {
-        params[4] = uniform_f32(g, a[6], a[7]);
-        if (!isnan(a[8])) {
-            params[5] = uniform_f32(g, a[8], a[9]);
+    if (!isnan(shear[0])) {
+        params[4] = uniform_f32(g, shear[0], shear[1]);
+        if (!isnan(shear[2])) {
+            params[5] = uniform_f32(g, shear[2], shear[3]);
         }
     }
 }
@@ -319,20 +347,22 @@ static int affine_apply(const rl_op *op, const double *params, rl_image *img,
 {
     const double *a = op->args;
     double cx = 0.0, cy = 0.0, m[6];
-    if (!isnan(a[11])) {
-        cx = a[11] - (double)img->w * 0.5;
-        cy = a[12] - (double)img->h * 0.5;
+    const double *center = a + AFF_center;
+    if (!isnan(center[0])) {
+        cx = center[0] - (double)img->w * 0.5;
+        cy = center[1] - (double)img->h * 0.5;
     }
     rl_affine_inverse(cx, cy, params[0], params[1], params[2], params[3],
                       params[4], params[5], m);
-    int rc =
-        rl_k_affine(img, m, (rl_interp)a[10], isnan(a[13]) ? NULL : a + 13);
+    int rc = rl_k_affine(img, m, (rl_interp)a[AFF_interpolation],
+                         isnan(a[AFF_fill]) ? NULL : a + AFF_fill);
     return warp_status("affine", img, rc, msg);
 }
 
 static const rl_op_def affine_op = {
     .name = "affine",
-    .nargs = 16,
+    .nargs = AFF_NARGS,
+    .fields = AFF_fields,
     .check = affine_check,
     .draw = affine_draw,
     .apply = affine_apply,

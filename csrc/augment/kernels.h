@@ -1,6 +1,6 @@
 /*
  * augment/kernels.h - the pixel kernels the ops are made of, shared by the
- * single ops (color.c, geometry.c) and the policies (policy.c).
+ * single ops (color_ops.c, geometry.c) and the policies (policy.c).
  *
  * Each follows the torchvision.transforms.v2.functional kernel of the same
  * name on a uint8 tensor, on img in place, and returns 0 or -ENOMEM.
@@ -54,8 +54,8 @@ int rl_k_rotate(rl_image *img, double angle, rl_interp interp,
 
 /* ---- the policies' sub-ops (policy.c) ----
  * torchvision's auto-augment sub-op `kind` with `magnitude` on img, as its
- * _apply_image_or_video_transform runs it: kind is the index of the name in
- * _ops.POLICY_KINDS (0 Identity .. 14 Invert), the magnitude already signed,
+ * _apply_image_or_video_transform runs it: kind is the index of its name in
+ * rl_policy_kinds (0 Identity .. 14 Invert), the magnitude already signed,
  * Solarize's in pixel values; an unknown kind does nothing. fill: three
  * values, or NULL for fill=None. Returns 0, -ENOMEM or -EOVERFLOW (as
  * rl_k_affine). */

@@ -2,8 +2,9 @@
  * augment/ops.c - the tables of built-in augmentation ops.
  *
  * DESIGN: one entry per op, one table per file of ops; Python's transforms
- * compiler (ringloader/_ops.py) names an op, its arguments go through the
- * entry's check once, and its draw and apply run per sample
+ * compiler (ringloader/_ops.py) names an op and packs its arguments by the
+ * field names of the entry's layout (exported as _core.OP_ARGS), they go
+ * through the entry's check once, and its draw and apply run per sample
  * (augment/augment.h). The ops follow torchvision's transforms.v2 on uint8
  * tensors: the same parameters give the same pixels (colour ops within the
  * tolerance each states), and the parameters are drawn with torchvision's

@@ -10,7 +10,9 @@
  * a magnitude one float step off moves a solarize threshold across a pixel
  * value or a rotated pixel to its neighbour. Python makes the tables with
  * the user's torch and the user's transform object (ringloader/_ops.py) and
- * passes them as the op's arguments; this file indexes them.
+ * passes them as the op's arguments (its `table` field, a row per kind with
+ * a table); this file indexes them. The kinds' names, and so their
+ * numbers, are exported to Python from rl_policy_kinds.
  *
  * Draws (per sample, all before any apply): which sub-op(s), the magnitude
  * bin, the sign, and for AutoAugment whether each sub-op runs. torchvision
@@ -25,32 +27,40 @@
 #include "augment/kernels.h"
 
 /* The kinds of sub-op, in torchvision's order (TrivialAugmentWide and
- * RandAugment pick uniformly among the first 14). */
-enum {
-    K_IDENTITY,
-    K_SHEAR_X,
-    K_SHEAR_Y,
-    K_TRANSLATE_X,
-    K_TRANSLATE_Y,
-    K_ROTATE,
-    K_BRIGHTNESS,
-    K_COLOR,
-    K_CONTRAST,
-    K_SHARPNESS,
-    K_POSTERIZE,
-    K_SOLARIZE,
-    K_AUTOCONTRAST,
-    K_EQUALIZE,
-    K_INVERT,
-};
+ * RandAugment pick uniformly among the first 14), with torchvision's
+ * names (rl_policy_kinds: Python maps AugMix's sub-ops by name). */
+#define POLICY_KINDS(X)               \
+    X(K_IDENTITY, "Identity")         \
+    X(K_SHEAR_X, "ShearX")            \
+    X(K_SHEAR_Y, "ShearY")            \
+    X(K_TRANSLATE_X, "TranslateX")    \
+    X(K_TRANSLATE_Y, "TranslateY")    \
+    X(K_ROTATE, "Rotate")             \
+    X(K_BRIGHTNESS, "Brightness")     \
+    X(K_COLOR, "Color")               \
+    X(K_CONTRAST, "Contrast")         \
+    X(K_SHARPNESS, "Sharpness")       \
+    X(K_POSTERIZE, "Posterize")       \
+    X(K_SOLARIZE, "Solarize")         \
+    X(K_AUTOCONTRAST, "AutoContrast") \
+    X(K_EQUALIZE, "Equalize")         \
+    X(K_INVERT, "Invert")
+#define KIND_ENUM(kind, name) kind,
+enum { POLICY_KINDS(KIND_ENUM) N_KINDS };
+_Static_assert(N_KINDS == RL_POLICY_N_KINDS, "augment.h's count of kinds");
 
-/* Kinds with a magnitude table: K_SHEAR_X .. K_SOLARIZE, in that order. */
-#define N_MAG_KINDS 11
+/* Kinds with a magnitude table: K_SHEAR_X .. K_SOLARIZE, in that order
+ * (a table's rows); the policies' tables have up to MAX_BINS bins. */
+#define HAS_TABLE(kind) ((kind) >= K_SHEAR_X && (kind) <= K_SOLARIZE)
+#define N_MAG_KINDS (K_SOLARIZE - K_SHEAR_X + 1)
 #define MAX_BINS 32
+
+#define KIND_ROW(kind, name) [kind] = {name, HAS_TABLE(kind)},
+const rl_policy_kind rl_policy_kinds[] = {POLICY_KINDS(KIND_ROW){NULL, false}};
 
 static bool has_magnitude(int kind)
 {
-    return kind >= K_SHEAR_X && kind <= K_SOLARIZE;
+    return HAS_TABLE(kind);
 }
 
 /* Magnitudes of the signed kinds are negated half of the time. */
@@ -59,30 +69,31 @@ static bool is_signed(int kind)
     return kind >= K_SHEAR_X && kind <= K_SHARPNESS;
 }
 
-/* The common head of every policy's arguments: interpolation, then fill
+/* The fields every policy's arguments have: interpolation and fill
  * (three NaN for fill=None). */
 typedef struct common {
     rl_interp interp;
     const double *fill;
 } common;
 
-static common common_of(const double *a)
+static common common_of(double interp, const double *fill)
 {
-    common c = {a[0] != 0 ? RL_INTERP_BILINEAR : RL_INTERP_NEAREST,
-                isnan(a[1]) ? NULL : a + 1};
+    common c = {interp != 0 ? RL_INTERP_BILINEAR : RL_INTERP_NEAREST,
+                isnan(fill[0]) ? NULL : fill};
     return c;
 }
 
-static int check_common(const char *name, const double *a, char *msg)
+static int check_common(const char *name, double interp, const double *fill,
+                        char *msg)
 {
-    if (a[0] != 0 && a[0] != 1) {
+    if (interp != 0 && interp != 1) {
         snprintf(msg, RL_MSG_MAX,
                  "%s: interpolation must be 0 (nearest) or 1 (bilinear)", name);
         return RL_ECONFIG;
     }
     for (int c = 0; c < 3; c++) {
-        if (isnan(a[1]) != isnan(a[1 + c]) ||
-            (!isnan(a[1 + c]) && !(a[1 + c] >= 0 && a[1 + c] <= 255))) {
+        if (isnan(fill[0]) != isnan(fill[c]) ||
+            (!isnan(fill[c]) && !(fill[c] >= 0 && fill[c] <= 255))) {
             snprintf(msg, RL_MSG_MAX,
                      "%s: fill must be None or three values in [0, 255]", name);
             return RL_ECONFIG;
@@ -195,34 +206,47 @@ static double magnitude_of(const double *table, int bins, int kind, int bin,
 }
 
 /* ---- TrivialAugmentWide ----
- * args: [num_bins, interpolation, fill r, g, b, table (11 x MAX_BINS)]
+ * args: num_magnitude_bins, interpolation, fill, table (a row of MAX_BINS
+ * magnitudes per kind with a table, the first num_magnitude_bins used)
  * params: [kind, magnitude, bin, sign] */
 
-#define TA_ARGS (5 + N_MAG_KINDS * MAX_BINS)
+#define TA_ROW_ARGS(X) X(TA_ROW_, magnitudes, MAX_BINS, RL_ARG_)
+enum { TA_ROW_ARGS(RL_OP_ARG_AT) TA_ROW_NARGS };
+static const rl_op_field TA_ROW_fields[] = {TA_ROW_ARGS(RL_OP_FIELD){NULL}};
+
+#define TA_ARGS(X)                         \
+    X(TA_, num_magnitude_bins, 1, RL_ARG_) \
+    X(TA_, interpolation, 1, RL_ARG_)      \
+    X(TA_, fill, 3, RL_ARG_)               \
+    X(TA_, table, N_MAG_KINDS, TA_ROW_)
+enum { TA_ARGS(RL_OP_ARG_AT) TA_NARGS };
+static const rl_op_field TA_fields[] = {TA_ARGS(RL_OP_FIELD){NULL}};
 
 static int ta_check(const double *a, char *msg)
 {
-    if (!(a[0] >= 1 && a[0] <= MAX_BINS && a[0] == floor(a[0]))) {
+    double bins = a[TA_num_magnitude_bins];
+    if (!(bins >= 1 && bins <= MAX_BINS && bins == floor(bins))) {
         snprintf(msg, RL_MSG_MAX,
                  "trivial_augment: num_magnitude_bins must be 1..%d", MAX_BINS);
         return RL_ECONFIG;
     }
-    if (check_common("trivial_augment", a + 1, msg) != 0) {
+    if (check_common("trivial_augment", a[TA_interpolation], a + TA_fill,
+                     msg) != 0) {
         return RL_ECONFIG;
     }
-    return check_table("trivial_augment", a + 5, MAX_BINS, msg);
+    return check_table("trivial_augment", a + TA_table, MAX_BINS, msg);
 }
 
 static void ta_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
 {
     (void)w;
     (void)h;
-    int bins = (int)op->args[0];
+    int bins = (int)op->args[TA_num_magnitude_bins];
     int kind = pick(g, 14);
     int bin = pick(g, bins);
     double s = sign(g);
     params[0] = kind;
-    params[1] = magnitude_of(op->args + 5, MAX_BINS, kind, bin, s);
+    params[1] = magnitude_of(op->args + TA_table, MAX_BINS, kind, bin, s);
     params[2] = bin;
     params[3] = s;
 }
@@ -230,68 +254,87 @@ static void ta_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
 static int ta_apply(const rl_op *op, const double *params, rl_image *img,
                     char *msg)
 {
-    return run_pairs(params, 1, img, common_of(op->args + 1), msg);
+    const double *a = op->args;
+    return run_pairs(params, 1, img,
+                     common_of(a[TA_interpolation], a + TA_fill), msg);
 }
 
 static const rl_op_def trivial_augment = {
     .name = "trivial_augment",
-    .nargs = TA_ARGS,
+    .nargs = TA_NARGS,
+    .fields = TA_fields,
     .check = ta_check,
     .draw = ta_draw,
     .apply = ta_apply,
 };
 
 /* ---- RandAugment ----
- * args: [num_ops, interpolation, fill r, g, b, the 11 kinds' magnitudes at
- * the configured bin]
+ * args: num_ops, interpolation, fill, magnitudes (each kind with a table
+ * at the configured bin)
  * params: [kind, magnitude] per sub-op */
 
 #define RA_MAX_OPS (RL_OP_MAX_PARAMS / 2)
 
+#define RA_ARGS(X)                    \
+    X(RA_, num_ops, 1, RL_ARG_)       \
+    X(RA_, interpolation, 1, RL_ARG_) \
+    X(RA_, fill, 3, RL_ARG_)          \
+    X(RA_, magnitudes, N_MAG_KINDS, RL_ARG_)
+enum { RA_ARGS(RL_OP_ARG_AT) RA_NARGS };
+static const rl_op_field RA_fields[] = {RA_ARGS(RL_OP_FIELD){NULL}};
+static const rl_op_limit RA_limits[] = {{"max_num_ops", RA_MAX_OPS}, {NULL}};
+
 static int ra_check(const double *a, char *msg)
 {
-    if (!(a[0] >= 0 && a[0] <= RA_MAX_OPS && a[0] == floor(a[0]))) {
+    double n = a[RA_num_ops];
+    if (!(n >= 0 && n <= RA_MAX_OPS && n == floor(n))) {
         snprintf(msg, RL_MSG_MAX, "rand_augment: num_ops must be 0..%d",
                  RA_MAX_OPS);
         return RL_ECONFIG;
     }
-    if (check_common("rand_augment", a + 1, msg) != 0) {
+    if (check_common("rand_augment", a[RA_interpolation], a + RA_fill, msg) !=
+        0) {
         return RL_ECONFIG;
     }
-    return check_table("rand_augment", a + 5, 1, msg);
+    return check_table("rand_augment", a + RA_magnitudes, 1, msg);
 }
 
 static void ra_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
 {
     (void)w;
     (void)h;
-    int n = (int)op->args[0];
+    int n = (int)op->args[RA_num_ops];
     for (int i = 0; i < n; i++) {
         int kind = pick(g, 14);
         double s = sign(g);
         params[2 * i] = kind;
-        params[2 * i + 1] = magnitude_of(op->args + 5, 1, kind, 0, s);
+        params[2 * i + 1] =
+            magnitude_of(op->args + RA_magnitudes, 1, kind, 0, s);
     }
 }
 
 static int ra_apply(const rl_op *op, const double *params, rl_image *img,
                     char *msg)
 {
-    return run_pairs(params, (int)op->args[0], img, common_of(op->args + 1),
-                     msg);
+    const double *a = op->args;
+    return run_pairs(params, (int)a[RA_num_ops], img,
+                     common_of(a[RA_interpolation], a + RA_fill), msg);
 }
 
 static const rl_op_def rand_augment = {
     .name = "rand_augment",
-    .nargs = 5 + N_MAG_KINDS,
+    .nargs = RA_NARGS,
+    .fields = RA_fields,
+    .limits = RA_limits,
     .check = ra_check,
     .draw = ra_draw,
     .apply = ra_apply,
 };
 
 /* ---- AutoAugment ----
- * args: [policy (0 ImageNet, 1 CIFAR10, 2 SVHN), interpolation, fill r, g,
- * b, table (11 x 10 bins)]
+ * args: policy (the index of its name in rl_auto_augment_policies),
+ * interpolation, fill, table (a row of AA_BINS magnitudes per kind with a
+ * table)
  * params: [kind or -1, magnitude] for the two sub-ops, then the policy
  * index */
 
@@ -304,8 +347,30 @@ typedef struct sub_op {
 #define AA_BINS 10
 #define AA_N 25
 
-/* The three published policies, as torchvision lists them. */
-static const sub_op aa_policies[3][AA_N][2] = {
+#define AA_ROW_ARGS(X) X(AA_ROW_, magnitudes, AA_BINS, RL_ARG_)
+enum { AA_ROW_ARGS(RL_OP_ARG_AT) AA_ROW_NARGS };
+static const rl_op_field AA_ROW_fields[] = {AA_ROW_ARGS(RL_OP_FIELD){NULL}};
+
+#define AA_ARGS(X)                    \
+    X(AA_, policy, 1, RL_ARG_)        \
+    X(AA_, interpolation, 1, RL_ARG_) \
+    X(AA_, fill, 3, RL_ARG_)          \
+    X(AA_, table, N_MAG_KINDS, AA_ROW_)
+enum { AA_ARGS(RL_OP_ARG_AT) AA_NARGS };
+static const rl_op_field AA_fields[] = {AA_ARGS(RL_OP_FIELD){NULL}};
+
+/* The policies, by torchvision's AutoAugmentPolicy values. */
+enum { AA_IMAGENET, AA_CIFAR10, AA_SVHN, AA_N_POLICIES };
+const char *const rl_auto_augment_policies[] = {
+    [AA_IMAGENET] = "imagenet",
+    [AA_CIFAR10] = "cifar10",
+    [AA_SVHN] = "svhn",
+    [AA_N_POLICIES] = NULL,
+};
+
+/* The three published policies, as torchvision lists them, in the
+ * order of rl_auto_augment_policies. */
+static const sub_op aa_policies[AA_N_POLICIES][AA_N][2] = {
     {
         /* ImageNet */
         {{K_POSTERIZE, 4, 8}, {K_ROTATE, 6, 9}},
@@ -394,16 +459,18 @@ static const sub_op aa_policies[3][AA_N][2] = {
 
 static int aa_check(const double *a, char *msg)
 {
-    if (!(a[0] == 0 || a[0] == 1 || a[0] == 2)) {
+    double policy = a[AA_policy];
+    if (!(policy >= 0 && policy < AA_N_POLICIES && policy == floor(policy))) {
         snprintf(msg, RL_MSG_MAX,
                  "auto_augment: policy must be 0 (ImageNet), 1 (CIFAR10) or "
                  "2 (SVHN)");
         return RL_ECONFIG;
     }
-    if (check_common("auto_augment", a + 1, msg) != 0) {
+    if (check_common("auto_augment", a[AA_interpolation], a + AA_fill, msg) !=
+        0) {
         return RL_ECONFIG;
     }
-    return check_table("auto_augment", a + 5, AA_BINS, msg);
+    return check_table("auto_augment", a + AA_table, AA_BINS, msg);
 }
 
 static void aa_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
@@ -411,14 +478,14 @@ static void aa_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
     (void)w;
     (void)h;
     int policy = pick(g, AA_N);
-    const sub_op *sub = aa_policies[(int)op->args[0]][policy];
+    const sub_op *sub = aa_policies[(int)op->args[AA_policy]][policy];
     for (int i = 0; i < 2; i++) {
         /* torchvision runs a sub-op when rand() <= p */
         bool run = rl_rng_uniform(g) <= sub[i].p10 / 10.0;
         double s = sign(g);
         params[2 * i] = run ? sub[i].kind : -1;
         params[2 * i + 1] = run && sub[i].bin >= 0
-                                ? magnitude_of(op->args + 5, AA_BINS,
+                                ? magnitude_of(op->args + AA_table, AA_BINS,
                                                sub[i].kind, sub[i].bin, s)
                                 : 0.0;
     }
@@ -428,12 +495,15 @@ static void aa_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
 static int aa_apply(const rl_op *op, const double *params, rl_image *img,
                     char *msg)
 {
-    return run_pairs(params, 2, img, common_of(op->args + 1), msg);
+    const double *a = op->args;
+    return run_pairs(params, 2, img,
+                     common_of(a[AA_interpolation], a + AA_fill), msg);
 }
 
 static const rl_op_def auto_augment = {
     .name = "auto_augment",
-    .nargs = 5 + N_MAG_KINDS * AA_BINS,
+    .nargs = AA_NARGS,
+    .fields = AA_fields,
     .check = aa_check,
     .draw = aa_draw,
     .apply = aa_apply,

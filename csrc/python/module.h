@@ -101,6 +101,14 @@ int rl__py_parse_place(const char *dtype, PyObject *mul, PyObject *add,
 /* Adds TRANSFORM_FIELDS, the schema of the spec dict, to the module. */
 int rl__py_spec_init(PyObject *module);
 
+/* ---- ops.c ---- */
+
+/* Adds the ops' argument layouts to the module: OP_ARGS, OP_LIMITS,
+ * POLICY_KINDS, POLICY_TABLE_KINDS, AUTO_AUGMENT_POLICIES.
+ * 0, or -1 with an exception (ImportError for a built-in op whose fields do
+ * not describe its arguments). */
+int rl__py_ops_init(PyObject *module);
+
 /* ---- stats.c ---- */
 
 /* The dict of Pipeline.stats() for s, its keys those of STATS_FIELDS (new

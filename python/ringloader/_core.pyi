@@ -48,6 +48,23 @@ KEY_REPLACEMENT_BIT: int
 MAX_CONSECUTIVE_ERRORS: int
 MAX_SIDE: int  # the largest output or resize side, in pixels
 
+# The augmentation ops' argument layouts, defined once in C
+# (csrc/augment/augment.h): op name -> its fields in order, each
+# (name, count, record): `count` numbers, or with a record (the same kind
+# of tuple) `count` records laid out by it. ringloader/_ops.py packs the
+# arguments by these names.
+_OpField = Tuple[str, int, Optional[Tuple[Any, ...]]]
+OP_ARGS: Dict[str, Tuple[_OpField, ...]]
+# op name -> {limit name: value}: bounds the op's check enforces that
+# Python checks first (to say why a transform is not fused).
+OP_LIMITS: Dict[str, Dict[str, int]]
+# The policies' sub-ops by kind number (csrc/augment/policy.c); those with
+# a row in the policies' magnitude tables, in row order; AutoAugment's
+# policies by the number of its `policy` argument.
+POLICY_KINDS: Tuple[str, ...]
+POLICY_TABLE_KINDS: Tuple[str, ...]
+AUTO_AUGMENT_POLICIES: Tuple[str, ...]
+
 DEFAULT_MAX_PIXELS: int
 DEFAULT_MAX_SCANS: int
 built_with_liburing: int  # 1 if compiled against liburing, else 0

@@ -12,12 +12,19 @@ The policies' magnitude tables are made here, with the user's torch and the
 transform object's own table functions, as torchvision makes them per call:
 their last bits depend on torch's vector code, and the C side only indexes
 them.
+
+Each op's arguments are packed by field name from the layout the C op
+declares (``_core.OP_ARGS``: the fields in order, each a count of numbers
+or of records); the sizes, bins and limits come from there and from
+``_core.OP_LIMITS``, so no position or count is written here twice.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any, Optional
+
+from . import _core
 
 NAN = float("nan")
 
@@ -35,28 +42,54 @@ FLIP_SAFE = {
     "sharpness",
 }
 
-# The policies' sub-ops, in the order of csrc/augment/policy.c's kinds; the
-# ones with a magnitude table are ShearX .. Solarize.
-POLICY_KINDS = (
-    "Identity",
-    "ShearX",
-    "ShearY",
-    "TranslateX",
-    "TranslateY",
-    "Rotate",
-    "Brightness",
-    "Color",
-    "Contrast",
-    "Sharpness",
-    "Posterize",
-    "Solarize",
-    "AutoContrast",
-    "Equalize",
-    "Invert",
-)
-_MAG_OPS = POLICY_KINDS[1:12]
-_MAX_BINS = 32
-_AA_POLICIES = {"imagenet": 0, "cifar10": 1, "svhn": 2}
+# The policies' sub-ops by kind number (csrc/augment/policy.c), and the
+# ones with a magnitude table, in the order of the tables' rows.
+POLICY_KINDS: tuple[str, ...] = _core.POLICY_KINDS
+_MAG_OPS: tuple[str, ...] = _core.POLICY_TABLE_KINDS
+
+
+def _fields(op: str, *records: str) -> tuple:
+    """The fields of op's arguments, or of the records of its field
+    records[0] (and so on, inward)."""
+    fields = _core.OP_ARGS[op]
+    for name in records:
+        fields = next(rec for n, _, rec in fields if n == name)
+    return fields
+
+
+def _count(op: str, *path: str) -> int:
+    """The count of op's field path[-1], within the records of path[:-1]:
+    ``_count("augmix", "space", "magnitudes")`` is AugMix's bins."""
+    *records, name = path
+    return next(c for n, c, _ in _fields(op, *records) if n == name)
+
+
+def _pack(fields: tuple, values: dict[str, Any], where: str) -> list[float]:
+    """The numbers laid out by fields, from values by field name: a number,
+    or a sequence of exactly the field's count (of numbers, or of dicts for
+    a field of records)."""
+    unknown = set(values) - {name for name, _, _ in fields}
+    if unknown:
+        raise KeyError(f"{where} has no field {sorted(unknown)}")
+    out: list[float] = []
+    for name, count, record in fields:
+        if name not in values:
+            raise KeyError(f"{where}: field {name} not given")
+        value = values[name]
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        if len(items) != count:
+            raise ValueError(f"{where}.{name}: {count} values, not {len(items)}")
+        for item in items:
+            if record is None:
+                out.append(float(item))
+            else:
+                out += _pack(record, item, f"{where}.{name}")
+    return out
+
+
+def _args(op: str, values: dict[str, Any]) -> list[float]:
+    """The arguments of C op `op` from its fields' values, by name."""
+    return _pack(_core.OP_ARGS[op], values, op)
 
 
 class NotFused(ValueError):
@@ -107,48 +140,54 @@ def _range(value: Any) -> list[float]:
     return [lo, hi]
 
 
-def _color_jitter(t: Any, h: int, w: int) -> list[float]:
-    return (
-        _range(t.brightness) + _range(t.contrast) + _range(t.saturation) + _range(t.hue)
-    )
+# An op's maker gives the values of its fields by name (see _args).
+Fields = dict[str, Any]
 
 
-def _grayscale(t: Any, h: int, w: int) -> list[float]:
+def _color_jitter(t: Any, h: int, w: int) -> Fields:
+    return {
+        name: _range(getattr(t, name))
+        for name in ("brightness", "contrast", "saturation", "hue")
+    }
+
+
+def _grayscale(t: Any, h: int, w: int) -> Fields:
     if type(t).__name__ == "Grayscale":
         if int(getattr(t, "num_output_channels", 1)) != 3:
             raise NotFused(
                 "Grayscale(num_output_channels=1) changes the number of "
                 "channels; use Grayscale(num_output_channels=3)"
             )
-        return [1.0]
-    return [float(t.p)]
+        return {"p": 1.0}
+    return {"p": t.p}
 
 
-def _gaussian_blur(t: Any, h: int, w: int) -> list[float]:
+def _gaussian_blur(t: Any, h: int, w: int) -> Fields:
     kx, ky = (int(k) for k in t.kernel_size)
-    if max(kx, ky) > 1001:
-        raise NotFused(f"GaussianBlur(kernel_size={t.kernel_size}): at most 1001")
-    return [float(kx), float(ky), float(t.sigma[0]), float(t.sigma[1])]
+    most = _core.OP_LIMITS["gaussian_blur"]["max_kernel_size"]
+    if max(kx, ky) > most:
+        raise NotFused(f"GaussianBlur(kernel_size={t.kernel_size}): at most {most}")
+    return {"kernel_size": [kx, ky], "sigma": [t.sigma[0], t.sigma[1]]}
 
 
-def _p(t: Any, h: int, w: int) -> list[float]:
-    return [float(t.p)]
+def _p(t: Any, h: int, w: int) -> Fields:
+    return {"p": t.p}
 
 
-def _posterize(t: Any, h: int, w: int) -> list[float]:
-    return [float(t.bits), float(t.p)]
+def _posterize(t: Any, h: int, w: int) -> Fields:
+    return {"bits": t.bits, "p": t.p}
 
 
-def _solarize(t: Any, h: int, w: int) -> list[float]:
+def _solarize(t: Any, h: int, w: int) -> Fields:
     if not 0 <= float(t.threshold) <= 255:
         # torch wraps a negative int threshold to uint8 and refuses one
         # above 255: neither is a threshold on 8-bit pixels
         raise NotFused(f"RandomSolarize(threshold={t.threshold}) outside 0..255")
-    return [float(t.threshold), float(t.p)]
+    return {"threshold": t.threshold, "p": t.p}
 
 
-def _sharpness(t: Any, h: int, w: int) -> list[float]:
-    return [float(t.sharpness_factor), float(t.p)]
+def _sharpness(t: Any, h: int, w: int) -> Fields:
+    return {"sharpness_factor": t.sharpness_factor, "p": t.p}
 
 
 def _center(t: Any) -> list[float]:
@@ -156,27 +195,32 @@ def _center(t: Any) -> list[float]:
     return [NAN, NAN] if center is None else [float(c) for c in center]
 
 
-def _rotation(t: Any, h: int, w: int) -> list[float]:
+def _rotation(t: Any, h: int, w: int) -> Fields:
     if getattr(t, "expand", False):
         raise NotFused("RandomRotation(expand=True) changes the image size per sample")
-    return _range(t.degrees) + [_interp(t)] + _center(t) + _fill(t)
+    return {
+        "degrees": _range(t.degrees),
+        "interpolation": _interp(t),
+        "center": _center(t),
+        "fill": _fill(t),
+    }
 
 
-def _affine(t: Any, h: int, w: int) -> list[float]:
+def _affine(t: Any, h: int, w: int) -> Fields:
     translate = [NAN, NAN] if t.translate is None else [float(v) for v in t.translate]
-    shear = [NAN] * 4
+    shear = [NAN] * _count("affine", "shear")
     if t.shear is not None:
         s = [float(v) for v in t.shear]
         shear = s + [NAN, NAN] if len(s) == 2 else s
-    return (
-        _range(t.degrees)
-        + translate
-        + _range(t.scale)
-        + shear
-        + [_interp(t)]
-        + _center(t)
-        + _fill(t)
-    )
+    return {
+        "degrees": _range(t.degrees),
+        "translate": translate,
+        "scale": _range(t.scale),
+        "shear": shear,
+        "interpolation": _interp(t),
+        "center": _center(t),
+        "fill": _fill(t),
+    }
 
 
 def _magnitudes(t: Any, name: str, bins: int, h: int, w: int) -> list[float]:
@@ -194,51 +238,61 @@ def _magnitudes(t: Any, name: str, bins: int, h: int, w: int) -> list[float]:
     return [scale * float(v) for v in values.reshape(-1).tolist()]
 
 
-def _policy_head(t: Any) -> list[float]:
-    return [_interp(t)] + _fill(t)
+def _policy_head(t: Any) -> Fields:
+    return {"interpolation": _interp(t), "fill": _fill(t)}
 
 
-def _trivial_augment(t: Any, h: int, w: int) -> list[float]:
+def _padded(row: list[float], n: int) -> list[float]:
+    return row + [0.0] * (n - len(row))
+
+
+def _trivial_augment(t: Any, h: int, w: int) -> Fields:
     bins = int(t.num_magnitude_bins)
-    if not 1 <= bins <= _MAX_BINS:
+    most = _count("trivial_augment", "table", "magnitudes")
+    if not 1 <= bins <= most:
         raise NotFused(
             f"TrivialAugmentWide(num_magnitude_bins={bins}): at most "
-            f"{_MAX_BINS} bins are fused"
+            f"{most} bins are fused"
         )
-    table: list[float] = []
-    for name in _MAG_OPS:
-        row = _magnitudes(t, name, bins, h, w)
-        table += row + [0.0] * (_MAX_BINS - len(row))
-    return [float(bins)] + _policy_head(t) + table
+    table = [
+        {"magnitudes": _padded(_magnitudes(t, name, bins, h, w), most)}
+        for name in _MAG_OPS
+    ]
+    return {"num_magnitude_bins": bins, **_policy_head(t), "table": table}
 
 
-def _rand_augment(t: Any, h: int, w: int) -> list[float]:
-    if not 0 <= int(t.num_ops) <= 8:
-        raise NotFused(f"RandAugment(num_ops={t.num_ops}): at most 8 are fused")
+def _rand_augment(t: Any, h: int, w: int) -> Fields:
+    most = _core.OP_LIMITS["rand_augment"]["max_num_ops"]
+    if not 0 <= int(t.num_ops) <= most:
+        raise NotFused(f"RandAugment(num_ops={t.num_ops}): at most {most} are fused")
     bins, m = int(t.num_magnitude_bins), int(t.magnitude)
     if not 0 <= m < bins:
         raise NotFused(f"RandAugment(magnitude={m}) outside its {bins} bins")
     mags = [_magnitudes(t, name, bins, h, w)[m] for name in _MAG_OPS]
-    return [float(t.num_ops)] + _policy_head(t) + mags
+    return {"num_ops": t.num_ops, **_policy_head(t), "magnitudes": mags}
 
 
-def _auto_augment(t: Any, h: int, w: int) -> list[float]:
+def _auto_augment(t: Any, h: int, w: int) -> Fields:
     policy = str(getattr(t.policy, "value", t.policy)).lower()
-    if policy not in _AA_POLICIES:
+    if policy not in _core.AUTO_AUGMENT_POLICIES:
         raise NotFused(f"AutoAugment(policy={policy!r}) is not one of torchvision's")
-    table: list[float] = []
-    for name in _MAG_OPS:
-        table += _magnitudes(t, name, 10, h, w)
-    return [float(_AA_POLICIES[policy])] + _policy_head(t) + table
+    bins = _count("auto_augment", "table", "magnitudes")
+    table = [{"magnitudes": _magnitudes(t, name, bins, h, w)} for name in _MAG_OPS]
+    return {
+        "policy": _core.AUTO_AUGMENT_POLICIES.index(policy),
+        **_policy_head(t),
+        "table": table,
+    }
 
 
 # AugMix (csrc/augment/augmix.c): the magnitude bins of its tables
 # (torchvision's _PARAMETER_MAX), the sub-ops its augmentation space may
-# hold, and the per-sample parameters of one op (RL_OP_MAX_PARAMS): two
-# Beta weights, then per chain a weight and one slot a sub-op.
-_AUGMIX_BINS = 10
-_AUGMIX_MAX_KINDS = 16
-_AUGMIX_MAX_PARAMS = 16
+# hold, the per-sample parameters its chains may take (per chain a weight
+# and one slot a sub-op) and the slots of a chain of random depth.
+_AUGMIX_BINS = _count("augmix", "space", "magnitudes")
+_AUGMIX_MAX_KINDS = _count("augmix", "space")
+_AUGMIX_CHAIN_PARAMS = _core.OP_LIMITS["augmix"]["chain_params"]
+_AUGMIX_RANDOM_DEPTH = _core.OP_LIMITS["augmix"]["random_depth_slots"]
 
 
 def _augmix_space(t: Any, h: int, w: int) -> list[tuple[str, bool, Optional[list]]]:
@@ -266,16 +320,17 @@ def _augmix_space(t: Any, h: int, w: int) -> list[tuple[str, bool, Optional[list
     return out
 
 
-def _augmix(t: Any, h: int, w: int) -> list[float]:
+def _augmix(t: Any, h: int, w: int) -> Fields:
     severity, width = int(t.severity), int(t.mixture_width)
     depth = int(t.chain_depth)  # <= 0: uniform in 1..3 per chain
-    slots = depth if depth > 0 else 3
-    if width < 0 or 2 + width * (1 + slots) > _AUGMIX_MAX_PARAMS:
+    slots = depth if depth > 0 else _AUGMIX_RANDOM_DEPTH
+    if width < 0 or width * (1 + slots) > _AUGMIX_CHAIN_PARAMS:
         raise NotFused(
             f"AugMix(mixture_width={width}, chain_depth={depth}): "
             f"mixture_width * (1 + depth) must be at most "
-            f"{_AUGMIX_MAX_PARAMS - 2} to be fused (depth 3 when random: "
-            "up to 3 chains)"
+            f"{_AUGMIX_CHAIN_PARAMS} to be fused (depth "
+            f"{_AUGMIX_RANDOM_DEPTH} when random: up to "
+            f"{_AUGMIX_CHAIN_PARAMS // (1 + _AUGMIX_RANDOM_DEPTH)} chains)"
         )
     alpha = float(t.alpha)
     if not (math.isfinite(alpha) and alpha > 0):
@@ -286,26 +341,41 @@ def _augmix(t: Any, h: int, w: int) -> list[float]:
     if not 1 <= len(space) <= _AUGMIX_MAX_KINDS:
         raise NotFused(f"AugMix: {len(space)} sub-ops in its augmentation space")
     # per sub-op of the space, in its order: the C kernel's kind, signed,
-    # has a table, the table's first bins
-    rows: list[float] = []
+    # has a table, the table's first bins; unused rows are zeros
+    rows: list[Fields] = []
     for name, signed, mags in space:
         if name not in POLICY_KINDS:
             raise NotFused(f"AugMix: sub-op {name} has no C kernel")
         if mags is not None and len(mags) < severity:
             raise NotFused(f"AugMix: {name} has fewer than {severity} magnitudes")
         row = [] if mags is None else mags[:_AUGMIX_BINS]
-        rows += [
-            float(POLICY_KINDS.index(name)),
-            float(signed),
-            float(mags is not None),
-        ]
-        rows += row + [0.0] * (_AUGMIX_BINS - len(row))
-    rows += [0.0] * ((_AUGMIX_MAX_KINDS - len(space)) * (3 + _AUGMIX_BINS))
-    head = [float(severity), float(width), float(max(depth, -1)), alpha]
-    return head + _policy_head(t) + [float(len(space))] + rows
+        rows.append(
+            {
+                "kind": POLICY_KINDS.index(name),
+                "signed": signed,
+                "has_table": mags is not None,
+                "magnitudes": _padded(row, _AUGMIX_BINS),
+            }
+        )
+    unused = {
+        "kind": 0,
+        "signed": 0,
+        "has_table": 0,
+        "magnitudes": [0.0] * _AUGMIX_BINS,
+    }
+    rows += [unused] * (_AUGMIX_MAX_KINDS - len(space))
+    return {
+        "severity": severity,
+        "mixture_width": width,
+        "chain_depth": max(depth, -1),
+        "alpha": alpha,
+        **_policy_head(t),
+        "space_size": len(space),
+        "space": rows,
+    }
 
 
-# torchvision class name -> (op name, args maker)
+# torchvision class name -> (op name, maker of its fields' values)
 IMAGE_OPS = {
     "ColorJitter": ("color_jitter", _color_jitter),
     "Grayscale": ("grayscale", _grayscale),
@@ -333,7 +403,7 @@ def op_of(t: Any, h: int, w: int) -> tuple[str, list[float]]:
     if name not in IMAGE_OPS:
         raise NotFused(f"{name} has no C op")
     op, make = IMAGE_OPS[name]
-    return op, make(t, h, w)
+    return op, _args(op, make(t, h, w))
 
 
 def erase_of(t: Any, dtype: str) -> tuple[str, list[float]]:
@@ -359,12 +429,11 @@ def erase_of(t: Any, dtype: str) -> tuple[str, list[float]]:
             raise NotFused(f"RandomErasing(value={value!r}) is not finite")
         random = 0.0
     log_ratio = torch.log(torch.tensor([float(r) for r in t.ratio])).tolist()
-    return "erase", [
-        float(t.p),
-        float(t.scale[0]),
-        float(t.scale[1]),
-        float(log_ratio[0]),
-        float(log_ratio[1]),
-        random,
-        *values,
-    ]
+    fields = {
+        "p": t.p,
+        "scale": [t.scale[0], t.scale[1]],
+        "log_ratio": log_ratio,
+        "random": random,
+        "value": values,
+    }
+    return "erase", _args("erase", fields)

@@ -12,11 +12,16 @@
 
 /* ---- "Adding an augmentation op": invert with probability p ---- */
 
+/* Its arguments: one field, p (augment.h's list macro). */
+#define INV_ARGS(X) X(INV_, p, 1, RL_ARG_)
+enum { INV_ARGS(RL_OP_ARG_AT) INV_NARGS };
+static const rl_op_field INV_fields[] = {INV_ARGS(RL_OP_FIELD){NULL}};
+
 static int invert_check(const double *args, char *msg)
 {
-    if (!(args[0] >= 0.0 && args[0] <= 1.0)) {
+    if (!(args[INV_p] >= 0.0 && args[INV_p] <= 1.0)) {
         snprintf(msg, RL_MSG_MAX, "invert: p must be in [0, 1], not %g",
-                 args[0]);
+                 args[INV_p]);
         return RL_ECONFIG;
     }
     return 0;
@@ -36,7 +41,7 @@ static int invert_apply(const rl_op *op, const double *params, rl_image *img,
                         char *msg)
 {
     (void)msg;
-    if (!(params[0] < op->args[0])) {
+    if (!(params[0] < op->args[INV_p])) {
         return 0;
     }
     for (int y = 0; y < img->h; y++) {
@@ -50,7 +55,8 @@ static int invert_apply(const rl_op *op, const double *params, rl_image *img,
 
 static const rl_op_def invert_op = {
     .name = "invert",
-    .nargs = 1,
+    .nargs = INV_NARGS,
+    .fields = INV_fields,
     .check = invert_check,
     .draw = invert_draw,
     .apply = invert_apply,
@@ -86,6 +92,30 @@ int test_op(void)
     CHECK(strstr(msg, "invert") != NULL);
     CHECK_EQ(rl_augment_add(&a, &invert_op, two, 2, msg), RL_ECONFIG);
     CHECK_EQ(a.n, 0);
+
+    /* So is its field list: an op whose fields do not lay out its nargs,
+     * or that has none, is refused, naming the op. */
+    CHECK_EQ(rl_op_fields_size(INV_fields), 1);
+    CHECK_EQ(rl_op_def_check(&invert_op, msg), 0);
+    static const rl_op_field pair[] = {{"p", 1, NULL}, {"q", 1, NULL}, {NULL}};
+    static const rl_op_field twice[] = {{"p", 1, NULL}, {"p", 1, NULL}, {NULL}};
+    static const rl_op_field rows[] = {{"row", 3, pair}, {NULL}};
+    CHECK_EQ(rl_op_fields_size(rows), 6);
+    CHECK_EQ(rl_op_fields_size(twice), -1);
+    rl_op_def wrong = invert_op;
+    wrong.fields = pair;
+    CHECK_EQ(rl_augment_add(&a, &wrong, &bad_p, 1, msg), RL_EINTERNAL);
+    CHECK(strstr(msg, "invert") != NULL && strstr(msg, "2 arguments") != NULL);
+    wrong.fields = NULL;
+    CHECK_EQ(rl_augment_add(&a, &wrong, &bad_p, 1, msg), RL_EINTERNAL);
+    CHECK(strstr(msg, "invert") != NULL);
+    CHECK_EQ(a.n, 0);
+    /* Every built-in op describes its arguments. */
+    for (int t = 0; rl_op_tables[t] != NULL; t++) {
+        for (const rl_op_def *const *d = rl_op_tables[t]; *d != NULL; d++) {
+            CHECK_EQ(rl_op_def_check(*d, msg), 0);
+        }
+    }
 
     for (int layout = 0; layout < 2; layout++) {
         rl_pipeline_config cfg = invert_config(-1, (rl_layout)layout);

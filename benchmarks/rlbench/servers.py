@@ -22,7 +22,6 @@ import contextlib
 import errno
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -32,6 +31,15 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, Optional, Union
+
+from rlbench.procs import (
+    HOST as _HOST,
+    ServerError,
+    accepts,
+    free_port,
+    pin,
+    shut,
+)
 
 __all__ = [
     "MotoS3",
@@ -43,30 +51,6 @@ __all__ = [
     "free_port",
     "pin",
 ]
-
-_HOST = "127.0.0.1"
-
-
-class ServerError(RuntimeError):
-    """A server that could not be started; the message says why (with the
-    server's own error output) and what to install."""
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 free at the time of the call (bound to port
-    0, then released: another process may take it before it is used, so
-    callers retry on EADDRINUSE)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((_HOST, 0))
-        return s.getsockname()[1]
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection((_HOST, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 def find_nginx() -> Optional[str]:
@@ -249,7 +233,7 @@ class Nginx:
                 ):
                     return False
                 raise ServerError(f"nginx exited at start:\n{errors}")
-            if _accepts(port):
+            if accepts(port):
                 return True
             time.sleep(0.01)
         raise ServerError(
@@ -339,7 +323,7 @@ class Nginx:
     def stop(self) -> None:
         """Stop nginx (fast shutdown, then SIGKILL) and remove its
         temporary directory. Safe to call twice."""
-        _shut(self)
+        shut(self)
 
     def __enter__(self) -> Nginx:
         return self
@@ -352,41 +336,6 @@ class Nginx:
 
     def __repr__(self) -> str:
         return f"Nginx({self.root_dir!r} at {self.url})"
-
-
-def pin(pid: int, cpus: list[int]) -> None:
-    """Pins every thread of process ``pid`` to ``cpus`` (threads it starts
-    later inherit it): a server kept off the CPUs a benchmark measures."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(ProcessLookupError):  # a thread that ended
-            os.sched_setaffinity(int(tid), cpus)
-
-
-def _end(proc: subprocess.Popen) -> None:
-    """Terminate a server started in a session of its own: SIGTERM (nginx:
-    fast shutdown), then SIGKILL to its process group if it lingers."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # workers left by a killed master
-    if proc.poll() is None:
-        proc.wait()
-
-
-def _shut(server: Any) -> None:
-    """End a server's process (``_proc``) and remove its temporary
-    directory (``_tmp``), each once: what both process servers' stop()
-    does, safe on a server whose start failed half way."""
-    proc, server._proc = getattr(server, "_proc", None), None
-    if proc is not None:
-        _end(proc)
-    tmp, server._tmp = getattr(server, "_tmp", None), None
-    if tmp is not None:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _no_log(*args: Any, **kwargs: Any) -> None:
@@ -525,7 +474,7 @@ class MotoS3(_S3Api):
             "QuietHandler", (wsgi.RequestHandlerClass,), {"log_request": _no_log}
         )
         self.port = int(self._server.get_host_and_port()[1])
-        if not _accepts(self.port):
+        if not accepts(self.port):
             self.stop()
             raise ServerError(
                 f"moto's S3 server does not accept connections on {self.port}"
@@ -601,7 +550,7 @@ class RcloneS3(_S3Api):
             )
         self.pid = self._proc.pid
         deadline = time.monotonic() + timeout
-        while not _accepts(self.port):
+        while not accepts(self.port):
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 with open(log, errors="replace") as f:
                     said = f.read().strip()[-2000:]
@@ -611,7 +560,7 @@ class RcloneS3(_S3Api):
 
     def stop(self) -> None:
         """Stop the server and remove its folder. Safe to call twice."""
-        _shut(self)
+        shut(self)
 
     def __del__(self) -> None:
         self.stop()

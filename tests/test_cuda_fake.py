@@ -48,8 +48,11 @@ def data(tmp_path_factory):
 
 
 PRELUDE = """
-import ctypes, json, os, sys, torch, ringloader
+import ctypes, json, os, sys, threading, torch, ringloader
 from ringloader import transforms as T
+sys.path.insert(0, "cuda")
+import fake_gpu
+fake_gpu.install()
 fake = ctypes.CDLL(os.environ["RINGLOADER_CUDART"])
 fake.fake_cuda_last_violation.restype = ctypes.c_char_p
 def report(**kw):
@@ -57,6 +60,7 @@ def report(**kw):
               last=fake.fake_cuda_last_violation().decode(),
               host=fake.fake_cuda_host_outstanding(),
               dev=fake.fake_cuda_device_outstanding(),
+              streams=fake.fake_cuda_streams_outstanding(),
               copies=fake.fake_cuda_copies())
     print("RESULT " + json.dumps(kw))
 ds = ringloader.ImageFolder(sys.argv[1])
@@ -253,7 +257,7 @@ def test_the_fake_detects_each_fault(fake):
     p_void = ctypes.c_void_p
     host, dev, dev2 = p_void(), p_void(), p_void()
     stream, ev = p_void(), p_void()
-    assert lib.cudaStreamCreate(ctypes.byref(stream)) == 0
+    assert lib.cudaStreamCreateWithFlags(ctypes.byref(stream), 1) == 0
     assert lib.cudaEventCreateWithFlags(ctypes.byref(ev), 2) == 0
     assert lib.cudaHostAlloc(ctypes.byref(host), 4096, 0) == 0
     assert lib.cudaSetDevice(0) == 0
@@ -288,9 +292,30 @@ def test_the_fake_detects_each_fault(fake):
     copy(dev3)  # issued with device 1 current into device 0's memory
     caught("another device")
     assert lib.cudaSetDevice(0) == 0
+    blocking_stream, dev4 = p_void(), p_void()
+    assert lib.cudaStreamCreate(ctypes.byref(blocking_stream)) == 0
+    assert lib.cudaMalloc(ctypes.byref(dev4), 4096) == 0
+    assert lib.cudaMemcpyAsync(dev4, host, 4096, 1, blocking_stream) == 0
+    caught("not created cudaStreamNonBlocking")
+    assert lib.cudaStreamDestroy(blocking_stream) == 0
+    lib.fake_cuda_lock_note(1)  # as ringloader's core does holding its lock
+    assert lib.cudaEventSynchronize(ev) == 0
+    caught("cudaEventSynchronize while the pipeline's lock is held")
+    lib.fake_cuda_lock_note(-1)
+    # Memory pinned with device 1 current, copied with device 0 current.
+    host1, dev5 = p_void(), p_void()
+    assert lib.cudaSetDevice(1) == 0
+    assert lib.cudaHostAlloc(ctypes.byref(host1), 4096, 0) == 0
+    assert lib.cudaSetDevice(0) == 0
+    assert lib.cudaMalloc(ctypes.byref(dev5), 4096) == 0
+    assert lib.cudaMemcpyAsync(dev5, host1, 4096, 1, stream) == 0
+    assert lib.cudaEventRecord(ev, stream) == 0
+    caught("pinned with another device current")
+    assert lib.cudaFreeHost(host1) == 0
+    assert lib.cudaStreamDestroy(stream) == 0
     outstanding = lib.fake_cuda_host_outstanding()
     assert outstanding >= 1  # the leak counter sees the pinned block
-    for d in (dev, dev2, dev3):
+    for d in (dev, dev2, dev3, dev4, dev5):
         assert lib.cudaFree(d) == 0
     assert lib.cudaFreeHost(host) == 0
     assert lib.fake_cuda_host_outstanding() == outstanding - 1
@@ -317,3 +342,138 @@ def test_without_a_runtime_device_cuda_is_one_clear_error(data):
     assert out.startswith("ERROR device='cuda' needs a CUDA GPU"), out
     assert "/nonexistent/libcudart.so" in out
     assert "leave device unset" in out and out.count("\n") == 1
+
+
+def test_the_current_device_is_left_alone(fake, data):
+    # A loader on cuda:1 makes its device current for its own calls only:
+    # the training thread's current device (0 here, set as torch would) is
+    # the same after the loader's creation and after every next().
+    r = run(
+        fake,
+        data,
+        """
+    fake.cudaSetDevice(0)
+    gpu = ringloader.Loader(ds, batch_size=5, transform=tf, device="cuda:1",
+                            num_threads=2, prefetch=2)
+    seen = {fake.fake_cuda_thread_device()}
+    for _ in range(2):
+        for b, _ in gpu:
+            seen.add(fake.fake_cuda_thread_device())
+    gpu.close()
+    seen.add(fake.fake_cuda_thread_device())
+    report(seen=sorted(seen))
+    """,
+    )
+    assert r["seen"] == [0] and r["violations"] == 0, r
+
+
+def test_no_blocking_cuda_call_under_the_pipeline_lock(fake, data):
+    # Slow copies (up to 30 ms) and prefetch 1: submit finds no free slot
+    # and waits for the oldest copy; slots are allocated, and everything is
+    # freed at close. The fake flags cudaHostAlloc, cudaFreeHost and
+    # cudaEventSynchronize made while the thread holds the pipeline's lock,
+    # and pinned memory allocated with another device current than the
+    # loader's (cuda:1 from a thread whose device is 0). stats() runs
+    # meanwhile from another thread.
+    r = run(
+        fake,
+        data,
+        """
+    fake.cudaSetDevice(0)
+    gpu = ringloader.Loader(ds, batch_size=4, transform=tf, device="cuda:1",
+                            num_threads=2, prefetch=1)
+    done, polls = threading.Event(), [0]
+    def poll():
+        while not done.is_set():
+            gpu.stats()
+            polls[0] += 1
+    t = threading.Thread(target=poll)
+    t.start()
+    n = 0
+    for _ in range(2):
+        for b, _ in gpu:
+            n += 1
+    done.set()
+    t.join()
+    gpu.close()
+    report(n=n, polls=polls[0])
+    """,
+        FAKE_CUDA_DELAY_US=30000,
+    )
+    assert r["n"] > 0 and r["polls"] > 0, r
+    assert r["violations"] == 0, r
+    assert r["host"] == 0, r
+
+
+def test_the_loader_owns_a_non_blocking_copy_stream(fake, data):
+    # The copies run on a stream the pipeline made non-blocking (the fake
+    # flags a copy on any other), and that stream is gone after close().
+    r = run(
+        fake,
+        data,
+        """
+    before = fake.fake_cuda_streams_outstanding()
+    gpu = ringloader.Loader(ds, batch_size=5, transform=tf, device="cuda")
+    first = next(iter(gpu))
+    handle = gpu._pipe._c.copy_stream
+    live = fake.fake_cuda_streams_outstanding()
+    for _ in gpu:
+        pass
+    gpu.close()
+    report(before=before, live=live, handle=handle,
+           after=fake.fake_cuda_streams_outstanding())
+    """,
+    )
+    assert r["violations"] == 0 and r["handle"] != 0, r
+    # live: the loader's copy stream and the test double's consumer stream
+    assert r["live"] == r["before"] + 2 and r["after"] == r["live"] - 1, r
+
+
+def test_close_during_a_device_next_raises(fake, data):
+    # close() from another thread while the training thread waits in a
+    # device next(): that next() raises RuntimeError("the loader is
+    # closed"), whether the batch was still decoding or finished during
+    # the same wait; it never hands out a batch without its device buffer.
+    # Batches take about 60-120 ms to decode; the close comes at a random
+    # point of that wait, so both cases occur.
+    r = run(
+        fake,
+        data,
+        """
+    import random, tempfile, time
+    from images import jpeg_bytes
+    d = tempfile.mkdtemp()
+    for c in range(2):
+        os.makedirs(f"{d}/c{c}")
+        for i in range(4):
+            with open(f"{d}/c{c}/{i}.jpg", "wb") as f:
+                f.write(jpeg_bytes("baseline", 1600, 1200, seed=4 * c + i))
+    big = ringloader.ImageFolder(d)
+    slow = T.Compose([T.RandomResizedCrop((600, 800), scale=(0.8, 1.0))])
+    gpu = ringloader.Loader(big, batch_size=2, transform=slow, device="cuda",
+                            num_threads=1, prefetch=1)
+    rng = random.Random(7)
+    outcomes = []
+    for trial in range(12):
+        it = iter(gpu)
+        delay = rng.uniform(0.0, 0.12)
+        closer = threading.Timer(delay, gpu.close)
+        closer.start()
+        try:
+            b, _ = next(it)
+            gpu._gpu.synchronize()
+            outcomes.append("batch" if b.sum().item() > 0 else "empty batch")
+        except RuntimeError as e:
+            outcomes.append(str(e))
+        except Exception as e:  # what the bug gave: no device buffer
+            outcomes.append(f"{type(e).__name__}: {e}")
+        closer.join()
+        it.close()
+        gpu.close()
+    report(outcomes=outcomes)
+    """,
+    )
+    outcomes = r["outcomes"]
+    assert set(outcomes) <= {"the loader is closed", "batch"}, r
+    assert outcomes.count("the loader is closed") >= 3, r
+    assert r["violations"] == 0 and r["host"] == 0, r

@@ -81,11 +81,11 @@ static void batch_part_done(rl_batch *b)
             b->slot->copying = b->copy_status == 0;
         }
     }
-    pthread_mutex_lock(&p->mu);
+    rl__lock(p);
     b->done = true;
     b->slot->state = SLOT_READY;
     pthread_cond_broadcast(&p->done_cv);
-    pthread_mutex_unlock(&p->mu);
+    rl__unlock(p);
     /* b may be freed from here on. */
 }
 
@@ -263,7 +263,7 @@ static void dispatch(rl_pipeline *p, rl_batch *b)
 void *rl__io_main(void *arg)
 {
     rl_pipeline *p = arg;
-    pthread_mutex_lock(&p->mu);
+    rl__lock(p);
     for (;;) {
         while (p->io_head == NULL && !p->stopping) {
             pthread_cond_wait(&p->io_cv, &p->mu);
@@ -276,11 +276,11 @@ void *rl__io_main(void *arg)
         if (p->io_head == NULL) {
             p->io_tail = NULL;
         }
-        pthread_mutex_unlock(&p->mu);
+        rl__unlock(p);
         dispatch(p, b);
         batch_part_done(b); /* the dispatcher's own part */
-        pthread_mutex_lock(&p->mu);
+        rl__lock(p);
     }
-    pthread_mutex_unlock(&p->mu);
+    rl__unlock(p);
     return NULL;
 }

@@ -164,17 +164,22 @@ int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
         rl__job_init(b, i, ids[i], keys[i]);
     }
 
-    pthread_mutex_lock(&p->mu);
+    rl__lock(p);
     if (p->closed || p->stopping) {
-        pthread_mutex_unlock(&p->mu);
+        rl__unlock(p);
         free(b);
         return RL_ECLOSED;
     }
-    b->slot = rl__slot_take(p, p->sample_bytes * (size_t)n);
-    if (b->slot == NULL) {
-        pthread_mutex_unlock(&p->mu);
+    int rc = rl__slot_take(p, p->sample_bytes * (size_t)n, &b->slot);
+    if (rc == 0 && (p->closed || p->stopping)) {
+        /* Closed while the slot was allocated with mu released. */
+        rl__slot_put(p, b->slot);
+        rc = RL_ECLOSED;
+    }
+    if (rc != 0) {
+        rl__unlock(p);
         free(b);
-        return -ENOMEM;
+        return rc;
     }
     b->slot->n = n;
     if (p->tail) {
@@ -195,7 +200,7 @@ int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
         *ticket = b->ticket;
     }
     pthread_cond_signal(&p->io_cv);
-    pthread_mutex_unlock(&p->mu);
+    rl__unlock(p);
     return 0;
 }
 
@@ -301,10 +306,10 @@ static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out)
     if (rl_pipeline_forked(p)) {
         return RL_ECLOSED; /* the threads that would finish it are gone */
     }
-    pthread_mutex_lock(&p->mu);
+    rl__lock(p);
     for (;;) {
         if (p->head == NULL) {
-            pthread_mutex_unlock(&p->mu);
+            rl__unlock(p);
             return RL_ECLOSED;
         }
         if (p->head->done) {
@@ -315,7 +320,7 @@ static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out)
         } else if (pthread_cond_timedwait(&p->done_cv, &p->mu, &deadline) ==
                    ETIMEDOUT) {
             if (!p->head->done) {
-                pthread_mutex_unlock(&p->mu);
+                rl__unlock(p);
                 return RL_ETIMEDOUT;
             }
         }
@@ -340,7 +345,7 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
     rc = report(p, b, rep);
     if (rc != 0) {
         rl__slot_put(p, s);
-        pthread_mutex_unlock(&p->mu);
+        rl__unlock(p);
         free(b);
         return rc;
     }
@@ -349,17 +354,17 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
         s->state = SLOT_HANDED_OUT;
         atomic_store(&s->refs, 1);
         atomic_fetch_add(&p->refs, 1);
-        pthread_mutex_unlock(&p->mu);
+        rl__unlock(p);
         free(b);
         *out = s;
         return 0;
     }
-    pthread_mutex_unlock(&p->mu);
+    rl__unlock(p);
     /* The consumer's stream waits for the copy; the host never blocks. */
     rc = d->ops->handoff(d, s->event, consumer_stream, rep->error.msg);
-    pthread_mutex_lock(&p->mu);
+    rl__lock(p);
     rl__slot_put(p, s); /* onto the copying list until its event completes */
-    pthread_mutex_unlock(&p->mu);
+    rl__unlock(p);
     free(b);
     if (rc != 0) { /* the batch failed whole: ids stay, the rest goes */
         free(rep->fallback);
@@ -378,9 +383,9 @@ int rl_pipeline_inflight(rl_pipeline *p)
     if (rl_pipeline_forked(p)) {
         return 0;
     }
-    pthread_mutex_lock(&p->mu);
+    rl__lock(p);
     int n = p->inflight;
-    pthread_mutex_unlock(&p->mu);
+    rl__unlock(p);
     return n;
 }
 
@@ -390,7 +395,7 @@ void rl_pipeline_cancel(rl_pipeline *p)
         return; /* nothing would ever complete the parent's batches */
     }
     rl_source *src = p->cfg.source;
-    pthread_mutex_lock(&p->mu);
+    rl__lock(p);
     for (rl_batch *b = p->head; b; b = b->next) {
         atomic_store(&b->cancelled, true);
     }
@@ -402,9 +407,9 @@ void rl_pipeline_cancel(rl_pipeline *p)
             }
             /* Again every 20 ms: a batch the I/O thread took just before
              * it was marked may have begun reading after the last call. */
-            pthread_mutex_unlock(&p->mu);
+            rl__unlock(p);
             src->ops->cancel(src);
-            pthread_mutex_lock(&p->mu);
+            rl__lock(p);
             if (!p->head->done) {
                 struct timespec ts;
                 clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -421,7 +426,7 @@ void rl_pipeline_cancel(rl_pipeline *p)
         rl__slot_put(p, b->slot);
         free(b);
     }
-    pthread_mutex_unlock(&p->mu);
+    rl__unlock(p);
 }
 
 void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
@@ -444,13 +449,13 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     if (rl_pipeline_forked(p)) {
         return;
     }
-    pthread_mutex_lock(&p->mu);
+    rl__lock(p);
     st->inflight = p->inflight;
     for (rl_batch *b = p->head; b; b = b->next) {
         st->ready += b->done;
     }
-    st->slots = p->cfg.deliver->allocated;
-    pthread_mutex_unlock(&p->mu);
+    st->slots = atomic_load(&p->cfg.deliver->allocated);
+    rl__unlock(p);
 }
 
 void rl_pipeline_destroy(rl_pipeline *p)
@@ -462,10 +467,10 @@ void rl_pipeline_destroy(rl_pipeline *p)
         return; /* forked child: the threads are not ours; leave it be */
     }
     rl_pipeline_cancel(p);
-    pthread_mutex_lock(&p->mu);
+    rl__lock(p);
     p->stopping = true;
     pthread_cond_broadcast(&p->io_cv);
-    pthread_mutex_unlock(&p->mu);
+    rl__unlock(p);
     if (p->io_started) {
         pthread_join(p->io_thread, NULL);
     }
@@ -473,9 +478,9 @@ void rl_pipeline_destroy(rl_pipeline *p)
     p->pool = NULL;
     rl_source_destroy(p->cfg.source);
     p->cfg.source = NULL;
-    pthread_mutex_lock(&p->mu);
+    rl__lock(p);
     p->closed = true;
-    rl__slots_free_all(p);
-    pthread_mutex_unlock(&p->mu);
+    rl__unlock(p);
+    rl__slots_free_all(p); /* waits for copies, with mu released */
     rl__pipeline_unref(p);
 }

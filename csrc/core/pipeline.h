@@ -142,7 +142,9 @@ size_t rl_pipeline_sample_bytes(const rl_pipeline *p);
  * rl_pipeline_next reports with it. Returns 0, -EINVAL (an id out of
  * range, a missing or extra dst), -ENOMEM or RL_ECLOSED. Never blocks on
  * decoding; with a device delivery it may wait for an in-flight copy
- * before refilling a pinned slot.
+ * before refilling a pinned slot, and allocates a slot's pinned memory on
+ * the calling thread (its current device is restored after), both
+ * without the pipeline's lock: workers and stats() never wait for them.
  */
 int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
                        int n, int64_t epoch, void *dst, uint64_t *ticket);

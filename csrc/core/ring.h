@@ -7,7 +7,9 @@
  * slot lists, the flags and each batch's `done`; job completion counts are
  * atomics, and only the last job of a batch takes mu. Lock order: mu only;
  * the pool's own lock is never held while taking mu, and mu is never held
- * while calling into the pool, a source or a decoder.
+ * while calling into the pool, a source or a decoder, nor while the
+ * delivery may block (pinned alloc/free, waiting for a copy, handoff):
+ * workers and stats() (called with the GIL held) take mu too.
  */
 #ifndef RL_RING_H
 #define RL_RING_H
@@ -18,6 +20,7 @@
 
 #include "core/pipeline.h"
 #include "core/pool.h"
+#include "testing/hooks.h"
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HANDED_OUT, SLOT_COPYING };
 
@@ -88,15 +91,32 @@ struct rl_pipeline {
     atomic_uint_fast64_t n_fallback, io_cpu_ns;
 };
 
-/* ---- core/slots.c; all but rl__slot_release_locked with mu held ---- */
+/* Takes and releases mu. Test builds tell the fake CUDA runtime, which
+ * flags any blocking CUDA call made while mu is held (testing/hooks.h). */
+static inline void rl__lock(rl_pipeline *p)
+{
+    pthread_mutex_lock(&p->mu);
+    rl__test_lock_note(1);
+}
 
-/* A free slot able to hold `need` bytes, or a new one; NULL when out of
- * memory. May wait for the oldest copy (device delivery). */
-rl_slot *rl__slot_take(rl_pipeline *p, size_t need);
-/* Back to the free list (or the copying list while its copy runs), or
- * freed once the pipeline is closed. */
+static inline void rl__unlock(rl_pipeline *p)
+{
+    rl__test_lock_note(-1);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- core/slots.c ---- */
+
+/* With mu held: a slot able to hold `need` bytes, FILLING and on no list,
+ * in *out; returns 0 or -ENOMEM. May release mu and take it again (device
+ * delivery): to wait for the oldest copy, or to allocate pinned memory,
+ * which may block; the caller rechecks what mu guards afterwards. */
+int rl__slot_take(rl_pipeline *p, size_t need, rl_slot **out);
+/* With mu held: back to the free list (or the copying list while its copy
+ * runs). Never blocks; the pipeline must not be closed. */
 void rl__slot_put(rl_pipeline *p, rl_slot *s);
-/* Frees every free and copying slot (destroy). */
+/* Without mu: frees every free and copying slot (destroy), waiting for
+ * their copies, with mu released. */
 void rl__slots_free_all(rl_pipeline *p);
 /* Drops a reference on the pipeline; the last frees it. Without mu. */
 void rl__pipeline_unref(rl_pipeline *p);

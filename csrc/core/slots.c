@@ -13,13 +13,23 @@
  *
  * With a device delivery next() does not hand the slot out: its copy was
  * issued when it became READY, so it goes to COPYING, oldest first, and
- * back to FREE once its event completed. FREE slots sit on the free list;
- * FILLING/READY ones belong to a batch; HANDED_OUT ones belong to whoever
- * holds references (tensors). A handed out slot also holds a reference on
- * the pipeline, so a consumer may release it after rl_pipeline_destroy():
- * the memory then goes back to the system.
+ * back to FREE once its event completed (checked under mu without
+ * waiting). When submit finds no FREE slot it takes the oldest COPYING one
+ * straight to FILLING, waiting for its copy with mu released. FREE slots
+ * sit on the free list; FILLING/READY ones belong to a batch; HANDED_OUT
+ * ones belong to whoever holds references (tensors). A handed out slot
+ * also holds a reference on the pipeline, so a consumer may release it
+ * after rl_pipeline_destroy(): the memory then goes back to the system.
+ *
+ * Nothing that may block on the device runs under mu: pinned memory is
+ * allocated and freed, and a copy waited for, by a thread that took the
+ * slot off every list first (a FILLING slot of a batch not yet queued, or
+ * slots detached at destroy), so no other thread can reach it meanwhile.
+ * The pool of slots grows to one per batch in flight plus those copying:
+ * prefetch + 1 in a loader's steady state, each sized at its first batch.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -27,6 +37,7 @@
 
 #define SLOT_ALIGN 4096
 
+/* Frees a slot off every list; waits for its copy first. Without mu. */
 static void slot_free(rl_pipeline *p, rl_slot *s)
 {
     rl_deliver *d = p->cfg.deliver;
@@ -35,13 +46,10 @@ static void slot_free(rl_pipeline *p, rl_slot *s)
 }
 
 /* Moves slots whose copy completed from the copying list to the free
- * list; with `wait`, first waits for the oldest one. */
-static void reclaim_copied(rl_pipeline *p, bool wait)
+ * list, without waiting. With mu held. */
+static void reclaim_copied(rl_pipeline *p)
 {
     rl_deliver *d = p->cfg.deliver;
-    if (wait && p->copying != NULL) {
-        d->ops->reusable(d, p->copying->event, true);
-    }
     while (p->copying != NULL) {
         rl_slot *s = p->copying;
         if (d->ops->reusable(d, s->event, false) != 0) {
@@ -58,50 +66,64 @@ static void reclaim_copied(rl_pipeline *p, bool wait)
     }
 }
 
-rl_slot *rl__slot_take(rl_pipeline *p, size_t need)
+int rl__slot_take(rl_pipeline *p, size_t need, rl_slot **out)
 {
     rl_deliver *d = p->cfg.deliver;
+    rl_slot *s = NULL;
+    bool wait = false;
     if (d->device) {
-        /* A pinned slot is refilled only once its copy has completed;
-         * rather than growing, wait for the oldest copy (it is short). */
-        reclaim_copied(p, false);
-        if (p->free_slots == NULL) {
-            reclaim_copied(p, true);
-        }
+        reclaim_copied(p);
     }
-    rl_slot *s = p->free_slots;
-    if (s != NULL) {
+    if (p->free_slots != NULL) {
+        s = p->free_slots;
         p->free_slots = s->next_free;
-    } else {
-        s = calloc(1, sizeof(*s));
-        if (s == NULL) {
-            return NULL;
+    } else if (d->device && p->copying != NULL) {
+        /* A pinned slot is refilled only once its copy completed; rather
+         * than growing, take the oldest copy (it is short) and wait. */
+        s = p->copying;
+        p->copying = s->next_free;
+        if (p->copying == NULL) {
+            p->copying_tail = NULL;
         }
+        s->copying = false;
+        wait = true;
+    } else if ((s = calloc(1, sizeof(*s))) == NULL) {
+        return -ENOMEM;
+    } else {
         s->p = p;
     }
+    s->state = SLOT_FILLING; /* ours alone: on no list */
+    s->next_free = NULL;
+    if (!wait && s->cap >= need) {
+        *out = s;
+        return 0;
+    }
+    rl__unlock(p);
+    if (wait) {
+        d->ops->reusable(d, s->event, true);
+    }
+    int rc = 0;
     if (s->cap < need) {
         size_t cap = (need + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
         uint8_t *data = NULL;
-        if (d->ops->alloc(d, cap, &data) != 0) {
-            s->next_free = p->free_slots;
-            p->free_slots = s;
-            return NULL;
+        rc = d->ops->alloc(d, cap, &data);
+        if (rc == 0) {
+            d->ops->free(d, s->data, NULL);
+            s->data = data;
+            s->cap = cap;
         }
-        d->ops->free(d, s->data, NULL);
-        s->data = data;
-        s->cap = cap;
     }
-    s->state = SLOT_FILLING;
-    s->next_free = NULL;
-    return s;
+    rl__lock(p);
+    if (rc != 0) {
+        rl__slot_put(p, s);
+        return -ENOMEM;
+    }
+    *out = s;
+    return 0;
 }
 
 void rl__slot_put(rl_pipeline *p, rl_slot *s)
 {
-    if (p->closed) {
-        slot_free(p, s);
-        return;
-    }
     if (s->copying) {
         s->state = SLOT_COPYING;
         s->next_free = NULL;
@@ -120,17 +142,20 @@ void rl__slot_put(rl_pipeline *p, rl_slot *s)
 
 void rl__slots_free_all(rl_pipeline *p)
 {
-    while (p->free_slots) {
-        rl_slot *s = p->free_slots;
-        p->free_slots = s->next_free;
+    rl__lock(p);
+    rl_slot *free_slots = p->free_slots, *copying = p->copying;
+    p->free_slots = p->copying = p->copying_tail = NULL;
+    rl__unlock(p);
+    while (free_slots) {
+        rl_slot *s = free_slots;
+        free_slots = s->next_free;
         slot_free(p, s);
     }
-    while (p->copying) { /* the delivery waits for each copy to finish */
-        rl_slot *s = p->copying;
-        p->copying = s->next_free;
+    while (copying) { /* the delivery waits for each copy to finish */
+        rl_slot *s = copying;
+        copying = s->next_free;
         slot_free(p, s);
     }
-    p->copying_tail = NULL;
 }
 
 void rl__pipeline_unref(rl_pipeline *p)
@@ -175,8 +200,14 @@ void rl_slot_release(rl_slot *s)
     if (rl_pipeline_forked(p)) {
         return; /* a forked child: the parent's lock may be held forever */
     }
-    pthread_mutex_lock(&p->mu);
-    rl__slot_put(p, s);
-    pthread_mutex_unlock(&p->mu);
+    rl__lock(p);
+    bool closed = p->closed;
+    if (!closed) {
+        rl__slot_put(p, s);
+    }
+    rl__unlock(p);
+    if (closed) {
+        slot_free(p, s); /* after destroy: back to the system, now */
+    }
     rl__pipeline_unref(p);
 }

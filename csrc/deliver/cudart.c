@@ -24,10 +24,11 @@ typedef void *cuda_stream;
 typedef void *cuda_event;
 
 enum { CUDA_SUCCESS = 0, CUDA_NOT_READY = 600, H2D = 1 };
-enum { EVENT_DISABLE_TIMING = 2 };
+enum { EVENT_DISABLE_TIMING = 2, STREAM_NON_BLOCKING = 1 };
 
 static struct {
     cuda_err (*GetDeviceCount)(int *);
+    cuda_err (*GetDevice)(int *);
     cuda_err (*SetDevice)(int);
     cuda_err (*HostAlloc)(void **, size_t, unsigned);
     cuda_err (*FreeHost)(void *);
@@ -40,7 +41,8 @@ static struct {
     cuda_err (*EventSynchronize)(cuda_event);
     cuda_err (*EventDestroy)(cuda_event);
     cuda_err (*StreamWaitEvent)(cuda_stream, cuda_event, unsigned);
-    cuda_err (*StreamCreate)(cuda_stream *);
+    cuda_err (*StreamCreateWithFlags)(cuda_stream *, unsigned);
+    cuda_err (*StreamDestroy)(cuda_stream);
     cuda_err (*StreamSynchronize)(cuda_stream);
     const char *(*GetErrorString)(cuda_err);
 } rt;
@@ -63,6 +65,7 @@ static int resolve(void *lib)
         memcpy(&rt.name, &f, sizeof(f));                                 \
     } while (0)
     SYM(GetDeviceCount);
+    SYM(GetDevice);
     SYM(SetDevice);
     SYM(HostAlloc);
     SYM(FreeHost);
@@ -75,7 +78,8 @@ static int resolve(void *lib)
     SYM(EventSynchronize);
     SYM(EventDestroy);
     SYM(StreamWaitEvent);
-    SYM(StreamCreate);
+    SYM(StreamCreateWithFlags);
+    SYM(StreamDestroy);
     SYM(StreamSynchronize);
     SYM(GetErrorString);
 #undef SYM
@@ -162,16 +166,52 @@ int rl_cuda_device_count(int *n, char *msg)
     return check(rt.GetDeviceCount(n), "cudaGetDeviceCount", msg);
 }
 
-int rl_cuda_host_alloc(void **p, size_t n, char *msg)
+/*
+ * The device a call needs is made current for the call only: the thread
+ * may be the user's (the training loop in next(), the loader's creation),
+ * whose current device is torch's business. enter() saves the current
+ * device and switches when it differs; leave() switches back.
+ */
+static int enter(int device, int *saved, const char *what, char *msg)
 {
-    LOADED(msg);
-    return check(rt.HostAlloc(p, n, 0), "cudaHostAlloc", msg);
+    *saved = device;
+    int rc = check(rt.GetDevice(saved), "cudaGetDevice", msg);
+    if (rc == 0 && *saved != device) {
+        rc = check(rt.SetDevice(device), "cudaSetDevice", msg);
+    }
+    if (rc != 0 && msg != NULL) {
+        size_t len = strlen(msg);
+        snprintf(msg + len, RL_MSG_MAX - len, " (before %s)", what);
+    }
+    return rc;
 }
 
-void rl_cuda_host_free(void *p)
+static void leave(int device, int saved)
 {
-    if (p != NULL && rl_cuda_load(NULL, NULL) == 0) {
+    if (saved != device) {
+        rt.SetDevice(saved);
+    }
+}
+
+int rl_cuda_host_alloc(int device, void **p, size_t n, char *msg)
+{
+    LOADED(msg);
+    int saved;
+    int rc = enter(device, &saved, "cudaHostAlloc", msg);
+    if (rc == 0) {
+        rc = check(rt.HostAlloc(p, n, 0), "cudaHostAlloc", msg);
+        leave(device, saved);
+    }
+    return rc;
+}
+
+void rl_cuda_host_free(int device, void *p)
+{
+    int saved;
+    if (p != NULL && rl_cuda_load(NULL, NULL) == 0 &&
+        enter(device, &saved, "cudaFreeHost", NULL) == 0) {
         rt.FreeHost(p);
+        leave(device, saved);
     }
 }
 
@@ -179,8 +219,12 @@ int rl_cuda_copy_h2d(int device, void *dst, const void *src, size_t n,
                      uintptr_t stream, void **event, char *msg)
 {
     LOADED(msg);
-    int rc = check(rt.SetDevice(device), "cudaSetDevice", msg);
-    if (rc == 0 && *event == NULL) {
+    int saved;
+    int rc = enter(device, &saved, "cudaMemcpyAsync", msg);
+    if (rc != 0) {
+        return rc;
+    }
+    if (*event == NULL) {
         rc = check(rt.EventCreateWithFlags(event, EVENT_DISABLE_TIMING),
                    "cudaEventCreateWithFlags", msg);
     }
@@ -197,6 +241,7 @@ int rl_cuda_copy_h2d(int device, void *dst, const void *src, size_t n,
             rt.StreamSynchronize((cuda_stream)stream);
         }
     }
+    leave(device, saved);
     return rc;
 }
 
@@ -216,10 +261,14 @@ int rl_cuda_event_sync(void *event, char *msg)
 int rl_cuda_stream_wait(int device, uintptr_t stream, void *event, char *msg)
 {
     LOADED(msg);
-    int rc = check(rt.SetDevice(device), "cudaSetDevice", msg);
-    return rc ? rc
-              : check(rt.StreamWaitEvent((cuda_stream)stream, event, 0),
-                      "cudaStreamWaitEvent", msg);
+    int saved;
+    int rc = enter(device, &saved, "cudaStreamWaitEvent", msg);
+    if (rc == 0) {
+        rc = check(rt.StreamWaitEvent((cuda_stream)stream, event, 0),
+                   "cudaStreamWaitEvent", msg);
+        leave(device, saved);
+    }
+    return rc;
 }
 
 void rl_cuda_event_destroy(void *event)
@@ -232,15 +281,22 @@ void rl_cuda_event_destroy(void *event)
 int rl_cuda_malloc(int device, void **p, size_t n, char *msg)
 {
     LOADED(msg);
-    int rc = check(rt.SetDevice(device), "cudaSetDevice", msg);
-    return rc ? rc : check(rt.Malloc(p, n), "cudaMalloc", msg);
+    int saved;
+    int rc = enter(device, &saved, "cudaMalloc", msg);
+    if (rc == 0) {
+        rc = check(rt.Malloc(p, n), "cudaMalloc", msg);
+        leave(device, saved);
+    }
+    return rc;
 }
 
 void rl_cuda_free(int device, void *p)
 {
-    if (p != NULL && rl_cuda_load(NULL, NULL) == 0) {
-        rt.SetDevice(device);
+    int saved;
+    if (p != NULL && rl_cuda_load(NULL, NULL) == 0 &&
+        enter(device, &saved, "cudaFree", NULL) == 0) {
         rt.Free(p);
+        leave(device, saved);
     }
 }
 
@@ -248,19 +304,36 @@ int rl_cuda_stream_create(int device, uintptr_t *stream, char *msg)
 {
     LOADED(msg);
     cuda_stream s = NULL;
-    int rc = check(rt.SetDevice(device), "cudaSetDevice", msg);
+    int saved;
+    int rc = enter(device, &saved, "cudaStreamCreateWithFlags", msg);
     if (rc == 0) {
-        rc = check(rt.StreamCreate(&s), "cudaStreamCreate", msg);
+        rc = check(rt.StreamCreateWithFlags(&s, STREAM_NON_BLOCKING),
+                   "cudaStreamCreateWithFlags", msg);
+        leave(device, saved);
     }
-    *stream = (uintptr_t)s;
+    *stream = rc == 0 ? (uintptr_t)s : 0;
     return rc;
+}
+
+void rl_cuda_stream_destroy(int device, uintptr_t stream)
+{
+    int saved;
+    if (stream != 0 && rl_cuda_load(NULL, NULL) == 0 &&
+        enter(device, &saved, "cudaStreamDestroy", NULL) == 0) {
+        rt.StreamDestroy((cuda_stream)stream);
+        leave(device, saved);
+    }
 }
 
 int rl_cuda_stream_sync(int device, uintptr_t stream, char *msg)
 {
     LOADED(msg);
-    int rc = check(rt.SetDevice(device), "cudaSetDevice", msg);
-    return rc ? rc
-              : check(rt.StreamSynchronize((cuda_stream)stream),
-                      "cudaStreamSynchronize", msg);
+    int saved;
+    int rc = enter(device, &saved, "cudaStreamSynchronize", msg);
+    if (rc == 0) {
+        rc = check(rt.StreamSynchronize((cuda_stream)stream),
+                   "cudaStreamSynchronize", msg);
+        leave(device, saved);
+    }
+    return rc;
 }

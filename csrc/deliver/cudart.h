@@ -11,7 +11,11 @@
  * Streams and events are opaque handles (uintptr_t / void *); every
  * function returns 0 or RL_ECUDA with the runtime's message in msg
  * (RL_MSG_MAX bytes). All are thread-safe (the runtime is) and may be
- * called without the GIL.
+ * called without the GIL. A function given a device makes it current for
+ * the call only and restores the calling thread's current device before it
+ * returns (cudaGetDevice/cudaSetDevice): it may run on a user's thread,
+ * whose current device belongs to torch. Those that may block (host
+ * alloc/free, synchronize) say so; callers keep them outside their locks.
  */
 #ifndef RL_CUDA_H
 #define RL_CUDA_H
@@ -28,9 +32,13 @@ int rl_cuda_load(char *msg, const char **path);
 /* Number of devices (cudaGetDeviceCount). */
 int rl_cuda_device_count(int *n, char *msg);
 
-/* Page-locked host memory for batch slots (cudaHostAlloc / cudaFreeHost). */
-int rl_cuda_host_alloc(void **p, size_t n, char *msg);
-void rl_cuda_host_free(void *p);
+/*
+ * Page-locked host memory for batch slots (cudaHostAlloc / cudaFreeHost),
+ * with `device` current (so that no other device's context is made). Both
+ * may block: they synchronise the device implicitly.
+ */
+int rl_cuda_host_alloc(int device, void **p, size_t n, char *msg);
+void rl_cuda_host_free(int device, void *p);
 
 /*
  * On `device`: copies n bytes host -> device asynchronously on `stream` and
@@ -53,13 +61,23 @@ int rl_cuda_stream_wait(int device, uintptr_t stream, void *event, char *msg);
 void rl_cuda_event_destroy(void *event);
 
 /*
- * Device memory and streams, for callers without torch's allocator (the
- * fake runtime's tests): cudaMalloc/cudaFree, cudaStreamCreate and
- * cudaStreamSynchronize on `device`.
+ * A stream of the caller's own on `device`, created non-blocking
+ * (cudaStreamNonBlocking: no implicit synchronisation with the legacy
+ * default stream), and its destruction (accepts 0; work queued on it still
+ * completes). The loader's copy stream is one (deliver/cuda.c), never a
+ * stream of torch's pool that other code may share.
+ */
+int rl_cuda_stream_create(int device, uintptr_t *stream, char *msg);
+void rl_cuda_stream_destroy(int device, uintptr_t stream);
+
+/* Blocks until everything queued on `stream` completed. */
+int rl_cuda_stream_sync(int device, uintptr_t stream, char *msg);
+
+/*
+ * Device memory for callers without torch's allocator (the fake runtime's
+ * tests): cudaMalloc / cudaFree (which may block) on `device`.
  */
 int rl_cuda_malloc(int device, void **p, size_t n, char *msg);
 void rl_cuda_free(int device, void *p);
-int rl_cuda_stream_create(int device, uintptr_t *stream, char *msg);
-int rl_cuda_stream_sync(int device, uintptr_t stream, char *msg);
 
 #endif /* RL_CUDA_H */

@@ -6,19 +6,25 @@
  * nothing when a slot completes: the consumer reads the slot itself. CUDA
  * delivery (deliver/cuda.c) gives pinned memory (cudaHostAlloc) and, when
  * a slot completes, copies it asynchronously into the device buffer given
- * with the batch, on the copy stream handed over once at creation, and
- * records an event; the consumer's stream is then made to wait for that
+ * with the batch, on a copy stream of its own (created non-blocking with
+ * the delivery, destroyed with it), and records an event; the consumer's stream is then made to wait for that
  * event (the host never blocks), and the slot is refilled only once the
  * event has completed. The pipeline (core/pipeline.c) owns the slots and
  * their state machine and calls these functions at its transitions.
  *
- * Threading: alloc/free/reusable/handoff are called with the pipeline's
- * lock held or by its owner; complete is called by the worker that
- * finished the slot, without the lock. None touches Python. Statuses: 0,
- * -ENOMEM, RL_ECUDA with msg (RL_MSG_MAX bytes).
+ * Threading: alloc, free, reusable(wait) and handoff may block (pinned
+ * allocation synchronises the device; a wait waits for a copy): the
+ * pipeline calls them without its lock, on a slot only the calling thread
+ * holds; reusable without wait never blocks and may be called under the
+ * lock. complete is called by the worker that finished the slot, without
+ * the lock. alloc, free and handoff may run on a user's thread: a device
+ * made current for them is restored before they return. None touches
+ * Python. Statuses: 0, -ENOMEM, RL_ECUDA with msg (RL_MSG_MAX bytes).
  */
 #ifndef RL_DELIVER_H
 #define RL_DELIVER_H
+
+#include <stdatomic.h>
 
 #include "rl.h"
 
@@ -45,21 +51,27 @@ typedef struct rl_deliver_ops {
 
 struct rl_deliver {
     const rl_deliver_ops *ops;
-    bool device;   /* batches end on a device: submit gives a dst */
-    int allocated; /* slots whose memory is allocated now */
+    bool device;          /* batches end on a device: submit gives a dst */
+    atomic_int allocated; /* slots whose memory is allocated now */
 };
 
 /* Host memory. Returns NULL when out of memory. */
 rl_deliver *rl_deliver_host_create(void);
 
 /*
- * CUDA device `device`, copies on `copy_stream` (a cudaStream_t handle of
- * the caller's, e.g. a torch.cuda.Stream's). Loads the runtime
- * (deliver/cudart.h) and checks the device exists. Returns NULL with msg
- * saying why.
+ * CUDA device `device`. Loads the runtime (deliver/cudart.h), checks the
+ * device exists and creates the copy stream (non-blocking), which the
+ * delivery owns. Returns NULL with msg saying why. May be called on a
+ * user's thread: its current device is left as it was.
  */
-rl_deliver *rl_deliver_cuda_create(int device, uintptr_t copy_stream,
-                                   char *msg);
+rl_deliver *rl_deliver_cuda_create(int device, char *msg);
+
+/*
+ * The copy stream's cudaStream_t handle (0 for a host delivery): the
+ * caller may wrap it (torch.cuda.ExternalStream) to allocate the device
+ * buffers on it; it lives as long as the delivery.
+ */
+uintptr_t rl_deliver_cuda_stream(const rl_deliver *d);
 
 /* Frees the delivery (after every slot was freed). Accepts NULL. */
 void rl_deliver_destroy(rl_deliver *d);

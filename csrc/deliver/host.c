@@ -18,7 +18,7 @@ static int host_alloc(rl_deliver *d, size_t n, uint8_t **mem)
     if (*mem == NULL) {
         return -ENOMEM;
     }
-    d->allocated++;
+    atomic_fetch_add(&d->allocated, 1);
     return 0;
 }
 
@@ -27,7 +27,7 @@ static void host_free(rl_deliver *d, uint8_t *mem, void *event)
     (void)event;
     if (mem != NULL) {
         free(mem);
-        d->allocated--;
+        atomic_fetch_sub(&d->allocated, 1);
     }
 }
 
@@ -80,6 +80,7 @@ rl_deliver *rl_deliver_host_create(void)
     rl_deliver *d = calloc(1, sizeof(*d));
     if (d != NULL) {
         d->ops = &host_ops;
+        atomic_init(&d->allocated, 0);
     }
     return d;
 }

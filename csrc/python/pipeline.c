@@ -27,11 +27,12 @@ typedef struct {
     rl_place_config place;
     int busy; /* our calls running with the GIL released */
     bool close_pending;
-    int device;          /* CUDA device of the device delivery, or -1 */
-    PyObject *allocator; /* device: nbytes -> (owner, pointer) */
-    PyObject *owners;    /* device: {ticket: (owner, pointer)} */
-    PyObject *keep;      /* what C borrows: the fallback, memory buffers */
-    rl_source *http;     /* the HTTP source (owned by p), or NULL */
+    int device;            /* CUDA device of the device delivery, or -1 */
+    uintptr_t copy_stream; /* device: the delivery's own copy stream */
+    PyObject *allocator;   /* device: nbytes -> (owner, pointer) */
+    PyObject *owners;      /* device: {ticket: (owner, pointer)} */
+    PyObject *keep;        /* what C borrows: the fallback, memory buffers */
+    rl_source *http;       /* the HTTP source (owned by p), or NULL */
     rl_decoder_def fallback_def;
 } pipeline_object;
 
@@ -57,7 +58,6 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                              "mul",
                              "add",
                              "device",
-                             "copy_stream",
                              "allocator",
                              "fallback",
                              "direct_io",
@@ -72,15 +72,15 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     const char *dtype = "uint8", *layout = "NCHW", *io = "auto";
     int device = -1, direct_io = 0, skip_errors = 0, max_consecutive = 16;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
-    unsigned long long copy_stream = 0, seed = 0;
+    unsigned long long seed = 0;
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
     unsigned long long max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OOOOOisKsKiKpsOOiKOOppiO", kwlist, &spec, &paths,
+            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiO", kwlist, &spec, &paths,
             &offsets, &lengths, &buffers, &names, &nthreads, &layout, &seed,
             &io, &max_pixels, &max_scans, &max_file_bytes, &allow_truncated,
-            &dtype, &mul, &add, &device, &copy_stream, &allocator, &fallback,
-            &direct_io, &skip_errors, &max_consecutive, &http)) {
+            &dtype, &mul, &add, &device, &allocator, &fallback, &direct_io,
+            &skip_errors, &max_consecutive, &http)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -138,7 +138,7 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     if (device >= 0) {
         Py_BEGIN_ALLOW_THREADS
-        cfg.deliver = rl_deliver_cuda_create(device, copy_stream, msg);
+        cfg.deliver = rl_deliver_cuda_create(device, msg);
         Py_END_ALLOW_THREADS
         if (cfg.deliver == NULL) {
             rl_source_destroy(cfg.source);
@@ -146,6 +146,7 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
             PyErr_SetString(PyExc_RuntimeError, msg);
             return NULL;
         }
+        self->copy_stream = rl_deliver_cuda_stream(cfg.deliver);
     }
     cfg.nthreads = nthreads;
     cfg.sample.seed = seed;
@@ -473,6 +474,13 @@ static PyObject *pipeline_get_pinned(pipeline_object *self, void *closure)
     return PyLong_FromLong(s.slots);
 }
 
+static PyObject *pipeline_get_copy_stream(pipeline_object *self, void *closure)
+{
+    (void)closure;
+    bool live = self->p != NULL && !rl_pipeline_forked(self->p);
+    return PyLong_FromUnsignedLongLong(live ? self->copy_stream : 0);
+}
+
 static PyObject *pipeline_get_closed(pipeline_object *self, void *closure)
 {
     (void)closure;
@@ -523,6 +531,11 @@ static PyGetSetDef pipeline_getset[] = {
      "True after close(), and in a process forked after it was made.", NULL},
     {"pinned_slots", (getter)pipeline_get_pinned, NULL,
      "Pinned host slots allocated (device delivery).", NULL},
+    {"copy_stream", (getter)pipeline_get_copy_stream, NULL,
+     "Device delivery: the cudaStream_t handle of the pipeline's own copy "
+     "stream (non-blocking, destroyed at close; 0 once closed). Device "
+     "buffers are best allocated on it.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -536,7 +549,7 @@ static PyType_Slot pipeline_slots[] = {
      "buffers=None, names=None, num_threads=1, layout='NCHW', seed=0, "
      "io='auto', max_pixels=..., max_scans=500, max_file_bytes=..., "
      "allow_truncated=False, dtype='uint8', mul=None, add=None, device=-1, "
-     "copy_stream=0, allocator=None, fallback=None, direct_io=False, "
+     "allocator=None, fallback=None, direct_io=False, "
      "skip_errors=False, max_consecutive_errors=16, http=None)"},
     {0, NULL},
 };

@@ -13,12 +13,24 @@
 #ifdef RL_TEST_HOOKS
 /* True when environment variable `var` equals `value` (read per call). */
 bool rl__test_hook(const char *var, const char *value);
+/*
+ * The core calls this right after taking a pipeline's lock (+1) and right
+ * before releasing it (-1). It tells the CUDA runtime loaded from
+ * $RINGLOADER_CUDART, when that is the fake (tests/cuda/fake_cudart.c,
+ * which exports fake_cuda_lock_note), so that the fake can flag a blocking
+ * call made while the calling thread holds the lock. Thread-safe.
+ */
+void rl__test_lock_note(int delta);
 #else
 static inline bool rl__test_hook(const char *var, const char *value)
 {
     (void)var;
     (void)value;
     return false;
+}
+static inline void rl__test_lock_note(int delta)
+{
+    (void)delta;
 }
 #endif
 

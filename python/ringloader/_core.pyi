@@ -258,7 +258,6 @@ class Pipeline:
         mul: Optional[Tuple[float, float, float]] = ...,
         add: Optional[Tuple[float, float, float]] = ...,
         device: int = ...,  # CUDA device of the device delivery; -1: host
-        copy_stream: int = ...,  # cudaStream_t handle for the copies
         # device: nbytes -> (owner, device address) for each batch
         allocator: Optional[Callable[[int], Tuple[Any, int]]] = ...,
         # decodes what libjpeg cannot: (memoryview, max_pixels) -> (rgb,
@@ -336,3 +335,7 @@ class Pipeline:
     def closed(self) -> bool: ...
     @property
     def pinned_slots(self) -> int: ...
+    @property
+    def copy_stream(self) -> int:
+        """With a device: the cudaStream_t handle of the pipeline's own copy
+        stream (created non-blocking, destroyed at close; 0 once closed)."""

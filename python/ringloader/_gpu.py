@@ -3,7 +3,6 @@ layout conversion that runs on the device (uint8 crosses PCIe)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -12,15 +11,15 @@ from . import _core
 
 
 class Gpu:
-    """Device buffers and streams for the GPU path.
+    """Device buffers and streams for the GPU path, with a CUDA build of
+    torch.
 
-    With a CUDA build of torch, device memory comes from torch's caching
-    allocator and the copy stream is a ``torch.cuda.Stream``, whose handle the
-    C threads use; each batch's buffer is allocated on the copy stream and
-    records the consumer's stream when handed out, as torch's rules for
-    cross-stream use ask. Without torch CUDA but with a runtime loaded from
-    ``RINGLOADER_CUDART`` (the tests' fake), buffers come from cudaMalloc
-    and the consumer's "stream" is synchronised before the host reads it.
+    The copy stream is the C pipeline's own (created non-blocking, destroyed
+    with the pipeline), wrapped in a ``torch.cuda.ExternalStream``: never a
+    stream of torch's pool, which other code (NCCL) may share. Device memory
+    comes from torch's caching allocator: each batch's buffer is allocated
+    on the copy stream and records the consumer's stream when handed out,
+    as torch's rules for cross-stream use ask.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -31,78 +30,53 @@ class Gpu:
                 f"({msg}). Use a machine with an NVIDIA GPU and a CUDA build of "
                 "torch, or leave device unset to get batches in host memory."
             )
-        self.torch_cuda = torch.cuda.is_available() and not os.environ.get(
-            "RINGLOADER_CUDART"
-        )
-        if not self.torch_cuda and not hasattr(_core, "cuda_malloc"):
+        if not torch.cuda.is_available():
             raise RuntimeError(
-                f"device={str(device)!r} needs a CUDA build of torch "
-                "(RINGLOADER_CUDART without one is for ringloader's own tests, "
-                "with a test build)"
+                f"device={str(device)!r} needs a CUDA build of torch that sees "
+                f"the GPU (the CUDA runtime {lib} was found, torch.cuda is not "
+                "available)"
             )
-        if device.index is not None:
-            self.index = device.index
-        else:
-            self.index = torch.cuda.current_device() if self.torch_cuda else 0
+        self.index = (
+            device.index if device.index is not None else torch.cuda.current_device()
+        )
         if not 0 <= self.index < count:
             raise RuntimeError(f"CUDA device {self.index} requested, {count} present")
         self.device = torch.device("cuda", self.index)
         self.library = lib
         self._stream: Any = None
-        self._consumer = 0
 
-    def start(self) -> int:
-        """The copy stream's handle (made once per process)."""
-        if self.torch_cuda:
-            self._stream = torch.cuda.Stream(device=self.device)
-            return int(self._stream.cuda_stream)
-        self._stream = _core.cuda_stream_create(self.index)
-        self._consumer = _core.cuda_stream_create(self.index)
-        return int(self._stream)
+    def use_stream(self, handle: int) -> None:
+        """The copy stream of the pipeline just made (its cudaStream_t
+        handle); its buffers are allocated on it from now on."""
+        self._stream = torch.cuda.ExternalStream(handle, device=self.device)
 
     def alloc(self, nbytes: int) -> tuple[Any, int]:
         """A fresh device buffer for one batch, and its address: the
         allocator the C core calls (with the GIL) at each submit."""
-        if self.torch_cuda:
-            with torch.cuda.stream(self._stream):
-                t = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            return t, int(t.data_ptr())
-        buf = _core.cuda_malloc(self.index, nbytes)
-        return buf, int(buf.ptr)
+        with torch.cuda.stream(self._stream):
+            t = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        return t, int(t.data_ptr())
 
     def consumer_stream(self) -> int:
-        if self.torch_cuda:
-            return int(torch.cuda.current_stream(self.device).cuda_stream)
-        return int(self._consumer)
+        """The handle of the stream the caller's work is queued on."""
+        return int(torch.cuda.current_stream(self.device).cuda_stream)
 
     def tensor(self, batch: Any) -> torch.Tensor:
         """The uint8 tensor of a device batch (a ``_core.Batch`` whose copy
         the consumer's stream already waits for)."""
-        if self.torch_cuda:
-            # The buffer came from torch's allocator on the copy stream: it
-            # is now used on the consumer's, which must finish with it
-            # before the allocator reuses it.
-            batch.owner.record_stream(torch.cuda.current_stream(self.device))
-            return torch.from_dlpack(batch)
-        # The fake's device memory is host memory, viewed without waiting:
-        # like a real device tensor its content is only defined for work
-        # ordered after the copy (see synchronize()).
-        return torch.frombuffer(batch.owner, dtype=torch.uint8).view(batch.shape)
+        # The buffer came from torch's allocator on the copy stream: it is
+        # now used on the consumer's, which must finish with it before the
+        # allocator reuses it.
+        batch.owner.record_stream(torch.cuda.current_stream(self.device))
+        return torch.from_dlpack(batch)
 
     def before_compute(self) -> None:
-        """Called before torch ops on a fresh batch. On a GPU they are
-        queued on the consumer stream, after the copy: nothing to do. The
-        fake's "device" tensors are host tensors computed at once, so wait
-        for the copy first, as the stream would."""
-        if not self.torch_cuda:
-            self.synchronize()
+        """Called before torch ops on a fresh batch. They are queued on the
+        consumer stream, after the copy: nothing to do."""
 
     def synchronize(self) -> None:
         """Wait for everything queued on the consumer's stream."""
-        if self.torch_cuda:
-            torch.cuda.current_stream(self.device).synchronize()
-        else:
-            _core.cuda_stream_sync(self.index, self._consumer)
+        torch.cuda.current_stream(self.device).synchronize()
 
     def convert(self, images: torch.Tensor, layout: str, compiled: Any) -> torch.Tensor:
         """Layout and dtype conversion of a uint8 batch on its device, as
@@ -118,3 +92,15 @@ class Gpu:
         return torch.addcmul(
             add.view(view), images.to(torch.float32), mul.view(view)
         ).to(getattr(torch, compiled.dtype))
+
+
+# The class open_gpu() makes. ringloader's fake-runtime tests, and only
+# they, set a double of theirs here (tests/cuda/fake_gpu.py) before making a
+# Loader; users always get Gpu.
+gpu_class: type[Gpu] = Gpu
+
+
+def open_gpu(device: torch.device) -> Gpu:
+    """The GPU path of a new Loader on ``device`` (the one place its class
+    is chosen)."""
+    return gpu_class(device)

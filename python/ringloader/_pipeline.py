@@ -86,10 +86,7 @@ class Pipeline:
         if gpu is not None:
             # uint8 crosses PCIe; the conversion runs on the device.
             output: dict[str, Any] = dict(
-                device=gpu.index,
-                copy_stream=gpu.start(),
-                allocator=gpu.alloc,
-                dtype="uint8",
+                device=gpu.index, allocator=gpu.alloc, dtype="uint8"
             )
         else:
             output = dict(dtype=compiled.dtype, mul=compiled.mul, add=compiled.add)
@@ -134,6 +131,8 @@ class Pipeline:
             skip_errors=skip_errors,
             max_consecutive_errors=max_consecutive_errors,
         )
+        if gpu is not None:
+            gpu.use_stream(self._c.copy_stream)  # the pipeline's own
         self.pid = os.getpid()
         self.src = src
         self._gpu = gpu

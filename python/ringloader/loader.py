@@ -32,7 +32,7 @@ from ._epoch import (
     shuffle_mode,
 )
 from ._fallback import Fallback, plan_transform, run_tail
-from ._gpu import Gpu
+from ._gpu import Gpu, open_gpu
 from ._meter import Meter
 from ._meter import stats as assemble_stats
 from ._pipeline import Pipeline
@@ -221,7 +221,7 @@ class Loader:
             stacklevel=3,
         )
         if self.device.type == "cuda":
-            self._gpu = Gpu(self.device)
+            self._gpu = open_gpu(self.device)
         self._use_sources()
         self.distributed, self.rank, self.world_size = sharding(
             distributed, rank, world_size, sampler, batch_sampler

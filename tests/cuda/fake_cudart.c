@@ -15,9 +15,22 @@
  *     of the device current on the calling thread;
  *   - a device buffer receives at most one copy (handed out once);
  *   - pinned memory is not freed while a copy from it is pending;
+ *   - copies run on a stream created non-blocking (cudaStreamNonBlocking),
+ *     as the loader's own copy stream is; streams are counted until
+ *     destroyed;
+ *   - a copy's pinned source was allocated with the copy's device current
+ *     (cudaHostAlloc pins for the current device's context, device 0 on a
+ *     thread that never set one, making that context if need be);
+ *   - no call that may block (host or device alloc/free, synchronize) is
+ *     made while the calling thread holds a pipeline's lock: test builds of
+ *     ringloader call fake_cuda_lock_note(+1/-1) as they take and release
+ *     it (csrc/testing/hooks.h);
  * and device buffers start filled with 0xCD, so a consumer that reads
  * without waiting for the copy's event (cudaStreamWaitEvent, then a
- * synchronize of its own stream) sees the poison. Counters of violations and
+ * synchronize of its own stream) sees the poison. The current device is
+ * per thread and unset (-1) on a new thread, where cudaGetDevice says 0 as
+ * the real one does; fake_cuda_thread_device() tells the two apart.
+ * Counters of violations and
  * outstanding allocations are exported for the tests (fake_cuda_*).
  */
 #define _GNU_SOURCE
@@ -38,7 +51,8 @@ enum {
 enum { OP_COPY, OP_RECORD };
 
 typedef struct fake_stream {
-    uint64_t last; /* seq of the last op this stream depends on */
+    uint64_t last;  /* seq of the last op this stream depends on */
+    unsigned flags; /* 1: cudaStreamNonBlocking */
 } fake_stream;
 
 typedef struct fake_event {
@@ -76,8 +90,10 @@ static alloc hosts[MAX_ALLOCS], devs[MAX_ALLOCS];
 static int n_hosts, n_devs;
 static long violations, copies;
 static char last_violation[256];
-static fake_stream default_stream;
-static __thread int current_device;
+static fake_stream default_stream = {0, 1};
+static __thread int current_device = -1; /* -1: none set on this thread */
+static __thread int lock_depth;          /* pipeline locks held */
+static int n_streams;
 static unsigned rng_state = 12345;
 
 /* Longest random delay before a copy runs: FAKE_CUDA_DELAY_US, default
@@ -94,6 +110,26 @@ static void violation(const char *what)
     violations++;
     snprintf(last_violation, sizeof(last_violation), "%s", what);
     fprintf(stderr, "fake_cudart: VIOLATION: %s\n", what);
+}
+
+/* The device calls on this thread use: 0 until one was set. */
+static int device_in_use(void)
+{
+    return current_device < 0 ? 0 : current_device;
+}
+
+/* A call that may block (it synchronises the device, or waits): flagged
+ * when the calling thread holds a pipeline's lock. */
+static void blocking(const char *what)
+{
+    if (lock_depth > 0) {
+        char buf[160];
+        snprintf(buf, sizeof(buf), "%s while the pipeline's lock is held",
+                 what);
+        pthread_mutex_lock(&mu);
+        violation(buf);
+        pthread_mutex_unlock(&mu);
+    }
 }
 
 static uint64_t checksum(const void *p, size_t n)
@@ -139,8 +175,12 @@ static void *worker_main(void *arg)
             struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
             nanosleep(&ts, NULL);
             pthread_mutex_lock(&mu);
-            if (find(hosts, n_hosts, o->src, o->n) == NULL) {
+            alloc *h = find(hosts, n_hosts, o->src, o->n);
+            if (h == NULL) {
                 violation("copy source is not (or no longer) pinned memory");
+            } else if (h->device != o->device) {
+                violation("copy from memory pinned with another device "
+                          "current (cudaHostAlloc in its context)");
             } else if (checksum(o->src, o->n) != o->sum) {
                 violation("pinned slot modified before its copy completed");
             }
@@ -211,6 +251,12 @@ int cudaGetDeviceCount(int *n)
     return OK;
 }
 
+int cudaGetDevice(int *d)
+{
+    *d = device_in_use();
+    return OK;
+}
+
 int cudaSetDevice(int d)
 {
     if (d < 0 || d >= ndevices()) {
@@ -223,18 +269,22 @@ int cudaSetDevice(int d)
 int cudaHostAlloc(void **p, size_t n, unsigned flags)
 {
     (void)flags;
+    blocking("cudaHostAlloc");
     pthread_mutex_lock(&mu);
     if (n_hosts == MAX_ALLOCS || (*p = malloc(n ? n : 1)) == NULL) {
         pthread_mutex_unlock(&mu);
         return 2; /* cudaErrorMemoryAllocation */
     }
-    hosts[n_hosts++] = (alloc){*p, n, -1, 0};
+    /* Made in the context of the device current (device 0 when none was
+     * set): pinned for that context only (no cudaHostAllocPortable). */
+    hosts[n_hosts++] = (alloc){*p, n, device_in_use(), 0};
     pthread_mutex_unlock(&mu);
     return OK;
 }
 
 int cudaFreeHost(void *p)
 {
+    blocking("cudaFreeHost");
     pthread_mutex_lock(&mu);
     alloc *a = find(hosts, n_hosts, p, 0);
     if (a == NULL || a->p != p) {
@@ -256,13 +306,14 @@ int cudaFreeHost(void *p)
 
 int cudaMalloc(void **p, size_t n)
 {
+    blocking("cudaMalloc");
     pthread_mutex_lock(&mu);
     if (n_devs == MAX_ALLOCS || (*p = malloc(n ? n : 1)) == NULL) {
         pthread_mutex_unlock(&mu);
         return 2;
     }
     memset(*p, 0xCD, n);
-    devs[n_devs++] = (alloc){*p, n, current_device, 0};
+    devs[n_devs++] = (alloc){*p, n, device_in_use(), 0};
     pthread_mutex_unlock(&mu);
     return OK;
 }
@@ -272,6 +323,7 @@ int cudaFree(void *p)
     if (p == NULL) {
         return OK;
     }
+    blocking("cudaFree");
     pthread_mutex_lock(&mu);
     /* Like the real one, cudaFree waits for work touching the memory. */
     uint64_t last = 0;
@@ -300,12 +352,17 @@ int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind,
         return ERR_INVALID_VALUE;
     }
     fake_stream *s = stream ? stream : &default_stream;
+    if (!(s->flags & 1)) {
+        pthread_mutex_lock(&mu);
+        violation("copy on a stream not created cudaStreamNonBlocking");
+        pthread_mutex_unlock(&mu);
+    }
     op *o = calloc(1, sizeof(*o));
     o->kind = OP_COPY;
     o->dst = dst;
     o->src = src;
     o->n = n;
-    o->device = current_device;
+    o->device = device_in_use();
     o->sum = checksum(src, n);
     pthread_mutex_lock(&mu);
     s->last = enqueue(o);
@@ -342,6 +399,7 @@ int cudaEventQuery(void *ev)
 
 int cudaEventSynchronize(void *ev)
 {
+    blocking("cudaEventSynchronize");
     pthread_mutex_lock(&mu);
     wait_seq(((fake_event *)ev)->seq);
     pthread_mutex_unlock(&mu);
@@ -366,14 +424,42 @@ int cudaStreamWaitEvent(void *stream, void *ev, unsigned flags)
     return OK;
 }
 
+int cudaStreamCreateWithFlags(void **stream, unsigned flags)
+{
+    fake_stream *s = calloc(1, sizeof(fake_stream));
+    if (s == NULL) {
+        return 2;
+    }
+    s->flags = flags;
+    pthread_mutex_lock(&mu);
+    n_streams++;
+    pthread_mutex_unlock(&mu);
+    *stream = s;
+    return OK;
+}
+
 int cudaStreamCreate(void **stream)
 {
-    *stream = calloc(1, sizeof(fake_stream));
-    return *stream ? OK : 2;
+    return cudaStreamCreateWithFlags(stream, 0);
+}
+
+int cudaStreamDestroy(void *stream)
+{
+    if (stream == NULL) {
+        return ERR_INVALID_VALUE;
+    }
+    /* Like the real one, work still queued completes: ops refer to the
+     * stream by seq only, so it may go now. */
+    pthread_mutex_lock(&mu);
+    n_streams--;
+    pthread_mutex_unlock(&mu);
+    free(stream);
+    return OK;
 }
 
 int cudaStreamSynchronize(void *stream)
 {
+    blocking("cudaStreamSynchronize");
     fake_stream *s = stream ? stream : &default_stream;
     pthread_mutex_lock(&mu);
     wait_seq(s->last);
@@ -422,4 +508,22 @@ int fake_cuda_device_outstanding(void)
 long fake_cuda_copies(void)
 {
     return copies;
+}
+
+int fake_cuda_streams_outstanding(void)
+{
+    return n_streams;
+}
+
+/* The calling thread's current device, -1 when none was ever set. */
+int fake_cuda_thread_device(void)
+{
+    return current_device;
+}
+
+/* ringloader's test builds: +1 after taking a pipeline's lock, -1 before
+ * releasing it, on the thread that holds it. */
+void fake_cuda_lock_note(int delta)
+{
+    lock_depth += delta;
 }

@@ -1,0 +1,66 @@
+"""The GPU path's double for the fake CUDA runtime (fake_cudart.c), used by
+test_cuda_fake.py and the dry run of benchmarks/gpu/run.py: a machine
+without a GPU has a CPU build of torch, so device buffers come from the
+fake's cudaMalloc (``_core.cuda_malloc``, test builds only) and a "device"
+tensor is a host view of that memory. Everything else a Loader does on the
+GPU path (the C core's copies, events, its own copy stream, the device-side
+conversion of ``ringloader._gpu.Gpu``) is the code users run.
+
+``install()`` makes every Loader made afterwards in this process use it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import ringloader._gpu
+from ringloader import _core
+
+
+class FakeGpu(ringloader._gpu.Gpu):
+    def __init__(self, device: torch.device) -> None:
+        ok, msg, lib, count = _core.cuda_probe()
+        if not ok:
+            raise RuntimeError(f"device={str(device)!r}: no fake runtime ({msg})")
+        if not hasattr(_core, "cuda_malloc"):
+            raise RuntimeError("the fake GPU needs a test build of ringloader")
+        self.index = device.index if device.index is not None else 0
+        if not 0 <= self.index < count:
+            raise RuntimeError(f"CUDA device {self.index} requested, {count} present")
+        self.device = torch.device("cuda", self.index)
+        self.library = lib
+        self.copy_stream = 0
+        self._consumer = 0
+
+    def use_stream(self, handle: int) -> None:
+        self.copy_stream = handle
+        if not self._consumer:
+            self._consumer = _core.cuda_stream_create(self.index)
+
+    def alloc(self, nbytes: int) -> tuple[Any, int]:
+        buf = _core.cuda_malloc(self.index, nbytes)
+        return buf, int(buf.ptr)
+
+    def consumer_stream(self) -> int:
+        return int(self._consumer)
+
+    def tensor(self, batch: Any) -> torch.Tensor:
+        # The fake's device memory is host memory, viewed without waiting:
+        # like a real device tensor its content is only defined for work
+        # ordered after the copy (see synchronize()).
+        return torch.frombuffer(batch.owner, dtype=torch.uint8).view(batch.shape)
+
+    def before_compute(self) -> None:
+        # The "device" tensors are host tensors computed at once: wait for
+        # the copy first, as the consumer's stream would.
+        self.synchronize()
+
+    def synchronize(self) -> None:
+        _core.cuda_stream_sync(self.index, self._consumer)
+
+
+def install() -> None:
+    """Loaders made from now on in this process use FakeGpu."""
+    ringloader._gpu.gpu_class = FakeGpu

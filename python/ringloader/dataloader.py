@@ -91,8 +91,25 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
         return "batch_size=None (unbatched loading)"
     try:
         compile_transform(getattr(resolve(dataset), "transform", None))
-    except (UnsupportedTransform, NotAView) as e:
+    except NotAView as e:
         return str(e)
+    except UnsupportedTransform as e:
+        return _first_reason(getattr(resolve(dataset), "transform", None)) or str(e)
+    return None
+
+
+def _first_reason(transform: Any) -> Optional[str]:
+    """Why the transform's first step is not fused, where it is not one of
+    torchvision's (timm's RandomResizedCropAndInterpolation, say): a truer
+    reason than that nothing gives a fixed size."""
+    from .transforms import _flatten, _known
+
+    try:
+        items = _flatten(transform)
+    except Exception:
+        return None
+    if items and not _known(items[0]):
+        return f"{type(items[0]).__name__} is not a torchvision transform"
     return None
 
 

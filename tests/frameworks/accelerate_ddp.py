@@ -1,7 +1,10 @@
 """Accelerate on several processes (torchrun): ringloader.DataLoader and torch's
 over the same indices, prepared together (argv: jpeg, output folder)."""
 
-import json, os, sys, warnings
+import json
+import os
+import sys
+import warnings
 import torch
 import torchvision.transforms as TV
 from accelerate import Accelerator
@@ -30,7 +33,7 @@ result = {
     "ref": [],
     "ends": [],
 }
-for epoch in range(2):
+for _epoch in range(2):
     got, ends = [], []
     for images, labels in ours:
         got.append(labels.tolist())
@@ -41,6 +44,6 @@ for epoch in range(2):
     result["ref"].append([b.tolist() for b in ref])
 skipped = acc.skip_first_batches(ours, 2)
 result["skipped_type"] = type(skipped.base_dataloader).__module__
-result["skipped"] = [l.tolist() for _, l in skipped]
+result["skipped"] = [labels.tolist() for _, labels in skipped]
 with open(os.path.join(out, f"acc-rank{acc.process_index}.json"), "w") as f:
     json.dump(result, f)

@@ -1,7 +1,10 @@
 """Accelerate in one process: the steps of the test, over ringloader.DataLoader
 or torch's (argv: jpeg, output folder, kind)."""
 
-import json, os, sys, warnings
+import json
+import os
+import sys
+import warnings
 import torch
 import torchvision.transforms as TV
 from accelerate import Accelerator
@@ -50,7 +53,7 @@ result["skipped"] = [labels_of(b) for b in skipper]
 if kind == "ringloader":
     loader = make()
     acc.register_for_checkpointing(loader)
-    for i, batch in enumerate(loader):
+    for i, _batch in enumerate(loader):
         if i == 1:
             acc.save_state(os.path.join(out, "ckpt"))
             break

@@ -1,7 +1,11 @@
 """Lightning DDP on 2 CPU processes (argv: jpeg, output folder, mode)."""
 
-import json, os, sys, warnings
-import torch, lightning as L
+import json
+import os
+import sys
+import warnings
+import torch
+import lightning as L
 import torchvision.transforms as TV
 import ringloader
 from torch.utils.data import DistributedSampler

@@ -1,8 +1,12 @@
 """Lightning in one process: stop mid-epoch with a checkpoint, resume from it
 (argv: jpeg, output folder, phase: full, stop or resume)."""
 
-import json, os, sys, warnings
-import torch, lightning as L
+import json
+import os
+import sys
+import warnings
+import torch
+import lightning as L
 import torchvision.transforms as TV
 import ringloader
 

@@ -7,7 +7,6 @@ ops on one thread."""
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 import tarfile

@@ -33,6 +33,9 @@ import torch.utils.data.dataloader
 # torch's own class, bound at import: see dataloader.py.
 TorchDataLoader = torch.utils.data.dataloader.DataLoader
 
+# ringloader.DataLoader, set by dataloader.py (which imports this module).
+DataLoader: Any = None
+
 # id(dataset) -> the ringloader.DataLoader made with it (the newest).
 _MADE_WITH: "dict[int, weakref.ref]" = {}
 
@@ -66,8 +69,6 @@ class AccelerateDataLoader(TorchDataLoader):
 
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any):
         if made_with(dataset):
-            from .dataloader import DataLoader
-
             return DataLoader(dataset, *args, **kwargs)
         return TorchDataLoader(dataset, *args, **kwargs)
 

@@ -371,3 +371,6 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
             # hand back) then draws the same order as under torch's.
             torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         return super().__iter__()
+
+
+_frameworks.DataLoader = DataLoader

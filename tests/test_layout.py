@@ -34,7 +34,7 @@ LAYERS: list[list[str]] = [
     # the Loader's parts, one concern each
     ["_epoch", "_gpu", "_meter"],
     ["_pipeline"],  # the only module that calls _core.Pipeline
-    ["_fallback"],
+    ["_fallback", "_frameworks"],  # _frameworks: the frameworks' hooks
     ["loader"],
     ["dataloader", "metrics", "index"],  # index: the old path, for cli
     ["__init__"],

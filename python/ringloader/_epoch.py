@@ -136,6 +136,44 @@ class RunSampler(Sampler[int]):
         return iter(part.tolist())
 
 
+def builtin_order(n: int, seed: int, epoch: int, runs: bool) -> Sampler[int]:
+    """The built-in shuffle of ``epoch`` over ``n`` samples in one process:
+    a function of (seed, epoch) alone."""
+    if runs:
+        return RunSampler(n, epoch_seed(seed, epoch))
+    gen = torch.Generator()
+    gen.manual_seed(epoch_seed(seed, epoch))
+    return RandomSampler(range(n), generator=gen)
+
+
+def check_sharded(sampling: "Sampling", asked: Optional[bool]) -> None:
+    """Raise ValueError where torch.distributed runs several processes and
+    nothing shards this loader's data (no distributed=True, no sampler of
+    the user's, and distributed=False not said): every rank would read the
+    whole data set, which is never what a training script meant without
+    saying so."""
+    if asked is not None or sampling.distributed:
+        return
+    if sampling.sampler is not None or sampling.batch_sampler is not None:
+        return  # the user's sampler decides, as with torch's DataLoader
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    world = dist.get_world_size()
+    if world > 1:
+        raise ValueError(
+            f"torch.distributed runs {world} processes and nothing shards this "
+            "loader's data: every rank would read the whole data set. To shard "
+            "it as DistributedSampler does, pass distributed=True "
+            "(ringloader.Loader) or sampler=DistributedSampler(dataset) "
+            "(ringloader.DataLoader; Lightning's use_distributed_sampler=True "
+            "and Accelerate's prepare() pass one for you); to read all of it on "
+            "every rank, pass distributed=False (ringloader.Loader) or a "
+            "sampler of your own, e.g. SequentialSampler(dataset)"
+        )
+
+
 def check_batching(
     batch_size: Optional[int],
     shuffle: Optional[bool],
@@ -181,7 +219,7 @@ def rank_and_world(rank: Optional[int], world_size: Optional[int]) -> tuple[int,
 
 
 def sharding(
-    distributed: bool,
+    distributed: Optional[bool],
     rank: Optional[int],
     world_size: Optional[int],
     sampler: Any,
@@ -271,9 +309,7 @@ class Sampling:
         elif self.distributed:
             sampler = self.distributed_sampler(epoch)
         elif self.shuffle:
-            gen = torch.Generator()
-            gen.manual_seed(epoch_seed(self.seed, epoch))
-            sampler = RandomSampler(range(self.n), generator=gen)
+            sampler = builtin_order(self.n, self.seed, epoch, runs=False)
         else:
             sampler = SequentialSampler(range(self.n))
         return iter(BatchSampler(sampler, self.batch_size, self.drop_last))

@@ -91,7 +91,20 @@ def plan_transform(
 
 def run_tail(images: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
     """The Python tail of ``plan`` on each sample of a host batch, collated
-    as DataLoader collates."""
+    as DataLoader collates. torch's ops on one sample run on one thread
+    here: with torch's intra-op pool (a thread per core) they would compete
+    with the decode threads for the cores."""
+    threads = torch.get_num_threads()
+    if threads > 1:
+        torch.set_num_threads(1)
+    try:
+        return _run_tail(images, plan)
+    finally:
+        if threads > 1:
+            torch.set_num_threads(threads)
+
+
+def _run_tail(images: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
     out = []
     for i in range(images.shape[0]):
         if plan.compiled.tensor_out:

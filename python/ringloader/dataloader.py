@@ -12,15 +12,27 @@ shapes, dtype, layout, value range and labels (``target_transform``
 applied). Otherwise it says why in one line and returns a plain
 ``torch.utils.data.DataLoader`` with the same arguments: never a silently
 different result.
+
+It is a subclass of ``torch.utils.data.DataLoader`` with its signature and
+attributes (``sampler``, ``batch_sampler``, ``collate_fn``...), so that
+frameworks that take a DataLoader apart and build it again with a sampler
+of theirs (Lightning's DistributedSampler, Accelerate's sharded batch
+sampler) build a ringloader.DataLoader: see docs/ARCHITECTURE.md,
+"Frameworks".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Optional
 
 import torch
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 from torch.utils.data import default_collate
+
+from . import _frameworks
+from ._epoch import Sampling, builtin_order
 
 from .datasets.base import provides_sources
 from .datasets.views import NotAView, leaves_of, resolve
@@ -79,8 +91,25 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
         return "batch_size=None (unbatched loading)"
     try:
         compile_transform(getattr(resolve(dataset), "transform", None))
-    except (UnsupportedTransform, NotAView) as e:
+    except NotAView as e:
         return str(e)
+    except UnsupportedTransform as e:
+        return _first_reason(getattr(resolve(dataset), "transform", None)) or str(e)
+    return None
+
+
+def _first_reason(transform: Any) -> Optional[str]:
+    """Why the transform's first step is not fused, where it is not one of
+    torchvision's (timm's RandomResizedCropAndInterpolation, say): a truer
+    reason than that nothing gives a fixed size."""
+    from .transforms import _flatten, _known
+
+    try:
+        items = _flatten(transform)
+    except Exception:
+        return None
+    if items and not _known(items[0]):
+        return f"{type(items[0]).__name__} is not a torchvision transform"
     return None
 
 
@@ -116,7 +145,52 @@ def _pinning(asked: bool) -> tuple[bool, Optional[str]]:
     return True, None
 
 
-class DataLoader(Loader):
+# torch's own class, bound at import: a script may replace the name
+# torch.utils.data.DataLoader with ringloader.DataLoader, and the fallback
+# must still reach torch's (else it would call itself).
+TorchDataLoader = _frameworks.TorchDataLoader
+
+
+class _BuiltinShuffle(RandomSampler):
+    """What ``DataLoader.sampler`` is for the built-in shuffle: a
+    RandomSampler, which is how frameworks tell that a loader shuffles
+    (Lightning then shards with a shuffling DistributedSampler). Iterated
+    by someone else (Accelerate's sharded batch sampler iterates it), it
+    yields the loader's own order for the epoch given to ``set_epoch``
+    (keyed by seed and epoch, like the loader); with a ``generator`` (the
+    DataLoader's, or one Accelerate sets to keep processes in step), it
+    draws from it as torch's RandomSampler does, so a framework shards as
+    it would torch's DataLoader. The loader itself does not iterate it."""
+
+    def __init__(self, dataset: Any, seed: int, runs: bool, generator: Any) -> None:
+        super().__init__(dataset, generator=generator)
+        self.seed, self.runs, self.epoch = seed, runs, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        if self.generator is not None:
+            return super().__iter__()
+        return iter(
+            builtin_order(len(self.data_source), self.seed, self.epoch, self.runs)
+        )
+
+
+class _LoaderType(type):
+    """The metaclass of ringloader.DataLoader. Where a script replaced
+    ``torch.utils.data.DataLoader`` with ringloader.DataLoader, what that
+    name builds (a torch DataLoader, when ringloader falls back) stays an
+    instance of that name, as code that checks ``isinstance(x,
+    torch.utils.data.DataLoader)`` (Accelerate's prepare) expects."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        if super().__instancecheck__(obj):
+            return True
+        return torch.utils.data.DataLoader is cls and isinstance(obj, TorchDataLoader)
+
+
+class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
     """Same arguments as ``torch.utils.data.DataLoader``.
 
     ``num_workers`` becomes the number of decode threads (at least 1);
@@ -130,6 +204,14 @@ class DataLoader(Loader):
     pin. ``collate_fn=default_collate`` is the default and stays fused.
     ``timeout``, ``multiprocessing_context``, ``persistent_workers`` and
     ``in_order`` have nothing to do in a thread pipeline and are accepted.
+
+    As torch's, ``sampler`` and ``batch_sampler`` are set when not given (a
+    RandomSampler-like view of the built-in shuffle, or a SequentialSampler,
+    and a BatchSampler over it): frameworks read them. The loader keeps its
+    own order for these (keyed by seed and epoch); a sampler passed in is
+    used as given. Where ``torch.distributed`` is initialised with several
+    processes and no sampler is passed, iterating raises ValueError saying
+    what to pass, rather than every rank reading the whole data set.
     """
 
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any):
@@ -162,7 +244,7 @@ class DataLoader(Loader):
                 kwargs["shuffle"] = True
             elif runs:
                 args = args[:1] + (True,) + args[2:]
-            return torch.utils.data.DataLoader(dataset, *args, **kwargs)
+            return TorchDataLoader(dataset, *args, **kwargs)
         return super().__new__(cls)
 
     def __init__(
@@ -210,26 +292,85 @@ class DataLoader(Loader):
             prefetch=max(1, prefetch),
             seed=seed,
         )
-        # DataLoader's attributes, for code that reads them (trainers that
-        # rebuild a loader from its arguments, say). The sampler and
-        # batch_sampler attributes stay what was passed (None by default):
-        # the built-in shuffle is the loader's own, keyed by seed and epoch.
+        # DataLoader's attributes, for code that reads them (frameworks
+        # that rebuild a loader from its arguments and attributes).
         self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.timeout = timeout
         self.collate_fn = torch.utils.data.default_collate
         self.worker_init_fn = worker_init_fn
-        self.multiprocessing_context = multiprocessing_context
+        self.multiprocessing_context = multiprocessing_context  # torch checks it
         self.generator = generator
         self.prefetch_factor = prefetch_factor
         self.persistent_workers = persistent_workers
         self.pin_memory_device = pin_memory_device
         self.in_order = in_order
         self._pin_memory, self._pin_warning = _pinning(bool(pin_memory))
+        # sampler and batch_sampler as torch's DataLoader sets them; those
+        # made here stand for the built-in order (see _sampling).
+        if sampler is None:
+            if self.shuffle:
+                sampler = _BuiltinShuffle(dataset, self.seed, self.runs, generator)
+            else:
+                sampler = SequentialSampler(dataset)
+            self._own_sampler = sampler
+        if batch_sampler is None and self.batch_size is not None:
+            batch_sampler = BatchSampler(sampler, self.batch_size, drop_last)
+            self._own_batch_sampler = batch_sampler
+        self.sampler, self.batch_sampler = sampler, batch_sampler
+        # As torch's: batch_size, sampler, dataset... cannot change now.
+        self._DataLoader__initialized = True
+        _frameworks.remember(self)
+
+    _own_sampler: Any = None
+    _own_batch_sampler: Any = None
+
+    @property  # type: ignore[override]
+    def batch_sampler(self) -> Any:
+        # Read by Accelerate's prepare() before it builds the loader it
+        # hands back: the moment to make that one a ringloader.DataLoader
+        # too, if Accelerate was imported after this loader was made.
+        _frameworks.hook_accelerate()
+        return self.__dict__.get("_batch_sampler")
+
+    @batch_sampler.setter
+    def batch_sampler(self, value: Any) -> None:
+        self.__dict__["_batch_sampler"] = value
+
+    def _sampling(self) -> Sampling:
+        """The samplers made in __init__ are the built-in order: the
+        loader draws it itself (and shards it with distributed=...)."""
+        s = super()._sampling()
+        sampler = None if s.sampler is self._own_sampler else s.sampler
+        batches = (
+            None if s.batch_sampler is self._own_batch_sampler else s.batch_sampler
+        )
+        if batches is not None:
+            sampler = None  # a batch sampler of the user's draws every index
+        return dataclasses.replace(s, sampler=sampler, batch_sampler=batches)
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        if isinstance(self._own_sampler, _BuiltinShuffle):
+            self._own_sampler.set_epoch(epoch)
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if isinstance(self._own_sampler, _BuiltinShuffle):
+            self._own_sampler.seed = self.seed
 
     def __iter__(self):
         if self._pin_warning is not None:
             # Said at the first iteration, where DataLoader says it.
             warnings.warn(self._pin_warning, UserWarning, stacklevel=2)
             self._pin_warning = None
+        if self.generator is not None:
+            # torch's DataLoader draws its workers' base seed from the
+            # generator at each iteration; a sampler sharing the generator
+            # (torch's RandomSampler made for shuffle=True, as frameworks
+            # hand back) then draws the same order as under torch's.
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         return super().__iter__()
+
+
+_frameworks.DataLoader = DataLoader

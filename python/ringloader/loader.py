@@ -28,6 +28,7 @@ from ._epoch import (
     Position,
     Sampling,
     check_batching,
+    check_sharded,
     sharding,
     shuffle_mode,
 )
@@ -130,7 +131,11 @@ class Loader:
             ``DistributedSampler(dataset, world_size, rank, shuffle, seed,
             drop_last)`` does; rank and world size come from
             ``torch.distributed`` unless given. Passing a
-            ``DistributedSampler`` as ``sampler`` works too.
+            ``DistributedSampler`` as ``sampler`` works too. Left at None
+            where ``torch.distributed`` runs several processes and no
+            sampler is given, iterating raises ValueError (every rank would
+            read the whole data set): ``distributed=False`` says that is
+            what you want.
 
     Yields ``(images, labels)``: a tensor of shape (N, 3, H, W) (or
     (N, H, W, 3)), uint8 unless the transform converts to floats, and an
@@ -161,7 +166,7 @@ class Loader:
         io: str = "auto",
         max_pixels: int = _core.DEFAULT_MAX_PIXELS,
         allow_truncated: bool = False,
-        distributed: bool = False,
+        distributed: Optional[bool] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         device: Any = None,
@@ -223,6 +228,7 @@ class Loader:
         if self.device.type == "cuda":
             self._gpu = open_gpu(self.device)
         self._use_sources()
+        self._distributed_asked = distributed
         self.distributed, self.rank, self.world_size = sharding(
             distributed, rank, world_size, sampler, batch_sampler
         )
@@ -332,6 +338,7 @@ class Loader:
                 previous.superseded = True
                 previous.close()
             self._follow()
+            check_sharded(self._sampling(), self._distributed_asked)
             epoch = self._position.next_iteration()
             it = EpochIterator(self._iterate(epoch))
             self._active = weakref.ref(it)

@@ -140,8 +140,11 @@ def decode_item(
     target_transform: Callable | None,
 ) -> tuple[Any, Any]:
     """(image, target) for inspection, as indexing a ringloader dataset
-    gives it: the full image as a uint8 CHW tensor, ``transform`` and
-    ``target_transform`` applied. Raises DecodeError naming ``path``."""
+    gives it: the full image as a uint8 CHW tensor, or with a ``transform``
+    the RGB PIL image it is applied to (what torchvision's datasets give
+    their transforms, as torch's DataLoader runs them when ringloader falls
+    back to it); ``target_transform`` applied. Raises DecodeError naming
+    ``path``."""
     import torch
 
     from .. import _core
@@ -150,11 +153,14 @@ def decode_item(
         rgb, h, w = _core.decode(data)
     except _core.DecodeError as e:
         raise _core.DecodeError(f"cannot decode {path}: {e}") from None
-    image = torch.from_numpy(
-        np.frombuffer(rgb, dtype=np.uint8).reshape(h, w, 3).copy()
-    ).permute(2, 0, 1)
+    pixels = np.frombuffer(rgb, dtype=np.uint8).reshape(h, w, 3)
+    image: Any
     if transform is not None:
-        image = transform(image)
+        from PIL import Image
+
+        image = transform(Image.fromarray(pixels))
+    else:
+        image = torch.from_numpy(pixels.copy()).permute(2, 0, 1)
     out_target: Any = target
     if target_transform is not None:
         out_target = target_transform(target)

@@ -1,0 +1,81 @@
+"""How ringloader.DataLoader stays itself inside training frameworks.
+
+Lightning needs nothing here: ringloader.DataLoader is a subclass of
+``torch.utils.data.DataLoader`` with its ``__init__`` signature, so
+Lightning's ``_update_dataloader`` (which reads the loader's attributes and
+calls ``type(loader)(**kwargs, sampler=DistributedSampler(...))``) builds a
+ringloader.DataLoader with Lightning's sampler.
+
+Accelerate's ``prepare()`` also takes the loader apart, but builds the new
+one itself: ``DataLoaderShard(dataset, batch_sampler=BatchSamplerShard(...),
+**attributes)`` wraps ``DataLoader(dataset, ...)`` where ``DataLoader`` is
+the name ``accelerate.data_loader`` imported from torch (1.15: in
+``DataLoaderAdapter.__init__`` and ``skip_first_batches``); it offers no
+hook for a loader class of one's own. So ringloader replaces that one name
+with :class:`AccelerateDataLoader`, a subclass of torch's whose
+construction gives a ringloader.DataLoader for a dataset that a
+ringloader.DataLoader was made with (so Accelerate's sharded batch sampler,
+device placement, end-of-loader detection and skipping all run over the C
+pipeline), and torch's own DataLoader, exactly as before, for every other.
+The name is replaced only while it is torch's class (never over someone
+else's replacement), when a ringloader.DataLoader is made or Accelerate
+reads a loader's ``batch_sampler``.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Any
+
+import torch.utils.data.dataloader
+
+# torch's own class, bound at import: see dataloader.py.
+TorchDataLoader = torch.utils.data.dataloader.DataLoader
+
+# ringloader.DataLoader, set by dataloader.py (which imports this module).
+DataLoader: Any = None
+
+# id(dataset) -> the ringloader.DataLoader made with it (the newest).
+_MADE_WITH: "dict[int, weakref.ref]" = {}
+
+
+def remember(loader: Any) -> None:
+    """Note that ``loader`` (a ringloader.DataLoader) reads its dataset
+    with the C pipeline, so that a framework rebuilding a loader over that
+    dataset builds a ringloader.DataLoader too; hook Accelerate if it is
+    imported."""
+    key = id(loader.dataset)
+
+    def forget(_ref: Any, key: int = key) -> None:
+        if _MADE_WITH.get(key) is _ref:
+            del _MADE_WITH[key]
+
+    _MADE_WITH[key] = weakref.ref(loader, forget)
+    hook_accelerate()
+
+
+def made_with(dataset: Any) -> bool:
+    """Whether a live ringloader.DataLoader was made with ``dataset``."""
+    ref = _MADE_WITH.get(id(dataset))
+    loader = ref() if ref is not None else None
+    return loader is not None and loader.dataset is dataset
+
+
+class AccelerateDataLoader(TorchDataLoader):
+    """What ``accelerate.data_loader.DataLoader`` names once hooked: never
+    an instance itself; constructing it gives a ringloader.DataLoader for
+    a dataset one was made with, else torch's DataLoader."""
+
+    def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any):
+        if made_with(dataset):
+            return DataLoader(dataset, *args, **kwargs)
+        return TorchDataLoader(dataset, *args, **kwargs)
+
+
+def hook_accelerate() -> None:
+    """Point ``accelerate.data_loader.DataLoader`` at AccelerateDataLoader,
+    if Accelerate is imported and the name is still torch's class."""
+    module = sys.modules.get("accelerate.data_loader")
+    if module is not None and getattr(module, "DataLoader", None) is TorchDataLoader:
+        module.DataLoader = AccelerateDataLoader

@@ -117,6 +117,10 @@ int rl_resample(const rl_pixels *src, double bx, double by, double bw,
 int rl_place(const rl_pixels *px, const rl_plan *plan, double bx, double by,
              double bw, double bh, const rl_dst *dst, char *msg);
 
+/* Writes v as element c of pixel (x, y) of dst, in dst's dtype, without
+ * dst's mul and add (uint8: truncated and clamped as torch casts). */
+void rl_store_value(const rl_dst *dst, int x, int y, int c, float v);
+
 /*
  * The store on its own: converts a w x h image of packed 8-bit RGB
  * (3 bytes a pixel, `stride` bytes a row) into dst (its dtype, strides,
@@ -124,10 +128,6 @@ int rl_place(const rl_pixels *px, const rl_plan *plan, double bx, double by,
  * values. Used after per-sample augmentation ops, which work on such an
  * 8-bit image. Cannot fail: it needs no memory but a small stack buffer.
  */
-/* Writes v as element c of pixel (x, y) of dst, in dst's dtype, without
- * dst's mul and add (uint8: truncated and clamped as torch casts). */
-void rl_store_value(const rl_dst *dst, int x, int y, int c, float v);
-
 void rl_store_rgb(const uint8_t *rgb, size_t stride, int w, int h,
                   const rl_dst *dst);
 

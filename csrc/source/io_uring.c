@@ -1,5 +1,5 @@
 /*
- * rl_io_uring.c - batched reads with io_uring (the only file that includes
+ * source/io_uring.c - batched reads with io_uring (the only file that includes
  * liburing.h).
  *
  * DESIGN: one ring per I/O context, owned by one thread, so no locking. A
@@ -46,7 +46,7 @@ rl__uring *rl__uring_create(unsigned entries, int *err)
     }
     u->entries = entries;
     u->faults = rl__io_faults_on();
-    /* Apart from the pread streams of rl_io.c, which count from 0. */
+    /* Apart from the pread streams of source/io.c, which count from 0. */
     u->fault_ctr = (uint64_t)1 << 62;
     *err = 0;
     return u;

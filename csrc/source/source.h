@@ -3,10 +3,10 @@
  *
  * A source knows a table of samples, numbered 0..count-1 (the dataset's
  * indices), and where each one's bytes are: a file or a byte range of one
- * (source/file.c), a buffer handed in from memory (source/memory.c), later
- * a byte range of a remote object. The pipeline asks for the bytes of the
- * samples of each batch and hands them to the decode stage; the source
- * never looks at the bytes.
+ * (source/file.c), a buffer handed in from memory (source/memory.c), an
+ * object or a byte range of one on an HTTP(S) server (source/http.c). The
+ * pipeline asks for the bytes of the samples of each batch and hands them
+ * to the decode stage; the source never looks at the bytes.
  *
  * A new source is one file implementing rl_source_ops and a constructor
  * returning a struct that starts with rl_source (see docs/ARCHITECTURE.md,

@@ -16,28 +16,13 @@ import textwrap
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "cuda"))
+import fake_gpu  # noqa: E402  (tests/cuda: the fake runtime and its GPU double)
 
 
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("cuda") / "fake_cudart.so")
-    subprocess.run(
-        [
-            "cc",
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pthread",
-            os.path.join(HERE, "cuda", "fake_cudart.c"),
-            "-o",
-            out,
-        ],
-        check=True,
-    )
-    return out
+    return fake_gpu.build(str(tmp_path_factory.mktemp("cuda") / "fake_cudart.so"))
 
 
 @pytest.fixture(scope="module")

@@ -10,23 +10,12 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(os.path.dirname(HERE), "benchmarks", "gpu", "run.py")
+sys.path.insert(0, os.path.join(HERE, "cuda"))
+import fake_gpu  # noqa: E402  (tests/cuda: the fake runtime and its GPU double)
 
 
 def test_the_gpu_run_dry_run(tmp_path):
-    fake = str(tmp_path / "fake_cudart.so")
-    subprocess.run(
-        [
-            "cc",
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-pthread",
-            os.path.join(HERE, "cuda", "fake_cudart.c"),
-            "-o",
-            fake,
-        ],
-        check=True,
-    )
+    fake = fake_gpu.build(str(tmp_path / "fake_cudart.so"))
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, SCRIPT, str(out), "--dry-run"],

@@ -11,12 +11,31 @@ conversion of ``ringloader._gpu.Gpu``) is the code users run.
 
 from __future__ import annotations
 
+import os
+import subprocess
 from typing import Any
 
 import torch
 
 import ringloader._gpu
 from ringloader import _core
+
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_cudart.c")
+
+
+def build(out: str) -> str:
+    """Compiles the fake runtime into the shared library ``out`` (returned).
+    -Bsymbolic: its own entry points call one another (cudaStreamCreate
+    calls cudaStreamCreateWithFlags), and the CUDA runtime that torch loads
+    into the process with its symbols global would otherwise take those
+    calls, answering 35 (no driver) on a machine without a GPU."""
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-Wl,-Bsymbolic", "-O1", "-Wall", "-Wextra"]
+        + ["-Werror", "-pthread", SOURCE, "-o", out],
+        check=True,
+    )
+    return out
 
 
 class FakeGpu(ringloader._gpu.Gpu):

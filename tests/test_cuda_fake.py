@@ -112,7 +112,9 @@ def test_lazy_consumer_sees_complete_batches(fake, data):
 def test_a_missing_event_wait_is_caught(fake, data):
     # With the consumer's wait skipped, a consumer that reads when its
     # stream says "ready" sees batches still in flight (the 0xCD poison).
-    r = run(fake, data, EAGER, RINGLOADER_CUDA_BREAK="wait", FAKE_CUDA_DELAY_US=20000)
+    # Copies take 0.2 s each: a consumer slowed down by other processes
+    # (20 ms was not always enough in CI) still reads before they end.
+    r = run(fake, data, EAGER, RINGLOADER_CUDA_BREAK="wait", FAKE_CUDA_DELAY_US=200000)
     assert r["bad"] > 0, r
 
 

@@ -8,10 +8,16 @@
  * the way back, so each kernel repeats its float32 operations in order and
  * gives the same bytes, not merely close ones. Python floats become
  * float32 where a tensor meets a scalar (but _blend's alpha is 1 - ratio
- * in double first); torch's add with alpha (_blend, grayscale weights) is
- * a fused multiply-add on CPUs with FMA: here the FMA instruction, or an
- * exact product in double plus one rounding; nothing else is contracted
- * (ISO C mode; float a * b + c is split into statements).
+ * in double first). torch's add with alpha (_blend, the grayscale weights,
+ * sharpness) is a fused multiply-add in its AVX2 and AVX512 kernels (and
+ * NEON's) but two roundings in its default x86 kernels (ATEN_CPU_CAPABILITY
+ * =default, what a CPU without AVX2 runs). So do we, as the warps do
+ * (warp.c): fused where the SIMD level is AVX2 and the CPU has FMA (the
+ * instruction) and on targets with a fast fmaf (the instruction), plain
+ * below AVX2 (sse2, c) on x86; the level follows the CPU as torch's does,
+ * so by default both round alike. A fused portable step is the exact
+ * product in double plus one rounding. Nothing else is contracted (ISO C
+ * mode; float a * b + c is split into statements).
  *
  * Tolerances, tested against torchvision 0.29 (test_augment_color.py):
  * every op exact (hue, saturation, grayscale on all 2^24 colours), but
@@ -22,7 +28,8 @@
  * Speed: a kernel is a pass of plain loops over rows (portable C), or where
  * the CPU has AVX2 and FMA and the SIMD level (place.h: RINGLOADER_SIMD,
  * _core.resample_simd) is AVX2, of AVX2 loops: 8 pixels a step as float R,
- * G, B vectors, the tail by the portable loop. Both give the same bytes.
+ * G, B vectors, the tail by the portable loop (fused). Both give the same
+ * bytes.
  */
 #include <math.h>
 #include <stdio.h>
@@ -47,10 +54,15 @@
 
 /* ---- the portable row loops: the reference, and the AVX2 loops' tails */
 
-/* fma(a, b, c) with one rounding: the instruction where the target has
- * one (aarch64), else in double, where the product is exact. */
-static inline float fused(float a, float b, float c)
+/* a * b + c as torch's add with alpha rounds it: fused (one rounding: the
+ * instruction where the target has one, else the product exact in double)
+ * or plain (the product rounded, then the sum). */
+static inline float madd(float a, float b, float c, bool fma)
 {
+    if (!fma) {
+        float p = a * b;
+        return p + c;
+    }
 #ifdef __FP_FAST_FMAF
     return __builtin_fmaf(a, b, c);
 #else
@@ -66,12 +78,12 @@ static inline uint8_t to_u8(float x)
     return (uint8_t)(int)x;
 }
 
-/* rgb_to_grayscale in float32: r * W_R, + g * W_G, + b * W_B (fused). */
-static inline float gray_of(const uint8_t *px)
+/* rgb_to_grayscale in float32: r * W_R, + g * W_G, + b * W_B. */
+static inline float gray_of(const uint8_t *px, bool fma)
 {
     float t = (float)px[0] * W_R;
-    t = fused(px[1], W_G, t);
-    return fused(px[2], W_B, t);
+    t = madd(px[1], W_G, t, fma);
+    return madd(px[2], W_B, t, fma);
 }
 
 /* v * f per byte, f >= 0: brightness. */
@@ -84,40 +96,40 @@ static void bright_row(uint8_t *row, int n, float f)
 }
 
 /* v * r + m * a per byte: contrast's _blend with the mean m, a = 1 - r. */
-static void affine_row(uint8_t *row, int n, float r, float m, float a)
+static void affine_row(uint8_t *row, int n, float r, float m, float a, bool fma)
 {
     for (int i = 0; i < n; i++) {
-        row[i] = to_u8(fused(m, a, (float)row[i] * r));
+        row[i] = to_u8(madd(m, a, (float)row[i] * r, fma));
     }
 }
 
 /* The sum of the row's floored grays (contrast's mean). */
-static int64_t gray_sum_row(const uint8_t *row, int w)
+static int64_t gray_sum_row(const uint8_t *row, int w, bool fma)
 {
     int64_t sum = 0;
     for (int x = 0; x < w; x++) {
-        sum += (int)gray_of(row + 3 * x);
+        sum += (int)gray_of(row + 3 * x, fma);
     }
     return sum;
 }
 
 /* _blend(v, floor(gray), r) per pixel: saturation. */
-static void sat_row(uint8_t *row, int w, float r, float a)
+static void sat_row(uint8_t *row, int w, float r, float a, bool fma)
 {
     for (int x = 0; x < w; x++) {
         uint8_t *px = row + 3 * x;
-        float g = (float)(int)gray_of(px);
+        float g = (float)(int)gray_of(px, fma);
         for (int c = 0; c < 3; c++) {
-            px[c] = to_u8(fused(g, a, (float)px[c] * r));
+            px[c] = to_u8(madd(g, a, (float)px[c] * r, fma));
         }
     }
 }
 
-static void grayscale_row(uint8_t *row, int w)
+static void grayscale_row(uint8_t *row, int w, bool fma)
 {
     for (int x = 0; x < w; x++) {
         uint8_t *px = row + 3 * x;
-        px[0] = px[1] = px[2] = (uint8_t)(int)gray_of(px);
+        px[0] = px[1] = px[2] = (uint8_t)(int)gray_of(px, fma);
     }
 }
 
@@ -224,8 +236,9 @@ RL_AVX2_FMA static inline __m256 gray8(__m256 r, __m256 g, __m256 b)
 /* The 8-pixel steps stop where the next would read past the row. */
 #define STEPS8(x, w) ((x) + 10 <= (w))
 
+/* The AVX2 loops run only where the rounding is fused: fma is true. */
 RL_AVX2_FMA static void affine_row_avx2(uint8_t *row, int n, float r, float m,
-                                        float a)
+                                        float a, bool fma)
 {
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     int i = 0;
@@ -242,16 +255,17 @@ RL_AVX2_FMA static void affine_row_avx2(uint8_t *row, int n, float r, float m,
         v = _mm256_permutevar8x32_epi32(v, order);
         _mm256_storeu_si256((__m256i *)(row + i), v);
     }
-    affine_row(row + i, n - i, r, m, a);
+    affine_row(row + i, n - i, r, m, a, fma);
 }
 
 /* brightness: fma(0, 0, x) is x */
 RL_AVX2_FMA static void bright_row_avx2(uint8_t *row, int n, float f)
 {
-    affine_row_avx2(row, n, f, 0.0f, 0.0f);
+    affine_row_avx2(row, n, f, 0.0f, 0.0f, true);
 }
 
-RL_AVX2_FMA static int64_t gray_sum_row_avx2(const uint8_t *row, int w)
+RL_AVX2_FMA static int64_t gray_sum_row_avx2(const uint8_t *row, int w,
+                                             bool fma)
 {
     __m256i acc = _mm256_setzero_si256();
     int x = 0;
@@ -264,10 +278,11 @@ RL_AVX2_FMA static int64_t gray_sum_row_avx2(const uint8_t *row, int w)
                               _mm256_extracti128_si256(acc, 1));
     s = _mm_hadd_epi32(s, s);
     s = _mm_hadd_epi32(s, s);
-    return _mm_cvtsi128_si32(s) + gray_sum_row(row + 3 * x, w - x);
+    return _mm_cvtsi128_si32(s) + gray_sum_row(row + 3 * x, w - x, fma);
 }
 
-RL_AVX2_FMA static void sat_row_avx2(uint8_t *row, int w, float r, float a)
+RL_AVX2_FMA static void sat_row_avx2(uint8_t *row, int w, float r, float a,
+                                     bool fma)
 {
     int x = 0;
     for (; STEPS8(x, w); x += 8) {
@@ -279,10 +294,10 @@ RL_AVX2_FMA static void sat_row_avx2(uint8_t *row, int w, float r, float a)
         cb = _mm256_fmadd_ps(g, F8(a), _mm256_mul_ps(cb, F8(r)));
         store8(row + 3 * x, cr, cg, cb);
     }
-    sat_row(row + 3 * x, w - x, r, a);
+    sat_row(row + 3 * x, w - x, r, a, fma);
 }
 
-RL_AVX2_FMA static void grayscale_row_avx2(uint8_t *row, int w)
+RL_AVX2_FMA static void grayscale_row_avx2(uint8_t *row, int w, bool fma)
 {
     int x = 0;
     for (; STEPS8(x, w); x += 8) {
@@ -291,7 +306,7 @@ RL_AVX2_FMA static void grayscale_row_avx2(uint8_t *row, int w)
         __m256 y = gray8(r, g, b);
         store8(row + 3 * x, y, y, y);
     }
-    grayscale_row(row + 3 * x, w - x);
+    grayscale_row(row + 3 * x, w - x, fma);
 }
 
 /* v where mask, else u */
@@ -375,6 +390,18 @@ static bool fast(void)
 }
 #endif
 
+/* Whether the colour kernels fuse torch's add with alpha (see DESIGN): at
+ * the AVX2 loops, and on targets with a fast fmaf (aarch64, whose NEON
+ * kernels in torch fuse); plain otherwise (x86 below the AVX2 level). */
+bool rl_color_fused(void)
+{
+#ifdef __FP_FAST_FMAF
+    return true;
+#else
+    return fast();
+#endif
+}
+
 /* ---- the kernels ---- */
 
 /* fn(row, ...) on each row: the AVX2 copy where it runs. */
@@ -395,21 +422,23 @@ int rl_k_brightness(rl_image *img, double factor)
 
 int rl_k_contrast(rl_image *img, double factor)
 {
-    bool fa = fast();
+    bool fa = fast(), fma = rl_color_fused();
     int64_t sum = 0;
     for (int y = 0; y < img->h; y++) {
-        sum += (fa ? gray_sum_row_avx2 : gray_sum_row)(ROW(img, y), img->w);
+        sum +=
+            (fa ? gray_sum_row_avx2 : gray_sum_row)(ROW(img, y), img->w, fma);
     }
     /* torch.mean: the float32 sum (exact below 2^24) over float32(n) */
     float mean = (float)sum / (float)((int64_t)img->w * img->h);
     FOR_ROWS(img, affine_row, img->w * 3, (float)factor, mean,
-             (float)(1.0 - factor));
+             (float)(1.0 - factor), fma);
     return 0;
 }
 
 int rl_k_saturation(rl_image *img, double factor)
 {
-    FOR_ROWS(img, sat_row, img->w, (float)factor, (float)(1.0 - factor));
+    FOR_ROWS(img, sat_row, img->w, (float)factor, (float)(1.0 - factor),
+             rl_color_fused());
     return 0;
 }
 
@@ -421,6 +450,6 @@ int rl_k_hue(rl_image *img, double factor)
 
 int rl_k_grayscale(rl_image *img)
 {
-    FOR_ROWS(img, grayscale_row, img->w);
+    FOR_ROWS(img, grayscale_row, img->w, rl_color_fused());
     return 0;
 }

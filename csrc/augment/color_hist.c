@@ -9,8 +9,8 @@
  * per channel, computed with torch's arithmetic, so they are exact.
  * adjust_sharpness rounds the 3x3 blur (1 1 1 / 1 5 1 / 1 1 1) / 13 of
  * whole numbers, k / 13, which is never within 1/26 of a half: it is
- * (k + 6) / 13 in integers, and the blend is torch's fused multiply-add,
- * so it is exact too. gaussian_blur builds torch's float32 kernel
+ * (k + 6) / 13 in integers, and the blend is torch's add with alpha,
+ * fused or plain as color.c's kernels round it, so it is exact too. gaussian_blur builds torch's float32 kernel
  * (linspace, softmax) but convolves separably in float32 where torch
  * convolves with the 2-D kernel, so a value within ~1e-5 of .5 can round
  * the other way: at most 1 LSB. Where the image is no larger than the
@@ -198,13 +198,16 @@ int rl_k_equalize(rl_image *img)
     return 0;
 }
 
+/* How sharpen_body rounds v + (1 - f) * d, torch's add with alpha: fused
+ * by the instruction (the AVX2 copy), fused in double (the exact product,
+ * one rounding), or plain (rl_color_fused() false). */
+enum { SHARPEN_FMA, SHARPEN_DOUBLE, SHARPEN_PLAIN };
+
 /* One output row of adjust_sharpness: pixels 1 .. w - 2 of row `out`, from
- * the original rows above (up), of (mid) and below (down) it. The blend
- * v + (1 - f) * d is torch's fused multiply-add: the instruction in the
- * AVX2 copy (fma), else exact in double with one rounding. */
+ * the original rows above (up), of (mid) and below (down) it. */
 static inline __attribute__((always_inline)) void
 sharpen_body(uint8_t *restrict out, const uint8_t *up, const uint8_t *mid,
-             const uint8_t *down, int w, float alpha, bool fma)
+             const uint8_t *down, int w, float alpha, int how)
 {
     for (int i = 3; i < 3 * (w - 1); i++) {
         int k = up[i - 3] + up[i] + up[i + 3] + mid[i - 3] + 5 * mid[i] +
@@ -212,10 +215,15 @@ sharpen_body(uint8_t *restrict out, const uint8_t *up, const uint8_t *mid,
         /* round(k / 13) - v; (k + 6) / 13 is (k + 6) * 5042 >> 16 here */
         int d = ((k + 6) * 5042 >> 16) - mid[i];
         float x;
-        if (fma) { /* the caller keeps |x| < 2^31 */
+        if (how == SHARPEN_FMA) { /* the caller keeps |x| < 2^31 */
             x = __builtin_fmaf((float)d, alpha, (float)mid[i]);
         } else {
-            x = (float)((double)d * (double)alpha + (double)mid[i]);
+            if (how == SHARPEN_DOUBLE) {
+                x = (float)((double)d * (double)alpha + (double)mid[i]);
+            } else {
+                float p = (float)d * alpha;
+                x = p + (float)mid[i];
+            }
             x = x < 255.0f ? (x > -1.0f ? x : -1.0f) : 255.0f;
         }
         int v = (int)x;
@@ -227,7 +235,13 @@ sharpen_body(uint8_t *restrict out, const uint8_t *up, const uint8_t *mid,
 static void sharpen_c(uint8_t *out, const uint8_t *up, const uint8_t *mid,
                       const uint8_t *down, int w, float alpha)
 {
-    sharpen_body(out, up, mid, down, w, alpha, false);
+    sharpen_body(out, up, mid, down, w, alpha, SHARPEN_DOUBLE);
+}
+
+static void sharpen_plain(uint8_t *out, const uint8_t *up, const uint8_t *mid,
+                          const uint8_t *down, int w, float alpha)
+{
+    sharpen_body(out, up, mid, down, w, alpha, SHARPEN_PLAIN);
 }
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -235,7 +249,7 @@ __attribute__((target("avx2,fma"))) static void
 sharpen_fma(uint8_t *out, const uint8_t *up, const uint8_t *mid,
             const uint8_t *down, int w, float alpha)
 {
-    sharpen_body(out, up, mid, down, w, alpha, true);
+    sharpen_body(out, up, mid, down, w, alpha, SHARPEN_FMA);
 }
 
 /* AVX2 (the SIMD level, which has initialised the CPU model) and FMA */
@@ -268,10 +282,13 @@ int rl_k_sharpness(rl_image *img, double factor)
     float alpha = (float)(1.0 - factor);
     memcpy(up, ROW(img, 0), n);
     memcpy(mid, ROW(img, 1), n);
-    bool fast = has_fma() && fabs(factor) < 4194304.0;
+    void (*row)(uint8_t *, const uint8_t *, const uint8_t *, const uint8_t *,
+                int, float) = !rl_color_fused() ? sharpen_plain
+                              : has_fma() && fabs(factor) < 4194304.0
+                                  ? sharpen_fma
+                                  : sharpen_c;
     for (int y = 1; y < h - 1; y++) {
-        (fast ? sharpen_fma : sharpen_c)(ROW(img, y), up, mid, ROW(img, y + 1),
-                                         w, alpha);
+        row(ROW(img, y), up, mid, ROW(img, y + 1), w, alpha);
         uint8_t *t = up;
         up = mid;
         mid = t;

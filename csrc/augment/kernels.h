@@ -20,7 +20,11 @@ int rl_k_brightness(rl_image *img, double factor);
 int rl_k_contrast(rl_image *img, double factor);
 int rl_k_saturation(rl_image *img, double factor);
 int rl_k_hue(rl_image *img, double factor); /* factor in [-0.5, 0.5] */
-int rl_k_grayscale(rl_image *img);          /* three equal channels */
+/* Whether the colour kernels (grayscale, contrast, saturation, sharpness)
+ * round torch's add with alpha fused (true) or in two steps, now: by the
+ * SIMD level and the target (color.c's DESIGN). */
+bool rl_color_fused(void);
+int rl_k_grayscale(rl_image *img); /* three equal channels */
 int rl_k_autocontrast(rl_image *img);
 int rl_k_equalize(rl_image *img);
 int rl_k_posterize(rl_image *img, int bits);

@@ -72,7 +72,9 @@ def mkl_avx512_reachable() -> None:
 
 
 def run_preloaded(lib: str, args: list[str], timeout: float):
-    env = dict(os.environ, LD_PRELOAD=lib)
+    # After what is preloaded already (the sanitizer run's libasan first).
+    preload = " ".join(filter(None, [os.environ.get("LD_PRELOAD", ""), lib]))
+    env = dict(os.environ, LD_PRELOAD=preload)
     return subprocess.run(
         [sys.executable, *args],
         cwd=HERE,

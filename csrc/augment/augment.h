@@ -42,7 +42,7 @@ typedef struct rl_op rl_op;
 
 /*
  * The layout of an op's arguments, shared with Python: a list of fields,
- * ending with {NULL}, that lay out args[] in order. A field is `count`
+ * ending with RL_OP_END, that lay out args[] in order. A field is `count`
  * doubles, or, with `record`, `count` records each laid out by that list
  * (a row of a table). The module exports every op's list as
  * _core.OP_ARGS, and ringloader/_ops.py packs arguments by these names,
@@ -54,7 +54,7 @@ typedef struct rl_op rl_op;
  *     #define ROT_ARGS(X) X(ROT_, degrees, 2, RL_ARG_) \
  *                         X(ROT_, fill, 3, RL_ARG_)
  *     enum { ROT_ARGS(RL_OP_ARG_AT) ROT_NARGS };
- *     static const rl_op_field ROT_fields[] = {ROT_ARGS(RL_OP_FIELD){NULL}};
+ *     static const rl_op_field ROT_fields[] = {ROT_ARGS(RL_OP_FIELD) RL_OP_END};
  * gives ROT_degrees = 0, ROT_fill = 2, ROT_NARGS = 5 and the field list. A
  * field of records of list REC_ uses REC_NARGS (a record's doubles) and
  * REC_fields.
@@ -68,11 +68,17 @@ typedef struct rl_op_field {
 #define RL_OP_ARG_AT(p, name, count, rec) \
     p##name, p##name##_end_ = p##name + (count)*rec##NARGS - 1,
 #define RL_OP_FIELD(p, name, count, rec) {#name, (count), rec##fields},
+/* The end of a list of fields, limits or kinds (designated, so that no
+ * compiler warns of the fields left out). */
+#define RL_OP_END    \
+    {                \
+        .name = NULL \
+    }
 enum { RL_ARG_NARGS = 1 };
 #define RL_ARG_fields NULL
 
 /* A named limit of an op that Python checks before it builds the op's
- * arguments (a bound the op's check enforces); lists end with {NULL}. */
+ * arguments (a bound the op's check enforces); lists end with RL_OP_END. */
 typedef struct rl_op_limit {
     const char *name;
     int value;
@@ -138,7 +144,7 @@ int rl_op_fields_size(const rl_op_field *fields);
 int rl_op_def_check(const rl_op_def *def, char *msg);
 
 /* The policies' sub-op kinds (policy.c), by kind number (the number
- * rl_policy_apply and AugMix's argument rows take), ending with {NULL}:
+ * rl_policy_apply and AugMix's argument rows take), ending with RL_OP_END:
  * torchvision's name, and whether the kind has a row in the policies'
  * magnitude tables (those rows are in kind order). Python takes them from
  * _core.POLICY_KINDS and _core.POLICY_TABLE_KINDS. */

@@ -63,7 +63,7 @@
     X(AM_ROW_, has_table, 1, RL_ARG_) \
     X(AM_ROW_, magnitudes, AM_BINS, RL_ARG_)
 enum { AM_ROW_ARGS(RL_OP_ARG_AT) AM_ROW_NARGS };
-static const rl_op_field AM_ROW_fields[] = {AM_ROW_ARGS(RL_OP_FIELD){NULL}};
+static const rl_op_field AM_ROW_fields[] = {AM_ROW_ARGS(RL_OP_FIELD) RL_OP_END};
 
 #define AM_ARGS(X)                    \
     X(AM_, severity, 1, RL_ARG_)      \
@@ -75,14 +75,14 @@ static const rl_op_field AM_ROW_fields[] = {AM_ROW_ARGS(RL_OP_FIELD){NULL}};
     X(AM_, space_size, 1, RL_ARG_)    \
     X(AM_, space, AM_MAX_KINDS, AM_ROW_)
 enum { AM_ARGS(RL_OP_ARG_AT) AM_NARGS };
-static const rl_op_field AM_fields[] = {AM_ARGS(RL_OP_FIELD){NULL}};
+static const rl_op_field AM_fields[] = {AM_ARGS(RL_OP_FIELD) RL_OP_END};
 
 /* What Python checks before it builds the arguments: chains and their
  * weights within the parameters, a random depth's slots. */
 static const rl_op_limit AM_limits[] = {
     {"chain_params", AM_CHAIN_PARAMS},
     {"random_depth_slots", AM_RANDOM_DEPTH},
-    {NULL},
+    RL_OP_END,
 };
 
 static const double *kind_row(const double *a, int k)

@@ -32,7 +32,7 @@
     X(SHARP_, sharpness_factor, 1, RL_ARG_) X(SHARP_, p, 1, RL_ARG_)
 #define LAYOUT(prefix, list)                   \
     enum { list(RL_OP_ARG_AT) prefix##NARGS }; \
-    static const rl_op_field prefix##fields[] = {list(RL_OP_FIELD){NULL}};
+    static const rl_op_field prefix##fields[] = {list(RL_OP_FIELD) RL_OP_END};
 LAYOUT(JIT_, JIT_ARGS)
 LAYOUT(BLUR_, BLUR_ARGS)
 LAYOUT(P_, P_ARGS)
@@ -56,7 +56,7 @@ _Static_assert(P_p == P_NARGS - 1 && POST_p == POST_NARGS - 1 &&
 #define MAX_KERNEL_SIZE 1001
 static const rl_op_limit BLUR_limits[] = {
     {"max_kernel_size", MAX_KERNEL_SIZE},
-    {NULL},
+    RL_OP_END,
 };
 #define JIT_limits NULL
 #define P_limits NULL

@@ -28,7 +28,7 @@
     X(E_, random, 1, RL_ARG_)    \
     X(E_, value, 3, RL_ARG_)
 enum { ERASE_ARGS(RL_OP_ARG_AT) E_NARGS };
-static const rl_op_field E_fields[] = {ERASE_ARGS(RL_OP_FIELD){NULL}};
+static const rl_op_field E_fields[] = {ERASE_ARGS(RL_OP_FIELD) RL_OP_END};
 
 static int erase_check(const double *a, char *msg)
 {

@@ -221,7 +221,7 @@ static int check_common(const char *op, double interp, const double *center,
     X(ROT_, center, 2, RL_ARG_)        \
     X(ROT_, fill, 3, RL_ARG_)
 enum { ROT_ARGS(RL_OP_ARG_AT) ROT_NARGS };
-static const rl_op_field ROT_fields[] = {ROT_ARGS(RL_OP_FIELD){NULL}};
+static const rl_op_field ROT_fields[] = {ROT_ARGS(RL_OP_FIELD) RL_OP_END};
 
 static int rotation_check(const double *args, char *msg)
 {
@@ -284,7 +284,7 @@ static const rl_op_def rotation_op = {
     X(AFF_, center, 2, RL_ARG_)        \
     X(AFF_, fill, 3, RL_ARG_)
 enum { AFF_ARGS(RL_OP_ARG_AT) AFF_NARGS };
-static const rl_op_field AFF_fields[] = {AFF_ARGS(RL_OP_FIELD){NULL}};
+static const rl_op_field AFF_fields[] = {AFF_ARGS(RL_OP_FIELD) RL_OP_END};
 
 static int affine_check(const double *args, char *msg)
 {

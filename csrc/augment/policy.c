@@ -212,7 +212,7 @@ static double magnitude_of(const double *table, int bins, int kind, int bin,
 
 #define TA_ROW_ARGS(X) X(TA_ROW_, magnitudes, MAX_BINS, RL_ARG_)
 enum { TA_ROW_ARGS(RL_OP_ARG_AT) TA_ROW_NARGS };
-static const rl_op_field TA_ROW_fields[] = {TA_ROW_ARGS(RL_OP_FIELD){NULL}};
+static const rl_op_field TA_ROW_fields[] = {TA_ROW_ARGS(RL_OP_FIELD) RL_OP_END};
 
 #define TA_ARGS(X)                         \
     X(TA_, num_magnitude_bins, 1, RL_ARG_) \
@@ -220,7 +220,7 @@ static const rl_op_field TA_ROW_fields[] = {TA_ROW_ARGS(RL_OP_FIELD){NULL}};
     X(TA_, fill, 3, RL_ARG_)               \
     X(TA_, table, N_MAG_KINDS, TA_ROW_)
 enum { TA_ARGS(RL_OP_ARG_AT) TA_NARGS };
-static const rl_op_field TA_fields[] = {TA_ARGS(RL_OP_FIELD){NULL}};
+static const rl_op_field TA_fields[] = {TA_ARGS(RL_OP_FIELD) RL_OP_END};
 
 static int ta_check(const double *a, char *msg)
 {
@@ -281,8 +281,8 @@ static const rl_op_def trivial_augment = {
     X(RA_, fill, 3, RL_ARG_)          \
     X(RA_, magnitudes, N_MAG_KINDS, RL_ARG_)
 enum { RA_ARGS(RL_OP_ARG_AT) RA_NARGS };
-static const rl_op_field RA_fields[] = {RA_ARGS(RL_OP_FIELD){NULL}};
-static const rl_op_limit RA_limits[] = {{"max_num_ops", RA_MAX_OPS}, {NULL}};
+static const rl_op_field RA_fields[] = {RA_ARGS(RL_OP_FIELD) RL_OP_END};
+static const rl_op_limit RA_limits[] = {{"max_num_ops", RA_MAX_OPS}, RL_OP_END};
 
 static int ra_check(const double *a, char *msg)
 {
@@ -349,7 +349,7 @@ typedef struct sub_op {
 
 #define AA_ROW_ARGS(X) X(AA_ROW_, magnitudes, AA_BINS, RL_ARG_)
 enum { AA_ROW_ARGS(RL_OP_ARG_AT) AA_ROW_NARGS };
-static const rl_op_field AA_ROW_fields[] = {AA_ROW_ARGS(RL_OP_FIELD){NULL}};
+static const rl_op_field AA_ROW_fields[] = {AA_ROW_ARGS(RL_OP_FIELD) RL_OP_END};
 
 #define AA_ARGS(X)                    \
     X(AA_, policy, 1, RL_ARG_)        \
@@ -357,7 +357,7 @@ static const rl_op_field AA_ROW_fields[] = {AA_ROW_ARGS(RL_OP_FIELD){NULL}};
     X(AA_, fill, 3, RL_ARG_)          \
     X(AA_, table, N_MAG_KINDS, AA_ROW_)
 enum { AA_ARGS(RL_OP_ARG_AT) AA_NARGS };
-static const rl_op_field AA_fields[] = {AA_ARGS(RL_OP_FIELD){NULL}};
+static const rl_op_field AA_fields[] = {AA_ARGS(RL_OP_FIELD) RL_OP_END};
 
 /* The policies, by torchvision's AutoAugmentPolicy values. */
 enum { AA_IMAGENET, AA_CIFAR10, AA_SVHN, AA_N_POLICIES };

@@ -15,7 +15,7 @@
 /* Its arguments: one field, p (augment.h's list macro). */
 #define INV_ARGS(X) X(INV_, p, 1, RL_ARG_)
 enum { INV_ARGS(RL_OP_ARG_AT) INV_NARGS };
-static const rl_op_field INV_fields[] = {INV_ARGS(RL_OP_FIELD){NULL}};
+static const rl_op_field INV_fields[] = {INV_ARGS(RL_OP_FIELD) RL_OP_END};
 
 static int invert_check(const double *args, char *msg)
 {
@@ -97,9 +97,11 @@ int test_op(void)
      * or that has none, is refused, naming the op. */
     CHECK_EQ(rl_op_fields_size(INV_fields), 1);
     CHECK_EQ(rl_op_def_check(&invert_op, msg), 0);
-    static const rl_op_field pair[] = {{"p", 1, NULL}, {"q", 1, NULL}, {NULL}};
-    static const rl_op_field twice[] = {{"p", 1, NULL}, {"p", 1, NULL}, {NULL}};
-    static const rl_op_field rows[] = {{"row", 3, pair}, {NULL}};
+    static const rl_op_field pair[] = {
+        {"p", 1, NULL}, {"q", 1, NULL}, RL_OP_END};
+    static const rl_op_field twice[] = {
+        {"p", 1, NULL}, {"p", 1, NULL}, RL_OP_END};
+    static const rl_op_field rows[] = {{"row", 3, pair}, RL_OP_END};
     CHECK_EQ(rl_op_fields_size(rows), 6);
     CHECK_EQ(rl_op_fields_size(twice), -1);
     rl_op_def wrong = invert_op;

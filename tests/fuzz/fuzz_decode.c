@@ -90,8 +90,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *jpeg = data + HEADER_BYTES;
     size_t len = size - HEADER_BYTES;
     char msg[RL_MSG_MAX];
-    rl_limits lim = {RL_DEFAULT_MAX_PIXELS, RL_DEFAULT_MAX_SCANS,
-                     RL_DEFAULT_MAX_FILE_BYTES, (data[0] & 8) != 0};
+    rl_limits lim = {.max_pixels = RL_DEFAULT_MAX_PIXELS,
+                     .max_scans = RL_DEFAULT_MAX_SCANS,
+                     .max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES,
+                     .allow_truncated = (data[0] & 8) != 0};
 
     rl_sample_spec spec;
     memset(&spec, 0, sizeof(spec)); /* no augmentation ops */

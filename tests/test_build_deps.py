@@ -101,6 +101,9 @@ def test_the_makefile_builds_with_werror(tmp_path):
             capture_output=True,
             text=True,
             timeout=60,
+            # make itself is not ours to check: the sanitizer run's preloaded
+            # ASan finds a heap overflow in Debian's make 4.3 and aborts it.
+            env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"},
         )
         assert proc.returncode == 0, proc.stderr
         commands = proc.stdout.replace("\\\n", " ").splitlines()

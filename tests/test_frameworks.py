@@ -112,3 +112,40 @@ def test_accelerate_two_processes_shard_as_torch(jpeg, tmp_path):
         assert got["skipped"] == got["epochs"][0][2:] or len(got["skipped"]) == 1
         union.update(i for b in got["epochs"][0] for i in b)
     assert set(union) == set(range(N)) and sum(union.values()) == 24
+
+
+def test_accelerate_device_placement_is_the_loaders(jpeg, tmp_path):
+    """Accelerate's device placement on a CUDA device (fake runtime): the
+    ringloader.DataLoader that prepare_data_loader builds copies its batches
+    to that device itself, and the batches equal the host path's; the loader
+    skip_first_batches builds keeps the device. Before, the base loader
+    stayed on the CPU and Accelerate copied each batch again."""
+    sys.path.insert(0, os.path.join(os.path.dirname(SCRIPTS), "cuda"))
+    import fake_gpu
+
+    lib = fake_gpu.build(str(tmp_path / "fake_cudart.so"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(SCRIPTS, "accelerate_device.py"),
+            jpeg,
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=dict(os.environ, OMP_NUM_THREADS="1", RINGLOADER_CUDART=lib),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = load(tmp_path / "acc-device.json")
+    assert got["shard"] and got["shard_device"] == "cuda:0"
+    assert got["host_device"] == "cpu"
+    assert got["base_type"] == "ringloader.dataloader"
+    assert (got["base_device"], got["gpu"]) == ("cuda:0", "FakeGpu")
+    assert got["batches"] == 6 and got["device_copies"] >= 6
+    assert got["violations"] == 0
+    assert got["labels_equal"] and got["images_equal"]
+    assert got["skipped_base_device"] == "cuda:0"
+    # (which 4: the shuffle's generator is shared and has moved on; the
+    # order under skip_first_batches is checked in the one-process test)
+    assert len(got["skipped_labels"]) == 4

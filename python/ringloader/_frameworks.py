@@ -20,6 +20,15 @@ pipeline), and torch's own DataLoader, exactly as before, for every other.
 The name is replaced only while it is torch's class (never over someone
 else's replacement), when a ringloader.DataLoader is made or Accelerate
 reads a loader's ``batch_sampler``.
+
+Device placement: Accelerate's ``DataLoaderShard`` moves each batch to its
+device with ``send_to_device`` as it iterates. For a ringloader.DataLoader
+on a CUDA device the loader does it itself instead (pinned slots, its own
+copy stream, conversion on the GPU), so ``send_to_device`` finds the
+images already there. ``DataLoaderShard`` (the name ``prepare()`` and
+``skip_first_batches`` build) is replaced, on the same terms as
+``DataLoader``, by a subclass that hands its device to a ringloader base
+loader once built.
 """
 
 from __future__ import annotations
@@ -73,9 +82,38 @@ class AccelerateDataLoader(TorchDataLoader):
         return TorchDataLoader(dataset, *args, **kwargs)
 
 
+def _placing_shard(shard_class: type) -> type:
+    """A subclass of Accelerate's ``DataLoaderShard`` that hands its CUDA
+    device to a ringloader.DataLoader base loader."""
+
+    class AccelerateShard(shard_class):  # type: ignore[misc, valid-type]
+        _ringloader_placing = True
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            base = self.__dict__.get("base_dataloader")
+            device = self.__dict__.get("device")
+            if isinstance(base, DataLoader) and device is not None:
+                base._place_on(device)
+
+    AccelerateShard.__name__ = AccelerateShard.__qualname__ = shard_class.__name__
+    AccelerateShard.__module__ = shard_class.__module__
+    return AccelerateShard
+
+
 def hook_accelerate() -> None:
-    """Point ``accelerate.data_loader.DataLoader`` at AccelerateDataLoader,
-    if Accelerate is imported and the name is still torch's class."""
+    """Point ``accelerate.data_loader.DataLoader`` at AccelerateDataLoader
+    and ``DataLoaderShard`` at its placing subclass, if Accelerate is
+    imported and each name is still Accelerate's own."""
     module = sys.modules.get("accelerate.data_loader")
-    if module is not None and getattr(module, "DataLoader", None) is TorchDataLoader:
+    if module is None:
+        return
+    if getattr(module, "DataLoader", None) is TorchDataLoader:
         module.DataLoader = AccelerateDataLoader
+    shard = getattr(module, "DataLoaderShard", None)
+    if (
+        isinstance(shard, type)
+        and shard.__module__ == module.__name__
+        and not getattr(shard, "_ringloader_placing", False)
+    ):
+        module.DataLoaderShard = _placing_shard(shard)

@@ -36,6 +36,7 @@ from ._epoch import Sampling, builtin_order
 
 from .datasets.base import provides_sources
 from .datasets.views import NotAView, leaves_of, resolve
+from ._gpu import open_gpu
 from .errors import FallbackWarning
 from .loader import Loader
 from .transforms import UnsupportedTransform, compile_transform
@@ -358,6 +359,27 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         super().load_state_dict(state)
         if isinstance(self._own_sampler, _BuiltinShuffle):
             self._own_sampler.seed = self.seed
+
+    def _place_on(self, device: Any) -> None:
+        """Copy batches to ``device`` from now on, as ``Loader(device=...)``
+        does (pinned slots, the loader's own copy stream, conversion on the
+        GPU): how Accelerate's device placement is done for a
+        ringloader.DataLoader (_frameworks.py), so that its
+        ``send_to_device`` finds the batches already there. Host devices
+        are left to the caller."""
+        device = torch.device(device)
+        if device.type != "cuda" or device == self.device:
+            return
+        if self.device.type == "cuda":
+            raise ValueError(
+                f"this loader already copies its batches to {self.device}, "
+                f"not {device}: make one loader per device"
+            )
+        self.close()
+        self.device = device
+        self._gpu = open_gpu(device)
+        self._use_transform(self.transform, stacklevel=3)
+        self._pin_memory, self._pin_warning = False, None
 
     def __iter__(self):
         if self._pin_warning is not None:

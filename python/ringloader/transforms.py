@@ -11,12 +11,15 @@ antialiased interpolation):
 - ``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``;
 - ``RandomHorizontalFlip(p=0.5)`` after any of the above;
 - then torchvision's augmentation transforms, in the user's order, run by
-  the C augment stage on the 8-bit image (``_ops.IMAGE_OPS``): ColorJitter,
+  the C augment stage on the 8-bit image (``_ops.CLASSES``): ColorJitter,
   Grayscale(3), RandomGrayscale, GaussianBlur, RandomAutocontrast,
   RandomEqualize, RandomInvert, RandomPosterize, RandomSolarize,
   RandomAdjustSharpness, RandomRotation, RandomAffine, TrivialAugmentWide,
-  RandAugment and AutoAugment (a flip may also follow the ops that act on
-  pixels alone);
+  RandAugment, AutoAugment and AugMix, and torchvision's composition
+  classes over any of them, nested: ``RandomApply(transforms, p)``,
+  ``RandomChoice(transforms, p)``, ``RandomOrder(transforms)``, with a
+  ``Compose`` inside (a flip may also follow the ops that act on pixels
+  alone);
 - then output conversion: ``ToTensor``, ``PILToTensor``, ``ToImage``,
   ``ConvertImageDtype``, ``ToDtype(float32 | float16 | bfloat16,
   scale=...)`` and ``Normalize(mean, std)``, computed in C while the sample
@@ -325,7 +328,7 @@ def compile_transform(transform: Any) -> Compiled:
                 reason = str(e)
                 break
             erased = True
-        elif converted or name not in _GEOMETRY + tuple(_ops.IMAGE_OPS):
+        elif converted or name not in _GEOMETRY + tuple(_ops.CLASSES):
             if not geometric or erased or not _conversion(t, state):
                 if name not in _CONVERSIONS:
                     reason = f"{name} has no C op"
@@ -335,13 +338,13 @@ def compile_transform(transform: Any) -> Compiled:
                     reason = f"{name} is not fused at this point"
                 break
             converted = True
-        elif name in _ops.IMAGE_OPS:
+        elif name in _ops.CLASSES:
             size = _out_size(spec, resize, crop)
             if size is None:
                 reason = f"{name} needs a fixed image size before it"
                 break
             try:
-                ops.append(_ops.op_of(t, *size))
+                ops += _ops.ops_of(t, *size)
             except _ops.NotFused as e:
                 reason = str(e)
                 break

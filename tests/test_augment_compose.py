@@ -515,3 +515,18 @@ def test_unfusable_composition_runs_in_python_as_torchvision(root):
         ]
     )
     assert torch.equal(got, ref)
+
+
+def test_a_flip_may_follow_groups_of_pixel_ops_only():
+    """The C core flips before the ops: a flip after a group commutes with
+    it when every op inside acts on pixels alone."""
+    pixels = v2.RandomApply([v2.RandomChoice([v2.ColorJitter(0.4), v2.RandomInvert()])])
+    compiled = compile_transform(
+        v2.Compose([v2.RandomResizedCrop(32), pixels, v2.RandomHorizontalFlip(0.3)])
+    )
+    assert compiled.rest == [] and compiled.spec["flip_p"] == 0.3
+    warp = v2.RandomApply([v2.RandomOrder([v2.RandomInvert(), v2.RandomRotation(10)])])
+    compiled = compile_transform(
+        v2.Compose([v2.RandomResizedCrop(32), warp, v2.RandomHorizontalFlip()])
+    )
+    assert "put the flip first" in compiled.reason

@@ -120,7 +120,8 @@ typedef struct rl_op_def {
                      int w, int h, char *msg);
     /* A group's choice, instead of apply (which is NULL): writes into run[]
      * the indices (0 .. children - 1, in chain order) of the children that
-     * run for this sample, in the order they run, and returns how many.
+     * run for this sample, in the order they run (at most
+     * RL_GROUP_MAX_CHILDREN of them; one may repeat), and returns how many.
      * NULL for an op. A group's first argument field is `children`, the
      * number of sub-chains before it that it holds (1 ..
      * RL_GROUP_MAX_CHILDREN); its children are image ops or groups. */

@@ -530,3 +530,19 @@ def test_a_flip_may_follow_groups_of_pixel_ops_only():
         v2.Compose([v2.RandomResizedCrop(32), warp, v2.RandomHorizontalFlip()])
     )
     assert "put the flip first" in compiled.reason
+
+
+def test_a_chain_over_its_length_falls_back_at_the_group_that_overflows(root):
+    """Groups lengthen the chain: the group that would take it past
+    _core.AUGMENT_MAX_OPS elements, and what follows, run in Python, with
+    the reason; the loader runs."""
+    most = _core.AUGMENT_MAX_OPS
+    groups = [v2.RandomApply([v2.RandomInvert()]) for _ in range(most // 2 + 1)]
+    tf = v2.Compose([v2.RandomResizedCrop(32)] + groups + [v2.ToImage()])
+    compiled = compile_transform(tf)
+    assert len(compiled.spec["ops"]) == 2 * (most // 2) <= most
+    assert compiled.rest[0] is groups[-1], compiled.reason
+    assert f"more than {most} ops and groups" in compiled.reason
+    with pytest.warns(ringloader.FallbackWarning, match="RandomApply"):
+        loader = _loader(root, tf)
+    assert _first_epoch(loader).shape == (15, 3, 32, 32)

@@ -323,10 +323,14 @@ def compile_transform(transform: Any) -> Compiled:
         geometric = resize is not None or crop is not None or bool(spec)
         if name == "RandomErasing" and converted:
             try:
-                ops.append(_ops.erase_of(t, state["dtype"]))
+                erase = _ops.erase_of(t, state["dtype"])
             except _ops.NotFused as e:
                 reason = str(e)
                 break
+            if len(ops) >= _core.AUGMENT_MAX_OPS:
+                reason = f"{name}: more than {_core.AUGMENT_MAX_OPS} ops and groups"
+                break
+            ops.append(erase)
             erased = True
         elif converted or name not in _GEOMETRY + tuple(_ops.CLASSES):
             if not geometric or erased or not _conversion(t, state):
@@ -344,10 +348,14 @@ def compile_transform(transform: Any) -> Compiled:
                 reason = f"{name} needs a fixed image size before it"
                 break
             try:
-                ops += _ops.ops_of(t, *size)
+                elements = _ops.ops_of(t, *size)
             except _ops.NotFused as e:
                 reason = str(e)
                 break
+            if len(ops) + len(elements) > _core.AUGMENT_MAX_OPS:
+                reason = f"{name}: more than {_core.AUGMENT_MAX_OPS} ops and groups"
+                break
+            ops += elements
         elif name == "Resize" and not geometric:
             _check_interpolation(t)
             resize = _size_of(t)

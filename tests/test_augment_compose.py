@@ -546,3 +546,15 @@ def test_a_chain_over_its_length_falls_back_at_the_group_that_overflows(root):
     with pytest.warns(ringloader.FallbackWarning, match="RandomApply"):
         loader = _loader(root, tf)
     assert _first_epoch(loader).shape == (15, 3, 32, 32)
+
+
+def test_a_group_after_the_conversion_says_so():
+    """The ops run on the 8-bit image before the conversion: a group after
+    it (RandomErasing in a RandomApply, say) runs in Python, and the reason
+    says where it stands, not that it has no C op."""
+    group = v2.RandomApply([v2.RandomErasing(1.0)], p=0.5)
+    compiled = compile_transform(
+        v2.Compose([v2.RandomResizedCrop(32)] + _to_float() + [group])
+    )
+    assert compiled.rest == [group]
+    assert compiled.reason == "RandomApply after the conversion to a tensor"

@@ -334,7 +334,9 @@ def compile_transform(transform: Any) -> Compiled:
             erased = True
         elif converted or name not in _GEOMETRY + tuple(_ops.CLASSES):
             if not geometric or erased or not _conversion(t, state):
-                if name not in _CONVERSIONS:
+                if name in _ops.CLASSES and converted:
+                    reason = f"{name} after the conversion to a tensor"
+                elif name not in _CONVERSIONS:
                     reason = f"{name} has no C op"
                 elif erased and geometric:
                     reason = f"{name} after RandomErasing"

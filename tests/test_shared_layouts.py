@@ -106,6 +106,25 @@ def _numbers(fields) -> set[int]:
     return out
 
 
+def _composition():
+    """Every group of the C chain: torchvision's composition classes and
+    a Compose inside one."""
+    v2 = pytest.importorskip("torchvision.transforms.v2")
+    return v2.RandomApply(
+        [
+            v2.RandomChoice(
+                [
+                    v2.Compose([v2.RandomInvert(), v2.RandomEqualize()]),
+                    v2.RandomInvert(),
+                ],
+                p=[2, 1],
+            ),
+            v2.RandomOrder([v2.RandomInvert(), v2.RandomGrayscale()]),
+        ],
+        p=0.3,
+    )
+
+
 def test_op_layouts_are_read_from_the_core():
     from ringloader import _ops
 
@@ -126,7 +145,9 @@ def test_op_layouts_are_read_from_the_core():
     assert set(_ops._MAG_OPS) <= set(_core.POLICY_KINDS)
     # Every C op is reached from Python, and each layout is the one C
     # checks the arguments against.
-    assert set(_core.OP_ARGS) == {op for op, _ in _ops.IMAGE_OPS.values()} | {"erase"}
+    groups = {op for op, _ in _ops.ops_of(_composition(), 48, 40)}
+    reached = {op for op, _ in _ops.IMAGE_OPS.values()} | {"erase"} | groups
+    assert set(_core.OP_ARGS) == reached
     for op, fields in _core.OP_ARGS.items():
         n = _size(fields)
         with pytest.raises(ValueError, match=f"{op} takes {n} arguments, not {n + 1}"):
@@ -180,16 +201,17 @@ def test_op_arguments_are_packed_by_field_name(monkeypatch):
         v2.RandAugment(num_ops=5, magnitude=3),
         v2.AutoAugment(v2.AutoAugmentPolicy.SVHN, fill=3),
         v2.AugMix(severity=4, all_ops=False, chain_depth=2),
+        _composition(),
     ]
     erasing = v2.RandomErasing(0.3, (0.1, 0.2), (0.5, 2.0), value=(1, 2, 3))
-    forward = [_ops.op_of(t, 48, 40) for t in transforms]
+    forward = [e for t in transforms for e in _ops.ops_of(t, 48, 40)]
     forward.append(_ops.erase_of(erasing, "float32"))
     assert {op for op, _ in forward} == set(_core.OP_ARGS)
     layouts = dict(_core.OP_ARGS)
     monkeypatch.setattr(
         _core, "OP_ARGS", {op: _reversed(f) for op, f in layouts.items()}
     )
-    backward = [_ops.op_of(t, 48, 40) for t in transforms]
+    backward = [e for t in transforms for e in _ops.ops_of(t, 48, 40)]
     backward.append(_ops.erase_of(erasing, "float32"))
     for (op, args), (_, rev) in zip(forward, backward):
         assert args != rev or len(layouts[op]) == 1, op

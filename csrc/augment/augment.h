@@ -16,6 +16,16 @@
  * draws every op's parameters in order before applying any, so an op's
  * draws never depend on the pixels. A new op is one entry in
  * augment/ops.c's table (see docs/ARCHITECTURE.md, "Adding an augmentation op").
+ *
+ * A group (RandomApply, RandomChoice, RandomOrder, a Compose inside one of
+ * them: group.c) is an element of the chain like an op, with a draw of
+ * its own and, instead of an apply, a `pick` of which of its children run
+ * and in what order. Its children are the sub-chains right before it: the
+ * chain is written in postfix order (children, then their group), so that
+ * every prefix of a chain is a whole chain and rl_augment_add checks a
+ * group against what came before it. [a, b, random_apply(2), c] is
+ * RandomApply([a, b]) then c; every element, in or out of a group, draws
+ * from its own place in the chain whether it runs or not.
  * Everything here is called on pool workers, without the GIL.
  */
 #ifndef RL_AUGMENT_H
@@ -37,6 +47,8 @@ typedef struct rl_image {
 #define RL_OP_MAX_ARGS 384
 #define RL_OP_MAX_PARAMS 16 /* random parameters of one op, per sample */
 #define RL_AUGMENT_MAX_OPS 16
+/* The children a group may have (RandomOrder's order is its parameters). */
+#define RL_GROUP_MAX_CHILDREN RL_OP_MAX_PARAMS
 
 typedef struct rl_op rl_op;
 
@@ -106,11 +118,23 @@ typedef struct rl_op_def {
      * come after every image op of a chain. */
     int (*apply_out)(const rl_op *op, const double *params, const rl_dst *out,
                      int w, int h, char *msg);
+    /* A group's choice, instead of apply (which is NULL): writes into run[]
+     * the indices (0 .. children - 1, in chain order) of the children that
+     * run for this sample, in the order they run (at most
+     * RL_GROUP_MAX_CHILDREN of them; one may repeat), and returns how many.
+     * NULL for an op. A group's first argument field is `children`, the
+     * number of sub-chains before it that it holds (1 ..
+     * RL_GROUP_MAX_CHILDREN); its children are image ops or groups. */
+    int (*pick)(const rl_op *op, const double *params, int *run);
 } rl_op_def;
 
 struct rl_op {
     const rl_op_def *def;
     double args[RL_OP_MAX_ARGS];
+    /* Set by rl_augment_add: the elements of the sub-chain this element
+     * ends (itself and, for a group, its children's, recursively), and a
+     * group's children (0 for an op). */
+    int span, children;
 };
 
 /* A chain of ops, run in order; n = 0 is the empty chain. */
@@ -126,6 +150,7 @@ extern const rl_op_def *const rl_geometry_ops[]; /* geometry.c */
 extern const rl_op_def *const rl_policy_ops[];   /* policy.c */
 extern const rl_op_def *const rl_augmix_ops[];   /* augmix.c */
 extern const rl_op_def *const rl_output_ops[];   /* erase.c */
+extern const rl_op_def *const rl_group_ops[];    /* group.c */
 /* Those tables, ending with NULL (ops.c). */
 extern const rl_op_def *const *const rl_op_tables[];
 
@@ -138,7 +163,9 @@ const rl_op_def *rl_op_find(const char *name);
 int rl_op_fields_size(const rl_op_field *fields);
 
 /* Checks that def describes its arguments: a well-formed field list whose
- * size is its nargs, at most RL_OP_MAX_ARGS. 0, or RL_EINTERNAL with msg.
+ * size is its nargs, at most RL_OP_MAX_ARGS, and, for a group, a first
+ * field `children` of one number and no apply or apply_out. 0, or
+ * RL_EINTERNAL with msg.
  * rl_augment_add checks every op it is given; the module checks the
  * built-in ones when it exports them. */
 int rl_op_def_check(const rl_op_def *def, char *msg);
@@ -163,14 +190,17 @@ extern const char *const rl_auto_augment_policies[];
 /*
  * Appends op def with nargs arguments to the chain. Returns 0, or
  * RL_ECONFIG with msg: a full chain, a wrong argument count, arguments its
- * check refuses, or an image op after an output op; RL_EINTERNAL with msg
- * for a def whose fields do not describe its nargs (rl_op_def_check: a bug
- * in the def, not in the user's configuration).
+ * check refuses, an image op after an output op, or a group with more
+ * children than the chain has sub-chains before it (not already in a
+ * group) or with an output op among them; RL_EINTERNAL with msg for a def
+ * whose fields do not describe its nargs (rl_op_def_check: a bug in the
+ * def, not in the user's configuration). On error the chain is unaltered.
  */
 int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
                    int nargs, char *msg);
 
-/* The number of image ops (the ones before the store) of the chain. */
+/* The number of image ops and groups (the elements before the store) of
+ * the chain. */
 int rl_augment_image_ops(const rl_augment *a);
 
 /*
@@ -183,8 +213,9 @@ void rl_augment_draw(const rl_augment *a, uint64_t seed, int64_t epoch,
                      int64_t key, int w, int h, double *params);
 
 /* Runs the chain's image ops on img for sample (seed, epoch, key), given
- * the chain's params from rl_augment_draw. Returns 0 or the first failing
- * op's status with msg. */
+ * the chain's params from rl_augment_draw: the elements outside groups in
+ * order, each group running the children its pick says. Returns 0 or the
+ * first failing op's status with msg. */
 int rl_augment_run(const rl_augment *a, const double *params, rl_image *img,
                    char *msg);
 

@@ -6,6 +6,14 @@
  * (a policy choosing among sub-ops) still leaves the next op's draws where
  * they would be: each op gets a fresh stream position computed from its
  * place in the chain, not from how much the ops before it drew.
+ *
+ * Groups: the chain is a forest written in postfix order. Each element
+ * knows its span (its sub-chain's length), so the sub-chains that end
+ * right before element i are found walking back by spans; nothing else
+ * is stored. A group's children are the last `children` of those when it
+ * is added, and the top level of the chain is all of them from the end.
+ * Draws ignore the structure (every element draws, at its own place);
+ * only the run walks it, recursively, at most RL_AUGMENT_MAX_OPS deep.
  */
 #include <stdio.h>
 #include <string.h>
@@ -48,8 +56,41 @@ int rl_op_fields_size(const rl_op_field *fields)
     return (int)size;
 }
 
+/* An element that runs before the store: an image op or a group. */
+static bool is_image(const rl_op_def *def)
+{
+    return def->apply != NULL || def->pick != NULL;
+}
+
+/* The first elements of the last `count` sub-chains that end before
+ * element end (all of them for count < 0), into out in chain order;
+ * returns how many there are, fewer than count when the chain runs out.
+ * out holds RL_AUGMENT_MAX_OPS. */
+static int roots(const rl_augment *a, int end, int count, int *out)
+{
+    int n = 0, back[RL_AUGMENT_MAX_OPS];
+    for (int r = end - 1; r >= 0 && n != count; r -= a->ops[r].span) {
+        back[n++] = r;
+    }
+    for (int k = 0; k < n; k++) {
+        out[k] = back[n - 1 - k];
+    }
+    return n;
+}
+
 int rl_op_def_check(const rl_op_def *def, char *msg)
 {
+    if (def->pick != NULL &&
+        (def->apply != NULL || def->apply_out != NULL || def->fields == NULL ||
+         def->fields[0].name == NULL ||
+         strcmp(def->fields[0].name, "children") != 0 ||
+         def->fields[0].count != 1 || def->fields[0].record != NULL)) {
+        snprintf(msg, RL_MSG_MAX,
+                 "%s: a group's first field is `children` and it has no "
+                 "apply",
+                 def->name);
+        return RL_EINTERNAL;
+    }
     int size = rl_op_fields_size(def->fields);
     if (size < 0) {
         snprintf(msg, RL_MSG_MAX,
@@ -70,7 +111,7 @@ int rl_augment_image_ops(const rl_augment *a)
 {
     int n = 0;
     for (int i = 0; i < a->n; i++) {
-        n += a->ops[i].def->apply != NULL;
+        n += is_image(a->ops[i].def);
     }
     return n;
 }
@@ -94,15 +135,41 @@ int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
     if (def->check != NULL && def->check(args, msg) != 0) {
         return RL_ECONFIG;
     }
-    if (def->apply != NULL && a->n > 0 && a->ops[a->n - 1].def->apply == NULL) {
+    if (is_image(def) && a->n > 0 && !is_image(a->ops[a->n - 1].def)) {
         snprintf(msg, RL_MSG_MAX, "%s must come before %s (an output op)",
                  def->name, a->ops[a->n - 1].def->name);
         return RL_ECONFIG;
+    }
+    int span = 1, children = 0;
+    if (def->pick != NULL) {
+        /* Its children: the last sub-chains, all of image elements (an
+         * output op before them would have refused them). */
+        double c = args[0];
+        if (!(c >= 1 && c <= RL_GROUP_MAX_CHILDREN && c == (int)c)) {
+            snprintf(msg, RL_MSG_MAX,
+                     "%s: children must be an integer in 1..%d, not %g",
+                     def->name, RL_GROUP_MAX_CHILDREN, c);
+            return RL_ECONFIG;
+        }
+        int kids[RL_AUGMENT_MAX_OPS];
+        children = (int)c;
+        if (roots(a, a->n, children, kids) < children) {
+            snprintf(msg, RL_MSG_MAX,
+                     "%s: %d children, but fewer ops or groups before it "
+                     "are in no group",
+                     def->name, children);
+            return RL_ECONFIG;
+        }
+        for (int k = 0; k < children; k++) {
+            span += a->ops[kids[k]].span;
+        }
     }
     rl_op *op = &a->ops[a->n++];
     memset(op, 0, sizeof(*op));
     op->def = def;
     memcpy(op->args, args, sizeof(double) * (size_t)nargs);
+    op->span = span;
+    op->children = children;
     return 0;
 }
 
@@ -123,16 +190,43 @@ void rl_augment_draw(const rl_augment *a, uint64_t seed, int64_t epoch,
     }
 }
 
+/* Runs element i: an op's apply, or a group's picked children, each a
+ * sub-chain. 0 or the first failing op's status with msg. */
+static int run_element(const rl_augment *a, const double *params, int i,
+                       rl_image *img, char *msg)
+{
+    const rl_op *op = &a->ops[i];
+    const double *pp = params + (size_t)i * RL_OP_MAX_PARAMS;
+    if (op->def->pick == NULL) {
+        return op->def->apply(op, pp, img, msg);
+    }
+    int kids[RL_AUGMENT_MAX_OPS], run[RL_GROUP_MAX_CHILDREN];
+    int n = roots(a, i, op->children, kids);
+    int m = op->def->pick(op, pp, run);
+    for (int k = 0; k < m; k++) {
+        if (run[k] < 0 || run[k] >= n) {
+            snprintf(msg, RL_MSG_MAX, "%s picked child %d of %d", op->def->name,
+                     run[k], n);
+            return RL_EINTERNAL;
+        }
+        int rc = run_element(a, params, kids[run[k]], img, msg);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
 int rl_augment_run(const rl_augment *a, const double *params, rl_image *img,
                    char *msg)
 {
-    for (int i = 0; i < a->n; i++) {
-        const rl_op *op = &a->ops[i];
-        if (op->def->apply == NULL) {
-            continue;
+    int top[RL_AUGMENT_MAX_OPS];
+    int n = roots(a, a->n, -1, top);
+    for (int k = 0; k < n; k++) {
+        if (!is_image(a->ops[top[k]].def)) {
+            continue; /* an output op: after the store */
         }
-        int rc =
-            op->def->apply(op, params + (size_t)i * RL_OP_MAX_PARAMS, img, msg);
+        int rc = run_element(a, params, top[k], img, msg);
         if (rc != 0) {
             return rc;
         }

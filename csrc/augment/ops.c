@@ -8,11 +8,13 @@
  * (augment/augment.h). The ops follow torchvision's transforms.v2 on uint8
  * tensors: the same parameters give the same pixels (colour ops within the
  * tolerance each states), and the parameters are drawn with torchvision's
- * distributions from the sample's own stream.
+ * distributions from the sample's own stream. The groups (group.c) are
+ * entries too: RandomApply, RandomChoice and RandomOrder hold the ops
+ * before them in the chain.
  */
 #include "augment/augment.h"
 
 const rl_op_def *const *const rl_op_tables[] = {
-    rl_color_ops,  rl_geometry_ops, rl_policy_ops,
-    rl_augmix_ops, rl_output_ops,   NULL,
+    rl_color_ops,  rl_geometry_ops, rl_policy_ops, rl_augmix_ops,
+    rl_output_ops, rl_group_ops,    NULL,
 };

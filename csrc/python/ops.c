@@ -3,8 +3,9 @@
  *
  * DESIGN: every op lays out its arguments by a list of named fields
  * (augment/augment.h) from which its code takes its offsets; the module
- * exports the lists as OP_ARGS, each op's named limits as OP_LIMITS, and
- * the policies' sub-op kinds and AutoAugment's policies by number, so that
+ * exports the lists as OP_ARGS, each op's named limits as OP_LIMITS, the
+ * elements a chain holds (AUGMENT_MAX_OPS: ops and groups), and the
+ * policies' sub-op kinds and AutoAugment's policies by number, so that
  * ringloader/_ops.py packs arguments by name and keeps no copy of a
  * position, a count or a limit. Each built-in op's fields are checked
  * against its nargs here, at import: a list that does not add up fails
@@ -141,7 +142,9 @@ int rl__py_ops_init(PyObject *module)
         add(module, "POLICY_KINDS", policy_kinds(false)) < 0 ||
         add(module, "POLICY_TABLE_KINDS", policy_kinds(true)) < 0 ||
         add(module, "AUTO_AUGMENT_POLICIES",
-            names_tuple(rl_auto_augment_policies)) < 0) {
+            names_tuple(rl_auto_augment_policies)) < 0 ||
+        PyModule_AddIntConstant(module, "AUGMENT_MAX_OPS", RL_AUGMENT_MAX_OPS) <
+            0) {
         return -1;
     }
     return 0;

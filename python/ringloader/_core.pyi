@@ -64,6 +64,8 @@ OP_LIMITS: Dict[str, Dict[str, int]]
 POLICY_KINDS: Tuple[str, ...]
 POLICY_TABLE_KINDS: Tuple[str, ...]
 AUTO_AUGMENT_POLICIES: Tuple[str, ...]
+# The elements (ops and groups, csrc/augment/group.c) a chain holds.
+AUGMENT_MAX_OPS: int
 
 DEFAULT_MAX_PIXELS: int
 DEFAULT_MAX_SCANS: int

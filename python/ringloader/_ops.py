@@ -3,7 +3,10 @@
 :func:`op_of` turns one transform object (``torchvision.transforms`` or
 ``transforms.v2``) into ``(name, args)`` for the C op table
 (``csrc/augment/``), or raises :class:`NotFused` with the reason it cannot
-be fused. The op then draws its parameters per sample from the sample's own
+be fused. :func:`ops_of` does the same for any transform the C chain runs,
+the composition classes (``RandomApply``, ``RandomChoice``, ``RandomOrder``,
+nested, with a ``Compose`` inside) included: the elements of the chain it
+makes, children before their group (``csrc/augment/group.c``). The op then draws its parameters per sample from the sample's own
 random stream, with torchvision's distributions, and computes the pixels
 torchvision's ``transforms.v2.functional`` kernels compute on a uint8 tensor
 (see the README's list of fused ops for each op's tolerance).
@@ -40,6 +43,12 @@ FLIP_SAFE = {
     "posterize",
     "solarize",
     "sharpness",
+    # a group commutes with a flip when its children do, and they are in
+    # the chain with it
+    "random_apply",
+    "random_choice",
+    "random_order",
+    "compose",
 }
 
 # The policies' sub-ops by kind number (csrc/augment/policy.c), and the
@@ -437,3 +446,96 @@ def erase_of(t: Any, dtype: str) -> tuple[str, list[float]]:
         "value": values,
     }
     return "erase", _args("erase", fields)
+
+
+# ---- the composition classes: groups of the chain (csrc/augment/group.c) ----
+
+# torchvision's composition classes (transforms and transforms.v2), which
+# ops_of makes groups of; a Compose inside one of them is a group too.
+GROUPS = ("RandomApply", "RandomChoice", "RandomOrder")
+# The classes ops_of takes as a step of a pipeline.
+CLASSES = frozenset(IMAGE_OPS) | frozenset(GROUPS)
+
+Element = tuple[str, list[float]]
+_MAX_CHILDREN = _count("random_choice", "weights")
+
+
+def _group(op: str, kids: list[list[Element]], **values: Any) -> list[Element]:
+    """The sub-chain of group op over the sub-chains kids: theirs, then
+    its own element."""
+    if len(kids) > _MAX_CHILDREN:
+        raise NotFused(f"{len(kids)} transforms in a group: at most {_MAX_CHILDREN}")
+    values["children"] = len(kids)
+    return [e for kid in kids for e in kid] + [(op, _args(op, values))]
+
+
+def _one(t: Any, h: int, w: int) -> list[list[Element]]:
+    """t as one child of a RandomChoice or RandomOrder: one sub-chain (a
+    Compose of several made a group), or none where t does nothing."""
+    kids = _subchains(t, h, w)
+    return kids if len(kids) <= 1 else [_group("compose", kids)]
+
+
+def _random_apply(t: Any, h: int, w: int) -> list[list[Element]]:
+    p = float(t.p)
+    if not math.isfinite(p):
+        raise NotFused(f"RandomApply(p={t.p}) is not finite")
+    # transforms (v1) runs them when torch.rand(1) <= p, for any p; v2
+    # when torch.rand(1) < p, p in [0, 1]: the same but on a null set
+    kids = [kid for c in t.transforms for kid in _subchains(c, h, w)]
+    if not kids:
+        return []  # transforms' RandomApply([]): nothing to run
+    return [_group("random_apply", kids, p=min(max(p, 0.0), 1.0))]
+
+
+def _random_choice(t: Any, h: int, w: int) -> list[list[Element]]:
+    n = len(t.transforms)
+    weights = [1.0] * n if t.p is None else [float(v) for v in t.p]
+    if len(weights) != n or n == 0:
+        raise NotFused(f"RandomChoice of {n} transforms with {len(weights)} weights")
+    if not all(math.isfinite(v) and v >= 0 for v in weights) or sum(weights) <= 0:
+        raise NotFused(f"RandomChoice(p={t.p}): weights must be >= 0, some > 0")
+    weights = [v / sum(weights) for v in weights]  # as v2 keeps them
+    kids = []
+    for c in t.transforms:
+        kid = _one(c, h, w)
+        if not kid:
+            raise NotFused(f"RandomChoice: {type(c).__name__} does nothing")
+        kids += kid
+    return [_group("random_choice", kids, weights=_padded(weights, _MAX_CHILDREN))]
+
+
+def _random_order(t: Any, h: int, w: int) -> list[list[Element]]:
+    # a child that does nothing does so in any order
+    kids = [kid for c in t.transforms for kid in _one(c, h, w)]
+    return [_group("random_order", kids)] if kids else []
+
+
+_GROUP_MAKERS = {
+    "RandomApply": _random_apply,
+    "RandomChoice": _random_choice,
+    "RandomOrder": _random_order,
+}
+
+
+def _subchains(t: Any, h: int, w: int) -> list[list[Element]]:
+    """The sub-chains t runs as, in order: one for an op or a group, one
+    per step of a Compose; raises NotFused."""
+    name = type(t).__name__
+    if not type(t).__module__.startswith(("torchvision.", "ringloader.")):
+        raise NotFused(f"{name} is not a torchvision transform")
+    if name == "Compose":
+        return [kid for c in t.transforms for kid in _subchains(c, h, w)]
+    if name not in _GROUP_MAKERS:
+        return [[op_of(t, h, w)]]
+    try:
+        return _GROUP_MAKERS[name](t, h, w)
+    except NotFused as e:
+        raise NotFused(f"{name}: {e}") from None
+
+
+def ops_of(t: Any, h: int, w: int) -> list[Element]:
+    """The elements of the C chain for step t (an op, or a group after its
+    children) on h x w samples; raises NotFused, naming the transform
+    inside a group that cannot be fused."""
+    return [e for kid in _subchains(t, h, w) for e in kid]

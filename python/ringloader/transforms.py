@@ -11,12 +11,15 @@ antialiased interpolation):
 - ``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``;
 - ``RandomHorizontalFlip(p=0.5)`` after any of the above;
 - then torchvision's augmentation transforms, in the user's order, run by
-  the C augment stage on the 8-bit image (``_ops.IMAGE_OPS``): ColorJitter,
+  the C augment stage on the 8-bit image (``_ops.CLASSES``): ColorJitter,
   Grayscale(3), RandomGrayscale, GaussianBlur, RandomAutocontrast,
   RandomEqualize, RandomInvert, RandomPosterize, RandomSolarize,
   RandomAdjustSharpness, RandomRotation, RandomAffine, TrivialAugmentWide,
-  RandAugment and AutoAugment (a flip may also follow the ops that act on
-  pixels alone);
+  RandAugment, AutoAugment and AugMix, and torchvision's composition
+  classes over any of them, nested: ``RandomApply(transforms, p)``,
+  ``RandomChoice(transforms, p)``, ``RandomOrder(transforms)``, with a
+  ``Compose`` inside (a flip may also follow the ops that act on pixels
+  alone);
 - then output conversion: ``ToTensor``, ``PILToTensor``, ``ToImage``,
   ``ConvertImageDtype``, ``ToDtype(float32 | float16 | bfloat16,
   scale=...)`` and ``Normalize(mean, std)``, computed in C while the sample
@@ -320,14 +323,20 @@ def compile_transform(transform: Any) -> Compiled:
         geometric = resize is not None or crop is not None or bool(spec)
         if name == "RandomErasing" and converted:
             try:
-                ops.append(_ops.erase_of(t, state["dtype"]))
+                erase = _ops.erase_of(t, state["dtype"])
             except _ops.NotFused as e:
                 reason = str(e)
                 break
+            if len(ops) >= _core.AUGMENT_MAX_OPS:
+                reason = f"{name}: more than {_core.AUGMENT_MAX_OPS} ops and groups"
+                break
+            ops.append(erase)
             erased = True
-        elif converted or name not in _GEOMETRY + tuple(_ops.IMAGE_OPS):
+        elif converted or name not in _GEOMETRY + tuple(_ops.CLASSES):
             if not geometric or erased or not _conversion(t, state):
-                if name not in _CONVERSIONS:
+                if name in _ops.CLASSES and converted:
+                    reason = f"{name} after the conversion to a tensor"
+                elif name not in _CONVERSIONS:
                     reason = f"{name} has no C op"
                 elif erased and geometric:
                     reason = f"{name} after RandomErasing"
@@ -335,16 +344,20 @@ def compile_transform(transform: Any) -> Compiled:
                     reason = f"{name} is not fused at this point"
                 break
             converted = True
-        elif name in _ops.IMAGE_OPS:
+        elif name in _ops.CLASSES:
             size = _out_size(spec, resize, crop)
             if size is None:
                 reason = f"{name} needs a fixed image size before it"
                 break
             try:
-                ops.append(_ops.op_of(t, *size))
+                elements = _ops.ops_of(t, *size)
             except _ops.NotFused as e:
                 reason = str(e)
                 break
+            if len(ops) + len(elements) > _core.AUGMENT_MAX_OPS:
+                reason = f"{name}: more than {_core.AUGMENT_MAX_OPS} ops and groups"
+                break
+            ops += elements
         elif name == "Resize" and not geometric:
             _check_interpolation(t)
             resize = _size_of(t)

@@ -62,6 +62,29 @@ static const rl_op_def invert_op = {
     .apply = invert_apply,
 };
 
+/* ---- the same recipe for a group: run its one child twice ---- */
+
+/* A group's first field is its number of children (augment.h). */
+#define TWICE_ARGS(X) X(TWICE_, children, 1, RL_ARG_)
+enum { TWICE_ARGS(RL_OP_ARG_AT) TWICE_NARGS };
+static const rl_op_field TWICE_fields[] = {TWICE_ARGS(RL_OP_FIELD) RL_OP_END};
+
+/* Nothing drawn: the child, then the child again. */
+static int twice_pick(const rl_op *op, const double *params, int *run)
+{
+    (void)op;
+    (void)params;
+    run[0] = run[1] = 0;
+    return 2;
+}
+
+static const rl_op_def twice_op = {
+    .name = "twice",
+    .nargs = TWICE_NARGS,
+    .fields = TWICE_fields,
+    .pick = twice_pick,
+};
+
 /* A pipeline config over the JPEGs with invert(p) added, or none when
  * p < 0. */
 static rl_pipeline_config invert_config(double p, rl_layout layout)
@@ -201,7 +224,41 @@ int test_op(void)
             }
         }
     }
+    /* The group: twice(invert) leaves the samples as they were, and an
+     * invert after it is no child of it. A group is refused without
+     * enough sub-chains before it, and a def with an apply or without
+     * `children` first is a bug in the def. */
+    static uint8_t grouped[NJPEG * SAMPLE_U8];
+    double one = 1.0, two_kids = 2.0;
+    cfg = invert_config(1.0, RL_LAYOUT_NHWC);
+    rl_augment *g = &cfg.sample.augment;
+    CHECK_EQ(rl_augment_add(g, &twice_op, &two_kids, 1, msg), RL_ECONFIG);
+    CHECK(strstr(msg, "twice") != NULL);
+    CHECK_EQ(rl_augment_add(g, &twice_op, &one, 1, msg), 0);
+    CHECK_EQ(g->n, 2);
+    run_all(&cfg, NJPEG, 5, EPOCH, grouped, NULL);
+    cfg = invert_config(-1, RL_LAYOUT_NHWC);
+    run_all(&cfg, NJPEG, 5, EPOCH, base, NULL);
+    CHECK(memcmp(grouped, base, sizeof(base)) == 0);
+    cfg = invert_config(1.0, RL_LAYOUT_NHWC);
+    CHECK_EQ(rl_augment_add(&cfg.sample.augment, &twice_op, &one, 1, msg), 0);
+    CHECK_EQ(rl_augment_add(&cfg.sample.augment, &invert_op, &one, 1, msg), 0);
+    run_all(&cfg, NJPEG, 5, EPOCH, grouped, NULL);
+    for (size_t i = 0; i < sizeof(base); i++) {
+        if (grouped[i] != 255 - base[i]) {
+            CHECK_EQ(grouped[i], 255 - base[i]);
+        }
+    }
+    rl_op_def bad_group = twice_op;
+    bad_group.apply = invert_apply;
+    CHECK_EQ(rl_op_def_check(&bad_group, msg), RL_EINTERNAL);
+    bad_group = twice_op;
+    bad_group.fields = INV_fields; /* p, not children */
+    CHECK_EQ(rl_op_def_check(&bad_group, msg), RL_EINTERNAL);
+    CHECK(strstr(msg, "twice") != NULL && strstr(msg, "children") != NULL);
+
     printf("  op: invert(p) equals 255 - v (uint8 NCHW, NHWC; float32 "
-           "normalised), draws keyed by (seed, epoch, key)\n");
+           "normalised), draws keyed by (seed, epoch, key); a group "
+           "runs the sub-chain before it\n");
     return atomic_load(&rl_test_checks); /* this file's checks */
 }

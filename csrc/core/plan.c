@@ -126,13 +126,14 @@ static int resize_crop_box(const rl_transform *t, int width, int height,
 }
 
 int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
-                 int64_t epoch, int64_t index, rl_plan *p)
+                 int64_t epoch, int64_t index, int view, rl_plan *p)
 {
-    if (width <= 0 || height <= 0 || t->out_w <= 0 || t->out_h <= 0) {
+    if (width <= 0 || height <= 0 || t->out_w <= 0 || t->out_h <= 0 ||
+        view < 0 || view >= RL_MAX_VIEWS) {
         return RL_EINTERNAL;
     }
     rl_rng g;
-    rl_rng_init(&g, seed, epoch, index, RL_RNG_PLAN);
+    rl_rng_init(&g, seed, epoch, index, rl_rng_view(RL_RNG_PLAN, view));
     p->out_w = t->out_w;
     p->out_h = t->out_h;
     if (t->kind == RL_T_RANDOM_CROP) {

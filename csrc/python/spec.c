@@ -11,6 +11,7 @@
 #include "python/module.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "augment/augment.h"
@@ -202,6 +203,71 @@ int rl__py_parse_place(const char *dtype, PyObject *mul, PyObject *add,
         return -1;
     }
     return 0;
+}
+
+/* One view from its spec dict and output arguments. 0 or -1. */
+static int parse_view(PyObject *spec, const char *dtype, PyObject *mul,
+                      PyObject *add, const char *layout, int v, rl_view *view)
+{
+    memset(view, 0, sizeof(*view));
+    if (rl__py_parse_transform(spec, &view->transform) != 0 ||
+        rl__py_parse_ops(spec, &view->augment) != 0 ||
+        rl__py_parse_place(dtype, mul, add, layout, &view->place) != 0) {
+        return -1;
+    }
+    view->augment.view = v;
+    view->place.out_w = view->transform.out_w;
+    view->place.out_h = view->transform.out_h;
+    return 0;
+}
+
+int rl__py_parse_views(PyObject *transform, const char *dtype, PyObject *mul,
+                       PyObject *add, const char *layout, rl_view **views,
+                       int *n)
+{
+    *views = NULL;
+    *n = 0;
+    if (PyDict_Check(transform)) {
+        *views = malloc(sizeof(rl_view));
+        if (*views == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *n = 1;
+        return parse_view(transform, dtype, mul, add, layout, 0, *views);
+    }
+    PyObject *seq =
+        PySequence_Fast(transform, "transform: a spec dict, or a list of views "
+                                   "(spec, dtype, mul, add, layout)");
+    if (seq == NULL) {
+        return -1;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    if (count < 1 || count > RL_MAX_VIEWS) {
+        PyErr_Format(PyExc_ValueError, "a sample has 1..%d views, not %zd",
+                     RL_MAX_VIEWS, count);
+        Py_DECREF(seq);
+        return -1;
+    }
+    *views = malloc(sizeof(rl_view) * (size_t)count);
+    if (*views == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    *n = (int)count;
+    int rc = 0;
+    for (Py_ssize_t v = 0; rc == 0 && v < count; v++) {
+        PyObject *spec, *vmul, *vadd;
+        const char *vdtype, *vlayout;
+        rc = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, v), "OsOOs", &spec,
+                              &vdtype, &vmul, &vadd, &vlayout)
+                 ? parse_view(spec, vdtype, vmul, vadd, vlayout, (int)v,
+                              &(*views)[v])
+                 : -1;
+    }
+    Py_DECREF(seq);
+    return rc;
 }
 
 int rl__py_spec_init(PyObject *module)

@@ -22,7 +22,10 @@ antialiased interpolation):
   scale=...)`` and ``Normalize(mean, std)``, computed in C while the sample
   is still in cache;
 - then ``RandomErasing``, on the converted output (after Normalize, as users
-  write it).
+  write it);
+- ``MultiView(*views)``: several such transforms (views) of one image, as
+  self-supervised recipes crop and augment it (SimCLR, DINO): the image is
+  read and decoded once, each view cropped, resampled and augmented from it.
 
 The output is a batch of a fixed size: uint8 unless a conversion asks for
 floats. The geometry follows
@@ -42,6 +45,7 @@ Size = Union[int, Sequence[int]]
 
 __all__ = [
     "Compose",
+    "MultiView",
     "ToDtype",
     "Normalize",
     "Resize",
@@ -126,6 +130,59 @@ class Compose:
     def __repr__(self) -> str:
         inner = ", ".join(repr(t) for t in self.transforms)
         return f"Compose([{inner}])"
+
+
+class MultiView:
+    """Several views of one image, each its own transform: a torchvision
+    ``Compose`` (v1 or v2) or ringloader's, with its own geometry, ops,
+    output size and dtype. As self-supervised recipes write it::
+
+        MultiView(global_view, global_view, *[local_view] * 8)  # DINO
+
+    Under ringloader's loaders, each image is read and decoded once (the
+    region covering every view's box, at the finest DCT scale any view
+    needs) and each view is cropped, resampled and augmented from it; a
+    batch is ``(views, labels)``, ``views`` a list of tensors, one per view,
+    each ``(B, C, H_i, W_i)``. View ``i`` of a sample draws its randomness
+    from (seed, epoch, sample, i). A view ringloader cannot fuse entirely
+    finishes in Python, as a single transform does.
+
+    Called on one image (a PIL image or a tensor, as torch's DataLoader
+    calls a dataset's transform), it returns the list of each view's
+    output, so the same object works under ``torch.utils.data.DataLoader``
+    (whose ``default_collate`` makes the same list of batches).
+    """
+
+    def __init__(self, *views: Any) -> None:
+        if len(views) == 1 and isinstance(views[0], (list, tuple)):
+            views = tuple(views[0])
+        if not 1 <= len(views) <= _core.MAX_VIEWS:
+            raise ValueError(
+                f"MultiView takes 1..{_core.MAX_VIEWS} views, not {len(views)}"
+            )
+        self.views = list(views)
+
+    def __call__(self, image: Any) -> list[Any]:
+        return [view(image) for view in self.views]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(v) for v in self.views)
+        return f"MultiView({inner})"
+
+
+def compile_views(transform: Any) -> list["Compiled"]:
+    """:func:`compile_transform` of each view of a :class:`MultiView`, or of
+    ``transform`` alone as its one view. Raises UnsupportedTransform naming
+    the view (``view 1: ...``) when one of them has no fixed size."""
+    if not isinstance(transform, MultiView):
+        return [compile_transform(transform)]
+    out = []
+    for i, view in enumerate(transform.views):
+        try:
+            out.append(compile_transform(view))
+        except UnsupportedTransform as e:
+            raise UnsupportedTransform(f"view {i}: {e}") from None
+    return out
 
 
 def _flatten(transform: Any) -> list[Any]:
@@ -301,6 +358,10 @@ def compile_transform(transform: Any) -> Compiled:
     fused. Raises :class:`UnsupportedTransform` with a one-line reason when
     nothing with a fixed output size can be fused.
     """
+    if isinstance(transform, MultiView):
+        raise UnsupportedTransform(
+            "a MultiView is several transforms: compile each (compile_views)"
+        )
     items = _flatten(transform)
     spec: dict[str, Any] = {}
     resize: Optional[Any] = None

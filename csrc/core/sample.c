@@ -224,6 +224,14 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
         rl_plan *p = &plans[v];
         rc = rl_plan_make(&spec->views[v].transform, info.width, info.height,
                           spec->seed, epoch, key, v, p);
+        if (rc == RL_EDECODE) {
+            const rl_transform *t = &spec->views[v].transform;
+            snprintf(msg, RL_MSG_MAX,
+                     "RandomCrop(%d, %d) is larger than the %dx%d image after "
+                     "its resize and padding",
+                     t->out_h, t->out_w, info.width, info.height);
+            return rc;
+        }
         if (rc != 0) {
             snprintf(msg, RL_MSG_MAX, "invalid transform for a %dx%d image",
                      info.width, info.height);
@@ -244,6 +252,9 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
     for (int v = 0; v < spec->nviews; v++) {
         const rl_plan *p = &plans[v];
         int a0, a1, b0, b1;
+        if (p->vw <= 0 || p->vh <= 0) {
+            continue; /* a window in the padding alone reads nothing */
+        }
         rl_resample_span(sw, p->x * fx, p->w * fx, p->vw, p->crop_first, &a0,
                          &a1);
         rl_resample_span(sh, p->y * fy, p->h * fy, p->vh, p->crop_first, &b0,
@@ -252,6 +263,10 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
         x1 = a1 > x1 ? a1 : x1;
         y0 = b0 < y0 ? b0 : y0;
         y1 = b1 > y1 ? b1 : y1;
+    }
+    if (x1 <= x0 || y1 <= y0) {
+        x0 = y0 = 0; /* no view reads a pixel: decode one all the same */
+        x1 = y1 = 1;
     }
     /* One more pixel on each side: libjpeg upsamples the chroma of a
      * region's edge pixels from the region alone (edge replication), so

@@ -64,8 +64,17 @@ int rl_place(const rl_pixels *px, const rl_plan *plan, double bx, double by,
         rl_fill_zero(dst, 0, vy, vx, vh);
         rl_fill_zero(dst, vx + vw, vy, ow - vx - vw, vh);
     }
+    if (vw <= 0 || vh <= 0) {
+        return 0; /* all padding: written above */
+    }
     rl_dst sub = *dst;
     sub.data = rl_dst_at(dst, vx, vy);
+    if (plan->vflip) {
+        /* Rows written bottom up: the resampler and the stores address
+         * rows through the signed row stride alone. */
+        sub.data = rl_dst_at(dst, vx, vy + vh - 1);
+        sub.row_stride = -dst->row_stride;
+    }
     int rc = rl_resample(px, bx, by, bw, bh, vw, vh, plan->flip,
                          plan->crop_first, &sub);
     if (rc != 0) {

@@ -50,6 +50,16 @@ static const field fields[] = {
      {3.0 / 4.0, 4.0 / 3.0},
      "RandomResizedCrop's aspect range"},
     {"flip_p", FIELD_FLOAT, AT(flip_p), {0, 0}, "RandomHorizontalFlip's p"},
+    {"vflip_p", FIELD_FLOAT, AT(vflip_p), {0, 0}, "RandomVerticalFlip's p"},
+    {"pad_left", FIELD_INT, AT(pad[0]), {0, 0}, "RandomCrop's padding"},
+    {"pad_top", FIELD_INT, AT(pad[1]), {0, 0}, "RandomCrop's padding"},
+    {"pad_right", FIELD_INT, AT(pad[2]), {0, 0}, "RandomCrop's padding"},
+    {"pad_bottom", FIELD_INT, AT(pad[3]), {0, 0}, "RandomCrop's padding"},
+    {"pad_if_needed",
+     FIELD_INT,
+     AT(pad_if_needed),
+     {0, 0},
+     "RandomCrop's pad_if_needed (0 or 1)"},
 };
 
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
@@ -99,6 +109,8 @@ int rl__py_parse_transform(PyObject *spec, rl_transform *t)
         t->kind = RL_T_RESIZE_CROP;
     } else if (strcmp(k, "random_crop") == 0) {
         t->kind = RL_T_RANDOM_CROP;
+    } else if (strcmp(k, "resize_random_crop") == 0) {
+        t->kind = RL_T_RESIZE_RANDOM_CROP;
     } else {
         PyErr_Format(PyExc_ValueError, "unknown transform kind %s", k);
         return -1;
@@ -272,10 +284,11 @@ int rl__py_parse_views(PyObject *transform, const char *dtype, PyObject *mul,
 
 int rl__py_spec_init(PyObject *module)
 {
-    /* {"kind": ("resize_crop", "random_crop"), name: (default, doc)...} */
-    PyObject *d = Py_BuildValue("{s(ss)s(Os)}", "kind", "resize_crop",
-                                "random_crop", "ops", Py_None,
-                                "augmentation ops: [(name, args)], or None");
+    /* {"kind": ("resize_crop", ...), name: (default, doc)...} */
+    PyObject *d =
+        Py_BuildValue("{s(sss)s(Os)}", "kind", "resize_crop", "random_crop",
+                      "resize_random_crop", "ops", Py_None,
+                      "augmentation ops: [(name, args)], or None");
     for (size_t i = 0; d != NULL && i < NFIELDS; i++) {
         const field *f = &fields[i];
         PyObject *dflt = f->type == FIELD_INT

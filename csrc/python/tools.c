@@ -79,8 +79,11 @@ static int plan_args(PyObject *args, int *width, int *height, rl_plan *p)
     if (rl__py_parse_transform(spec, &t) != 0) {
         return -1;
     }
-    if (rl_plan_make(&t, *width, *height, seed, epoch, index, view, p) != 0) {
-        PyErr_SetString(PyExc_ValueError, "cannot plan this transform");
+    int rc = rl_plan_make(&t, *width, *height, seed, epoch, index, view, p);
+    if (rc != 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        rc == RL_EDECODE ? "the crop is larger than the image"
+                                         : "cannot plan this transform");
         return -1;
     }
     return 0;
@@ -99,6 +102,23 @@ static PyObject *py_plan(PyObject *module, PyObject *args)
     }
     return Py_BuildValue("ddddO", p.y, p.x, p.h, p.w,
                          p.flip ? Py_True : Py_False);
+}
+
+/* plan_window(spec, width, height, seed, epoch, index, view=0) -> dict:
+ * the whole plan (box, output rectangle, flips), for the geometries whose
+ * box alone does not say where it lands (RandomCrop's padding). */
+static PyObject *py_plan_window(PyObject *module, PyObject *args)
+{
+    (void)module;
+    int width, height;
+    rl_plan p;
+    if (plan_args(args, &width, &height, &p) != 0) {
+        return NULL;
+    }
+    return Py_BuildValue("{sdsdsdsdsisisisisOsO}", "x", p.x, "y", p.y, "w", p.w,
+                         "h", p.h, "vx", p.vx, "vy", p.vy, "vw", p.vw, "vh",
+                         p.vh, "flip", p.flip ? Py_True : Py_False, "vflip",
+                         p.vflip ? Py_True : Py_False);
 }
 
 /* dct_scale(spec, width, height, seed, epoch, index) -> m: a JPEG of that
@@ -307,6 +327,10 @@ PyMethodDef rl__py_tool_methods[] = {
     {"plan", py_plan, METH_VARARGS,
      "plan(spec, width, height, seed, epoch, index, view=0) -> (top, left, "
      "h, w, flip)."},
+    {"plan_window", py_plan_window, METH_VARARGS,
+     "plan_window(spec, width, height, seed, epoch, index, view=0) -> {x, y, "
+     "w, h: the source box; vx, vy, vw, vh: where it lands in the output; "
+     "flip, vflip}."},
     {"dct_scale", py_dct_scale, METH_VARARGS,
      "dct_scale(spec, width, height, seed, epoch, index, view=0) -> m: that "
      "view alone would decode the sample at DCT scale m/8 (8: none)."},

@@ -102,6 +102,20 @@ def plan(
     """(top, left, height, width, flip): the source box of view ``view``
     of one sample, as floats, as torchvision's get_params would give it."""
 
+def plan_window(
+    spec: _TransformSpec,
+    width: int,
+    height: int,
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int = 0,
+    /,
+) -> Dict[str, Any]:
+    """The whole plan of one sample's view: the source box (x, y, w, h), the
+    output rectangle it lands in (vx, vy, vw, vh; the rest is padding) and
+    the flips (flip, vflip)."""
+
 def dct_scale(
     spec: _TransformSpec,
     width: int,

@@ -9,7 +9,12 @@ antialiased interpolation):
 - ``Resize(...)`` followed by ``CenterCrop(...)``, e.g. the ImageNet eval
   pipeline ``Compose([Resize(256), CenterCrop(224)])``;
 - ``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``;
-- ``RandomHorizontalFlip(p=0.5)`` after any of the above;
+- ``RandomCrop(size, padding, pad_if_needed, fill=0,
+  padding_mode="constant")``, alone or after ``Resize``, e.g. the classic
+  ``Compose([Resize(256), RandomCrop(224)])`` (zero padding only: another
+  fill or padding mode is not fused);
+- ``RandomHorizontalFlip(p=0.5)`` and ``RandomVerticalFlip(p=0.5)`` after
+  any of the above;
 - then torchvision's augmentation transforms, in the user's order, run by
   the C augment stage on the 8-bit image (``_ops.IMAGE_OPS``): ColorJitter,
   Grayscale(3), RandomGrayscale, GaussianBlur, RandomAutocontrast,
@@ -52,6 +57,8 @@ __all__ = [
     "CenterCrop",
     "RandomResizedCrop",
     "RandomHorizontalFlip",
+    "RandomVerticalFlip",
+    "RandomCrop",
     "compile_transform",
     "UnsupportedTransform",
 ]
@@ -102,6 +109,26 @@ class RandomHorizontalFlip:
     """Mirror left-right with probability ``p``."""
 
     p: float = 0.5
+
+
+@dataclass(frozen=True)
+class RandomVerticalFlip:
+    """Mirror top-bottom with probability ``p``."""
+
+    p: float = 0.5
+
+
+@dataclass(frozen=True)
+class RandomCrop:
+    """torchvision's ``RandomCrop``: pad (``padding``: an int, (left/right,
+    top/bottom) or (left, top, right, bottom); ``pad_if_needed``), then a
+    window of ``size`` at a random offset. Fused with zero padding only."""
+
+    size: Size
+    padding: Optional[Union[int, Sequence[int]]] = None
+    pad_if_needed: bool = False
+    fill: Any = 0
+    padding_mode: str = "constant"
 
 
 @dataclass(frozen=True)
@@ -345,7 +372,57 @@ _CONVERSIONS = (
     "ConvertImageDtype",
     "Normalize",
 )
-_GEOMETRY = ("Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip")
+_GEOMETRY = (
+    "Resize",
+    "CenterCrop",
+    "RandomResizedCrop",
+    "RandomCrop",
+    "RandomHorizontalFlip",
+    "RandomVerticalFlip",
+)
+
+
+def _zero(fill: Any) -> bool:
+    if isinstance(fill, dict):  # transforms.v2: a fill per type
+        return all(_zero(v) for v in fill.values())
+    if fill is None or isinstance(fill, (int, float)):
+        return not fill
+    return all(_zero(v) for v in fill)
+
+
+def _random_crop(t: Any) -> dict:
+    """RandomCrop's window size and padding as spec fields, or
+    UnsupportedTransform for a fill or padding mode the core has not."""
+    h, w = _pair(_size_of(t), "RandomCrop")
+    pad = t.padding
+    if pad is None:
+        left = top = right = bottom = 0
+    elif type(t).__module__.startswith("torchvision.transforms.v2"):
+        left, right, top, bottom = (int(p) for p in pad)  # v2 keeps l, r, t, b
+    else:
+        pads = [int(pad)] if isinstance(pad, int) else [int(p) for p in pad]
+        if len(pads) not in (1, 2, 4):
+            raise UnsupportedTransform(f"RandomCrop(padding={pad!r})")
+        if len(pads) == 1:
+            pads = pads * 4
+        elif len(pads) == 2:
+            pads = pads * 2
+        left, top, right, bottom = pads
+    pads_any = bool(left or top or right or bottom or t.pad_if_needed)
+    if pads_any and (t.padding_mode != "constant" or not _zero(t.fill)):
+        raise UnsupportedTransform(
+            f"RandomCrop with padding_mode={t.padding_mode!r}, fill={t.fill!r} "
+            "(only zero padding is fused)"
+        )
+    return {
+        "out_h": h,
+        "out_w": w,
+        "pad_left": left,
+        "pad_top": top,
+        "pad_right": right,
+        "pad_bottom": bottom,
+        "pad_if_needed": int(bool(t.pad_if_needed)),
+    }
 
 
 def compile_transform(transform: Any) -> Compiled:
@@ -366,10 +443,11 @@ def compile_transform(transform: Any) -> Compiled:
     spec: dict[str, Any] = {}
     resize: Optional[Any] = None
     crop: Optional[tuple[int, int]] = None
-    flip_p = 0.0
+    rcrop: Optional[dict] = None  # RandomCrop's fields
+    flip_p = vflip_p = 0.0
     state: dict[str, Any] = {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
     ops: list[tuple[str, list[float]]] = []
-    converted = erased = flipped = False
+    converted = erased = flipped = vflipped = False
     reason = ""
     i = 0
     while i < len(items):
@@ -378,7 +456,10 @@ def compile_transform(transform: Any) -> Compiled:
         if not _known(t):
             reason = f"{name} is not a torchvision transform"
             break
-        geometric = resize is not None or crop is not None or bool(spec)
+        geometric = (
+            resize is not None or crop is not None or rcrop is not None or bool(spec)
+        )
+        cropped = crop if rcrop is None else (rcrop["out_h"], rcrop["out_w"])
         if name == "RandomErasing" and converted:
             try:
                 ops.append(_ops.erase_of(t, state["dtype"]))
@@ -397,7 +478,7 @@ def compile_transform(transform: Any) -> Compiled:
                 break
             converted = True
         elif name in _ops.IMAGE_OPS:
-            size = _out_size(spec, resize, crop)
+            size = _out_size(spec, resize, cropped)
             if size is None:
                 reason = f"{name} needs a fixed image size before it"
                 break
@@ -410,15 +491,25 @@ def compile_transform(transform: Any) -> Compiled:
             _check_interpolation(t)
             resize = _size_of(t)
         elif (
-            name == "CenterCrop"
+            name in ("CenterCrop", "RandomCrop")
             and crop is None
+            and rcrop is None
             and not spec
             and not flipped
+            and not vflipped
             and not ops
         ):
             # (After a flip, an odd margin would put the crop one column
-            # off: torchvision rounds the left edge, not the mirrored one.)
-            crop = _pair(_size_of(t), "CenterCrop")
+            # off: torchvision rounds the left edge, not the mirrored one;
+            # a random window is drawn on the unflipped image.)
+            if name == "CenterCrop":
+                crop = _pair(_size_of(t), "CenterCrop")
+            else:
+                try:
+                    rcrop = _random_crop(t)
+                except UnsupportedTransform as e:
+                    reason = str(e)
+                    break
         elif name == "RandomResizedCrop" and not geometric:
             _check_interpolation(t)
             h, w = _pair(_size_of(t), "RandomResizedCrop")
@@ -441,15 +532,25 @@ def compile_transform(transform: Any) -> Compiled:
             # act on pixels alone, which it commutes with.
             flip_p = float(t.p)
             flipped = True
+        elif (
+            name == "RandomVerticalFlip"
+            and not vflipped
+            and geometric
+            and all(op in _ops.FLIP_SAFE for op, _ in ops)
+        ):
+            vflip_p = float(t.p)  # flipped before the ops, as the horizontal
+            vflipped = True
         else:
             reason = f"{name} is not fused after " + type(items[i - 1]).__name__
-            if name == "RandomHorizontalFlip" and ops:
+            if name in ("RandomHorizontalFlip", "RandomVerticalFlip") and ops:
                 reason += " (the C core flips before the ops; put the flip first)"
             break
         i += 1
 
     if not spec:
-        if resize is None and crop is None:
+        if resize is None and crop is None and rcrop is None:
+            if reason and items and type(items[0]).__name__ == "RandomCrop":
+                raise UnsupportedTransform(reason)
             first = type(items[0]).__name__ if items else "no transform"
             raise UnsupportedTransform(
                 f"the transform starts with {first}, not Resize, CenterCrop or "
@@ -457,8 +558,10 @@ def compile_transform(transform: Any) -> Compiled:
                 "e.g. Compose([Resize(256), CenterCrop(224)])"
             )
         spec = {"kind": "resize_crop"}
+        if rcrop is not None:
+            spec = {"kind": "resize_random_crop", **rcrop}
         if isinstance(resize, int):
-            if crop is None:
+            if crop is None and rcrop is None:
                 raise UnsupportedTransform(
                     f"Resize({resize}) alone gives images of varying sizes; add "
                     f"CenterCrop({resize}) or use Resize(({resize}, {resize}))"
@@ -469,8 +572,11 @@ def compile_transform(transform: Any) -> Compiled:
             spec["resize_h"], spec["resize_w"] = rh, rw
             if crop is None:
                 crop = (rh, rw)
-        spec["out_h"], spec["out_w"] = crop
+        if rcrop is None:
+            spec["out_h"], spec["out_w"] = crop
     spec["flip_p"] = flip_p
+    if vflip_p:
+        spec["vflip_p"] = vflip_p
     if ops:
         spec["ops"] = ops
     for key in ("out_h", "out_w"):

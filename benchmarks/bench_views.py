@@ -160,7 +160,8 @@ NOTES = {
     "GaussianBlur(23, sigma) truncates the kernel at 11 px and is an exact "
     "Gaussian where PIL's is three box filters",
     "dino": "DINO blurs with PIL's ImageFilter.GaussianBlur (as MoCo v2) and "
-    "resizes with bicubic interpolation (not fused by ringloader: bilinear here)",
+    "resizes with bicubic interpolation (ringloader fuses bilinear only: "
+    "bicubic makes ringloader.DataLoader hand back torch's)",
     "dinov2": "DINOv2 resizes with bicubic interpolation (bilinear here)",
 }
 

@@ -227,6 +227,27 @@ def test_resume_with_views_is_exact(root):
         assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
+def test_a_replaced_sample_fills_every_view(root, tmp_path):
+    """on_error="skip": the replacement is decoded once and written to
+    each view, in its own randomness."""
+    import shutil
+
+    folder = tmp_path / "bad"
+    shutil.copytree(root, folder)
+    victim = tvd.ImageFolder(str(folder)).samples[4][0]
+    with open(victim, "r+b") as f:
+        f.truncate(300)
+    tf = MultiView(global_view(), local_view(), local_view())
+    with pytest.warns(ringloader.DataWarning, match="skipped"):
+        views = epoch(loader(str(folder), tf, on_error="skip"))
+    good = epoch(loader(root, tf))
+    assert [v.shape for v in views] == [v.shape for v in good]
+    for v in range(3):  # the other samples are untouched by the skip
+        assert torch.equal(views[v][:4], good[v][:4])
+        assert torch.equal(views[v][5:], good[v][5:])
+        assert not torch.equal(views[v][4], good[v][4])
+
+
 class Invert:
     """A transform ringloader does not know (a user's own class)."""
 

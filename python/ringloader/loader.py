@@ -505,6 +505,9 @@ class Loader:
             difference is the replacement candidates that failed;
           - ``fallback_decodes``: non-JPEG files Pillow decoded (not
             errors);
+          - ``decodes``: pixel decodes, one per sample loaded, and
+            ``views``: views written, one per view of each (a
+            ``transforms.MultiView`` decodes each image once);
           - ``truncated``: truncated JPEGs decoded with
             ``allow_truncated=True`` (not errors);
           - for shards or files over HTTP(S) or S3 (0 otherwise):

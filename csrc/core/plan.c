@@ -266,8 +266,12 @@ int rl_transform_check(const rl_transform *t, char *msg)
     }
     if (!(t->ratio_lo > 0) || !(t->ratio_hi > 0) || !(t->scale_lo >= 0) ||
         !(t->scale_hi >= t->scale_lo) || !(t->flip_p >= 0) ||
-        !(t->flip_p <= 1) || !(t->vflip_p >= 0) || !(t->vflip_p <= 1)) {
-        snprintf(msg, RL_MSG_MAX, "invalid scale, ratio, flip_p or vflip_p");
+        !(t->flip_p <= 1)) {
+        snprintf(msg, RL_MSG_MAX, "invalid scale, ratio or flip_p");
+        return RL_ECONFIG;
+    }
+    if (!(t->vflip_p >= 0) || !(t->vflip_p <= 1)) {
+        snprintf(msg, RL_MSG_MAX, "vflip_p must be in [0, 1]");
         return RL_ECONFIG;
     }
     for (int i = 0; i < 4; i++) {

@@ -47,6 +47,7 @@ typedef enum {
     RL_T_RESIZE_CROP = 1, /* optional Resize, then CenterCrop (which may be
                            * the whole resized image) */
     RL_T_RANDOM_CROP = 2, /* RandomResizedCrop */
+    RL_T_RESIZE_RANDOM_CROP = 3, /* optional Resize, then RandomCrop */
 } rl_transform_kind;
 
 /*
@@ -61,7 +62,14 @@ typedef enum {
  * RL_T_RANDOM_CROP: torchvision's RandomResizedCrop sampling of a box with
  * area fraction in [scale_lo, scale_hi] and aspect ratio in [ratio_lo,
  * ratio_hi], resized to out_h x out_w.
- * Both: mirrored horizontally with probability flip_p.
+ * RL_T_RESIZE_RANDOM_CROP: resized as RL_T_RESIZE_CROP is, then
+ * torchvision's RandomCrop(out_h x out_w): zero padding of pad[] pixels
+ * (left, top, right, bottom), with pad_if_needed the missing rows or
+ * columns added on both sides as torchvision adds them, then a window at a
+ * uniform random offset; an image smaller than the window after padding
+ * is that sample's error, as torchvision raises for it.
+ * All: mirrored horizontally with probability flip_p, then vertically
+ * with probability vflip_p.
  */
 typedef struct rl_transform {
     rl_transform_kind kind;
@@ -71,13 +79,18 @@ typedef struct rl_transform {
     double scale_lo, scale_hi;
     double ratio_lo, ratio_hi;
     double flip_p;
+    double vflip_p;
+    int pad[4]; /* RandomCrop's padding: left, top, right, bottom */
+    int pad_if_needed;
 } rl_transform;
 
 /*
  * What to do with one sample: resample the box (x, y, w, h) of the source
  * image, in source pixels, into the output rectangle (vx, vy, vw, vh) of an
- * out_w x out_h image, mirrored if flip. Output pixels outside that
- * rectangle (a CenterCrop larger than the image) are zeros. crop_first says
+ * out_w x out_h image, mirrored left-right if flip and top-bottom if vflip.
+ * Output pixels outside that rectangle (a CenterCrop larger than the image,
+ * a RandomCrop's padding) are zeros; the rectangle may be empty (vw or vh
+ * 0: a window in the padding alone). crop_first says
  * whether the resample sees the box alone, as torchvision's
  * RandomResizedCrop crops, then resizes (the filter stops at the box's
  * edges), or the whole image, as Resize then CenterCrop crops the resized
@@ -88,6 +101,7 @@ typedef struct rl_plan {
     int vx, vy, vw, vh;
     int out_w, out_h;
     bool flip;
+    bool vflip;
     bool crop_first;
 } rl_plan;
 

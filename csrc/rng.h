@@ -51,6 +51,22 @@ typedef enum {
     RL_RNG_AUGMENT = 0x40000000, /* augmentation ops (augment/) */
 } rl_rng_stream;
 
+/* A sample may have several views (core/sample.h), up to RL_MAX_VIEWS;
+ * view v draws from its own part of each stage's stream, v *
+ * RL_RNG_VIEW_STRIDE counter words on: a stage's draws of one view use far
+ * fewer (the augment chain's ops are 0x10000 apart, 16 of them), so views
+ * never share a draw, and view 0's part is the stage's stream as it was
+ * before views existed (a one-view loader keeps the randomness of saved
+ * runs). The planes of RL_RNG_PLAN and RL_RNG_AUGMENT hold 64 views each. */
+#define RL_MAX_VIEWS 64
+#define RL_RNG_VIEW_STRIDE 0x01000000u
+
+/* The part of stream s that view v (0 .. RL_MAX_VIEWS - 1) draws from. */
+static inline rl_rng_stream rl_rng_view(rl_rng_stream s, int view)
+{
+    return (rl_rng_stream)((uint32_t)s + (uint32_t)view * RL_RNG_VIEW_STRIDE);
+}
+
 /* A stream of uniform numbers for one sample. */
 typedef struct rl_rng {
     uint32_t key[2];

@@ -137,10 +137,13 @@ struct rl_op {
     int span, children;
 };
 
-/* A chain of ops, run in order; n = 0 is the empty chain. */
+/* A chain of ops, run in order; n = 0 is the empty chain. `view` is the
+ * view of the sample the chain belongs to (core/sample.h): its draws come
+ * from that view's part of the augment stream (rng.h's rl_rng_view). */
 typedef struct rl_augment {
     rl_op ops[RL_AUGMENT_MAX_OPS];
     int n;
+    int view;
 } rl_augment;
 
 /* The built-in ops, one table a file of ops (augment/ops.c lists the

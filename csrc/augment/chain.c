@@ -184,7 +184,8 @@ void rl_augment_draw(const rl_augment *a, uint64_t seed, int64_t epoch,
             /* Each op's draws start at a fixed offset of the stream. */
             rl_rng g;
             rl_rng_init(&g, seed, epoch, key,
-                        (rl_rng_stream)(RL_RNG_AUGMENT + i * 0x10000));
+                        (rl_rng_stream)(rl_rng_view(RL_RNG_AUGMENT, a->view) +
+                                        i * 0x10000));
             op->def->draw(op, &g, w, h, pp);
         }
     }

@@ -76,7 +76,7 @@ static void batch_part_done(rl_batch *b)
         if (ok) {
             rl_deliver *d = p->cfg.deliver;
             b->copy_status = d->ops->complete(
-                d, b->slot->data, p->sample_bytes * (size_t)b->n, b->dst,
+                d, b->slot->data, rl_pipeline_batch_bytes(p, b->n), b->dst,
                 &b->slot->event, b->copy_msg);
             b->slot->copying = b->copy_status == 0;
         }
@@ -89,8 +89,9 @@ static void batch_part_done(rl_batch *b)
     /* b may be freed from here on. */
 }
 
-/* Reads (when the I/O thread did not) and decodes one sample into dst;
- * the fetch's bytes are released. Returns its status with j->msg set. */
+/* Reads (when the I/O thread did not) and decodes one sample into dst
+ * (one destination per view); the fetch's bytes are released. Returns its
+ * status with j->msg set. */
 static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
                 bool read, int64_t key, const rl_dst *dst)
 {
@@ -117,6 +118,8 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
                                j->batch->epoch, key, dst, &note, j->msg);
         atomic_fetch_add(&p->decode_ns, rl__now_ns() - t0);
         atomic_fetch_add(&p->n_samples, 1);
+        atomic_fetch_add(&p->n_decodes, (uint64_t)note.decodes);
+        atomic_fetch_add(&p->n_views, (uint64_t)note.views);
         j->decoder = status == 0 ? note.decoder : -1;
         if (status == 0 && note.truncated) {
             atomic_fetch_add(&p->n_truncated, 1);
@@ -183,14 +186,19 @@ static void job_run(rl_task *task, void *ctx)
         batch_part_done(b);
         return;
     }
-    rl_dst dst;
-    rl_place_dst(&p->cfg.place,
-                 b->slot->data + (size_t)j->pos * p->sample_bytes, &dst);
+    /* The sample's place in each view's region of the slot. */
+    rl_dst dst[RL_MAX_VIEWS];
+    int nv = p->cfg.sample.nviews;
+    for (int v = 0; v < nv; v++) {
+        size_t at = rl_place_view_offset(p->places, nv, b->n, v) +
+                    (size_t)j->pos * rl_place_sample_bytes(&p->places[v]);
+        rl_place_dst(&p->places[v], b->slot->data + at, &dst[v]);
+    }
     bool read = p->cfg.source->ops->read_batch == NULL;
-    j->status = load(p, j, ctx, &j->fetch, read, j->key, &dst);
+    j->status = load(p, j, ctx, &j->fetch, read, j->key, dst);
     if (j->status != 0 && p->cfg.skip_errors && sample_error(j->status)) {
         j->first_status = j->status;
-        replace(p, j, ctx, &dst);
+        replace(p, j, ctx, dst);
         if (j->replaced_by >= 0) {
             /* Reported with the batch; the sample's place is filled. */
             j->status = 0;

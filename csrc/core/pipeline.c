@@ -33,10 +33,6 @@ static bool config_ok(const rl_pipeline_config *cfg, char *msg)
         fail_msg(msg, "num_threads must be 1..256, not %d", cfg->nthreads);
         return false;
     }
-    if (cfg->place.dtype > RL_DTYPE_BF16) {
-        fail_msg(msg, "unknown output dtype %d", cfg->place.dtype);
-        return false;
-    }
     if (cfg->source == NULL) {
         snprintf(msg, RL_MSG_MAX, "a pipeline needs a source");
         return false;
@@ -50,7 +46,38 @@ static bool config_ok(const rl_pipeline_config *cfg, char *msg)
                  RL_MAX_CONSECUTIVE_ERRORS, cfg->max_consecutive_errors);
         return false;
     }
-    return rl_transform_check(&cfg->sample.transform, msg) == 0;
+    if (cfg->sample.nviews < 1 || cfg->sample.nviews > RL_MAX_VIEWS ||
+        cfg->sample.views == NULL) {
+        snprintf(msg, RL_MSG_MAX, "a sample has 1..%d views, not %d",
+                 RL_MAX_VIEWS, cfg->sample.nviews);
+        return false;
+    }
+    return true;
+}
+
+/* The pipeline's own copy of the views, each with its place sized by its
+ * transform and its chain drawing as its view; then their one check.
+ * Returns 0 or RL_ECONFIG / -ENOMEM with msg. */
+static int copy_views(rl_pipeline *p, const rl_sample_spec *s, char *msg)
+{
+    p->views = malloc(sizeof(rl_view) * (size_t)s->nviews);
+    if (p->views == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    size_t bytes = 0;
+    for (int v = 0; v < s->nviews; v++) {
+        rl_view *view = &p->views[v];
+        *view = s->views[v];
+        view->place.out_w = view->transform.out_w;
+        view->place.out_h = view->transform.out_h;
+        view->augment.view = v;
+        p->places[v] = view->place;
+        bytes += rl_place_sample_bytes(&view->place);
+    }
+    p->cfg.sample.views = p->views;
+    p->sample_bytes = bytes;
+    return rl_sample_views_check(p->views, s->nviews, msg);
 }
 
 rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg)
@@ -86,9 +113,11 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg)
         p->cfg.decoders.defs[0] = &rl_jpeg_decoder;
         p->cfg.decoders.n = 1;
     }
-    p->cfg.place.out_w = cfg->sample.transform.out_w;
-    p->cfg.place.out_h = cfg->sample.transform.out_h;
-    p->sample_bytes = rl_place_sample_bytes(&p->cfg.place);
+    if (copy_views(p, &cfg->sample, msg) != 0) {
+        rl_source_destroy(p->cfg.source);
+        rl__pipeline_unref(p); /* destroys the delivery */
+        return NULL;
+    }
 
     p->pool = rl_pool_create(cfg->nthreads, rl__worker_ctx_create,
                              rl__worker_ctx_destroy, p);
@@ -136,6 +165,18 @@ size_t rl_pipeline_sample_bytes(const rl_pipeline *p)
     return p->sample_bytes;
 }
 
+size_t rl_pipeline_batch_bytes(const rl_pipeline *p, int n)
+{
+    int nv = p->cfg.sample.nviews;
+    return rl_place_view_offset(p->places, nv, n, nv);
+}
+
+const rl_view *rl_pipeline_views(const rl_pipeline *p, int *n)
+{
+    *n = p->cfg.sample.nviews;
+    return p->views;
+}
+
 int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
                        int n, int64_t epoch, void *dst, uint64_t *ticket)
 {
@@ -170,7 +211,7 @@ int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
         free(b);
         return RL_ECLOSED;
     }
-    int rc = rl__slot_take(p, p->sample_bytes * (size_t)n, &b->slot);
+    int rc = rl__slot_take(p, rl_pipeline_batch_bytes(p, n), &b->slot);
     if (rc == 0 && (p->closed || p->stopping)) {
         /* Closed while the slot was allocated with mu released. */
         rl__slot_put(p, b->slot);
@@ -443,6 +484,8 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     st->direct_refused = atomic_load(&p->direct_refused);
     st->truncated = atomic_load(&p->n_truncated);
     st->fallback = atomic_load(&p->n_fallback);
+    st->decodes = atomic_load(&p->n_decodes);
+    st->views = atomic_load(&p->n_views);
     if (p->cfg.source->ops->counters != NULL) {
         p->cfg.source->ops->counters(p->cfg.source, &st->source);
     }

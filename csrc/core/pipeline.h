@@ -42,12 +42,15 @@ typedef struct rl_pipeline rl_pipeline;
 typedef struct rl_slot rl_slot;
 
 typedef struct rl_pipeline_config {
-    int nthreads;          /* decode threads, 1..256 */
-    rl_source *source;     /* owned by the pipeline from create on */
-    rl_deliver *deliver;   /* likewise; NULL: host memory */
-    rl_decoders decoders;  /* tried in order; n = 0: JPEG only */
-    rl_sample_spec sample; /* transform, limits, augment ops, seed */
-    rl_place_config place; /* out size: the transform's */
+    int nthreads;         /* decode threads, 1..256 */
+    rl_source *source;    /* owned by the pipeline from create on */
+    rl_deliver *deliver;  /* likewise; NULL: host memory */
+    rl_decoders decoders; /* tried in order; n = 0: JPEG only */
+    /* Limits, seed and the views (each: transform, ops, place), which the
+     * pipeline copies at create, setting each view's place size from its
+     * transform and its chain's view index (sample.views is borrowed only
+     * during rl_pipeline_create). */
+    rl_sample_spec sample;
     /* The skip policy: a failed sample (an I/O or data error, not running
      * out of memory) is replaced, up to max_consecutive_errors failures in
      * a row (>= 1), then its batch fails. */
@@ -103,6 +106,8 @@ typedef struct rl_pipeline_stats {
     uint64_t direct_refused;     /* O_DIRECT reads that fell back */
     uint64_t truncated;          /* JPEGs decoded although truncated */
     uint64_t fallback;           /* samples decoded by a later decoder */
+    uint64_t decodes;            /* pixel decodes: one per sample loaded */
+    uint64_t views;              /* views written (samples x views) */
     rl_source_counters source;   /* a remote source's (0 for local) */
     int inflight;                /* batches submitted, not yet returned */
     int ready;                   /* of those, decoded and waiting */
@@ -130,13 +135,22 @@ bool rl_pipeline_forked(const rl_pipeline *p);
 const char *rl_pipeline_io_name(const rl_pipeline *p);
 const char *rl_pipeline_io_reason(const rl_pipeline *p);
 
-/* Bytes of one sample in a slot (out_h * out_w * 3 * element size). */
+/* Bytes of one sample in a slot, all its views together (one view:
+ * out_h * out_w * 3 * element size). */
 size_t rl_pipeline_sample_bytes(const rl_pipeline *p);
+
+/* Bytes of the slot (and of a device batch's buffer) of n samples: the
+ * views' regions one after the other (place.h's rl_place_view_offset). */
+size_t rl_pipeline_batch_bytes(const rl_pipeline *p, int n);
+
+/* The pipeline's views (its own copy, valid until it is freed) and their
+ * number in *n. */
+const rl_view *rl_pipeline_views(const rl_pipeline *p, int *n);
 
 /*
  * Queues a batch of n >= 1 samples of `epoch`: ids[i] names the sample in
  * the source's table, keys[i] the key of its randomness (rng.h). With a
- * device delivery, dst is the device buffer (n * sample_bytes bytes, the
+ * device delivery, dst is the device buffer (batch_bytes(n) bytes, the
  * caller's) the batch is copied into; else NULL. On success *ticket (when
  * not NULL) is the batch's number, 1, 2, ... in submission order, which
  * rl_pipeline_next reports with it. Returns 0, -EINVAL (an id out of
@@ -182,8 +196,8 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st);
  */
 void rl_pipeline_destroy(rl_pipeline *p);
 
-/* The samples of a handed-out slot: rl_slot_count() images of
- * rl_pipeline_sample_bytes() each, laid out as configured. */
+/* The samples of a handed-out slot: the regions of its views, each of
+ * rl_slot_count() images, laid out as configured. */
 uint8_t *rl_slot_data(const rl_slot *s);
 int rl_slot_count(const rl_slot *s);
 void rl_slot_retain(rl_slot *s);

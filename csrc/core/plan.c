@@ -71,9 +71,10 @@ static void random_crop_box(const rl_transform *t, int width, int height,
     *w = cw;
 }
 
-/* Resize (as configured) then CenterCrop(out_h, out_w). */
-static int resize_crop_box(const rl_transform *t, int width, int height,
-                           rl_plan *p)
+/* The size of the image after Resize (as configured): 0, or RL_EINTERNAL
+ * for an empty one. */
+static int resized_size(const rl_transform *t, int width, int height, int *rw,
+                        int *rh)
 {
     int nw = width, nh = height;
     if (t->resize_short > 0) {
@@ -91,7 +92,75 @@ static int resize_crop_box(const rl_transform *t, int width, int height,
         nw = t->resize_w;
         nh = t->resize_h;
     }
-    if (nw <= 0 || nh <= 0) {
+    *rw = nw;
+    *rh = nh;
+    return nw <= 0 || nh <= 0 ? RL_EINTERNAL : 0;
+}
+
+/* One axis of a window of `out` pixels whose first pixel is at `start` of
+ * a resized axis of n pixels (start may be negative, the window may pass
+ * the end: padding): the part inside the image, in source pixels (*b0,
+ * *bsize, with `scale` resized pixels a source pixel), and where it lands
+ * in the output (*v0, *vsize; *vsize 0 when the window is all padding). */
+static void window_axis(int start, int out, int n, int full, double scale,
+                        double *b0, double *bsize, int *v0, int *vsize)
+{
+    int lo = start > 0 ? start : 0;
+    int hi = start + out < n ? start + out : n;
+    if (hi <= lo) {
+        *v0 = 0;
+        *vsize = 0;
+        *b0 = 0;
+        *bsize = full;
+        return;
+    }
+    *v0 = lo - start;
+    *vsize = hi - lo;
+    *b0 = lo / scale;
+    *bsize = (hi - lo) / scale;
+}
+
+/* Resize (as configured) then RandomCrop(out_h, out_w) with its padding:
+ * 0, RL_EDECODE for an image smaller than the window after padding, or
+ * RL_EINTERNAL. The draws follow torchvision's: the top offset, then the
+ * left one, each only where the padded image is larger than the window. */
+static int resize_random_window(const rl_transform *t, int width, int height,
+                                rl_rng *g, rl_plan *p)
+{
+    int nw, nh;
+    if (resized_size(t, width, height, &nw, &nh) != 0) {
+        return RL_EINTERNAL;
+    }
+    int pl = t->pad[0], pt = t->pad[1], pr = t->pad[2], pb = t->pad[3];
+    int64_t pw = (int64_t)nw + pl + pr, ph = (int64_t)nh + pt + pb;
+    int ow = p->out_w, oh = p->out_h;
+    if (t->pad_if_needed && ph < oh) {
+        /* torchvision pads the difference on both sides. */
+        pt += (int)(oh - ph);
+        ph += 2 * (oh - ph);
+    }
+    if (t->pad_if_needed && pw < ow) {
+        pl += (int)(ow - pw);
+        pw += 2 * (ow - pw);
+    }
+    if (ph < oh || pw < ow) {
+        return RL_EDECODE;
+    }
+    int top = ph > oh ? randint(g, 0, (int)(ph - oh + 1)) : 0;
+    int left = pw > ow ? randint(g, 0, (int)(pw - ow + 1)) : 0;
+    window_axis(left - pl, ow, nw, width, (double)nw / width, &p->x, &p->w,
+                &p->vx, &p->vw);
+    window_axis(top - pt, oh, nh, height, (double)nh / height, &p->y, &p->h,
+                &p->vy, &p->vh);
+    return 0;
+}
+
+/* Resize (as configured) then CenterCrop(out_h, out_w). */
+static int resize_crop_box(const rl_transform *t, int width, int height,
+                           rl_plan *p)
+{
+    int nw, nh;
+    if (resized_size(t, width, height, &nw, &nh) != 0) {
         return RL_EINTERNAL;
     }
     double sx = (double)nw / width, sy = (double)nh / height;
@@ -126,13 +195,14 @@ static int resize_crop_box(const rl_transform *t, int width, int height,
 }
 
 int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
-                 int64_t epoch, int64_t index, rl_plan *p)
+                 int64_t epoch, int64_t index, int view, rl_plan *p)
 {
-    if (width <= 0 || height <= 0 || t->out_w <= 0 || t->out_h <= 0) {
+    if (width <= 0 || height <= 0 || t->out_w <= 0 || t->out_h <= 0 ||
+        view < 0 || view >= RL_MAX_VIEWS) {
         return RL_EINTERNAL;
     }
     rl_rng g;
-    rl_rng_init(&g, seed, epoch, index, RL_RNG_PLAN);
+    rl_rng_init(&g, seed, epoch, index, rl_rng_view(RL_RNG_PLAN, view));
     p->out_w = t->out_w;
     p->out_h = t->out_h;
     if (t->kind == RL_T_RANDOM_CROP) {
@@ -146,8 +216,11 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
         p->vw = t->out_w;
         p->vh = t->out_h;
         p->crop_first = true;
-    } else if (t->kind == RL_T_RESIZE_CROP) {
-        int rc = resize_crop_box(t, width, height, p);
+    } else if (t->kind == RL_T_RESIZE_CROP ||
+               t->kind == RL_T_RESIZE_RANDOM_CROP) {
+        int rc = t->kind == RL_T_RESIZE_CROP
+                     ? resize_crop_box(t, width, height, p)
+                     : resize_random_window(t, width, height, &g, p);
         if (rc != 0) {
             return rc;
         }
@@ -161,12 +234,19 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
     if (p->flip) {
         p->vx = p->out_w - p->vx - p->vw;
     }
+    /* The vertical flip's draw comes last: a transform without one draws
+     * what it drew before vertical flips existed. */
+    p->vflip = t->vflip_p > 0.0 && rl_rng_uniform(&g) < t->vflip_p;
+    if (p->vflip) {
+        p->vy = p->out_h - p->vy - p->vh;
+    }
     return 0;
 }
 
 int rl_transform_check(const rl_transform *t, char *msg)
 {
-    if (t->kind != RL_T_RESIZE_CROP && t->kind != RL_T_RANDOM_CROP) {
+    if (t->kind != RL_T_RESIZE_CROP && t->kind != RL_T_RANDOM_CROP &&
+        t->kind != RL_T_RESIZE_RANDOM_CROP) {
         snprintf(msg, RL_MSG_MAX,
                  "the transform must give a fixed output size");
         return RL_ECONFIG;
@@ -189,6 +269,17 @@ int rl_transform_check(const rl_transform *t, char *msg)
         !(t->flip_p <= 1)) {
         snprintf(msg, RL_MSG_MAX, "invalid scale, ratio or flip_p");
         return RL_ECONFIG;
+    }
+    if (!(t->vflip_p >= 0) || !(t->vflip_p <= 1)) {
+        snprintf(msg, RL_MSG_MAX, "vflip_p must be in [0, 1]");
+        return RL_ECONFIG;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (t->pad[i] < 0 || t->pad[i] > RL_MAX_SIDE) {
+            snprintf(msg, RL_MSG_MAX, "RandomCrop padding must be in 0..%d",
+                     RL_MAX_SIDE);
+            return RL_ECONFIG;
+        }
     }
     return 0;
 }

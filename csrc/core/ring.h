@@ -75,6 +75,8 @@ struct rl_pipeline {
     atomic_int refs;
     pid_t pid;
     rl_pipeline_config cfg;
+    rl_view *views; /* cfg.sample.views: the pipeline's copy */
+    rl_place_config places[RL_MAX_VIEWS]; /* each view's, for the slot */
     size_t sample_bytes;
     rl_pool *pool;
     pthread_t io_thread;
@@ -88,7 +90,7 @@ struct rl_pipeline {
     rl_slot *copying, *copying_tail; /* oldest first, guarded by mu */
     atomic_uint_fast64_t n_samples, n_batches, n_bytes, n_errors, n_skipped;
     atomic_uint_fast64_t read_ns, decode_ns, direct_refused, n_truncated;
-    atomic_uint_fast64_t n_fallback, io_cpu_ns;
+    atomic_uint_fast64_t n_fallback, io_cpu_ns, n_decodes, n_views;
 };
 
 /* Takes and releases mu. Test builds tell the fake CUDA runtime, which

@@ -11,6 +11,13 @@
  * slot. No full-size image is ever materialised. With augmentation ops the
  * resampler writes an 8-bit image of the output size instead, kept by the
  * thread, which the ops change in place before the store converts it.
+ *
+ * A sample with several views (rl_view: geometry -> ops -> store) is
+ * planned view by view first; the union of the views' source spans is
+ * decoded once, at the finest DCT scale any of them needs, and each view
+ * then resamples its own box from those pixels into its own place. What a
+ * view adds later (a second image field, boxes carried through its plan)
+ * hangs off its plan and its rl_view, never off the decode.
  */
 #define _GNU_SOURCE
 #include "core/sample.h"
@@ -88,16 +95,48 @@ int rl_sample_pick_scale(int width, int height, double bw, double bh, int vw,
     return 8;
 }
 
+int rl_sample_views_check(const rl_view *views, int n, char *msg)
+{
+    if (n < 1 || n > RL_MAX_VIEWS) {
+        snprintf(msg, RL_MSG_MAX, "a sample has 1..%d views, not %d",
+                 RL_MAX_VIEWS, n);
+        return RL_ECONFIG;
+    }
+    for (int v = 0; v < n; v++) {
+        int rc = rl_transform_check(&views[v].transform, msg);
+        if (rc == 0 && views[v].place.dtype > RL_DTYPE_BF16) {
+            snprintf(msg, RL_MSG_MAX, "unknown output dtype %d",
+                     (int)views[v].place.dtype);
+            rc = RL_ECONFIG;
+        }
+        if (rc == 0 && views[v].augment.view != v) {
+            snprintf(msg, RL_MSG_MAX, "its ops draw as view %d",
+                     views[v].augment.view);
+            rc = RL_ECONFIG;
+        }
+        if (rc != 0) {
+            if (n > 1) {
+                /* Name the view: the transform's check does not know it. */
+                char why[RL_MSG_MAX];
+                memcpy(why, msg, sizeof(why));
+                snprintf(msg, RL_MSG_MAX, "view %d: %.200s", v, why);
+            }
+            return RL_ECONFIG;
+        }
+    }
+    return 0;
+}
+
 /* Where the resampler writes: the slot, or with ops the thread's 8-bit
  * image of the output size. */
-static int stage_dst(rl_sample_ctx *c, const rl_sample_spec *spec,
-                     const rl_dst *slot, rl_dst *dst, rl_image *img)
+static int stage_dst(rl_sample_ctx *c, const rl_view *view, const rl_dst *slot,
+                     rl_dst *dst, rl_image *img)
 {
-    if (rl_augment_image_ops(&spec->augment) == 0) {
+    if (rl_augment_image_ops(&view->augment) == 0) {
         *dst = *slot;
         return 0;
     }
-    const rl_transform *t = &spec->transform;
+    const rl_transform *t = &view->transform;
     size_t need = (size_t)t->out_w * (size_t)t->out_h * 3;
     if (need > c->scratch_cap) {
         uint8_t *p = realloc(c->scratch, need);
@@ -120,15 +159,53 @@ static int stage_dst(rl_sample_ctx *c, const rl_sample_spec *spec,
     return 0;
 }
 
+/* One view's chain on the decoded pixels: resample its box (the plan's,
+ * scaled by fx, fy to px's DCT scale), run its ops, store into slot. */
+static int run_view(rl_sample_ctx *c, const rl_sample_spec *spec, int v,
+                    const rl_pixels *px, const rl_plan *p, double fx, double fy,
+                    int64_t epoch, int64_t key, const rl_dst *slot, char *msg)
+{
+    const rl_view *view = &spec->views[v];
+    rl_dst dst;
+    rl_image img;
+    if (stage_dst(c, view, slot, &dst, &img) != 0) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    int rc =
+        rl_place(px, p, p->x * fx, p->y * fy, p->w * fx, p->h * fy, &dst, msg);
+    if (rc != 0 || view->augment.n == 0) {
+        return rc;
+    }
+    const rl_transform *t = &view->transform;
+    double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
+    rl_augment_draw(&view->augment, spec->seed, epoch, key, t->out_w, t->out_h,
+                    params);
+    if (dst.data != slot->data) {
+        rc = rl_augment_run(&view->augment, params, &img, msg);
+        if (rc != 0) {
+            return rc;
+        }
+        rl_store_rgb(img.data, img.stride, img.w, img.h, slot);
+    }
+    return rl_augment_run_out(&view->augment, params, slot, t->out_w, t->out_h,
+                              msg);
+}
+
 int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
                   const uint8_t *data, size_t len, int64_t epoch, int64_t key,
                   const rl_dst *slot, rl_sample_note *note, char *msg)
 {
     const rl_decoder_def *dec;
     void *st;
+    memset(note, 0, sizeof(*note));
     note->decoder = -1;
-    note->truncated = false;
     msg[0] = '\0';
+    if (spec->nviews < 1 || spec->nviews > RL_MAX_VIEWS) {
+        snprintf(msg, RL_MSG_MAX, "a sample has 1..%d views, not %d",
+                 RL_MAX_VIEWS, spec->nviews);
+        return RL_EINTERNAL;
+    }
     int rc =
         rl_decode_pick(c->decode, data, len, &dec, &st, &note->decoder, msg);
     if (rc != 0) {
@@ -139,25 +216,58 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
     if (rc != 0) {
         return rc;
     }
-    rl_plan p;
-    rc = rl_plan_make(&spec->transform, info.width, info.height, spec->seed,
-                      epoch, key, &p);
-    if (rc != 0) {
-        snprintf(msg, RL_MSG_MAX, "invalid transform for a %dx%d image",
-                 info.width, info.height);
-        return rc;
+    /* Every view's plan first: together they name the region to decode
+     * and the DCT scale, the finest any view needs. */
+    rl_plan plans[RL_MAX_VIEWS];
+    int m = dec->scaled_size != NULL ? 1 : 8;
+    for (int v = 0; v < spec->nviews; v++) {
+        rl_plan *p = &plans[v];
+        rc = rl_plan_make(&spec->views[v].transform, info.width, info.height,
+                          spec->seed, epoch, key, v, p);
+        if (rc == RL_EDECODE) {
+            const rl_transform *t = &spec->views[v].transform;
+            snprintf(msg, RL_MSG_MAX,
+                     "RandomCrop(%d, %d) is larger than the %dx%d image after "
+                     "its resize and padding",
+                     t->out_h, t->out_w, info.width, info.height);
+            return rc;
+        }
+        if (rc != 0) {
+            snprintf(msg, RL_MSG_MAX, "invalid transform for a %dx%d image",
+                     info.width, info.height);
+            return rc;
+        }
+        if (dec->scaled_size != NULL) {
+            int mv = rl_sample_pick_scale(info.width, info.height, p->w, p->h,
+                                          p->vw, p->vh);
+            m = mv > m ? mv : m;
+        }
     }
-    int m = 8, sw = info.width, sh = info.height;
+    int sw = info.width, sh = info.height;
     if (dec->scaled_size != NULL) {
-        m = rl_sample_pick_scale(info.width, info.height, p.w, p.h, p.vw, p.vh);
         dec->scaled_size(st, m, &sw, &sh);
     }
     double fx = (double)sw / info.width, fy = (double)sh / info.height;
-    double bx = p.x * fx, by = p.y * fy, bw = p.w * fx, bh = p.h * fy;
-
-    int x0, x1, y0, y1;
-    rl_resample_span(sw, bx, bw, p.vw, p.crop_first, &x0, &x1);
-    rl_resample_span(sh, by, bh, p.vh, p.crop_first, &y0, &y1);
+    int x0 = sw, x1 = 0, y0 = sh, y1 = 0;
+    for (int v = 0; v < spec->nviews; v++) {
+        const rl_plan *p = &plans[v];
+        int a0, a1, b0, b1;
+        if (p->vw <= 0 || p->vh <= 0) {
+            continue; /* a window in the padding alone reads nothing */
+        }
+        rl_resample_span(sw, p->x * fx, p->w * fx, p->vw, p->crop_first, &a0,
+                         &a1);
+        rl_resample_span(sh, p->y * fy, p->h * fy, p->vh, p->crop_first, &b0,
+                         &b1);
+        x0 = a0 < x0 ? a0 : x0;
+        x1 = a1 > x1 ? a1 : x1;
+        y0 = b0 < y0 ? b0 : y0;
+        y1 = b1 > y1 ? b1 : y1;
+    }
+    if (x1 <= x0 || y1 <= y0) {
+        x0 = y0 = 0; /* no view reads a pixel: decode one all the same */
+        x1 = y1 = 1;
+    }
     /* One more pixel on each side: libjpeg upsamples the chroma of a
      * region's edge pixels from the region alone (edge replication), so
      * the pixels the resampler reads must not be the region's edge ones,
@@ -171,30 +281,17 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
     if (rc != 0) {
         return rc;
     }
+    note->decodes = 1;
     note->truncated = dec->truncated != NULL && dec->truncated(st);
-    rl_dst dst;
-    rl_image img;
-    if (stage_dst(c, spec, slot, &dst, &img) != 0) {
-        snprintf(msg, RL_MSG_MAX, "out of memory");
-        return -ENOMEM;
-    }
-    rc = rl_place(&px, &p, bx, by, bw, bh, &dst, msg);
-    if (rc != 0 || spec->augment.n == 0) {
-        return rc;
-    }
-    const rl_transform *t = &spec->transform;
-    double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
-    rl_augment_draw(&spec->augment, spec->seed, epoch, key, t->out_w, t->out_h,
-                    params);
-    if (dst.data != slot->data) {
-        rc = rl_augment_run(&spec->augment, params, &img, msg);
+    for (int v = 0; v < spec->nviews; v++) {
+        rc = run_view(c, spec, v, &px, &plans[v], fx, fy, epoch, key, &slot[v],
+                      msg);
         if (rc != 0) {
             return rc;
         }
-        rl_store_rgb(img.data, img.stride, img.w, img.h, slot);
+        note->views++;
     }
-    return rl_augment_run_out(&spec->augment, params, slot, t->out_w, t->out_h,
-                              msg);
+    return 0;
 }
 
 int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,

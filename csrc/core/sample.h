@@ -1,14 +1,15 @@
 /*
  * core/sample.h - one sample through the per-sample stages: its bytes are
- * decoded (decode/), cropped and resized (core/plan.h, place/), augmented
- * (augment/) and stored into its place in the batch slot.
+ * decoded once (decode/), then each of its views (one output chain:
+ * geometry -> ops -> store) is cropped and resized (core/plan.h, place/),
+ * augmented (augment/) and stored into its own place in the batch slot.
  *
  * This is the entry point the pipeline's workers, the tools of the Python
- * module and the fuzzer share. Only the source region the transform keeps
- * is decoded, at the smallest DCT scale (1/8, 1/4, 1/2 or 1) that still
- * leaves it at least three times the output size, when the decoder can
- * scale: a smaller margin loses the fidelity promised (>= 35 dB against
- * torchvision) on line drawings, screenshots and fine textures.
+ * module and the fuzzer share. Only the source region the views keep is
+ * decoded, at the smallest DCT scale (1/8, 1/4, 1/2 or 1) that still
+ * leaves every view's box at least three times its output size, when the
+ * decoder can scale: a smaller margin loses the fidelity promised (>= 35 dB
+ * against torchvision) on line drawings, screenshots and fine textures.
  */
 #ifndef RL_SAMPLE_H
 #define RL_SAMPLE_H
@@ -17,14 +18,38 @@
 #include "decode/decode.h"
 #include "place/place.h"
 #include "rl.h"
+#include "rng.h"
 
-/* What every sample of a pipeline shares. */
-typedef struct rl_sample_spec {
+/*
+ * One output chain of a sample (a view): its geometry (the transform,
+ * planned per sample from the view's own random stream), its augmentation
+ * ops, and its store (the dtype, normalisation and layout of its place in
+ * the slot; its size is the transform's). A sample is read and decoded once
+ * and feeds each of its views in turn; each view writes its own region of
+ * the slot (place.h's rl_place_view_offset). View v draws from its own part
+ * of the sample's streams (rng.h's rl_rng_view): augment.view must be v.
+ */
+typedef struct rl_view {
     rl_transform transform;
+    rl_augment augment;    /* n = 0: no ops */
+    rl_place_config place; /* out_w, out_h: the transform's */
+} rl_view;
+
+/* What every sample of a pipeline shares: limits, seed, and its views
+ * (1 .. RL_MAX_VIEWS; views[v] is view v; borrowed). */
+typedef struct rl_sample_spec {
     rl_limits limits;
-    rl_augment augment; /* n = 0: no ops */
     uint64_t seed;
+    const rl_view *views;
+    int nviews;
 } rl_sample_spec;
+
+/*
+ * Checks views[0 .. n) where they are configured: 1 .. RL_MAX_VIEWS views,
+ * each transform (rl_transform_check), each output dtype, each chain's
+ * view index. Returns 0, or RL_ECONFIG with msg naming the view.
+ */
+int rl_sample_views_check(const rl_view *views, int n, char *msg);
 
 /* One thread's decoders and scratch memory. */
 typedef struct rl_sample_ctx rl_sample_ctx;
@@ -39,13 +64,17 @@ void rl_sample_ctx_destroy(rl_sample_ctx *c);
 typedef struct rl_sample_note {
     int decoder;    /* position in the decoder set of the one used, or -1 */
     bool truncated; /* decoded although truncated (allow_truncated) */
+    int decodes;    /* pixel decodes run: 1 once the region was decoded */
+    int views;      /* views written in full */
 } rl_sample_note;
 
 /*
- * Decodes data[0..len) as sample `key` of `epoch` into the out_h x out_w
- * image at dst. Returns 0 or a decoder's status (decode/decode.h) with msg
- * (RL_MSG_MAX bytes) set; on failure dst's content is unspecified. May be
- * called without the GIL; c belongs to the calling thread.
+ * Decodes data[0..len) as sample `key` of `epoch` once, then writes each
+ * view v of spec into dst[v] (an out_h x out_w image of that view). Only
+ * the region covering every view's box is decoded, at the finest DCT scale
+ * any view needs. Returns 0 or a decoder's status (decode/decode.h) with
+ * msg (RL_MSG_MAX bytes) set; on failure the dsts' content is unspecified.
+ * May be called without the GIL; c belongs to the calling thread.
  */
 int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
                   const uint8_t *data, size_t len, int64_t epoch, int64_t key,

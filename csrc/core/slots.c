@@ -168,6 +168,7 @@ void rl__pipeline_unref(rl_pipeline *p)
     pthread_cond_destroy(&p->io_cv);
     pthread_cond_destroy(&p->done_cv);
     pthread_mutex_destroy(&p->mu);
+    free(p->views);
     free(p);
 }
 

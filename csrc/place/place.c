@@ -19,6 +19,21 @@ size_t rl_place_sample_bytes(const rl_place_config *c)
     return (size_t)c->out_h * (size_t)c->out_w * 3 * rl_dtype_size(c->dtype);
 }
 
+size_t rl_place_view_offset(const rl_place_config *views, int nviews, int n,
+                            int v)
+{
+    size_t off = 0;
+    for (int u = 0; u < v && u < nviews; u++) {
+        off += (size_t)n * rl_place_sample_bytes(&views[u]);
+        if (u + 1 < nviews) {
+            /* The region after it starts aligned. */
+            off = (off + RL_PLACE_VIEW_ALIGN - 1) &
+                  ~(size_t)(RL_PLACE_VIEW_ALIGN - 1);
+        }
+    }
+    return off;
+}
+
 void rl_place_dst(const rl_place_config *c, uint8_t *base, rl_dst *dst)
 {
     memset(dst, 0, sizeof(*dst));
@@ -49,8 +64,17 @@ int rl_place(const rl_pixels *px, const rl_plan *plan, double bx, double by,
         rl_fill_zero(dst, 0, vy, vx, vh);
         rl_fill_zero(dst, vx + vw, vy, ow - vx - vw, vh);
     }
+    if (vw <= 0 || vh <= 0) {
+        return 0; /* all padding: written above */
+    }
     rl_dst sub = *dst;
     sub.data = rl_dst_at(dst, vx, vy);
+    if (plan->vflip) {
+        /* Rows written bottom up: the resampler and the stores address
+         * rows through the signed row stride alone. */
+        sub.data = rl_dst_at(dst, vx, vy + vh - 1);
+        sub.row_stride = -dst->row_stride;
+    }
     int rc = rl_resample(px, bx, by, bw, bh, vw, vh, plan->flip,
                          plan->crop_first, &sub);
     if (rc != 0) {

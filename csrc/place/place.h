@@ -73,6 +73,20 @@ typedef struct rl_place_config {
 /* Bytes of one sample: out_h * out_w * 3 * element size. */
 size_t rl_place_sample_bytes(const rl_place_config *c);
 
+/*
+ * A slot holds the views of its samples (core/sample.h) view by view: the
+ * n samples of view 0, each of rl_place_sample_bytes(&views[0]) bytes, then
+ * those of view 1, ... so that each view of a batch is one contiguous
+ * (n, ...) array in its own dtype and layout. Each view's region starts
+ * RL_PLACE_VIEW_ALIGN-aligned (a float view after a uint8 one of an odd
+ * size). Returns the offset of view v's region in a slot of n samples;
+ * v = nviews gives the bytes of the whole slot (the last region not
+ * padded: one view's slot is n samples exactly).
+ */
+#define RL_PLACE_VIEW_ALIGN 64
+size_t rl_place_view_offset(const rl_place_config *views, int nviews, int n,
+                            int v);
+
 /* Fills *dst with the destination of the sample whose first byte is base:
  * c's dtype, mul and add, and the strides of c's layout for an
  * out_w x out_h image. base must hold rl_place_sample_bytes(c) bytes. */

@@ -14,6 +14,12 @@
  * lives; that export's deleter is the one path from C back into Python,
  * and takes the GIL first. Both kinds report the same things: shape,
  * fallback positions and replaced samples.
+ *
+ * A batch of a pipeline with several views (core/sample.h) is one Batch
+ * per view, each exporting its own region of the slot or buffer (its
+ * offset, shape and dtype) and holding its own reference on the slot or
+ * owner; the first view's Batch is the one next() returns, and its `views`
+ * lists them all. A one-view batch is its own only view.
  */
 #include "python/module.h"
 
@@ -87,6 +93,8 @@ static void capsule_destructor(PyObject *capsule)
 typedef struct {
     PyObject_HEAD rl_slot *slot; /* host batches */
     void *dev_ptr;               /* device batches */
+    size_t offset;               /* of this view's region, in bytes */
+    PyObject *others;            /* the first view's: the other views */
     int device;                  /* CUDA device, or -1 on the host */
     PyObject *owner;           /* device batches: the buffer's owner, or None */
     PyObject *fallback;        /* tuple of positions decoded by a fallback */
@@ -117,6 +125,7 @@ static void batch_dealloc(batch_object *self)
     Py_XDECREF(self->fallback);
     Py_XDECREF(self->replaced);
     Py_XDECREF(self->ids);
+    Py_XDECREF(self->others);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -136,11 +145,11 @@ static PyObject *batch_dlpack(batch_object *self, PyObject *args, PyObject *kw)
     if (self->slot != NULL) {
         e->slot = self->slot;
         rl_slot_retain(e->slot);
-        e->m.dl_tensor.data = rl_slot_data(self->slot);
+        e->m.dl_tensor.data = rl_slot_data(self->slot) + self->offset;
         e->m.dl_tensor.device.device_type = DL_CPU;
     } else {
         e->owner = Py_NewRef(self->owner);
-        e->m.dl_tensor.data = self->dev_ptr;
+        e->m.dl_tensor.data = (uint8_t *)self->dev_ptr + self->offset;
         e->m.dl_tensor.device.device_type = DL_CUDA;
         e->m.dl_tensor.device.device_id = self->device;
     }
@@ -194,7 +203,7 @@ static int batch_getbuffer(batch_object *self, Py_buffer *view, int flags)
         view->len *= self->shape[i];
     }
     /* Writable exports are fine: the slot belongs to the consumer now. */
-    view->buf = rl_slot_data(self->slot);
+    view->buf = rl_slot_data(self->slot) + self->offset;
     view->obj = Py_NewRef(self);
     view->readonly = 0;
     view->itemsize = itemsize;
@@ -253,6 +262,27 @@ static PyObject *batch_get_owner(batch_object *self, void *closure)
     return Py_NewRef(self->owner ? self->owner : Py_None);
 }
 
+static PyObject *batch_get_views(batch_object *self, void *closure)
+{
+    (void)closure;
+    Py_ssize_t n = self->others ? PyTuple_GET_SIZE(self->others) : 0;
+    PyObject *t = PyTuple_New(1 + n);
+    if (t != NULL) {
+        PyTuple_SET_ITEM(t, 0, Py_NewRef(self));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyTuple_SET_ITEM(t, 1 + i,
+                             Py_NewRef(PyTuple_GET_ITEM(self->others, i)));
+        }
+    }
+    return t;
+}
+
+static PyObject *batch_get_offset(batch_object *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSize_t(self->offset);
+}
+
 static PyObject *batch_get_device(batch_object *self, void *closure)
 {
     (void)closure;
@@ -283,6 +313,12 @@ static PyGetSetDef batch_getset[] = {
      "The number submit() returned for this batch.", NULL},
     {"owner", (getter)batch_get_owner, NULL,
      "Device batches: the object the allocator returned for its buffer.", NULL},
+    {"views", (getter)batch_get_views, NULL,
+     "The Batch of each view of the samples (this one first), each its own "
+     "region of the batch: a one-view batch is (self,).",
+     NULL},
+    {"offset", (getter)batch_get_offset, NULL,
+     "Where this view's region starts in the slot or buffer, in bytes.", NULL},
     {"device", (getter)batch_get_device, NULL,
      "The CUDA device of a device batch, -1 on the host.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -359,27 +395,32 @@ static int batch_lists(rl_module_state *st, batch_object *b,
     return 0;
 }
 
-PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
-                           uintptr_t dev_ptr, int device, PyObject *owner,
-                           int n, int out_h, int out_w, rl_layout layout,
-                           rl_dtype dtype, const rl_batch_report *rep)
+/* The Batch of one view: its region at `offset`, its shape from place.
+ * The slot reference or owner is its own (taken here). New reference, or
+ * NULL with an exception. */
+static batch_object *view_new(rl_module_state *st, rl_slot *slot,
+                              uintptr_t dev_ptr, int device, PyObject *owner,
+                              int n, const rl_place_config *place,
+                              size_t offset)
 {
     batch_object *b = PyObject_New(batch_object, st->batch_type);
     if (b == NULL) {
-        if (slot != NULL) {
-            rl_slot_release(slot);
-        }
         return NULL;
+    }
+    if (slot != NULL) {
+        rl_slot_retain(slot);
     }
     b->slot = slot;
     b->dev_ptr = (void *)dev_ptr;
+    b->offset = offset;
+    b->others = NULL;
     b->device = slot != NULL ? -1 : device;
     b->owner = slot != NULL ? NULL : Py_NewRef(owner);
     b->fallback = b->replaced = b->ids = NULL;
-    b->dtype = dtype;
+    b->dtype = place->dtype;
     b->ndim = 4;
-    Py_ssize_t h = out_h, w = out_w;
-    if (layout == RL_LAYOUT_NHWC) {
+    Py_ssize_t h = place->out_h, w = place->out_w;
+    if (place->layout == RL_LAYOUT_NHWC) {
         Py_ssize_t shape[4] = {n, h, w, 3};
         Py_ssize_t strides[4] = {h * w * 3, w * 3, 3, 1};
         memcpy(b->shape, shape, sizeof(shape));
@@ -390,9 +431,41 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
         memcpy(b->shape, shape, sizeof(shape));
         memcpy(b->strides, strides, sizeof(strides));
     }
-    if (batch_lists(st, b, rep) != 0) {
+    return b;
+}
+
+PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
+                           uintptr_t dev_ptr, int device, PyObject *owner,
+                           int n, const rl_place_config *places, int nviews,
+                           const rl_batch_report *rep)
+{
+    batch_object *b =
+        view_new(st, slot, dev_ptr, device, owner, n, &places[0], 0);
+    if (slot != NULL) {
+        rl_slot_release(slot); /* each view holds its own reference */
+    }
+    if (b == NULL || batch_lists(st, b, rep) != 0) {
+        Py_XDECREF(b);
+        return NULL;
+    }
+    if (nviews > 1 && (b->others = PyTuple_New(nviews - 1)) == NULL) {
         Py_DECREF(b);
         return NULL;
+    }
+    for (int v = 1; v < nviews; v++) {
+        size_t at = rl_place_view_offset(places, nviews, n, v);
+        batch_object *o =
+            view_new(st, slot, dev_ptr, device, owner, n, &places[v], at);
+        if (o == NULL) {
+            Py_DECREF(b);
+            return NULL;
+        }
+        /* The report is the batch's, the same for every view. */
+        o->ticket = b->ticket;
+        o->fallback = Py_NewRef(b->fallback);
+        o->replaced = Py_NewRef(b->replaced);
+        o->ids = Py_NewRef(b->ids);
+        PyTuple_SET_ITEM(b->others, v - 1, (PyObject *)o);
     }
     return (PyObject *)b;
 }

@@ -32,6 +32,7 @@ static int add_layout_constants(PyObject *m)
         {"KEY_REPLACEMENT_BIT", RL_KEY_REPLACEMENT_BIT},
         {"MAX_CONSECUTIVE_ERRORS", RL_MAX_CONSECUTIVE_ERRORS},
         {"MAX_SIDE", RL_MAX_SIDE},
+        {"MAX_VIEWS", RL_MAX_VIEWS},
     };
     for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++) {
         if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) <

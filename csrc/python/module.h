@@ -98,6 +98,17 @@ int rl__py_parse_ops(PyObject *spec, rl_augment *a);
 int rl__py_parse_place(const char *dtype, PyObject *mul, PyObject *add,
                        const char *layout, rl_place_config *c);
 
+/*
+ * The views of a pipeline into *views (malloc'd, the caller frees it even
+ * on failure) and their number into *n: from one spec dict with the output
+ * arguments dtype, mul, add and layout (one view), or from a sequence of
+ * (spec, dtype, mul, add, layout) tuples, view by view (core/sample.h's
+ * rl_view). 0, or -1 with an exception.
+ */
+int rl__py_parse_views(PyObject *transform, const char *dtype, PyObject *mul,
+                       PyObject *add, const char *layout, rl_view **views,
+                       int *n);
+
 /* Adds TRANSFORM_FIELDS, the schema of the spec dict, to the module. */
 int rl__py_spec_init(PyObject *module);
 
@@ -175,14 +186,16 @@ int rl__py_batch_init(PyObject *module, rl_module_state *st);
 /*
  * A Batch for a handed-out host slot (stolen) or, with slot NULL, for a
  * device buffer at dev_ptr on CUDA device `device` owned by `owner`
- * (borrowed); with the report's ticket, ids, fallback positions and
- * replacements. New reference, or NULL with an exception (the slot is then
- * released).
+ * (borrowed), of n samples whose views are laid out by places[0 ..
+ * nviews) (place.h's rl_place_view_offset): the first view's Batch, the
+ * others in its `views`; with the report's ticket, ids, fallback
+ * positions and replacements. New reference, or NULL with an exception
+ * (the slot is then released).
  */
 PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
                            uintptr_t dev_ptr, int device, PyObject *owner,
-                           int n, int out_h, int out_w, rl_layout layout,
-                           rl_dtype dtype, const rl_batch_report *rep);
+                           int n, const rl_place_config *places, int nviews,
+                           const rl_batch_report *rep);
 
 /* The ids a reported batch was submitted with, as a tuple of ints (new
  * reference), or NULL with an exception set. */

@@ -24,7 +24,8 @@
 
 typedef struct {
     PyObject_HEAD rl_pipeline *p;
-    rl_place_config place;
+    rl_place_config places[RL_MAX_VIEWS]; /* each view's, for its Batch */
+    int nviews;
     int busy; /* our calls running with the GIL released */
     bool close_pending;
     int device;            /* CUDA device of the device delivery, or -1 */
@@ -38,7 +39,10 @@ typedef struct {
 
 /* ---- creation and closing ---- */
 
-static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+/* pipeline_new, with the views it parses left in *views for the caller to
+ * free (the core copies them). */
+static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
+                               rl_view **views)
 {
     static char *kwlist[] = {"transform",
                              "paths",
@@ -86,12 +90,12 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     rl_pipeline_config cfg;
     memset(&cfg, 0, sizeof(cfg));
     rl_file_options fopt = {RL_IO_AUTO, direct_io != 0, max_file_bytes};
-    if (rl__py_parse_transform(spec, &cfg.sample.transform) != 0 ||
-        rl__py_parse_ops(spec, &cfg.sample.augment) != 0 ||
-        rl__py_parse_place(dtype, mul, add, layout, &cfg.place) != 0 ||
+    if (rl__py_parse_views(spec, dtype, mul, add, layout, views,
+                           &cfg.sample.nviews) != 0 ||
         rl__py_parse_io(io, &fopt.io) != 0) {
         return NULL;
     }
+    cfg.sample.views = *views;
     if ((paths == Py_None) == (buffers == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "give either paths or buffers");
         return NULL;
@@ -105,9 +109,10 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     }
     self->device = device;
-    self->place = cfg.place;
-    self->place.out_w = cfg.sample.transform.out_w;
-    self->place.out_h = cfg.sample.transform.out_h;
+    self->nviews = cfg.sample.nviews;
+    for (int v = 0; v < self->nviews; v++) {
+        self->places[v] = (*views)[v].place;
+    }
     self->keep = PyList_New(0);
     self->owners = PyDict_New();
     self->allocator = Py_NewRef(allocator);
@@ -165,6 +170,14 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     }
     return (PyObject *)self;
+}
+
+static PyObject *pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    rl_view *views = NULL;
+    PyObject *self = pipeline_make(type, args, kw, &views);
+    free(views);
+    return self;
 }
 
 static void pipeline_close_impl(pipeline_object *self)
@@ -269,7 +282,7 @@ static PyObject *pipeline_submit(pipeline_object *self, PyObject *args)
         goto out_free;
     }
     if (self->device >= 0) {
-        size_t nbytes = rl_pipeline_sample_bytes(self->p) * (size_t)n;
+        size_t nbytes = rl_pipeline_batch_bytes(self->p, (int)n);
         if ((owner = rl__py_device_buffer(self->allocator, nbytes, &dst)) ==
             NULL) {
             goto out_free;
@@ -385,8 +398,7 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
             ? 0
             : (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(owner, 1));
     result = rl__py_batch_new(st, slot, ptr, self->device, buf, rep->n,
-                              self->place.out_h, self->place.out_w,
-                              self->place.layout, self->place.dtype, rep);
+                              self->places, self->nviews, rep);
     Py_DECREF(owner);
 out_free:
     rl_batch_report_free(rep);

@@ -11,6 +11,7 @@
 #include "python/module.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "augment/augment.h"
@@ -49,6 +50,16 @@ static const field fields[] = {
      {3.0 / 4.0, 4.0 / 3.0},
      "RandomResizedCrop's aspect range"},
     {"flip_p", FIELD_FLOAT, AT(flip_p), {0, 0}, "RandomHorizontalFlip's p"},
+    {"vflip_p", FIELD_FLOAT, AT(vflip_p), {0, 0}, "RandomVerticalFlip's p"},
+    {"pad_left", FIELD_INT, AT(pad[0]), {0, 0}, "RandomCrop's padding"},
+    {"pad_top", FIELD_INT, AT(pad[1]), {0, 0}, "RandomCrop's padding"},
+    {"pad_right", FIELD_INT, AT(pad[2]), {0, 0}, "RandomCrop's padding"},
+    {"pad_bottom", FIELD_INT, AT(pad[3]), {0, 0}, "RandomCrop's padding"},
+    {"pad_if_needed",
+     FIELD_INT,
+     AT(pad_if_needed),
+     {0, 0},
+     "RandomCrop's pad_if_needed (0 or 1)"},
 };
 
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
@@ -98,6 +109,8 @@ int rl__py_parse_transform(PyObject *spec, rl_transform *t)
         t->kind = RL_T_RESIZE_CROP;
     } else if (strcmp(k, "random_crop") == 0) {
         t->kind = RL_T_RANDOM_CROP;
+    } else if (strcmp(k, "resize_random_crop") == 0) {
+        t->kind = RL_T_RESIZE_RANDOM_CROP;
     } else {
         PyErr_Format(PyExc_ValueError, "unknown transform kind %s", k);
         return -1;
@@ -204,12 +217,78 @@ int rl__py_parse_place(const char *dtype, PyObject *mul, PyObject *add,
     return 0;
 }
 
+/* One view from its spec dict and output arguments. 0 or -1. */
+static int parse_view(PyObject *spec, const char *dtype, PyObject *mul,
+                      PyObject *add, const char *layout, int v, rl_view *view)
+{
+    memset(view, 0, sizeof(*view));
+    if (rl__py_parse_transform(spec, &view->transform) != 0 ||
+        rl__py_parse_ops(spec, &view->augment) != 0 ||
+        rl__py_parse_place(dtype, mul, add, layout, &view->place) != 0) {
+        return -1;
+    }
+    view->augment.view = v;
+    view->place.out_w = view->transform.out_w;
+    view->place.out_h = view->transform.out_h;
+    return 0;
+}
+
+int rl__py_parse_views(PyObject *transform, const char *dtype, PyObject *mul,
+                       PyObject *add, const char *layout, rl_view **views,
+                       int *n)
+{
+    *views = NULL;
+    *n = 0;
+    if (PyDict_Check(transform)) {
+        *views = malloc(sizeof(rl_view));
+        if (*views == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *n = 1;
+        return parse_view(transform, dtype, mul, add, layout, 0, *views);
+    }
+    PyObject *seq =
+        PySequence_Fast(transform, "transform: a spec dict, or a list of views "
+                                   "(spec, dtype, mul, add, layout)");
+    if (seq == NULL) {
+        return -1;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    if (count < 1 || count > RL_MAX_VIEWS) {
+        PyErr_Format(PyExc_ValueError, "a sample has 1..%d views, not %zd",
+                     RL_MAX_VIEWS, count);
+        Py_DECREF(seq);
+        return -1;
+    }
+    *views = malloc(sizeof(rl_view) * (size_t)count);
+    if (*views == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    *n = (int)count;
+    int rc = 0;
+    for (Py_ssize_t v = 0; rc == 0 && v < count; v++) {
+        PyObject *spec, *vmul, *vadd;
+        const char *vdtype, *vlayout;
+        rc = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, v), "OsOOs", &spec,
+                              &vdtype, &vmul, &vadd, &vlayout)
+                 ? parse_view(spec, vdtype, vmul, vadd, vlayout, (int)v,
+                              &(*views)[v])
+                 : -1;
+    }
+    Py_DECREF(seq);
+    return rc;
+}
+
 int rl__py_spec_init(PyObject *module)
 {
-    /* {"kind": ("resize_crop", "random_crop"), name: (default, doc)...} */
-    PyObject *d = Py_BuildValue("{s(ss)s(Os)}", "kind", "resize_crop",
-                                "random_crop", "ops", Py_None,
-                                "augmentation ops: [(name, args)], or None");
+    /* {"kind": ("resize_crop", ...), name: (default, doc)...} */
+    PyObject *d =
+        Py_BuildValue("{s(sss)s(Os)}", "kind", "resize_crop", "random_crop",
+                      "resize_random_crop", "ops", Py_None,
+                      "augmentation ops: [(name, args)], or None");
     for (size_t i = 0; d != NULL && i < NFIELDS; i++) {
         const field *f = &fields[i];
         PyObject *dflt = f->type == FIELD_INT

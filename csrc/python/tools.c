@@ -63,23 +63,27 @@ static PyObject *py_decode(PyObject *module, PyObject *args, PyObject *kw)
     return Py_BuildValue("Nii", bytes, h, w);
 }
 
-/* Parses (spec, width, height, seed, epoch, index) and plans that sample:
- * 0, or -1 with an exception set. */
+/* Parses (spec, width, height, seed, epoch, index[, view]) and plans that
+ * view of that sample: 0, or -1 with an exception set. */
 static int plan_args(PyObject *args, int *width, int *height, rl_plan *p)
 {
     PyObject *spec;
     unsigned long long seed;
     long long epoch, index;
-    if (!PyArg_ParseTuple(args, "OiiKLL", &spec, width, height, &seed, &epoch,
-                          &index)) {
+    int view = 0;
+    if (!PyArg_ParseTuple(args, "OiiKLL|i", &spec, width, height, &seed, &epoch,
+                          &index, &view)) {
         return -1;
     }
     rl_transform t;
     if (rl__py_parse_transform(spec, &t) != 0) {
         return -1;
     }
-    if (rl_plan_make(&t, *width, *height, seed, epoch, index, p) != 0) {
-        PyErr_SetString(PyExc_ValueError, "cannot plan this transform");
+    int rc = rl_plan_make(&t, *width, *height, seed, epoch, index, view, p);
+    if (rc != 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        rc == RL_EDECODE ? "the crop is larger than the image"
+                                         : "cannot plan this transform");
         return -1;
     }
     return 0;
@@ -98,6 +102,23 @@ static PyObject *py_plan(PyObject *module, PyObject *args)
     }
     return Py_BuildValue("ddddO", p.y, p.x, p.h, p.w,
                          p.flip ? Py_True : Py_False);
+}
+
+/* plan_window(spec, width, height, seed, epoch, index, view=0) -> dict:
+ * the whole plan (box, output rectangle, flips), for the geometries whose
+ * box alone does not say where it lands (RandomCrop's padding). */
+static PyObject *py_plan_window(PyObject *module, PyObject *args)
+{
+    (void)module;
+    int width, height;
+    rl_plan p;
+    if (plan_args(args, &width, &height, &p) != 0) {
+        return NULL;
+    }
+    return Py_BuildValue("{sdsdsdsdsisisisisOsO}", "x", p.x, "y", p.y, "w", p.w,
+                         "h", p.h, "vx", p.vx, "vy", p.vy, "vw", p.vw, "vh",
+                         p.vh, "flip", p.flip ? Py_True : Py_False, "vflip",
+                         p.vflip ? Py_True : Py_False);
 }
 
 /* dct_scale(spec, width, height, seed, epoch, index) -> m: a JPEG of that
@@ -220,19 +241,25 @@ static PyObject *params_list(const rl_augment *a, const double *params)
     return out;
 }
 
-/* augment_draw(ops, height, width, seed, epoch, key) -> [[params]] */
+/* augment_draw(ops, height, width, seed, epoch, key[, view]) -> [[params]] */
 static PyObject *py_augment_draw(PyObject *module, PyObject *args)
 {
     (void)module;
     PyObject *ops;
-    int h, w;
+    int h, w, view = 0;
     unsigned long long seed;
     long long epoch, key;
     rl_augment a;
-    if (!PyArg_ParseTuple(args, "OiiKLL", &ops, &h, &w, &seed, &epoch, &key) ||
+    if (!PyArg_ParseTuple(args, "OiiKLL|i", &ops, &h, &w, &seed, &epoch, &key,
+                          &view) ||
         chain_args(ops, h, w, &a) != 0) {
         return NULL;
     }
+    if (view < 0 || view >= RL_MAX_VIEWS) {
+        return PyErr_Format(PyExc_ValueError, "view must be 0..%d",
+                            RL_MAX_VIEWS - 1);
+    }
+    a.view = view;
     double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
     rl_augment_draw(&a, seed, epoch, key, w, h, params);
     return params_list(&a, params);
@@ -283,8 +310,9 @@ static PyObject *py_augment(PyObject *module, PyObject *args)
 
 PyMethodDef rl__py_tool_methods[] = {
     {"augment_draw", py_augment_draw, METH_VARARGS,
-     "augment_draw(ops, height, width, seed, epoch, key) -> [[float]]: the "
-     "parameters each op of the chain draws for that sample."},
+     "augment_draw(ops, height, width, seed, epoch, key, view=0) -> "
+     "[[float]]: the parameters each op of the chain draws for that view "
+     "of that sample."},
     {"augment", py_augment, METH_VARARGS,
      "augment(rgb, height, width, ops, seed, epoch, key) -> bytes: the "
      "chain's image ops applied to an HWC RGB image."},
@@ -297,11 +325,15 @@ PyMethodDef rl__py_tool_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "decode(data) -> (rgb_bytes, height, width): full RGB decode."},
     {"plan", py_plan, METH_VARARGS,
-     "plan(spec, width, height, seed, epoch, index) -> (top, left, h, w, "
-     "flip)."},
+     "plan(spec, width, height, seed, epoch, index, view=0) -> (top, left, "
+     "h, w, flip)."},
+    {"plan_window", py_plan_window, METH_VARARGS,
+     "plan_window(spec, width, height, seed, epoch, index, view=0) -> {x, y, "
+     "w, h: the source box; vx, vy, vw, vh: where it lands in the output; "
+     "flip, vflip}."},
     {"dct_scale", py_dct_scale, METH_VARARGS,
-     "dct_scale(spec, width, height, seed, epoch, index) -> m: the sample "
-     "is decoded at DCT scale m/8 (8: none)."},
+     "dct_scale(spec, width, height, seed, epoch, index, view=0) -> m: that "
+     "view alone would decode the sample at DCT scale m/8 (8: none)."},
     {"io_probe", py_io_probe, METH_NOARGS,
      "io_probe() -> (io_uring_available, reason_if_not)."},
     {"http_library", py_http_library, METH_NOARGS,

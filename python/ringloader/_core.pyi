@@ -47,6 +47,7 @@ KEY_ATTEMPT_SHIFT: int
 KEY_REPLACEMENT_BIT: int
 MAX_CONSECUTIVE_ERRORS: int
 MAX_SIDE: int  # the largest output or resize side, in pixels
+MAX_VIEWS: int  # the most views a sample may have (transforms.MultiView)
 
 # The augmentation ops' argument layouts, defined once in C
 # (csrc/augment/augment.h): op name -> its fields in order, each
@@ -97,10 +98,25 @@ def plan(
     seed: int,
     epoch: int,
     index: int,
+    view: int = 0,
     /,
 ) -> Tuple[float, float, float, float, bool]:
-    """(top, left, height, width, flip): the source box of one sample, as
-    floats, as torchvision's get_params would give it."""
+    """(top, left, height, width, flip): the source box of view ``view``
+    of one sample, as floats, as torchvision's get_params would give it."""
+
+def plan_window(
+    spec: _TransformSpec,
+    width: int,
+    height: int,
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int = 0,
+    /,
+) -> Dict[str, Any]:
+    """The whole plan of one sample's view: the source box (x, y, w, h), the
+    output rectangle it lands in (vx, vy, vw, vh; the rest is padding) and
+    the flips (flip, vflip)."""
 
 def dct_scale(
     spec: _TransformSpec,
@@ -109,6 +125,7 @@ def dct_scale(
     seed: int,
     epoch: int,
     index: int,
+    view: int = 0,
     /,
 ) -> int:
     """m: a JPEG of width x height is decoded at DCT scale m/8 for this
@@ -122,10 +139,11 @@ def augment_draw(
     seed: int,
     epoch: int,
     key: int,
+    view: int = 0,
     /,
 ) -> List[List[float]]:
-    """The parameters each op of the chain draws for sample (seed, epoch,
-    key) of height x width pixels: what the loader applies, for tests that
+    """The parameters each op of the chain draws for view ``view`` of sample
+    (seed, epoch, key) of height x width pixels: what the loader applies, for tests that
     apply torchvision with the same ones."""
 
 def augment(
@@ -218,6 +236,17 @@ class Batch:
         """The number submit() returned for this batch."""
 
     @property
+    def offset(self) -> int:
+        """Where this view's region starts in the slot or device buffer, in
+        bytes (0 for view 0)."""
+
+    @property
+    def views(self) -> Tuple["Batch", ...]:
+        """The Batch of each view of the samples, this one (view 0) first:
+        each exports its own region (shape, dtype) of the slot or buffer.
+        A one-view batch is ``(self,)``."""
+
+    @property
     def owner(self) -> Any:
         """Device batches: the owner object the allocator returned; None on
         the host."""
@@ -238,7 +267,22 @@ class Batch:
 class Pipeline:
     def __new__(
         cls,
-        transform: _TransformSpec,
+        # One view: a spec, its output given by dtype, mul, add and layout
+        # below. Several views of each sample (decoded once): a sequence of
+        # (spec, dtype, mul, add, layout), one per view, each written to a
+        # region of its own of the batch (Batch.views).
+        transform: Union[
+            _TransformSpec,
+            Sequence[
+                Tuple[
+                    _TransformSpec,
+                    str,
+                    Optional[Tuple[float, float, float]],
+                    Optional[Tuple[float, float, float]],
+                    str,
+                ]
+            ],
+        ],
         *,
         # The table of samples, given once: files (or byte ranges of them)...
         paths: Optional[Sequence[_Path]] = ...,

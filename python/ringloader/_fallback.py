@@ -32,11 +32,11 @@ from ._epoch import index_of
 from ._pipeline import Pipeline, Taken
 from .datasets.base import Sources
 from .errors import DataWarning, FallbackWarning
-from .transforms import Compiled, compile_transform
+from .transforms import Compiled, MultiView, compile_transform, UnsupportedTransform
 
 log = logging.getLogger("ringloader")
 
-__all__ = ["Fallback", "TransformPlan", "plan_transform", "run_tail"]
+__all__ = ["Fallback", "TransformPlan", "plan_transform", "plan_views", "run_tail"]
 
 
 class TransformPlan(NamedTuple):
@@ -48,33 +48,56 @@ class TransformPlan(NamedTuple):
     c_layout: str  # "NCHW" or "NHWC": the layout the C pipeline writes
 
 
-def plan_transform(
+def plan_views(
     transform: Any, layout: str, cuda: bool, stacklevel: int
+) -> list[TransformPlan]:
+    """:func:`plan_transform` of each view of a MultiView, or of
+    ``transform`` alone as its one view."""
+    if not isinstance(transform, MultiView):
+        return [plan_transform(transform, layout, cuda, stacklevel + 1)]
+    return [
+        plan_transform(view, layout, cuda, stacklevel + 1, index=i)
+        for i, view in enumerate(transform.views)
+    ]
+
+
+def plan_transform(
+    transform: Any,
+    layout: str,
+    cuda: bool,
+    stacklevel: int,
+    index: Optional[int] = None,
 ) -> TransformPlan:
     """Compile ``transform`` for a loader yielding ``layout``. Warns with a
     FallbackWarning (``stacklevel`` as warnings.warn's, counted from the
     caller) when part of it runs in Python; raises UnsupportedTransform, or
-    ValueError when that part would follow a device copy."""
-    compiled = compile_transform(transform)
+    ValueError when that part would follow a device copy. ``index``: the
+    transform is that view of a MultiView (named in what is said)."""
+    where = "" if index is None else f"view {index}: "
+    try:
+        compiled = compile_transform(transform)
+    except UnsupportedTransform as e:
+        raise UnsupportedTransform(where + str(e)) from None
     tail = list(compiled.rest)
     if cuda and any(op == "erase" for op, _ in compiled.spec.get("ops", [])):
         # The C core writes uint8 for the device and the conversion runs on
         # the GPU after the copy: an erase in output units has no place.
         raise ValueError(
-            "RandomErasing cannot be fused with device='cuda' (the dtype "
+            where + "RandomErasing cannot be fused with device='cuda' (the dtype "
             "conversion and Normalize run on the GPU); leave it out of the "
             "transform and apply it to each sample of the batch on the GPU"
         )
     if tail and cuda:
         raise ValueError(
-            "transforms that run in Python per sample ("
+            where
+            + "transforms that run in Python per sample ("
             + ", ".join(type(t).__name__ for t in tail)
             + ") cannot follow device='cuda'; apply them to the batch"
         )
     if tail:
         names = ", ".join(type(t).__name__ for t in tail)
         warnings.warn(
-            f"ringloader: fused {' + '.join(compiled.fused)} into the C "
+            f"ringloader: {where}fused {' + '.join(compiled.fused)} into the C "
             f"decoder; {names} cannot be fused ({compiled.reason}) and runs "
             "in Python per sample (slower)",
             FallbackWarning,

@@ -56,7 +56,9 @@ class Taken(NamedTuple):
     """One batch taken from the pipeline."""
 
     idx: list[int]  # dataset index of each position, replacements included
-    raw: torch.Tensor  # uint8 (or the fused dtype on CPU), C layout
+    # One tensor per view (one view but for a MultiView): uint8 (or the
+    # view's fused dtype on CPU), in the view's C layout.
+    raw: list[torch.Tensor]
     fallback: Sequence[int]  # positions decoded by the fallback (not JPEG)
     # (position, DecodeError or OSError) of samples replaced (skip policy)
     replaced: Sequence[tuple[int, Union[_core.DecodeError, OSError]]]
@@ -67,10 +69,9 @@ class Pipeline:
 
     def __init__(
         self,
-        compiled: Compiled,
+        views: Sequence[tuple[Compiled, str]],
         src: Sources,
         *,
-        c_layout: str,
         gpu: Optional[Gpu],
         fallback: Callable[[memoryview, int], tuple],
         num_threads: int,
@@ -83,13 +84,17 @@ class Pipeline:
         max_consecutive_errors: int,
         carried: Optional[dict] = None,
     ) -> None:
+        # Each view (compiled, C layout): its spec and its output. On the
+        # GPU path uint8 crosses PCIe; the conversion runs on the device.
+        transform = [
+            (c.spec, "uint8", None, None, layout)
+            if gpu is not None
+            else (c.spec, c.dtype, c.mul, c.add, layout)
+            for c, layout in views
+        ]
+        output: dict[str, Any] = {}
         if gpu is not None:
-            # uint8 crosses PCIe; the conversion runs on the device.
-            output: dict[str, Any] = dict(
-                device=gpu.index, allocator=gpu.alloc, dtype="uint8"
-            )
-        else:
-            output = dict(dtype=compiled.dtype, mul=compiled.mul, add=compiled.add)
+            output = dict(device=gpu.index, allocator=gpu.alloc)
         table: dict[str, Any] = dict(paths=src.paths)
         if src.offsets is not None:
             table.update(offsets=src.offsets, lengths=src.lengths)
@@ -117,10 +122,9 @@ class Pipeline:
             if remote.refresh_s is not None:
                 self._refresh_at = self._urls_made + remote.refresh_s
         self._c = _core.Pipeline(
-            compiled.spec,
+            transform,
             **table,
             num_threads=num_threads,
-            layout=c_layout,
             **output,
             seed=seed & (2**64 - 1),
             io=io,
@@ -256,9 +260,9 @@ class Pipeline:
         if batch is None:
             raise RuntimeError("the loader is closed")  # nothing in flight
         if self._gpu is None:
-            raw = torch.from_dlpack(batch)
+            raw = [torch.from_dlpack(view) for view in batch.views]
         else:
-            raw = self._gpu.tensor(batch)
+            raw = [self._gpu.tensor(view) for view in batch.views]
         replaced = [(pos, error) for pos, _, error in batch.replaced]
         return Taken(list(batch.ids), raw, batch.fallback, replaced)
 

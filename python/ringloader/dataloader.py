@@ -39,7 +39,7 @@ from .datasets.views import NotAView, leaves_of, resolve
 from ._gpu import open_gpu
 from .errors import FallbackWarning
 from .loader import Loader
-from .transforms import UnsupportedTransform, compile_transform
+from .transforms import UnsupportedTransform, compile_views
 
 
 def _fusable_dataset(dataset: Any) -> Optional[str]:
@@ -91,7 +91,7 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
     if kwargs.get("batch_size", 1) is None:
         return "batch_size=None (unbatched loading)"
     try:
-        compile_transform(getattr(resolve(dataset), "transform", None))
+        compile_views(getattr(resolve(dataset), "transform", None))
     except NotAView as e:
         return str(e)
     except UnsupportedTransform as e:

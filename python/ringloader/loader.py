@@ -32,13 +32,14 @@ from ._epoch import (
     sharding,
     shuffle_mode,
 )
-from ._fallback import Fallback, plan_transform, run_tail
+from ._fallback import Fallback, TransformPlan, plan_views, run_tail
 from ._gpu import Gpu, open_gpu
 from ._meter import Meter
 from ._meter import stats as assemble_stats
 from ._pipeline import Pipeline
 from .datasets.base import sources_of
 from .datasets.views import resolve, samples_stamp
+from .transforms import MultiView
 
 _LAYOUTS = ("NCHW", "NHWC", "channels_last")
 
@@ -139,7 +140,9 @@ class Loader:
 
     Yields ``(images, labels)``: a tensor of shape (N, 3, H, W) (or
     (N, H, W, 3)), uint8 unless the transform converts to floats, and an
-    int64 tensor of shape (N,). Transforms after the fusable prefix run in
+    int64 tensor of shape (N,). With a ``transforms.MultiView`` it yields
+    ``(views, labels)``: a list of such tensors, one per view, each with
+    the size and dtype of its view; each image is read and decoded once. Transforms after the fusable prefix run in
     Python on each sample (announced once with a :class:`FallbackWarning`). The images are views of
     a batch buffer, not copies; keeping them is safe (the loader allocates
     another buffer instead of overwriting one still referenced).
@@ -243,9 +246,11 @@ class Loader:
         LIVE.add(self)
 
     def _use_transform(self, transform: Any, stacklevel: int) -> None:
-        self._plan = plan_transform(
+        # One plan per view: a MultiView's views, or the transform alone.
+        self._plans = plan_views(
             transform, self.layout, self.device.type == "cuda", stacklevel + 1
         )
+        self._multi = isinstance(transform, MultiView)
         self.transform = transform
 
     def _use_sources(self) -> None:
@@ -307,9 +312,8 @@ class Loader:
             old = self._pipe
             carried = old.counters() if old is not None and old.owned() else None
             self._pipe = Pipeline(
-                self._plan.compiled,
+                [(plan.compiled, plan.c_layout) for plan in self._plans],
                 self._src,
-                c_layout=self._plan.c_layout,
                 gpu=self._gpu,
                 fallback=self._fallback.decode,
                 num_threads=self.num_threads,
@@ -329,7 +333,7 @@ class Loader:
         """The I/O backend in use: 'io_uring' or 'pread'."""
         return self._pipeline().io_backend
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[Any, torch.Tensor]]:
         with self._lock:
             previous = self._active() if self._active else None
             if previous is not None:
@@ -344,7 +348,7 @@ class Loader:
             self._active = weakref.ref(it)
         return it
 
-    def _iterate(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _iterate(self, epoch: int) -> Iterator[tuple[Any, torch.Tensor]]:
         pipe = self._pipeline()
         src = pipe.src
         batches, keys = self._position.begin(
@@ -380,7 +384,10 @@ class Loader:
                     raise
                 self._fallback.note(taken, src)
                 idx = taken.idx
-                images = self._finish(taken.raw)
+                views = [
+                    self._finish(raw, plan) for raw, plan in zip(taken.raw, self._plans)
+                ]
+                images: Any = views if self._multi else views[0]
                 self._fallback.announce_truncated(pipe)
                 labels = torch.from_numpy(src.targets[idx])
                 if self.target_transform is not None:
@@ -401,13 +408,13 @@ class Loader:
             if pipe.pending and not pipe.closed:
                 pipe.cancel()
 
-    def _finish(self, raw: torch.Tensor) -> torch.Tensor:
-        """Lay the C output out as asked (converting it on the device on the
-        GPU path) and run the Python tail, if any."""
+    def _finish(self, raw: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
+        """Lay a view's C output out as asked (converting it on the device
+        on the GPU path) and run its Python tail, if any."""
         if self._gpu is not None:
-            return self._gpu.convert(raw, self.layout, self._plan.compiled)
-        if self._plan.tail:
-            return run_tail(raw, self._plan)
+            return self._gpu.convert(raw, self.layout, plan.compiled)
+        if plan.tail:
+            return run_tail(raw, plan)
         if self.layout == "channels_last":
             return raw.permute(0, 3, 1, 2)
         return raw
@@ -498,6 +505,9 @@ class Loader:
             difference is the replacement candidates that failed;
           - ``fallback_decodes``: non-JPEG files Pillow decoded (not
             errors);
+          - ``decodes``: pixel decodes, one per sample loaded, and
+            ``views``: views written, one per view of each (a
+            ``transforms.MultiView`` decodes each image once);
           - ``truncated``: truncated JPEGs decoded with
             ``allow_truncated=True`` (not errors);
           - for shards or files over HTTP(S) or S3 (0 otherwise):

@@ -9,7 +9,12 @@ antialiased interpolation):
 - ``Resize(...)`` followed by ``CenterCrop(...)``, e.g. the ImageNet eval
   pipeline ``Compose([Resize(256), CenterCrop(224)])``;
 - ``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``;
-- ``RandomHorizontalFlip(p=0.5)`` after any of the above;
+- ``RandomCrop(size, padding, pad_if_needed, fill=0,
+  padding_mode="constant")``, alone or after ``Resize``, e.g. the classic
+  ``Compose([Resize(256), RandomCrop(224)])`` (zero padding only: another
+  fill or padding mode is not fused);
+- ``RandomHorizontalFlip(p=0.5)`` and ``RandomVerticalFlip(p=0.5)`` after
+  any of the above;
 - then torchvision's augmentation transforms, in the user's order, run by
   the C augment stage on the 8-bit image (``_ops.CLASSES``): ColorJitter,
   Grayscale(3), RandomGrayscale, GaussianBlur, RandomAutocontrast,
@@ -25,7 +30,10 @@ antialiased interpolation):
   scale=...)`` and ``Normalize(mean, std)``, computed in C while the sample
   is still in cache;
 - then ``RandomErasing``, on the converted output (after Normalize, as users
-  write it).
+  write it);
+- ``MultiView(*views)``: several such transforms (views) of one image, as
+  self-supervised recipes crop and augment it (SimCLR, DINO): the image is
+  read and decoded once, each view cropped, resampled and augmented from it.
 
 The output is a batch of a fixed size: uint8 unless a conversion asks for
 floats. The geometry follows
@@ -45,12 +53,15 @@ Size = Union[int, Sequence[int]]
 
 __all__ = [
     "Compose",
+    "MultiView",
     "ToDtype",
     "Normalize",
     "Resize",
     "CenterCrop",
     "RandomResizedCrop",
     "RandomHorizontalFlip",
+    "RandomVerticalFlip",
+    "RandomCrop",
     "compile_transform",
     "UnsupportedTransform",
 ]
@@ -104,6 +115,26 @@ class RandomHorizontalFlip:
 
 
 @dataclass(frozen=True)
+class RandomVerticalFlip:
+    """Mirror top-bottom with probability ``p``."""
+
+    p: float = 0.5
+
+
+@dataclass(frozen=True)
+class RandomCrop:
+    """torchvision's ``RandomCrop``: pad (``padding``: an int, (left/right,
+    top/bottom) or (left, top, right, bottom); ``pad_if_needed``), then a
+    window of ``size`` at a random offset. Fused with zero padding only."""
+
+    size: Size
+    padding: Optional[Union[int, Sequence[int]]] = None
+    pad_if_needed: bool = False
+    fill: Any = 0
+    padding_mode: str = "constant"
+
+
+@dataclass(frozen=True)
 class ToDtype:
     """Convert to ``dtype`` (torch.float32, float16 or bfloat16); with
     ``scale=True`` map 0..255 to 0..1, as torchvision's ``ToDtype``."""
@@ -129,6 +160,59 @@ class Compose:
     def __repr__(self) -> str:
         inner = ", ".join(repr(t) for t in self.transforms)
         return f"Compose([{inner}])"
+
+
+class MultiView:
+    """Several views of one image, each its own transform: a torchvision
+    ``Compose`` (v1 or v2) or ringloader's, with its own geometry, ops,
+    output size and dtype. As self-supervised recipes write it::
+
+        MultiView(global_view, global_view, *[local_view] * 8)  # DINO
+
+    Under ringloader's loaders, each image is read and decoded once (the
+    region covering every view's box, at the finest DCT scale any view
+    needs) and each view is cropped, resampled and augmented from it; a
+    batch is ``(views, labels)``, ``views`` a list of tensors, one per view,
+    each ``(B, C, H_i, W_i)``. View ``i`` of a sample draws its randomness
+    from (seed, epoch, sample, i). A view ringloader cannot fuse entirely
+    finishes in Python, as a single transform does.
+
+    Called on one image (a PIL image or a tensor, as torch's DataLoader
+    calls a dataset's transform), it returns the list of each view's
+    output, so the same object works under ``torch.utils.data.DataLoader``
+    (whose ``default_collate`` makes the same list of batches).
+    """
+
+    def __init__(self, *views: Any) -> None:
+        if len(views) == 1 and isinstance(views[0], (list, tuple)):
+            views = tuple(views[0])
+        if not 1 <= len(views) <= _core.MAX_VIEWS:
+            raise ValueError(
+                f"MultiView takes 1..{_core.MAX_VIEWS} views, not {len(views)}"
+            )
+        self.views = list(views)
+
+    def __call__(self, image: Any) -> list[Any]:
+        return [view(image) for view in self.views]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(v) for v in self.views)
+        return f"MultiView({inner})"
+
+
+def compile_views(transform: Any) -> list["Compiled"]:
+    """:func:`compile_transform` of each view of a :class:`MultiView`, or of
+    ``transform`` alone as its one view. Raises UnsupportedTransform naming
+    the view (``view 1: ...``) when one of them has no fixed size."""
+    if not isinstance(transform, MultiView):
+        return [compile_transform(transform)]
+    out = []
+    for i, view in enumerate(transform.views):
+        try:
+            out.append(compile_transform(view))
+        except UnsupportedTransform as e:
+            raise UnsupportedTransform(f"view {i}: {e}") from None
+    return out
 
 
 def _flatten(transform: Any) -> list[Any]:
@@ -291,7 +375,57 @@ _CONVERSIONS = (
     "ConvertImageDtype",
     "Normalize",
 )
-_GEOMETRY = ("Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip")
+_GEOMETRY = (
+    "Resize",
+    "CenterCrop",
+    "RandomResizedCrop",
+    "RandomCrop",
+    "RandomHorizontalFlip",
+    "RandomVerticalFlip",
+)
+
+
+def _zero(fill: Any) -> bool:
+    if isinstance(fill, dict):  # transforms.v2: a fill per type
+        return all(_zero(v) for v in fill.values())
+    if fill is None or isinstance(fill, (int, float)):
+        return not fill
+    return all(_zero(v) for v in fill)
+
+
+def _random_crop(t: Any) -> dict:
+    """RandomCrop's window size and padding as spec fields, or
+    UnsupportedTransform for a fill or padding mode the core has not."""
+    h, w = _pair(_size_of(t), "RandomCrop")
+    pad = t.padding
+    if pad is None:
+        left = top = right = bottom = 0
+    elif type(t).__module__.startswith("torchvision.transforms.v2"):
+        left, right, top, bottom = (int(p) for p in pad)  # v2 keeps l, r, t, b
+    else:
+        pads = [int(pad)] if isinstance(pad, int) else [int(p) for p in pad]
+        if len(pads) not in (1, 2, 4):
+            raise UnsupportedTransform(f"RandomCrop(padding={pad!r})")
+        if len(pads) == 1:
+            pads = pads * 4
+        elif len(pads) == 2:
+            pads = pads * 2
+        left, top, right, bottom = pads
+    pads_any = bool(left or top or right or bottom or t.pad_if_needed)
+    if pads_any and (t.padding_mode != "constant" or not _zero(t.fill)):
+        raise UnsupportedTransform(
+            f"RandomCrop with padding_mode={t.padding_mode!r}, fill={t.fill!r} "
+            "(only zero padding is fused)"
+        )
+    return {
+        "out_h": h,
+        "out_w": w,
+        "pad_left": left,
+        "pad_top": top,
+        "pad_right": right,
+        "pad_bottom": bottom,
+        "pad_if_needed": int(bool(t.pad_if_needed)),
+    }
 
 
 def compile_transform(transform: Any) -> Compiled:
@@ -304,14 +438,19 @@ def compile_transform(transform: Any) -> Compiled:
     fused. Raises :class:`UnsupportedTransform` with a one-line reason when
     nothing with a fixed output size can be fused.
     """
+    if isinstance(transform, MultiView):
+        raise UnsupportedTransform(
+            "a MultiView is several transforms: compile each (compile_views)"
+        )
     items = _flatten(transform)
     spec: dict[str, Any] = {}
     resize: Optional[Any] = None
     crop: Optional[tuple[int, int]] = None
-    flip_p = 0.0
+    rcrop: Optional[dict] = None  # RandomCrop's fields
+    flip_p = vflip_p = 0.0
     state: dict[str, Any] = {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
     ops: list[tuple[str, list[float]]] = []
-    converted = erased = flipped = False
+    converted = erased = flipped = vflipped = False
     reason = ""
     i = 0
     while i < len(items):
@@ -320,7 +459,10 @@ def compile_transform(transform: Any) -> Compiled:
         if not _known(t):
             reason = f"{name} is not a torchvision transform"
             break
-        geometric = resize is not None or crop is not None or bool(spec)
+        geometric = (
+            resize is not None or crop is not None or rcrop is not None or bool(spec)
+        )
+        cropped = crop if rcrop is None else (rcrop["out_h"], rcrop["out_w"])
         if name == "RandomErasing" and converted:
             try:
                 erase = _ops.erase_of(t, state["dtype"])
@@ -345,7 +487,7 @@ def compile_transform(transform: Any) -> Compiled:
                 break
             converted = True
         elif name in _ops.CLASSES:
-            size = _out_size(spec, resize, crop)
+            size = _out_size(spec, resize, cropped)
             if size is None:
                 reason = f"{name} needs a fixed image size before it"
                 break
@@ -362,15 +504,25 @@ def compile_transform(transform: Any) -> Compiled:
             _check_interpolation(t)
             resize = _size_of(t)
         elif (
-            name == "CenterCrop"
+            name in ("CenterCrop", "RandomCrop")
             and crop is None
+            and rcrop is None
             and not spec
             and not flipped
+            and not vflipped
             and not ops
         ):
             # (After a flip, an odd margin would put the crop one column
-            # off: torchvision rounds the left edge, not the mirrored one.)
-            crop = _pair(_size_of(t), "CenterCrop")
+            # off: torchvision rounds the left edge, not the mirrored one;
+            # a random window is drawn on the unflipped image.)
+            if name == "CenterCrop":
+                crop = _pair(_size_of(t), "CenterCrop")
+            else:
+                try:
+                    rcrop = _random_crop(t)
+                except UnsupportedTransform as e:
+                    reason = str(e)
+                    break
         elif name == "RandomResizedCrop" and not geometric:
             _check_interpolation(t)
             h, w = _pair(_size_of(t), "RandomResizedCrop")
@@ -393,15 +545,25 @@ def compile_transform(transform: Any) -> Compiled:
             # act on pixels alone, which it commutes with.
             flip_p = float(t.p)
             flipped = True
+        elif (
+            name == "RandomVerticalFlip"
+            and not vflipped
+            and geometric
+            and all(op in _ops.FLIP_SAFE for op, _ in ops)
+        ):
+            vflip_p = float(t.p)  # flipped before the ops, as the horizontal
+            vflipped = True
         else:
             reason = f"{name} is not fused after " + type(items[i - 1]).__name__
-            if name == "RandomHorizontalFlip" and ops:
+            if name in ("RandomHorizontalFlip", "RandomVerticalFlip") and ops:
                 reason += " (the C core flips before the ops; put the flip first)"
             break
         i += 1
 
     if not spec:
-        if resize is None and crop is None:
+        if resize is None and crop is None and rcrop is None:
+            if reason and items and type(items[0]).__name__ == "RandomCrop":
+                raise UnsupportedTransform(reason)
             first = type(items[0]).__name__ if items else "no transform"
             raise UnsupportedTransform(
                 f"the transform starts with {first}, not Resize, CenterCrop or "
@@ -409,8 +571,10 @@ def compile_transform(transform: Any) -> Compiled:
                 "e.g. Compose([Resize(256), CenterCrop(224)])"
             )
         spec = {"kind": "resize_crop"}
+        if rcrop is not None:
+            spec = {"kind": "resize_random_crop", **rcrop}
         if isinstance(resize, int):
-            if crop is None:
+            if crop is None and rcrop is None:
                 raise UnsupportedTransform(
                     f"Resize({resize}) alone gives images of varying sizes; add "
                     f"CenterCrop({resize}) or use Resize(({resize}, {resize}))"
@@ -421,8 +585,11 @@ def compile_transform(transform: Any) -> Compiled:
             spec["resize_h"], spec["resize_w"] = rh, rw
             if crop is None:
                 crop = (rh, rw)
-        spec["out_h"], spec["out_w"] = crop
+        if rcrop is None:
+            spec["out_h"], spec["out_w"] = crop
     spec["flip_p"] = flip_p
+    if vflip_p:
+        spec["vflip_p"] = vflip_p
     if ops:
         spec["ops"] = ops
     for key in ("out_h", "out_w"):

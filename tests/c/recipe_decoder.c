@@ -184,7 +184,7 @@ int test_decoder(void)
     for (int layout = 0; layout < 2; layout++) {
         cfg = config(3, rl_memory_source_create(data, len, names, NMIX));
         cfg.decoders = both;
-        cfg.place.layout = (rl_layout)layout;
+        recipe_view.place.layout = (rl_layout)layout;
         rl_pipeline *p = rl_pipeline_create(&cfg, msg);
         CHECK(p != NULL);
         int64_t ids[6] = {0, 1, 2, 3, 4, 5};

@@ -90,10 +90,10 @@ static const rl_op_def twice_op = {
 static rl_pipeline_config invert_config(double p, rl_layout layout)
 {
     rl_pipeline_config cfg = config(3, memory_source());
-    cfg.place.layout = layout;
+    recipe_view.place.layout = layout;
     if (p >= 0) {
         char msg[RL_MSG_MAX];
-        CHECK_EQ(rl_augment_add(&cfg.sample.augment, &invert_op, &p, 1, msg),
+        CHECK_EQ(rl_augment_add(&recipe_view.augment, &invert_op, &p, 1, msg),
                  0);
     }
     return cfg;
@@ -161,7 +161,7 @@ int test_op(void)
         /* p = 0.5: a sample is inverted exactly when rl_augment_draw
          * says so for its key. */
         cfg = invert_config(0.5, (rl_layout)layout);
-        rl_augment chain = cfg.sample.augment;
+        rl_augment chain = recipe_view.augment;
         uint64_t seed = cfg.sample.seed;
         run_all(&cfg, NJPEG, 5, EPOCH, half, NULL);
         int inverted = 0;
@@ -183,17 +183,17 @@ int test_op(void)
     static const float mean[3] = {0.485f, 0.456f, 0.406f};
     static const float std[3] = {0.229f, 0.224f, 0.225f};
     cfg = invert_config(1.0, RL_LAYOUT_NCHW);
-    cfg.place.dtype = RL_DTYPE_F32;
+    recipe_view.place.dtype = RL_DTYPE_F32;
     for (int c = 0; c < 3; c++) {
-        cfg.place.mul[c] = 1.0f / (255.0f * std[c]);
-        cfg.place.add[c] = -mean[c] / std[c];
+        recipe_view.place.mul[c] = 1.0f / (255.0f * std[c]);
+        recipe_view.place.add[c] = -mean[c] / std[c];
     }
     run_all(&cfg, NJPEG, 5, EPOCH, (uint8_t *)f32, NULL);
     for (size_t i = 0; i < NJPEG * SAMPLE_U8; i++) {
         int c = (int)(i % SAMPLE_U8 / ((size_t)OUT_W * OUT_H));
         /* In float32, multiply then add, as the store does (no FMA). */
-        volatile float scaled = (float)inv[i] * cfg.place.mul[c];
-        float want = scaled + cfg.place.add[c];
+        volatile float scaled = (float)inv[i] * recipe_view.place.mul[c];
+        float want = scaled + recipe_view.place.add[c];
         if (f32[i] != want) {
             CHECK(f32[i] == want);
         }

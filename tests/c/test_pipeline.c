@@ -89,19 +89,25 @@ static rl_source *file_source(const char *const *list, int n, rl_io_backend io)
     return src;
 }
 
+/* The one view of the configs config() makes (each call starts it anew). */
+static rl_view view0;
+
 static rl_pipeline_config config(int threads, rl_source *src,
                                  rl_transform_kind kind)
 {
     rl_pipeline_config cfg;
     memset(&cfg, 0, sizeof(cfg));
+    memset(&view0, 0, sizeof(view0));
     cfg.nthreads = threads;
     cfg.source = src;
     cfg.sample.seed = 42;
-    cfg.place.layout = RL_LAYOUT_NCHW;
+    cfg.sample.views = &view0;
+    cfg.sample.nviews = 1;
+    view0.place.layout = RL_LAYOUT_NCHW;
     cfg.sample.limits.max_pixels = RL_DEFAULT_MAX_PIXELS;
     cfg.sample.limits.max_scans = RL_DEFAULT_MAX_SCANS;
     cfg.sample.limits.max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
-    rl_transform *t = &cfg.sample.transform;
+    rl_transform *t = &view0.transform;
     t->kind = kind;
     t->out_h = 32;
     t->out_w = 40;
@@ -122,7 +128,7 @@ static void reference(const rl_pipeline_config *cfg, int64_t epoch,
     rl_decoders jpeg = {.defs = {&rl_jpeg_decoder}, .n = 1};
     rl_sample_ctx *c = rl_sample_ctx_create(&jpeg);
     CHECK(c != NULL);
-    const rl_transform *t = &cfg->sample.transform;
+    const rl_transform *t = &cfg->sample.views[0].transform;
     size_t sb = (size_t)t->out_h * t->out_w * 3;
     for (int i = 0; i < NIMG; i++) {
         size_t len;
@@ -182,7 +188,7 @@ static void check_skip(rl_io_backend io, const char *bad, uint8_t *ref)
         config(2, file_source(table, 6, io), RL_T_RESIZE_CROP);
     /* No flip: a sample's pixels do not depend on its key, so a
      * replacement's equal the reference of its id. */
-    cfg.sample.transform.flip_p = 0.0;
+    view0.transform.flip_p = 0.0;
     cfg.skip_errors = true;
     cfg.max_consecutive_errors = 3;
     reference(&cfg, 0, ref);
@@ -392,10 +398,10 @@ int main(void)
     CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');
     /* A transform's values are the user's: RL_ECONFIG, never the status
      * of a bug of ours (RL_EINTERNAL). */
-    rl_transform bad_t = cfg.sample.transform;
+    rl_transform bad_t = view0.transform;
     bad_t.out_w = 70000;
     CHECK_EQ(rl_transform_check(&bad_t, msg), RL_ECONFIG);
-    bad_t = cfg.sample.transform;
+    bad_t = view0.transform;
     bad_t.flip_p = 2.0;
     CHECK_EQ(rl_transform_check(&bad_t, msg), RL_ECONFIG);
 

@@ -10,7 +10,11 @@
  *   "Adding an augmentation op" (augment/augment.h): invert, with a
  *     probability drawn from the sample's own stream; p = 1 gives 255 - v of
  *     the pipeline without it, p = 0 the same bytes, and the draws are a
- *     pure function of (seed, epoch, key). */
+ *     pure function of (seed, epoch, key).
+ *   "Adding a view-level feature" (core/sample.h): a sample of two views,
+ *     decoded once; each view writes its own region in its own dtype and
+ *     layout, view 0 as a one-view pipeline writes it, each view with
+ *     randomness of its own. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdatomic.h>
@@ -25,6 +29,7 @@
 
 uint8_t *jpegs[NJPEG];
 size_t jpeg_lens[NJPEG];
+rl_view recipe_view;
 
 /* A w x h JPEG of gradients and a checkerboard, made in memory. */
 uint8_t *make_jpeg(int w, int h, int seed, size_t *len)
@@ -78,13 +83,16 @@ rl_pipeline_config config(int threads, rl_source *src)
 {
     rl_pipeline_config cfg;
     memset(&cfg, 0, sizeof(cfg));
+    memset(&recipe_view, 0, sizeof(recipe_view));
     cfg.nthreads = threads;
     cfg.source = src;
     cfg.sample.seed = 1234;
+    cfg.sample.views = &recipe_view;
+    cfg.sample.nviews = 1;
     cfg.sample.limits.max_pixels = RL_DEFAULT_MAX_PIXELS;
     cfg.sample.limits.max_scans = RL_DEFAULT_MAX_SCANS;
     cfg.sample.limits.max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
-    rl_transform *t = &cfg.sample.transform;
+    rl_transform *t = &recipe_view.transform;
     t->kind = RL_T_RANDOM_CROP;
     t->out_w = OUT_W;
     t->out_h = OUT_H;
@@ -93,7 +101,7 @@ rl_pipeline_config config(int threads, rl_source *src)
     t->ratio_lo = 0.75;
     t->ratio_hi = 4.0 / 3.0;
     t->flip_p = 0.5;
-    cfg.place.layout = RL_LAYOUT_NCHW;
+    recipe_view.place.layout = RL_LAYOUT_NCHW;
     return cfg;
 }
 
@@ -142,6 +150,7 @@ int main(void)
     rl_test_checks += test_source();
     rl_test_checks += test_decoder();
     rl_test_checks += test_op();
+    rl_test_checks += test_views();
     for (int i = 0; i < NJPEG; i++) {
         free(jpegs[i]);
     }

@@ -69,7 +69,13 @@ class FakeGpu(ringloader._gpu.Gpu):
         # The fake's device memory is host memory, viewed without waiting:
         # like a real device tensor its content is only defined for work
         # ordered after the copy (see synchronize()).
-        return torch.frombuffer(batch.owner, dtype=torch.uint8).view(batch.shape)
+        # (A view of a multi-view batch is its own region of the buffer.)
+        count = 1
+        for n in batch.shape:
+            count *= n
+        return torch.frombuffer(
+            batch.owner, dtype=torch.uint8, offset=batch.offset, count=count
+        ).view(batch.shape)
 
     def before_compute(self) -> None:
         # The "device" tensors are host tensors computed at once: wait for

@@ -95,11 +95,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                      .max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES,
                      .allow_truncated = (data[0] & 8) != 0};
 
+    static rl_view view; /* one view, no augmentation ops */
+    memset(&view, 0, sizeof(view));
     rl_sample_spec spec;
-    memset(&spec, 0, sizeof(spec)); /* no augmentation ops */
+    memset(&spec, 0, sizeof(spec));
     spec.limits = lim;
     spec.seed = 7;
-    rl_transform *t = &spec.transform;
+    spec.views = &view;
+    spec.nviews = 1;
+    rl_transform *t = &view.transform;
     bool nhwc;
     int64_t index;
     pick(data, t, &nhwc, &index);

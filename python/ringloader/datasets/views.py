@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..transforms import UnsupportedTransform, compile_transform
+from ..transforms import UnsupportedTransform, compile_views
 from .base import Remote, Sources, provides_sources, sources_of
 
 __all__ = ["NotAView", "View", "leaves_of", "resolve", "samples_stamp"]
@@ -104,10 +104,10 @@ def _same_transform(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return False
     try:
-        ca, cb = compile_transform(a), compile_transform(b)
+        ca, cb = compile_views(a), compile_views(b)  # MultiViews: view by view
     except UnsupportedTransform:
         return False
-    return not ca.rest and not cb.rest and ca == cb
+    return not any(c.rest for c in ca + cb) and ca == cb
 
 
 class View:

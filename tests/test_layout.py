@@ -25,8 +25,10 @@ MAX_LINES = 600
 # must be given a layer here.
 LAYERS: list[list[str]] = [
     ["_core"],  # the C extension
-    ["_ops"],  # torchvision's augmentation transforms as C ops
-    ["errors", "transforms", "datasets.base", "datasets.presign"],
+    ["errors"],
+    # torchvision's augmentation transforms as C ops; output conversions
+    ["_ops", "_convert"],
+    ["transforms", "datasets.base", "datasets.presign"],
     ["datasets.cache", "datasets.views", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex"],
     ["datasets.index", "datasets.shards"],

@@ -5,7 +5,7 @@ C core) and ``OSError`` naming the sample's file, and ``ShardError`` for a
 tar shard that cannot be used.
 """
 
-__all__ = ["DataWarning", "FallbackWarning"]
+__all__ = ["DataWarning", "FallbackWarning", "UnsupportedTransform"]
 
 
 class FallbackWarning(UserWarning):
@@ -15,3 +15,8 @@ class FallbackWarning(UserWarning):
 class DataWarning(UserWarning):
     """A bad sample was tolerated: replaced (``on_error="skip"``) or decoded
     although truncated (``allow_truncated=True``)."""
+
+
+class UnsupportedTransform(ValueError):
+    """The transform cannot be fused into the decode (also
+    ``ringloader.transforms.UnsupportedTransform``)."""

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
 from . import _core, _ops
+from ._convert import CONVERSIONS, fold_conversion
+from .errors import UnsupportedTransform
 
 Size = Union[int, Sequence[int]]
 
@@ -65,10 +67,6 @@ __all__ = [
     "compile_transform",
     "UnsupportedTransform",
 ]
-
-
-class UnsupportedTransform(ValueError):
-    """The transform cannot be fused into the decode."""
 
 
 def _pair(size: Size, name: str) -> tuple[int, int]:
@@ -272,13 +270,6 @@ def _size_of(t: Any) -> Size:
     return size
 
 
-_FLOAT_DTYPES = {"float32", "float16", "bfloat16"}
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(dtype).replace("torch.", "")
-
-
 @dataclass
 class Compiled:
     """What :func:`compile_transform` makes of a transform.
@@ -301,60 +292,6 @@ class Compiled:
     reason: str = ""  # why rest[0] was not fused
 
 
-def _channels(values: Any, name: str) -> tuple[float, float, float]:
-    vals = [float(v) for v in (values if hasattr(values, "__len__") else [values])]
-    if len(vals) == 1:
-        vals = vals * 3
-    if len(vals) != 3:
-        raise UnsupportedTransform(
-            f"{name} needs 1 or 3 channel values, got {len(vals)}"
-        )
-    return vals[0], vals[1], vals[2]
-
-
-def _conversion(t: Any, state: dict) -> bool:
-    """Folds an output conversion into state; False if t is not one we fuse
-    at this point."""
-    name = type(t).__name__
-    if name in ("PILToTensor", "ToImage", "ToPureTensor"):
-        if state["dtype"] != "uint8" and name != "ToPureTensor":
-            return False
-        return True
-    if name == "ToTensor":
-        if state["dtype"] != "uint8":
-            return False
-        state.update(dtype="float32", mul=[1 / 255.0] * 3, add=[0.0] * 3)
-        return True
-    if name in ("ToDtype", "ConvertImageDtype"):
-        dtype = getattr(t, "dtype", None)
-        if isinstance(dtype, dict):
-            return False  # per-type dtypes of transforms.v2
-        target = _dtype_name(dtype)
-        scale = name == "ConvertImageDtype" or bool(getattr(t, "scale", False))
-        if target == "uint8":
-            return state["dtype"] == "uint8"
-        if target not in _FLOAT_DTYPES:
-            return False
-        if state["dtype"] == "uint8" and scale:
-            state.update(mul=[m / 255.0 for m in state["mul"]])
-        state["dtype"] = target
-        return True
-    if name == "Normalize":
-        if state["dtype"] == "uint8" or getattr(t, "inplace", False) not in (
-            False,
-            None,
-        ):
-            return False
-        mean = _channels(t.mean, "Normalize mean")
-        std = _channels(t.std, "Normalize std")
-        if any(s == 0 for s in std):
-            raise UnsupportedTransform("Normalize with a zero std")
-        state["mul"] = [m / s for m, s in zip(state["mul"], std)]
-        state["add"] = [(a - m) / s for a, m, s in zip(state["add"], mean, std)]
-        return True
-    return False
-
-
 def _out_size(spec: dict, resize: Any, crop: Any) -> Optional[tuple[int, int]]:
     """The (h, w) every sample has after the geometry so far, or None."""
     if spec:
@@ -366,15 +303,6 @@ def _out_size(spec: dict, resize: Any, crop: Any) -> Optional[tuple[int, int]]:
     return None
 
 
-_CONVERSIONS = (
-    "PILToTensor",
-    "ToImage",
-    "ToPureTensor",
-    "ToTensor",
-    "ToDtype",
-    "ConvertImageDtype",
-    "Normalize",
-)
 _GEOMETRY = (
     "Resize",
     "CenterCrop",
@@ -475,10 +403,10 @@ def compile_transform(transform: Any) -> Compiled:
             ops.append(erase)
             erased = True
         elif converted or name not in _GEOMETRY + tuple(_ops.CLASSES):
-            if not geometric or erased or not _conversion(t, state):
+            if not geometric or erased or not fold_conversion(t, state):
                 if name in _ops.CLASSES and converted:
                     reason = f"{name} after the conversion to a tensor"
-                elif name not in _CONVERSIONS:
+                elif name not in CONVERSIONS:
                     reason = f"{name} has no C op"
                 elif erased and geometric:
                     reason = f"{name} after RandomErasing"

@@ -231,7 +231,7 @@ int test_op(void)
     static uint8_t grouped[NJPEG * SAMPLE_U8];
     double one = 1.0, two_kids = 2.0;
     cfg = invert_config(1.0, RL_LAYOUT_NHWC);
-    rl_augment *g = &cfg.sample.augment;
+    rl_augment *g = &recipe_view.augment;
     CHECK_EQ(rl_augment_add(g, &twice_op, &two_kids, 1, msg), RL_ECONFIG);
     CHECK(strstr(msg, "twice") != NULL);
     CHECK_EQ(rl_augment_add(g, &twice_op, &one, 1, msg), 0);
@@ -241,8 +241,8 @@ int test_op(void)
     run_all(&cfg, NJPEG, 5, EPOCH, base, NULL);
     CHECK(memcmp(grouped, base, sizeof(base)) == 0);
     cfg = invert_config(1.0, RL_LAYOUT_NHWC);
-    CHECK_EQ(rl_augment_add(&cfg.sample.augment, &twice_op, &one, 1, msg), 0);
-    CHECK_EQ(rl_augment_add(&cfg.sample.augment, &invert_op, &one, 1, msg), 0);
+    CHECK_EQ(rl_augment_add(&recipe_view.augment, &twice_op, &one, 1, msg), 0);
+    CHECK_EQ(rl_augment_add(&recipe_view.augment, &invert_op, &one, 1, msg), 0);
     run_all(&cfg, NJPEG, 5, EPOCH, grouped, NULL);
     for (size_t i = 0; i < sizeof(base); i++) {
         if (grouped[i] != 255 - base[i]) {

@@ -50,6 +50,18 @@ typedef enum {
 } rl_transform_kind;
 
 /*
+ * The resampling filter of the fused resize: Pillow's, as torchvision's
+ * Resize and RandomResizedCrop call it on a PIL image (place/taps.c has the
+ * arithmetic). Zero is bilinear, the default.
+ */
+typedef enum {
+    RL_FILTER_BILINEAR = 0,
+    RL_FILTER_BICUBIC = 1,
+    RL_FILTER_NEAREST = 2,
+} rl_filter;
+#define RL_FILTER_COUNT 3
+
+/*
  * A transform as the user configured it; the same for every sample.
  * Randomness is drawn per sample from (seed, epoch, key) by core/plan.c.
  *
@@ -61,7 +73,8 @@ typedef enum {
  * RL_T_RANDOM_CROP: torchvision's RandomResizedCrop sampling of a box with
  * area fraction in [scale_lo, scale_hi] and aspect ratio in [ratio_lo,
  * ratio_hi], resized to out_h x out_w.
- * Both: mirrored horizontally with probability flip_p.
+ * Both: resampled with `filter` (an rl_filter), mirrored horizontally with
+ * probability flip_p.
  */
 typedef struct rl_transform {
     rl_transform_kind kind;
@@ -71,6 +84,7 @@ typedef struct rl_transform {
     double scale_lo, scale_hi;
     double ratio_lo, ratio_hi;
     double flip_p;
+    int filter; /* an rl_filter (an int: the spec's table fills it) */
 } rl_transform;
 
 /*
@@ -82,6 +96,7 @@ typedef struct rl_transform {
  * RandomResizedCrop crops, then resizes (the filter stops at the box's
  * edges), or the whole image, as Resize then CenterCrop crops the resized
  * image (the filter reads across the box's edges up to the image's).
+ * filter is the transform's.
  */
 typedef struct rl_plan {
     double x, y, w, h;
@@ -89,6 +104,7 @@ typedef struct rl_plan {
     int out_w, out_h;
     bool flip;
     bool crop_first;
+    rl_filter filter;
 } rl_plan;
 
 /*

@@ -135,6 +135,7 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
     rl_rng_init(&g, seed, epoch, index, RL_RNG_PLAN);
     p->out_w = t->out_w;
     p->out_h = t->out_h;
+    p->filter = (rl_filter)t->filter;
     if (t->kind == RL_T_RANDOM_CROP) {
         int top, left, h, w;
         random_crop_box(t, width, height, &g, &top, &left, &h, &w);
@@ -188,6 +189,10 @@ int rl_transform_check(const rl_transform *t, char *msg)
         !(t->scale_hi >= t->scale_lo) || !(t->flip_p >= 0) ||
         !(t->flip_p <= 1)) {
         snprintf(msg, RL_MSG_MAX, "invalid scale, ratio or flip_p");
+        return RL_ECONFIG;
+    }
+    if (t->filter < 0 || t->filter >= RL_FILTER_COUNT) {
+        snprintf(msg, RL_MSG_MAX, "unknown interpolation %d", t->filter);
         return RL_ECONFIG;
     }
     return 0;

@@ -68,9 +68,12 @@ void rl_sample_ctx_destroy(rl_sample_ctx *c)
     free(c);
 }
 
-int rl_sample_pick_scale(int width, int height, double bw, double bh, int vw,
-                         int vh)
+int rl_sample_pick_scale(rl_filter filter, int width, int height, double bw,
+                         double bh, int vw, int vh)
 {
+    if (filter == RL_FILTER_NEAREST) {
+        return 8;
+    }
     /* Only 1/8, 1/4 and 1/2: libjpeg-turbo has SIMD inverse DCTs for those
      * (and for 8/8), and at those scales a 4:2:0 chroma plane is decoded at
      * twice the luma's reduction, which needs no upsampling pass. Measured
@@ -149,15 +152,16 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
     }
     int m = 8, sw = info.width, sh = info.height;
     if (dec->scaled_size != NULL) {
-        m = rl_sample_pick_scale(info.width, info.height, p.w, p.h, p.vw, p.vh);
+        m = rl_sample_pick_scale(p.filter, info.width, info.height, p.w, p.h,
+                                 p.vw, p.vh);
         dec->scaled_size(st, m, &sw, &sh);
     }
     double fx = (double)sw / info.width, fy = (double)sh / info.height;
     double bx = p.x * fx, by = p.y * fy, bw = p.w * fx, bh = p.h * fy;
 
     int x0, x1, y0, y1;
-    rl_resample_span(sw, bx, bw, p.vw, p.crop_first, &x0, &x1);
-    rl_resample_span(sh, by, bh, p.vh, p.crop_first, &y0, &y1);
+    rl_resample_span(p.filter, sw, bx, bw, p.vw, p.crop_first, &x0, &x1);
+    rl_resample_span(p.filter, sh, by, bh, p.vh, p.crop_first, &y0, &y1);
     /* One more pixel on each side: libjpeg upsamples the chroma of a
      * region's edge pixels from the region alone (edge replication), so
      * the pixels the resampler reads must not be the region's edge ones,

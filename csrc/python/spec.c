@@ -15,6 +15,7 @@
 
 #include "augment/augment.h"
 #include "core/plan.h"
+#include "place/place.h"
 
 typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_PAIR } field_type;
 
@@ -49,6 +50,11 @@ static const field fields[] = {
      {3.0 / 4.0, 4.0 / 3.0},
      "RandomResizedCrop's aspect range"},
     {"flip_p", FIELD_FLOAT, AT(flip_p), {0, 0}, "RandomHorizontalFlip's p"},
+    {"filter",
+     FIELD_INT,
+     AT(filter),
+     {0, 0},
+     "the resize's interpolation: its index in INTERPOLATIONS"},
 };
 
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
@@ -230,5 +236,24 @@ int rl__py_spec_init(PyObject *module)
     }
     int rc = PyModule_AddObjectRef(module, "TRANSFORM_FIELDS", d);
     Py_DECREF(d);
+    if (rc != 0) {
+        return rc;
+    }
+    /* The filters' names, in rl_filter's order: a spec's "filter" is an
+     * index into it. */
+    PyObject *names = PyTuple_New(RL_FILTER_COUNT);
+    for (int i = 0; names != NULL && i < RL_FILTER_COUNT; i++) {
+        PyObject *s = PyUnicode_FromString(rl_filter_name(i));
+        if (s == NULL) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyTuple_SET_ITEM(names, i, s); /* steals s */
+    }
+    if (names == NULL) {
+        return -1;
+    }
+    rc = PyModule_AddObjectRef(module, "INTERPOLATIONS", names);
+    Py_DECREF(names);
     return rc;
 }

@@ -1,14 +1,21 @@
 """Transforms that ringloader fuses into the JPEG decode.
 
 Supported (as ringloader objects, or the torchvision ``transforms`` /
-``transforms.v2`` objects of the same name with default bilinear,
-antialiased interpolation):
+``transforms.v2`` objects of the same name, antialiased as Pillow's
+``Image.resize``, which torchvision calls on the PIL images datasets give):
 
 - ``Resize(size)``: ``size`` an int (shorter side, aspect kept) or (h, w);
 - ``CenterCrop(size)``;
 - ``Resize(...)`` followed by ``CenterCrop(...)``, e.g. the ImageNet eval
   pipeline ``Compose([Resize(256), CenterCrop(224)])``;
 - ``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``;
+- interpolations, for ``Resize`` and ``RandomResizedCrop``: ``"bilinear"``
+  (the default), ``"bicubic"`` (Pillow's cubic, a = -0.5; its bytes are
+  Pillow's) and ``"nearest"`` (the pixel Pillow picks; torchvision's
+  ``NEAREST_EXACT`` is the same on a PIL image), given as torchvision's
+  ``InterpolationMode``, Pillow's int codes (0 nearest, 2 bilinear,
+  3 bicubic) or, for ringloader's classes, the name; ``BOX``, ``HAMMING``
+  and ``LANCZOS`` are not fused;
 - ``RandomHorizontalFlip(p=0.5)`` after any of the above;
 - then torchvision's augmentation transforms, in the user's order, run by
   the C augment stage on the 8-bit image (``_ops.IMAGE_OPS``): ColorJitter,
@@ -71,9 +78,11 @@ def _pair(size: Size, name: str) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Resize:
     """Resize the shorter side to ``size`` (int) or the image to (h, w),
-    bilinear with antialiasing, as torchvision's ``Resize``."""
+    antialiased, as torchvision's ``Resize`` on a PIL image;
+    ``interpolation`` is "bilinear", "bicubic" or "nearest"."""
 
     size: Size
+    interpolation: str = "bilinear"
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,7 @@ class RandomResizedCrop:
     size: Size
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+    interpolation: str = "bilinear"
 
 
 @dataclass(frozen=True)
@@ -160,22 +170,41 @@ def _known(t: Any) -> bool:
     return module.startswith("torchvision.") or module.startswith("ringloader.")
 
 
-def _check_interpolation(t: Any) -> None:
-    """Only torchvision's default (bilinear, antialiased) resize is fused."""
-    if not _is_torchvision(t):
-        return
+# What a resize's interpolation may be called (InterpolationMode's values,
+# Pillow's int codes) -> the place stage's filter (_core.INTERPOLATIONS).
+# NEAREST_EXACT on a PIL image is Pillow's NEAREST, as torchvision maps it.
+_INTERPOLATIONS = {
+    None: "bilinear",
+    "bilinear": "bilinear",
+    2: "bilinear",
+    "bicubic": "bicubic",
+    3: "bicubic",
+    "nearest": "nearest",
+    "nearest-exact": "nearest",
+    0: "nearest",
+}
+
+
+def _check_interpolation(t: Any) -> int:
+    """The filter index of a Resize or RandomResizedCrop: bilinear, bicubic
+    or nearest, antialiased as Pillow's resize."""
     mode = getattr(t, "interpolation", None)
     name = getattr(mode, "value", mode)
-    if name not in (None, "bilinear", 2):
+    key = name if isinstance(name, (str, int)) or name is None else repr(name)
+    if key not in _INTERPOLATIONS:
         raise UnsupportedTransform(
-            f"{type(t).__name__} with interpolation={name!r} (only bilinear is fused)"
+            f"{type(t).__name__} with interpolation={name!r} (only bilinear, "
+            "bicubic and nearest are fused)"
         )
+    if not _is_torchvision(t):
+        return _core.INTERPOLATIONS.index(_INTERPOLATIONS[key])
     if getattr(t, "antialias", True) is False:
         raise UnsupportedTransform(
             f"{type(t).__name__}(antialias=False) (only antialiased resize is fused)"
         )
     if getattr(t, "max_size", None) is not None:
         raise UnsupportedTransform(f"{type(t).__name__}(max_size=...)")
+    return _core.INTERPOLATIONS.index(_INTERPOLATIONS[key])
 
 
 def _size_of(t: Any) -> Size:
@@ -305,6 +334,7 @@ def compile_transform(transform: Any) -> Compiled:
     spec: dict[str, Any] = {}
     resize: Optional[Any] = None
     crop: Optional[tuple[int, int]] = None
+    resize_filter = 0  # bilinear: a CenterCrop alone resamples 1:1
     flip_p = 0.0
     state: dict[str, Any] = {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
     ops: list[tuple[str, list[float]]] = []
@@ -346,7 +376,7 @@ def compile_transform(transform: Any) -> Compiled:
                 reason = str(e)
                 break
         elif name == "Resize" and not geometric:
-            _check_interpolation(t)
+            resize_filter = _check_interpolation(t)
             resize = _size_of(t)
         elif (
             name == "CenterCrop"
@@ -359,7 +389,7 @@ def compile_transform(transform: Any) -> Compiled:
             # off: torchvision rounds the left edge, not the mirrored one.)
             crop = _pair(_size_of(t), "CenterCrop")
         elif name == "RandomResizedCrop" and not geometric:
-            _check_interpolation(t)
+            rrc_filter = _check_interpolation(t)
             h, w = _pair(_size_of(t), "RandomResizedCrop")
             scale = tuple(float(s) for s in t.scale)
             ratio = tuple(float(r) for r in t.ratio)
@@ -369,6 +399,7 @@ def compile_transform(transform: Any) -> Compiled:
                 "out_w": w,
                 "scale": scale,
                 "ratio": ratio,
+                "filter": rrc_filter,
             }
         elif (
             name == "RandomHorizontalFlip"
@@ -395,7 +426,7 @@ def compile_transform(transform: Any) -> Compiled:
                 "RandomResizedCrop: ringloader needs a fixed output size to fuse, "
                 "e.g. Compose([Resize(256), CenterCrop(224)])"
             )
-        spec = {"kind": "resize_crop"}
+        spec = {"kind": "resize_crop", "filter": resize_filter}
         if isinstance(resize, int):
             if crop is None:
                 raise UnsupportedTransform(

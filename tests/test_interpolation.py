@@ -4,7 +4,7 @@ the same PIL image (torchvision calls Pillow's Image.resize on it).
 The bounds tested: without DCT scaling, bicubic within 1 LSB (its weights
 and sums are Pillow's own integers, so it is identical in every case seen)
 and nearest identical, on every JPEG kind, odd and tiny sizes, upscaling
-and downscaling, at every SIMD level; with DCT scaling, bicubic at >= 33 dB
+and downscaling, at every SIMD level; with DCT scaling, bicubic at >= 35 dB
 PSNR (nearest is never DCT-scaled). RandomResizedCrop's draws are forced:
 torchvision's resized_crop is given the box and flip ringloader drew."""
 
@@ -71,7 +71,7 @@ def max_diff(a, b):
 def check_resize(tmp_path, data, interp, cases, bound):
     """Each (Resize size, CenterCrop size or None) against torchvision,
     but those the decode would DCT-scale (a tiny output of a larger image),
-    which the 33 dB test covers. Returns the largest difference."""
+    which the 35 dB test covers. Returns the largest difference."""
     img = Image.open(io.BytesIO(data)).convert("RGB")
     path = write(tmp_path, data)
     worst, ran = 0, 0
@@ -184,19 +184,26 @@ def test_bicubic_is_pillows_to_the_byte(tmp_path):
 
 
 @pytest.mark.parametrize("content", list(CONTENTS))
-def test_bicubic_with_dct_scaling_keeps_33_db(tmp_path, content):
+@pytest.mark.parametrize(
+    "kind, size, short, crop, m",
+    [("s420", (1600, 2100), 256, 224, 4), ("s422", (600, 900), 100, 100, 4)],
+)
+def test_bicubic_with_dct_scaling_keeps_35_db(
+    tmp_path, content, kind, size, short, crop, m
+):
     """Boxes at least three times the output are decoded at 1/2 or 1/4,
-    whose IDCT drops high frequencies that bicubic keeps sharper than
-    bilinear does: the tolerance measured is >= 33 dB."""
-    data = jpeg_bytes("s420", 1600, 2100, seed=4, content=content)
+    whose IDCT drops high frequencies: the tolerance is bilinear's, >= 35 dB
+    (worst seen over 208 DCT-scaled samples of every kind and content:
+    36.7 dB, a 4:2:2 line drawing, the second case here)."""
+    data = jpeg_bytes(kind, *size, seed=size[0], content=content)
     img = Image.open(io.BytesIO(data)).convert("RGB")
-    tf = tv.Compose([tv.Resize(256, interpolation=IM.BICUBIC), tv.CenterCrop(224)])
-    spec = {"kind": "resize_crop", "resize_short": 256, "out_h": 224, "out_w": 224}
-    spec["filter"] = _core.INTERPOLATIONS.index("bicubic")
-    assert _core.dct_scale(spec, img.width, img.height, 0, 0, 0) == 4
+    tf = tv.Compose([tv.Resize(short, interpolation=IM.BICUBIC), tv.CenterCrop(crop)])
+    spec = {"kind": "resize_crop", "resize_short": short, "out_h": crop}
+    spec.update(out_w=crop, filter=_core.INTERPOLATIONS.index("bicubic"))
+    assert _core.dct_scale(spec, img.width, img.height, 0, 0, 0) == m
     ours = load(write(tmp_path, data), 1, tf)[0]
     db = psnr(ours, np.asarray(tf(img)))
-    assert db >= 33.0, f"{content}: {db:.1f} dB"
+    assert db >= 35.0, f"{content}: {db:.1f} dB"
 
 
 def test_nearest_is_never_dct_scaled():

@@ -62,6 +62,19 @@ typedef enum {
 #define RL_FILTER_COUNT 3
 
 /*
+ * The order of the resize's two passes, which the 8-bit rounding and
+ * clipping between them makes visible (bicubic across a sharp edge: over
+ * 20 LSB): Pillow 13's (the vertical pass first when the height shrinks by
+ * more than twice as many pixels as the width, the horizontal pass first
+ * otherwise), or Pillow 12's and older's (always the horizontal pass
+ * first). Zero is Pillow 13's.
+ */
+typedef enum {
+    RL_PASSES_PILLOW13 = 0,
+    RL_PASSES_HORIZONTAL_FIRST = 1,
+} rl_passes;
+
+/*
  * A transform as the user configured it; the same for every sample.
  * Randomness is drawn per sample from (seed, epoch, key) by core/plan.c.
  *
@@ -73,8 +86,8 @@ typedef enum {
  * RL_T_RANDOM_CROP: torchvision's RandomResizedCrop sampling of a box with
  * area fraction in [scale_lo, scale_hi] and aspect ratio in [ratio_lo,
  * ratio_hi], resized to out_h x out_w.
- * Both: resampled with `filter` (an rl_filter), mirrored horizontally with
- * probability flip_p.
+ * Both: resampled with `filter` (an rl_filter) in the order `passes` (an
+ * rl_passes), mirrored horizontally with probability flip_p.
  */
 typedef struct rl_transform {
     rl_transform_kind kind;
@@ -85,6 +98,7 @@ typedef struct rl_transform {
     double ratio_lo, ratio_hi;
     double flip_p;
     int filter; /* an rl_filter (an int: the spec's table fills it) */
+    int passes; /* an rl_passes */
 } rl_transform;
 
 /*
@@ -96,7 +110,7 @@ typedef struct rl_transform {
  * RandomResizedCrop crops, then resizes (the filter stops at the box's
  * edges), or the whole image, as Resize then CenterCrop crops the resized
  * image (the filter reads across the box's edges up to the image's).
- * filter is the transform's.
+ * filter and passes are the transform's.
  */
 typedef struct rl_plan {
     double x, y, w, h;
@@ -105,6 +119,7 @@ typedef struct rl_plan {
     bool flip;
     bool crop_first;
     rl_filter filter;
+    rl_passes passes;
 } rl_plan;
 
 /*

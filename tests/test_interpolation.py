@@ -174,8 +174,9 @@ def test_every_simd_level_meets_the_bound(tmp_path, level, interp):
 
 def test_bicubic_is_pillows_to_the_byte(tmp_path):
     """The bound above is 1 LSB; the arithmetic is Pillow's, so in fact
-    every byte agrees. A kernel with a = -0.75 (or 14-bit weights, or the
-    passes in the other order) fails here on edges by several LSB."""
+    every byte agrees. A kernel with a = -0.75 fails here, and so do the
+    passes in the order of Pillow 12 (always horizontal first), by 21 LSB
+    across the lines of Resize((77, 333))."""
     data = jpeg_bytes("s444", 300, 400, seed=11, content="lines")
     worst = check_resize(
         tmp_path, data, "bicubic", RESIZES + [((600, 401), None)], BOUND["bicubic"]
@@ -257,3 +258,24 @@ def test_nearest_exact_on_a_pil_image_is_nearest(tmp_path):
         ref = np.asarray(t(img))
         np.testing.assert_array_equal(ref, np.asarray(img.resize(size[::-1], 0)))
         np.testing.assert_array_equal(load(path, 1, t)[0], ref)
+
+
+def test_the_pass_order_follows_the_pillow_installed(tmp_path, monkeypatch):
+    """Pillow 12 and older always resample horizontally first: a spec made
+    under such a Pillow says so, and its bytes are those of Pillow 13's
+    two passes run in that order by hand."""
+    import PIL
+
+    tf = T.Resize((77, 333), interpolation="bicubic")
+    assert T.compile_transform(tf).spec["passes"] == 0
+    data = jpeg_bytes("s444", 231, 250, seed=3, content="lines")
+    img = Image.open(io.BytesIO(data)).convert("RGB")
+    bic = Image.Resampling.BICUBIC
+    by_hand = np.asarray(img.resize((333, 231), bic).resize((333, 77), bic))
+    assert max_diff(by_hand, np.asarray(img.resize((333, 77), bic))) > 10
+    path = write(tmp_path, data)
+    monkeypatch.setattr(PIL, "__version__", "12.1.0")
+    assert T.compile_transform(tf).spec["passes"] == 1
+    with ringloader.Loader(Files([path]), transform=tf, layout="NHWC") as loader:
+        ours = next(iter(loader))[0][0].numpy()
+    np.testing.assert_array_equal(ours, by_hand)

@@ -136,6 +136,7 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
     p->out_w = t->out_w;
     p->out_h = t->out_h;
     p->filter = (rl_filter)t->filter;
+    p->passes = (rl_passes)t->passes;
     if (t->kind == RL_T_RANDOM_CROP) {
         int top, left, h, w;
         random_crop_box(t, width, height, &g, &top, &left, &h, &w);
@@ -193,6 +194,11 @@ int rl_transform_check(const rl_transform *t, char *msg)
     }
     if (t->filter < 0 || t->filter >= RL_FILTER_COUNT) {
         snprintf(msg, RL_MSG_MAX, "unknown interpolation %d", t->filter);
+        return RL_ECONFIG;
+    }
+    if (t->passes != RL_PASSES_PILLOW13 &&
+        t->passes != RL_PASSES_HORIZONTAL_FIRST) {
+        snprintf(msg, RL_MSG_MAX, "unknown pass order %d", t->passes);
         return RL_ECONFIG;
     }
     return 0;

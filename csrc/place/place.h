@@ -100,22 +100,23 @@ void rl_resample_span(rl_filter filter, int full, double b0, double bsize,
 
 /*
  * Resamples the box (bx, by, bw, bh) of src's image (in src's full_w x
- * full_h coordinates) with `filter` to out_w x out_h pixels written at dst,
- * mirrored
+ * full_h coordinates) with `filter`, its passes in the order `passes`, to
+ * out_w x out_h pixels written at dst, mirrored
  * left-right when flip, the filter seeing only the box when crop_first (see
  * rl_resample_span()). src must cover the spans rl_resample_span() returns
  * for both axes. Returns 0, or -ENOMEM with dst untouched. Allocates only
  * the coefficient tables and out_w * 4 bytes a source row read, freed
  * before it returns.
  */
-int rl_resample(const rl_pixels *src, rl_filter filter, double bx, double by,
-                double bw, double bh, int out_w, int out_h, bool flip,
-                bool crop_first, const rl_dst *dst);
+int rl_resample(const rl_pixels *src, rl_filter filter, rl_passes passes,
+                double bx, double by, double bw, double bh, int out_w,
+                int out_h, bool flip, bool crop_first, const rl_dst *dst);
 
 /*
  * Resamples box (bx, by, bw, bh) of px (in px's full_w x full_h
  * coordinates) into the plan's rectangle (vx, vy, vw, vh) of dst, the whole
- * plan->out_w x plan->out_h sample with plan->filter, mirrored if
+ * plan->out_w x plan->out_h sample with plan->filter and plan->passes,
+ * mirrored if
  * plan->flip, the filter seeing only the box if plan->crop_first, and
  * writes
  * zeros (converted to dst's dtype) to the rest of the sample: the padding

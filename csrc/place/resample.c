@@ -97,17 +97,17 @@ static void vpass_row(const uint8_t *const *rows, const int16_t *w,
     rl__vpass_c(rows, w, wlo, n, k, nbytes, out);
 }
 
-/* The kernels of a SIMD level, and the order of the passes. */
-typedef struct passes {
+/* The kernels of a SIMD level and the horizontal pass's plan. */
+typedef struct runner {
     rl_simd simd;
     rl__hpass4_fn *hpass4;
     rl__hpass hp;
-} passes;
+} runner;
 
 /* Horizontal pass first: the source rows the vertical taps read go through
  * the horizontal pass, four at a time, into 8-bit rows of the output width;
  * then each output row is their vertical sum. */
-static int horizontal_first(const rl_pixels *src, passes *ps,
+static int horizontal_first(const rl_pixels *src, runner *ps,
                             const rl__taps *ty, int ylo, int yhi, int out_w,
                             int out_h, const rl_dst *dst)
 {
@@ -153,7 +153,7 @@ static int horizontal_first(const rl_pixels *src, passes *ps,
 /* Vertical pass first: four output rows at a time are summed from the
  * source rows, over the decoded columns, into 8-bit rows, which the
  * horizontal pass then narrows to the output width. */
-static int vertical_first(const rl_pixels *src, passes *ps, const rl__taps *ty,
+static int vertical_first(const rl_pixels *src, runner *ps, const rl__taps *ty,
                           int out_w, int out_h, const rl_dst *dst)
 {
     size_t vstride = (size_t)src->w * 4, hstride = (size_t)out_w * 4;
@@ -196,9 +196,9 @@ static int vertical_first(const rl_pixels *src, passes *ps, const rl__taps *ty,
     return 0;
 }
 
-int rl_resample(const rl_pixels *src, rl_filter filter, double bx, double by,
-                double bw, double bh, int out_w, int out_h, bool flip,
-                bool crop_first, const rl_dst *dst)
+int rl_resample(const rl_pixels *src, rl_filter filter, rl_passes passes,
+                double bx, double by, double bw, double bh, int out_w,
+                int out_h, bool flip, bool crop_first, const rl_dst *dst)
 {
     /* The tables are scratch of this call, freed on every path. */
     rl__taps tx = {0}, ty = {0};
@@ -209,20 +209,23 @@ int rl_resample(const rl_pixels *src, rl_filter filter, double bx, double by,
             0) {
         goto out_free_taps;
     }
-    passes ps;
+    runner ps;
     ps.simd = rl_resample_simd();
     ps.hpass4 = ps.simd == RL_SIMD_AVX2   ? rl__hpass_rows4_avx2
                 : ps.simd == RL_SIMD_SSE2 ? rl__hpass_rows4_sse2
                                           : rl__hpass_rows4_c;
     rl__hpass_plan(&ps.hp, &tx, src, out_w, flip);
-    /* Pillow (13 on) runs the vertical pass first when the height shrinks
-     * by more than twice as many pixels as the width; the 8-bit rounding
-     * between the passes makes the order visible (1 LSB on a fifth of the
-     * pixels), so it is followed, on the sizes of Pillow's resize. */
+    /* Pillow 13 runs the vertical pass first when the height shrinks by
+     * more than twice as many pixels as the width (on the sizes of its
+     * resize); older Pillows always run the horizontal pass first. The
+     * 8-bit rounding and clipping between the passes makes the order
+     * visible (bilinear: 1 LSB on a fifth of the pixels; bicubic across
+     * sharp edges: over 20), so the caller's Pillow is followed. */
     int inw, nw, inh, nh;
     rl__taps_sizes(src->full_w, bx, bw, out_w, crop_first, &inw, &nw);
     rl__taps_sizes(src->full_h, by, bh, out_h, crop_first, &inh, &nh);
-    if (inh - nh > 0 && (int64_t)(inh - nh) > 2 * (int64_t)(inw - nw)) {
+    if (passes == RL_PASSES_PILLOW13 && inh - nh > 0 &&
+        (int64_t)(inh - nh) > 2 * (int64_t)(inw - nw)) {
         rc = vertical_first(src, &ps, &ty, out_w, out_h, dst);
     } else {
         /* Rows of the source the vertical pass reads, all inside src. */

@@ -55,6 +55,12 @@ static const field fields[] = {
      AT(filter),
      {0, 0},
      "the resize's interpolation: its index in INTERPOLATIONS"},
+    {"passes",
+     FIELD_INT,
+     AT(passes),
+     {0, 0},
+     "the resize's pass order: 0 Pillow 13's, 1 horizontal first (Pillow "
+     "12 and older)"},
 };
 
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))

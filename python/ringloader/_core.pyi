@@ -26,7 +26,8 @@ _Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 # keys are those of TRANSFORM_FIELDS: "kind" ("resize_crop" or
 # "random_crop") and "out_h"/"out_w", plus the optional "resize_short",
 # "resize_h", "resize_w" (ints), "flip_p" (float), "scale" and "ratio"
-# (2-tuples of floats), "filter" (an index into INTERPOLATIONS) and "ops"
+# (2-tuples of floats), "filter" (an index into INTERPOLATIONS), "passes"
+# (the resize's pass order: 0 Pillow 13's, 1 horizontal first) and "ops"
 # (augmentation ops: [(name, args)]).
 _TransformSpec = Dict[str, Any]
 

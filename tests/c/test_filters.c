@@ -5,7 +5,8 @@
  * passes) are clipped the same way by every SIMD level, nearest copies
  * source pixels (each output pixel one of the box's), and spans cover
  * what each filter reads. Pillow-equality itself is tested from Python
- * (tests/test_interpolation.py), against Pillow. */
+ * (tests/test_interpolation.py), against Pillow. Both pass orders are
+ * checked. */
 #define _GNU_SOURCE
 #include <string.h>
 
@@ -48,9 +49,9 @@ static void test_identity(void)
     rl_pixels px = whole();
     for (size_t f = 0; f < 3; f++) {
         rl_dst d = packed(out[0], W);
-        CHECK_EQ(
-            rl_resample(&px, FILTERS[f], 0, 0, W, H, W, H, false, false, &d),
-            0);
+        CHECK_EQ(rl_resample(&px, FILTERS[f], RL_PASSES_PILLOW13, 0, 0, W, H, W,
+                             H, false, false, &d),
+                 0);
         for (int i = 0; i < W * H; i++) {
             CHECK(memcmp(out[0] + 3 * i, src + 4 * i, 3) == 0);
         }
@@ -71,8 +72,9 @@ static void test_constant(void)
                     int ow = SIZES[s][0], oh = SIZES[s][1];
                     const double *x = BOXES[b];
                     rl_dst d = packed(out[0], ow);
-                    CHECK_EQ(rl_resample(&px, FILTERS[f], x[0], x[1], x[2],
-                                         x[3], ow, oh, false, b % 2 == 1, &d),
+                    CHECK_EQ(rl_resample(&px, FILTERS[f], RL_PASSES_PILLOW13,
+                                         x[0], x[1], x[2], x[3], ow, oh, false,
+                                         b % 2 == 1, &d),
                              0);
                     for (int i = 0; i < ow * oh * 3; i++) {
                         CHECK_EQ(out[0][i], values[v]);
@@ -86,7 +88,7 @@ static void test_constant(void)
 /* 0/255 noise: every level gives the same bytes, and bicubic reaches both
  * ends (its overshoot is clipped, not wrapped). Nearest gives only source
  * values. */
-static void test_clipping_and_levels(void)
+static void test_clipping_and_levels(rl_passes passes)
 {
     rl_pixels px = whole();
     for (int i = 0; i < W * H * 4; i++) {
@@ -102,8 +104,9 @@ static void test_clipping_and_levels(void)
                 for (int level = RL_SIMD_C; level <= RL_SIMD_AVX2; level++) {
                     rl_resample_set_simd((rl_simd)level);
                     rl_dst d = packed(out[level], ow);
-                    CHECK_EQ(rl_resample(&px, FILTERS[f], x[0], x[1], x[2],
-                                         x[3], ow, oh, b == 3, b % 2 == 1, &d),
+                    CHECK_EQ(rl_resample(&px, FILTERS[f], passes, x[0], x[1],
+                                         x[2], x[3], ow, oh, b == 3, b % 2 == 1,
+                                         &d),
                              0);
                     CHECK(memcmp(out[level], out[RL_SIMD_C], n) == 0);
                 }
@@ -124,6 +127,30 @@ static void test_clipping_and_levels(void)
         }
     }
     rl_resample_set_simd(before);
+}
+
+/* The order is followed: shrinking the height only, Pillow 13's order
+ * (vertical first) and the old one give different bytes on 0/255 noise;
+ * growing both, the same bytes (both go horizontal first). */
+static void test_pass_order(void)
+{
+    rl_pixels px = whole();
+    for (int i = 0; i < W * H * 4; i++) {
+        src[i] = ((i * 2654435761u) >> 28) & 1 ? 255 : 0;
+    }
+    int sizes[2][2] = {{W - 20, 50}, {600, 420}};
+    for (int s = 0; s < 2; s++) {
+        int ow = sizes[s][0], oh = sizes[s][1];
+        rl_dst a = packed(out[0], ow), c = packed(out[1], ow);
+        CHECK_EQ(rl_resample(&px, RL_FILTER_BICUBIC, RL_PASSES_PILLOW13, 0, 0,
+                             W, H, ow, oh, false, false, &a),
+                 0);
+        CHECK_EQ(rl_resample(&px, RL_FILTER_BICUBIC, RL_PASSES_HORIZONTAL_FIRST,
+                             0, 0, W, H, ow, oh, false, false, &c),
+                 0);
+        bool same = memcmp(out[0], out[1], (size_t)ow * oh * 3) == 0;
+        CHECK(same == (s == 1));
+    }
 }
 
 /* Each filter reads only inside its spans: a region holding exactly the
@@ -153,11 +180,13 @@ static void test_spans(void)
             }
             rl_pixels sub = {region, rs, x0, y0, x1 - x0, y1 - y0, W, H};
             rl_dst a = packed(out[0], ow), c = packed(out[1], ow);
-            CHECK_EQ(rl_resample(&px, FILTERS[f], x[0], x[1], x[2], x[3], ow,
-                                 oh, false, crop_first, &a),
+            CHECK_EQ(rl_resample(&px, FILTERS[f], RL_PASSES_PILLOW13, x[0],
+                                 x[1], x[2], x[3], ow, oh, false, crop_first,
+                                 &a),
                      0);
-            CHECK_EQ(rl_resample(&sub, FILTERS[f], x[0], x[1], x[2], x[3], ow,
-                                 oh, false, crop_first, &c),
+            CHECK_EQ(rl_resample(&sub, FILTERS[f], RL_PASSES_PILLOW13, x[0],
+                                 x[1], x[2], x[3], ow, oh, false, crop_first,
+                                 &c),
                      0);
             CHECK(memcmp(out[0], out[1], (size_t)ow * oh * 3) == 0);
         }
@@ -173,7 +202,9 @@ int main(void)
     CHECK(rl_filter_name(RL_FILTER_COUNT) == NULL);
     test_identity();
     test_constant();
-    test_clipping_and_levels();
+    test_clipping_and_levels(RL_PASSES_PILLOW13);
+    test_clipping_and_levels(RL_PASSES_HORIZONTAL_FIRST);
+    test_pass_order();
     test_spans();
     PASS("test_filters");
 }

@@ -7,8 +7,8 @@
  * or bicubic (Keys' cubic, a = -0.5) whose support widens with the
  * downscale factor, weights normalised over the pixels the resize sees
  * (the image, or only the box when torchvision crops before it resizes),
- * computed separably (a horizontal pass into 8-bit rows, clipped to 0..255,
- * then a vertical one) in fixed point: bicubic with Pillow's own 22-bit
+ * computed separably (two passes, each rounded and clipped to 0..255, in
+ * the order of the caller's Pillow: rl_passes) in fixed point: bicubic with Pillow's own 22-bit
  * integers, so its bytes are Pillow's; bilinear in 14 bits (within 1 LSB);
  * or nearest, the pixel Pillow picks. It has portable C, SSE2 and AVX2
  * kernels, picked at run time, and every level gives the same bytes.

@@ -237,7 +237,12 @@ void rl__taps_free(rl__taps *t)
 }
 
 /* Output pixel i's weights from the normalised k[0..n): Pillow's 22-bit
- * integers split into hi and lo (taps.h), or 14-bit ones. */
+ * integers split into hi and lo (taps.h), or 14-bit ones. The lanes hold
+ * them: a window's cubic weights sum to at least about 0.5 before they
+ * are renormalised (the pixel under the centre weighs at least 0.5625, a
+ * negative lobe at most 0.075 a tap), so a weight stays below 2 in
+ * magnitude, |hi| below 2^12; bilinear and nearest weights are 0..1, at
+ * most 1 << 14. */
 static void quantise(const double *k, int n, bool exact, int16_t *w,
                      int16_t *wlo)
 {

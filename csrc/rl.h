@@ -51,6 +51,31 @@ typedef enum {
 } rl_transform_kind;
 
 /*
+ * The resampling filter of the fused resize: Pillow's, as torchvision's
+ * Resize and RandomResizedCrop call it on a PIL image (place/taps.c has the
+ * arithmetic). Zero is bilinear, the default.
+ */
+typedef enum {
+    RL_FILTER_BILINEAR = 0,
+    RL_FILTER_BICUBIC = 1,
+    RL_FILTER_NEAREST = 2,
+} rl_filter;
+#define RL_FILTER_COUNT 3
+
+/*
+ * The order of the resize's two passes, which the 8-bit rounding and
+ * clipping between them makes visible (bicubic across a sharp edge: over
+ * 20 LSB): Pillow 13's (the vertical pass first when the height shrinks by
+ * more than twice as many pixels as the width, the horizontal pass first
+ * otherwise), or Pillow 12's and older's (always the horizontal pass
+ * first). Zero is Pillow 13's.
+ */
+typedef enum {
+    RL_PASSES_PILLOW13 = 0,
+    RL_PASSES_HORIZONTAL_FIRST = 1,
+} rl_passes;
+
+/*
  * A transform as the user configured it; the same for every sample.
  * Randomness is drawn per sample from (seed, epoch, key) by core/plan.c.
  *
@@ -68,8 +93,9 @@ typedef enum {
  * columns added on both sides as torchvision adds them, then a window at a
  * uniform random offset; an image smaller than the window after padding
  * is that sample's error, as torchvision raises for it.
- * All: mirrored horizontally with probability flip_p, then vertically
- * with probability vflip_p.
+ * All: resampled with `filter` (an rl_filter) in the order `passes` (an
+ * rl_passes), mirrored horizontally with probability flip_p, then
+ * vertically with probability vflip_p.
  */
 typedef struct rl_transform {
     rl_transform_kind kind;
@@ -82,6 +108,8 @@ typedef struct rl_transform {
     double vflip_p;
     int pad[4]; /* RandomCrop's padding: left, top, right, bottom */
     int pad_if_needed;
+    int filter; /* an rl_filter (an int: the spec's table fills it) */
+    int passes; /* an rl_passes */
 } rl_transform;
 
 /*
@@ -95,6 +123,7 @@ typedef struct rl_transform {
  * RandomResizedCrop crops, then resizes (the filter stops at the box's
  * edges), or the whole image, as Resize then CenterCrop crops the resized
  * image (the filter reads across the box's edges up to the image's).
+ * filter and passes are the transform's.
  */
 typedef struct rl_plan {
     double x, y, w, h;
@@ -103,6 +132,8 @@ typedef struct rl_plan {
     bool flip;
     bool vflip;
     bool crop_first;
+    rl_filter filter;
+    rl_passes passes;
 } rl_plan;
 
 /*

@@ -26,6 +26,7 @@ def test_c_units(tmp_path, sanitize):
     for name in (
         "test_pool",
         "test_resize",
+        "test_filters",
         "test_io",
         "test_pipeline",
         "test_io_faults",

@@ -70,6 +70,16 @@ TRANSFORMS = {
     "train": lambda: T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()]),
     "eval": lambda: T.Compose([T.Resize(256), T.CenterCrop(224)]),
     "odd-size": lambda: T.Compose([T.Resize((131, 97)), T.RandomHorizontalFlip()]),
+    "bicubic-train": lambda: T.Compose(
+        [T.RandomResizedCrop(224, interpolation="bicubic"), T.RandomHorizontalFlip()]
+    ),
+    "bicubic-eval": lambda: T.Compose(
+        [T.Resize(256, interpolation="bicubic"), T.CenterCrop(224)]
+    ),
+    "bicubic-odd": lambda: T.Resize((131, 397), interpolation="bicubic"),
+    "nearest-odd": lambda: T.Compose(
+        [T.Resize((131, 97), interpolation="nearest"), T.RandomHorizontalFlip()]
+    ),
     "half-nchw": lambda: T.Compose(
         [T.RandomResizedCrop(45), T.ToDtype(torch.float16, scale=True)]
     ),

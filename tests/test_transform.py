@@ -122,7 +122,7 @@ def test_unfusable_transforms_say_why():
     with pytest.raises(ValueError, match="interpolation"):
         ringloader.Loader(
             Files(["x"]),
-            transform=tv.Resize((64, 64), interpolation=tv.InterpolationMode.NEAREST),
+            transform=tv.Resize((64, 64), interpolation=tv.InterpolationMode.LANCZOS),
         )
 
 

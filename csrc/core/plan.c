@@ -205,6 +205,8 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
     rl_rng_init(&g, seed, epoch, index, rl_rng_view(RL_RNG_PLAN, view));
     p->out_w = t->out_w;
     p->out_h = t->out_h;
+    p->filter = (rl_filter)t->filter;
+    p->passes = (rl_passes)t->passes;
     if (t->kind == RL_T_RANDOM_CROP) {
         int top, left, h, w;
         random_crop_box(t, width, height, &g, &top, &left, &h, &w);
@@ -268,6 +270,15 @@ int rl_transform_check(const rl_transform *t, char *msg)
         !(t->scale_hi >= t->scale_lo) || !(t->flip_p >= 0) ||
         !(t->flip_p <= 1)) {
         snprintf(msg, RL_MSG_MAX, "invalid scale, ratio or flip_p");
+        return RL_ECONFIG;
+    }
+    if (t->filter < 0 || t->filter >= RL_FILTER_COUNT) {
+        snprintf(msg, RL_MSG_MAX, "unknown interpolation %d", t->filter);
+        return RL_ECONFIG;
+    }
+    if (t->passes != RL_PASSES_PILLOW13 &&
+        t->passes != RL_PASSES_HORIZONTAL_FIRST) {
+        snprintf(msg, RL_MSG_MAX, "unknown pass order %d", t->passes);
         return RL_ECONFIG;
     }
     if (!(t->vflip_p >= 0) || !(t->vflip_p <= 1)) {

@@ -75,9 +75,12 @@ void rl_sample_ctx_destroy(rl_sample_ctx *c)
     free(c);
 }
 
-int rl_sample_pick_scale(int width, int height, double bw, double bh, int vw,
-                         int vh)
+int rl_sample_pick_scale(rl_filter filter, int width, int height, double bw,
+                         double bh, int vw, int vh)
 {
+    if (filter == RL_FILTER_NEAREST) {
+        return 8;
+    }
     /* Only 1/8, 1/4 and 1/2: libjpeg-turbo has SIMD inverse DCTs for those
      * (and for 8/8), and at those scales a 4:2:0 chroma plane is decoded at
      * twice the luma's reduction, which needs no upsampling pass. Measured
@@ -238,8 +241,8 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
             return rc;
         }
         if (dec->scaled_size != NULL) {
-            int mv = rl_sample_pick_scale(info.width, info.height, p->w, p->h,
-                                          p->vw, p->vh);
+            int mv = rl_sample_pick_scale(p->filter, info.width, info.height,
+                                          p->w, p->h, p->vw, p->vh);
             m = mv > m ? mv : m;
         }
     }
@@ -255,10 +258,10 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
         if (p->vw <= 0 || p->vh <= 0) {
             continue; /* a window in the padding alone reads nothing */
         }
-        rl_resample_span(sw, p->x * fx, p->w * fx, p->vw, p->crop_first, &a0,
-                         &a1);
-        rl_resample_span(sh, p->y * fy, p->h * fy, p->vh, p->crop_first, &b0,
-                         &b1);
+        rl_resample_span(p->filter, sw, p->x * fx, p->w * fx, p->vw,
+                         p->crop_first, &a0, &a1);
+        rl_resample_span(p->filter, sh, p->y * fy, p->h * fy, p->vh,
+                         p->crop_first, &b0, &b1);
         x0 = a0 < x0 ? a0 : x0;
         x1 = a1 > x1 ? a1 : x1;
         y0 = b0 < y0 ? b0 : y0;

@@ -89,10 +89,11 @@ int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,
                           uint8_t **out, int *w, int *h, char *msg);
 
 /* The DCT scale m (of m/8) chosen for a box of bw x bh source pixels that
- * becomes vw x vh output pixels, for an image of width x height: the
- * smallest of 1, 2 and 4 that leaves the scaled box at least three times
- * vw x vh, else 8 (no scaling). */
-int rl_sample_pick_scale(int width, int height, double bw, double bh, int vw,
-                         int vh);
+ * becomes vw x vh output pixels with `filter`, for an image of width x
+ * height: the smallest of 1, 2 and 4 that leaves the scaled box at least
+ * three times vw x vh, else 8 (no scaling). Always 8 for nearest, whose
+ * promise is the source's own pixels, which a scaled IDCT does not give. */
+int rl_sample_pick_scale(rl_filter filter, int width, int height, double bw,
+                         double bh, int vw, int vh);
 
 #endif /* RL_SAMPLE_H */

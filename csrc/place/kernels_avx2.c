@@ -5,8 +5,9 @@
  * DESIGN: the functions carry target attributes, so the build needs no
  * -mavx2 and the rest of the module still runs on any x86-64 CPU; nothing
  * here is called unless rl__cpu_has_avx2() said yes. The horizontal pass
- * puts two rows' tap pair in one 256-bit multiply-add (four rows a call,
- * one tap count per image, see kernels.h), and the vertical
+ * puts two rows' tap pair in one 256-bit multiply-add (two for exact
+ * weights; four rows a call, one tap count per image, see kernels.h), and
+ * the vertical
  * pass works 32 bytes at a time. Unpacks and packs all stay within 128-bit
  * lanes, so each lane does exactly the SSE2 computation and the bytes are
  * the same as the SSE2 and portable kernels'.
@@ -36,11 +37,12 @@ bool rl__cpu_has_avx2(void)
  */
 static inline RL_TARGET_AVX2 __attribute__((always_inline)) void
 hpass4_k_avx2(const rl__hpass *h, const uint8_t *const *rows,
-              uint8_t *const *outs, int k)
+              uint8_t *const *outs, int k, bool exact)
 {
     const __m128i pairs =
         _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-    const __m256i half = _mm256_set1_epi32(RL_WEIGHT_HALF);
+    const __m256i half = _mm256_set1_epi32(exact ? 0 : RL_WEIGHT_HALF);
+    const __m256i xhalf = _mm256_set1_epi32(RL_EXACT_HALF);
     const int *first = h->first;
     const int16_t *weights = h->w;
     size_t ksize = h->ksize;
@@ -51,8 +53,9 @@ hpass4_k_avx2(const rl__hpass *h, const uint8_t *const *rows,
     uint8_t *o2 = outs[2] + last, *o3 = outs[3] + last;
     for (int x = 0; x < h->nvec; x++) {
         const int16_t *w = weights + (size_t)x * ksize;
+        const int16_t *wl = exact ? h->wlo + (size_t)x * ksize : NULL;
         size_t off = (size_t)(first[x] - h->x0) * 4;
-        __m256i a01 = half, a23 = half;
+        __m256i a01 = half, a23 = half, b01 = xhalf, b23 = xhalf;
         for (int j = 0; j < k; j += 2) {
             long long q0, q1, q2, q3;
             int32_t pair;
@@ -63,15 +66,30 @@ hpass4_k_avx2(const rl__hpass *h, const uint8_t *const *rows,
             memcpy(&q3, r3 + at, 8);
             memcpy(&pair, w + j, 4);
             __m256i ww = _mm256_set1_epi32(pair);
-            __m128i v01 = _mm_shuffle_epi8(_mm_set_epi64x(q1, q0), pairs);
-            __m128i v23 = _mm_shuffle_epi8(_mm_set_epi64x(q3, q2), pairs);
-            a01 = _mm256_add_epi32(
-                a01, _mm256_madd_epi16(_mm256_cvtepu8_epi16(v01), ww));
-            a23 = _mm256_add_epi32(
-                a23, _mm256_madd_epi16(_mm256_cvtepu8_epi16(v23), ww));
+            __m256i v01 = _mm256_cvtepu8_epi16(
+                _mm_shuffle_epi8(_mm_set_epi64x(q1, q0), pairs));
+            __m256i v23 = _mm256_cvtepu8_epi16(
+                _mm_shuffle_epi8(_mm_set_epi64x(q3, q2), pairs));
+            a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(v01, ww));
+            a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(v23, ww));
+            if (exact) {
+                memcpy(&pair, wl + j, 4);
+                ww = _mm256_set1_epi32(pair);
+                b01 = _mm256_add_epi32(b01, _mm256_madd_epi16(v01, ww));
+                b23 = _mm256_add_epi32(b23, _mm256_madd_epi16(v23, ww));
+            }
         }
-        a01 = _mm256_srai_epi32(a01, RL_WEIGHT_BITS);
-        a23 = _mm256_srai_epi32(a23, RL_WEIGHT_BITS);
+        if (exact) {
+            a01 = _mm256_srai_epi32(
+                _mm256_add_epi32(_mm256_slli_epi32(a01, RL_EXACT_SPLIT), b01),
+                RL_EXACT_BITS);
+            a23 = _mm256_srai_epi32(
+                _mm256_add_epi32(_mm256_slli_epi32(a23, RL_EXACT_SPLIT), b23),
+                RL_EXACT_BITS);
+        } else {
+            a01 = _mm256_srai_epi32(a01, RL_WEIGHT_BITS);
+            a23 = _mm256_srai_epi32(a23, RL_WEIGHT_BITS);
+        }
         __m128i p01 = _mm_packs_epi32(_mm256_castsi256_si128(a01),
                                       _mm256_extracti128_si256(a01, 1));
         __m128i p23 = _mm_packs_epi32(_mm256_castsi256_si128(a23),

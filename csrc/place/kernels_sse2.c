@@ -3,7 +3,8 @@
  *
  * DESIGN: weights are 14-bit integers, so a pixel times a weight leaves
  * 16 bits of headroom and pmaddwd multiplies and adds two taps of eight
- * 16-bit lanes in one instruction. Pixels are 4 bytes (RGBX), so one output
+ * 16-bit lanes in one instruction. Exact (22-bit) weights take a second
+ * pmaddwd for their lo parts, into accumulators of their own (taps.h). Pixels are 4 bytes (RGBX), so one output
  * pixel of the horizontal pass is one 4 x 32-bit accumulator; four rows are
  * done together because their windows and weights are the same, all with
  * the image's largest tap count (kernels.h, rl__hpass). The
@@ -26,7 +27,7 @@
  */
 static inline __attribute__((always_inline)) void
 hpass4_k_sse2(const rl__hpass *h, const uint8_t *const *rows,
-              uint8_t *const *outs, int k)
+              uint8_t *const *outs, int k, bool exact)
 {
     const int *first = h->first;
     const int16_t *weights = h->w;
@@ -40,15 +41,21 @@ hpass4_k_sse2(const rl__hpass *h, const uint8_t *const *rows,
     __m128i zero = _mm_setzero_si128();
     for (int x = 0; x < h->nvec; x++) {
         const int16_t *w = weights + (size_t)x * ksize;
+        const int16_t *wl = exact ? h->wlo + (size_t)x * ksize : NULL;
         size_t off = (size_t)(first[x] - h->x0) * 4;
-        __m128i a[4];
+        __m128i a[4], b[4];
         for (int i = 0; i < 4; i++) {
-            a[i] = _mm_set1_epi32(RL_WEIGHT_HALF);
+            a[i] = _mm_set1_epi32(exact ? 0 : RL_WEIGHT_HALF);
+            b[i] = _mm_set1_epi32(RL_EXACT_HALF);
         }
         for (int j = 0; j < k; j += 2) {
             int32_t pair;
             memcpy(&pair, w + j, 4);
-            __m128i ww = _mm_set1_epi32(pair);
+            __m128i ww = _mm_set1_epi32(pair), wwl = ww;
+            if (exact) {
+                memcpy(&pair, wl + j, 4);
+                wwl = _mm_set1_epi32(pair);
+            }
             for (int i = 0; i < 4; i++) {
                 __m128i v = _mm_loadl_epi64(
                     (const __m128i *)(rows[i] + off + 4 * (size_t)j));
@@ -56,12 +63,20 @@ hpass4_k_sse2(const rl__hpass *h, const uint8_t *const *rows,
                 v = _mm_unpacklo_epi8(v, zero);
                 v = _mm_unpacklo_epi16(v, _mm_srli_si128(v, 8));
                 a[i] = _mm_add_epi32(a[i], _mm_madd_epi16(v, ww));
+                if (exact) {
+                    b[i] = _mm_add_epi32(b[i], _mm_madd_epi16(v, wwl));
+                }
             }
         }
-        __m128i p01 = _mm_packs_epi32(_mm_srai_epi32(a[0], RL_WEIGHT_BITS),
-                                      _mm_srai_epi32(a[1], RL_WEIGHT_BITS));
-        __m128i p23 = _mm_packs_epi32(_mm_srai_epi32(a[2], RL_WEIGHT_BITS),
-                                      _mm_srai_epi32(a[3], RL_WEIGHT_BITS));
+        for (int i = 0; i < 4; i++) {
+            a[i] = exact ? _mm_srai_epi32(
+                               _mm_add_epi32(
+                                   _mm_slli_epi32(a[i], RL_EXACT_SPLIT), b[i]),
+                               RL_EXACT_BITS)
+                         : _mm_srai_epi32(a[i], RL_WEIGHT_BITS);
+        }
+        __m128i p01 = _mm_packs_epi32(a[0], a[1]);
+        __m128i p23 = _mm_packs_epi32(a[2], a[3]);
         __m128i px = _mm_packus_epi16(p01, p23);
         uint32_t q[4];
         _mm_storeu_si128((__m128i *)(void *)q, px);

@@ -75,8 +75,8 @@ int rl_place(const rl_pixels *px, const rl_plan *plan, double bx, double by,
         sub.data = rl_dst_at(dst, vx, vy + vh - 1);
         sub.row_stride = -dst->row_stride;
     }
-    int rc = rl_resample(px, bx, by, bw, bh, vw, vh, plan->flip,
-                         plan->crop_first, &sub);
+    int rc = rl_resample(px, plan->filter, plan->passes, bx, by, bw, bh, vw, vh,
+                         plan->flip, plan->crop_first, &sub);
     if (rc != 0) {
         snprintf(msg, RL_MSG_MAX, "out of memory");
     }

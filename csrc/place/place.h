@@ -2,13 +2,16 @@
  * place/place.h - the place stage: decoded pixels to their place in a batch
  * slot. The one header other stages include.
  *
- * The resampler is the filter torchvision applies with antialias=True (and
- * Pillow with BILINEAR): a triangle whose support widens with the downscale
- * factor, weights normalised over the pixels the resize sees (the image,
- * or only the box when torchvision crops before it resizes), computed
- * separably (a horizontal pass into 8-bit rows, then a vertical one) in
- * 14-bit fixed point. It has portable C, SSE2 and AVX2 kernels, picked at
- * run time, and every level gives the same bytes.
+ * The resampler is Pillow's Image.resize, which torchvision's Resize and
+ * RandomResizedCrop call on a PIL image (rl_filter): bilinear (a triangle)
+ * or bicubic (Keys' cubic, a = -0.5) whose support widens with the
+ * downscale factor, weights normalised over the pixels the resize sees
+ * (the image, or only the box when torchvision crops before it resizes),
+ * computed separably (two passes, each rounded and clipped to 0..255, in
+ * the order of the caller's Pillow: rl_passes) in fixed point: bicubic with Pillow's own 22-bit
+ * integers, so its bytes are Pillow's; bilinear in 14 bits (within 1 LSB);
+ * or nearest, the pixel Pillow picks. It has portable C, SSE2 and AVX2
+ * kernels, picked at run time, and every level gives the same bytes.
  * A box of the source image, given in source pixels, maps to the output, so
  * Resize + CenterCrop and RandomResizedCrop are one resample. Only the rows
  * and columns rl_resample_span() names are read, so a decoder decodes just
@@ -92,36 +95,44 @@ size_t rl_place_view_offset(const rl_place_config *views, int nviews, int n,
  * out_w x out_h image. base must hold rl_place_sample_bytes(c) bytes. */
 void rl_place_dst(const rl_place_config *c, uint8_t *base, rl_dst *dst);
 
+/* "bilinear", "bicubic" or "nearest": an rl_filter's name (NULL for a
+ * value past RL_FILTER_COUNT), what the module exports, in order. */
+const char *rl_filter_name(int filter);
+
 /*
  * The source pixels [*lo, *hi) that resampling the span [b0, b0 + bsize) of
- * an axis of `full` pixels to `out` pixels reads: decode at least these.
+ * an axis of `full` pixels to `out` pixels with `filter` reads: decode at
+ * least these.
  * Never empty (a degenerate box reads one pixel), always inside [0, full).
  * crop_first (rl_plan's): the resize sees only the pixels whose centres lie
  * in the span, as if the box had been cropped out first, so the filter
  * neither reads past the span's edges nor gives weight there; the whole
  * axis otherwise. For an integer span that is exactly [b0, b0 + bsize).
  */
-void rl_resample_span(int full, double b0, double bsize, int out,
-                      bool crop_first, int *lo, int *hi);
+void rl_resample_span(rl_filter filter, int full, double b0, double bsize,
+                      int out, bool crop_first, int *lo, int *hi);
 
 /*
  * Resamples the box (bx, by, bw, bh) of src's image (in src's full_w x
- * full_h coordinates) to out_w x out_h pixels written at dst, mirrored
+ * full_h coordinates) with `filter`, its passes in the order `passes`, to
+ * out_w x out_h pixels written at dst, mirrored
  * left-right when flip, the filter seeing only the box when crop_first (see
  * rl_resample_span()). src must cover the spans rl_resample_span() returns
  * for both axes. Returns 0, or -ENOMEM with dst untouched. Allocates only
  * the coefficient tables and out_w * 4 bytes a source row read, freed
  * before it returns.
  */
-int rl_resample(const rl_pixels *src, double bx, double by, double bw,
-                double bh, int out_w, int out_h, bool flip, bool crop_first,
-                const rl_dst *dst);
+int rl_resample(const rl_pixels *src, rl_filter filter, rl_passes passes,
+                double bx, double by, double bw, double bh, int out_w,
+                int out_h, bool flip, bool crop_first, const rl_dst *dst);
 
 /*
  * Resamples box (bx, by, bw, bh) of px (in px's full_w x full_h
  * coordinates) into the plan's rectangle (vx, vy, vw, vh) of dst, the whole
- * plan->out_w x plan->out_h sample, mirrored if plan->flip, the filter
- * seeing only the box if plan->crop_first, and writes
+ * plan->out_w x plan->out_h sample with plan->filter and plan->passes,
+ * mirrored if
+ * plan->flip, the filter seeing only the box if plan->crop_first, and
+ * writes
  * zeros (converted to dst's dtype) to the rest of the sample: the padding
  * of a CenterCrop larger than the image. The box is the plan's (x, y, w, h)
  * scaled to px's coordinates when px was decoded at a reduced DCT scale.

@@ -16,6 +16,7 @@
 
 #include "augment/augment.h"
 #include "core/plan.h"
+#include "place/place.h"
 
 typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_PAIR } field_type;
 
@@ -60,6 +61,17 @@ static const field fields[] = {
      AT(pad_if_needed),
      {0, 0},
      "RandomCrop's pad_if_needed (0 or 1)"},
+    {"filter",
+     FIELD_INT,
+     AT(filter),
+     {0, 0},
+     "the resize's interpolation: its index in INTERPOLATIONS"},
+    {"passes",
+     FIELD_INT,
+     AT(passes),
+     {0, 0},
+     "the resize's pass order: 0 Pillow 13's, 1 horizontal first (Pillow "
+     "12 and older)"},
 };
 
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
@@ -309,5 +321,24 @@ int rl__py_spec_init(PyObject *module)
     }
     int rc = PyModule_AddObjectRef(module, "TRANSFORM_FIELDS", d);
     Py_DECREF(d);
+    if (rc != 0) {
+        return rc;
+    }
+    /* The filters' names, in rl_filter's order: a spec's "filter" is an
+     * index into it. */
+    PyObject *names = PyTuple_New(RL_FILTER_COUNT);
+    for (int i = 0; names != NULL && i < RL_FILTER_COUNT; i++) {
+        PyObject *s = PyUnicode_FromString(rl_filter_name(i));
+        if (s == NULL) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyTuple_SET_ITEM(names, i, s); /* steals s */
+    }
+    if (names == NULL) {
+        return -1;
+    }
+    rc = PyModule_AddObjectRef(module, "INTERPOLATIONS", names);
+    Py_DECREF(names);
     return rc;
 }

@@ -132,7 +132,7 @@ static PyObject *py_dct_scale(PyObject *module, PyObject *args)
         return NULL;
     }
     return PyLong_FromLong(
-        rl_sample_pick_scale(width, height, p.w, p.h, p.vw, p.vh));
+        rl_sample_pick_scale(p.filter, width, height, p.w, p.h, p.vw, p.vh));
 }
 
 /* io_probe() -> (available: bool, reason: str) */

@@ -26,12 +26,17 @@ _Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 # keys are those of TRANSFORM_FIELDS: "kind" ("resize_crop" or
 # "random_crop") and "out_h"/"out_w", plus the optional "resize_short",
 # "resize_h", "resize_w" (ints), "flip_p" (float), "scale" and "ratio"
-# (2-tuples of floats) and "ops" (augmentation ops: [(name, args)]).
+# (2-tuples of floats), "filter" (an index into INTERPOLATIONS), "passes"
+# (the resize's pass order: 0 Pillow 13's, 1 horizontal first) and "ops"
+# (augmentation ops: [(name, args)]).
 _TransformSpec = Dict[str, Any]
 
 # The spec's schema, defined once in C: key -> (default, description);
 # "kind" -> its allowed values.
 TRANSFORM_FIELDS: Dict[str, Tuple[Any, str]]
+# The resize's filters, in the C core's order: "bilinear", "bicubic",
+# "nearest"; a spec's "filter" is an index into it.
+INTERPOLATIONS: Tuple[str, ...]
 # The keys of Pipeline.stats(), defined once in C (csrc/python/stats.c):
 # key -> (kind, description); kind is "count" (int, cumulative), "seconds"
 # (float, cumulative) or "gauge" (int, the state now).

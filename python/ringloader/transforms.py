@@ -1,14 +1,21 @@
 """Transforms that ringloader fuses into the JPEG decode.
 
 Supported (as ringloader objects, or the torchvision ``transforms`` /
-``transforms.v2`` objects of the same name with default bilinear,
-antialiased interpolation):
+``transforms.v2`` objects of the same name, antialiased as Pillow's
+``Image.resize``, which torchvision calls on the PIL images datasets give):
 
 - ``Resize(size)``: ``size`` an int (shorter side, aspect kept) or (h, w);
 - ``CenterCrop(size)``;
 - ``Resize(...)`` followed by ``CenterCrop(...)``, e.g. the ImageNet eval
   pipeline ``Compose([Resize(256), CenterCrop(224)])``;
 - ``RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))``;
+- interpolations, for ``Resize`` and ``RandomResizedCrop``: ``"bilinear"``
+  (the default), ``"bicubic"`` (Pillow's cubic, a = -0.5; its bytes are
+  Pillow's) and ``"nearest"`` (the pixel Pillow picks; torchvision's
+  ``NEAREST_EXACT`` is the same on a PIL image), given as torchvision's
+  ``InterpolationMode``, Pillow's int codes (0 nearest, 2 bilinear,
+  3 bicubic) or, for ringloader's classes, the name; ``BOX``, ``HAMMING``
+  and ``LANCZOS`` are not fused;
 - ``RandomCrop(size, padding, pad_if_needed, fill=0,
   padding_mode="constant")``, alone or after ``Resize``, e.g. the classic
   ``Compose([Resize(256), RandomCrop(224)])`` (zero padding only: another
@@ -83,9 +90,11 @@ def _pair(size: Size, name: str) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Resize:
     """Resize the shorter side to ``size`` (int) or the image to (h, w),
-    bilinear with antialiasing, as torchvision's ``Resize``."""
+    antialiased, as torchvision's ``Resize`` on a PIL image;
+    ``interpolation`` is "bilinear", "bicubic" or "nearest"."""
 
     size: Size
+    interpolation: str = "bilinear"
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,7 @@ class RandomResizedCrop:
     size: Size
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+    interpolation: str = "bilinear"
 
 
 @dataclass(frozen=True)
@@ -245,22 +255,55 @@ def _known(t: Any) -> bool:
     return module.startswith("torchvision.") or module.startswith("ringloader.")
 
 
-def _check_interpolation(t: Any) -> None:
-    """Only torchvision's default (bilinear, antialiased) resize is fused."""
-    if not _is_torchvision(t):
-        return
+# What a resize's interpolation may be called (InterpolationMode's values,
+# Pillow's int codes) -> the place stage's filter (_core.INTERPOLATIONS).
+# NEAREST_EXACT on a PIL image is Pillow's NEAREST, as torchvision maps it.
+_INTERPOLATIONS = {
+    None: "bilinear",
+    "bilinear": "bilinear",
+    2: "bilinear",
+    "bicubic": "bicubic",
+    3: "bicubic",
+    "nearest": "nearest",
+    "nearest-exact": "nearest",
+    0: "nearest",
+}
+
+
+def _pillow_passes() -> int:
+    """The order of the resize's passes torchvision gets from the Pillow
+    installed: Pillow 13 resamples vertically first when the height shrinks
+    by more than twice as many pixels as the width (0), older Pillows always
+    horizontally first (1). The clipping between the passes makes it
+    visible: bicubic across a sharp edge differs by over 20 LSB."""
+    try:
+        from PIL import __version__ as version
+    except ImportError:
+        return 0
+    major = version.split(".")[0]
+    return 0 if not major.isdigit() or int(major) >= 13 else 1
+
+
+def _check_interpolation(t: Any) -> int:
+    """The filter index of a Resize or RandomResizedCrop: bilinear, bicubic
+    or nearest, antialiased as Pillow's resize."""
     mode = getattr(t, "interpolation", None)
     name = getattr(mode, "value", mode)
-    if name not in (None, "bilinear", 2):
+    key = name if isinstance(name, (str, int)) or name is None else repr(name)
+    if key not in _INTERPOLATIONS:
         raise UnsupportedTransform(
-            f"{type(t).__name__} with interpolation={name!r} (only bilinear is fused)"
+            f"{type(t).__name__} with interpolation={name!r} (only bilinear, "
+            "bicubic and nearest are fused)"
         )
+    if not _is_torchvision(t):
+        return _core.INTERPOLATIONS.index(_INTERPOLATIONS[key])
     if getattr(t, "antialias", True) is False:
         raise UnsupportedTransform(
             f"{type(t).__name__}(antialias=False) (only antialiased resize is fused)"
         )
     if getattr(t, "max_size", None) is not None:
         raise UnsupportedTransform(f"{type(t).__name__}(max_size=...)")
+    return _core.INTERPOLATIONS.index(_INTERPOLATIONS[key])
 
 
 def _size_of(t: Any) -> Size:
@@ -376,6 +419,7 @@ def compile_transform(transform: Any) -> Compiled:
     crop: Optional[tuple[int, int]] = None
     rcrop: Optional[dict] = None  # RandomCrop's fields
     flip_p = vflip_p = 0.0
+    resize_filter = 0  # bilinear: a CenterCrop alone resamples 1:1
     state: dict[str, Any] = {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
     ops: list[tuple[str, list[float]]] = []
     converted = erased = flipped = vflipped = False
@@ -429,7 +473,7 @@ def compile_transform(transform: Any) -> Compiled:
                 break
             ops += elements
         elif name == "Resize" and not geometric:
-            _check_interpolation(t)
+            resize_filter = _check_interpolation(t)
             resize = _size_of(t)
         elif (
             name in ("CenterCrop", "RandomCrop")
@@ -452,7 +496,7 @@ def compile_transform(transform: Any) -> Compiled:
                     reason = str(e)
                     break
         elif name == "RandomResizedCrop" and not geometric:
-            _check_interpolation(t)
+            rrc_filter = _check_interpolation(t)
             h, w = _pair(_size_of(t), "RandomResizedCrop")
             scale = tuple(float(s) for s in t.scale)
             ratio = tuple(float(r) for r in t.ratio)
@@ -462,6 +506,7 @@ def compile_transform(transform: Any) -> Compiled:
                 "out_w": w,
                 "scale": scale,
                 "ratio": ratio,
+                "filter": rrc_filter,
             }
         elif (
             name == "RandomHorizontalFlip"
@@ -498,9 +543,9 @@ def compile_transform(transform: Any) -> Compiled:
                 "RandomResizedCrop: ringloader needs a fixed output size to fuse, "
                 "e.g. Compose([Resize(256), CenterCrop(224)])"
             )
-        spec = {"kind": "resize_crop"}
+        spec = {"kind": "resize_crop", "filter": resize_filter}
         if rcrop is not None:
-            spec = {"kind": "resize_random_crop", **rcrop}
+            spec = {"kind": "resize_random_crop", "filter": resize_filter, **rcrop}
         if isinstance(resize, int):
             if crop is None and rcrop is None:
                 raise UnsupportedTransform(
@@ -518,6 +563,7 @@ def compile_transform(transform: Any) -> Compiled:
     spec["flip_p"] = flip_p
     if vflip_p:
         spec["vflip_p"] = vflip_p
+    spec["passes"] = _pillow_passes()
     if ops:
         spec["ops"] = ops
     for key in ("out_h", "out_w"):

@@ -60,8 +60,9 @@ static void test_store_rgb(void)
             int ow = sizes[s][0], oh = sizes[s][1];
             size_t stride = (size_t)ow * 3 + PAD; /* not packed rows */
             rl_dst u8 = DST(rgb, (ptrdiff_t)stride, 3, 1);
-            CHECK_EQ(rl_resample(&px, 11.5, 7.25, 301, 203.5, ow, oh, false,
-                                 false, &u8),
+            CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13,
+                                 11.5, 7.25, 301, 203.5, ow, oh, false, false,
+                                 &u8),
                      0);
             for (int dt = RL_DTYPE_U8; dt <= RL_DTYPE_BF16; dt++) {
                 for (int lay = 0; lay < 2; lay++) {
@@ -70,8 +71,9 @@ static void test_store_rgb(void)
                     rl_dst b = dst_of(got, dt, lay, ow, oh);
                     memset(want, 0xA5, n + 8);
                     memset(got, 0x5A, n + 8);
-                    CHECK_EQ(rl_resample(&px, 11.5, 7.25, 301, 203.5, ow, oh,
-                                         false, false, &a),
+                    CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR,
+                                         RL_PASSES_PILLOW13, 11.5, 7.25, 301,
+                                         203.5, ow, oh, false, false, &a),
                              0);
                     rl_store_rgb(rgb, stride, ow, oh, &b);
                     CHECK(memcmp(want, got, n) == 0);
@@ -163,22 +165,25 @@ static void test_crop_first(void)
             int ow = sizes[s][0], oh = sizes[s][1];
             size_t n = (size_t)ow * oh * 3;
             int x0, x1, y0, y1;
-            rl_resample_span(W, bx, bw, ow, true, &x0, &x1);
-            rl_resample_span(H, by, bh, oh, true, &y0, &y1);
+            rl_resample_span(RL_FILTER_BILINEAR, W, bx, bw, ow, true, &x0, &x1);
+            rl_resample_span(RL_FILTER_BILINEAR, H, by, bh, oh, true, &y0, &y1);
             CHECK(x0 >= bx && x1 <= bx + bw && y0 >= by && y1 <= by + bh);
             rl_dst dw = DST(want, ow * 3, 3, 1), dg = DST(got, ow * 3, 3, 1);
             rl_resample_set_simd(RL_SIMD_C);
-            CHECK_EQ(rl_resample(&cut, 0, 0, bw, bh, ow, oh, false, false, &dw),
+            CHECK_EQ(rl_resample(&cut, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13,
+                                 0, 0, bw, bh, ow, oh, false, false, &dw),
                      0);
             for (int level = RL_SIMD_C; level <= RL_SIMD_AVX2; level++) {
                 rl_resample_set_simd((rl_simd)level);
-                CHECK_EQ(
-                    rl_resample(&px, bx, by, bw, bh, ow, oh, false, true, &dg),
-                    0);
+                CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR,
+                                     RL_PASSES_PILLOW13, bx, by, bw, bh, ow, oh,
+                                     false, true, &dg),
+                         0);
                 CHECK(memcmp(want, got, n) == 0);
             }
-            CHECK_EQ(
-                rl_resample(&px, bx, by, bw, bh, ow, oh, false, false, &dg), 0);
+            CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13,
+                                 bx, by, bw, bh, ow, oh, false, false, &dg),
+                     0);
             differs = differs || memcmp(want, got, n) != 0;
         }
     }
@@ -197,14 +202,18 @@ int main(void)
 
     /* Identity: same size, whole image. */
     rl_dst d = DST(out, (ptrdiff_t)w * 3, 3, 1);
-    CHECK_EQ(rl_resample(&px, 0, 0, w, h, w, h, false, false, &d), 0);
+    CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13, 0, 0, w,
+                         h, w, h, false, false, &d),
+             0);
     for (int i = 0; i < w * h; i++) {
         CHECK(memcmp(out + 3 * i, src + 4 * i, 3) == 0);
     }
 
     /* Integer crop at scale 1 is a copy of the crop. */
     d.row_stride = 50 * 3;
-    CHECK_EQ(rl_resample(&px, 10, 20, 50, 40, 50, 40, false, false, &d), 0);
+    CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13, 10, 20,
+                         50, 40, 50, 40, false, false, &d),
+             0);
     for (int y = 0; y < 40; y++) {
         for (int x = 0; x < 50; x++) {
             CHECK(memcmp(out + y * 150 + 3 * x,
@@ -214,7 +223,9 @@ int main(void)
 
     /* Flip mirrors the columns. */
     rl_dst df = DST(out2, 150, 3, 1);
-    CHECK_EQ(rl_resample(&px, 10, 20, 50, 40, 50, 40, true, false, &df), 0);
+    CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13, 10, 20,
+                         50, 40, 50, 40, true, false, &df),
+             0);
     for (int y = 0; y < 40; y++) {
         for (int x = 0; x < 50; x++) {
             CHECK(memcmp(out + y * 150 + x * 3, out2 + y * 150 + (49 - x) * 3,
@@ -235,7 +246,8 @@ int main(void)
         for (int s = 0; s < 4; s++) {
             int ow = sizes[s][0], oh = sizes[s][1];
             rl_dst dc = DST(out, (ptrdiff_t)ow * 3, 3, 1);
-            CHECK_EQ(rl_resample(&px, boxes[b][0], boxes[b][1], boxes[b][2],
+            CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13,
+                                 boxes[b][0], boxes[b][1], boxes[b][2],
                                  boxes[b][3], ow, oh, false, false, &dc),
                      0);
             for (int i = 0; i < ow * oh * 3; i++) {
@@ -251,8 +263,8 @@ int main(void)
     }
     double bx = 37.25, by = 18.5, bw = 201.0, bh = 150.5;
     int x0, x1, y0, y1;
-    rl_resample_span(w, bx, bw, 64, false, &x0, &x1);
-    rl_resample_span(h, by, bh, 48, false, &y0, &y1);
+    rl_resample_span(RL_FILTER_BILINEAR, w, bx, bw, 64, false, &x0, &x1);
+    rl_resample_span(RL_FILTER_BILINEAR, h, by, bh, 48, false, &y0, &y1);
     CHECK(x0 >= 0 && x1 <= w && x0 < x1 && y0 >= 0 && y1 <= h && y0 < y1);
     static uint8_t region[400 * 300 * 4];
     size_t rstride = (size_t)(x1 - x0) * 4;
@@ -262,8 +274,12 @@ int main(void)
     }
     rl_pixels sub = {region, rstride, x0, y0, x1 - x0, y1 - y0, w, h};
     rl_dst a = DST(out, 64 * 3, 3, 1), c = DST(out2, 64 * 3, 3, 1);
-    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, false, &a), 0);
-    CHECK_EQ(rl_resample(&sub, bx, by, bw, bh, 64, 48, false, false, &c), 0);
+    CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13, bx, by,
+                         bw, bh, 64, 48, false, false, &a),
+             0);
+    CHECK_EQ(rl_resample(&sub, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13, bx, by,
+                         bw, bh, 64, 48, false, false, &c),
+             0);
     CHECK(memcmp(out, out2, 64 * 48 * 3) == 0);
 
     /* Against a double-precision evaluation of the filter: within 1 LSB
@@ -311,7 +327,8 @@ int main(void)
 
     /* Planar strides (NCHW) hold the same values as interleaved. */
     rl_dst planar = DST(out2, 64, 1, 64 * 48);
-    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, false, &planar),
+    CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13, bx, by,
+                         bw, bh, 64, 48, false, false, &planar),
              0);
     for (int i = 0; i < 64 * 48; i++) {
         for (int ch = 0; ch < 3; ch++) {
@@ -336,9 +353,15 @@ int main(void)
     dh.dtype = RL_DTYPE_F16;
     db.data = (uint8_t *)bf16;
     db.dtype = RL_DTYPE_BF16;
-    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, false, &df32), 0);
-    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, false, &dh), 0);
-    CHECK_EQ(rl_resample(&px, bx, by, bw, bh, 64, 48, false, false, &db), 0);
+    CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13, bx, by,
+                         bw, bh, 64, 48, false, false, &df32),
+             0);
+    CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13, bx, by,
+                         bw, bh, 64, 48, false, false, &dh),
+             0);
+    CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13, bx, by,
+                         bw, bh, 64, 48, false, false, &db),
+             0);
     for (int i = 0; i < 64 * 48; i++) {
         for (int ch = 0; ch < 3; ch++) {
             float want = out[i * 3 + ch] * mul[ch] + add[ch];

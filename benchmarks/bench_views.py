@@ -8,8 +8,8 @@ for DINO and 98 for DINOv2), each with ``RandomApply(ColorJitter, p=0.8)``,
 ``RandomGrayscale(0.2)``, ``GaussianBlur`` with the recipe's probabilities
 and, where the recipe has it, ``RandomSolarize(128, p=0.2)``. Where the
 original uses something else, the torchvision equivalent is used and
-``NOTES`` says what it changes. Interpolation is bilinear (DINO and DINOv2
-use bicubic, which ringloader does not fuse: see ``NOTES``).
+``NOTES`` says what it changes. Interpolation is the recipe's: bilinear,
+bicubic for DINO and DINOv2.
 
 Usage::
 
@@ -110,21 +110,22 @@ def byol() -> MultiView:
 
 def _dino_like(global_scale: tuple, local_scale: tuple, local_size: int, kernel: int):
     flip_jitter = [v2.RandomHorizontalFlip()] + _jitter(0.4, 0.4, 0.2, 0.1)
+    bicubic = v2.InterpolationMode.BICUBIC
     g1 = v2.Compose(
-        [v2.RandomResizedCrop(224, scale=global_scale)]
+        [v2.RandomResizedCrop(224, scale=global_scale, interpolation=bicubic)]
         + flip_jitter
         + _blur(1.0, kernel)
         + _tail()
     )
     g2 = v2.Compose(
-        [v2.RandomResizedCrop(224, scale=global_scale)]
+        [v2.RandomResizedCrop(224, scale=global_scale, interpolation=bicubic)]
         + flip_jitter
         + _blur(0.1, kernel)
         + [v2.RandomSolarize(128, p=0.2)]
         + _tail()
     )
     local = v2.Compose(
-        [v2.RandomResizedCrop(local_size, scale=local_scale)]
+        [v2.RandomResizedCrop(local_size, scale=local_scale, interpolation=bicubic)]
         + flip_jitter
         + _blur(0.5, kernel)
         + _tail()
@@ -159,10 +160,7 @@ NOTES = {
     "mocov2": "MoCo v2 blurs with PIL's ImageFilter.GaussianBlur(radius=sigma): "
     "GaussianBlur(23, sigma) truncates the kernel at 11 px and is an exact "
     "Gaussian where PIL's is three box filters",
-    "dino": "DINO blurs with PIL's ImageFilter.GaussianBlur (as MoCo v2) and "
-    "resizes with bicubic interpolation (ringloader fuses bilinear only: "
-    "bicubic makes ringloader.DataLoader hand back torch's)",
-    "dinov2": "DINOv2 resizes with bicubic interpolation (bilinear here)",
+    "dino": "DINO blurs with PIL's ImageFilter.GaussianBlur (as MoCo v2)",
 }
 
 

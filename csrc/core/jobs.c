@@ -121,8 +121,9 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
         if (status == 0 && note.truncated) {
             atomic_fetch_add(&p->n_truncated, 1);
         }
-        if (status == 0 && note.decoder > 0) {
-            atomic_fetch_add(&p->n_fallback, 1);
+        if (status == 0) {
+            const rl_decoder_def *d = p->cfg.decoders.defs[note.decoder];
+            atomic_fetch_add(&p->n_decodes[d->format], 1);
         }
     }
     src->ops->release(src, f);

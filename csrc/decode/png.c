@@ -20,8 +20,8 @@
  * one scratch row.
  *
  * A file is judged whole, whatever rows a region decodes: before any row,
- * the chunk list is walked from the bytes (lengths and the IDAT chunks'
- * CRCs, cheap next to inflating), so a file cut before its IEND chunk is
+ * the chunk list is walked from the bytes (lengths and the critical
+ * chunks' CRCs, cheap next to inflating), so a file cut before its IEND chunk is
  * truncated, and one with a damaged IDAT chunk corrupt, whatever the crop.
  * A truncated file is refused (RL_ETRUNCATED) unless lim->allow_truncated:
  * then the rows the data holds are decoded (the chunk it ends in is cut
@@ -106,7 +106,10 @@ static uint32_t be32(const uint8_t *p)
  * Walks the chunks of data: returns 0 with *cut telling whether the data
  * ends before an IEND chunk (and *cut_at where the chunk it ends in
  * starts), or RL_EDECODE with msg for a chunk length over PNG's 2^31 - 1
- * or an IDAT chunk whose CRC is wrong. Bytes after IEND are not looked at.
+ * or a critical chunk (IHDR, PLTE, IDAT, IEND) whose CRC is wrong. Bytes
+ * after IEND are not looked at. libspng is told not to check those CRCs
+ * again (nor the zlib stream's Adler-32, which Pillow does not reach
+ * either: it stops inflating at the image's last row).
  */
 static int walk_chunks(const uint8_t *data, size_t len, bool *cut,
                        size_t *cut_at, char *msg)
@@ -127,13 +130,13 @@ static int walk_chunks(const uint8_t *data, size_t len, bool *cut,
         if ((size_t)n > len - at - 12) {
             return 0; /* the chunk is cut */
         }
-        if (memcmp(type, "IDAT", 4) == 0) {
+        if (type[0] >= 'A' && type[0] <= 'Z') { /* critical */
             uint32_t crc = (uint32_t)crc32(0L, type, (uInt)n + 4);
             if (crc != be32(type + 4 + n)) {
                 snprintf(msg, RL_MSG_MAX,
-                         "PNG IDAT chunk at byte %zu has a "
-                         "wrong CRC (corrupt file)",
-                         at);
+                         "PNG %.4s chunk at byte %zu has a wrong CRC "
+                         "(corrupt file)",
+                         (const char *)type, at);
                 return RL_EDECODE;
             }
         }
@@ -191,12 +194,18 @@ static int mend(png_state *s, const uint8_t **data, size_t *len)
  * 0 or libspng's error. */
 static int open_ctx(png_state *s, const uint8_t *data, size_t len)
 {
-    s->ctx = spng_ctx_new(0);
+    s->ctx = spng_ctx_new(SPNG_CTX_IGNORE_ADLER32);
     if (s->ctx == NULL) {
         return SPNG_EMEM;
     }
-    int err =
-        spng_set_chunk_limits(s->ctx, RL_PNG_CHUNK_CACHE, RL_PNG_CHUNK_CACHE);
+    /* Critical chunks' CRCs: checked by walk_chunks, the whole file's;
+     * an ancillary chunk with a wrong CRC is dropped (libspng's default,
+     * and Pillow's: it ignores ancillary chunks it cannot read). */
+    int err = spng_set_crc_action(s->ctx, SPNG_CRC_USE, SPNG_CRC_DISCARD);
+    if (err == 0) {
+        err = spng_set_chunk_limits(s->ctx, RL_PNG_CHUNK_CACHE,
+                                    RL_PNG_CHUNK_CACHE);
+    }
     if (err == 0) {
         err = spng_set_png_buffer(s->ctx, data, len);
     }

@@ -145,10 +145,26 @@ if sanitize:
 STATIC_CURL = os.environ.get("RINGLOADER_STATIC_CURL", "")
 if STATIC_CURL:
     DEBIAN_PACKAGES.pop("libcurl")
+# Likewise libspng, libwebp and zlib (RINGLOADER_STATIC_IMAGE=PREFIX, the
+# same prefix; its symbols kept inside the module the same way): Debian's
+# own builds of them need a newer glibc than the wheel's.
+STATIC_IMAGE = os.environ.get("RINGLOADER_STATIC_IMAGE", "")
+STATIC_IMAGE_ARCHIVES = ("libspng.a", "libwebpdemux.a", "libwebp.a", "libz.a")
+if STATIC_IMAGE:
+    for name in IMAGE_LIBRARIES[1:]:
+        DEBIAN_PACKAGES.pop(name)
 
 check_system_libraries()
-image_cflags = pkg_config(" ".join(IMAGE_LIBRARIES), "--cflags")
-image_libs = pkg_config(" ".join(IMAGE_LIBRARIES), "--libs")
+if STATIC_IMAGE:
+    image_cflags = pkg_config("libjpeg", "--cflags") + [f"-I{STATIC_IMAGE}/include"]
+    image_libs = pkg_config("libjpeg", "--libs") + [
+        os.path.join(STATIC_IMAGE, "lib", a) for a in STATIC_IMAGE_ARCHIVES
+    ]
+    if not STATIC_CURL:
+        image_libs.append("-Wl,--version-script=" + os.path.join("packaging", "exports.map"))
+else:
+    image_cflags = pkg_config(" ".join(IMAGE_LIBRARIES), "--cflags")
+    image_libs = pkg_config(" ".join(IMAGE_LIBRARIES), "--libs")
 uring_cflags = pkg_config("liburing", "--cflags")
 if STATIC_CURL:
     curl_cflags = [f"-I{STATIC_CURL}/include"]

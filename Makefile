@@ -9,7 +9,8 @@
 #                    extension, installed into a throw-away venv made from
 #                    .venv (.venv's own install is left alone)
 #   make fuzz        FUZZ_SECONDS (60) of fuzzing in all: libFuzzer on the
-#                    decode entry point and the HTTP response checks, atheris
+#                    decode entry point (one target per native decoder:
+#                    JPEG, PNG, WebP) and the HTTP response checks, atheris
 #                    on the shard index's tar walk; then the regression
 #                    inputs (needs clang, libclang-rt-14-dev)
 #

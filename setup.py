@@ -1,5 +1,5 @@
 """Build ringloader's C extension against the system's libjpeg-turbo,
-liburing and libcurl, found with pkg-config. No torch, CUDA or C++ is needed to build."""
+libspng, libwebp, zlib, liburing and libcurl, found with pkg-config. No torch, CUDA or C++ is needed to build."""
 
 import os
 import shutil
@@ -12,13 +12,22 @@ from setuptools import Extension, setup
 DEBIAN_PACKAGES = {
     "pkg-config": "pkg-config",
     "libjpeg": "libjpeg62-turbo-dev (Debian) or libjpeg-turbo8-dev (Ubuntu)",
+    "spng": "libspng-dev",
+    "libwebp": "libwebp-dev",
+    "libwebpdemux": "libwebp-dev",
+    "zlib": "zlib1g-dev",
     "liburing": "liburing-dev",
     "libcurl": "libcurl4-openssl-dev",
 }
 APT_LINE = (
     "$(command -v sudo) apt-get install -y pkg-config libjpeg62-turbo-dev "
-    "liburing-dev libcurl4-openssl-dev   # Ubuntu: libjpeg-turbo8-dev"
+    "libspng-dev libwebp-dev zlib1g-dev liburing-dev libcurl4-openssl-dev"
+    "   # Ubuntu: libjpeg-turbo8-dev"
 )
+
+
+# The image libraries, by pkg-config name: the native decoders link them.
+IMAGE_LIBRARIES = ("libjpeg", "spng", "libwebp", "libwebpdemux", "zlib")
 
 
 def fail(message: str) -> None:
@@ -37,7 +46,7 @@ def check_system_libraries() -> None:
         missing["pkg-config"] = "not on PATH"
     else:
         missing = {}
-        for package in [p for p in ("libjpeg", "liburing", "libcurl") if p in DEBIAN_PACKAGES]:
+        for package in [p for p in IMAGE_LIBRARIES + ("liburing", "libcurl") if p in DEBIAN_PACKAGES]:
             proc = subprocess.run(
                 ["pkg-config", "--exists", "--print-errors", package],
                 capture_output=True,
@@ -63,9 +72,10 @@ def check_system_libraries() -> None:
 
 
 def pkg_config(package: str, *flags: str) -> list[str]:
-    """Flags for `package` (check_system_libraries() found it)."""
+    """Flags for `package`, or for several names separated by spaces
+    (check_system_libraries() found them)."""
     proc = subprocess.run(
-        ["pkg-config", *flags, package], capture_output=True, text=True
+        ["pkg-config", *flags, *package.split()], capture_output=True, text=True
     )
     if proc.returncode != 0:
         fail(f"pkg-config {' '.join(flags)} {package} failed: {proc.stderr.strip()}")
@@ -135,10 +145,26 @@ if sanitize:
 STATIC_CURL = os.environ.get("RINGLOADER_STATIC_CURL", "")
 if STATIC_CURL:
     DEBIAN_PACKAGES.pop("libcurl")
+# Likewise libspng, libwebp and zlib (RINGLOADER_STATIC_IMAGE=PREFIX, the
+# same prefix; its symbols kept inside the module the same way): Debian's
+# own builds of them need a newer glibc than the wheel's.
+STATIC_IMAGE = os.environ.get("RINGLOADER_STATIC_IMAGE", "")
+STATIC_IMAGE_ARCHIVES = ("libspng.a", "libwebpdemux.a", "libwebp.a", "libz.a")
+if STATIC_IMAGE:
+    for name in IMAGE_LIBRARIES[1:]:
+        DEBIAN_PACKAGES.pop(name)
 
 check_system_libraries()
-jpeg_cflags = pkg_config("libjpeg", "--cflags")
-jpeg_libs = pkg_config("libjpeg", "--libs")
+if STATIC_IMAGE:
+    image_cflags = pkg_config("libjpeg", "--cflags") + [f"-I{STATIC_IMAGE}/include"]
+    image_libs = pkg_config("libjpeg", "--libs") + [
+        os.path.join(STATIC_IMAGE, "lib", a) for a in STATIC_IMAGE_ARCHIVES
+    ]
+    if not STATIC_CURL:
+        image_libs.append("-Wl,--version-script=" + os.path.join("packaging", "exports.map"))
+else:
+    image_cflags = pkg_config(" ".join(IMAGE_LIBRARIES), "--cflags")
+    image_libs = pkg_config(" ".join(IMAGE_LIBRARIES), "--libs")
 uring_cflags = pkg_config("liburing", "--cflags")
 if STATIC_CURL:
     curl_cflags = [f"-I{STATIC_CURL}/include"]
@@ -153,8 +179,8 @@ else:
 ext = Extension(
     "ringloader._core",
     sources=sources(),
-    extra_compile_args=cflags + jpeg_cflags + uring_cflags + curl_cflags,
-    extra_link_args=ldflags + jpeg_libs + liburing_link_args() + curl_libs,
+    extra_compile_args=cflags + image_cflags + uring_cflags + curl_cflags,
+    extra_link_args=ldflags + image_libs + liburing_link_args() + curl_libs,
     depends=headers(),
 )
 

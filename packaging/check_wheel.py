@@ -7,7 +7,9 @@ environment holding the wheel, torch, numpy and Pillow:
   (``ringloader.libs/``), it is libjpeg-turbo, with its SIMD code (the
   SIMD dispatch is compiled in, and turning it off slows a decode down);
 - libcurl is linked into the module (no libcurl.so is mapped), with OpenSSL
-  and nghttp2;
+  and nghttp2; so are libspng, libwebp and zlib: a PNG and a WebP (lossy
+  with alpha) decode natively, as Pillow decodes them, with no libspng or
+  libwebp mapped but Pillow's own and none needed (ldd);
 - a smoke test: a folder of JPEGs through the Loader, decoded as Pillow
   decodes them, and tar shards over HTTP from nginx (when nginx is
   installed) equal to the same shards read from disk.
@@ -104,6 +106,20 @@ def main() -> int:
         assert diff <= 1, diff
         loader.close()
 
+        # ---- PNG and WebP, decoded by the libraries linked in ----
+        for fmt, opts in (("PNG", {}), ("WEBP", {"quality": 80})):
+            buf = io.BytesIO()
+            Image.open(io.BytesIO(blobs[3])).convert("RGBA").save(buf, fmt, **opts)
+            rgb, h, w = _core.decode(buf.getvalue())
+            ref = np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"))
+            same = np.array_equal(np.frombuffer(rgb, np.uint8).reshape(h, w, 3), ref)
+            print(f"decode: a {fmt} {w}x{h}, natively, equal to Pillow's: {same}")
+            assert same, fmt
+        # Pillow maps its own libwebp (pillow.libs/); no other may be.
+        for lib in ("libspng", "libwebp", "libsharpyuv"):
+            others = [p for p in mapped(lib) if "pillow.libs" not in p]
+            assert others == [], others
+
         # ---- which libjpeg, which libcurl ----
         big = os.path.join(tmp, "big.jpg")
         with open(big, "wb") as f:
@@ -144,6 +160,7 @@ def main() -> int:
             )
             needed = out.stdout
             assert "libcurl" not in needed and "libssl" not in needed, needed
+            assert "libspng" not in needed and "libwebp" not in needed, needed
             assert "ringloader.libs/libjpeg" in needed, needed
 
         # ---- tar shards over HTTP ----

@@ -9,6 +9,12 @@ One wheel per CPython found (3.9 to 3.13), each installable with pip alone:
   sources (``apt-get source``: Debian's security patches included) for the
   same glibc and linked statically: HTTP(S) and S3 without a system libcurl.
   The module exports its init function alone (``exports.map``);
+- libspng, libwebp (with libwebpdemux) and zlib, the native
+  PNG and WebP decoders' libraries, are built from Debian's sources too,
+  for the same glibc, and linked statically (Debian's own builds need
+  glibc 2.29 and 2.34): the module's exports.map keeps their symbols
+  inside it, whatever libpng, libwebp or zlib the process has loaded
+  (Pillow's, torch's);
 - libjpeg-turbo is the system's (Debian's build, with its SIMD code), copied
   into the wheel by ``auditwheel repair``, which also rewrites the tag;
 - liburing is linked statically, as in every build.
@@ -38,6 +44,9 @@ CMAKE = shutil.which("cmake", path=BIN) or "cmake"
 GLIBC = "2.17"
 PLAT = "manylinux_2_17_x86_64"
 SOURCES = ("openssl", "nghttp2", "curl")
+IMAGE_SOURCES = ("zlib", "libspng", "libwebp")
+# What setup.py links from the prefix (RINGLOADER_STATIC_IMAGE), in order.
+IMAGE_ARCHIVES = ("libspng.a", "libwebpdemux.a", "libwebp.a", "libz.a")
 CURL_OFF = (
     "--disable-shared --enable-static --with-pic --without-libpsl "
     "--without-libidn2 --without-brotli --without-zstd --without-zlib "
@@ -87,12 +96,12 @@ def zig_cc(deps: Path) -> Path:
     return cc
 
 
-def fetch_sources(src: Path) -> dict[str, Path]:
+def fetch_sources(src: Path, names: tuple[str, ...] = SOURCES) -> dict[str, Path]:
     """Debian's sources of the libraries, patches applied (apt-get source;
     deb-src entries are needed)."""
     src.mkdir(parents=True, exist_ok=True)
     out = {}
-    for name in SOURCES:
+    for name in names:
         found = [p for p in src.glob(f"{name}-*") if p.is_dir()]
         if not found:
             log(f"apt-get source {name}")
@@ -185,6 +194,63 @@ def build_deps(deps: Path, cc: Path) -> Path:
     return prefix
 
 
+def build_image_deps(deps: Path, cc: Path, prefix: Path) -> None:
+    """zlib, libspng and libwebp (with libwebpdemux; libwebp 1.2 holds
+    sharpyuv), static
+    and position-independent, for glibc GLIBC, into prefix."""
+    stamp = prefix / ".built-image"
+    if stamp.exists():
+        return
+    src = fetch_sources(deps / "src", IMAGE_SOURCES)
+    env = dict(os.environ, CC=str(cc), CFLAGS="-O2 -fPIC")
+    jobs = str(os.cpu_count() or 2)
+    log("building zlib (static)")
+    run(["./configure", "--static", f"--prefix={prefix}"], cwd=src["zlib"], env=env)
+    run(["make", f"-j{jobs}", "libz.a"], cwd=src["zlib"], env=env)
+    run(["make", "install"], cwd=src["zlib"], env=env)
+    log("building libspng (static: its one source file)")
+    spng = src["libspng"] / "spng"
+    obj = deps / "spng.o"
+    run(
+        [str(cc), "-O2", "-fPIC", "-DSPNG_STATIC", f"-I{prefix}/include", "-c"]
+        + [str(spng / "spng.c"), "-o", str(obj)]
+    )
+    (prefix / "lib").mkdir(parents=True, exist_ok=True)
+    (prefix / "lib" / "libspng.a").unlink(missing_ok=True)
+    run(["ar", "rcs", str(prefix / "lib" / "libspng.a"), str(obj)])
+    shutil.copy(spng / "spng.h", prefix / "include" / "spng.h")
+    log("building libwebp (static: the decoder and demux)")
+    b = src["libwebp"] / "build-wheel"
+    shutil.rmtree(b, ignore_errors=True)
+    off = ["CWEBP", "DWEBP", "GIF2WEBP", "IMG2WEBP", "VWEBP", "WEBPINFO", "WEBPMUX"]
+    run(
+        [
+            CMAKE,
+            "-S",
+            str(src["libwebp"]),
+            "-B",
+            str(b),
+            "-DCMAKE_POLICY_VERSION_MINIMUM=3.5",
+            f"-DCMAKE_C_COMPILER={cc}",
+            "-DBUILD_SHARED_LIBS=OFF",
+            "-DCMAKE_POSITION_INDEPENDENT_CODE=ON",
+            "-DWEBP_BUILD_ANIM_UTILS=OFF",
+            "-DWEBP_BUILD_EXTRAS=OFF",
+            "-DWEBP_BUILD_LIBWEBPMUX=OFF",
+            *[f"-DWEBP_BUILD_{x}=OFF" for x in off],
+            f"-DCMAKE_INSTALL_PREFIX={prefix}",
+            "-DCMAKE_INSTALL_LIBDIR=lib",
+            "-DCMAKE_BUILD_TYPE=Release",
+        ],
+    )
+    run([CMAKE, "--build", str(b), f"-j{jobs}"])
+    run([CMAKE, "--install", str(b)])
+    for a in IMAGE_ARCHIVES:
+        if not (prefix / "lib" / a).exists():
+            sys.exit(f"wheels: {a} was not built into {prefix}/lib")
+    stamp.touch()
+
+
 def private_headers(deps: Path) -> Path:
     """pkg-config files for libjpeg and liburing whose headers sit in a
     folder of their own: zig must not see the system's glibc headers
@@ -266,7 +332,8 @@ def report(wheel: Path) -> None:
     size = wheel.stat().st_size / 2**20
     print(
         f"{wheel.name}\n  tag {tag}, {size:.1f} MiB, bundles {', '.join(libs)}"
-        ", libcurl + OpenSSL + nghttp2 and liburing linked in",
+        ", libcurl + OpenSSL + nghttp2, libspng + libwebp + zlib and liburing "
+        "linked in",
         flush=True,
     )
 
@@ -281,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     deps.mkdir(parents=True, exist_ok=True)
     cc = zig_cc(deps)
     prefix = build_deps(deps, cc)
+    build_image_deps(deps, cc, prefix)
     pc = private_headers(deps)
     pythons = args.pythons.split(",") if args.pythons else find_pythons()
     raw = deps / "raw"
@@ -294,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         PKG_CONFIG_LIBDIR=str(pc),
         PKG_CONFIG_ALLOW_SYSTEM_LIBS="1",
         RINGLOADER_STATIC_CURL=str(prefix),
+        RINGLOADER_STATIC_IMAGE=str(prefix),
     )
     env.pop("RINGLOADER_TEST_HOOKS", None)
     # Each Python's isolated build gets the setuptools that supports it

@@ -10,8 +10,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APT = (
-    "apt-get install -y pkg-config libjpeg62-turbo-dev liburing-dev "
-    "libcurl4-openssl-dev"
+    "apt-get install -y pkg-config libjpeg62-turbo-dev libspng-dev libwebp-dev "
+    "zlib1g-dev liburing-dev libcurl4-openssl-dev"
 )
 
 
@@ -35,7 +35,15 @@ def test_every_library_named_at_once(tmp_path):
     rc, err = setup_py(tmp_path, PKG_CONFIG_PATH=empty, PKG_CONFIG_LIBDIR=empty)
     assert rc != 0
     assert err.count("ringloader build error") == 1
-    assert "missing libjpeg, liburing, libcurl" in err
+    assert (
+        "missing libjpeg, spng, libwebp, libwebpdemux, zlib, liburing, libcurl" in err
+    )
+    for name, package in (
+        ("spng", "libspng-dev"),
+        ("libwebp", "libwebp-dev"),
+        ("zlib", "zlib1g-dev"),
+    ):
+        assert f"  {name}: install {package} (pkg-config:" in err
     assert "libjpeg62-turbo-dev (Debian) or libjpeg-turbo8-dev (Ubuntu)" in err
     assert "liburing-dev" in err and "libcurl4-openssl-dev" in err and APT in err
     assert "pkg-config: not on PATH" not in err
@@ -46,7 +54,10 @@ def test_without_pkg_config_everything_is_named(tmp_path):
     rc, err = setup_py(tmp_path, PATH=str(tmp_path))
     assert rc != 0
     assert err.count("ringloader build error") == 1
-    assert "missing pkg-config, libjpeg, liburing, libcurl" in err
+    assert (
+        "missing pkg-config, libjpeg, spng, libwebp, libwebpdemux, zlib, liburing, libcurl"
+        in err
+    )
     assert "pkg-config: install pkg-config (not on PATH)" in err
     assert "libjpeg62-turbo-dev" in err and "liburing-dev" in err and APT in err
 

@@ -50,7 +50,11 @@ def test_decode_error_is_value_error_with_libjpeg_message():
 
 
 def test_not_a_jpeg():
-    with pytest.raises(ringloader.DecodeError, match="not a JPEG"):
+    # No native decoder claims a GIF (_core.decode has no Pillow fallback).
+    with pytest.raises(ringloader.DecodeError, match="not a JPEG, PNG or WebP"):
+        _core.decode(b"GIF89a" + b"\0" * 100)
+    # A PNG signature goes to the PNG decoder, which names the format.
+    with pytest.raises(ringloader.DecodeError, match="PNG header"):
         _core.decode(b"\x89PNG\r\n\x1a\n" + b"\0" * 100)
     with pytest.raises(ringloader.DecodeError):
         _core.decode(b"")

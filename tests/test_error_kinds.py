@@ -24,13 +24,13 @@ SPEC = T.compile_transform(T.Compose([T.Resize(32), T.CenterCrop(32)])).spec
 
 @pytest.fixture
 def files(tmp_path):
-    """A JPEG, a PNG (which only the fallback decodes), another JPEG."""
+    """A JPEG, a BMP (which only the fallback decodes), another JPEG."""
     paths = []
     for i in range(3):
         p = tmp_path / f"{i}.jpg"
         if i == 1:
             out = io.BytesIO()
-            Image.new("RGB", (40, 30), "red").save(out, "PNG")
+            Image.new("RGB", (40, 30), "red").save(out, "BMP")
             p.write_bytes(out.getvalue())
         else:
             p.write_bytes(jpeg_bytes("baseline", 48, 64, seed=i))
@@ -106,7 +106,7 @@ def test_skip_errors_replaces_a_sample_whose_fallback_result_is_bad(files, bad):
         p.submit([0, 1, 2], [0, 1, 2], 0)
         batch = p.next(timeout=30)
         ((pos, by, error),) = batch.replaced
-        assert (pos, by) == (1, 2)  # the PNG, replaced by the next JPEG
+        assert (pos, by) == (1, 2)  # the BMP, replaced by the next JPEG
         assert isinstance(error, TypeError) and BAD[bad] in str(error)
         assert p.stats()["skipped"] == 1
     finally:
@@ -145,7 +145,7 @@ def test_a_bad_augmentation_argument_is_a_value_error_at_creation(files):
         _core.Pipeline(spec, paths=files)
 
 
-def test_the_loader_still_decodes_pngs(files):
+def test_the_loader_still_decodes_with_pillow(files):
     class DS:
         samples = [(f, 0) for f in files]
 

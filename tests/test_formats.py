@@ -1,9 +1,11 @@
-"""Files that are not JPEG (ImageNet has a PNG named .JPEG) are found by
-their magic bytes, decoded by the fallback (Pillow) and placed with the
-same fused transform, counted and announced once."""
+"""Files are decoded by their magic bytes, whatever their names (ImageNet
+has a PNG named .JPEG): JPEG, PNG and WebP natively (counted per format),
+the others (BMP, GIF, TIFF...) by the fallback, Pillow; all placed with the
+same fused transform. Pillow's decodes are counted and announced once."""
 
 import io
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -38,10 +40,16 @@ def test_png_and_webp_load_like_torchvision(mixed, layout):
     ds = ringloader.ImageFolder(mixed)
     t = T.Compose([T.Resize(256), T.CenterCrop(224)])
     loader = ringloader.Loader(ds, batch_size=6, transform=t, layout=layout)
-    with pytest.warns(ringloader.FallbackWarning, match="is PNG, not JPEG") as rec:
+    with pytest.warns(ringloader.FallbackWarning, match="is BMP, not JPEG") as rec:
         ((images, labels),) = list(loader)
-    assert len(rec) == 1  # announced once, not once per file
-    assert loader.stats()["fallback_decodes"] == 3
+    assert len(rec) == 1  # announced once, for Pillow's file only
+    stats = loader.stats()
+    assert stats["fallback_decodes"] == 1
+    assert (stats["decodes_jpeg"], stats["decodes_png"], stats["decodes_webp"]) == (
+        3,
+        1,
+        1,
+    )
     ref_t = tv.Compose([tv.Resize(256), tv.CenterCrop(224)])
     for pos, (path, _) in enumerate(ds.samples):
         ref = np.asarray(ref_t(Image.open(path).convert("RGB")))
@@ -75,13 +83,37 @@ def test_fallback_with_float_output_and_random_crop(mixed):
 
 
 def test_unreadable_non_jpeg_names_the_file(mixed):
-    (mixed / "a" / "6.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
+    (mixed / "a" / "6.bmp").write_bytes(b"BM" + b"\0" * 40)
     ds = ringloader.ImageFolder(mixed)
     loader = ringloader.Loader(ds, batch_size=7, transform=T.Resize((32, 32)))
-    with pytest.raises(ringloader.DecodeError, match="6.png") as e:
+    with pytest.raises(ringloader.DecodeError, match="6.bmp") as e:
         with pytest.warns(ringloader.FallbackWarning):
             list(loader)
-    assert e.value.path.endswith("6.png") and e.value.kind == "not_jpeg"
+    assert e.value.path.endswith("6.bmp") and e.value.kind == "not_jpeg"
+
+
+@pytest.mark.parametrize(
+    "ext, data",
+    [
+        ("png", b"\x89PNG\r\n\x1a\n" + b"\0" * 40),
+        ("webp", b"RIFF\x20\0\0\0WEBPVP8 " + b"\0" * 24),
+    ],
+)
+def test_unreadable_png_or_webp_names_the_file(tmp_path, ext, data):
+    """A file with PNG's or WebP's magic bytes is the native decoder's: its
+    error names the file and the format, and Pillow is never asked."""
+    (tmp_path / "0.jpg").write_bytes(jpeg_bytes("baseline", 40, 60))
+    (tmp_path / f"6.{ext}").write_bytes(data)
+    ds = ringloader.FileList(
+        [str(tmp_path / "0.jpg"), str(tmp_path / f"6.{ext}")], [0, 0]
+    )
+    loader = ringloader.Loader(ds, batch_size=2, transform=T.Resize((32, 32)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ringloader.FallbackWarning)
+        with pytest.raises(ringloader.DecodeError, match=f"6.{ext}") as e:
+            list(loader)
+    assert e.value.path.endswith(f"6.{ext}") and e.value.kind == "corrupt"
+    assert ("PNG" if ext == "png" else "WebP") in e.value.reason
 
 
 def test_fallback_in_tar_shards(tmp_path, mixed):
@@ -89,7 +121,7 @@ def test_fallback_in_tar_shards(tmp_path, mixed):
 
     shard = tmp_path / "s.tar"
     with tarfile.open(shard, "w") as tar:
-        for k, name in enumerate(["0.JPEG", "3.JPEG"]):
+        for k, name in enumerate(["0.JPEG", "5.bmp"]):
             data = (mixed / "a" / name).read_bytes()
             info = tarfile.TarInfo(f"s{k}.jpg")
             info.size = len(data)
@@ -99,23 +131,23 @@ def test_fallback_in_tar_shards(tmp_path, mixed):
     with pytest.warns(ringloader.FallbackWarning):
         ((x, _),) = list(loader)
     ref = np.asarray(
-        tv.Resize((48, 48))(Image.open(mixed / "a" / "3.JPEG").convert("RGB"))
+        tv.Resize((48, 48))(Image.open(mixed / "a" / "5.bmp").convert("RGB"))
     )
     assert np.abs(x[1].numpy().transpose(1, 2, 0).astype(int) - ref).max() <= 1
     shutil.rmtree(tmp_path / "mixed")
 
 
-def _png_with_garbage(kind: str) -> bytes:
-    """PNG magic followed by garbage: Pillow fails to open it, or (valid
-    header, broken pixel data) to decode it."""
+def _tiff_with_garbage(kind: str) -> bytes:
+    """TIFF magic followed by garbage: Pillow fails to open it, or (valid
+    header, pixel data cut) to decode it."""
     rng = np.random.default_rng(16)
     if kind != "broken_data":
         tail = rng.integers(0, 256, 300, dtype=np.uint8).tobytes()
-        return b"\x89PNG\r\n\x1a\n" + (bytes(300) if kind == "zeros" else tail)
+        return b"II*\0" + (bytes(300) if kind == "zeros" else tail)
     buf = io.BytesIO()
-    Image.fromarray(photo_like(40, 40, seed=1)).save(buf, format="PNG")
+    Image.fromarray(photo_like(40, 40, seed=1)).save(buf, format="TIFF")
     data = buf.getvalue()
-    return data[:60] + bytes(40) + data[100:]
+    return data[:1000]
 
 
 @pytest.mark.parametrize("kind", ["zeros", "random", "broken_data"])
@@ -126,20 +158,20 @@ def test_fallback_error_names_the_file_not_a_buffer(tmp_path, kind):
     for k in range(3):
         paths.append(tmp_path / f"{k}.jpg")
         paths[-1].write_bytes(jpeg_bytes("baseline", 40, 60, seed=k))
-    (tmp_path / "junk.png").write_bytes(_png_with_garbage(kind))
-    paths.insert(1, tmp_path / "junk.png")
+    (tmp_path / "junk.tif").write_bytes(_tiff_with_garbage(kind))
+    paths.insert(1, tmp_path / "junk.tif")
     ds = ringloader.FileList([str(p) for p in paths], [0] * len(paths))
     loader = ringloader.Loader(ds, batch_size=4, transform=T.Resize((32, 32)))
     with pytest.raises(ringloader.DecodeError) as e:
         list(loader)
     message = str(e.value)
     print(message)
-    assert str(tmp_path / "junk.png") in message and "Pillow" in message
+    assert str(tmp_path / "junk.tif") in message and "Pillow" in message
     assert "BytesIO" not in message and "object at 0x" not in message
     skip = ringloader.Loader(
         ds, batch_size=4, transform=T.Resize((32, 32)), on_error="skip"
     )
-    with pytest.warns(ringloader.DataWarning, match="junk.png") as rec:
+    with pytest.warns(ringloader.DataWarning, match="junk.tif") as rec:
         list(skip)
     said = " ".join(str(w.message) for w in rec)
     assert "BytesIO" not in said and "object at 0x" not in said

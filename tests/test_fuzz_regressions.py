@@ -3,7 +3,9 @@ corpus (made by tests/fuzz/make_corpus.py) through what it fuzzes:
 
 - fuzz_decode.c (tests/fuzz/regressions): the decoder, as _core.decode and
   as a Loader would decode them. Each file is 8 header bytes choosing the
-  transform (see fuzz_decode.c), then the JPEG.
+  transform (see fuzz_decode.c), then the JPEG; fuzz_png and fuzz_webp
+  (the same harness on the PNG and WebP decoders: regressions_png,
+  regressions_webp), likewise.
 - fuzz_http.c (regressions_http): the HTTP response checks, through the
   harness itself built with the system's C compiler (ASan + UBSan where it
   has them) and replay_main.c instead of libFuzzer.
@@ -18,6 +20,8 @@ import os
 import shutil
 import subprocess
 import sys
+
+import pytest
 
 from subproc import HERE, run_python
 
@@ -114,3 +118,15 @@ def test_tar_walk_regressions_and_seeds_replay(tmp_path):
     for p in paths:
         with open(p, "rb") as f:
             fuzz_tar.one_input(f.read())
+
+
+@pytest.mark.parametrize("kind", ["png", "webp"])
+def test_png_and_webp_regressions_and_seeds_replay(tmp_path, kind):
+    """fuzz_png and fuzz_webp (fuzz_decode.c with libspng's and libwebp's
+    decoder): their regression inputs and seeds, whole and cut, replay
+    through _core.decode and the Loader as the JPEG ones do."""
+    paths = inputs(f"regressions_{kind}", tmp_path / "seeds", kind)
+    assert len(paths) > 40
+    proc = run_python(REPLAY, json.dumps(paths), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip() == str(len(paths))

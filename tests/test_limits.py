@@ -1,6 +1,7 @@
 """Memory bounds for untrusted files (RELIABILITY.md: "a decode worker's
-memory has a stated bound"): images that Pillow decodes are refused from
-their header when over max_pixels, as JPEGs are, before any pixel memory
+memory has a stated bound"): PNGs and WebPs (libspng, libwebp) and the
+images that Pillow decodes are refused from their header when over
+max_pixels, as JPEGs are, before any pixel memory
 exists; libjpeg's memory for one image is bounded (by default 8 bytes per
 pixel of max_pixels + 64 MiB), which a progressive JPEG's whole-image
 coefficient buffers are checked against before they are allocated."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import io
 import struct
+import warnings
 import zlib
 
 import numpy as np
@@ -70,7 +72,15 @@ def gif(side: int) -> bytes:
     return out.getvalue()
 
 
-MAKERS = {"png": png_gray, "bmp": bmp_rle8, "gif": gif}
+def webp_flat(side: int) -> bytes:
+    """A real lossless WebP of side x side, one colour."""
+    out = io.BytesIO()
+    Image.new("RGB", (side, side), (10, 200, 30)).save(out, "WEBP", lossless=True)
+    return out.getvalue()
+
+
+MAKERS = {"png": png_gray, "webp": webp_flat, "bmp": bmp_rle8, "gif": gif}
+NATIVE = ("png", "webp")  # decoded by libspng and libwebp; the rest by Pillow
 TRANSFORM = T.Compose([T.Resize((64, 64)), T.CenterCrop(64)])
 
 MEASURE = r"""
@@ -122,7 +132,7 @@ def measure(path: str, limit: int, *extra: str, env: dict | None = None):
 
 
 @pytest.mark.parametrize("kind", sorted(MAKERS))
-def test_pillow_formats_over_max_pixels_refused_from_the_header(tmp_path, kind):
+def test_other_formats_over_max_pixels_refused_from_the_header(tmp_path, kind):
     path = tmp_path / f"big.{kind}"
     path.write_bytes(MAKERS[kind](SIDE))
     with Image.open(path) as im:  # a valid image, as Pillow sees it
@@ -138,7 +148,7 @@ def test_pillow_formats_over_max_pixels_refused_from_the_header(tmp_path, kind):
     )
 
 
-def test_pillow_formats_within_max_pixels_still_decode(tmp_path):
+def test_other_formats_within_max_pixels_still_decode(tmp_path):
     for kind, make in MAKERS.items():
         path = tmp_path / f"small.{kind}"
         path.write_bytes(make(300))
@@ -149,8 +159,15 @@ def test_pillow_formats_within_max_pixels_still_decode(tmp_path):
         loader = ringloader.Loader(
             DS, batch_size=1, max_pixels=300 * 300, transform=TRANSFORM
         )
-        with pytest.warns(ringloader.FallbackWarning):
-            ((x, _),) = list(loader)
+        if kind in NATIVE:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", ringloader.FallbackWarning)
+                ((x, _),) = list(loader)
+            assert loader.stats()[f"decodes_{kind}"] == 1, kind
+        else:
+            with pytest.warns(ringloader.FallbackWarning):
+                ((x, _),) = list(loader)
+            assert loader.stats()["fallback_decodes"] == 1, kind
         ref = np.asarray(Image.open(path).convert("RGB").resize((64, 64)))
         assert x.shape == (1, 3, 64, 64), kind
         got = x[0].permute(1, 2, 0).numpy().astype(int)

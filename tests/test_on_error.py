@@ -281,15 +281,16 @@ def test_truncated_allowed_is_counted_and_announced(tmp_path):
 def test_counts_add_up_on_mixed_bad_data(tmp_path):
     """errors counts every sample that could not be loaded, the candidates
     tried as replacements included; skipped counts the samples replaced;
-    so skipped <= errors. A non-JPEG file Pillow cannot read is an error
-    like any other (not a fallback decode); a non-JPEG it reads is a
-    fallback decode, not an error; a truncated JPEG is an error, or with
+    so skipped <= errors. A file of another format Pillow cannot read is an
+    error like any other (not a fallback decode), as are a broken PNG and
+    WebP (the native decoders'); a BMP Pillow reads is a fallback decode,
+    not an error; a truncated JPEG is an error, or with
     allow_truncated=True a truncated decode instead."""
     from PIL import Image
 
     good = jpeg_bytes("s420", 90, 120, seed=7)
-    png = tmp_path / "real.png"
-    Image.new("RGB", (50, 40), (10, 200, 30)).save(png, format="PNG")
+    other = tmp_path / "real.bmp"
+    Image.new("RGB", (50, 40), (10, 200, 30)).save(other, format="BMP")
     bad = {
         1: tmp_path / "missing.jpg",
         3: tmp_path / "corrupt.jpg",
@@ -307,7 +308,7 @@ def test_counts_add_up_on_mixed_bad_data(tmp_path):
     for i in range(16):
         p = tmp_path / f"{i:02d}.jpg"
         p.write_bytes(jpeg_bytes("baseline", 60 + i, 80, seed=i))
-        paths.append(str(bad.get(i, png if i == 7 else p)))
+        paths.append(str(bad.get(i, other if i == 7 else p)))
 
     def expected_errors(bad_positions):
         # Each bad sample fails once, then once more for every bad sample

@@ -90,6 +90,9 @@ def test_setup_lines_work_for_root_and_for_users():
     for package in (
         "pkg-config",
         "libjpeg62-turbo-dev",
+        "libspng-dev",
+        "libwebp-dev",
+        "zlib1g-dev",
         "liburing-dev",
         "libcurl4-openssl-dev",
     ):

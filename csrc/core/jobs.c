@@ -118,14 +118,15 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
                                j->batch->epoch, key, dst, &note, j->msg);
         atomic_fetch_add(&p->decode_ns, rl__now_ns() - t0);
         atomic_fetch_add(&p->n_samples, 1);
-        atomic_fetch_add(&p->n_decodes, (uint64_t)note.decodes);
+        atomic_fetch_add(&p->n_pixel_decodes, (uint64_t)note.decodes);
         atomic_fetch_add(&p->n_views, (uint64_t)note.views);
         j->decoder = status == 0 ? note.decoder : -1;
         if (status == 0 && note.truncated) {
             atomic_fetch_add(&p->n_truncated, 1);
         }
-        if (status == 0 && note.decoder > 0) {
-            atomic_fetch_add(&p->n_fallback, 1);
+        if (status == 0) {
+            const rl_decoder_def *d = p->cfg.decoders.defs[note.decoder];
+            atomic_fetch_add(&p->n_decodes[d->format], 1);
         }
     }
     src->ops->release(src, f);

@@ -110,8 +110,7 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg)
     p->cfg = *cfg;
     p->cfg.deliver = deliver;
     if (p->cfg.decoders.n == 0) {
-        p->cfg.decoders.defs[0] = &rl_jpeg_decoder;
-        p->cfg.decoders.n = 1;
+        rl_decode_add_native(&p->cfg.decoders);
     }
     if (copy_views(p, &cfg->sample, msg) != 0) {
         rl_source_destroy(p->cfg.source);
@@ -278,6 +277,13 @@ static void describe(const rl_pipeline *p, const rl__job *j, rl_sample_error *e)
     snprintf(e->msg, sizeof(e->msg), "%s", j->msg);
 }
 
+/* Whether job j was decoded by a fallback (Pillow), not a native decoder. */
+static bool by_fallback(const rl_pipeline *p, const rl__job *j)
+{
+    return j->decoder >= 0 &&
+           rl_decoder_is_fallback(p->cfg.decoders.defs[j->decoder]);
+}
+
 /* Fills rep from a done batch's jobs. Returns 0, the first failure's
  * status (rep->error filled; the fallback positions are listed all the
  * same, so the caller can say what was decoded how), or -ENOMEM. */
@@ -290,7 +296,7 @@ static int report(const rl_pipeline *p, const rl_batch *b, rl_batch_report *rep)
     rep->error.id = -1;
     int nfb = 0, nrep = 0;
     for (int i = 0; i < b->n; i++) {
-        nfb += b->jobs[i].decoder > 0;
+        nfb += by_fallback(p, &b->jobs[i]);
         nrep += b->jobs[i].replaced_by >= 0;
     }
     rep->ids = malloc(sizeof(int64_t) * (size_t)b->n);
@@ -307,7 +313,7 @@ static int report(const rl_pipeline *p, const rl_batch *b, rl_batch_report *rep)
     for (int i = 0; i < b->n; i++) {
         const rl__job *j = &b->jobs[i];
         rep->ids[i] = j->fetch.id;
-        if (j->decoder > 0) {
+        if (by_fallback(p, j)) {
             rep->fallback[rep->n_fallback++] = i;
         }
         if (j->replaced_by >= 0) {
@@ -483,8 +489,11 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     st->decode_ns = atomic_load(&p->decode_ns);
     st->direct_refused = atomic_load(&p->direct_refused);
     st->truncated = atomic_load(&p->n_truncated);
-    st->fallback = atomic_load(&p->n_fallback);
-    st->decodes = atomic_load(&p->n_decodes);
+    st->fallback = atomic_load(&p->n_decodes[RL_FORMAT_OTHER]);
+    for (int f = 0; f < RL_FORMATS; f++) {
+        st->decodes[f] = atomic_load(&p->n_decodes[f]);
+    }
+    st->pixel_decodes = atomic_load(&p->n_pixel_decodes);
     st->views = atomic_load(&p->n_views);
     if (p->cfg.source->ops->counters != NULL) {
         p->cfg.source->ops->counters(p->cfg.source, &st->source);

@@ -104,14 +104,17 @@ typedef struct rl_pipeline_stats {
     uint64_t read_ns, decode_ns; /* summed over threads */
     uint64_t io_cpu_ns;          /* CPU time of the I/O thread's reads */
     uint64_t direct_refused;     /* O_DIRECT reads that fell back */
-    uint64_t truncated;          /* JPEGs decoded although truncated */
-    uint64_t fallback;           /* samples decoded by a later decoder */
-    uint64_t decodes;            /* pixel decodes: one per sample loaded */
+    uint64_t truncated;          /* files decoded although truncated */
+    uint64_t fallback;           /* samples decoded by a fallback */
+    uint64_t pixel_decodes;      /* pixel decodes: one per sample loaded */
     uint64_t views;              /* views written (samples x views) */
     rl_source_counters source;   /* a remote source's (0 for local) */
     int inflight;                /* batches submitted, not yet returned */
     int ready;                   /* of those, decoded and waiting */
     int slots;                   /* slot memory allocated (pinned on GPU) */
+    /* Samples decoded, by their decoder's format (decode/decode.h);
+     * decodes[RL_FORMAT_OTHER] is fallback, Pillow's. */
+    uint64_t decodes[RL_FORMATS];
 } rl_pipeline_stats;
 
 /*

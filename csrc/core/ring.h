@@ -90,7 +90,8 @@ struct rl_pipeline {
     rl_slot *copying, *copying_tail; /* oldest first, guarded by mu */
     atomic_uint_fast64_t n_samples, n_batches, n_bytes, n_errors, n_skipped;
     atomic_uint_fast64_t read_ns, decode_ns, direct_refused, n_truncated;
-    atomic_uint_fast64_t n_fallback, io_cpu_ns, n_decodes, n_views;
+    atomic_uint_fast64_t io_cpu_ns, n_pixel_decodes, n_views;
+    atomic_uint_fast64_t n_decodes[RL_FORMATS]; /* by the decoder's format */
 };
 
 /* Takes and releases mu. Test builds tell the fake CUDA runtime, which

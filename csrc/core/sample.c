@@ -300,18 +300,25 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
 int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,
                           uint8_t **out, int *w, int *h, char *msg)
 {
-    const rl_decoder_def *dec = &rl_jpeg_decoder;
+    rl_decoders native = {.n = 0};
+    rl_decode_add_native(&native);
     *out = NULL;
     msg[0] = '\0';
-    void *st = dec->create(dec);
-    if (st == NULL) {
+    rl_decode_ctx *ctx = rl_decode_ctx_create(&native);
+    if (ctx == NULL) {
         snprintf(msg, RL_MSG_MAX, "out of memory");
         return -ENOMEM;
     }
+    const rl_decoder_def *dec;
+    void *st;
+    int which;
     rl_image_info info;
     rl_pixels px;
-    /* The header read refuses bytes that are not JPEG (RL_EFORMAT). */
-    int rc = dec->header(st, data, len, lim, &info, msg);
+    /* Bytes no native decoder claims are refused (RL_EFORMAT). */
+    int rc = rl_decode_pick(ctx, data, len, &dec, &st, &which, msg);
+    if (rc == 0) {
+        rc = dec->header(st, data, len, lim, &info, msg);
+    }
     if (rc == 0) {
         rc = dec->region(st, 8, 0, 0, info.width, info.height, lim, &px, msg);
     }
@@ -333,6 +340,6 @@ int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,
         *w = info.width;
         *h = info.height;
     }
-    dec->destroy(st);
+    rl_decode_ctx_destroy(ctx);
     return rc;
 }

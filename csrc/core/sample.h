@@ -81,8 +81,8 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
                   const rl_dst *dst, rl_sample_note *note, char *msg);
 
 /*
- * Decodes a whole JPEG into a malloc'd RGB buffer of *h rows of *w * 3
- * bytes, which the caller frees. Same statuses as rl_sample_run(). For the
+ * Decodes a whole JPEG, PNG or WebP (the native decoders) into a malloc'd
+ * RGB buffer of *h rows of *w * 3 bytes, which the caller frees. Same statuses as rl_sample_run(). For the
  * module's decode() tool and the tests.
  */
 int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,

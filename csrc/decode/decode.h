@@ -22,7 +22,10 @@
  * (RL_MSG_MAX bytes) saying why. A region's status is the whole file's: a
  * file truncated or corrupt past the region's last row fails too, so the
  * outcome never depends on the crop (JPEG checks the end of a one-scan
- * file from its bytes, without decoding the rows it skips). States are owned by one thread at a time;
+ * file from its bytes, without decoding the rows it skips; PNG walks its
+ * chunks and checks the IDAT CRCs; WebP, whose bitstreams carry no
+ * checksum, judges truncation from its RIFF size). States are owned by
+ * one thread at a time;
  * the functions may be called without the GIL and never longjmp out.
  */
 #ifndef RL_DECODE_H
@@ -36,10 +39,22 @@ typedef struct rl_image_info {
     bool progressive;
 } rl_image_info;
 
+/* What a decoder decodes, for the per-format counts of a pipeline's stats.
+ * RL_FORMAT_OTHER (0, what a table that does not say gets) is a fallback
+ * registered at run time: Pillow, counted as a fallback decode. */
+typedef enum rl_format {
+    RL_FORMAT_OTHER = 0,
+    RL_FORMAT_JPEG,
+    RL_FORMAT_PNG,
+    RL_FORMAT_WEBP,
+    RL_FORMATS /* how many */
+} rl_format;
+
 typedef struct rl_decoder_def rl_decoder_def;
 
 struct rl_decoder_def {
     const char *name; /* "jpeg", "pillow"... */
+    rl_format format;
     /* True when this decoder reads data. */
     bool (*claims)(const rl_decoder_def *def, const uint8_t *data, size_t len);
     /* A state for one thread, or NULL when out of memory. */
@@ -65,6 +80,12 @@ struct rl_decoder_def {
 
 /* libjpeg-turbo (decode/jpeg.c). */
 extern const rl_decoder_def rl_jpeg_decoder;
+
+/* libspng (decode/png.c). */
+extern const rl_decoder_def rl_png_decoder;
+
+/* libwebp (decode/webp.c). */
+extern const rl_decoder_def rl_webp_decoder;
 
 /* The libjpeg-turbo version this module was built against ("2.1.5"). */
 const char *rl_decode_libjpeg_version(void);
@@ -94,6 +115,19 @@ typedef struct rl_decoders {
     const rl_decoder_def *defs[RL_MAX_DECODERS];
     int n;
 } rl_decoders;
+
+/*
+ * Appends the native decoders (JPEG, PNG, WebP), in that order, to set:
+ * returns 0, or RL_EINTERNAL when they do not fit (RL_MAX_DECODERS). A
+ * pipeline lists them before any fallback.
+ */
+int rl_decode_add_native(rl_decoders *set);
+
+/* True for a fallback registered at run time (format RL_FORMAT_OTHER). */
+static inline bool rl_decoder_is_fallback(const rl_decoder_def *def)
+{
+    return def->format == RL_FORMAT_OTHER;
+}
 
 /* One thread's states of a set of decoders, each made on first use. */
 typedef struct rl_decode_ctx rl_decode_ctx;

@@ -488,6 +488,7 @@ static bool def_truncated(const void *state)
 
 const rl_decoder_def rl_jpeg_decoder = {
     .name = "jpeg",
+    .format = RL_FORMAT_JPEG,
     .claims = jpeg_claims,
     .create = def_create,
     .destroy = def_destroy,

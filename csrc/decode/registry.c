@@ -47,6 +47,20 @@ uint64_t rl_decode_memory_bound(const rl_limits *lim)
                      RL_DECODE_SLACK_BYTES;
 }
 
+int rl_decode_add_native(rl_decoders *set)
+{
+    static const rl_decoder_def *const native[] = {
+        &rl_jpeg_decoder, &rl_png_decoder, &rl_webp_decoder};
+    size_t n = sizeof(native) / sizeof(native[0]);
+    if ((size_t)set->n + n > RL_MAX_DECODERS) {
+        return RL_EINTERNAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        set->defs[set->n++] = native[i];
+    }
+    return 0;
+}
+
 rl_decode_ctx *rl_decode_ctx_create(const rl_decoders *set)
 {
     rl_decode_ctx *c = calloc(1, sizeof(*c));
@@ -88,7 +102,9 @@ int rl_decode_pick(rl_decode_ctx *c, const uint8_t *data, size_t len,
         *which = i;
         return 0;
     }
-    snprintf(msg, RL_MSG_MAX, "not a JPEG file (%zu bytes%s)", len,
-             len >= 8 && memcmp(data, "\x89PNG", 4) == 0 ? ", PNG data" : "");
+    snprintf(msg, RL_MSG_MAX,
+             "not a JPEG, PNG or WebP file (%zu bytes), and no fallback "
+             "decoder",
+             len);
     return RL_EFORMAT;
 }

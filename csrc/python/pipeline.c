@@ -120,7 +120,7 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
         Py_DECREF(self);
         return NULL;
     }
-    cfg.decoders.defs[cfg.decoders.n++] = &rl_jpeg_decoder;
+    rl_decode_add_native(&cfg.decoders);
     if (fallback != Py_None) {
         if (rl__py_fallback_def(fallback, &self->fallback_def) != 0 ||
             PyList_Append(self->keep, fallback) < 0) {

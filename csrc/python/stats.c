@@ -29,6 +29,8 @@ typedef struct stat_field {
 } stat_field;
 
 #define AT(member) offsetof(rl_pipeline_stats, member)
+/* The count of one format in the decodes array. */
+#define AT_FORMAT(f) (AT(decodes) + (size_t)(f) * sizeof(uint64_t))
 
 static const stat_field fields[] = {
     {"samples", STAT_COUNT, AT(samples),
@@ -52,10 +54,16 @@ static const stat_field fields[] = {
     {"direct_refused", STAT_COUNT, AT(direct_refused),
      "O_DIRECT reads that fell back to buffered ones"},
     {"truncated", STAT_COUNT, AT(truncated),
-     "truncated JPEGs decoded (allow_truncated)"},
+     "truncated JPEGs, PNGs and WebPs decoded (allow_truncated)"},
+    {"decodes_jpeg", STAT_COUNT, AT_FORMAT(RL_FORMAT_JPEG),
+     "samples decoded by libjpeg-turbo"},
+    {"decodes_png", STAT_COUNT, AT_FORMAT(RL_FORMAT_PNG),
+     "samples decoded by libspng"},
+    {"decodes_webp", STAT_COUNT, AT_FORMAT(RL_FORMAT_WEBP),
+     "samples decoded by libwebp"},
     {"fallback_decodes", STAT_COUNT, AT(fallback),
-     "samples decoded by the fallback decoder (not JPEG)"},
-    {"decodes", STAT_COUNT, AT(decodes),
+     "samples decoded by the Pillow fallback (not JPEG, PNG or WebP)"},
+    {"decodes", STAT_COUNT, AT(pixel_decodes),
      "pixel decodes: one per sample loaded, whatever its views"},
     {"views", STAT_COUNT, AT(views),
      "views written: one per view of each sample loaded"},

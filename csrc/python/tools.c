@@ -21,7 +21,8 @@
 #include "source/io.h"
 
 /* decode(data, *, max_pixels, max_scans, allow_truncated, max_decode_bytes)
- *   -> (bytes, height, width): the full image in RGB, for tests and tools.
+ *   -> (bytes, height, width): the full image in RGB, for tests and tools:
+ *   a JPEG, PNG or WebP, by the native decoders (no Pillow fallback).
  *   max_decode_bytes 0: libjpeg's memory bound follows max_pixels. */
 static PyObject *py_decode(PyObject *module, PyObject *args, PyObject *kw)
 {
@@ -323,7 +324,8 @@ PyMethodDef rl__py_tool_methods[] = {
      "cuda_probe() -> (available, message, library, device_count)."},
     {"decode", (PyCFunction)(void (*)(void))py_decode,
      METH_VARARGS | METH_KEYWORDS,
-     "decode(data) -> (rgb_bytes, height, width): full RGB decode."},
+     "decode(data) -> (rgb_bytes, height, width): full RGB decode of a "
+     "JPEG, PNG or WebP."},
     {"plan", py_plan, METH_VARARGS,
      "plan(spec, width, height, seed, epoch, index, view=0) -> (top, left, "
      "h, w, flip)."},

@@ -94,7 +94,9 @@ def decode(
     allow_truncated: bool = ...,
     max_decode_bytes: int = ...,  # libjpeg's memory; 0: follows max_pixels
 ) -> Tuple[bytes, int, int]:
-    """Full RGB decode: (rgb_bytes, height, width); note height comes first."""
+    """Full RGB decode of a JPEG, PNG or WebP (the native decoders; other
+    formats raise DecodeError): (rgb_bytes, height, width); note height
+    comes first."""
 
 def plan(
     spec: _TransformSpec,
@@ -222,7 +224,8 @@ class Batch:
     def shape(self) -> Tuple[int, int, int, int]: ...
     @property
     def fallback(self) -> Tuple[int, ...]:
-        """Positions of samples decoded by the fallback decoder (not JPEG)."""
+        """Positions of samples decoded by the fallback decoder (Pillow: not
+        JPEG, PNG or WebP)."""
 
     @property
     def replaced(self) -> Tuple[Tuple[int, int, Union[DecodeError, OSError]], ...]:

@@ -1,7 +1,8 @@
 """What the C pipeline leaves to Python, and what is said about it.
 
-- Samples that are not JPEG (a PNG named .JPEG, WebP, BMP...) are decoded
-  with Pillow, called by the C core's decode threads on the bytes they
+- Samples that are not JPEG, PNG or WebP (which the C core decodes
+  itself, whatever their names) are decoded with Pillow (BMP, TIFF,
+  GIF, AVIF...), called by the C core's decode threads on the bytes they
   read, then placed with the same fused transform by the core.
 - With ``on_error="skip"``, the core replaces a sample that cannot be read
   or decoded by the next readable one in dataset order; this module names
@@ -9,7 +10,7 @@
 - Transforms after the fusable prefix (the "tail") run in Python on each
   sample.
 - Each of these is announced once (:class:`FallbackWarning`,
-  :class:`DataWarning`), as are truncated JPEGs decoded with
+  :class:`DataWarning`), as are truncated files decoded with
   ``allow_truncated=True`` and files read through the page cache because
   the file system refused ``O_DIRECT``.
 
@@ -146,7 +147,7 @@ def _run_tail(images: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
 
 class Fallback:
     """What the C pipeline of one loader hands to Python: the decoding of
-    files that are not JPEG (the C core calls :meth:`decode` on its decode
+    files that are not JPEG, PNG or WebP (the C core calls :meth:`decode` on its decode
     threads, with the bytes its source already read), and the naming and
     announcing of samples it decoded that way or replaced
     (``on_error="skip"``: the core's own policy)."""
@@ -162,7 +163,7 @@ class Fallback:
     def decode(
         self, data: memoryview, max_pixels: int
     ) -> tuple[Optional[bytes], int, int]:
-        """Decode bytes that are not JPEG with Pillow: (rgb, width, height).
+        """Decode bytes that are not JPEG, PNG or WebP with Pillow: (rgb, width, height).
         Called by the C core's decode threads (holding the GIL); ``data``
         is valid only during the call. An image over ``max_pixels`` is not
         decoded: Pillow reads only its header to open it, and (None, width,
@@ -173,7 +174,7 @@ class Fallback:
             from PIL import Image
         except ImportError:
             raise ValueError(
-                "not a JPEG; install Pillow to read other formats"
+                "not a JPEG, PNG or WebP; install Pillow to read other formats"
             ) from None
         buf = io.BytesIO(data)
         try:
@@ -188,7 +189,7 @@ class Fallback:
             # the core names the file instead.
             reason = str(e).replace(f" {buf!r}", "").replace(repr(buf), "it")
             raise ValueError(
-                f"not a JPEG, and Pillow cannot read it either ({reason})"
+                f"not a JPEG, PNG or WebP, and Pillow cannot read it either ({reason})"
             ) from None
         w, h = rgb.size
         return rgb.tobytes(), w, h
@@ -246,7 +247,7 @@ class Fallback:
             i = idx[positions[0]]
             path = src.paths[i]
             warnings.warn(
-                f"ringloader: {path} is {_format_of(src, i)}, not JPEG: such files "
+                f"ringloader: {path} is {_format_of(src, i)}, not JPEG, PNG or WebP: such files "
                 "are decoded with Pillow (slower) and counted in "
                 "stats()['fallback_decodes']",
                 FallbackWarning,
@@ -254,15 +255,16 @@ class Fallback:
             )
 
     def announce_truncated(self, pipe: Pipeline) -> None:
-        """Say once that truncated JPEGs were decoded (allow_truncated)."""
+        """Say once that truncated files were decoded (allow_truncated)."""
         if self._announced_truncated or not self.allow_truncated:
             return
         n = pipe.stats()["truncated"]
         if n:
             self._announced_truncated = True
             warnings.warn(
-                f"ringloader: decoded {n} truncated JPEG(s) (allow_truncated=True: "
-                "their missing rows are grey); counted in stats()['truncated']",
+                f"ringloader: decoded {n} truncated file(s) (allow_truncated=True: "
+                "their missing rows are grey in a JPEG, black in a PNG or WebP); "
+                "counted in stats()['truncated']",
                 DataWarning,
                 # EpochIterator.__next__, as before the split (4 would be
                 # the training loop, as for the other warnings here).

@@ -4,7 +4,7 @@ This is the only module that calls ``_core.Pipeline``: creating it from the
 dataset's table of samples (given once: paths, or byte ranges of files),
 submitting a batch by sample ids, taking the next batch in order, and
 turning it into a tensor (host or device) with what the C core reports:
-samples decoded by the Python fallback decoder (not JPEG), and samples the
+samples decoded by the Python fallback decoder (not JPEG, PNG or WebP), and samples the
 core's skip policy replaced (``on_error="skip"``).
 
 A Pipeline belongs to one process (the threads do not survive ``fork``)
@@ -59,7 +59,7 @@ class Taken(NamedTuple):
     # One tensor per view (one view but for a MultiView): uint8 (or the
     # view's fused dtype on CPU), in the view's C layout.
     raw: list[torch.Tensor]
-    fallback: Sequence[int]  # positions decoded by the fallback (not JPEG)
+    fallback: Sequence[int]  # positions decoded by Pillow (not JPEG, PNG or WebP)
     # (position, DecodeError or OSError) of samples replaced (skip policy)
     replaced: Sequence[tuple[int, Union[_core.DecodeError, OSError]]]
 

@@ -104,8 +104,8 @@ class Loader:
             one image: libjpeg's at 8 bytes per pixel of ``max_pixels`` +
             64 MiB (783 MB at the default; what a progressive CMYK JPEG at
             the limit needs), plus the decoded region.
-        allow_truncated: decode truncated JPEGs (grey bottom) instead of
-            raising; they are counted in ``stats()["truncated"]`` and the
+        allow_truncated: decode truncated JPEGs (grey bottom), PNGs and
+            WebPs (black bottom) instead of raising; they are counted in ``stats()["truncated"]`` and the
             first one is announced with a :class:`DataWarning`.
         on_error: ``"raise"`` (default): a sample that cannot be read or
             decoded raises ``DecodeError`` or ``OSError`` naming it, at its
@@ -495,20 +495,23 @@ class Loader:
           sample and again as a replacement counts twice:
 
           - ``errors``: loads that failed: a file missing or unreadable, a
-            JPEG corrupt, truncated (without ``allow_truncated``) or over a
-            limit, a non-JPEG file Pillow cannot read either. With
+            JPEG, PNG or WebP corrupt, truncated (without
+            ``allow_truncated``) or over a limit, a file of another format
+            Pillow cannot read either. With
             ``on_error="skip"`` each candidate tried as a replacement that
             fails too counts; with ``"raise"`` every failed sample of the
             batch counts, though one error is raised;
           - ``skipped``: samples replaced (``on_error="skip"``). Each was
             first counted in ``errors``, so ``skipped <= errors``; the
             difference is the replacement candidates that failed;
-          - ``fallback_decodes``: non-JPEG files Pillow decoded (not
-            errors);
+          - ``decodes_jpeg``, ``decodes_png``, ``decodes_webp``: files
+            decoded natively (libjpeg-turbo, libspng, libwebp);
+          - ``fallback_decodes``: files of other formats Pillow decoded
+            (BMP, TIFF, GIF, AVIF...; not errors);
           - ``decodes``: pixel decodes, one per sample loaded, and
             ``views``: views written, one per view of each (a
             ``transforms.MultiView`` decodes each image once);
-          - ``truncated``: truncated JPEGs decoded with
+          - ``truncated``: truncated JPEGs, PNGs and WebPs decoded with
             ``allow_truncated=True`` (not errors);
           - for shards or files over HTTP(S) or S3 (0 otherwise):
             ``http_requests`` (requests made, each attempt counted),

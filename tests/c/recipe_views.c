@@ -97,7 +97,7 @@ int test_views(void)
     CHECK(memcmp(a0, alone, sizeof(alone)) == 0);
     /* One read and one decode per sample, two views written. */
     CHECK_EQ(st.samples, NJPEG);
-    CHECK_EQ(st.decodes, NJPEG);
+    CHECK_EQ(st.pixel_decodes, NJPEG);
     CHECK_EQ(st.views, 2 * NJPEG);
 
     /* The small view as float32 NCHW with its mul and add: the store's

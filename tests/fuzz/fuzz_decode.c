@@ -3,17 +3,19 @@
  *
  * DESIGN: the fuzzer must see what a training job sees, so it calls the
  * real per-sample entry point, rl_sample_run() (core/sample.h), with the
- * production limits (RL_DEFAULT_*), the pipeline's default decoder set
- * (libjpeg-turbo alone) and the fused transforms the pipeline uses, on one
+ * production limits (RL_DEFAULT_*), one native decoder (RL_FUZZ_DECODER:
+ * libjpeg-turbo by default; the Makefile builds fuzz_png and fuzz_webp
+ * with libspng's and libwebp's, so each target spends its time on one
+ * decoder's code) and the fused transforms the pipeline uses, on one
  * sample context reused across inputs exactly as a pool thread reuses its
  * own. The first bytes of the input pick the transform (kind, output size,
  * resize, flip, layout, sample index) so one corpus explores every path of
  * the plan, the DCT scale choice, the region decode and the resampler; the
- * JPEG is the rest. Every output byte is read (summed into a volatile), as
+ * file is the rest. Every output byte is read (summed into a volatile), as
  * in libjpeg-turbo's own fuzzers, so the compiler cannot drop the work and
  * an MSan build would flag any byte the decoder never wrote. A full decode
- * (rl_sample_decode_full) with a low pixel limit follows, as
- * _core.decode() does it.
+ * (rl_sample_decode_full, every native decoder) with a low pixel limit
+ * follows, as _core.decode() does it.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -21,6 +23,11 @@
 #include <string.h>
 
 #include "core/sample.h"
+
+/* The decoder under test (decode/decode.h). */
+#ifndef RL_FUZZ_DECODER
+#define RL_FUZZ_DECODER rl_jpeg_decoder
+#endif
 
 #define HEADER_BYTES 8
 /* Low enough that the fuzzer spends its time on decoding, not on memset of
@@ -81,13 +88,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     if (ctx == NULL) {
-        rl_decoders jpeg = {.defs = {&rl_jpeg_decoder}, .n = 1};
-        ctx = rl_sample_ctx_create(&jpeg);
+        rl_decoders one = {.defs = {&RL_FUZZ_DECODER}, .n = 1};
+        ctx = rl_sample_ctx_create(&one);
         if (ctx == NULL) {
             abort();
         }
     }
-    const uint8_t *jpeg = data + HEADER_BYTES;
+    const uint8_t *file = data + HEADER_BYTES;
     size_t len = size - HEADER_BYTES;
     char msg[RL_MSG_MAX];
     rl_limits lim = {.max_pixels = RL_DEFAULT_MAX_PIXELS,
@@ -125,7 +132,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         dst.ch_stride = (ptrdiff_t)t->out_w * t->out_h;
     }
     rl_sample_note note;
-    int rc = rl_sample_run(ctx, &spec, jpeg, len, 0, index, &dst, &note, msg);
+    int rc = rl_sample_run(ctx, &spec, file, len, 0, index, &dst, &note, msg);
     if (rc == 0) {
         if (note.decoder != 0) {
             abort(); /* the set has one decoder: it decoded the sample */
@@ -139,7 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lim.max_pixels = FULL_MAX_PIXELS;
     uint8_t *full = NULL;
     int w = 0, h = 0;
-    rc = rl_sample_decode_full(jpeg, len, &lim, &full, &w, &h, msg);
+    rc = rl_sample_decode_full(file, len, &lim, &full, &w, &h, msg);
     if (rc == 0) {
         touch(full, (size_t)w * (size_t)h * 3);
     }

@@ -1,6 +1,10 @@
 """Writes the fuzzers' seed corpora: for fuzz_decode.c (the default),
-valid and odd JPEGs made with Pillow; for fuzz_http.c ("http"), HTTP
-response header blocks; for fuzz_tar.py ("tar"), tar shards.
+valid and odd JPEGs made with Pillow; for fuzz_png and fuzz_webp (the
+same harness, "png" and "webp"), PNGs of every colour type, bit depth and
+interlacing (tests/pngmake.py) with PngSuite (tests/data), and WebPs
+lossy, lossless, with alpha and animated, whole and cut; for fuzz_http.c
+("http"), HTTP response header blocks; for fuzz_tar.py ("tar"), tar
+shards.
 
 Each file is an 8-byte header that fuzz_decode.c reads as the transform
 choice (kind, output size, resize, flip, layout, sample index), followed by
@@ -16,7 +20,7 @@ numbers past 64 bits. A fuzz_tar.py seed is a whole tar shard as
 tarindex.py reads them: WebDataset members, directories and links, long
 names (GNU and pax), no end-of-archive block, cut short, and compressed.
 
-Usage: python3 make_corpus.py OUT_DIR [decode|http|tar]
+Usage: python3 make_corpus.py OUT_DIR [decode|png|webp|http|tar]
 """
 
 from __future__ import annotations
@@ -112,6 +116,70 @@ def seeds() -> list[bytes]:
     out.append(whole[:sos])
     out.append(whole[: sos + 14])
     out.append(b"\xff\xd8\xff\xd9")
+    return out
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "data")
+
+
+def archive(name: str) -> list[bytes]:
+    """The image files of one of tests/data's archives."""
+    with tarfile.open(os.path.join(DATA, name)) as t:
+        return [
+            t.extractfile(m).read()
+            for m in t.getmembers()
+            if m.isfile() and m.name.endswith((".png", ".webp"))
+        ]
+
+
+def cuts(data: bytes) -> list[bytes]:
+    return [data[: int(len(data) * f)] for f in (0.05, 0.5, 0.95)]
+
+
+def png_seeds() -> list[bytes]:
+    sys.path.insert(0, os.path.join(HERE, ".."))
+    try:
+        from pngmake import DEPTHS, png_bytes, random_samples
+    finally:
+        sys.path.pop(0)
+    rng = np.random.default_rng(1)
+    out = archive("pngsuite.tar.xz")
+    for ct, depths in DEPTHS.items():
+        for depth in depths:
+            for interlace in (False, True):
+                h, w = (1, 1) if depth == 1 else (19, 23)
+                s = random_samples(rng, h, w, ct, depth, palette_len=1 << depth)
+                pal = rng.integers(0, 256, (1 << depth, 3)) if ct == 3 else None
+                out.append(
+                    png_bytes(s, ct, depth, interlace, palette=pal, idat_pieces=2)
+                )
+    whole = png_bytes(random_samples(rng, 70, 90, 6, 8), 6, 8, idat_pieces=4)
+    out.extend(cuts(whole))
+    frames = [image(24, 32, k) for k in range(2)]
+    buf = io.BytesIO()
+    frames[0].save(buf, "PNG", save_all=True, append_images=frames[1:])
+    out.append(buf.getvalue())  # an APNG
+    return out
+
+
+def webp_seeds() -> list[bytes]:
+    out = archive("webp.tar.xz")
+    for h, w in ((1, 1), (17, 33), (64, 48)):
+        img = image(h, w, h)
+        rgba = img.copy()
+        rgba.putalpha(image(h, w, w).convert("L"))
+        for im in (img, rgba):
+            for opts in ({"quality": 60}, {"lossless": True}):
+                buf = io.BytesIO()
+                im.save(buf, "WEBP", **opts)
+                out.append(buf.getvalue())
+    frames = [image(40, 56, k) for k in range(3)]
+    for opts in ({"quality": 70}, {"lossless": True}):
+        buf = io.BytesIO()
+        frames[0].save(buf, "WEBP", save_all=True, append_images=frames[1:], **opts)
+        out.append(buf.getvalue())  # animated
+    out.extend(cuts(out[-3]))
     return out
 
 
@@ -272,8 +340,9 @@ def main() -> None:
     os.makedirs(root, exist_ok=True)
     rng = np.random.default_rng(0)
     n = 0
-    for data in seeds():
-        # Two headers per JPEG: one resize/crop, one random crop.
+    files = {"png": png_seeds, "webp": webp_seeds}.get(kind, seeds)()
+    for data in files:
+        # Two headers per file: one resize/crop, one random crop.
         for kind in (0, 1):
             head = bytearray(rng.integers(0, 256, 8, dtype=np.uint8).tobytes())
             head[0] = (head[0] & ~1) | kind

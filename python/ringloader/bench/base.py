@@ -18,6 +18,9 @@ the very same torchvision transform object:
   RandomErasing (what the ops cost is measured against it);
 * ``jitter``: RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) +
   ToTensor + Normalize;
+* ``train-norm``: RandomResizedCrop(224) + flip + PILToTensor +
+  ConvertImageDtype + Normalize, the train recipe as a training script
+  writes it (benchmarks/bench_formats.py runs it on PNG and WebP);
 * ``randaug``: transforms.v2 RandomResizedCrop(224) + flip + RandAugment +
   ToImage + ToDtype + Normalize.
 
@@ -42,10 +45,11 @@ PIPELINES = {
     "ta": "RandomResizedCrop(176) + flip + TrivialAugmentWide + Normalize "
     "+ RandomErasing(0.1)",
     "ta-plain": "RandomResizedCrop(176) + flip + Normalize",
+    "train-norm": "RandomResizedCrop(224) + flip + Normalize",
     "jitter": "RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) + Normalize",
     "randaug": "v2: RandomResizedCrop(224) + flip + RandAugment + Normalize",
 }
-AUGMENT = ("ta", "ta-plain", "jitter", "randaug")
+AUGMENT = ("ta", "ta-plain", "jitter", "randaug", "train-norm")
 CROP, RESIZE = 224, 256
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 BASELINE, BOUND = "dataloader", "decode-bound"
@@ -108,8 +112,9 @@ def augment_recipe(pipeline: str) -> Any:
         )
     ops = [T.TrivialAugmentWide()] if pipeline == "ta" else []
     tail = [T.RandomErasing(0.1)] if pipeline == "ta" else []
+    size = CROP if pipeline == "train-norm" else 176
     return T.Compose(
-        [T.RandomResizedCrop(176), T.RandomHorizontalFlip()]
+        [T.RandomResizedCrop(size), T.RandomHorizontalFlip()]
         + ops
         + [T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(MEAN, STD)]
         + tail

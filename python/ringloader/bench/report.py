@@ -21,6 +21,7 @@ TITLES = {
     "ta": "Reference recipe: RandomResizedCrop(176) + flip + TrivialAugmentWide "
     "+ Normalize + RandomErasing(0.1)",
     "ta-plain": "The same without TrivialAugmentWide and RandomErasing",
+    "train-norm": "Train: RandomResizedCrop(224) + flip + Normalize",
     "jitter": "RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) + Normalize",
     "randaug": "v2: RandomResizedCrop(224) + flip + RandAugment + Normalize",
 }

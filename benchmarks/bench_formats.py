@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""PNG and WebP benchmark: ringloader's native decoders against torch's
+DataLoader, and against Pillow alone.
+
+The ImageNet-like JPEG folder of the other benchmarks (ringloader.bench.data)
+is re-encoded, once, as PNG (Pillow's default compression) and as lossy WebP
+(quality 90), keeping the folder layout. On each, side by side in one run,
+every contender in a fresh process pinned to the same CPUs (the harness of
+benchmarks/compare.py), the train recipe as a training script writes it,
+RandomResizedCrop(224) + RandomHorizontalFlip + Normalize (float32):
+
+* ``dataloader``: torch DataLoader + torchvision ImageFolder (Pillow
+  decode), ``num_workers`` = the thread count;
+* ``ringloader`` at that thread count and at 1 thread.
+
+Then each native decoder's single-thread rate against Pillow's on the same
+files, from memory, whole images to RGB: ``_core.decode`` (libspng,
+libwebp) against ``Image.open(f).convert("RGB")``.
+
+Usage::
+
+    python benchmarks/bench_formats.py [--images 500] [--threads 2]
+                                       [--epochs 1] [--rounds 1] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import multiprocessing
+import os
+import sys
+import time
+from typing import Any, Optional
+
+from ringloader.bench import data, harness, system
+
+FORMATS = {"png": ("PNG", {}), "webp": ("WEBP", {"quality": 90})}
+PIPELINE = "train-norm"
+
+
+def _convert(job: tuple[str, str, str]) -> None:
+    from PIL import Image
+
+    src, dst, fmt = job
+    name, opts = FORMATS[fmt]
+    with Image.open(src) as im:
+        im.convert("RGB").save(dst, name, **opts)
+
+
+def reencode(jpeg_root: str, fmt: str) -> str:
+    """The folder re-encoded as ``fmt`` beside it, made once."""
+    root = os.path.join(os.path.dirname(jpeg_root), fmt)
+    done = os.path.join(root, ".done")
+    if os.path.exists(done):
+        return root
+    _, samples = data.scan_folder(jpeg_root)
+    jobs = []
+    for path, _ in samples:
+        rel = os.path.relpath(path, jpeg_root)
+        dst = os.path.join(root, os.path.splitext(rel)[0] + "." + fmt)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        jobs.append((path, dst, fmt))
+    harness.log(f"re-encoding {len(jobs)} images as {fmt} in {root}")
+    with multiprocessing.Pool() as pool:
+        pool.map(_convert, jobs, chunksize=16)
+    open(done, "w").close()
+    return root
+
+
+def files_of(root: str, fmt: str) -> list[str]:
+    out = []
+    for dirpath, _dirs, files in sorted(os.walk(root)):
+        out += [os.path.join(dirpath, f) for f in sorted(files) if f.endswith(fmt)]
+    return out
+
+
+def decoder_rates(paths: list[str], passes: int = 2) -> dict[str, float]:
+    """Images/s of ringloader's native decoder and of Pillow, one thread,
+    whole images to RGB from bytes in memory; the best of ``passes``."""
+    from PIL import Image
+
+    from ringloader import _core
+
+    blobs = []
+    for p in paths:
+        with open(p, "rb") as f:
+            blobs.append(f.read())
+
+    def pillow(b: bytes) -> Any:
+        with Image.open(io.BytesIO(b)) as im:
+            return im.convert("RGB")
+
+    rates = {}
+    for name, fn in (("native", _core.decode), ("pillow", pillow)):
+        best = float("inf")
+        for _ in range(passes):
+            t0 = time.perf_counter()
+            for b in blobs:
+                fn(b)
+            best = min(best, time.perf_counter() - t0)
+        rates[name] = len(blobs) / best
+    return rates
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--images", type=int, default=500)
+    p.add_argument("--threads", type=int, default=len(system.cpus()))
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--formats", default="png,webp")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args(argv)
+    formats = [f for f in args.formats.split(",") if f]
+    jpeg_root = data.build(
+        f"/tmp/ringloader-formats-data-{args.images}/jpeg", images=args.images
+    )
+    roots = {fmt: reencode(jpeg_root, fmt) for fmt in formats}
+    runner = harness.Runner(subprocess=True, cpus=system.cpus(), timeout=1800)
+    out: dict[str, Any] = {"threads": args.threads, "formats": {}}
+    for fmt in formats:
+        # One format at a time: the harness tells runs apart by contender,
+        # pipeline and threads, not by folder.
+        template = harness.Spec(
+            "dataloader",
+            PIPELINE,
+            threads=args.threads,
+            data=roots[fmt],
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+        )
+        threads = [args.threads] + ([1] if args.threads > 1 else [])
+        specs = harness.plan(
+            ["dataloader", "ringloader"], [PIPELINE], threads, template
+        )
+        specs = [
+            s for s in specs if s.contender == "ringloader" or s.threads == args.threads
+        ]
+        results = harness.run_rounds(specs, args.rounds, runner)
+        rates = decoder_rates(files_of(roots[fmt], fmt))
+        out["formats"][fmt] = {
+            "loaders": {
+                f"{s.contender}@{s.threads}": {
+                    "images_per_s": round(r.get("images_per_s", float("nan")), 1),
+                    "cpu_ms_per_image": round(
+                        1e3 * r.get("cpu_s_per_image", float("nan")), 2
+                    ),
+                }
+                for s, r in zip(specs, results)
+            },
+            "decoder_images_per_s": {k: round(v, 1) for k, v in rates.items()},
+        }
+    load = os.getloadavg()
+    out["load_average"] = load
+    print(json.dumps(out, indent=1))
+    t = args.threads
+    print(
+        f"\ntrain recipe ({PIPELINE}), {args.images} images, load average {load[0]:.2f}"
+    )
+    for fmt, o in out["formats"].items():
+        lo = {k: v["images_per_s"] for k, v in o["loaders"].items()}
+        ms = {k: v["cpu_ms_per_image"] for k, v in o["loaders"].items()}
+        dl, rl, rl1 = lo[f"dataloader@{t}"], lo[f"ringloader@{t}"], lo["ringloader@1"]
+        print(
+            f"{fmt}: DataLoader {t} workers {dl} img/s "
+            f"({ms[f'dataloader@{t}']} ms CPU/img), ringloader {t} threads {rl} "
+            f"({ms[f'ringloader@{t}']} ms CPU/img; {rl / dl:.2f}x), ringloader "
+            f"1 thread {rl1} ({ms['ringloader@1']} ms CPU/img; {rl / rl1:.2f}x "
+            f"from 1 to {t})"
+        )
+        d = o["decoder_images_per_s"]
+        print(
+            f"{fmt}: one thread, whole images: native {d['native']} img/s, "
+            f"Pillow {d['pillow']} img/s ({d['native'] / d['pillow']:.2f}x)"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

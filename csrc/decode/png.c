@@ -1,0 +1,536 @@
+/*
+ * decode/png.c - the PNG decoder (rl_png_decoder), on libspng.
+ *
+ * This is the only file that includes spng.h. The pixels are what Pillow's
+ * Image.open(f).convert("RGB") gives, which is what torchvision's
+ * ImageFolder loader hands a transform: alpha (an alpha channel or tRNS)
+ * is dropped, not composited; a palette is expanded, an index past the
+ * end of PLTE giving black; grey of 1, 2 or 4 bits is scaled to 8 (x255,
+ * x85, x17); 16-bit grey (Pillow's I;16) is clipped to 255, while 16-bit
+ * grey+alpha, RGB and RGBA keep their high byte (Pillow's unpackers).
+ * Gamma, sBIT and colour profiles are ignored, as Pillow ignores them.
+ *
+ * DESIGN: libspng gives each row in the file's own format (SPNG_FMT_RAW,
+ * big-endian), and this file converts the columns of the region to RGBX.
+ * A non-interlaced file is decoded row by row and left after the region's
+ * last row: rows above the region are inflated and unfiltered (PNG's
+ * filters chain every row to the one before) but not converted or kept,
+ * rows below it are not decoded. An interlaced file is decoded whole
+ * (every pass holds rows of the region), each row outside the region into
+ * one scratch row.
+ *
+ * A file is judged whole, whatever rows a region decodes: before any row,
+ * the chunk list is walked from the bytes (lengths and the critical
+ * chunks' CRCs, cheap next to inflating), so a file cut before its IEND chunk is
+ * truncated, and one with a damaged IDAT chunk corrupt, whatever the crop.
+ * A truncated file is refused (RL_ETRUNCATED) unless lim->allow_truncated:
+ * then the rows the data holds are decoded (the chunk it ends in is cut
+ * short, so that libspng, which reads whole chunks, inflates every byte
+ * there is) and the rest are zero samples (black, or a palette's first
+ * colour), as Pillow's LOAD_TRUNCATED_IMAGES leaves them. Pillow also opens a file
+ * whose IEND alone is missing; here it is truncated, as it is to libspng.
+ *
+ * Limits: the image size is checked from IHDR before any pixel memory
+ * exists (rl_decode_check_pixels). Inflation is bounded by the image:
+ * libspng inflates IDAT data only into the rows it is asked for, and a
+ * stream that goes on past the last row is an error; compressed ancillary
+ * chunks (iCCP, zTXt, iTXt) are held to RL_PNG_CHUNK_CACHE bytes, which
+ * Pillow bounds too (its MAX_TEXT_MEMORY, 64 MiB).
+ *
+ * An APNG's first frame is its IDAT image, which libspng reads as a PNG
+ * (the animation's chunks are ancillary), as Pillow's first frame is.
+ */
+#include "decode/decode.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <spng.h>
+#include <zlib.h>
+
+/* What libspng may hold of ancillary chunks (inflated text, profiles). */
+#define RL_PNG_CHUNK_CACHE (64u << 20)
+
+static const uint8_t png_magic[8] = {0x89, 'P',  'N',  'G',
+                                     '\r', '\n', 0x1A, '\n'};
+
+typedef struct png_state {
+    spng_ctx *ctx; /* the current image's; NULL between images */
+    struct spng_ihdr ihdr;
+    uint8_t pal[256][3]; /* zeros past the end of PLTE */
+    bool have_header;
+    bool cut;            /* the data ends before IEND */
+    size_t cut_at;       /* where the chunk the data ends in starts */
+    const uint8_t *data; /* the header's bytes */
+    size_t len;
+    uint8_t *mended; /* a cut file's bytes, made whole (allow_truncated) */
+    size_t mended_cap;
+    bool truncated; /* the last image was cut, and accepted */
+    uint8_t *raw;   /* the region's rows as in the file (interlaced) */
+    size_t raw_cap;
+    uint8_t *row; /* one row as in the file */
+    size_t row_cap;
+    uint8_t *buf; /* the region, RGBX */
+    size_t buf_cap;
+} png_state;
+
+static void drop_ctx(png_state *s)
+{
+    spng_ctx_free(s->ctx);
+    s->ctx = NULL;
+}
+
+static int grow(uint8_t **p, size_t *cap, size_t need)
+{
+    if (need <= *cap) {
+        return 0;
+    }
+    uint8_t *q = realloc(*p, need);
+    if (q == NULL) {
+        return -ENOMEM;
+    }
+    *p = q;
+    *cap = need;
+    return 0;
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+           p[3];
+}
+
+/*
+ * Walks the chunks of data: returns 0 with *cut telling whether the data
+ * ends before an IEND chunk (and *cut_at where the chunk it ends in
+ * starts), or RL_EDECODE with msg for a chunk length over PNG's 2^31 - 1
+ * or a critical chunk (IHDR, PLTE, IDAT, IEND) whose CRC is wrong. Bytes
+ * after IEND are not looked at. libspng is told not to check those CRCs
+ * again (nor the zlib stream's Adler-32, which Pillow does not reach
+ * either: it stops inflating at the image's last row).
+ */
+static int walk_chunks(const uint8_t *data, size_t len, bool *cut,
+                       size_t *cut_at, char *msg)
+{
+    size_t at = sizeof(png_magic);
+    *cut = true;
+    for (;; at += (size_t)be32(data + at) + 12) {
+        *cut_at = at;
+        if (len - at < 12) {
+            return 0;
+        }
+        uint32_t n = be32(data + at);
+        const uint8_t *type = data + at + 4;
+        if (n > 0x7FFFFFFFu) {
+            snprintf(msg, RL_MSG_MAX, "PNG chunk length %u is invalid", n);
+            return RL_EDECODE;
+        }
+        if ((size_t)n > len - at - 12) {
+            return 0; /* the chunk is cut */
+        }
+        if (type[0] >= 'A' && type[0] <= 'Z') { /* critical */
+            uint32_t crc = (uint32_t)crc32(0L, type, (uInt)n + 4);
+            if (crc != be32(type + 4 + n)) {
+                snprintf(msg, RL_MSG_MAX,
+                         "PNG %.4s chunk at byte %zu has a wrong CRC "
+                         "(corrupt file)",
+                         (const char *)type, at);
+                return RL_EDECODE;
+            }
+        }
+        if (memcmp(type, "IEND", 4) == 0) {
+            *cut = false;
+            return 0;
+        }
+    }
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/*
+ * A cut file made whole, in s->mended: the chunk the data ends in is
+ * shortened to the bytes there are (its CRC made anew) and IEND follows.
+ * libspng reads whole chunks only, while Pillow inflates every byte of a
+ * cut file (LOAD_TRUNCATED_IMAGES): so libspng decodes the rows Pillow
+ * decodes. Returns 0 or -ENOMEM.
+ */
+static int mend(png_state *s, const uint8_t **data, size_t *len)
+{
+    size_t at = s->cut_at;
+    size_t body = s->len - at >= 8 ? s->len - at - 8 : 0;
+    if (body > 0 && be32(s->data + at) < body) {
+        body = be32(s->data + at); /* cut in its CRC */
+    }
+    static const uint8_t iend[12] = {0,   0,   0,    0,    'I',  'E',
+                                     'N', 'D', 0xAE, 0x42, 0x60, 0x82};
+    if (grow(&s->mended, &s->mended_cap, at + 12 + body + 12) != 0) {
+        return -ENOMEM;
+    }
+    uint8_t *m = s->mended;
+    memcpy(m, s->data, at);
+    size_t n = at;
+    if (body > 0) {
+        put_be32(m + n, (uint32_t)body);
+        memcpy(m + n + 4, s->data + at + 4, 4 + body);
+        put_be32(m + n + 8 + body,
+                 (uint32_t)crc32(0L, m + n + 4, (uInt)(4 + body)));
+        n += 12 + body;
+    }
+    memcpy(m + n, iend, sizeof(iend));
+    *data = m;
+    *len = n + sizeof(iend);
+    return 0;
+}
+
+/* A libspng context reading data[0..len), with our limits, in s->ctx:
+ * 0 or libspng's error. */
+static int open_ctx(png_state *s, const uint8_t *data, size_t len)
+{
+    s->ctx = spng_ctx_new(SPNG_CTX_IGNORE_ADLER32);
+    if (s->ctx == NULL) {
+        return SPNG_EMEM;
+    }
+    /* Critical chunks' CRCs: checked by walk_chunks, the whole file's;
+     * an ancillary chunk with a wrong CRC is dropped (libspng's default,
+     * and Pillow's: it ignores ancillary chunks it cannot read). */
+    int err = spng_set_crc_action(s->ctx, SPNG_CRC_USE, SPNG_CRC_DISCARD);
+    if (err == 0) {
+        err = spng_set_chunk_limits(s->ctx, RL_PNG_CHUNK_CACHE,
+                                    RL_PNG_CHUNK_CACHE);
+    }
+    if (err == 0) {
+        err = spng_set_png_buffer(s->ctx, data, len);
+    }
+    if (err == 0) {
+        err = spng_get_ihdr(s->ctx, &s->ihdr);
+    }
+    return err;
+}
+
+/* libspng's error as a status with msg: data that ends where libspng
+ * wants more is truncated, anything else corrupt. */
+static int spng_status(int err, const char *what, char *msg)
+{
+    bool eof = err == SPNG_EOF;
+    snprintf(msg, RL_MSG_MAX, "PNG %s: %s%s", what, spng_strerror(err),
+             eof ? " (truncated file)" : "");
+    if (err == SPNG_EMEM) {
+        return -ENOMEM;
+    }
+    if (err == SPNG_ECHUNK_LIMITS) {
+        return RL_ETOOBIG;
+    }
+    return eof ? RL_ETRUNCATED : RL_EDECODE;
+}
+
+static int png_header(png_state *s, const uint8_t *data, size_t len,
+                      const rl_limits *lim, rl_image_info *info, char *msg)
+{
+    msg[0] = '\0';
+    drop_ctx(s);
+    s->have_header = false;
+    s->truncated = false;
+    if (len < sizeof(png_magic) || memcmp(data, png_magic, 8) != 0) {
+        snprintf(msg, RL_MSG_MAX, "not a PNG file (%zu bytes)", len);
+        return RL_EFORMAT;
+    }
+    int rc = walk_chunks(data, len, &s->cut, &s->cut_at, msg);
+    if (rc != 0) {
+        return rc;
+    }
+    s->data = data;
+    s->len = len;
+    int err = open_ctx(s, data, len);
+    if (err != 0) {
+        rc = spng_status(err, "header", msg);
+        drop_ctx(s);
+        return rc;
+    }
+    rc = rl_decode_check_pixels(s->ihdr.width, s->ihdr.height, lim, msg);
+    if (rc != 0) {
+        drop_ctx(s);
+        return rc;
+    }
+    memset(s->pal, 0, sizeof(s->pal));
+    if (s->ihdr.color_type == SPNG_COLOR_TYPE_INDEXED) {
+        struct spng_plte plte;
+        err = spng_get_plte(s->ctx, &plte);
+        if (err != 0) {
+            rc = spng_status(err, "palette", msg);
+            drop_ctx(s);
+            return rc;
+        }
+        for (uint32_t i = 0; i < plte.n_entries && i < 256; i++) {
+            s->pal[i][0] = plte.entries[i].red;
+            s->pal[i][1] = plte.entries[i].green;
+            s->pal[i][2] = plte.entries[i].blue;
+        }
+    }
+    info->width = (int)s->ihdr.width;
+    info->height = (int)s->ihdr.height;
+    bool grey = s->ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE ||
+                s->ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA;
+    info->components = grey ? 1 : 3;
+    info->progressive = s->ihdr.interlace_method != 0;
+    s->have_header = true;
+    return 0;
+}
+
+/* Sample x of a row of samples of `depth` bits (1, 2, 4, 8), packed. */
+static inline unsigned packed(const uint8_t *row, size_t x, int depth)
+{
+    size_t bit = x * (size_t)depth;
+    return (unsigned)(row[bit >> 3] >> (8 - depth - (int)(bit & 7))) &
+           ((1u << depth) - 1);
+}
+
+/* Columns [x0, x0 + w) of one row in the file's format, as RGBX. */
+static void convert_row(const png_state *s, const uint8_t *in, int x0, int w,
+                        uint8_t *out)
+{
+    int depth = s->ihdr.bit_depth;
+    for (int i = 0; i < w; i++, out += 4) {
+        size_t x = (size_t)x0 + (size_t)i;
+        unsigned r, g, b;
+        switch (s->ihdr.color_type) {
+        case SPNG_COLOR_TYPE_GRAYSCALE:
+            if (depth == 16) {
+                /* Pillow's I;16 -> RGB clips to 255. */
+                r = in[2 * x] != 0 ? 255 : in[2 * x + 1];
+            } else if (depth == 8) {
+                r = in[x];
+            } else {
+                r = packed(in, x, depth) * (255u / ((1u << depth) - 1));
+            }
+            g = b = r;
+            break;
+        case SPNG_COLOR_TYPE_GRAYSCALE_ALPHA:
+            r = g = b = in[x * (depth / 4)]; /* the high byte */
+            break;
+        case SPNG_COLOR_TYPE_TRUECOLOR: {
+            size_t step = (size_t)depth / 8; /* high bytes */
+            const uint8_t *p = in + x * 3 * step;
+            r = p[0];
+            g = p[step];
+            b = p[2 * step];
+            break;
+        }
+        case SPNG_COLOR_TYPE_TRUECOLOR_ALPHA: {
+            size_t step = (size_t)depth / 8;
+            const uint8_t *p = in + x * 4 * step;
+            r = p[0];
+            g = p[step];
+            b = p[2 * step];
+            break;
+        }
+        default: { /* indexed */
+            unsigned k = depth == 8 ? in[x] : packed(in, x, depth);
+            r = s->pal[k][0];
+            g = s->pal[k][1];
+            b = s->pal[k][2];
+            break;
+        }
+        }
+        out[0] = (uint8_t)r;
+        out[1] = (uint8_t)g;
+        out[2] = (uint8_t)b;
+        out[3] = 0;
+    }
+}
+
+/*
+ * Decodes rows of the image until the region [y0, y0 + h) is complete
+ * (interlaced: until the end), converting the region's rows into s->buf.
+ * Returns 0, or libspng's error with *bad the first region row that may
+ * be incomplete.
+ */
+static int decode_rows(png_state *s, size_t rowbytes, int x0, int y0, int w,
+                       int h, int *bad)
+{
+    bool interlaced = s->ihdr.interlace_method != 0;
+    size_t stride = (size_t)w * 4;
+    int next = 0; /* region rows converted (non-interlaced) */
+    *bad = 0;
+    for (;;) {
+        struct spng_row_info ri;
+        int err = spng_get_row_info(s->ctx, &ri);
+        if (err != 0) {
+            return err == SPNG_EOI ? 0 : err;
+        }
+        int y = (int)ri.row_num;
+        bool in = y >= y0 && y < y0 + h;
+        uint8_t *dst =
+            interlaced && in ? s->raw + (size_t)(y - y0) * rowbytes : s->row;
+        err = spng_decode_row(s->ctx, dst, rowbytes);
+        if (err != 0 && err != SPNG_EOI) {
+            /* Interlaced: any row may lack pixels of later passes. */
+            *bad = interlaced ? 0 : next;
+            return err;
+        }
+        if (!interlaced && in) {
+            convert_row(s, s->row, x0, w, s->buf + (size_t)next * stride);
+            if (++next == h) {
+                return 0; /* rows below the region are not decoded */
+            }
+        }
+        if (err == SPNG_EOI) {
+            return 0;
+        }
+    }
+}
+
+static int png_region(png_state *s, int m, int x0, int y0, int w, int h,
+                      const rl_limits *lim, rl_pixels *out, char *msg)
+{
+    msg[0] = '\0';
+    int fw = (int)s->ihdr.width, fh = (int)s->ihdr.height;
+    if (!s->have_header || m != 8 || w <= 0 || h <= 0 || x0 < 0 || y0 < 0 ||
+        x0 + w > fw || y0 + h > fh) {
+        snprintf(msg, RL_MSG_MAX, "bad region request");
+        return RL_EINTERNAL;
+    }
+    s->have_header = false;
+    if (s->cut && !lim->allow_truncated) {
+        snprintf(msg, RL_MSG_MAX,
+                 "PNG data ends before its IEND chunk "
+                 "(truncated file)");
+        drop_ctx(s);
+        return RL_ETRUNCATED;
+    }
+    int err = 0;
+    if (s->cut) {
+        /* allow_truncated: decode what the data holds, as Pillow does. */
+        const uint8_t *whole;
+        size_t whole_len;
+        if (mend(s, &whole, &whole_len) != 0) {
+            drop_ctx(s);
+            snprintf(msg, RL_MSG_MAX, "out of memory");
+            return -ENOMEM;
+        }
+        drop_ctx(s);
+        err = open_ctx(s, whole, whole_len);
+    }
+    size_t size = 0;
+    if (err == 0) {
+        err = spng_decoded_image_size(s->ctx, SPNG_FMT_RAW, &size);
+    }
+    if (err == 0) {
+        err = spng_decode_image(s->ctx, NULL, 0, SPNG_FMT_RAW,
+                                SPNG_DECODE_PROGRESSIVE);
+    }
+    if (err != 0) {
+        int rc = spng_status(err, "decode", msg);
+        drop_ctx(s);
+        return rc;
+    }
+    size_t rowbytes = size / (size_t)fh;
+    size_t stride = (size_t)w * 4;
+    bool interlaced = s->ihdr.interlace_method != 0;
+    if (grow(&s->row, &s->row_cap, rowbytes) != 0 ||
+        grow(&s->buf, &s->buf_cap, stride * (size_t)h) != 0 ||
+        (interlaced && grow(&s->raw, &s->raw_cap, rowbytes * (size_t)h) != 0)) {
+        drop_ctx(s);
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    if (interlaced) {
+        /* A cut file leaves some pixels of some rows undecoded: black. */
+        memset(s->raw, 0, rowbytes * (size_t)h);
+    }
+    int bad;
+    err = decode_rows(s, rowbytes, x0, y0, w, h, &bad);
+    drop_ctx(s);
+    if (err != 0 && !(s->cut && lim->allow_truncated)) {
+        return spng_status(err, "data", msg);
+    }
+    if (interlaced) {
+        for (int r = 0; r < h; r++) {
+            convert_row(s, s->raw + (size_t)r * rowbytes, x0, w,
+                        s->buf + (size_t)r * stride);
+        }
+    } else if (err != 0) {
+        /* Rows the data does not hold are zero samples, as in Pillow's
+         * image (a palette's first colour). */
+        memset(s->row, 0, rowbytes);
+        for (int r = bad; r < h; r++) {
+            convert_row(s, s->row, x0, w, s->buf + (size_t)r * stride);
+        }
+    }
+    s->truncated = s->cut;
+    out->data = s->buf;
+    out->stride = stride;
+    out->x0 = x0;
+    out->y0 = y0;
+    out->w = w;
+    out->h = h;
+    out->full_w = fw;
+    out->full_h = fh;
+    return 0;
+}
+
+/* ---- the decoder's table entry ---- */
+
+static bool def_claims(const rl_decoder_def *def, const uint8_t *data,
+                       size_t len)
+{
+    (void)def;
+    return len >= sizeof(png_magic) && memcmp(data, png_magic, 8) == 0;
+}
+
+static void *def_create(const rl_decoder_def *def)
+{
+    (void)def;
+    return calloc(1, sizeof(png_state));
+}
+
+static void def_destroy(void *state)
+{
+    png_state *s = state;
+    if (s == NULL) {
+        return;
+    }
+    drop_ctx(s);
+    free(s->raw);
+    free(s->mended);
+    free(s->row);
+    free(s->buf);
+    free(s);
+}
+
+static int def_header(void *state, const uint8_t *data, size_t len,
+                      const rl_limits *lim, rl_image_info *info, char *msg)
+{
+    return png_header(state, data, len, lim, info, msg);
+}
+
+static int def_region(void *state, int m, int x0, int y0, int w, int h,
+                      const rl_limits *lim, rl_pixels *out, char *msg)
+{
+    return png_region(state, m, x0, y0, w, h, lim, out, msg);
+}
+
+static bool def_truncated(const void *state)
+{
+    return ((const png_state *)state)->truncated;
+}
+
+const rl_decoder_def rl_png_decoder = {
+    .name = "png",
+    .format = RL_FORMAT_PNG,
+    .claims = def_claims,
+    .create = def_create,
+    .destroy = def_destroy,
+    .header = def_header,
+    .scaled_size = NULL,
+    .region = def_region,
+    .truncated = def_truncated,
+    .user = NULL,
+};

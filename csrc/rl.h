@@ -166,8 +166,9 @@ typedef struct rl_transform {
  * r0: the first pixel of the range of the resized axis the window copies.
  * span > 0 where the axis was padded twice, as v1's RandomCrop pads
  * (`padding` first, then pad_if_needed around the padded image, whose
- * mirror then reflects the first padding too): lo pixels were added
- * before the image the first time, span is the once-padded length.
+ * mirror then reflects the first padding too), 0 where it was padded
+ * once (or the second padding added nothing): lo pixels were added before
+ * the image the first time, span is the once-padded length.
  */
 typedef struct rl_pad_axis {
     int w0, n, r0;

@@ -170,10 +170,13 @@ static int resize_random_window(const rl_transform *t, int width, int height,
     }
     pad->x = (rl_pad_axis){.w0 = left - pl, .n = nw};
     pad->y = (rl_pad_axis){.w0 = top - pt, .n = nh};
-    if (t->pad_twice) {
-        /* pad[] was added first: pad_if_needed's share mirrors it too. */
+    if (t->pad_twice && pl > t->pad[0]) {
+        /* pad[] was added first: pad_if_needed's share mirrors it too
+         * (an axis smaller than the window: no overflow). */
         pad->x.lo = t->pad[0];
         pad->x.span = nw + t->pad[0] + t->pad[2];
+    }
+    if (t->pad_twice && pt > t->pad[1]) {
         pad->y.lo = t->pad[1];
         pad->y.span = nh + t->pad[1] + t->pad[3];
     }

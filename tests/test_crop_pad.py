@@ -1,6 +1,7 @@
 """RandomCrop's fill and padding_mode, fused: every mode ("constant" with
 zero, grey and out-of-range per-channel fills; "edge", "reflect",
-"symmetric") x pad_if_needed x with or without a Resize before x flips,
+"symmetric") x pad_if_needed x with or without a Resize (bilinear or
+bicubic) before x flips,
 v1 and v2, on every JPEG kind at odd and tiny sizes (1 x 1 to 640 px;
 padding wider than the image; windows wholly in the padding), as views of
 one MultiView. Each view equals torchvision's RandomCrop on the PIL image
@@ -34,6 +35,7 @@ SEED = 5
 # larger ones that a Resize reduces enough for a DCT scale.
 SIZES = [(1, 1), (3, 5), (9, 17), (31, 22), (2, 40), (64, 48), (150, 233), (480, 640)]
 MODES = ["constant", "edge", "reflect", "symmetric"]
+BILINEAR, BICUBIC = v2.InterpolationMode.BILINEAR, v2.InterpolationMode.BICUBIC
 FILLS = [0, 7, (300, 128.9, -4)]  # the last: (255, 128, 0) as Pillow fills
 
 
@@ -71,7 +73,7 @@ def views(m, mode, resize):
     for fill in fills:
         for crop in crops(m, mode, fill):
             for flips in ([], [m.RandomHorizontalFlip(), m.RandomVerticalFlip()]):
-                head = [m.Resize(resize)] if resize else []
+                head = [m.Resize(19, interpolation=resize)] if resize else []
                 out.append(m.Compose(head + [crop] + flips + [m.PILToTensor()]))
     return out
 
@@ -121,7 +123,9 @@ def reference(img, view, spec, p, monkeypatch):
     return out, size
 
 
-@pytest.mark.parametrize("resize", [None, 19], ids=["alone", "resize"])
+@pytest.mark.parametrize(
+    "resize", [None, BILINEAR, BICUBIC], ids=["alone", "resize", "bicubic"]
+)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("m", [v1, v2], ids=["v1", "v2"])
 def test_padding_equals_torchvision_given_the_window(

@@ -63,6 +63,48 @@ typedef enum {
 #define RL_FILTER_COUNT 3
 
 /*
+ * RandomCrop's padding_mode: where a padded pixel's value comes from, as
+ * numpy.pad's modes (torchvision pads a PIL image with them): fill
+ * (constant), the nearest edge pixel (edge), a mirror about the edge pixel
+ * (reflect: 3 2 1 | 1 2 3 4 | 3 2) or about the edge itself (symmetric:
+ * 2 1 1 | 1 2 3 4 | 4 3), repeated when the padding is wider than the
+ * image, as numpy repeats it. Zero is constant.
+ */
+typedef enum {
+    RL_PAD_CONSTANT = 0,
+    RL_PAD_EDGE = 1,
+    RL_PAD_REFLECT = 2,
+    RL_PAD_SYMMETRIC = 3,
+} rl_pad_mode;
+#define RL_PAD_MODE_COUNT 4
+
+/*
+ * The pixel of an axis of n > 0 pixels whose value a padded axis has at
+ * index i (negative before the image, n or more after it) under mode
+ * (not RL_PAD_CONSTANT, which has none: i itself is returned). Pure
+ * arithmetic, shared by the plan (which pixels a window reads) and the
+ * place stage (which it copies).
+ */
+static inline int rl_pad_source(rl_pad_mode mode, int i, int n)
+{
+    if (mode == RL_PAD_CONSTANT || (i >= 0 && i < n)) {
+        return i;
+    }
+    if (mode == RL_PAD_EDGE || n == 1) {
+        return i < 0 ? 0 : n - 1; /* numpy mirrors one pixel as an edge */
+    }
+    /* The mirrored axis repeats with this period; fold i into it. */
+    int64_t period =
+        mode == RL_PAD_REFLECT ? 2 * (int64_t)(n - 1) : 2 * (int64_t)n;
+    int64_t m = (int64_t)i % period;
+    m = m < 0 ? m + period : m;
+    if (m < n) {
+        return (int)m;
+    }
+    return (int)(mode == RL_PAD_REFLECT ? period - m : period - 1 - m);
+}
+
+/*
  * The order of the resize's two passes, which the 8-bit rounding and
  * clipping between them makes visible (bicubic across a sharp edge: over
  * 20 LSB): Pillow 13's (the vertical pass first when the height shrinks by
@@ -88,11 +130,13 @@ typedef enum {
  * area fraction in [scale_lo, scale_hi] and aspect ratio in [ratio_lo,
  * ratio_hi], resized to out_h x out_w.
  * RL_T_RESIZE_RANDOM_CROP: resized as RL_T_RESIZE_CROP is, then
- * torchvision's RandomCrop(out_h x out_w): zero padding of pad[] pixels
+ * torchvision's RandomCrop(out_h x out_w): padding of pad[] pixels
  * (left, top, right, bottom), with pad_if_needed the missing rows or
- * columns added on both sides as torchvision adds them, then a window at a
- * uniform random offset; an image smaller than the window after padding
- * is that sample's error, as torchvision raises for it.
+ * columns added on both sides as torchvision adds them, in pad_mode (an
+ * rl_pad_mode; constant fills with fill[], 8-bit R, G, B; pad_twice: as
+ * torchvision's v1 class pads, rl_pad_axis), then a window
+ * at a uniform random offset; an image smaller than the window after
+ * padding is that sample's error, as torchvision raises for it.
  * All: resampled with `filter` (an rl_filter) in the order `passes` (an
  * rl_passes), mirrored horizontally with probability flip_p, then
  * vertically with probability vflip_p.
@@ -108,17 +152,66 @@ typedef struct rl_transform {
     double vflip_p;
     int pad[4]; /* RandomCrop's padding: left, top, right, bottom */
     int pad_if_needed;
-    int filter; /* an rl_filter (an int: the spec's table fills it) */
-    int passes; /* an rl_passes */
+    int pad_mode;  /* an rl_pad_mode */
+    int pad_twice; /* 1: v1's RandomCrop, pad[] then pad_if_needed's */
+    int fill[3];   /* pad_mode constant: R, G, B in 0..255 */
+    int filter;    /* an rl_filter (an int: the spec's table fills it) */
+    int passes;    /* an rl_passes */
 } rl_transform;
+
+/*
+ * One axis of a RandomCrop's window under a padding mode that copies the
+ * image's pixels (rl_plan_pad). w0: the window's first pixel in the
+ * resized axis of n pixels (negative where it starts in the padding);
+ * r0: the first pixel of the range of the resized axis the window copies.
+ * span > 0 where the axis was padded twice, as v1's RandomCrop pads
+ * (`padding` first, then pad_if_needed around the padded image, whose
+ * mirror then reflects the first padding too), 0 where it was padded
+ * once (or the second padding added nothing): lo pixels were added before
+ * the image the first time, span is the once-padded length.
+ */
+typedef struct rl_pad_axis {
+    int w0, n, r0;
+    int lo, span;
+} rl_pad_axis;
+
+/* The resized pixel whose value pixel i of the window has on axis a. */
+static inline int rl_pad_axis_source(rl_pad_mode mode, const rl_pad_axis *a,
+                                     int i)
+{
+    int s = a->w0 + i;
+    if (a->span > 0) {
+        s = rl_pad_source(mode, s + a->lo, a->span) - a->lo;
+    }
+    return rl_pad_source(mode, s, a->n);
+}
+
+/*
+ * A RandomCrop's padding in a plan. mode RL_PAD_CONSTANT: the padding is
+ * fill (8-bit R, G, B; zeros for a CenterCrop's), and x.w0, y.w0 say where
+ * the window starts (zero for the other geometries). The other modes copy
+ * the resized image's pixels near its border, so the plan's box is the
+ * range of the resized image [x.r0, x.r0 + vw) x [y.r0, y.r0 + vh) that
+ * the window's pixels come from (never empty: a window wholly in the
+ * padding still reads the pixels it mirrors), resampled unmirrored
+ * (vx = vy = 0); unmirrored output pixel (i, j) is then resized pixel
+ * (rl_pad_axis_source(mode, &x, i), rl_pad_axis_source(mode, &y, j)).
+ */
+typedef struct rl_plan_pad {
+    rl_pad_mode mode;
+    uint8_t fill[3];
+    rl_pad_axis x, y;
+} rl_plan_pad;
 
 /*
  * What to do with one sample: resample the box (x, y, w, h) of the source
  * image, in source pixels, into the output rectangle (vx, vy, vw, vh) of an
  * out_w x out_h image, mirrored left-right if flip and top-bottom if vflip.
  * Output pixels outside that rectangle (a CenterCrop larger than the image,
- * a RandomCrop's padding) are zeros; the rectangle may be empty (vw or vh
- * 0: a window in the padding alone). crop_first says
+ * a RandomCrop's constant padding) are pad.fill; the rectangle may be
+ * empty (vw or vh 0: a window in the padding alone). A RandomCrop's other
+ * padding modes change what the box and rectangle mean (rl_plan_pad).
+ * crop_first says
  * whether the resample sees the box alone, as torchvision's
  * RandomResizedCrop crops, then resizes (the filter stops at the box's
  * edges), or the whole image, as Resize then CenterCrop crops the resized
@@ -134,6 +227,7 @@ typedef struct rl_plan {
     bool crop_first;
     rl_filter filter;
     rl_passes passes;
+    rl_plan_pad pad;
 } rl_plan;
 
 /*

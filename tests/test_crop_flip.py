@@ -2,13 +2,14 @@
 pad_if_needed) and RandomVerticalFlip, v1 and v2: each sample equals
 torchvision's RandomCrop given the window ringloader draws
 (``_core.plan_window``), within the README's tolerances (1 LSB where no
-DCT scale applies, 35 dB where one does); a fill or padding mode the core
-has not is said and runs in Python; an image smaller than the window is
+DCT scale applies, 35 dB where one does; other fills and padding modes:
+test_crop_pad.py); a fill the core cannot say is said and runs in Python; an image smaller than the window is
 that sample's DecodeError, as torchvision raises; the flips' draws have
 their probability."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -148,8 +149,8 @@ def test_v1_and_v2_padding_mean_the_same():
 @pytest.mark.parametrize(
     "crop, why",
     [
-        (v2.RandomCrop(32, padding=4, fill=7), "fill=7"),
-        (v1.RandomCrop(32, padding=4, padding_mode="reflect"), "reflect"),
+        # (torchvision's v1 hands Pillow the int 7 itself: red (7, 0, 0).)
+        (v1.RandomCrop(32, padding=4, fill=np.int64(7)), "not a number or tuple"),
     ],
 )
 def test_other_padding_is_said_and_runs_in_python(root, crop, why):

@@ -27,7 +27,7 @@ LAYERS: list[list[str]] = [
     ["_core"],  # the C extension
     ["errors"],
     # torchvision's augmentation transforms as C ops; output conversions
-    ["_ops", "_convert"],
+    ["_ops", "_convert", "_pad"],
     ["transforms", "datasets.base", "datasets.presign"],
     ["datasets.cache", "datasets.views", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex"],

@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "rng.h"
 
@@ -120,6 +121,21 @@ static void window_axis(int start, int out, int n, int full, double scale,
     *bsize = (hi - lo) / scale;
 }
 
+/* The range [a->r0, *r1) of a resized axis that a window of `out` pixels
+ * copies under a padding mode other than constant: contiguous, as each
+ * step along the window moves the source by at most one pixel. */
+static void mirrored_range(rl_pad_mode mode, rl_pad_axis *a, int out, int *r1)
+{
+    int lo = a->n, hi = -1;
+    for (int i = 0; i < out; i++) {
+        int s = rl_pad_axis_source(mode, a, i);
+        lo = s < lo ? s : lo;
+        hi = s > hi ? s : hi;
+    }
+    a->r0 = lo;
+    *r1 = hi + 1;
+}
+
 /* Resize (as configured) then RandomCrop(out_h, out_w) with its padding:
  * 0, RL_EDECODE for an image smaller than the window after padding, or
  * RL_EINTERNAL. The draws follow torchvision's: the top offset, then the
@@ -148,10 +164,46 @@ static int resize_random_window(const rl_transform *t, int width, int height,
     }
     int top = ph > oh ? randint(g, 0, (int)(ph - oh + 1)) : 0;
     int left = pw > ow ? randint(g, 0, (int)(pw - ow + 1)) : 0;
-    window_axis(left - pl, ow, nw, width, (double)nw / width, &p->x, &p->w,
-                &p->vx, &p->vw);
-    window_axis(top - pt, oh, nh, height, (double)nh / height, &p->y, &p->h,
-                &p->vy, &p->vh);
+    rl_plan_pad *pad = &p->pad;
+    for (int c = 0; c < 3; c++) {
+        pad->fill[c] = (uint8_t)t->fill[c];
+    }
+    pad->x = (rl_pad_axis){.w0 = left - pl, .n = nw};
+    pad->y = (rl_pad_axis){.w0 = top - pt, .n = nh};
+    if (t->pad_twice && pl > t->pad[0]) {
+        /* pad[] was added first: pad_if_needed's share mirrors it too
+         * (an axis smaller than the window: no overflow). */
+        pad->x.lo = t->pad[0];
+        pad->x.span = nw + t->pad[0] + t->pad[2];
+    }
+    if (t->pad_twice && pt > t->pad[1]) {
+        pad->y.lo = t->pad[1];
+        pad->y.span = nh + t->pad[1] + t->pad[3];
+    }
+    double sx = (double)nw / width, sy = (double)nh / height;
+    int wx = pad->x.w0, wy = pad->y.w0;
+    bool inside = wx >= 0 && wy >= 0 && wx + ow <= nw && wy + oh <= nh;
+    if (t->pad_mode == RL_PAD_CONSTANT || inside) {
+        /* Constant padding, or none seen: the window's part inside the
+         * image is resampled into its place, the rest filled. */
+        window_axis(wx, ow, nw, width, sx, &p->x, &p->w, &p->vx, &p->vw);
+        window_axis(wy, oh, nh, height, sy, &p->y, &p->h, &p->vy, &p->vh);
+        return 0;
+    }
+    /* The padding copies the image's pixels: resample every pixel the
+     * window copies (rl_plan_pad), at the resized image's scale. */
+    int r1;
+    pad->mode = (rl_pad_mode)t->pad_mode;
+    mirrored_range(pad->mode, &pad->x, ow, &r1);
+    p->vx = 0;
+    p->vw = r1 - pad->x.r0;
+    p->x = pad->x.r0 / sx;
+    p->w = p->vw / sx;
+    mirrored_range(pad->mode, &pad->y, oh, &r1);
+    p->vy = 0;
+    p->vh = r1 - pad->y.r0;
+    p->y = pad->y.r0 / sy;
+    p->h = p->vh / sy;
     return 0;
 }
 
@@ -207,6 +259,7 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
     p->out_h = t->out_h;
     p->filter = (rl_filter)t->filter;
     p->passes = (rl_passes)t->passes;
+    memset(&p->pad, 0, sizeof(p->pad)); /* constant zeros: CenterCrop's */
     if (t->kind == RL_T_RANDOM_CROP) {
         int top, left, h, w;
         random_crop_box(t, width, height, &g, &top, &left, &h, &w);
@@ -233,13 +286,15 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
     /* The flip draw comes after the crop's, as torchvision's Compose runs
      * RandomResizedCrop before RandomHorizontalFlip. */
     p->flip = t->flip_p > 0.0 && rl_rng_uniform(&g) < t->flip_p;
-    if (p->flip) {
+    /* (A mirrored padding's flips are the place stage's: rl_plan_pad.) */
+    bool rect = p->pad.mode == RL_PAD_CONSTANT;
+    if (p->flip && rect) {
         p->vx = p->out_w - p->vx - p->vw;
     }
     /* The vertical flip's draw comes last: a transform without one draws
      * what it drew before vertical flips existed. */
     p->vflip = t->vflip_p > 0.0 && rl_rng_uniform(&g) < t->vflip_p;
-    if (p->vflip) {
+    if (p->vflip && rect) {
         p->vy = p->out_h - p->vy - p->vh;
     }
     return 0;
@@ -289,6 +344,18 @@ int rl_transform_check(const rl_transform *t, char *msg)
         if (t->pad[i] < 0 || t->pad[i] > RL_MAX_SIDE) {
             snprintf(msg, RL_MSG_MAX, "RandomCrop padding must be in 0..%d",
                      RL_MAX_SIDE);
+            return RL_ECONFIG;
+        }
+    }
+    if (t->pad_mode < 0 || t->pad_mode >= RL_PAD_MODE_COUNT ||
+        t->pad_twice < 0 || t->pad_twice > 1) {
+        snprintf(msg, RL_MSG_MAX, "unknown padding mode %d (pad_twice %d)",
+                 t->pad_mode, t->pad_twice);
+        return RL_ECONFIG;
+    }
+    for (int c = 0; c < 3; c++) {
+        if (t->fill[c] < 0 || t->fill[c] > 255) {
+            snprintf(msg, RL_MSG_MAX, "RandomCrop fill must be in 0..255");
             return RL_ECONFIG;
         }
     }

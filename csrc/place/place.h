@@ -130,14 +130,17 @@ int rl_resample(const rl_pixels *src, rl_filter filter, rl_passes passes,
  * Resamples box (bx, by, bw, bh) of px (in px's full_w x full_h
  * coordinates) into the plan's rectangle (vx, vy, vw, vh) of dst, the whole
  * plan->out_w x plan->out_h sample with plan->filter and plan->passes,
- * mirrored if
- * plan->flip, the filter seeing only the box if plan->crop_first, and
- * writes
- * zeros (converted to dst's dtype) to the rest of the sample: the padding
- * of a CenterCrop larger than the image. The box is the plan's (x, y, w, h)
- * scaled to px's coordinates when px was decoded at a reduced DCT scale.
- * Returns 0, or -ENOMEM with msg (RL_MSG_MAX bytes) set and dst's content
- * unspecified.
+ * mirrored if plan->flip (left-right) and plan->vflip (top-bottom), the
+ * filter seeing only the box if plan->crop_first, and writes plan->pad.fill
+ * (converted to dst's dtype) to the rest of the sample: the padding of a
+ * CenterCrop larger than the image (zeros), a RandomCrop's constant
+ * padding. With another padding mode (rl_plan_pad) the box is resampled to
+ * the vw x vh range of the resized image it names, and every pixel of the
+ * sample is copied from it, padding and flips included. The box is the
+ * plan's (x, y, w, h) scaled to px's coordinates when px was decoded at a
+ * reduced DCT scale. Returns 0, or -ENOMEM with msg (RL_MSG_MAX bytes) set
+ * and dst's content unspecified. Allocates only scratch freed before it
+ * returns.
  */
 int rl_place(const rl_pixels *px, const rl_plan *plan, double bx, double by,
              double bw, double bh, const rl_dst *dst, char *msg);
@@ -159,6 +162,16 @@ void rl_store_rgb(const uint8_t *rgb, size_t stride, int w, int h,
 /* Writes black (8-bit zeros, converted to dst's dtype) to the w x h
  * rectangle at (x, y) of dst; nothing when w or h is not positive. */
 void rl_fill_zero(const rl_dst *dst, int x, int y, int w, int h);
+
+/* Writes the 8-bit colour fill (R, G, B, converted to dst's dtype as a
+ * resampled pixel is) to the w x h rectangle at (x, y) of dst; nothing
+ * when w or h is not positive. Zeros give rl_fill_zero's bytes. */
+void rl_fill_rgb(const rl_dst *dst, int x, int y, int w, int h,
+                 const uint8_t fill[3]);
+
+/* "constant", "edge", "reflect" or "symmetric": an rl_pad_mode's name
+ * (NULL past RL_PAD_MODE_COUNT), what the module exports, in order. */
+const char *rl_pad_mode_name(int mode);
 
 /* The SIMD kernels rl_resample and the stores can use; every level gives
  * the same bytes. */

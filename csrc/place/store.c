@@ -14,8 +14,8 @@
  * through F16C, whose rounding is the same. float32 and bfloat16 NCHW (the
  * training layout) have an AVX2 store of eight pixels a step, which also
  * fills the F16C path's float32 buffer. So every SIMD level writes the same
- * bytes. rl_store_rgb() and rl_fill_zero() feed the same row store
- * from packed RGB or from zeros, so their bytes are the resampler's too.
+ * bytes. rl_store_rgb(), rl_fill_zero() and rl_fill_rgb() feed the same row
+ * store from packed RGB, zeros or a colour, so their bytes are the resampler's too.
  */
 #include "place/store.h"
 
@@ -415,16 +415,24 @@ void rl__store_row(const rl_dst *dst, const uint8_t *px, int w, int y,
 /*
  * Stores the w x h image at (x, y) of dst through an RGBX row on the stack,
  * a chunk of columns at a time: rows of packed RGB from rgb, stride bytes
- * apart, or black where rgb is NULL.
+ * apart, or where rgb is NULL the colour fill (R, G, B; NULL: black).
  */
 static void store_rect(const rl_dst *dst, int x, int y, int w, int h,
-                       const uint8_t *rgb, size_t stride)
+                       const uint8_t *rgb, size_t stride, const uint8_t *fill)
 {
     enum { CHUNK = 256 };
     uint32_t row[CHUNK]; /* 4-byte aligned, as rl__store_row wants */
     uint8_t *px = (uint8_t *)row;
     rl_simd simd = rl_resample_simd();
+    if (w <= 0 || h <= 0) {
+        return;
+    }
     memset(row, 0, sizeof(row));
+    if (rgb == NULL && fill != NULL) {
+        for (int i = 0; i < CHUNK; i++) {
+            memcpy(px + 4 * i, fill, 3);
+        }
+    }
     for (int c = 0; c < w; c += CHUNK) {
         int n = w - c < CHUNK ? w - c : CHUNK;
         rl_dst sub = *dst;
@@ -444,10 +452,16 @@ static void store_rect(const rl_dst *dst, int x, int y, int w, int h,
 void rl_store_rgb(const uint8_t *rgb, size_t stride, int w, int h,
                   const rl_dst *dst)
 {
-    store_rect(dst, 0, 0, w, h, rgb, stride);
+    store_rect(dst, 0, 0, w, h, rgb, stride, NULL);
 }
 
 void rl_fill_zero(const rl_dst *dst, int x, int y, int w, int h)
 {
-    store_rect(dst, x, y, w, h, NULL, 0);
+    store_rect(dst, x, y, w, h, NULL, 0, NULL);
+}
+
+void rl_fill_rgb(const rl_dst *dst, int x, int y, int w, int h,
+                 const uint8_t fill[3])
+{
+    store_rect(dst, x, y, w, h, NULL, 0, fill);
 }

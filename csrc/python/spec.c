@@ -61,6 +61,20 @@ static const field fields[] = {
      AT(pad_if_needed),
      {0, 0},
      "RandomCrop's pad_if_needed (0 or 1)"},
+    {"pad_mode",
+     FIELD_INT,
+     AT(pad_mode),
+     {0, 0},
+     "RandomCrop's padding_mode: its index in PAD_MODES"},
+    {"pad_twice",
+     FIELD_INT,
+     AT(pad_twice),
+     {0, 0},
+     "RandomCrop pads padding, then pad_if_needed's (v1's), not both at once "
+     "(0 or 1)"},
+    {"fill_r", FIELD_INT, AT(fill[0]), {0, 0}, "RandomCrop's fill, 0..255"},
+    {"fill_g", FIELD_INT, AT(fill[1]), {0, 0}, "RandomCrop's fill, 0..255"},
+    {"fill_b", FIELD_INT, AT(fill[2]), {0, 0}, "RandomCrop's fill, 0..255"},
     {"filter",
      FIELD_INT,
      AT(filter),
@@ -339,6 +353,25 @@ int rl__py_spec_init(PyObject *module)
         return -1;
     }
     rc = PyModule_AddObjectRef(module, "INTERPOLATIONS", names);
+    Py_DECREF(names);
+    if (rc != 0) {
+        return rc;
+    }
+    /* The padding modes' names, in rl_pad_mode's order: a spec's
+     * "pad_mode" is an index into it. */
+    names = PyTuple_New(RL_PAD_MODE_COUNT);
+    for (int i = 0; names != NULL && i < RL_PAD_MODE_COUNT; i++) {
+        PyObject *s = PyUnicode_FromString(rl_pad_mode_name(i));
+        if (s == NULL) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyTuple_SET_ITEM(names, i, s); /* steals s */
+    }
+    if (names == NULL) {
+        return -1;
+    }
+    rc = PyModule_AddObjectRef(module, "PAD_MODES", names);
     Py_DECREF(names);
     return rc;
 }

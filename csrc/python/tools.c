@@ -106,8 +106,10 @@ static PyObject *py_plan(PyObject *module, PyObject *args)
 }
 
 /* plan_window(spec, width, height, seed, epoch, index, view=0) -> dict:
- * the whole plan (box, output rectangle, flips), for the geometries whose
- * box alone does not say where it lands (RandomCrop's padding). */
+ * the whole plan (box, output rectangle, flips; a RandomCrop's window
+ * start wx, wy in resized pixels, the padding mode the place stage runs
+ * and the first pixel rx, ry of a mirrored range: rl_plan_pad), for the
+ * geometries whose box alone does not say where it lands. */
 static PyObject *py_plan_window(PyObject *module, PyObject *args)
 {
     (void)module;
@@ -116,10 +118,12 @@ static PyObject *py_plan_window(PyObject *module, PyObject *args)
     if (plan_args(args, &width, &height, &p) != 0) {
         return NULL;
     }
-    return Py_BuildValue("{sdsdsdsdsisisisisOsO}", "x", p.x, "y", p.y, "w", p.w,
-                         "h", p.h, "vx", p.vx, "vy", p.vy, "vw", p.vw, "vh",
-                         p.vh, "flip", p.flip ? Py_True : Py_False, "vflip",
-                         p.vflip ? Py_True : Py_False);
+    return Py_BuildValue("{sdsdsdsdsisisisisOsOsssisisisi}", "x", p.x, "y", p.y,
+                         "w", p.w, "h", p.h, "vx", p.vx, "vy", p.vy, "vw", p.vw,
+                         "vh", p.vh, "flip", p.flip ? Py_True : Py_False,
+                         "vflip", p.vflip ? Py_True : Py_False, "pad_mode",
+                         rl_pad_mode_name(p.pad.mode), "wx", p.pad.x.w0, "wy",
+                         p.pad.y.w0, "rx", p.pad.x.r0, "ry", p.pad.y.r0);
 }
 
 /* dct_scale(spec, width, height, seed, epoch, index) -> m: a JPEG of that
@@ -332,7 +336,7 @@ PyMethodDef rl__py_tool_methods[] = {
     {"plan_window", py_plan_window, METH_VARARGS,
      "plan_window(spec, width, height, seed, epoch, index, view=0) -> {x, y, "
      "w, h: the source box; vx, vy, vw, vh: where it lands in the output; "
-     "flip, vflip}."},
+     "flip, vflip; pad_mode, wx, wy, rx, ry: a RandomCrop's padding}."},
     {"dct_scale", py_dct_scale, METH_VARARGS,
      "dct_scale(spec, width, height, seed, epoch, index, view=0) -> m: that "
      "view alone would decode the sample at DCT scale m/8 (8: none)."},

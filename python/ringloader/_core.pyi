@@ -27,7 +27,8 @@ _Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 # "random_crop") and "out_h"/"out_w", plus the optional "resize_short",
 # "resize_h", "resize_w" (ints), "flip_p" (float), "scale" and "ratio"
 # (2-tuples of floats), "filter" (an index into INTERPOLATIONS), "passes"
-# (the resize's pass order: 0 Pillow 13's, 1 horizontal first) and "ops"
+# (the resize's pass order: 0 Pillow 13's, 1 horizontal first), RandomCrop's
+# "pad_*", "pad_mode" (an index into PAD_MODES) and "fill_r/g/b", and "ops"
 # (augmentation ops: [(name, args)]).
 _TransformSpec = Dict[str, Any]
 
@@ -37,6 +38,9 @@ TRANSFORM_FIELDS: Dict[str, Tuple[Any, str]]
 # The resize's filters, in the C core's order: "bilinear", "bicubic",
 # "nearest"; a spec's "filter" is an index into it.
 INTERPOLATIONS: Tuple[str, ...]
+# RandomCrop's padding modes, in the C core's order: "constant", "edge",
+# "reflect", "symmetric"; a spec's "pad_mode" is an index into it.
+PAD_MODES: Tuple[str, ...]
 # The keys of Pipeline.stats(), defined once in C (csrc/python/stats.c):
 # key -> (kind, description); kind is "count" (int, cumulative), "seconds"
 # (float, cumulative) or "gauge" (int, the state now).
@@ -122,8 +126,12 @@ def plan_window(
     /,
 ) -> Dict[str, Any]:
     """The whole plan of one sample's view: the source box (x, y, w, h), the
-    output rectangle it lands in (vx, vy, vw, vh; the rest is padding) and
-    the flips (flip, vflip)."""
+    output rectangle it lands in (vx, vy, vw, vh; the rest is padding), the
+    flips (flip, vflip), and a RandomCrop's padding: the window's first
+    pixel in the resized image (wx, wy), the padding mode the place stage
+    runs (pad_mode, "constant" where the window meets no mirrored padding)
+    and, for the others, the first resized pixel (rx, ry) of the range the
+    box covers."""
 
 def dct_scale(
     spec: _TransformSpec,

@@ -18,8 +18,12 @@ Supported (as ringloader objects, or the torchvision ``transforms`` /
   and ``LANCZOS`` are not fused;
 - ``RandomCrop(size, padding, pad_if_needed, fill=0,
   padding_mode="constant")``, alone or after ``Resize``, e.g. the classic
-  ``Compose([Resize(256), RandomCrop(224)])`` (zero padding only: another
-  fill or padding mode is not fused);
+  ``Compose([Resize(256), RandomCrop(224)])``: every ``padding_mode``
+  (``"constant"``, ``"edge"``, ``"reflect"``, ``"symmetric"``, as numpy
+  pads, repeated where the padding is wider than the image) and ``fill``
+  (a number or an (R, G, B) tuple in 8-bit units, truncated to ints and
+  clipped as Pillow fills a PIL image; v2's per-type dict gives its
+  ``PIL.Image.Image`` or ``"others"`` entry);
 - ``RandomHorizontalFlip(p=0.5)`` and ``RandomVerticalFlip(p=0.5)`` after
   any of the above;
 - then torchvision's augmentation transforms, in the user's order, run by
@@ -56,6 +60,7 @@ from typing import Any, Optional, Sequence, Union
 
 from . import _core, _ops
 from ._convert import CONVERSIONS, fold_conversion
+from ._pad import random_crop_fields
 from .errors import UnsupportedTransform
 
 Size = Union[int, Sequence[int]]
@@ -133,7 +138,8 @@ class RandomVerticalFlip:
 class RandomCrop:
     """torchvision's ``RandomCrop``: pad (``padding``: an int, (left/right,
     top/bottom) or (left, top, right, bottom); ``pad_if_needed``), then a
-    window of ``size`` at a random offset. Fused with zero padding only."""
+    window of ``size`` at a random offset; ``fill`` and ``padding_mode`` as
+    torchvision's on a PIL image."""
 
     size: Size
     padding: Optional[Union[int, Sequence[int]]] = None
@@ -356,49 +362,6 @@ _GEOMETRY = (
 )
 
 
-def _zero(fill: Any) -> bool:
-    if isinstance(fill, dict):  # transforms.v2: a fill per type
-        return all(_zero(v) for v in fill.values())
-    if fill is None or isinstance(fill, (int, float)):
-        return not fill
-    return all(_zero(v) for v in fill)
-
-
-def _random_crop(t: Any) -> dict:
-    """RandomCrop's window size and padding as spec fields, or
-    UnsupportedTransform for a fill or padding mode the core has not."""
-    h, w = _pair(_size_of(t), "RandomCrop")
-    pad = t.padding
-    if pad is None:
-        left = top = right = bottom = 0
-    elif type(t).__module__.startswith("torchvision.transforms.v2"):
-        left, right, top, bottom = (int(p) for p in pad)  # v2 keeps l, r, t, b
-    else:
-        pads = [int(pad)] if isinstance(pad, int) else [int(p) for p in pad]
-        if len(pads) not in (1, 2, 4):
-            raise UnsupportedTransform(f"RandomCrop(padding={pad!r})")
-        if len(pads) == 1:
-            pads = pads * 4
-        elif len(pads) == 2:
-            pads = pads * 2
-        left, top, right, bottom = pads
-    pads_any = bool(left or top or right or bottom or t.pad_if_needed)
-    if pads_any and (t.padding_mode != "constant" or not _zero(t.fill)):
-        raise UnsupportedTransform(
-            f"RandomCrop with padding_mode={t.padding_mode!r}, fill={t.fill!r} "
-            "(only zero padding is fused)"
-        )
-    return {
-        "out_h": h,
-        "out_w": w,
-        "pad_left": left,
-        "pad_top": top,
-        "pad_right": right,
-        "pad_bottom": bottom,
-        "pad_if_needed": int(bool(t.pad_if_needed)),
-    }
-
-
 def compile_transform(transform: Any) -> Compiled:
     """Turn a transform (ringloader or torchvision) into the C core's plan.
 
@@ -491,7 +454,7 @@ def compile_transform(transform: Any) -> Compiled:
                 crop = _pair(_size_of(t), "CenterCrop")
             else:
                 try:
-                    rcrop = _random_crop(t)
+                    rcrop = random_crop_fields(t, _pair(_size_of(t), "RandomCrop"))
                 except UnsupportedTransform as e:
                     reason = str(e)
                     break

@@ -1,0 +1,118 @@
+"""RandomCrop's padding as the C core's spec fields.
+
+torchvision pads the PIL image a dataset gives (``F.pad``): a constant
+``fill`` through Pillow's ``ImageOps.expand`` (each value truncated to an
+int, a number repeated for R, G and B, then clipped to 0..255 by Pillow),
+the other modes through ``numpy.pad`` (``edge``, ``reflect``,
+``symmetric``, repeated when the padding is wider than the image); v1's
+class pads twice (``padding``, then what ``pad_if_needed`` adds around the
+padded image), v2's once. The C
+core does the same (``rl_pad_source`` in ``csrc/rl.h``); what it cannot say
+the same way is refused with a reason, and runs in Python.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from . import _core
+from .errors import UnsupportedTransform
+
+_FIELDS = ("pad_left", "pad_top", "pad_right", "pad_bottom")
+
+
+def _is_v2(t: Any) -> bool:
+    return type(t).__module__.startswith("torchvision.transforms.v2")
+
+
+def _padding(t: Any) -> tuple[int, int, int, int]:
+    """RandomCrop's padding as (left, top, right, bottom)."""
+    pad = t.padding
+    if pad is None:
+        return 0, 0, 0, 0
+    if _is_v2(t):
+        left, right, top, bottom = (int(p) for p in pad)  # v2 keeps l, r, t, b
+    else:
+        pads = [int(pad)] if isinstance(pad, int) else [int(p) for p in pad]
+        if len(pads) not in (1, 2, 4):
+            raise UnsupportedTransform(f"RandomCrop(padding={pad!r})")
+        if len(pads) == 1:
+            pads = pads * 4
+        elif len(pads) == 2:
+            pads = pads * 2
+        left, top, right, bottom = pads
+    if min(left, top, right, bottom) < 0:
+        raise UnsupportedTransform(f"RandomCrop(padding={pad!r}): negative padding")
+    return left, top, right, bottom
+
+
+def _pil_fill(fill: Any) -> Any:
+    """The fill torchvision v2 gives a PIL image from its per-type dict: the
+    entry of PIL's Image class (what a dataset's ``convert("RGB")``
+    returns), else "others", else none (0)."""
+    from PIL import Image
+
+    if Image.Image in fill:
+        return fill[Image.Image]
+    return fill.get("others")
+
+
+def _fill_rgb(fill: Any) -> tuple[int, int, int]:
+    """The 8-bit R, G, B a constant padding has, as torchvision's
+    ``_parse_fill`` and Pillow make them for an RGB PIL image."""
+    if isinstance(fill, dict):  # transforms.v2: a fill per type
+        fill = _pil_fill(fill)
+    if fill is None:
+        return 0, 0, 0
+    values = [fill] if isinstance(fill, (int, float)) else fill
+    if not isinstance(values, (list, tuple)):
+        raise UnsupportedTransform(f"RandomCrop(fill={fill!r}): not a number or tuple")
+    if len(values) == 1:
+        values = list(values) * 3
+    if len(values) != 3:
+        raise UnsupportedTransform(
+            f"RandomCrop(fill={fill!r}): {len(values)} values for an RGB image "
+            "(torchvision raises for it)"
+        )
+    out = []
+    for v in values:
+        if not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+            raise UnsupportedTransform(f"RandomCrop(fill={fill!r}): not finite numbers")
+        out.append(min(max(int(v), 0), 255))  # int() truncates; Pillow clips
+    return out[0], out[1], out[2]
+
+
+def random_crop_fields(t: Any, size: tuple[int, int]) -> dict:
+    """RandomCrop's window size (h, w) and padding as spec fields, or
+    UnsupportedTransform for a padding the core has not."""
+    left, top, right, bottom = _padding(t)
+    mode, fill = "constant", (0, 0, 0)
+    if left or top or right or bottom or t.pad_if_needed:
+        mode = t.padding_mode
+        if mode not in _core.PAD_MODES:
+            raise UnsupportedTransform(f"RandomCrop(padding_mode={mode!r})")
+        if mode == "constant":
+            fill = _fill_rgb(t.fill)
+    fields = dict(zip(_FIELDS, (left, top, right, bottom)))
+    # v1 pads `padding`, then pad_if_needed's share around the padded image:
+    # a mirror of the mirror, unlike v2's one pad of both (edge: the same).
+    twice = (
+        mode in ("reflect", "symmetric")
+        and bool(t.pad_if_needed)
+        and bool(left or top or right or bottom)
+        and type(t).__module__.startswith("torchvision.transforms")
+        and not _is_v2(t)
+    )
+    return {
+        "out_h": size[0],
+        "out_w": size[1],
+        **fields,
+        "pad_if_needed": int(bool(t.pad_if_needed)),
+        "pad_mode": _core.PAD_MODES.index(mode),
+        "pad_twice": int(twice),
+        "fill_r": fill[0],
+        "fill_g": fill[1],
+        "fill_b": fill[2],
+    }

@@ -70,3 +70,8 @@ except Exception as e:  # Lightning's teardown may raise over ours: find ours
 result["seen"] = model.seen
 with open(os.path.join(out, f"{mode}-rank{trainer.global_rank}.json"), "w") as f:
     json.dump(result, f)
+# After a failed fit, Lightning leaves the process group up; tearing it
+# down at interpreter exit instead can abort in gloo's threads ("terminate
+# called without an active exception"), as a user's script would see.
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()

@@ -308,6 +308,28 @@ int rl__py_parse_views(PyObject *transform, const char *dtype, PyObject *mul,
     return rc;
 }
 
+/* Adds module.attr, the tuple of name(0) .. name(n - 1). Returns 0, or -1
+ * with a Python error set. */
+static int add_names(PyObject *module, const char *attr, int n,
+                     const char *(*name)(int))
+{
+    PyObject *names = PyTuple_New(n);
+    for (int i = 0; names != NULL && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(name(i));
+        if (s == NULL) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyTuple_SET_ITEM(names, i, s); /* steals s */
+    }
+    if (names == NULL) {
+        return -1;
+    }
+    int rc = PyModule_AddObjectRef(module, attr, names);
+    Py_DECREF(names);
+    return rc;
+}
+
 int rl__py_spec_init(PyObject *module)
 {
     /* {"kind": ("resize_crop", ...), name: (default, doc)...} */
@@ -338,40 +360,11 @@ int rl__py_spec_init(PyObject *module)
     if (rc != 0) {
         return rc;
     }
-    /* The filters' names, in rl_filter's order: a spec's "filter" is an
-     * index into it. */
-    PyObject *names = PyTuple_New(RL_FILTER_COUNT);
-    for (int i = 0; names != NULL && i < RL_FILTER_COUNT; i++) {
-        PyObject *s = PyUnicode_FromString(rl_filter_name(i));
-        if (s == NULL) {
-            Py_CLEAR(names);
-            break;
-        }
-        PyTuple_SET_ITEM(names, i, s); /* steals s */
-    }
-    if (names == NULL) {
-        return -1;
-    }
-    rc = PyModule_AddObjectRef(module, "INTERPOLATIONS", names);
-    Py_DECREF(names);
+    /* The filters' and the padding modes' names, in rl_filter's and
+     * rl_pad_mode's order: a spec's "filter" and "pad_mode" index them. */
+    rc = add_names(module, "INTERPOLATIONS", RL_FILTER_COUNT, rl_filter_name);
     if (rc != 0) {
         return rc;
     }
-    /* The padding modes' names, in rl_pad_mode's order: a spec's
-     * "pad_mode" is an index into it. */
-    names = PyTuple_New(RL_PAD_MODE_COUNT);
-    for (int i = 0; names != NULL && i < RL_PAD_MODE_COUNT; i++) {
-        PyObject *s = PyUnicode_FromString(rl_pad_mode_name(i));
-        if (s == NULL) {
-            Py_CLEAR(names);
-            break;
-        }
-        PyTuple_SET_ITEM(names, i, s); /* steals s */
-    }
-    if (names == NULL) {
-        return -1;
-    }
-    rc = PyModule_AddObjectRef(module, "PAD_MODES", names);
-    Py_DECREF(names);
-    return rc;
+    return add_names(module, "PAD_MODES", RL_PAD_MODE_COUNT, rl_pad_mode_name);
 }

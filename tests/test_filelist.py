@@ -88,10 +88,11 @@ def test_csv_errors(tmp_path):
 
 
 def test_argument_errors():
-    with pytest.raises(ValueError, match="one label per path"):
+    with pytest.raises(ValueError, match="one target per sample"):
         FileList(["a.jpg", "b.jpg"], [1])
-    with pytest.raises(TypeError, match="integers"):
-        FileList(["a.jpg"], [1.5])
+    # Floats are targets too (tests/test_targets.py); dates are not.
+    with pytest.raises(TypeError, match="cannot be batched"):
+        FileList(["a.jpg"], np.array(["2020-01-01"], dtype="datetime64[D]"))
 
 
 def test_missing_file_names_it(folder, tmp_path):

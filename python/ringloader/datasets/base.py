@@ -4,7 +4,7 @@ reads them through.
 A dataset gives the loader its samples in one of two ways:
 
 - ``ringloader_sources()``, returning :class:`Sources`: the file (or byte
-  range of a file) and int64 target of every sample. Tar shards, file lists
+  range of a file) and target of every sample (:mod:`.targets`). Tar shards, file lists
   and indexed folders do this;
 - a ``samples`` list of ``(path, target)``, as torchvision's
   ``ImageFolder`` and :class:`ringloader.ImageFolder` have. The loader
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
+
+from . import targets as _targets
 
 __all__ = [
     "ImageDataset",
@@ -76,7 +78,7 @@ class Sources:
     """
 
     paths: Sequence[str]
-    targets: np.ndarray
+    targets: _targets.Targets  # int64 classes, or any kind (.targets)
     offsets: Optional[np.ndarray] = None
     lengths: Optional[np.ndarray] = None
     remote: Optional[Remote] = None
@@ -92,7 +94,8 @@ def provides_sources(dataset: Any) -> bool:
 
 
 def sources_of(dataset: Any) -> Sources:
-    """The files (or byte ranges) and int64 targets of a dataset. Raises
+    """The files (or byte ranges) and targets of a dataset (a ``samples``
+    list's targets may be of any kind :mod:`.targets` keeps). Raises
     TypeError for a dataset that follows neither protocol."""
     provider = getattr(dataset, "ringloader_sources", None)
     if provider is not None:
@@ -105,13 +108,16 @@ def sources_of(dataset: Any) -> Sources:
             "ImageFolder-like dataset (ringloader.ImageFolder or torchvision's)"
         )
     paths = [s[0] for s in samples]
-    targets = np.fromiter((s[1] for s in samples), dtype=np.int64, count=len(samples))
+    targets = _targets.as_targets(
+        [s[1] for s in samples], len(samples), f"{type(dataset).__name__}.samples"
+    )
     return Sources(paths=paths, targets=targets)
 
 
 class PairView(Sequence):
-    """``(names[i], int(values[i]))`` on access, like a list of samples,
-    without one tuple per item in memory."""
+    """``(names[i], values[i])`` on access (the target as
+    :func:`.targets.item` gives it), like a list of samples, without one
+    tuple per item in memory."""
 
     __slots__ = ("_names", "_values")
 
@@ -125,9 +131,9 @@ class PairView(Sequence):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        return (self._names[index], int(self._values[index]))
+        return (self._names[index], _targets.item(self._values, index))
 
-    def __iter__(self) -> Iterator[tuple[str, int]]:
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
         for i in range(len(self)):
             yield self[i]
 
@@ -179,8 +185,9 @@ class ImageDataset:
     when it is given none), a length, and indexing that decodes one sample
     for inspection (loading batches is the job of :class:`ringloader.Loader`).
 
-    A subclass sets ``paths`` and ``targets`` (one int per sample), or
-    overrides ``__len__`` and ``_sample``.
+    A subclass sets ``paths`` and ``targets`` (one per sample: int64
+    classes or any kind :mod:`.targets` keeps), or overrides ``__len__``
+    and ``_sample``.
     """
 
     paths: Sequence[str]
@@ -189,13 +196,13 @@ class ImageDataset:
     target_transform: Optional[Callable] = None
 
     def __len__(self) -> int:
-        return len(self.targets)
+        return len(self.paths)
 
     def _sample(self, index: int) -> tuple[str, bytes, Any]:
         """(name for messages, encoded bytes, target) of sample ``index``:
         by default its whole file, named by its path."""
         path = self.paths[index]
-        return path, read_file(path), int(self.targets[index])
+        return path, read_file(path), _targets.item(self.targets, index)
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         """(image, target): the full image as a uint8 CHW tensor."""

@@ -15,18 +15,23 @@ import numpy as np
 from .base import ImageDataset, PairView, PathLike, Sources
 from .cache import StringBlob
 from .remote import Client, is_url, redact
+from .targets import as_targets, item
 
 __all__ = ["FileList"]
 
 
 class FileList(ImageDataset):
-    """Image files and their integer labels, for :class:`ringloader.Loader`.
+    """Image files and their labels, for :class:`ringloader.Loader`.
 
     Args:
         paths: image file paths (str or path-like), or URLs of image
             objects (``http://``, ``https://``, ``s3://``), in sample
             order; all local or all remote.
-        labels: one integer per path.
+        labels: one target per path: integers (class indices), or targets
+            of any kind as an array with a row per path (floats, multi-hot
+            or soft-label rows, bools) or a sequence of per-path values
+            (tuples included), batched as torch's ``default_collate``
+            batches them (:mod:`ringloader.datasets.targets`).
         transform, target_transform: as ImageFolder's; the loader uses
             ``transform`` when it is given none.
         retries: remote files: attempts after the first for a failed
@@ -37,15 +42,16 @@ class FileList(ImageDataset):
             from the standard configuration (see :class:`TarShards`).
 
     Paths are kept as one compact blob (a sequence view, not a list of
-    strings) and labels as an int64 array ``targets``; ``samples`` gives
-    (path, label) pairs on access. Files are not checked here: a missing
+    strings) and labels as an array ``targets`` (int64 for integers; a
+    tuple of arrays for tuple targets); ``samples`` gives (path, label)
+    pairs on access. Files are not checked here: a missing
     one raises OSError, with its path, in the batch that reads it.
     """
 
     def __init__(
         self,
         paths: Iterable[PathLike],
-        labels: Iterable[int] | np.ndarray,
+        labels: Iterable[Any] | np.ndarray,
         transform: Callable | None = None,
         target_transform: Callable | None = None,
         *,
@@ -63,15 +69,7 @@ class FileList(ImageDataset):
         self.client: Client | None = None
         if kinds == {True}:
             self.client = Client(retries=retries, timeout=timeout, s3_client=s3_client)
-        targets = np.asarray(labels if isinstance(labels, np.ndarray) else list(labels))
-        if targets.ndim != 1 or len(targets) != len(self.paths):
-            raise ValueError(
-                f"{len(self.paths)} paths but labels of shape {targets.shape}: "
-                "give one label per path"
-            )
-        if len(targets) and not np.issubdtype(targets.dtype, np.integer):
-            raise TypeError(f"labels must be integers, not {targets.dtype}")
-        self.targets = targets.astype(np.int64)
+        self.targets = as_targets(labels, len(self.paths), "FileList labels")
         self.samples = PairView(self.paths, self.targets)
         self.transform = transform
         self.target_transform = target_transform
@@ -83,54 +81,64 @@ class FileList(ImageDataset):
         root: PathLike | None = None,
         transform: Callable | None = None,
         target_transform: Callable | None = None,
+        *,
+        label_columns: int = 1,
         **remote: Any,
     ) -> FileList:
         """Read ``path,label`` rows from a CSV file.
 
-        A first row whose label is not an integer is a header and is
-        skipped; blank rows are skipped; further columns are ignored.
-        Relative paths are resolved against ``root`` (a folder, or a URL
-        such as ``s3://bucket/prefix``), or the CSV file's folder when
-        ``root`` is None; rows may be URLs (``http(s)://``, ``s3://``).
-        ``remote``: ``retries``, ``timeout``, ``s3_client``, as for the
-        constructor. Raises ValueError naming the line of a row that has
-        no label or a label that is not an integer.
+        The ``label_columns`` columns after the path hold the target: one
+        number (a class index, or a float for regression), or with
+        ``label_columns=k`` a row of k numbers per path (multi-hot or soft
+        labels, a box), batched as a (N, k) tensor. Integers give int64
+        targets; a float anywhere gives float64 ones. A first row whose
+        labels are not numbers is a header and is skipped; blank rows are
+        skipped; further columns are ignored. Relative paths are resolved
+        against ``root`` (a folder, or a URL such as ``s3://bucket/prefix``),
+        or the CSV file's folder when ``root`` is None; rows may be URLs
+        (``http(s)://``, ``s3://``). ``remote``: ``retries``, ``timeout``,
+        ``s3_client``, as for the constructor. Raises ValueError naming the
+        line of a row that has too few labels or a label that is not a
+        number.
         """
+        if int(label_columns) < 1:
+            raise ValueError(f"label_columns must be >= 1, not {label_columns}")
+        k = int(label_columns)
         path = os.fspath(path)
         base = os.fspath(root) if root is not None else os.path.dirname(path)
         if not is_url(base):
             base = os.path.expanduser(base)
 
         paths: list[str] = []
-        labels: list[int] = []
+        labels: list[Any] = []
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.reader(f)
             first = True
             for row in reader:
                 if not row or all(not c.strip() for c in row):
                     continue
-                if len(row) < 2:
+                if len(row) < 1 + k:
+                    want = "path,label" if k == 1 else f"path and {k} labels"
                     raise ValueError(
-                        f"{path}, line {reader.line_num}: expected path,label, "
-                        f"got {row!r}"
+                        f"{path}, line {reader.line_num}: expected {want}, got {row!r}"
                     )
-                file, label = row[0].strip(), row[1].strip()
+                file = row[0].strip()
                 try:
-                    value = int(label)
-                except ValueError:
+                    values = [_number(c.strip()) for c in row[1 : 1 + k]]
+                except ValueError as e:
                     if first:  # a header
                         first = False
                         continue
                     raise ValueError(
-                        f"{path}, line {reader.line_num}: label {label!r} is not "
-                        "an integer"
+                        f"{path}, line {reader.line_num}: label {e.args[0]!r} "
+                        "is not a number"
                     ) from None
                 first = False
                 paths.append(_resolve(base, file))
-                labels.append(value)
+                labels.append(values[0] if k == 1 else values)
         return cls(
             paths,
-            np.array(labels, dtype=np.int64),
+            np.array(labels) if labels else np.zeros(0, np.int64),
             transform,
             target_transform,
             **remote,
@@ -149,11 +157,23 @@ class FileList(ImageDataset):
         if self.client is None:
             return super()._sample(index)
         path = self.paths[index]
-        return path, self.client.get(path), int(self.targets[index])
+        return path, self.client.get(path), item(self.targets, index)
 
     def __repr__(self) -> str:
         where = "" if self.client is None else " over HTTP/S3"
         return f"ringloader.FileList({len(self)} files{where})"
+
+
+def _number(text: str) -> int | float:
+    """A CSV label: an int, else a float; ValueError carrying the text."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(text) from None
 
 
 def _noting_urls(paths: Iterable[PathLike], kinds: set[bool]) -> Iterator[str]:

@@ -6,6 +6,7 @@ import os
 from typing import Any, Callable, Optional, Sequence, Union
 
 from .base import ImageDataset, read_file
+from .targets import as_targets, item
 
 IMG_EXTENSIONS = (
     ".jpg",
@@ -78,6 +79,13 @@ class ImageFolder(ImageDataset):
     ``ImageFolder``: same class discovery and order, same ``classes``,
     ``class_to_idx``, ``samples`` and ``targets``.
 
+    ``targets``, when given, replaces the class indices: one target per
+    sample in ``samples`` order (``make_dataset``'s), as an array (floats,
+    multi-hot rows, soft labels) or a sequence of per-sample values
+    (tuples included); ``samples`` then pairs each path with its target and
+    ``targets`` is that array (:mod:`ringloader.datasets.targets` says how
+    each kind is batched: as torch's ``default_collate`` would).
+
     Indexing it decodes one image with ringloader's decoder (for inspection);
     loading batches is the job of :class:`ringloader.Loader`.
     """
@@ -90,6 +98,8 @@ class ImageFolder(ImageDataset):
         extensions: Optional[Sequence[str]] = IMG_EXTENSIONS,
         is_valid_file: Optional[Callable[[str], bool]] = None,
         allow_empty: bool = False,
+        *,
+        targets: Any = None,
     ) -> None:
         self.root = os.fspath(root)
         self.transform = transform
@@ -101,8 +111,15 @@ class ImageFolder(ImageDataset):
         self.samples = make_dataset(
             self.root, self.class_to_idx, extensions, is_valid_file, allow_empty
         )
+        if targets is None:
+            self.targets: Any = [s[1] for s in self.samples]
+        else:
+            self.targets = as_targets(targets, len(self.samples), "ImageFolder targets")
+            self.samples = [
+                (path, item(self.targets, i))
+                for i, (path, _) in enumerate(self.samples)
+            ]
         self.imgs = self.samples
-        self.targets = [s[1] for s in self.samples]
 
     def __len__(self) -> int:
         return len(self.samples)

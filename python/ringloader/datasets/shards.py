@@ -30,6 +30,7 @@ import numpy as np
 from .base import ImageDataset, PathLike, Sources
 from .cache import StringBlob, load_npz
 from .remote import Client, has_magic, is_url, redact
+from .targets import as_targets, item
 from .tarindex import (
     ShardError,
     key_of,
@@ -132,8 +133,10 @@ class TarShards(ImageDataset):
             Extensions are what follows the first dot of the member's base
             name, lowercased (``abc.seg.png`` has ``seg.png``).
         label_key: the extension of the member holding the integer label
-            (``"cls"``), a function from the sample key (``"dir/abc"``) to an
-            int, or None (labels are -1).
+            (``"cls"``), a function from the sample key (``"dir/abc"``) to
+            its target (an int, or any kind: a float, an array row, a
+            tuple; batched as torch's ``default_collate`` batches them), or
+            None (labels are -1).
         cache_dir: where indexes go when a shard's folder is not writable,
             and those of remote shards.
         transform, target_transform: as ImageFolder's; the loader uses
@@ -165,7 +168,8 @@ class TarShards(ImageDataset):
     mixed in one dataset.
 
     Samples come shard by shard, each in the order its key first appears
-    in the shard. Attributes: ``shards`` (paths or URLs), ``targets`` (int64),
+    in the shard. Attributes: ``shards`` (paths or URLs), ``targets`` (int64, or
+    what ``label_key``'s function gives, as an array),
     ``offsets`` and ``lengths`` (the image member's byte range).
     """
 
@@ -221,10 +225,7 @@ class TarShards(ImageDataset):
                 images, labels = select_samples(path, z, self.image_key, by_ext)
                 if callable(label_key):
                     names = StringBlob(z["names_blob"], z["names_offsets"])
-                    labels = np.array(
-                        [int(label_key(key_of(names[int(i)]))) for i in images],
-                        dtype=np.int64,
-                    )
+                    labels = [label_key(key_of(names[int(i)])) for i in images]
                 parts_off.append(z["offsets"][images])
                 parts_len.append(z["sizes"][images])
                 parts_tgt.append(labels)
@@ -233,7 +234,12 @@ class TarShards(ImageDataset):
             indexes.close()  # on error: cancels the indexing left to do
         self.offsets = np.concatenate(parts_off).astype(np.int64, copy=False)
         self.lengths = np.concatenate(parts_len).astype(np.int64, copy=False)
-        self.targets = np.concatenate(parts_tgt).astype(np.int64, copy=False)
+        if callable(label_key):
+            self.targets = as_targets(
+                [t for part in parts_tgt for t in part], len(self.offsets), "label_key"
+            )
+        else:
+            self.targets = np.concatenate(parts_tgt).astype(np.int64, copy=False)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.paths = _ShardPaths(self.shards, self.starts)
 
@@ -336,7 +342,7 @@ class TarShards(ImageDataset):
     def _sample(self, index: int) -> tuple[str, bytes, Any]:
         """Named as :meth:`describe` names it; its image member's bytes."""
         where = self.describe(index)
-        return where, self.read(index), int(self.targets[index])
+        return where, self.read(index), item(self.targets, index)
 
     def ringloader_sources(self) -> Sources:
         """The shard of each sample with its image member's byte range."""

@@ -25,12 +25,12 @@ MAX_LINES = 600
 # must be given a layer here.
 LAYERS: list[list[str]] = [
     ["_core"],  # the C extension
-    ["errors"],
+    ["errors", "datasets.targets"],  # targets: how a batch's are made
     # torchvision's augmentation transforms as C ops; output conversions
     ["_ops", "_convert", "_pad"],
     ["transforms", "datasets.base", "datasets.presign"],
     ["datasets.cache", "datasets.views", "datasets.remote"],
-    ["datasets.folder", "datasets.filelist", "datasets.tarindex"],
+    ["datasets.folder", "datasets.filelist", "datasets.tarindex", "datasets.mix"],
     ["datasets.index", "datasets.shards"],
     ["datasets"],
     # the Loader's parts, one concern each

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -254,6 +254,10 @@ class Sampling:
     rank: int
     world_size: int
     seed: int
+    # A dataset that draws its epochs (datasets/mix.py's Mix): its
+    # ringloader_order(seed, epoch) maps positions 0..n-1, what the
+    # samplers yield, to the ids read. None: positions are the ids.
+    order: Optional[Callable[[int, int], np.ndarray]] = None
 
     @property
     def user_samplers(self) -> tuple[tuple[str, Any], ...]:
@@ -299,7 +303,16 @@ class Sampling:
     def batches(self, epoch: int) -> Iterator[Any]:
         """The batches (lists of dataset indices) of ``epoch``. A sampler of
         the user's keeps the epoch the user gave it (directly, or through
-        Loader.set_epoch): as with DataLoader, iterating does not change it."""
+        Loader.set_epoch): as with DataLoader, iterating does not change it.
+        With an ``order`` (a Mix), the samplers' indices are positions in
+        the epoch's draws, mapped here to the ids drawn there."""
+        batches = self._positions(epoch)
+        if self.order is None:
+            return batches
+        ids = self.order(self.seed, epoch)
+        return (ids[np.asarray(b, dtype=np.int64)].tolist() for b in batches)
+
+    def _positions(self, epoch: int) -> Iterator[Any]:
         if self.batch_sampler is not None:
             return iter(self.batch_sampler)
         if self.sampler is not None:

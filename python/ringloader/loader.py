@@ -19,7 +19,7 @@ import weakref
 from typing import Any, Iterator, Optional, Sequence
 
 import torch
-from torch.utils.data import Sampler, default_collate
+from torch.utils.data import Sampler
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from . import _core
@@ -37,6 +37,7 @@ from ._gpu import Gpu, open_gpu
 from ._meter import Meter
 from ._meter import stats as assemble_stats
 from ._pipeline import Pipeline
+from .datasets import targets as _targets
 from .datasets.base import sources_of
 from .datasets.views import resolve, samples_stamp
 from .transforms import MultiView
@@ -274,9 +275,12 @@ class Loader:
             self._pipe.close()
 
     def _sampling(self) -> Sampling:
-        """How batches are drawn, from the loader's arguments as they are."""
+        """How batches are drawn, from the loader's arguments as they are.
+        A dataset that draws its own epochs (a Mix) has ``len(dataset)``
+        positions, each mapped to the id drawn there."""
+        order = getattr(self._data, "ringloader_order", None)
         return Sampling(
-            n=len(self._src),
+            n=len(self._data) if order is not None else len(self._src),
             batch_size=self.batch_size,
             drop_last=self.drop_last,
             shuffle=self.shuffle,
@@ -287,6 +291,7 @@ class Loader:
             rank=self.rank,
             world_size=self.world_size,
             seed=self.seed,
+            order=order,
         )
 
     # ---- DataLoader-compatible surface ----
@@ -389,13 +394,10 @@ class Loader:
                 ]
                 images: Any = views if self._multi else views[0]
                 self._fallback.announce_truncated(pipe)
-                labels = torch.from_numpy(src.targets[idx])
-                if self.target_transform is not None:
-                    # As DataLoader batches them: floats stay float64,
-                    # tuples and tensors are collated element-wise.
-                    labels = default_collate(
-                        [self.target_transform(int(t)) for t in labels]
-                    )
+                # As DataLoader batches them (datasets/targets.py): int64
+                # classes straight from the array; any other kind, and
+                # target_transform's results, as default_collate does.
+                labels = _targets.batch(src.targets, idx, self.target_transform)
                 if self.direct_io:
                     self._fallback.announce_direct(pipe, src, idx)
                 if self._pin_memory:

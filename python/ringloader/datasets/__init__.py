@@ -7,6 +7,7 @@ from .base import ImageDataset, Remote, Sources
 from .filelist import FileList
 from .folder import IMG_EXTENSIONS, ImageFolder
 from .index import IndexedImageFolder, build_index
+from .mix import Mix
 from .shards import ShardError, TarShards
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "ImageDataset",
     "ImageFolder",
     "IndexedImageFolder",
+    "Mix",
     "Remote",
     "ShardError",
     "Sources",

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..transforms import UnsupportedTransform, compile_views
+from . import targets as _targets
 from .base import Remote, Sources, provides_sources, sources_of
 
 __all__ = ["NotAView", "View", "leaves_of", "resolve", "samples_stamp"]
@@ -57,6 +58,11 @@ def _map(dataset: Any) -> tuple[list, np.ndarray, np.ndarray]:
     for each of its indices, which leaf (``part``) and which index of it."""
     kind = _kind(dataset)
     if kind is None:
+        if getattr(dataset, "ringloader_order", None) is not None:
+            raise NotAView(
+                f"a {type(dataset).__name__} draws its own epochs and cannot be "
+                "part of a Subset or ConcatDataset: give the datasets to one Mix"
+            )
         return [dataset], np.zeros(len(dataset), np.intp), np.arange(len(dataset))
     if kind == "subset":
         leaves, part, index = _map(dataset.dataset)
@@ -171,7 +177,12 @@ class View:
             paths = [names[i] for i in index]
         else:
             paths = [srcs[p].paths[i] for p, i in zip(part, index)]
-        targets = _gather([s.targets for s in srcs], self._part, self._index)
+        targets = _targets.concat(
+            [s.targets for s in srcs],
+            self._part,
+            self._index,
+            type(self.dataset).__name__,
+        )
         if all(s.offsets is None for s in srcs):
             return Sources(paths=paths, targets=targets, remote=remote)
         whole = [np.zeros(len(s), np.int64) for s in srcs]

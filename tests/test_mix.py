@@ -1,0 +1,273 @@
+"""ringloader.Mix: datasets mixed by weight into epochs of a given length,
+read by one pipeline: each source's share of the draws is its weight's,
+the batches are a function of (seed, epoch) alone (thread count,
+resuming), DDP ranks get disjoint draws, and open_clip's resampled mode
+over tar shards."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import numpy as np
+import pytest
+import ringloader
+import torch
+from images import jpeg_bytes
+from ringloader import transforms as T
+from scipy.stats import chisquare
+
+TINY = T.Compose([T.Resize(8), T.CenterCrop(8)])
+TRAIN = T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip()])
+SIZES = (30, 50, 20)  # samples of each source
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """Three FileLists of small JPEGs (real files), labelled
+    source * 1000 + index, so a label tells the sample drawn."""
+    root = tmp_path_factory.mktemp("mix")
+    out = []
+    for s, n in enumerate(SIZES):
+        paths = []
+        for i in range(n):
+            p = root / f"s{s}_{i:03d}.jpg"
+            p.write_bytes(jpeg_bytes("baseline", 20 + i % 7, 24 + s, seed=s * 100 + i))
+            paths.append(str(p))
+        out.append(ringloader.FileList(paths, s * 1000 + np.arange(n)))
+    return out
+
+
+def _labels(loader) -> np.ndarray:
+    out = np.concatenate([y.numpy() for _, y in loader])
+    loader.close()
+    return out
+
+
+def _run(loader) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    out = [(x.clone(), y.clone()) for x, y in loader]
+    loader.close()
+    return out
+
+
+def _same(a, b) -> None:
+    assert len(a) == len(b)
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert torch.equal(ya, yb)
+        assert torch.equal(xa, xb)
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_shares_match_the_weights(sources, replacement):
+    weights = [0.5, 0.3, 0.2]
+    mix = ringloader.Mix(
+        sources, weights, samples_per_epoch=20_000, replacement=replacement
+    )
+    assert len(mix) == 20_000
+    loader = ringloader.Loader(
+        mix, batch_size=500, transform=TINY, num_threads=2, seed=7
+    )
+    labels = _labels(loader)
+    assert len(labels) == 20_000
+    counts = np.bincount(labels // 1000, minlength=3)
+    expected = np.array(weights) * 20_000
+    assert chisquare(counts, expected).pvalue > 0.01
+    # Mixed through the epoch, not source after source: the first 2,000
+    # draws, and each batch, hold the sources in their shares too.
+    head = np.bincount(labels[:2000] // 1000, minlength=3)
+    assert chisquare(head, np.array(weights) * 2000).pvalue > 0.01
+    for b in range(0, 20_000, 500):
+        assert len(np.unique(labels[b : b + 500] // 1000)) == 3
+    # Every sample of a source is drawn (about) equally often.
+    for s, n in enumerate(SIZES):
+        per = np.bincount(labels[labels // 1000 == s] % 1000, minlength=n)
+        if replacement:
+            assert chisquare(per).pvalue > 0.01
+        else:  # each comes once before any comes twice
+            assert per.max() - per.min() <= 1
+
+
+def test_without_replacement_goes_through_each_source_across_epochs(sources):
+    """An epoch shorter than a source covers a new part of it each time:
+    every sample comes once before any comes twice."""
+    mix = ringloader.Mix(sources, [1, 1, 1], samples_per_epoch=30, replacement=False)
+    loader = ringloader.Loader(mix, batch_size=7, transform=TINY, num_threads=2)
+    seen = []
+    for epoch in range(5):  # 50 draws of source 1 (50 samples)
+        loader.set_epoch(epoch)
+        seen.append(_labels(loader))
+    seen = np.concatenate(seen)
+    one = np.sort(seen[seen // 1000 == 1] % 1000)
+    assert one.tolist() == list(range(50))
+    two = seen[seen // 1000 == 2] % 1000  # 50 draws of 20 samples
+    assert np.bincount(two[:40], minlength=20).tolist() == [2] * 20
+
+
+def test_same_batches_whatever_the_threads_and_epochs_differ(sources):
+    mix = ringloader.Mix(sources, [0.2, 0.5, 0.3], samples_per_epoch=96)
+    runs = [
+        _run(
+            ringloader.Loader(
+                mix, batch_size=16, transform=TRAIN, num_threads=t, seed=3
+            )
+        )
+        for t in (1, 2, 4)
+    ]
+    _same(runs[0], runs[1])
+    _same(runs[0], runs[2])
+    loader = ringloader.Loader(
+        mix, batch_size=16, transform=TRAIN, num_threads=2, seed=3
+    )
+    loader.set_epoch(1)
+    other = _run(loader)
+    assert not torch.equal(other[0][1], runs[0][0][1])
+
+
+def test_exact_resume(sources):
+    mix = ringloader.Mix(sources, [0.6, 0.2, 0.2], samples_per_epoch=80)
+
+    def make():
+        return ringloader.Loader(
+            mix, batch_size=8, transform=TRAIN, num_threads=2, seed=5
+        )
+
+    whole = make()
+    whole.set_epoch(2)
+    reference = _run(whole)
+    first = make()
+    first.set_epoch(2)
+    it = iter(first)
+    for _ in range(4):
+        next(it)
+    state = first.state_dict()
+    first.close()
+    resumed = make()
+    resumed.load_state_dict(state)
+    _same(_run(resumed), reference[4:])
+
+
+def test_ddp_ranks_take_disjoint_draws(sources):
+    mix = ringloader.Mix(sources, [0.5, 0.25, 0.25], samples_per_epoch=90)
+    order = mix.ringloader_order(11, 0)
+    labels = np.concatenate([s.targets for s in sources])
+    world = 3
+    parts = []
+    for rank in range(world):
+        loader = ringloader.Loader(
+            mix,
+            batch_size=10,
+            transform=TINY,
+            num_threads=2,
+            seed=11,
+            distributed=True,
+            rank=rank,
+            world_size=world,
+        )
+        parts.append(_labels(loader))
+        # Rank r takes the epoch's draws r, r + 3, ... (DistributedSampler
+        # over the draws, without shuffle here).
+        assert parts[-1].tolist() == labels[order[rank::world]].tolist()
+    assert sum(len(p) for p in parts) == 90
+    # Without replacement, over one pass of the sources, no sample twice.
+    mix = ringloader.Mix(sources, samples_per_epoch=100, replacement=False)
+    parts = []
+    for rank in range(4):
+        loader = ringloader.Loader(
+            mix,
+            batch_size=10,
+            transform=TINY,
+            num_threads=2,
+            shuffle=True,
+            distributed=True,
+            rank=rank,
+            world_size=4,
+        )
+        parts.append(set(_labels(loader).tolist()))
+    for a in range(4):
+        for b in range(a + 1, 4):
+            assert not parts[a] & parts[b]
+    assert set().union(*parts) == set(labels.tolist())
+
+
+def test_a_framework_sampler_picks_draws(sources):
+    """Lightning's DistributedSampler (and any sampler) indexes the Mix's
+    draws: ringloader.DataLoader reads the samples drawn there."""
+    from torch.utils.data import DistributedSampler
+
+    mix = ringloader.Mix(sources, [0.5, 0.5, 0], samples_per_epoch=40, transform=TINY)
+    order = mix.ringloader_order(0, 0)
+    labels = np.concatenate([s.targets for s in sources])
+    seen = []
+    for rank in range(2):
+        sampler = DistributedSampler(mix, num_replicas=2, rank=rank, seed=1)
+        loader = ringloader.DataLoader(
+            mix,
+            batch_size=5,
+            sampler=sampler,
+            generator=torch.Generator().manual_seed(0),
+        )
+        loader.seed = 0
+        got = _labels(loader)
+        assert got.tolist() == labels[order[list(sampler)]].tolist()
+        seen.append(got)
+    assert sorted(np.concatenate(seen).tolist()) == sorted(labels[order].tolist())
+    assert not (np.concatenate(seen) // 1000 == 2).any()  # weight 0
+
+
+def _shard(path, start: int, n: int) -> None:
+    with tarfile.open(path, "w") as tf:
+        for i in range(start, start + n):
+            for name, body in (
+                (f"k{i:04d}.jpg", jpeg_bytes("baseline", 24, 30, seed=i)),
+                (f"k{i:04d}.cls", str(i).encode()),
+            ):
+                info = tarfile.TarInfo(name)
+                info.size = len(body)
+                tf.addfile(info, io.BytesIO(body))
+
+
+def test_resampled_shards(tmp_path):
+    """open_clip's resampled mode: epochs of a chosen length drawn with
+    replacement from shards, each epoch its own draws, in one pipeline."""
+    for s in range(3):
+        _shard(tmp_path / f"train-{s}.tar", s * 10, 10)
+    shards = ringloader.TarShards(str(tmp_path / "train-{0..2}.tar"), transform=TINY)
+    mix = ringloader.Mix([shards], samples_per_epoch=64)
+    loader = ringloader.Loader(mix, batch_size=16, num_threads=2)
+    epochs = [_labels(loader) for _ in range(2)]  # epoch 0, then epoch 1
+    for labels in epochs:
+        assert len(labels) == 64 and set(labels.tolist()) <= set(range(30))
+        assert len(set(labels.tolist())) < 64  # with replacement: repeats
+    assert epochs[0].tolist() != epochs[1].tolist()
+    # The images are the shards' own: a draw's pixels are its sample's.
+    plain = ringloader.Loader(shards, batch_size=30, num_threads=2)
+    ((ref, ref_labels),) = list(plain)
+    plain.close()
+    loader.set_epoch(0)
+    x, y = next(iter(loader))
+    for img, label in zip(x, y.tolist()):
+        assert torch.equal(img, ref[ref_labels.tolist().index(label)])
+    loader.close()
+
+
+def test_refusals(sources, tmp_path, folder):
+    with pytest.raises(ValueError, match="one weight per dataset"):
+        ringloader.Mix(sources, [1, 2])
+    with pytest.raises(ValueError, match="weights must be"):
+        ringloader.Mix(sources, [1, -1, 1])
+    with pytest.raises(ValueError, match="samples_per_epoch"):
+        ringloader.Mix(sources, samples_per_epoch=0)
+    with pytest.raises(ValueError, match="another Mix"):
+        ringloader.Mix([ringloader.Mix(sources), sources[0]])
+    remote = ringloader.FileList(["http://127.0.0.1:9/a.jpg"], [0])
+    with pytest.raises(ValueError, match=r"datasets \[0\] are local.*\[1\] are remote"):
+        ringloader.Mix([sources[0], remote])
+    a = ringloader.ImageFolder(folder, transform=TINY)
+    b = ringloader.ImageFolder(folder, transform=TRAIN)
+    with pytest.raises(ValueError, match=r"different transforms.*Mix\(transform="):
+        ringloader.Mix([a, b])
+    mixed = ringloader.Mix([a, b], transform=TINY)  # one transform given
+    assert len(_labels(ringloader.Loader(mixed, batch_size=6, num_threads=2))) == 36
+    subset = torch.utils.data.Subset(ringloader.Mix(sources), [0, 1])
+    with pytest.raises(TypeError, match="cannot be part of a Subset"):
+        ringloader.Loader(subset, batch_size=2)

@@ -81,7 +81,9 @@ class Loader:
             (anything with ``samples``, a list of (path, target)), a
             dataset giving ``ringloader_sources()``, or torch's ``Subset``
             (``random_split``) or ``ConcatDataset`` of those, nested to any
-            depth (the parts of a ConcatDataset with the same transform).
+            depth (the parts of a ConcatDataset with the same transform),
+            or a ``ringloader.Mix`` of those (its epochs are its draws, in
+            the order it draws them, whatever ``shuffle`` says).
         batch_size, shuffle, sampler, batch_sampler, drop_last: as
             ``DataLoader``; any torch ``Sampler`` works. ``shuffle="runs"``
             shuffles runs of 16 consecutive samples instead of samples:
@@ -140,8 +142,10 @@ class Loader:
             what you want.
 
     Yields ``(images, labels)``: a tensor of shape (N, 3, H, W) (or
-    (N, H, W, 3)), uint8 unless the transform converts to floats, and an
-    int64 tensor of shape (N,). With a ``transforms.MultiView`` it yields
+    (N, H, W, 3)), uint8 unless the transform converts to floats, and the
+    targets: an int64 tensor of shape (N,) for class indices, else as
+    torch's DataLoader batches the dataset's targets (floats, rows,
+    tuples: ``datasets/targets.py``). With a ``transforms.MultiView`` it yields
     ``(views, labels)``: a list of such tensors, one per view, each with
     the size and dtype of its view; each image is read and decoded once. Transforms after the fusable prefix run in
     Python on each sample (announced once with a :class:`FallbackWarning`). The images are views of

@@ -250,6 +250,50 @@ def test_resampled_shards(tmp_path):
     loader.close()
 
 
+def test_remote_sources_share_one_pipeline(tmp_path):
+    """Two sets of shards served by nginx, mixed: one C source fetches
+    both (range GETs to each), and the batches are the local Mix's."""
+    from rlbench.servers import Nginx, find_nginx
+
+    if find_nginx() is None:
+        pytest.fail("nginx is missing: apt-get install nginx (CI installs it)")
+    for name, start in (("a", 0), ("b", 100)):
+        (tmp_path / name).mkdir()
+        for s in range(2):
+            _shard(tmp_path / name / f"{s}.tar", start + s * 8, 8)
+    local = [
+        ringloader.TarShards(str(tmp_path / n / "{0..1}.tar"), transform=TINY)
+        for n in "ab"
+    ]
+    with Nginx(tmp_path, access_log=True) as server:
+        remote = [
+            ringloader.TarShards(
+                f"{server.url}/{n}/{{0..1}}.tar", transform=TINY, cache_dir=tmp_path
+            )
+            for n in "ab"
+        ]
+        mixes = [
+            ringloader.Mix(ds, [0.75, 0.25], samples_per_epoch=48)
+            for ds in (local, remote)
+        ]
+        runs = []
+        server.clear_requests()
+        for mix in mixes:
+            loader = ringloader.Loader(mix, batch_size=12, num_threads=2, seed=4)
+            runs.append([(x.clone(), y.clone()) for x, y in loader])
+            requests = loader.stats()["http_requests"]
+            loader.close()
+        _same(runs[0], runs[1])
+        # A GET per sample at most (batches' neighbours share one), to
+        # both sets of shards, from the one pipeline.
+        assert 4 <= requests <= 48
+        ranged = [r for r in server.requests() if r[0] == "GET" and r[3]]
+        assert len(ranged) == requests
+        assert {r[1].split("/")[1] for r in ranged} == {"a", "b"}
+    labels = torch.cat([y for _, y in runs[1]]).numpy()
+    assert np.bincount(labels >= 100).tolist() == [36, 12]
+
+
 def test_refusals(sources, tmp_path, folder):
     with pytest.raises(ValueError, match="one weight per dataset"):
         ringloader.Mix(sources, [1, 2])

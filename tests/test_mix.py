@@ -276,6 +276,14 @@ def test_remote_sources_share_one_pipeline(tmp_path):
             ringloader.Mix(ds, [0.75, 0.25], samples_per_epoch=48)
             for ds in (local, remote)
         ]
+        server.clear_requests()
+        runs_loader = ringloader.Loader(
+            mixes[1], batch_size=16, num_threads=2, shuffle="runs"
+        )
+        assert len(_run(runs_loader)) == 3
+        # Runs of 16 wrap in 16-sample sources: at most two GETs a run.
+        in_runs = [r for r in server.requests() if r[0] == "GET" and r[3]]
+        assert len(in_runs) <= 6
         runs = []
         server.clear_requests()
         for mix in mixes:
@@ -292,6 +300,39 @@ def test_remote_sources_share_one_pipeline(tmp_path):
         assert {r[1].split("/")[1] for r in ranged} == {"a", "b"}
     labels = torch.cat([y for _, y in runs[1]]).numpy()
     assert np.bincount(labels >= 100).tolist() == [36, 12]
+
+
+def test_runs_of_neighbours_for_remote_shards(sources, tmp_path):
+    """shuffle="runs": a Mix draws runs of 16 neighbours of one source
+    (a shard's neighbours come in one range GET), the shares still the
+    weights', each rank a contiguous part of the draws."""
+    mix = ringloader.Mix(sources, [0.5, 0.3, 0.2], samples_per_epoch=20_000)
+    loader = ringloader.Loader(
+        mix, batch_size=500, transform=TINY, num_threads=2, shuffle="runs"
+    )
+    labels = _labels(loader)
+    counts = np.bincount(labels // 1000, minlength=3)
+    assert chisquare(counts, np.array([0.5, 0.3, 0.2]) * 20_000).pvalue > 0.01
+    runs = labels.reshape(-1, 16)
+    assert (runs // 1000 == runs[:, :1] // 1000).all()  # one source a run
+    step = np.diff(runs % 1000, axis=1)
+    sizes = np.array(SIZES)[runs[:, :1] // 1000]
+    assert ((step == 1) | (step == 1 - sizes)).all()  # neighbours (wrapping)
+    order = mix.ringloader_order(0, 0, 16)
+    ids = np.concatenate([s.targets for s in sources])
+    for rank in range(2):
+        loader = ringloader.Loader(
+            mix,
+            batch_size=500,
+            transform=TINY,
+            num_threads=2,
+            shuffle="runs",
+            distributed=True,
+            rank=rank,
+            world_size=2,
+        )
+        part = _labels(loader)
+        assert part.tolist() == ids[order[rank * 10_000 : (rank + 1) * 10_000]].tolist()
 
 
 def test_refusals(sources, tmp_path, folder):

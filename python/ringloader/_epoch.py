@@ -102,7 +102,9 @@ class RunSampler(Sampler[int]):
     ``seed``), each run's samples in order. With ``world_size`` > 1, the
     order is padded (from its start) to a multiple of the world size, or cut
     to one with ``drop_last``, as DistributedSampler does, and rank r takes
-    the r-th contiguous part of it, so runs stay whole."""
+    the r-th contiguous part of it, so runs stay whole. ``shuffled=False``
+    keeps the indices in order, only split over the ranks: a Mix's draws,
+    which it makes in runs itself."""
 
     def __init__(
         self,
@@ -111,8 +113,9 @@ class RunSampler(Sampler[int]):
         rank: int = 0,
         world_size: int = 1,
         drop_last: bool = False,
+        shuffled: bool = True,
     ) -> None:
-        self.n, self.seed = n, seed
+        self.n, self.seed, self.shuffled = n, seed, shuffled
         self.rank, self.world_size = rank, world_size
         if drop_last:
             self.num_samples = n // world_size
@@ -123,12 +126,15 @@ class RunSampler(Sampler[int]):
         return self.num_samples
 
     def __iter__(self) -> Iterator[int]:
-        gen = torch.Generator()
-        gen.manual_seed(self.seed)
-        runs = torch.randperm(math.ceil(self.n / RUN_LENGTH), generator=gen).numpy()
-        starts = runs * RUN_LENGTH
-        order = (starts[:, None] + np.arange(RUN_LENGTH)[None, :]).ravel()
-        order = order[order < self.n]
+        if self.shuffled:
+            gen = torch.Generator()
+            gen.manual_seed(self.seed)
+            runs = torch.randperm(math.ceil(self.n / RUN_LENGTH), generator=gen)
+            starts = runs.numpy() * RUN_LENGTH
+            order = (starts[:, None] + np.arange(RUN_LENGTH)[None, :]).ravel()
+            order = order[order < self.n]
+        else:  # already in runs (a Mix's draws): only split over the ranks
+            order = np.arange(self.n)
         total = self.num_samples * self.world_size
         if total > len(order):
             order = np.resize(order, total)  # repeats from the start
@@ -255,9 +261,11 @@ class Sampling:
     world_size: int
     seed: int
     # A dataset that draws its epochs (datasets/mix.py's Mix): its
-    # ringloader_order(seed, epoch) maps positions 0..n-1, what the
-    # samplers yield, to the ids read. None: positions are the ids.
-    order: Optional[Callable[[int, int], np.ndarray]] = None
+    # ringloader_order(seed, epoch, run) maps positions 0..n-1, what the
+    # samplers yield, to the ids read (with runs: drawn in runs of
+    # RUN_LENGTH, which RunSampler only splits over the ranks). None:
+    # positions are the ids.
+    order: Optional[Callable[[int, int, int], np.ndarray]] = None
 
     @property
     def user_samplers(self) -> tuple[tuple[str, Any], ...]:
@@ -298,6 +306,8 @@ class Sampling:
             self.rank,
             self.world_size,
             self.drop_last and self.distributed,
+            # A Mix draws its epoch in runs itself (order(..., RUN_LENGTH)).
+            shuffled=self.order is None,
         )
 
     def batches(self, epoch: int) -> Iterator[Any]:
@@ -309,7 +319,7 @@ class Sampling:
         batches = self._positions(epoch)
         if self.order is None:
             return batches
-        ids = self.order(self.seed, epoch)
+        ids = self.order(self.seed, epoch, RUN_LENGTH if self.runs else 1)
         return (ids[np.asarray(b, dtype=np.int64)].tolist() for b in batches)
 
     def _positions(self, epoch: int) -> Iterator[Any]:

@@ -152,7 +152,7 @@ class Mix:
             self.describe = self._view.describe
         self.seed = 0
         self.epoch = 0
-        self._cached: Optional[tuple[tuple[int, int], np.ndarray]] = None
+        self._cached: Optional[tuple[tuple[int, int, int], np.ndarray]] = None
 
     def _check_one_medium(self) -> None:
         """Refuse local and remote sources together: one C source reads
@@ -197,38 +197,58 @@ class Mix:
         after the other, in the order of ``datasets``)."""
         return self._view.ringloader_sources()
 
-    def ringloader_order(self, seed: int, epoch: int) -> np.ndarray:
+    def ringloader_order(self, seed: int, epoch: int, run: int = 1) -> np.ndarray:
         """The ids (into :meth:`ringloader_sources`) of the epoch's
-        ``samples_per_epoch`` draws, in order: a function of (seed, epoch)
-        alone."""
-        if self._cached is not None and self._cached[0] == (seed, epoch):
+        ``samples_per_epoch`` draws, in order: a function of (seed, epoch,
+        run) alone. With ``run`` > 1 (the loader's ``shuffle="runs"``) a
+        draw is ``run`` consecutive samples of its source (a source's
+        last run wraps to its first samples), placed at positions
+        ``j * run ...``, so that remote shards serve each in one range
+        GET."""
+        key = (seed, epoch, run)
+        if self._cached is not None and self._cached[0] == key:
             return self._cached[1]
-        out = np.empty(self.samples_per_epoch, dtype=np.int64)
-        which = np.repeat(np.arange(len(self.counts)), self.counts)
-        which = _rng(seed, epoch, _ORDER).permutation(which)
-        for s, k in enumerate(self.counts.tolist()):
+        total = -(-self.samples_per_epoch // run)  # draws of `run` samples
+        counts = _apportion(self.weights, total) if run > 1 else self.counts
+        starts = np.empty(total, dtype=np.int64)
+        which = np.repeat(np.arange(len(counts)), counts)
+        which = _rng(seed, epoch, _ORDER, run).permutation(which)
+        for s, k in enumerate(counts.tolist()):
             if k == 0:
                 continue
-            out[which == s] = self.starts[s] + self._picks(seed, epoch, s, k)
-        self._cached = ((seed, epoch), out)
+            picks = self._picks(seed, epoch, s, k, run)
+            starts[which == s] = self.starts[s] + picks
+        if run == 1:
+            out = starts
+        else:
+            # Each run's ids, wrapping within its source.
+            src = np.searchsorted(self.starts, starts, side="right") - 1
+            base, n = self.starts[src], self.lengths[src]
+            steps = np.arange(run, dtype=np.int64)
+            local = ((starts - base)[:, None] + steps) % n[:, None]
+            out = (base[:, None] + local).reshape(-1)[: self.samples_per_epoch]
+        self._cached = (key, out)
         return out
 
-    def _picks(self, seed: int, epoch: int, s: int, k: int) -> np.ndarray:
-        """The ``k`` samples (indices into source s) of source s's draws in
-        ``epoch``."""
+    def _picks(self, seed: int, epoch: int, s: int, k: int, run: int) -> np.ndarray:
+        """The ``k`` draws of source s in ``epoch``: sample indices into
+        the source (the first of each run, at multiples of ``run`` without
+        replacement)."""
         n = int(self.lengths[s])
         if self.replacement:
-            return _rng(seed, epoch, s, _PICK).integers(0, n, size=k)
+            return _rng(seed, epoch, s, _PICK, run).integers(0, n, size=k)
         # Without replacement: positions epoch*k ... of the endless stream
-        # of the source's random orders, order j seeded by (seed, s, j).
+        # of the source's random orders (of its runs' starts), order j
+        # seeded by (seed, s, j).
+        m = -(-n // run)  # the source's runs
         first = epoch * k
         parts = []
-        for j in range(first // n, (first + k - 1) // n + 1):
-            perm = _rng(seed, s, j, _PERM).permutation(n)
-            lo = max(first - j * n, 0)
-            hi = min(first + k - j * n, n)
+        for j in range(first // m, (first + k - 1) // m + 1):
+            perm = _rng(seed, s, j, _PERM, run).permutation(m)
+            lo = max(first - j * m, 0)
+            hi = min(first + k - j * m, m)
             parts.append(perm[lo:hi])
-        return np.concatenate(parts)
+        return np.concatenate(parts) * run
 
     def source_of(self, ids: Any) -> np.ndarray:
         """The position in ``datasets`` of the source of each id."""

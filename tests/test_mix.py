@@ -353,6 +353,15 @@ def test_refusals(sources, tmp_path, folder):
         ringloader.Mix([a, b])
     mixed = ringloader.Mix([a, b], transform=TINY)  # one transform given
     assert len(_labels(ringloader.Loader(mixed, batch_size=6, num_threads=2))) == 36
+    # Indexing a Mix gives draw i's sample, with the Mix's own transform.
+    from torchvision import transforms as TV
+
+    small = TV.Compose([TV.Resize(8), TV.CenterCrop(8), TV.PILToTensor()])
+    mixed = ringloader.Mix([a, b], target_transform=lambda t: t + 10, transform=small)
+    mixed.set_epoch(3)
+    image, target = mixed[5]
+    ident = int(mixed.ringloader_order(0, 3)[5])
+    assert image.shape == (3, 8, 8) and target == a.targets[ident % 18] + 10
     subset = torch.utils.data.Subset(ringloader.Mix(sources), [0, 1])
     with pytest.raises(TypeError, match="cannot be part of a Subset"):
         ringloader.Loader(subset, batch_size=2)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .base import sources_of
+from .base import decode_item, read_file, sources_of
 from .views import NotAView, View, leaves_of
 
 __all__ = ["Mix"]
@@ -140,6 +140,7 @@ class Mix:
         self._check_one_medium()
         # One id space: the sources concatenated (views.View maps it).
         self._view = View(tud.ConcatDataset(self.datasets))
+        self._own_transforms = transform is not None or target_transform is not None
         self.transform = (
             transform if transform is not None else self._common("transform")
         )
@@ -255,11 +256,25 @@ class Mix:
         return np.searchsorted(self.starts, ids, side="right") - 1
 
     def __getitem__(self, index: int) -> Any:
-        """What the ``index``-th draw of epoch ``self.epoch`` (seed
-        ``self.seed``) is: the source's item, as indexing it gives."""
+        """The sample of the ``index``-th draw of epoch ``self.epoch``
+        (seed ``self.seed``), as indexing its source gives it, or with the
+        Mix's own ``transform``/``target_transform`` when it was given
+        them. (Torch's DataLoader over a Mix: call ``set_epoch`` each
+        epoch, as for a DistributedSampler.)"""
         ident = int(self.ringloader_order(self.seed, self.epoch)[index])
-        s = int(self.source_of(ident))
-        return self.datasets[s][ident - int(self.starts[s])]
+        if not self._own_transforms:
+            s = int(self.source_of(ident))
+            return self.datasets[s][ident - int(self.starts[s])]
+        view = self._view
+        leaf = view.leaves[int(view._part[ident])]
+        i = int(view._index[ident])
+        sample = getattr(leaf, "_sample", None)
+        if sample is not None:
+            name, data, target = sample(i)
+        else:  # an ImageFolder-like dataset's samples list
+            name, target = leaf.samples[i]
+            data = read_file(name)
+        return decode_item(name, data, target, self.transform, self.target_transform)
 
     def __repr__(self) -> str:
         shares = ", ".join(f"{w:.3g}" for w in self.weights)

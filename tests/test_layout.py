@@ -42,6 +42,7 @@ LAYERS: list[list[str]] = [
     ["_fallback", "_frameworks"],  # _frameworks: the frameworks' hooks
     ["loader"],
     ["dataloader", "metrics", "index"],  # index: the old path, for cli
+    ["timm"],  # timm's create_loader (over dataloader)
     ["__init__"],
     ["bench.*"],  # the benchmark harness (imports ringloader itself)
     ["cli"],

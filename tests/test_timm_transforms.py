@@ -285,3 +285,24 @@ def test_timm_erase_not_fused_where_it_cannot_be():
         [RandomResizedCropAndInterpolation(8), MaybePILToTensor(), tf]
     )
     assert compiled.rest == [tf] and "max_count=9" in compiled.reason
+
+
+def test_train_recipe_batches_do_not_depend_on_threads(tmp_path):
+    """timm's train recipe (random interpolation, ColorJitter, pixel
+    erasing): the same batches with 1 and 3 decode threads."""
+    paths = []
+    for i, size in enumerate([(70, 90), (120, 64), (64, 64), (99, 101)]):
+        path = tmp_path / f"{i}.jpg"
+        path.write_bytes(jpeg_bytes("baseline", *size, seed=i))
+        paths.append(str(path))
+    tf = create_transform(
+        32, is_training=True, interpolation="random", re_prob=0.5, re_mode="pixel"
+    )
+    assert not compile_transform(tf).rest
+    out = []
+    for threads in (1, 3):
+        with ringloader.Loader(
+            Files(paths * 4), batch_size=8, seed=SEED, transform=tf, num_threads=threads
+        ) as loader:
+            out.append(torch.cat([x for x, _ in loader]))
+    assert torch.equal(out[0], out[1])

@@ -306,3 +306,20 @@ def test_train_recipe_batches_do_not_depend_on_threads(tmp_path):
         ) as loader:
             out.append(torch.cat([x for x, _ in loader]))
     assert torch.equal(out[0], out[1])
+
+
+def test_timm_erase_count_limit_is_the_c_check():
+    """Python refuses to fuse max_count exactly where the C check refuses."""
+    most = _core.OP_LIMITS["timm_erase"]["max_count"]
+    name, args = erase_element(RandomErasing(0.5, max_count=most, device="cpu"))
+    _core.augment_draw([(name, args)], 8, 8, 0, 0, 0)
+    at = 0
+    for field, count, _ in _core.OP_ARGS["timm_erase"]:
+        if field == "count":
+            break
+        at += count
+    args[at + 1] = most + 1  # count's max
+    with pytest.raises(ValueError, match="count"):
+        _core.augment_draw([(name, args)], 8, 8, 0, 0, 0)
+    with pytest.raises(ringloader.transforms._ops.NotFused):
+        erase_element(RandomErasing(0.5, max_count=most + 1, device="cpu"))

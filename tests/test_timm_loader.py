@@ -198,3 +198,14 @@ def test_a_broken_image_names_its_file(tmp_path):
     )
     with pytest.raises(ringloader.DecodeError, match="1.jpg"):
         next(iter(loader))
+
+
+def test_a_worker_seeding_function_is_said_not_to_be_called(folder):
+    with pytest.warns(ringloader.FallbackWarning, match="worker_seeding"):
+        create_loader(
+            create_dataset("", root=folder),
+            input_size=SIZE,
+            batch_size=4,
+            device=CPU,
+            worker_seeding=lambda info: 0,
+        )

@@ -323,3 +323,26 @@ def test_timm_erase_count_limit_is_the_c_check():
         _core.augment_draw([(name, args)], 8, 8, 0, 0, 0)
     with pytest.raises(ringloader.transforms._ops.NotFused):
         erase_element(RandomErasing(0.5, max_count=most + 1, device="cpu"))
+
+
+def test_default_train_recipe_fuses_up_to_timms_augmentation():
+    """timm's ImageNet recipe: the crop (random interpolation) and the flip
+    are fused; timm's RandAugment, until its ops are in C, and what follows
+    it run in Python, the reason naming it."""
+    tf = create_transform(
+        224,
+        is_training=True,
+        auto_augment="rand-m9-mstd0.5-inc1",
+        interpolation="random",
+        re_prob=0.25,
+    )
+    compiled = compile_transform(tf)
+    if compiled.rest and type(compiled.rest[0]).__name__ == "RandAugment":
+        assert compiled.fused == [
+            "RandomResizedCropAndInterpolation",
+            "RandomHorizontalFlip",
+        ]
+        assert compiled.reason == "RandAugment has no C op"
+        assert compiled.spec["filter_random"] == 1
+    else:  # timm's augmentations fused (ringloader/_timm_ops.py)
+        assert not compiled.rest and compiled.fused[-1] == "RandomErasing"

@@ -259,6 +259,14 @@ def create_loader(
         why = f"{type(dataset).__name__}: {e}"
     if images is None:
         return _fallback(why, **args)
+    if callable(worker_seeding):
+        warnings.warn(
+            "ringloader: worker_seeding is not called: there are no worker "
+            "processes, and the random draws are keyed by (seed, epoch, sample) "
+            "in C, not by Python's or numpy's generators",
+            FallbackWarning,
+            stacklevel=2,
+        )
     re_num_splits = (num_aug_splits or 2) if re_split else 0
     channels = (
         input_size[0]

@@ -46,6 +46,13 @@ Supported (as ringloader objects, or the torchvision ``transforms`` /
   self-supervised recipes crop and augment it (SimCLR, DINO): the image is
   read and decoded once, each view cropped, resampled and augmented from it.
 
+timm's classes (``timm.data``: RandomResizedCropAndInterpolation with
+its random interpolation, ResizeKeepRatio, CenterCropOrPad, MaybeToTensor,
+MaybePILToTensor, ToNumpy, RandomErasing) are fused as well: see
+``ringloader/adapt/timm.py``. Each library's classes are read by its
+adapter (``ringloader/adapt/``) into neutral steps (``_steps``), from which
+:func:`compile_transform` builds the plan.
+
 The output is a batch of a fixed size: uint8 unless a conversion asks for
 floats. The geometry follows
 torchvision exactly (same boxes, same rounding); random draws come from a

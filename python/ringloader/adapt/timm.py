@@ -4,7 +4,9 @@ timm's ``create_transform`` mixes its own classes with torchvision's
 (Resize, CenterCrop, the flips, ColorJitter, Normalize and Compose are
 torchvision's, described by ``torchvision_v1``). Its own:
 
-- ``RandomResizedCropAndInterpolation``: torchvision's box distribution;
+- ``RandomResizedCropAndInterpolation``: torchvision's box distribution
+  (timm's differs only where a side rounds to 0 pixels, which timm would
+  then fail to resize);
   ``interpolation="random"`` (bilinear or bicubic per sample) is drawn in C
   from the sample's own stream, after the box, as timm draws it;
 - ``ResizeKeepRatio`` without its random scale or aspect (the eval chain's

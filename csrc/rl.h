@@ -156,7 +156,16 @@ typedef struct rl_transform {
     int pad_twice; /* 1: v1's RandomCrop, pad[] then pad_if_needed's */
     int fill[3];   /* pad_mode constant: R, G, B in 0..255 */
     int filter;    /* an rl_filter (an int: the spec's table fills it) */
-    int passes;    /* an rl_passes */
+    /* 1: each sample draws its filter, bilinear or bicubic with even odds,
+     * after its crop box (timm's interpolation="random"); filter unused */
+    int filter_random;
+    /* 1: timm's ResizeKeepRatio to (resize_h, resize_w): the image is
+     * scaled by the mean of its two axes' ratios to the target, weighted
+     * keep_longest on the larger (0: the shorter side fits, 1: the longer),
+     * each side rounded as Python rounds */
+    int keep_ratio;
+    double keep_longest;
+    int passes; /* an rl_passes */
 } rl_transform;
 
 /*

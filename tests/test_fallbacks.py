@@ -63,7 +63,9 @@ def datasets_of(root, transform):
 @pytest.mark.parametrize("index", [0, 1, 2])
 def test_fallback_runs_torchvision_transforms_on_our_datasets(files, index):
     ds = datasets_of(files, MultiView())[index]
-    with pytest.warns(ringloader.FallbackWarning, match="not a torchvision transform"):
+    with pytest.warns(
+        ringloader.FallbackWarning, match="not a torchvision or timm transform"
+    ):
         loader = ringloader.DataLoader(ds, batch_size=2)
     (v1_, v2_), labels = next(iter(loader))
     assert v1_.shape == v2_.shape == (2, 3, 16, 16) and v1_.dtype == torch.float32
@@ -79,7 +81,10 @@ def test_reason_names_a_foreign_first_transform(files):
     with pytest.warns(ringloader.FallbackWarning) as w:
         ringloader.DataLoader(ds, batch_size=2)
     message = str(w[0].message)
-    assert "RandomResizedCropAndInterpolation is not a torchvision transform" in message
+    assert (
+        "RandomResizedCropAndInterpolation is not a torchvision or timm transform"
+        in message
+    )
     assert "fixed output size" not in message
 
 

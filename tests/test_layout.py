@@ -26,8 +26,11 @@ MAX_LINES = 600
 LAYERS: list[list[str]] = [
     ["_core"],  # the C extension
     ["errors", "datasets.targets"],  # targets: how a batch's are made
+    ["_steps"],  # the neutral description of a transform (adapters -> compiler)
     # torchvision's augmentation transforms as C ops; output conversions
     ["_ops", "_convert", "_pad"],
+    # each library's transform classes as _steps, one file a library
+    ["adapt.*"],
     ["transforms", "datasets.base", "datasets.presign"],
     ["datasets.cache", "datasets.views", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex", "datasets.mix"],
@@ -39,6 +42,7 @@ LAYERS: list[list[str]] = [
     ["_fallback", "_frameworks"],  # _frameworks: the frameworks' hooks
     ["loader"],
     ["dataloader", "metrics", "index"],  # index: the old path, for cli
+    ["timm"],  # timm's create_loader (over dataloader)
     ["__init__"],
     ["bench.*"],  # the benchmark harness (imports ringloader itself)
     ["cli"],

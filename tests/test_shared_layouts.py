@@ -125,6 +125,19 @@ def _composition():
     )
 
 
+def _timm_erase():
+    from ringloader.adapt import timm as adapter
+    from timm.data.random_erasing import RandomErasing
+
+    return adapter.erase_of(RandomErasing(0.3, mode="rand", max_count=2), "float32")
+
+
+def _other_libraries_ops():
+    """The elements of the ops other libraries' adapters make (timm's)."""
+    pytest.importorskip("timm")
+    return [_timm_erase()]
+
+
 def test_op_layouts_are_read_from_the_core():
     from ringloader import _ops
 
@@ -147,6 +160,7 @@ def test_op_layouts_are_read_from_the_core():
     # checks the arguments against.
     groups = {op for op, _ in _ops.ops_of(_composition(), 48, 40)}
     reached = {op for op, _ in _ops.IMAGE_OPS.values()} | {"erase"} | groups
+    reached |= {op for op, _ in _other_libraries_ops()}
     assert set(_core.OP_ARGS) == reached
     for op, fields in _core.OP_ARGS.items():
         n = _size(fields)
@@ -206,6 +220,7 @@ def test_op_arguments_are_packed_by_field_name(monkeypatch):
     erasing = v2.RandomErasing(0.3, (0.1, 0.2), (0.5, 2.0), value=(1, 2, 3))
     forward = [e for t in transforms for e in _ops.ops_of(t, 48, 40)]
     forward.append(_ops.erase_of(erasing, "float32"))
+    forward += _other_libraries_ops()
     assert {op for op, _ in forward} == set(_core.OP_ARGS)
     layouts = dict(_core.OP_ARGS)
     monkeypatch.setattr(
@@ -213,6 +228,7 @@ def test_op_arguments_are_packed_by_field_name(monkeypatch):
     )
     backward = [e for t in transforms for e in _ops.ops_of(t, 48, 40)]
     backward.append(_ops.erase_of(erasing, "float32"))
+    backward += _other_libraries_ops()
     for (op, args), (_, rev) in zip(forward, backward):
         assert args != rev or len(layouts[op]) == 1, op
         assert _by_name(layouts[op], args) == _by_name(_core.OP_ARGS[op], rev), op

@@ -145,7 +145,11 @@ def results_md(
             " The augmentation recipes (ta, ta-plain, jitter, randaug) are torchvision "
             "transform objects given as they are to both loaders (DataLoader + "
             "ImageFolder, and ringloader, which fuses them): float32 normalised "
-            "batches of their crop size, shuffled."
+            "batches of their crop size, shuffled. The timm recipes (timm-eval, "
+            "timm-train, timm-train-random) are the objects timm's create_transform "
+            "makes, given the same way: DataLoader + ImageFolder with them is "
+            "timm's own loader without its prefetcher (PIL decode, timm's "
+            "transforms in the workers); timm-eval is not shuffled."
             if set(cfg.get("pipelines", [])) & set(AUGMENT)
             else ""
         ),

@@ -1,8 +1,9 @@
 /*
- * augment/erase.c - RandomErasing, the output op: it runs on the sample in
- * the slot, after the store, in the output's dtype and values, because
- * users put it after Normalize (value 0 is then the normalised 0, not
- * black) and torchvision's "random" value is normal noise in those units.
+ * augment/erase.c - RandomErasing, torchvision's and timm's: the output
+ * ops. They run on the sample in the slot, after the store, in the
+ * output's dtype and values, because users put them after Normalize
+ * (value 0 is then the normalised 0, not black) and the "random" values
+ * are normal noise in those units.
  *
  * args (ERASE_ARGS): p, scale (lo, hi), log_ratio (lo, hi), random (0/1),
  *        value (3; ignored when random)
@@ -126,6 +127,148 @@ static int erase_apply_out(const rl_op *op, const double *params,
     return 0;
 }
 
+/*
+ * timm's RandomErasing (timm.data.random_erasing), per sample:
+ *
+ * args (TIMM_ERASE_ARGS): p, area (lo, hi: fractions of the image),
+ *        log_aspect (lo, hi), count (min, max), mode (0 const: zeros,
+ *        1 rand: one normal value a channel a box, 2 pixel: one a pixel)
+ * params: [boxes placed, noise seed, then (i, j, h, w) a box]
+ *
+ * timm erases unless uniform > p; draws a count uniform in min..max; each
+ * box tries 10 times an area uniform in `area` times the image's over the
+ * count and an aspect ratio e^uniform(log_aspect), placing the first whose
+ * rounded h, w are under the image's, uniformly; a box that never fits is
+ * dropped. Its noise is torch's normal_, so only its distribution is
+ * matched: a standard normal from the box's own stream.
+ */
+#define TIMM_ERASE_ARGS(X)         \
+    X(TE_, p, 1, RL_ARG_)          \
+    X(TE_, area, 2, RL_ARG_)       \
+    X(TE_, log_aspect, 2, RL_ARG_) \
+    X(TE_, count, 2, RL_ARG_)      \
+    X(TE_, mode, 1, RL_ARG_)
+enum { TIMM_ERASE_ARGS(RL_OP_ARG_AT) TE_NARGS };
+static const rl_op_field TE_fields[] = {TIMM_ERASE_ARGS(RL_OP_FIELD) RL_OP_END};
+enum { TE_CONST, TE_RAND, TE_PIXEL };
+/* The boxes a sample's parameters hold: after the count and the seed,
+ * four numbers a box. */
+#define TE_MAX_COUNT ((RL_OP_MAX_PARAMS - 2) / 4)
+static const rl_op_limit TE_limits[] = {{"max_count", TE_MAX_COUNT}, RL_OP_END};
+
+static int timm_erase_check(const double *a, char *msg)
+{
+    const double *area = a + TE_area, *aspect = a + TE_log_aspect;
+    const double *count = a + TE_count;
+    if (!(a[TE_p] >= 0 && a[TE_p] <= 1)) {
+        snprintf(msg, RL_MSG_MAX, "timm_erase: p must be in [0, 1], not %g",
+                 a[TE_p]);
+        return RL_ECONFIG;
+    }
+    if (!(area[0] >= 0 && area[0] <= area[1] && area[1] <= 1)) {
+        snprintf(msg, RL_MSG_MAX,
+                 "timm_erase: area must be (lo, hi), 0 <= lo <= hi <= 1");
+        return RL_ECONFIG;
+    }
+    if (!(isfinite(aspect[0]) && isfinite(aspect[1]) &&
+          aspect[0] <= aspect[1])) {
+        snprintf(msg, RL_MSG_MAX,
+                 "timm_erase: aspect must be (lo, hi), 0 < lo <= hi");
+        return RL_ECONFIG;
+    }
+    if (!(count[0] >= 1 && count[0] <= count[1] && count[1] <= TE_MAX_COUNT &&
+          count[0] == floor(count[0]) && count[1] == floor(count[1]))) {
+        snprintf(msg, RL_MSG_MAX,
+                 "timm_erase: count must be integers 1 <= min <= max <= %d",
+                 TE_MAX_COUNT);
+        return RL_ECONFIG;
+    }
+    if (a[TE_mode] != TE_CONST && a[TE_mode] != TE_RAND &&
+        a[TE_mode] != TE_PIXEL) {
+        snprintf(msg, RL_MSG_MAX, "timm_erase: mode must be 0, 1 or 2");
+        return RL_ECONFIG;
+    }
+    return 0;
+}
+
+/* An integer uniform in lo..hi, both included (Python's randint). */
+static int randint(rl_rng *g, int lo, int hi)
+{
+    return lo + (int)floor(rl_rng_uniform(g) * (hi - lo + 1));
+}
+
+static void timm_erase_draw(const rl_op *op, rl_rng *g, int w, int h,
+                            double *params)
+{
+    const double *a = op->args;
+    params[0] = 0;
+    if (rl_rng_uniform(g) > a[TE_p]) {
+        return;
+    }
+    int count = randint(g, (int)a[TE_count], (int)a[TE_count + 1]);
+    double area = (double)w * h;
+    int n = 0;
+    for (int b = 0; b < count; b++) {
+        for (int t = 0; t < 10; t++) {
+            double ta = area * uniform(g, a[TE_area], a[TE_area + 1]) / count;
+            double ar = exp(uniform(g, a[TE_log_aspect], a[TE_log_aspect + 1]));
+            /* Python's round: half to even, as nearbyint in the default
+             * mode */
+            double eh = nearbyint(sqrt(ta * ar));
+            double ew = nearbyint(sqrt(ta / ar));
+            if (!(ew < w && eh < h)) {
+                continue;
+            }
+            double *box = params + 2 + 4 * n++;
+            box[0] = randint(g, 0, h - (int)eh);
+            box[1] = randint(g, 0, w - (int)ew);
+            box[2] = eh;
+            box[3] = ew;
+            break;
+        }
+    }
+    params[0] = n;
+    /* 52 random bits: exact in a double */
+    params[1] = floor(rl_rng_uniform(g) * 4503599627370496.0);
+}
+
+static int timm_erase_apply_out(const rl_op *op, const double *params,
+                                const rl_dst *out, int w, int h, char *msg)
+{
+    (void)w;
+    (void)h;
+    (void)msg;
+    int mode = (int)op->args[TE_mode];
+    rl_rng g;
+    rl_rng_init(&g, (uint64_t)params[1], 0, 0, RL_RNG_AUGMENT);
+    for (int b = 0; b < (int)params[0]; b++) {
+        const double *box = params + 2 + 4 * b;
+        int i = (int)box[0], j = (int)box[1];
+        int eh = (int)box[2], ew = (int)box[3];
+        /* timm fills the (C, h, w) block: channel first */
+        for (int c = 0; c < 3; c++) {
+            float v = mode == TE_RAND ? normal(&g) : 0.0f;
+            for (int y = i; y < i + eh; y++) {
+                for (int x = j; x < j + ew; x++) {
+                    rl_store_value(out, x, y, c,
+                                   mode == TE_PIXEL ? normal(&g) : v);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static const rl_op_def timm_erase = {
+    .name = "timm_erase",
+    .nargs = TE_NARGS,
+    .fields = TE_fields,
+    .limits = TE_limits,
+    .check = timm_erase_check,
+    .draw = timm_erase_draw,
+    .apply_out = timm_erase_apply_out,
+};
+
 static const rl_op_def erase = {
     .name = "erase",
     .nargs = E_NARGS,
@@ -137,5 +280,6 @@ static const rl_op_def erase = {
 
 const rl_op_def *const rl_output_ops[] = {
     &erase,
+    &timm_erase,
     NULL,
 };

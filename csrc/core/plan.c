@@ -89,6 +89,14 @@ static int resized_size(const rl_transform *t, int width, int height, int *rw,
             nh = s;
             nw = (int)fmin((double)s * width / height, (double)INT_MAX);
         }
+    } else if (t->keep_ratio) {
+        double rh = (double)height / t->resize_h;
+        double rw = (double)width / t->resize_w;
+        double r = fmax(rh, rw) * t->keep_longest +
+                   fmin(rh, rw) * (1.0 - t->keep_longest);
+        /* Python's round: half to even, as nearbyint in the default mode */
+        nh = (int)fmin(nearbyint(height / r), (double)INT_MAX);
+        nw = (int)fmin(nearbyint(width / r), (double)INT_MAX);
     } else if (t->resize_h > 0 && t->resize_w > 0) {
         nw = t->resize_w;
         nh = t->resize_h;
@@ -259,7 +267,12 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
     p->out_h = t->out_h;
     p->filter = (rl_filter)t->filter;
     p->passes = (rl_passes)t->passes;
-    memset(&p->pad, 0, sizeof(p->pad)); /* constant zeros: CenterCrop's */
+    memset(&p->pad, 0, sizeof(p->pad));
+    /* CenterCrop pads with zeros (fill's default), timm's CenterCropOrPad
+     * with its fill */
+    for (int c = 0; c < 3; c++) {
+        p->pad.fill[c] = (uint8_t)t->fill[c];
+    }
     if (t->kind == RL_T_RANDOM_CROP) {
         int top, left, h, w;
         random_crop_box(t, width, height, &g, &top, &left, &h, &w);
@@ -282,6 +295,13 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
         p->crop_first = false;
     } else {
         return RL_EINTERNAL;
+    }
+    /* timm's RandomResizedCropAndInterpolation picks its interpolation
+     * after the box, before the flip's transform runs: a transform without
+     * the choice draws what it drew before. */
+    if (t->filter_random) {
+        p->filter =
+            rl_rng_uniform(&g) < 0.5 ? RL_FILTER_BILINEAR : RL_FILTER_BICUBIC;
     }
     /* The flip draw comes after the crop's, as torchvision's Compose runs
      * RandomResizedCrop before RandomHorizontalFlip. */
@@ -329,6 +349,18 @@ int rl_transform_check(const rl_transform *t, char *msg)
     }
     if (t->filter < 0 || t->filter >= RL_FILTER_COUNT) {
         snprintf(msg, RL_MSG_MAX, "unknown interpolation %d", t->filter);
+        return RL_ECONFIG;
+    }
+    if (t->filter_random != 0 && t->filter_random != 1) {
+        snprintf(msg, RL_MSG_MAX, "filter_random must be 0 or 1");
+        return RL_ECONFIG;
+    }
+    if (t->keep_ratio != 0 &&
+        (t->keep_ratio != 1 || t->resize_h <= 0 || t->resize_w <= 0 ||
+         !(t->keep_longest >= 0 && t->keep_longest <= 1))) {
+        snprintf(msg, RL_MSG_MAX,
+                 "keep_ratio needs resize_h, resize_w and keep_longest in "
+                 "[0, 1]");
         return RL_ECONFIG;
     }
     if (t->passes != RL_PASSES_PILLOW13 &&

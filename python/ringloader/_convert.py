@@ -1,24 +1,17 @@
-"""The output conversion of a transform (``ToTensor``, ``PILToTensor``,
-``ToImage``, ``ConvertImageDtype``, ``ToDtype``, ``Normalize``), folded
-into one per-channel multiply-add and an output dtype that the C store
-stage applies while the sample is in cache (transforms.py's compiler calls
-:func:`fold_conversion` for each transform after the geometry and ops)."""
+"""The output conversions of a transform (``_steps.Convert``: torchvision's
+``ToTensor``, ``PILToTensor``, ``ToImage``, ``ConvertImageDtype``,
+``ToDtype``, ``Normalize``, timm's ``MaybeToTensor`` and the like, as the
+adapters describe them), folded into one per-channel multiply-add and an
+output dtype that the C store stage applies while the sample is in cache
+(transforms.py's compiler calls :func:`fold` for each conversion step after
+the geometry and ops)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ._steps import Convert
 from .errors import UnsupportedTransform
-
-CONVERSIONS = (
-    "PILToTensor",
-    "ToImage",
-    "ToPureTensor",
-    "ToTensor",
-    "ToDtype",
-    "ConvertImageDtype",
-    "Normalize",
-)
 
 _FLOAT_DTYPES = {"float32", "float16", "bfloat16"}
 
@@ -38,41 +31,36 @@ def _channels(values: Any, name: str) -> tuple[float, float, float]:
     return vals[0], vals[1], vals[2]
 
 
-def fold_conversion(t: Any, state: dict) -> bool:
-    """Folds an output conversion into state; False if t is not one we fuse
-    at this point."""
-    name = type(t).__name__
-    if name in ("PILToTensor", "ToImage", "ToPureTensor"):
-        if state["dtype"] != "uint8" and name != "ToPureTensor":
-            return False
+def dtype_name(dtype: Any) -> str:
+    """torch.float32 -> "float32" (a name passes through)."""
+    return _dtype_name(dtype)
+
+
+def fold(step: Convert, state: dict) -> bool:
+    """Folds a conversion into state (dtype, mul, add); False if it is not
+    one fused at this point (state is then unaltered)."""
+    kind = step.kind
+    if kind == "pure":
         return True
-    if name == "ToTensor":
-        if state["dtype"] != "uint8":
+    if kind == "tensor":
+        return state["dtype"] == "uint8"
+    if kind == "dtype":
+        if step.dtype is None or (step.from_uint8 and state["dtype"] != "uint8"):
             return False
-        state.update(dtype="float32", mul=[1 / 255.0] * 3, add=[0.0] * 3)
-        return True
-    if name in ("ToDtype", "ConvertImageDtype"):
-        dtype = getattr(t, "dtype", None)
-        if isinstance(dtype, dict):
-            return False  # per-type dtypes of transforms.v2
-        target = _dtype_name(dtype)
-        scale = name == "ConvertImageDtype" or bool(getattr(t, "scale", False))
+        target = _dtype_name(step.dtype)
         if target == "uint8":
             return state["dtype"] == "uint8"
         if target not in _FLOAT_DTYPES:
             return False
-        if state["dtype"] == "uint8" and scale:
+        if state["dtype"] == "uint8" and step.scale:
             state.update(mul=[m / 255.0 for m in state["mul"]])
         state["dtype"] = target
         return True
-    if name == "Normalize":
-        if state["dtype"] == "uint8" or getattr(t, "inplace", False) not in (
-            False,
-            None,
-        ):
+    if kind == "normalize":
+        if state["dtype"] == "uint8" or step.inplace:
             return False
-        mean = _channels(t.mean, "Normalize mean")
-        std = _channels(t.std, "Normalize std")
+        mean = _channels(step.mean, "Normalize mean")
+        std = _channels(step.std, "Normalize std")
         if any(s == 0 for s in std):
             raise UnsupportedTransform("Normalize with a zero std")
         state["mul"] = [m / s for m, s in zip(state["mul"], std)]

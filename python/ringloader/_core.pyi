@@ -131,7 +131,8 @@ def plan_window(
     pixel in the resized image (wx, wy), the padding mode the place stage
     runs (pad_mode, "constant" where the window meets no mirrored padding)
     and, for the others, the first resized pixel (rx, ry) of the range the
-    box covers."""
+    box covers; the sample's resampling filter by name (filter: drawn per
+    sample under filter_random)."""
 
 def dct_scale(
     spec: _TransformSpec,

@@ -101,6 +101,9 @@ def _args(op: str, values: dict[str, Any]) -> list[float]:
     return _pack(_core.OP_ARGS[op], values, op)
 
 
+pack = _args  # for the adapters of other libraries' ops (adapt/)
+
+
 class NotFused(ValueError):
     """This transform cannot run in the C augment stage (the message says
     why)."""

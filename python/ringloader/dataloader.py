@@ -101,16 +101,16 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
 
 def _first_reason(transform: Any) -> Optional[str]:
     """Why the transform's first step is not fused, where it is not one of
-    torchvision's (timm's RandomResizedCropAndInterpolation, say): a truer
+    a known library's (a user's own class, say): a truer
     reason than that nothing gives a fixed size."""
-    from .transforms import _flatten, _known
+    from . import adapt
 
     try:
-        items = _flatten(transform)
+        items = adapt.flatten(transform)
     except Exception:
         return None
-    if items and not _known(items[0]):
-        return f"{type(items[0]).__name__} is not a torchvision transform"
+    if items and adapt.adapter_of(items[0]) is None:
+        return f"{type(items[0]).__name__} is not a torchvision or timm transform"
     return None
 
 

@@ -46,6 +46,13 @@ Supported (as ringloader objects, or the torchvision ``transforms`` /
   self-supervised recipes crop and augment it (SimCLR, DINO): the image is
   read and decoded once, each view cropped, resampled and augmented from it.
 
+timm's classes (``timm.data``: RandomResizedCropAndInterpolation with
+its random interpolation, ResizeKeepRatio, CenterCropOrPad, MaybeToTensor,
+MaybePILToTensor, ToNumpy, RandomErasing) are fused as well: see
+``ringloader/adapt/timm.py``. Each library's classes are read by its
+adapter (``ringloader/adapt/``) into neutral steps (``_steps``), from which
+:func:`compile_transform` builds the plan.
+
 The output is a batch of a fixed size: uint8 unless a conversion asks for
 floats. The geometry follows
 torchvision exactly (same boxes, same rounding); random draws come from a
@@ -58,9 +65,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
-from . import _core, _ops
-from ._convert import CONVERSIONS, fold_conversion
-from ._pad import random_crop_fields
+from . import _core, _ops, _steps, adapt
+from ._convert import fold
 from .errors import UnsupportedTransform
 
 Size = Union[int, Sequence[int]]
@@ -79,17 +85,6 @@ __all__ = [
     "compile_transform",
     "UnsupportedTransform",
 ]
-
-
-def _pair(size: Size, name: str) -> tuple[int, int]:
-    if isinstance(size, int):
-        return size, size
-    size = tuple(int(s) for s in size)
-    if len(size) == 1:
-        return size[0], size[0]
-    if len(size) != 2:
-        raise ValueError(f"{name} size must be an int or (h, w), not {size!r}")
-    return size[0], size[1]
 
 
 @dataclass(frozen=True)
@@ -229,53 +224,6 @@ def compile_views(transform: Any) -> list["Compiled"]:
     return out
 
 
-def _flatten(transform: Any) -> list[Any]:
-    if transform is None:
-        return []
-    inner = getattr(transform, "transforms", None)
-    if (
-        type(transform).__name__ == "Compose"
-        and inner is not None
-        and _known(transform)
-    ):
-        out = []
-        for t in inner:
-            out.extend(_flatten(t))
-        return out
-    if isinstance(transform, (list, tuple)):
-        out = []
-        for t in transform:
-            out.extend(_flatten(t))
-        return out
-    return [transform]
-
-
-def _is_torchvision(t: Any) -> bool:
-    return type(t).__module__.startswith("torchvision.")
-
-
-def _known(t: Any) -> bool:
-    """A transform of torchvision's or ours: only those are fused by name (a
-    user's own class called Resize may mean something else entirely)."""
-    module = type(t).__module__
-    return module.startswith("torchvision.") or module.startswith("ringloader.")
-
-
-# What a resize's interpolation may be called (InterpolationMode's values,
-# Pillow's int codes) -> the place stage's filter (_core.INTERPOLATIONS).
-# NEAREST_EXACT on a PIL image is Pillow's NEAREST, as torchvision maps it.
-_INTERPOLATIONS = {
-    None: "bilinear",
-    "bilinear": "bilinear",
-    2: "bilinear",
-    "bicubic": "bicubic",
-    3: "bicubic",
-    "nearest": "nearest",
-    "nearest-exact": "nearest",
-    0: "nearest",
-}
-
-
 def _pillow_passes() -> int:
     """The order of the resize's passes torchvision gets from the Pillow
     installed: Pillow 13 resamples vertically first when the height shrinks
@@ -288,35 +236,6 @@ def _pillow_passes() -> int:
         return 0
     major = version.split(".")[0]
     return 0 if not major.isdigit() or int(major) >= 13 else 1
-
-
-def _check_interpolation(t: Any) -> int:
-    """The filter index of a Resize or RandomResizedCrop: bilinear, bicubic
-    or nearest, antialiased as Pillow's resize."""
-    mode = getattr(t, "interpolation", None)
-    name = getattr(mode, "value", mode)
-    key = name if isinstance(name, (str, int)) or name is None else repr(name)
-    if key not in _INTERPOLATIONS:
-        raise UnsupportedTransform(
-            f"{type(t).__name__} with interpolation={name!r} (only bilinear, "
-            "bicubic and nearest are fused)"
-        )
-    if not _is_torchvision(t):
-        return _core.INTERPOLATIONS.index(_INTERPOLATIONS[key])
-    if getattr(t, "antialias", True) is False:
-        raise UnsupportedTransform(
-            f"{type(t).__name__}(antialias=False) (only antialiased resize is fused)"
-        )
-    if getattr(t, "max_size", None) is not None:
-        raise UnsupportedTransform(f"{type(t).__name__}(max_size=...)")
-    return _core.INTERPOLATIONS.index(_INTERPOLATIONS[key])
-
-
-def _size_of(t: Any) -> Size:
-    size = t.size
-    if isinstance(size, (list, tuple)) and len(size) == 1:
-        return int(size[0])
-    return size
 
 
 @dataclass
@@ -347,60 +266,73 @@ def _out_size(spec: dict, resize: Any, crop: Any) -> Optional[tuple[int, int]]:
         return spec["out_h"], spec["out_w"]
     if crop is not None:
         return crop
-    if resize is not None and not isinstance(resize, int):
-        return _pair(resize, "Resize")
+    if resize is not None and resize.keep_longest is None:
+        if not isinstance(resize.size, int):
+            return resize.size
     return None
 
 
-_GEOMETRY = (
-    "Resize",
-    "CenterCrop",
-    "RandomResizedCrop",
-    "RandomCrop",
-    "RandomHorizontalFlip",
-    "RandomVerticalFlip",
-)
+def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
+    """The spec fields of a Resize step (none: a crop alone, 1:1)."""
+    if resize is None:
+        return {"filter": 0}  # bilinear: a CenterCrop alone resamples 1:1
+    fields: dict[str, Any] = {
+        "filter": resize.filter,
+        "filter_random": int(resize.filter_random),
+    }
+    if isinstance(resize.size, int):
+        fields["resize_short"] = resize.size
+    else:
+        fields["resize_h"], fields["resize_w"] = resize.size
+    if resize.keep_longest is not None:
+        fields.update(keep_ratio=1, keep_longest=resize.keep_longest)
+    return fields
 
 
 def compile_transform(transform: Any) -> Compiled:
-    """Turn a transform (ringloader or torchvision) into the C core's plan.
+    """Turn a transform (ringloader's, torchvision's or timm's) into the C
+    core's plan.
 
-    The longest prefix that can be fused is fused: geometry (Resize,
-    CenterCrop, RandomResizedCrop), one RandomHorizontalFlip, augmentation
-    ops (``_ops``), output conversions, then RandomErasing. What follows is
-    returned in ``rest``, with the ``reason`` its first transform was not
-    fused. Raises :class:`UnsupportedTransform` with a one-line reason when
-    nothing with a fixed output size can be fused.
+    Each user transform is described by its library's adapter
+    (``ringloader.adapt``) as a neutral step (``ringloader._steps``); the
+    longest prefix of steps that can be fused is fused: geometry (a resize,
+    a centre or random crop, or a random resized crop), the flips,
+    augmentation ops, output conversions, then output ops (RandomErasing).
+    What follows is returned in ``rest``, with the ``reason`` its first
+    transform was not fused. Raises :class:`UnsupportedTransform` with a
+    one-line reason when nothing with a fixed output size can be fused.
     """
     if isinstance(transform, MultiView):
         raise UnsupportedTransform(
             "a MultiView is several transforms: compile each (compile_views)"
         )
-    items = _flatten(transform)
+    items = adapt.flatten(transform)
     spec: dict[str, Any] = {}
-    resize: Optional[Any] = None
+    resize: Optional[_steps.Resize] = None
     crop: Optional[tuple[int, int]] = None
+    fill = (0, 0, 0)  # a centre crop's padding
     rcrop: Optional[dict] = None  # RandomCrop's fields
     flip_p = vflip_p = 0.0
-    resize_filter = 0  # bilinear: a CenterCrop alone resamples 1:1
     state: dict[str, Any] = {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
     ops: list[tuple[str, list[float]]] = []
     converted = erased = flipped = vflipped = False
     reason = ""
+    first: Optional[_steps.Step] = None
     i = 0
     while i < len(items):
-        t = items[i]
-        name = type(t).__name__
-        if not _known(t):
-            reason = f"{name} is not a torchvision transform"
-            break
+        step = adapt.describe(items[i])
+        first = first or step
+        name = step.name
         geometric = (
             resize is not None or crop is not None or rcrop is not None or bool(spec)
         )
         cropped = crop if rcrop is None else (rcrop["out_h"], rcrop["out_w"])
-        if name == "RandomErasing" and converted:
+        if isinstance(step, _steps.Unfused):
+            reason = step.reason
+            break
+        if isinstance(step, _steps.Erase) and converted:
             try:
-                erase = _ops.erase_of(t, state["dtype"])
+                erase = step.make(state["dtype"])
             except _ops.NotFused as e:
                 reason = str(e)
                 break
@@ -409,25 +341,27 @@ def compile_transform(transform: Any) -> Compiled:
                 break
             ops.append(erase)
             erased = True
-        elif converted or name not in _GEOMETRY + tuple(_ops.CLASSES):
-            if not geometric or erased or not fold_conversion(t, state):
-                if name in _ops.CLASSES and converted:
-                    reason = f"{name} after the conversion to a tensor"
-                elif name not in CONVERSIONS:
-                    reason = f"{name} has no C op"
-                elif erased and geometric:
+        elif isinstance(step, _steps.Erase):
+            reason = f"{name} before the conversion to a tensor"
+            break
+        elif isinstance(step, _steps.Convert):
+            if not geometric or erased or not fold(step, state):
+                if erased and geometric:
                     reason = f"{name} after RandomErasing"
                 else:
                     reason = f"{name} is not fused at this point"
                 break
             converted = True
-        elif name in _ops.CLASSES:
+        elif converted:
+            reason = f"{name} after the conversion to a tensor"
+            break
+        elif isinstance(step, _steps.Ops):
             size = _out_size(spec, resize, cropped)
             if size is None:
                 reason = f"{name} needs a fixed image size before it"
                 break
             try:
-                elements = _ops.ops_of(t, *size)
+                elements = step.make(*size)
             except _ops.NotFused as e:
                 reason = str(e)
                 break
@@ -435,11 +369,10 @@ def compile_transform(transform: Any) -> Compiled:
                 reason = f"{name}: more than {_core.AUGMENT_MAX_OPS} ops and groups"
                 break
             ops += elements
-        elif name == "Resize" and not geometric:
-            resize_filter = _check_interpolation(t)
-            resize = _size_of(t)
+        elif isinstance(step, _steps.Resize) and not geometric:
+            resize = step
         elif (
-            name in ("CenterCrop", "RandomCrop")
+            isinstance(step, (_steps.CenterCrop, _steps.RandomCrop))
             and crop is None
             and rcrop is None
             and not spec
@@ -450,79 +383,70 @@ def compile_transform(transform: Any) -> Compiled:
             # (After a flip, an odd margin would put the crop one column
             # off: torchvision rounds the left edge, not the mirrored one;
             # a random window is drawn on the unflipped image.)
-            if name == "CenterCrop":
-                crop = _pair(_size_of(t), "CenterCrop")
+            if isinstance(step, _steps.CenterCrop):
+                crop, fill = step.size, step.fill
             else:
-                try:
-                    rcrop = random_crop_fields(t, _pair(_size_of(t), "RandomCrop"))
-                except UnsupportedTransform as e:
-                    reason = str(e)
-                    break
-        elif name == "RandomResizedCrop" and not geometric:
-            rrc_filter = _check_interpolation(t)
-            h, w = _pair(_size_of(t), "RandomResizedCrop")
-            scale = tuple(float(s) for s in t.scale)
-            ratio = tuple(float(r) for r in t.ratio)
+                rcrop = step.fields
+        elif isinstance(step, _steps.ResizedCrop) and not geometric:
+            h, w = step.size
             spec = {
                 "kind": "random_crop",
                 "out_h": h,
                 "out_w": w,
-                "scale": scale,
-                "ratio": ratio,
-                "filter": rrc_filter,
+                "scale": step.scale,
+                "ratio": step.ratio,
+                "filter": step.filter,
+                "filter_random": int(step.filter_random),
             }
         elif (
-            name == "RandomHorizontalFlip"
-            and not flipped
+            isinstance(step, _steps.Flip)
+            and not (vflipped if step.vertical else flipped)
             and geometric
             and all(op in _ops.FLIP_SAFE for op, _ in ops)
         ):
             # The C core flips before the ops: a flip may follow ops that
             # act on pixels alone, which it commutes with.
-            flip_p = float(t.p)
-            flipped = True
-        elif (
-            name == "RandomVerticalFlip"
-            and not vflipped
-            and geometric
-            and all(op in _ops.FLIP_SAFE for op, _ in ops)
-        ):
-            vflip_p = float(t.p)  # flipped before the ops, as the horizontal
-            vflipped = True
+            if step.vertical:
+                vflip_p, vflipped = step.p, True
+            else:
+                flip_p, flipped = step.p, True
         else:
             reason = f"{name} is not fused after " + type(items[i - 1]).__name__
-            if name in ("RandomHorizontalFlip", "RandomVerticalFlip") and ops:
+            if isinstance(step, _steps.Flip) and ops:
                 reason += " (the C core flips before the ops; put the flip first)"
             break
         i += 1
 
     if not spec:
         if resize is None and crop is None and rcrop is None:
-            if reason and items and type(items[0]).__name__ == "RandomCrop":
-                raise UnsupportedTransform(reason)
-            first = type(items[0]).__name__ if items else "no transform"
+            if isinstance(first, _steps.Unfused) and first.geometry:
+                raise UnsupportedTransform(first.reason)
+            head = type(items[0]).__name__ if items else "no transform"
             raise UnsupportedTransform(
-                f"the transform starts with {first}, not Resize, CenterCrop or "
+                f"the transform starts with {head}, not Resize, CenterCrop or "
                 "RandomResizedCrop: ringloader needs a fixed output size to fuse, "
                 "e.g. Compose([Resize(256), CenterCrop(224)])"
             )
-        spec = {"kind": "resize_crop", "filter": resize_filter}
+        spec = {"kind": "resize_crop", **_resize_fields(resize)}
         if rcrop is not None:
-            spec = {"kind": "resize_random_crop", "filter": resize_filter, **rcrop}
-        if isinstance(resize, int):
+            spec.update(kind="resize_random_crop", **rcrop)
+        if resize is not None and isinstance(resize.size, int):
             if crop is None and rcrop is None:
+                size = resize.size
                 raise UnsupportedTransform(
-                    f"Resize({resize}) alone gives images of varying sizes; add "
-                    f"CenterCrop({resize}) or use Resize(({resize}, {resize}))"
+                    f"Resize({size}) alone gives images of varying sizes; add "
+                    f"CenterCrop({size}) or use Resize(({size}, {size}))"
                 )
-            spec["resize_short"] = int(resize)
-        elif resize is not None:
-            rh, rw = _pair(resize, "Resize")
-            spec["resize_h"], spec["resize_w"] = rh, rw
-            if crop is None:
-                crop = (rh, rw)
+        elif resize is not None and crop is None and rcrop is None:
+            if resize.keep_longest is not None:
+                raise UnsupportedTransform(
+                    f"{resize.name} alone gives images of varying sizes; add a "
+                    "CenterCrop"
+                )
+            crop = resize.size
         if rcrop is None:
             spec["out_h"], spec["out_w"] = crop
+            spec["fill_r"], spec["fill_g"], spec["fill_b"] = fill
     spec["flip_p"] = flip_p
     if vflip_p:
         spec["vflip_p"] = vflip_p

@@ -48,8 +48,23 @@ PIPELINES = {
     "train-norm": "RandomResizedCrop(224) + flip + Normalize",
     "jitter": "RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) + Normalize",
     "randaug": "v2: RandomResizedCrop(224) + flip + RandAugment + Normalize",
+    "timm-eval": "timm: create_transform(224, is_training=False, "
+    'interpolation="bicubic", crop_pct=0.95)',
+    "timm-train": "timm: create_transform(224, is_training=True, "
+    'interpolation="bilinear", re_prob=0.25)',
+    "timm-train-random": "timm: create_transform(224, is_training=True, "
+    'interpolation="random", re_prob=0.25)',
 }
-AUGMENT = ("ta", "ta-plain", "jitter", "randaug", "train-norm")
+AUGMENT = (
+    "ta",
+    "ta-plain",
+    "jitter",
+    "randaug",
+    "train-norm",
+    "timm-eval",
+    "timm-train",
+    "timm-train-random",
+)
 CROP, RESIZE = 224, 256
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 BASELINE, BOUND = "dataloader", "decode-bound"
@@ -84,11 +99,23 @@ def ordered(names: list[str]) -> list[str]:
 
 
 def augment_recipe(pipeline: str) -> Any:
-    """The torchvision transform of an AUGMENT pipeline (float32, normalised)."""
+    """The torchvision (or timm) transform of an AUGMENT pipeline (float32,
+    normalised)."""
     import torch
     from torchvision import transforms as T
     from torchvision.transforms import v2
 
+    if pipeline.startswith("timm-"):
+        from timm.data import create_transform
+
+        if pipeline == "timm-eval":
+            return create_transform(
+                CROP, is_training=False, interpolation="bicubic", crop_pct=0.95
+            )
+        interpolation = "random" if pipeline == "timm-train-random" else "bilinear"
+        return create_transform(
+            CROP, is_training=True, interpolation=interpolation, re_prob=0.25
+        )
     if pipeline == "randaug":
         return v2.Compose(
             [
@@ -143,7 +170,7 @@ class Contender:
 
     def __init__(self, spec: Any) -> None:
         self.spec = spec
-        self.train = spec.pipeline != "eval"
+        self.train = spec.pipeline not in ("eval", "timm-eval")
         self.notes: list[str] = []
         self.problems: list[str] = []
         self.extra: dict[str, Any] = {}

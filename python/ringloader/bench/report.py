@@ -24,6 +24,11 @@ TITLES = {
     "train-norm": "Train: RandomResizedCrop(224) + flip + Normalize",
     "jitter": "RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) + Normalize",
     "randaug": "v2: RandomResizedCrop(224) + flip + RandAugment + Normalize",
+    "timm-eval": "timm's eval recipe: " + PIPELINES["timm-eval"][6:],
+    "timm-train": "timm's train recipe without auto_augment: "
+    + PIPELINES["timm-train"][6:],
+    "timm-train-random": "timm's train recipe, random interpolation: "
+    + PIPELINES["timm-train-random"][6:],
 }
 
 

@@ -1,0 +1,124 @@
+"""The neutral description of a transform: what each user transform asks
+of the C core, whatever library it comes from.
+
+A library's adapter (``ringloader/adapt/``: torchvision v1, torchvision v2,
+timm, ringloader's own classes) turns each of its transform objects into
+one :class:`Step` of the vocabulary below; ``transforms.compile_transform``
+builds the C core's plan from the steps alone, and never looks at a user's
+class. A new library is a new adapter file; a new kind of step is a new
+class here and its case in the compiler.
+
+Every step keeps ``name``, the user's class name, for the messages that say
+what was fused and why the rest was not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Union
+
+# One element of the C augment chain: (op name, packed arguments).
+Element = tuple[str, list[float]]
+
+
+@dataclass(frozen=True)
+class Step:
+    """Base of every step: the user's class name."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Resize(Step):
+    """Resize to ``size``: an int (the shorter side, the longer as
+    torchvision truncates it) or (h, w); ``keep_longest`` not None: timm's
+    ResizeKeepRatio to (h, w), each side rounded, scaled by the axes'
+    ratios weighted ``keep_longest`` on the larger."""
+
+    size: Union[int, tuple[int, int]]
+    filter: int
+    filter_random: bool = False
+    keep_longest: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class CenterCrop(Step):
+    """The centre (h, w), padded with ``fill`` (R, G, B) where the image is
+    smaller."""
+
+    size: tuple[int, int]
+    fill: tuple[int, int, int] = (0, 0, 0)
+
+
+@dataclass(frozen=True)
+class RandomCrop(Step):
+    """A window at a random offset after padding; ``fields`` are the C
+    spec's (``_pad.random_crop_fields``)."""
+
+    fields: dict
+
+
+@dataclass(frozen=True)
+class ResizedCrop(Step):
+    """A random box (area fraction in ``scale``, aspect in ``ratio``, as
+    torchvision's and timm's RandomResizedCrop draw it) resized to
+    ``size``; ``filter_random``: bilinear or bicubic drawn per sample."""
+
+    size: tuple[int, int]
+    scale: tuple[float, float]
+    ratio: tuple[float, float]
+    filter: int
+    filter_random: bool = False
+
+
+@dataclass(frozen=True)
+class Flip(Step):
+    """Mirror with probability ``p``, left-right or top-bottom."""
+
+    p: float
+    vertical: bool = False
+
+
+@dataclass(frozen=True)
+class Ops(Step):
+    """Ops of the C augment stage on the 8-bit image: ``make(h, w)`` gives
+    the chain's elements for h x w samples or raises ``_ops.NotFused``."""
+
+    make: Callable[[int, int], list[Element]] = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Convert(Step):
+    """An output conversion, folded into one multiply-add and a dtype
+    (``_convert.fold``): ``kind`` is "tensor" (an image to a uint8 tensor,
+    only from uint8), "pure" (a tensor stays one), "dtype" (to ``dtype``,
+    scaling 0..255 to 0..1 when ``scale``; ``dtype`` None: not fusable;
+    ``from_uint8``: only from a uint8 image, as ToTensor) or "normalize"
+    (``mean``, ``std``; ``inplace`` is not fused)."""
+
+    kind: str
+    dtype: Optional[str] = None
+    scale: bool = False
+    from_uint8: bool = False
+    mean: Any = None
+    std: Any = None
+    inplace: bool = False
+
+
+@dataclass(frozen=True)
+class Erase(Step):
+    """An output op after the conversion (RandomErasing): ``make(dtype)``
+    gives its element for an output of that dtype or raises
+    ``_ops.NotFused``."""
+
+    make: Callable[[str], Element] = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Unfused(Step):
+    """A transform no C step stands for; ``reason`` says why.
+    ``geometry``: it is a resize or crop with parameters the core has not
+    (a transform starting with it is refused with that reason)."""
+
+    reason: str
+    geometry: bool = False

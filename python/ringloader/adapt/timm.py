@@ -1,0 +1,184 @@
+"""timm's transform classes (``timm.data``) as neutral steps.
+
+timm's ``create_transform`` mixes its own classes with torchvision's
+(Resize, CenterCrop, the flips, ColorJitter, Normalize and Compose are
+torchvision's, described by ``torchvision_v1``). Its own:
+
+- ``RandomResizedCropAndInterpolation``: torchvision's box distribution
+  (timm's differs only where a side rounds to 0 pixels, which timm would
+  then fail to resize);
+  ``interpolation="random"`` (bilinear or bicubic per sample) is drawn in C
+  from the sample's own stream, after the box, as timm draws it;
+- ``ResizeKeepRatio`` without its random scale or aspect (the eval chain's
+  ``crop_mode="center"`` for non-square sizes and ``"border"``);
+- ``CenterCropOrPad`` with constant padding (``crop_mode="border"``'s fill);
+- ``MaybeToTensor``, ``MaybePILToTensor``, ``ToNumpy`` (a CHW uint8 array,
+  which collates to the same uint8 batch) and timm's ``ToTensor`` (no
+  scaling);
+- ``RandomErasing``, on the converted output: the C op ``timm_erase``
+  (``csrc/augment/erase.c``) draws as timm does (probability, count, up to
+  10 tries a box); its normal values match torch's in distribution only.
+  ``num_splits`` acts on batches only (timm's PrefetchLoader), not here.
+
+timm's augmentations (RandAugment, AutoAugment, AugMix) are ``_timm_ops``'s
+(see :func:`_augment_step`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from .. import _core, _ops
+from .._steps import CenterCrop, Convert, Erase, Ops, Resize, ResizedCrop, Step, Unfused
+from ..errors import UnsupportedTransform
+from .torchvision_v1 import filter_of, pair
+
+_RANDOM = {"bilinear", "bicubic"}  # timm's _RANDOM_INTERPOLATION
+
+
+def claims(t: Any) -> bool:
+    return type(t).__module__.startswith("timm.")
+
+
+def flatten(t: Any) -> Any:
+    return None  # timm composes with torchvision's Compose
+
+
+def _interpolation(t: Any) -> tuple[int, bool]:
+    """(filter, random) of a timm class's interpolation: one mode, or the
+    (bilinear, bicubic) pair of interpolation="random"."""
+    name = type(t).__name__
+    mode = t.interpolation
+    if isinstance(mode, (tuple, list)):
+        names = {str(getattr(m, "value", m)) for m in mode}
+        if names != _RANDOM or len(mode) != 2:
+            raise UnsupportedTransform(
+                f"{name} choosing among {sorted(names)} (only timm's random "
+                "bilinear or bicubic is fused)"
+            )
+        return _core.INTERPOLATIONS.index("bilinear"), True
+    return filter_of(name, mode), False
+
+
+def _rrc(t: Any) -> Step:
+    filt, random = _interpolation(t)
+    return ResizedCrop(
+        type(t).__name__,
+        pair(t.size, "RandomResizedCropAndInterpolation"),
+        (float(t.scale[0]), float(t.scale[1])),
+        (float(t.ratio[0]), float(t.ratio[1])),
+        filt,
+        filter_random=random,
+    )
+
+
+def _resize_keep_ratio(t: Any) -> Step:
+    name = type(t).__name__
+    if t.random_scale_prob > 0 or t.random_aspect_prob > 0:
+        return Unfused(
+            name,
+            f"{name} with a random scale or aspect (train_crop_mode rkrc/rkrr)",
+            geometry=True,
+        )
+    filt, random = _interpolation(t)
+    return Resize(
+        name,
+        pair(t.size, name),
+        filt,
+        filter_random=random,
+        keep_longest=float(t.longest),
+    )
+
+
+def _fill3(fill: Any) -> Optional[tuple[int, int, int]]:
+    """A constant padding's (R, G, B) as Pillow fills an RGB image, or None
+    for a fill that is not 1 or 3 numbers."""
+    values = list(fill) if isinstance(fill, (list, tuple)) else [fill]
+    if len(values) == 1:
+        values *= 3
+    if len(values) != 3 or not all(isinstance(v, (int, float)) for v in values):
+        return None
+    ints = [min(255, max(0, int(v))) for v in values]
+    return ints[0], ints[1], ints[2]
+
+
+def _center_crop_or_pad(t: Any) -> Step:
+    name = type(t).__name__
+    fill = _fill3(t.fill)
+    if t.padding_mode != "constant" or fill is None:
+        return Unfused(
+            name,
+            f"{name}(padding_mode={t.padding_mode!r}, fill={t.fill!r})",
+            geometry=True,
+        )
+    return CenterCrop(name, pair(t.size, name), fill)
+
+
+_MODES = {"": 0, "const": 0, "rand": 1, "pixel": 2}
+
+
+def erase_of(t: Any, dtype: str) -> _ops.Element:
+    """timm's RandomErasing as the C op timm_erase on an output of dtype;
+    raises NotFused."""
+    most = _core.OP_LIMITS["timm_erase"]["max_count"]
+    if t.mode not in _MODES:
+        raise _ops.NotFused(f"RandomErasing(mode={t.mode!r})")
+    if t.max_count > most:
+        raise _ops.NotFused(f"RandomErasing(max_count={t.max_count}): at most {most}")
+    if _MODES[t.mode] and dtype == "uint8":
+        raise _ops.NotFused(f"RandomErasing(mode={t.mode!r}) on a uint8 image")
+    fields = {
+        "p": t.probability,
+        "area": [t.min_area, t.max_area],
+        "log_aspect": list(t.log_aspect_ratio),
+        "count": [t.min_count, t.max_count],
+        "mode": _MODES[t.mode],
+    }
+    if not all(math.isfinite(v) for v in fields["log_aspect"]):
+        raise _ops.NotFused("RandomErasing with an aspect of 0")
+    return "timm_erase", _ops.pack("timm_erase", fields)
+
+
+def _augment_step(t: Any) -> Optional[Step]:
+    """timm's augmentations (RandAugment, AutoAugment, AugMix), handed to
+    ``_timm_ops``, or None where that module is absent or does not take t.
+
+    ---- WIRING POINT for ringloader/_timm_ops.py (timm's augment ops) ----
+    ``_timm_ops.CLASSES`` names the timm classes it handles and
+    ``_timm_ops.ops_of(t, h, w)`` gives their chain elements (the format of
+    ``_ops.ops_of``) or raises ``_ops.NotFused``.
+    """
+    try:
+        from .._timm_ops import CLASSES, ops_of  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    name = type(t).__name__
+    if name not in CLASSES:
+        return None
+    return Ops(name, lambda h, w: ops_of(t, h, w))
+
+
+def describe(t: Any) -> Step:
+    name = type(t).__name__
+    try:
+        if name == "RandomResizedCropAndInterpolation":
+            return _rrc(t)
+        if name == "ResizeKeepRatio":
+            return _resize_keep_ratio(t)
+    except UnsupportedTransform as e:
+        return Unfused(name, str(e), geometry=True)
+    if name == "CenterCropOrPad":
+        return _center_crop_or_pad(t)
+    if name == "MaybeToTensor":
+        return Convert(name, "dtype", "float32", scale=True, from_uint8=True)
+    if name in ("MaybePILToTensor", "ToNumpy"):
+        return Convert(name, "tensor")
+    if name == "ToTensor":  # timm's: the 8-bit values, unscaled
+        return Convert(name, "dtype", getattr(t, "dtype", None), from_uint8=True)
+    if name == "RandomErasing":
+        return Erase(name, lambda dtype: erase_of(t, dtype))
+    step = _augment_step(t)
+    if step is not None:
+        return step
+    return Unfused(name, f"{name} has no C op")

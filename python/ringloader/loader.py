@@ -15,6 +15,7 @@ import atexit
 import os
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Iterator, Optional, Sequence
 
@@ -36,9 +37,10 @@ from ._fallback import Fallback, TransformPlan, plan_views, run_tail
 from ._gpu import Gpu, open_gpu
 from ._meter import Meter
 from ._meter import stats as assemble_stats
-from ._pipeline import Pipeline
+from ._pipeline import Pipeline, Taken
 from .datasets.base import sources_of
 from .datasets.views import resolve, samples_stamp
+from .errors import DataWarning
 from .transforms import MultiView
 
 _LAYOUTS = ("NCHW", "NHWC", "channels_last")
@@ -243,6 +245,9 @@ class Loader:
         self._active: Optional[weakref.ref] = None
         self._meter = Meter()
         self._fallback = Fallback(self._data, allow_truncated=self.allow_truncated)
+        # Samples left out of their batch for a field that did not decode.
+        self._field_skipped = 0
+        self._field_warned = False
         LIVE.add(self)
 
     def _use_transform(self, transform: Any, stacklevel: int) -> None:
@@ -389,8 +394,14 @@ class Loader:
                 ]
                 images: Any = views if self._multi else views[0]
                 self._fallback.announce_truncated(pipe)
-                labels = torch.from_numpy(src.targets[idx])
-                if self.target_transform is not None:
+                fields = getattr(src, "fields", None)
+                if fields is not None:
+                    batch, images = self._fields(fields, images, taken)
+                    idx = list(range(len(batch[fields.image])))
+                    labels = None
+                else:
+                    labels = torch.from_numpy(src.targets[idx])
+                if labels is not None and self.target_transform is not None:
                     # As DataLoader batches them: floats stay float64,
                     # tuples and tensors are collated element-wise.
                     labels = default_collate(
@@ -398,15 +409,35 @@ class Loader:
                     )
                 if self.direct_io:
                     self._fallback.announce_direct(pipe, src, idx)
+                out: Any = batch if labels is None else (images, labels)
                 if self._pin_memory:
-                    images, labels = pin_memory((images, labels))
+                    out = pin_memory(out)
                 self._position.yielded += 1
                 self._meter.waited(time.perf_counter() - t0)
                 self._meter.delivered(len(idx))
-                yield images, labels
+                yield out
         finally:
             if pipe.pending and not pipe.closed:
                 pipe.cancel()
+
+    def _fields(self, fields: Any, images: Any, taken: Taken) -> tuple[tuple, Any]:
+        """The batch as the tuple of a shard's fields (datasets/fields.py),
+        and its images. With on_error="skip", samples whose fields do not
+        decode are left out, counted and announced once."""
+        describe = getattr(self._data, "describe", None) or str
+        batch, errors = fields.batch(
+            images, taken.idx, taken.extras, describe, self.on_error == "skip"
+        )
+        if errors:
+            self._field_skipped += len(errors)
+            if not self._field_warned:
+                self._field_warned = True
+                warnings.warn(
+                    f"on_error='skip': left out of its batch: {errors[0]}",
+                    DataWarning,
+                    stacklevel=4,
+                )
+        return batch, batch[fields.image]
 
     def _finish(self, raw: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
         """Lay a view's C output out as asked (converting it on the device
@@ -524,6 +555,8 @@ class Loader:
         """
         pipe = self._pipe
         c = pipe.stats() if pipe is not None and not pipe.closed else {}
+        if c and self._field_skipped:
+            c = dict(c, errors=c.get("errors", 0) + self._field_skipped)
         return assemble_stats(
             self._meter,
             c,
@@ -531,7 +564,7 @@ class Loader:
             epoch=self._position.epoch,
             rank=self.rank,
             fallback_decodes=c.get("fallback_decodes", 0),
-            skipped=c.get("skipped", 0),
+            skipped=c.get("skipped", 0) + self._field_skipped,
         )
 
     def __repr__(self) -> str:

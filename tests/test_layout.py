@@ -29,7 +29,7 @@ LAYERS: list[list[str]] = [
     # torchvision's augmentation transforms as C ops; output conversions
     ["_ops", "_convert", "_pad"],
     ["transforms", "datasets.base", "datasets.presign"],
-    ["datasets.cache", "datasets.views", "datasets.remote"],
+    ["datasets.cache", "datasets.views", "datasets.remote", "datasets.fields"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex"],
     ["datasets.index", "datasets.shards"],
     ["datasets"],

@@ -396,8 +396,7 @@ class Loader:
                 self._fallback.announce_truncated(pipe)
                 fields = getattr(src, "fields", None)
                 if fields is not None:
-                    batch, images = self._fields(fields, images, taken)
-                    idx = list(range(len(batch[fields.image])))
+                    batch, dropped = self._fields(fields, images, taken)
                     labels = None
                 else:
                     labels = torch.from_numpy(src.targets[idx])
@@ -414,16 +413,16 @@ class Loader:
                     out = pin_memory(out)
                 self._position.yielded += 1
                 self._meter.waited(time.perf_counter() - t0)
-                self._meter.delivered(len(idx))
+                self._meter.delivered(len(idx) - (0 if labels is not None else dropped))
                 yield out
         finally:
             if pipe.pending and not pipe.closed:
                 pipe.cancel()
 
-    def _fields(self, fields: Any, images: Any, taken: Taken) -> tuple[tuple, Any]:
+    def _fields(self, fields: Any, images: Any, taken: Taken) -> tuple[tuple, int]:
         """The batch as the tuple of a shard's fields (datasets/fields.py),
-        and its images. With on_error="skip", samples whose fields do not
-        decode are left out, counted and announced once."""
+        and how many samples were left out of it: with on_error="skip",
+        those whose fields do not decode (counted, announced once)."""
         describe = getattr(self._data, "describe", None) or str
         batch, errors = fields.batch(
             images, taken.idx, taken.extras, describe, self.on_error == "skip"
@@ -437,7 +436,7 @@ class Loader:
                     DataWarning,
                     stacklevel=4,
                 )
-        return batch, batch[fields.image]
+        return batch, len(errors)
 
     def _finish(self, raw: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
         """Lay a view's C output out as asked (converting it on the device

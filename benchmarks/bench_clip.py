@@ -59,6 +59,7 @@ def make_shards(root: str, images: int, shards: int, seed: int = 0) -> list[str]
     import webdataset as wds
 
     per = -(-images // shards)
+    root = os.path.join(root, f"{images}-in-{shards}")
     paths = [os.path.join(root, f"clip-{s:06d}.tar") for s in range(shards)]
     if all(os.path.exists(p) for p in paths):
         return paths
@@ -81,8 +82,12 @@ def make_shards(root: str, images: int, shards: int, seed: int = 0) -> list[str]
                     "__key__": f"{i:09d}",
                     "jpg": buf.getvalue(),
                     "txt": caption,
-                    "json": {"key": f"{i:09d}", "width": wd, "height": h,
-                             "url": f"https://example.com/{i}.jpg"},
+                    "json": {
+                        "key": f"{i:09d}",
+                        "width": wd,
+                        "height": h,
+                        "url": f"https://example.com/{i}.jpg",
+                    },
                 }
             )
     return paths
@@ -137,7 +142,7 @@ def epoch(loader: Any) -> tuple[float, int]:
     assert x.shape[1:] == (3, 224, 224) and x.dtype == torch.float32
     assert tokens.shape == (x.shape[0], 77) and len(meta) == x.shape[0]
     n, t0 = 0, time.perf_counter()
-    for x, tokens, _ in it:
+    for x, _tokens, _meta in it:
         n += x.shape[0]
     return n / (time.perf_counter() - t0), n
 
@@ -156,6 +161,7 @@ def main() -> None:
 
     tokenizer = open_clip.get_tokenizer("ViT-B-32")
     paths = make_shards(a.data, a.images, a.shards)
+    folder = os.path.dirname(paths[0])
     places: dict[str, Any] = {}
     server = None
     if "local" in a.where:
@@ -163,12 +169,14 @@ def main() -> None:
     if "http" in a.where:
         from rlbench.servers import Nginx
 
-        server = Nginx(a.data)
+        server = Nginx(folder)
         base = server.url
         places["http"] = [f"{base}/{os.path.basename(q)}" for q in paths]
     contenders = {"ringloader": ringloader_epochs, "webdataset": webdataset_epochs}
-    print(f"{a.images} images in {a.shards} shards, batch {a.batch}, "
-          f"{a.threads} threads/workers, load {os.getloadavg()[0]:.2f}")
+    print(
+        f"{a.images} images in {a.shards} shards, batch {a.batch}, "
+        f"{a.threads} threads/workers, load {os.getloadavg()[0]:.2f}"
+    )
     try:
         for where, urls in places.items():
             rates: dict[str, list[float]] = {c: [] for c in contenders}
@@ -176,13 +184,19 @@ def main() -> None:
                 for name, make in contenders.items():
                     rate, n = epoch(make(urls, tokenizer, a))
                     rates[name].append(rate)
-                    print(f"  {where:5} round {r}: {name:10} {rate:7.1f} images/s "
-                          f"({n} images)", flush=True)
+                    print(
+                        f"  {where:5} round {r}: {name:10} {rate:7.1f} images/s "
+                        f"({n} images)",
+                        flush=True,
+                    )
             rl = statistics.median(rates["ringloader"])
             wd = statistics.median(rates["webdataset"])
-            print(f"{where}: ringloader {rl:.1f} images/s, webdataset + DataLoader "
-                  f"{wd:.1f} images/s: {rl / wd:.2f}x "
-                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
+            print(
+                f"{where}: ringloader {rl:.1f} images/s, webdataset + DataLoader "
+                f"{wd:.1f} images/s: {rl / wd:.2f}x "
+                f"(load {os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
     finally:
         if server is not None:
             server.stop()

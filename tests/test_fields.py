@@ -147,6 +147,22 @@ def test_tuple_order_field_transforms_and_label_field(shards):
         )
 
 
+def test_dataloader_dropin_and_multiview(shards):
+    """ringloader.DataLoader yields the fields as Loader does; a MultiView
+    gives its views in the image's place."""
+    ds = TarShards(_urls(shards), fields=("jpg", "txt"), transform=EVAL, progress=False)
+    loader = ringloader.DataLoader(ds, batch_size=5, num_workers=2)
+    assert isinstance(loader, ringloader.DataLoader)
+    x, txt = next(iter(loader))
+    assert x.shape == (5, 3, 32, 32) and txt == [_caption(i) for i in range(5)]
+    views = T.MultiView(EVAL, TRAIN)
+    (a, b), txt = next(iter(ringloader.Loader(ds, batch_size=4, transform=views)))
+    assert a.shape == (4, 3, 32, 32) and b.shape == (4, 3, 24, 24)
+    assert txt == [_caption(i) for i in range(4)]
+    with pytest.raises(LookupError):
+        TarShards(_urls(shards), fields=("jpg", "txt"), errors="bogus", progress=False)
+
+
 @pytest.fixture(scope="module")
 def nginx(shards):
     if find_nginx() is None:

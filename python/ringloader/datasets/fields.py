@@ -30,6 +30,7 @@ dropped from its batch instead (counted in ``stats()["skipped"]``).
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 from collections.abc import Sequence
@@ -262,7 +263,7 @@ def field_table(
                 f"field_transforms names {name!r}, which is not one of the "
                 f"fields {tuple(names)!r}"
             )
-    b"".decode("utf-8", errors)  # an unknown handler raises LookupError now
+    codecs.lookup_error(errors)  # an unknown handler raises LookupError now
     n = len(image_off)
     lo = image_off.copy()
     hi = image_off + image_len

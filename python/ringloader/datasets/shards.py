@@ -185,8 +185,11 @@ class TarShards(ImageDataset):
     mixed in one dataset.
 
     Samples come shard by shard, each in the order its key first appears
-    in the shard. Attributes: ``shards`` (paths or URLs), ``targets`` (int64),
-    ``offsets`` and ``lengths`` (the image member's byte range).
+    in the shard. Attributes: ``shards`` (paths or URLs), ``targets`` (int64;
+    -1 with ``fields``), ``offsets`` and ``lengths`` (the byte range read:
+    the image member's, or with fields from the sample's first member asked
+    for to the end of its last), ``image_offsets`` and ``image_lengths``
+    (the image member's), ``field_table`` (with fields).
     """
 
     def __init__(
@@ -217,7 +220,6 @@ class TarShards(ImageDataset):
             image_key = image_key.split(";")
         self.image_key = tuple(k.lower().lstrip(".") for k in image_key)
         self.label_key = label_key
-        self.cache_dir = cache_dir
         self.errors = errors
         self.max_field_bytes = int(max_field_bytes)
         self.field_transforms = dict(field_transforms or {})

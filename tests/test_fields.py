@@ -306,6 +306,30 @@ def test_shard_error_by_indexing(tmp_path):
     assert ds[1][1] == "x"
 
 
+def test_members_before_and_after_the_image(tmp_path):
+    """Members on either side of the image in the tar, tar headers between
+    them, other members not asked for: each field is cut at its place."""
+    samples = []
+    for i in range(6):
+        s = {"__key__": f"k{i:03d}", "json": json.dumps({"i": i}).encode()}
+        s["seg.png"] = b"not asked for" * i
+        s["jpg"] = jpeg_bytes("baseline", 32, 32, seed=i)
+        s["txt"] = f"after {i}".encode() if i % 2 else b""
+        s["id"] = f" {100 + i}\n".encode()
+        samples.append(s)
+    path = _shard(tmp_path / "order.tar", samples)
+    ds = TarShards(path, fields=("json", "jpg", "txt", "id"), progress=False)
+    (obj, x, txt, ids), *_ = _batches(ds)[0]
+    assert [o["i"] for o in obj] == [0, 1, 2, 3]
+    assert txt == ["", "after 1", "", "after 3"]
+    assert ids.tolist() == [100, 101, 102, 103] and x.shape == (4, 3, 32, 32)
+    expected = list(
+        wds.WebDataset(path, shardshuffle=False).decode().to_tuple("json", "txt", "id")
+    )
+    got = [ds[i][:1] + ds[i][2:] for i in range(6)]
+    assert got == [tuple(e) for e in expected]
+
+
 def test_subset_of_shards_with_fields_is_refused(shards):
     ds = TarShards(_urls(shards), fields=FIELDS, progress=False)
     with pytest.raises(TypeError, match="fields"):

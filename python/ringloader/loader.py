@@ -144,7 +144,9 @@ class Loader:
     (N, H, W, 3)), uint8 unless the transform converts to floats, and an
     int64 tensor of shape (N,). With a ``transforms.MultiView`` it yields
     ``(views, labels)``: a list of such tensors, one per view, each with
-    the size and dtype of its view; each image is read and decoded once. Transforms after the fusable prefix run in
+    the size and dtype of its view; each image is read and decoded once.
+    For a ``TarShards(fields=...)`` it yields a tuple in the order of its
+    fields (the images, or the list of views, in the image field's place). Transforms after the fusable prefix run in
     Python on each sample (announced once with a :class:`FallbackWarning`). The images are views of
     a batch buffer, not copies; keeping them is safe (the loader allocates
     another buffer instead of overwriting one still referenced).

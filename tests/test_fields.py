@@ -190,6 +190,11 @@ def test_fields_over_http_one_get_per_sample(shards, nginx, tmp_path):
     # Runs of neighbours: one GET for several samples and all their fields.
     *_, stats = _read(ds, shuffle="runs")
     assert stats["http_requests"] < N / 2
+    # The local cache's blocks of neighbours carry the fields as well.
+    cached = TarShards(
+        url, fields=FIELDS, cache_dir=tmp_path, cache_limit=1 << 30, progress=False
+    )
+    _same_as_webdataset(shards, cached)
 
 
 def test_fields_over_s3(shards, tmp_path):

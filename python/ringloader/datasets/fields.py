@@ -320,7 +320,16 @@ def field_table(
             # Where the member lies in the bytes handed back: the sample's
             # bytes with the image's cut out.
             rel = at[f] - lo
-            at[f] = np.where(rel > image_at, rel - image_len, rel)
+            rel = np.where(rel > image_at, rel - image_len, rel)
+            # 9 bytes a field a sample: a refused sample's values are
+            # never read, every other one's fit (its members lie within
+            # MAX_GAP_BYTES plus max_field_bytes each).
+            at[f] = np.where(ok, rel, -1).astype(np.int64)
+            size[f] = np.where(ok, size[f], -1)
+            if len(at[f]) == 0 or max(at[f].max(), size[f].max()) < 2**31:
+                at[f] = at[f].astype(np.int32)
+                size[f] = size[f].astype(np.int32)
+            rank[f] = rank[f].astype(np.int8)
     table = FieldTable(
         names,
         image,

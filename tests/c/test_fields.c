@@ -148,6 +148,12 @@ int main(void)
         CHECK(memcmp(rep.extras[i], want, (size_t)wl) == 0);
     }
     rl_batch_report_free(&rep);
+    /* Batches dropped with their extras (cancel, destroy): LeakSanitizer
+     * (make check SANITIZE=address) finds any left behind. */
+    CHECK_EQ(rl_pipeline_submit(p, all, all, N, 0, NULL, NULL), 0);
+    CHECK_EQ(rl_pipeline_submit(p, all, all, N, 1, NULL, NULL), 0);
+    rl_pipeline_cancel(p);
+    CHECK_EQ(rl_pipeline_submit(p, all, all, N, 2, NULL, NULL), 0);
     rl_pipeline_destroy(p);
 
     /* Refused (sample 3) and too short for its image (sample 5). */

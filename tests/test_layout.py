@@ -28,8 +28,8 @@ LAYERS: list[list[str]] = [
     ["errors"],
     # torchvision's augmentation transforms as C ops; output conversions
     ["_ops", "_convert", "_pad"],
-    ["transforms", "datasets.base", "datasets.presign"],
-    ["datasets.cache", "datasets.views", "datasets.remote", "datasets.fields"],
+    ["transforms", "datasets.base", "datasets.presign", "datasets.fields"],
+    ["datasets.cache", "datasets.views", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex"],
     ["datasets.index", "datasets.shards"],
     ["datasets"],

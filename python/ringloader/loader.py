@@ -37,7 +37,7 @@ from ._fallback import Fallback, TransformPlan, plan_views, run_tail
 from ._gpu import Gpu, open_gpu
 from ._meter import Meter
 from ._meter import stats as assemble_stats
-from ._pipeline import Pipeline, Taken
+from ._pipeline import Pipeline
 from .datasets.base import sources_of
 from .datasets.views import resolve, samples_stamp
 from .errors import DataWarning
@@ -144,12 +144,14 @@ class Loader:
     (N, H, W, 3)), uint8 unless the transform converts to floats, and an
     int64 tensor of shape (N,). With a ``transforms.MultiView`` it yields
     ``(views, labels)``: a list of such tensors, one per view, each with
-    the size and dtype of its view; each image is read and decoded once.
-    For a ``TarShards(fields=...)`` it yields a tuple in the order of its
-    fields (the images, or the list of views, in the image field's place). Transforms after the fusable prefix run in
+    the size and dtype of its view; each image is read and decoded once. Transforms after the fusable prefix run in
     Python on each sample (announced once with a :class:`FallbackWarning`). The images are views of
     a batch buffer, not copies; keeping them is safe (the loader allocates
     another buffer instead of overwriting one still referenced).
+
+    For a ``TarShards(fields=...)`` it yields a tuple in the order of its
+    fields: the images (or the list of views) in the image field's place,
+    each other field batched (``datasets/fields.py``).
     """
 
     # Whether batches are copied into page-locked memory before they are
@@ -395,14 +397,14 @@ class Loader:
                     self._finish(raw, plan) for raw, plan in zip(taken.raw, self._plans)
                 ]
                 images: Any = views if self._multi else views[0]
+                if getattr(src, "fields", None) is not None:
+                    # A shard's fields (datasets/fields.py): a tuple in
+                    # their order, the images in the image field's place.
+                    yield self._fields_batch(pipe, src, images, taken, t0)
+                    continue
                 self._fallback.announce_truncated(pipe)
-                fields = getattr(src, "fields", None)
-                if fields is not None:
-                    batch, dropped = self._fields(fields, images, taken)
-                    labels = None
-                else:
-                    labels = torch.from_numpy(src.targets[idx])
-                if labels is not None and self.target_transform is not None:
+                labels = torch.from_numpy(src.targets[idx])
+                if self.target_transform is not None:
                     # As DataLoader batches them: floats stay float64,
                     # tuples and tensors are collated element-wise.
                     labels = default_collate(
@@ -410,23 +412,27 @@ class Loader:
                     )
                 if self.direct_io:
                     self._fallback.announce_direct(pipe, src, idx)
-                out: Any = batch if labels is None else (images, labels)
                 if self._pin_memory:
-                    out = pin_memory(out)
+                    images, labels = pin_memory((images, labels))
                 self._position.yielded += 1
                 self._meter.waited(time.perf_counter() - t0)
-                self._meter.delivered(len(idx) - (0 if labels is not None else dropped))
-                yield out
+                self._meter.delivered(len(idx))
+                yield images, labels
         finally:
             if pipe.pending and not pipe.closed:
                 pipe.cancel()
 
-    def _fields(self, fields: Any, images: Any, taken: Taken) -> tuple[tuple, int]:
-        """The batch as the tuple of a shard's fields (datasets/fields.py),
-        and how many samples were left out of it: with on_error="skip",
-        those whose fields do not decode (counted, announced once)."""
+    def _fields_batch(
+        self, pipe: Pipeline, src: Any, images: Any, taken: Any, t0: float
+    ) -> tuple:
+        """What _iterate yields for a batch of a shard's fields: the tuple
+        src.fields makes of the images and the batch's extra bytes. With
+        on_error="skip", samples whose fields do not decode are left out
+        (counted, announced once)."""
+        self._fallback.announce_truncated(pipe)
         describe = getattr(self._data, "describe", None) or str
-        batch, errors = fields.batch(
+        fields = src.fields
+        out, errors = fields.batch(
             images, taken.idx, taken.extras, describe, self.on_error == "skip"
         )
         if errors:
@@ -436,9 +442,16 @@ class Loader:
                 warnings.warn(
                     f"on_error='skip': left out of its batch: {errors[0]}",
                     DataWarning,
-                    stacklevel=4,
+                    stacklevel=5,
                 )
-        return batch, len(errors)
+        if self.direct_io:
+            self._fallback.announce_direct(pipe, src, taken.idx)
+        if self._pin_memory:
+            out = pin_memory(out)
+        self._position.yielded += 1
+        self._meter.waited(time.perf_counter() - t0)
+        self._meter.delivered(len(taken.idx) - len(errors))
+        return out
 
     def _finish(self, raw: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
         """Lay a view's C output out as asked (converting it on the device

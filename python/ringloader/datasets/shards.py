@@ -133,12 +133,9 @@ class TarShards(ImageDataset):
             (a tuple, or ``"jpg;png"``); a sample with none is skipped.
             Extensions are what follows the first dot of the member's base
             name, lowercased (``abc.seg.png`` has ``seg.png``).
-        label_key: the extension of the member holding the label: an
-            integer one (``"cls"``, read from the index), any other
-            (``"json"``, ``"npy"``: float or vector targets, decoded as
-            ``fields`` decodes it and read with the image); a function
-            from the sample key (``"dir/abc"``) to an int, or None (labels
-            are -1).
+        label_key: the extension of the member holding the integer label
+            (``"cls"``), a function from the sample key (``"dir/abc"``) to an
+            int, or None (labels are -1).
         cache_dir: where indexes go when a shard's folder is not writable,
             and those of remote shards.
         transform, target_transform: as ImageFolder's; the loader uses
@@ -185,11 +182,16 @@ class TarShards(ImageDataset):
     mixed in one dataset.
 
     Samples come shard by shard, each in the order its key first appears
-    in the shard. Attributes: ``shards`` (paths or URLs), ``targets`` (int64;
-    -1 with ``fields``), ``offsets`` and ``lengths`` (the byte range read:
-    the image member's, or with fields from the sample's first member asked
-    for to the end of its last), ``image_offsets`` and ``image_lengths``
-    (the image member's), ``field_table`` (with fields).
+    in the shard. Attributes: ``shards`` (paths or URLs), ``targets`` (int64),
+    ``offsets`` and ``lengths`` (the image member's byte range).
+
+    With ``fields`` (or a ``label_key`` of a member that is not an integer:
+    ``"json"``, ``"npy"``, read as the field after the image, float or
+    vector targets with ``target_transform`` on each), ``targets`` are -1,
+    ``offsets`` and ``lengths`` the range read (from the sample's first
+    member asked for to the end of its last), ``image_offsets`` and
+    ``image_lengths`` the image member's, and ``field_table`` says where
+    each field lies (:mod:`.fields`).
     """
 
     def __init__(

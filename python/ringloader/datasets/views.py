@@ -166,7 +166,7 @@ class View:
         srcs = [by_leaf[id(leaf)] for leaf in self.leaves]
         if any(s.fields is not None for s in srcs):
             raise TypeError(
-                "a Subset or ConcatDataset of TarShards with fields (or a "
+                "a Subset, ConcatDataset or Mix of TarShards with fields (or a "
                 "label_key read as a field) cannot be read as one table yet; "
                 "select the shards in the TarShards itself"
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import tarfile
 
@@ -161,6 +162,41 @@ def test_dataloader_dropin_and_multiview(shards):
     assert txt == [_caption(i) for i in range(4)]
     with pytest.raises(LookupError):
         TarShards(_urls(shards), fields=("jpg", "txt"), errors="bogus", progress=False)
+
+
+DEVICE = """
+import glob
+urls = sorted(glob.glob(os.environ["FIELDS_SHARDS"] + "/s-*.tar"))
+ds = ringloader.TarShards(urls, fields=("jpg", "txt", "json", "cls"), progress=False)
+kw = dict(batch_size=8, transform=tf, seed=1, shuffle=True)
+ref = [(x.clone(), t, j, c) for x, t, j, c in ringloader.Loader(ds, **kw)]
+gpu = ringloader.Loader(ds, device="cuda", num_threads=2, prefetch=3, **kw)
+bad = 0
+for (b, t, j, c), (a, t2, j2, c2) in zip(gpu, ref, strict=True):
+    gpu._gpu.synchronize()
+    bad += not (torch.equal(a, b.clone()) and t == t2 and j == j2 and torch.equal(c, c2))
+gpu.close()
+del b
+report(bad=bad, batches=len(ref))
+"""
+
+
+def test_fields_on_the_device(shards, tmp_path):
+    """The GPU path (the fake CUDA runtime of test_cuda_fake): the images
+    on the device, the fields with them, as on the host."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda"))
+    import fake_gpu
+    from test_cuda_fake import run
+
+    fake = fake_gpu.build(str(tmp_path / "fake_cudart.so"))
+    folder = tmp_path / "folder"  # what run()'s prelude opens, unused here
+    (folder / "a").mkdir(parents=True)
+    (folder / "a" / "x.jpg").write_bytes(jpeg_bytes("baseline", 8, 8, seed=0))
+    r = run(fake, str(folder), DEVICE, FAKE_CUDA_DELAY_US=5000, FIELDS_SHARDS=shards)
+    assert r["bad"] == 0 and r["violations"] == 0 and r["batches"] == 4, r
+    assert r["host"] == 0 and r["dev"] == 0, r
 
 
 @pytest.fixture(scope="module")

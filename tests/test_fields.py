@@ -337,6 +337,22 @@ def test_text_not_utf8_and_json_that_does_not_parse(tmp_path):
         _batches(ds_json)
 
 
+def test_arrays_and_ints_that_do_not_decode(tmp_path):
+    good = io.BytesIO()
+    np.save(good, np.arange(3, dtype=">f4"))  # big-endian: made native
+    samples = [_sample(i, npy=good.getvalue(), cls=b"7") for i in range(4)]
+    samples[1]["npy"] = b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4',"  # cut header
+    samples[2]["cls"] = b"seven"
+    path = _shard(tmp_path / "arr.tar", samples)
+    ds = TarShards(path, fields=("jpg", "npy", "cls"), progress=False)
+    with pytest.raises(FieldError, match=r"arr\.tar\[k001\].*\.npy member is not"):
+        _batches(ds)
+    with pytest.warns(ringloader.DataWarning):
+        ((x, arrays, classes),), stats = _batches(ds, on_error="skip")
+    assert torch.equal(arrays, torch.arange(3.0).repeat(2, 1))
+    assert classes.tolist() == [7, 7] and stats["skipped"] == 2
+
+
 def test_shard_error_by_indexing(tmp_path):
     path = _shard(
         tmp_path / "m.tar", [_sample(i, txt=None if i == 0 else b"x") for i in range(2)]

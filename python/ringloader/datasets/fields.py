@@ -113,7 +113,10 @@ def _decode(kind: str, data: bytes, errors: str) -> Any:
     if kind == "npy":
         import torch
 
-        return torch.from_numpy(np.load(io.BytesIO(data), allow_pickle=False))
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+        if not array.dtype.isnative:  # torch takes native byte order only
+            array = array.astype(array.dtype.newbyteorder("="))
+        return torch.from_numpy(array)
     return data
 
 
@@ -180,7 +183,9 @@ class FieldTable:
         kind = kind_of(ext)
         try:
             value = _decode(kind, extra[at : at + size], self.errors)
-        except (ValueError, OverflowError, RecursionError) as e:
+        except Exception as e:  # noqa: BLE001 - bad bytes, whatever numpy raises
+            # (json: ValueError, RecursionError; np.load: ValueError,
+            # EOFError, tokenize's TokenError for a cut header...)
             what = {
                 "text": "is not UTF-8 text",
                 "json": "is not valid JSON",

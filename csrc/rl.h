@@ -33,6 +33,9 @@ enum {
     RL_EFALLBACK,          /* a fallback decoder registered at run time
                             * broke its contract for one sample (a wrong
                             * result): that sample's error, skippable */
+    RL_EFIELD,             /* a member a sample must carry beside its image
+                            * is missing or over its size limit (tar shard
+                            * fields): that sample's error, skippable */
 };
 
 /* Output memory layouts of a batch. */

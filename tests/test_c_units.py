@@ -31,5 +31,6 @@ def test_c_units(tmp_path, sanitize):
         "test_pipeline",
         "test_io_faults",
         "test_recipes",
+        "test_fields",
     ):
         assert f"{name}: " in proc.stdout

@@ -31,7 +31,7 @@ LAYERS: list[list[str]] = [
     ["_ops", "_convert", "_pad"],
     # each library's transform classes as _steps, one file a library
     ["adapt.*"],
-    ["transforms", "datasets.base", "datasets.presign"],
+    ["transforms", "datasets.base", "datasets.presign", "datasets.fields"],
     ["datasets.cache", "datasets.views", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex", "datasets.mix"],
     ["datasets.index", "datasets.shards"],

@@ -43,6 +43,102 @@ void rl__worker_ctx_destroy(void *ctx)
     rl_sample_ctx_destroy(ctx);
 }
 
+void rl__batch_free(rl_batch *b)
+{
+    for (int i = 0; i < b->n; i++) {
+        free(b->jobs[i].extra);
+    }
+    free(b);
+}
+
+int rl__fields_copy(rl_pipeline *p, char *msg)
+{
+    const rl_pipeline_config *c = &p->cfg;
+    if (c->image_at == NULL) {
+        return 0;
+    }
+    size_t n = (size_t)c->source->count;
+    p->image_at = malloc(sizeof(int64_t) * (n ? n : 1));
+    p->image_len = malloc(sizeof(int64_t) * (n ? n : 1));
+    p->refusals = calloc((size_t)c->nrefusals + 1, sizeof(char *));
+    if (p->image_at == NULL || p->image_len == NULL || p->refusals == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    memcpy(p->image_at, c->image_at, sizeof(int64_t) * n);
+    memcpy(p->image_len, c->image_len, sizeof(int64_t) * n);
+    for (int i = 0; i < c->nrefusals; i++) {
+        if ((p->refusals[i] = strdup(c->refusals[i])) == NULL) {
+            snprintf(msg, RL_MSG_MAX, "out of memory");
+            return -ENOMEM;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (p->image_at[i] < -(int64_t)c->nrefusals || p->image_len[i] < 0) {
+            snprintf(msg, RL_MSG_MAX,
+                     "sample %zu: image_at %lld or image_len %lld out of "
+                     "range",
+                     i, (long long)p->image_at[i], (long long)p->image_len[i]);
+            return RL_ECONFIG;
+        }
+    }
+    p->cfg.image_at = p->image_at;
+    p->cfg.image_len = p->image_len;
+    p->cfg.refusals = (const char *const *)p->refusals;
+    return 0;
+}
+
+int rl__report_extras(rl_batch *b, rl_batch_report *rep)
+{
+    rep->extras = calloc((size_t)b->n, sizeof(uint8_t *));
+    rep->extras_len = calloc((size_t)b->n, sizeof(size_t));
+    if (rep->extras == NULL || rep->extras_len == NULL) {
+        return -ENOMEM;
+    }
+    for (int i = 0; i < b->n; i++) {
+        rep->extras[i] = b->jobs[i].extra;
+        rep->extras_len[i] = b->jobs[i].extra_len;
+        b->jobs[i].extra = NULL; /* the report's now */
+    }
+    return 0;
+}
+
+/* With fields: the image's part of f's bytes in *img, *ilen, and the rest
+ * copied into j->extra (the bytes before the image, then those after it),
+ * replacing what an earlier candidate left there. Returns 0, RL_EFIELD for
+ * a refused sample, -EIO for bytes that do not hold the image's range, or
+ * -ENOMEM, with j->msg set. */
+static int split_fields(rl_pipeline *p, rl__job *j, const rl_fetch *f,
+                        const uint8_t **img, size_t *ilen)
+{
+    int64_t at = p->image_at[f->id], len = p->image_len[f->id];
+    if (at < 0) {
+        snprintf(j->msg, RL_MSG_MAX, "%s", p->refusals[-at - 1]);
+        return RL_EFIELD;
+    }
+    if ((uint64_t)at + (uint64_t)len > f->len) {
+        snprintf(j->msg, RL_MSG_MAX,
+                 "%zu bytes read, too few for the image at %lld..%lld", f->len,
+                 (long long)at, (long long)(at + len));
+        return -EIO;
+    }
+    free(j->extra);
+    j->extra = NULL;
+    j->extra_len = f->len - (size_t)len;
+    if (j->extra_len > 0) {
+        if ((j->extra = malloc(j->extra_len)) == NULL) {
+            j->extra_len = 0;
+            snprintf(j->msg, RL_MSG_MAX, "out of memory");
+            return -ENOMEM;
+        }
+        memcpy(j->extra, f->data, (size_t)at);
+        memcpy(j->extra + at, f->data + at + len, j->extra_len - (size_t)at);
+    }
+    *img = f->data + at;
+    *ilen = (size_t)len;
+    return 0;
+}
+
 bool rl__job_fails_batch(const rl__job *j)
 {
     return j->status != 0;
@@ -102,8 +198,13 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
         atomic_fetch_add(&p->read_ns, rl__now_ns() - t0);
     }
     int status = f->status;
+    const uint8_t *img = f->data;
+    size_t ilen = f->len;
     if (status != 0) {
         snprintf(j->msg, RL_MSG_MAX, "%s", f->msg);
+    } else if (p->image_at != NULL &&
+               (status = split_fields(p, j, f, &img, &ilen)) != 0) {
+        /* j->msg says why */
     } else if (ctx == NULL) {
         status = -ENOMEM;
         snprintf(j->msg, RL_MSG_MAX, "out of memory for a decoder");
@@ -114,8 +215,8 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
         }
         rl_sample_note note;
         uint64_t t0 = rl__now_ns();
-        status = rl_sample_run(ctx, &p->cfg.sample, f->data, f->len,
-                               j->batch->epoch, key, dst, &note, j->msg);
+        status = rl_sample_run(ctx, &p->cfg.sample, img, ilen, j->batch->epoch,
+                               key, dst, &note, j->msg);
         atomic_fetch_add(&p->decode_ns, rl__now_ns() - t0);
         atomic_fetch_add(&p->n_samples, 1);
         atomic_fetch_add(&p->n_pixel_decodes, (uint64_t)note.decodes);

@@ -112,7 +112,7 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg)
     if (p->cfg.decoders.n == 0) {
         rl_decode_add_native(&p->cfg.decoders);
     }
-    if (copy_views(p, &cfg->sample, msg) != 0) {
+    if (copy_views(p, &cfg->sample, msg) != 0 || rl__fields_copy(p, msg) != 0) {
         rl_source_destroy(p->cfg.source);
         rl__pipeline_unref(p); /* destroys the delivery */
         return NULL;
@@ -207,7 +207,7 @@ int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
     rl__lock(p);
     if (p->closed || p->stopping) {
         rl__unlock(p);
-        free(b);
+        rl__batch_free(b);
         return RL_ECLOSED;
     }
     int rc = rl__slot_take(p, rl_pipeline_batch_bytes(p, n), &b->slot);
@@ -218,7 +218,7 @@ int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
     }
     if (rc != 0) {
         rl__unlock(p);
-        free(b);
+        rl__batch_free(b);
         return rc;
     }
     b->slot->n = n;
@@ -261,6 +261,13 @@ void rl_batch_report_free(rl_batch_report *r)
     free(r->ids);
     free(r->fallback);
     free(r->replaced);
+    for (int i = 0; r->extras != NULL && i < r->n; i++) {
+        free(r->extras[i]);
+    }
+    free(r->extras);
+    free(r->extras_len);
+    r->extras = NULL;
+    r->extras_len = NULL;
     r->ids = NULL;
     r->fallback = NULL;
     r->replaced = NULL;
@@ -287,7 +294,7 @@ static bool by_fallback(const rl_pipeline *p, const rl__job *j)
 /* Fills rep from a done batch's jobs. Returns 0, the first failure's
  * status (rep->error filled; the fallback positions are listed all the
  * same, so the caller can say what was decoded how), or -ENOMEM. */
-static int report(const rl_pipeline *p, const rl_batch *b, rl_batch_report *rep)
+static int report(const rl_pipeline *p, rl_batch *b, rl_batch_report *rep)
 {
     memset(rep, 0, sizeof(*rep));
     rep->n = b->n;
@@ -330,6 +337,11 @@ static int report(const rl_pipeline *p, const rl_batch *b, rl_batch_report *rep)
     if (status == 0 && b->copy_status != 0) {
         rep->error.status = status = b->copy_status;
         snprintf(rep->error.msg, sizeof(rep->error.msg), "%s", b->copy_msg);
+    }
+    if (status == 0 && p->image_at != NULL && rl__report_extras(b, rep) != 0) {
+        rl_batch_report_free(rep);
+        rep->error.status = status = -ENOMEM;
+        snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");
     }
     return status;
 }
@@ -393,7 +405,7 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
     if (rc != 0) {
         rl__slot_put(p, s);
         rl__unlock(p);
-        free(b);
+        rl__batch_free(b);
         return rc;
     }
     rl_deliver *d = p->cfg.deliver;
@@ -402,7 +414,7 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
         atomic_store(&s->refs, 1);
         atomic_fetch_add(&p->refs, 1);
         rl__unlock(p);
-        free(b);
+        rl__batch_free(b);
         *out = s;
         return 0;
     }
@@ -412,7 +424,7 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
     rl__lock(p);
     rl__slot_put(p, s); /* onto the copying list until its event completes */
     rl__unlock(p);
-    free(b);
+    rl__batch_free(b);
     if (rc != 0) { /* the batch failed whole: ids stay, the rest goes */
         free(rep->fallback);
         free(rep->replaced);
@@ -471,7 +483,7 @@ void rl_pipeline_cancel(rl_pipeline *p)
         }
         rl_batch *b = pop_head(p);
         rl__slot_put(p, b->slot);
-        free(b);
+        rl__batch_free(b);
     }
     rl__unlock(p);
 }

@@ -56,6 +56,18 @@ typedef struct rl_pipeline_config {
      * a row (>= 1), then its batch fails. */
     bool skip_errors;
     int max_consecutive_errors;
+    /* Samples whose bytes hold more than the image (a tar shard's sample
+     * read with its other members in one read): for id i the image is
+     * bytes image_at[i] .. image_at[i] + image_len[i] of its fetch, and the
+     * fetch's other bytes (those before the image, then those after it) are
+     * the sample's extra bytes, reported with its batch
+     * (rl_batch_report.extras). image_at[i] < 0 refuses the sample with
+     * RL_EFIELD and the message refusals[-image_at[i] - 1] (one of
+     * nrefusals). NULL: a fetch is the image alone. Both arrays have
+     * source->count entries; they and the messages are copied at create. */
+    const int64_t *image_at, *image_len;
+    const char *const *refusals;
+    int nrefusals;
 } rl_pipeline_config;
 
 /* A sample that failed: where in its batch, which, and why. */
@@ -90,6 +102,10 @@ typedef struct rl_batch_report {
     int n_fallback;
     rl_replacement *replaced;
     int n_replaced;
+    /* With image_at (the config): each position's extra bytes, extras[i]
+     * of extras_len[i] bytes (NULL when none), on success only. */
+    uint8_t **extras;
+    size_t *extras_len;
 } rl_batch_report;
 
 /* Frees the report's arrays (not the report). */

@@ -48,6 +48,8 @@ typedef struct rl__job {
     int first_status;    /* skip policy: why the first sample failed */
     int decoder;         /* position of the decoder used, or -1 */
     int64_t replaced_by; /* skip policy: the replacement's id, or -1 */
+    uint8_t *extra;      /* the sample's extra bytes (malloc'd), or NULL */
+    size_t extra_len;
     char msg[RL_MSG_MAX];
 } rl__job;
 
@@ -92,6 +94,9 @@ struct rl_pipeline {
     atomic_uint_fast64_t read_ns, decode_ns, direct_refused, n_truncated;
     atomic_uint_fast64_t io_cpu_ns, n_pixel_decodes, n_views;
     atomic_uint_fast64_t n_decodes[RL_FORMATS]; /* by the decoder's format */
+    /* cfg.image_at, image_len, refusals: the pipeline's copies, or NULL. */
+    int64_t *image_at, *image_len;
+    char **refusals;
 };
 
 /* Takes and releases mu. Test builds tell the fake CUDA runtime, which
@@ -133,6 +138,15 @@ void *rl__worker_ctx_create(void *arg);
 void rl__worker_ctx_destroy(void *ctx);
 /* Prepares job i of batch b for sample ids[i] with keys[i]. */
 void rl__job_init(rl_batch *b, int i, int64_t id, int64_t key);
+/* Frees a batch and the extra bytes its jobs still hold. */
+void rl__batch_free(rl_batch *b);
+/* At create: the pipeline's copies of cfg's image_at, image_len and
+ * refusals (when given), checked. Returns 0, -ENOMEM or RL_ECONFIG with
+ * msg; what was copied is freed with the pipeline. */
+int rl__fields_copy(rl_pipeline *p, char *msg);
+/* A successful batch's extra bytes moved from its jobs into rep->extras
+ * (the caller's to free). Returns 0 or -ENOMEM. */
+int rl__report_extras(rl_batch *b, rl_batch_report *rep);
 /* Whether the job's outcome fails its whole batch. */
 bool rl__job_fails_batch(const rl__job *j);
 

@@ -169,6 +169,12 @@ void rl__pipeline_unref(rl_pipeline *p)
     pthread_cond_destroy(&p->done_cv);
     pthread_mutex_destroy(&p->mu);
     free(p->views);
+    free(p->image_at);
+    free(p->image_len);
+    for (int i = 0; p->refusals != NULL && p->refusals[i] != NULL; i++) {
+        free(p->refusals[i]);
+    }
+    free(p->refusals);
     free(p);
 }
 

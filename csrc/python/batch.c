@@ -96,10 +96,11 @@ typedef struct {
     size_t offset;               /* of this view's region, in bytes */
     PyObject *others;            /* the first view's: the other views */
     int device;                  /* CUDA device, or -1 on the host */
-    PyObject *owner;           /* device batches: the buffer's owner, or None */
-    PyObject *fallback;        /* tuple of positions decoded by a fallback */
-    PyObject *replaced;        /* tuple of (position, id, exception) */
-    PyObject *ids;             /* tuple: the id of each position's sample */
+    PyObject *owner;    /* device batches: the buffer's owner, or None */
+    PyObject *fallback; /* tuple of positions decoded by a fallback */
+    PyObject *replaced; /* tuple of (position, id, exception) */
+    PyObject *ids;      /* tuple: the id of each position's sample */
+    PyObject *extras;   /* tuple of bytes (a sample's extra bytes), or None */
     unsigned long long ticket; /* its submission number */
     rl_dtype dtype;
     int ndim;
@@ -125,6 +126,7 @@ static void batch_dealloc(batch_object *self)
     Py_XDECREF(self->fallback);
     Py_XDECREF(self->replaced);
     Py_XDECREF(self->ids);
+    Py_XDECREF(self->extras);
     Py_XDECREF(self->others);
     tp->tp_free(self);
     Py_DECREF(tp);
@@ -238,6 +240,12 @@ static PyObject *batch_get_fallback(batch_object *self, void *closure)
     return Py_NewRef(self->fallback);
 }
 
+static PyObject *batch_get_extras(batch_object *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->extras);
+}
+
 static PyObject *batch_get_replaced(batch_object *self, void *closure)
 {
     (void)closure;
@@ -305,6 +313,10 @@ static PyGetSetDef batch_getset[] = {
      "(position, replacement id, exception) of samples that failed and "
      "were replaced (skip_errors=True).",
      NULL},
+    {"extras", (getter)batch_get_extras, NULL,
+     "Each sample's extra bytes (bytes; a tar shard's members beside the "
+     "image), or None when the pipeline reads images alone.",
+     NULL},
     {"ids", (getter)batch_get_ids, NULL,
      "The id of the sample at each position: those submitted, replacements "
      "put in.",
@@ -366,8 +378,18 @@ static int batch_lists(rl_module_state *st, batch_object *b,
     b->fallback = PyTuple_New(rep->n_fallback);
     b->replaced = PyTuple_New(rep->n_replaced);
     b->ids = rl__py_batch_ids(rep);
-    if (b->fallback == NULL || b->replaced == NULL || b->ids == NULL) {
+    b->extras = rep->extras != NULL ? PyTuple_New(rep->n) : Py_NewRef(Py_None);
+    if (b->fallback == NULL || b->replaced == NULL || b->ids == NULL ||
+        b->extras == NULL) {
         return -1;
+    }
+    for (int i = 0; rep->extras != NULL && i < rep->n; i++) {
+        PyObject *v = PyBytes_FromStringAndSize((const char *)rep->extras[i],
+                                                (Py_ssize_t)rep->extras_len[i]);
+        if (v == NULL) {
+            return -1;
+        }
+        PyTuple_SET_ITEM(b->extras, i, v);
     }
     for (int i = 0; i < rep->n_fallback; i++) {
         PyObject *v = PyLong_FromLong(rep->fallback[i]);
@@ -416,7 +438,7 @@ static batch_object *view_new(rl_module_state *st, rl_slot *slot,
     b->others = NULL;
     b->device = slot != NULL ? -1 : device;
     b->owner = slot != NULL ? NULL : Py_NewRef(owner);
-    b->fallback = b->replaced = b->ids = NULL;
+    b->fallback = b->replaced = b->ids = b->extras = NULL;
     b->dtype = place->dtype;
     b->ndim = 4;
     Py_ssize_t h = place->out_h, w = place->out_w;
@@ -465,6 +487,7 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
         o->fallback = Py_NewRef(b->fallback);
         o->replaced = Py_NewRef(b->replaced);
         o->ids = Py_NewRef(b->ids);
+        o->extras = Py_NewRef(b->extras);
         PyTuple_SET_ITEM(b->others, v - 1, (PyObject *)o);
     }
     return (PyObject *)b;

@@ -42,7 +42,8 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
     case RL_EDECODE:
     case RL_ETRUNCATED:
     case RL_ETOOBIG:
-    case RL_EFORMAT: {
+    case RL_EFORMAT:
+    case RL_EFIELD: {
         PyObject *p =
             path ? PyUnicode_DecodeFSDefault(path) : Py_NewRef(Py_None);
         PyObject *text =
@@ -54,6 +55,7 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
         const char *kind = status == RL_ETRUNCATED ? "truncated"
                            : status == RL_ETOOBIG  ? "too_big"
                            : status == RL_EFORMAT  ? "not_jpeg"
+                           : status == RL_EFIELD   ? "field"
                                                    : "corrupt";
         PyObject *r = PyUnicode_FromString(msg);
         PyObject *k = PyUnicode_FromString(kind);

@@ -135,6 +135,18 @@ int rl__py_stats_init(PyObject *module);
  * exception set on failure (check PyErr_Occurred). */
 int64_t rl__py_item_i64(PyObject *seq, Py_ssize_t i);
 
+/*
+ * The fields table of a pipeline (core/pipeline.h's image_at, image_len,
+ * refusals) from Python sequences into cfg, whose source is made; nothing
+ * when image_at is None. Returns 0, or -1 with an exception; either way
+ * the caller frees what was allocated with rl__py_fields_free, after
+ * rl_pipeline_create (which copies it). The refusal strings are borrowed
+ * from `refusals`.
+ */
+int rl__py_fields(PyObject *image_at, PyObject *image_len, PyObject *refusals,
+                  rl_pipeline_config *cfg);
+void rl__py_fields_free(rl_pipeline_config *cfg);
+
 /* The file backend named by io ("auto", "io_uring", "pread") into *out.
  * Returns 0, or -1 with a ValueError. */
 int rl__py_parse_io(const char *io, rl_io_backend *out);

@@ -68,11 +68,15 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
                              "skip_errors",
                              "max_consecutive_errors",
                              "http",
+                             "image_at",
+                             "image_len",
+                             "refusals",
                              NULL};
     PyObject *spec, *paths = Py_None, *offsets = Py_None, *lengths = Py_None;
     PyObject *buffers = Py_None, *names = Py_None, *mul = Py_None;
     PyObject *add = Py_None, *allocator = Py_None, *fallback = Py_None;
-    PyObject *http = Py_None;
+    PyObject *http = Py_None, *image_at = Py_None, *image_len = Py_None;
+    PyObject *refusals = Py_None;
     const char *dtype = "uint8", *layout = "NCHW", *io = "auto";
     int device = -1, direct_io = 0, skip_errors = 0, max_consecutive = 16;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
@@ -80,11 +84,12 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
     unsigned long long max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiO", kwlist, &spec, &paths,
+            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOOO", kwlist, &spec, &paths,
             &offsets, &lengths, &buffers, &names, &nthreads, &layout, &seed,
             &io, &max_pixels, &max_scans, &max_file_bytes, &allow_truncated,
             &dtype, &mul, &add, &device, &allocator, &fallback, &direct_io,
-            &skip_errors, &max_consecutive, &http)) {
+            &skip_errors, &max_consecutive, &http, &image_at, &image_len,
+            &refusals)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -141,11 +146,19 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
         Py_DECREF(self);
         return NULL;
     }
+    if (rl__py_fields(image_at, image_len, refusals, &cfg) != 0) {
+        rl__py_fields_free(&cfg);
+        rl_source_destroy(cfg.source);
+        self->http = NULL;
+        Py_DECREF(self);
+        return NULL;
+    }
     if (device >= 0) {
         Py_BEGIN_ALLOW_THREADS
         cfg.deliver = rl_deliver_cuda_create(device, msg);
         Py_END_ALLOW_THREADS
         if (cfg.deliver == NULL) {
+            rl__py_fields_free(&cfg);
             rl_source_destroy(cfg.source);
             Py_DECREF(self);
             PyErr_SetString(PyExc_RuntimeError, msg);
@@ -164,6 +177,7 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
     Py_BEGIN_ALLOW_THREADS
     self->p = rl_pipeline_create(&cfg, msg);
     Py_END_ALLOW_THREADS
+    rl__py_fields_free(&cfg);
     if (self->p == NULL) {
         Py_DECREF(self);
         PyErr_SetString(PyExc_ValueError, msg);

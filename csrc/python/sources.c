@@ -365,3 +365,59 @@ PyObject *rl__py_http_set_urls(rl_source *src, PyObject *urls)
     }
     Py_RETURN_NONE;
 }
+
+int rl__py_fields(PyObject *image_at, PyObject *image_len, PyObject *refusals,
+                  rl_pipeline_config *cfg)
+{
+    if (image_at == Py_None) {
+        return 0;
+    }
+    Py_ssize_t n = PySequence_Length(image_at);
+    Py_ssize_t nr = refusals == Py_None ? 0 : PySequence_Length(refusals);
+    if (n < 0 || nr < 0) {
+        return -1;
+    }
+    if (n != cfg->source->count || PySequence_Length(image_len) != n) {
+        PyErr_Format(PyExc_ValueError,
+                     "image_at and image_len need %lld entries, one a sample",
+                     (long long)cfg->source->count);
+        return -1;
+    }
+    int64_t *at = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    int64_t *len = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    const char **why = calloc((size_t)nr + 1, sizeof(char *));
+    cfg->image_at = at;
+    cfg->image_len = len;
+    cfg->refusals = why;
+    cfg->nrefusals = (int)nr;
+    if (at == NULL || len == NULL || why == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        at[i] = rl__py_item_i64(image_at, i);
+        len[i] = rl__py_item_i64(image_len, i);
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < nr; i++) {
+        PyObject *item = PySequence_GetItem(refusals, i);
+        /* Borrowed from the caller's sequence, alive until create copies. */
+        why[i] = item != NULL ? PyUnicode_AsUTF8(item) : NULL;
+        Py_XDECREF(item);
+        if (why[i] == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void rl__py_fields_free(rl_pipeline_config *cfg)
+{
+    free((void *)cfg->image_at);
+    free((void *)cfg->image_len);
+    free((void *)cfg->refusals);
+    cfg->image_at = cfg->image_len = NULL;
+    cfg->refusals = NULL;
+}

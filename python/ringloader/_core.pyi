@@ -249,6 +249,11 @@ class Batch:
         submitted with, replacements put in."""
 
     @property
+    def extras(self) -> Optional[Tuple[bytes, ...]]:
+        """With image_at: each position's bytes beside its image (those
+        before it, then those after it); None without."""
+
+    @property
     def ticket(self) -> int:
         """The number submit() returned for this batch."""
 
@@ -343,6 +348,14 @@ class Pipeline:
         # of the ranges fetched, in an existing folder), "block_bytes" (with
         # the cache: neighbouring members fetched in one GET up to this)}
         http: Optional[Dict[str, Any]] = ...,
+        # A sample's bytes hold more than its image (a tar shard's sample
+        # with its other members): the image is bytes image_at[i] ..
+        # image_at[i] + image_len[i] of sample i's, the rest comes back in
+        # Batch.extras; image_at[i] < 0 refuses sample i (a DecodeError of
+        # kind "field", skippable) with refusals[-image_at[i] - 1]
+        image_at: Optional[Sequence[int]] = ...,
+        image_len: Optional[Sequence[int]] = ...,
+        refusals: Optional[Sequence[str]] = ...,
     ) -> Pipeline: ...
     def submit(self, ids: Sequence[int], keys: Sequence[int], epoch: int, /) -> int:
         """Queue a batch of the table's samples ids, each with the key of its

@@ -62,6 +62,9 @@ class Taken(NamedTuple):
     fallback: Sequence[int]  # positions decoded by Pillow (not JPEG, PNG or WebP)
     # (position, DecodeError or OSError) of samples replaced (skip policy)
     replaced: Sequence[tuple[int, Union[_core.DecodeError, OSError]]]
+    # Each position's extra bytes (a shard sample's other members), or None
+    # when the table has no fields.
+    extras: Optional[Sequence[bytes]] = None
 
 
 class Pipeline:
@@ -98,6 +101,14 @@ class Pipeline:
         table: dict[str, Any] = dict(paths=src.paths)
         if src.offsets is not None:
             table.update(offsets=src.offsets, lengths=src.lengths)
+        fields = getattr(src, "fields", None)
+        if fields is not None:
+            # Each range holds the image and the sample's other members.
+            table.update(
+                image_at=fields.image_at,
+                image_len=fields.image_len,
+                refusals=fields.refusals,
+            )
         remote = getattr(src, "remote", None)
         self._refresh_at: Optional[float] = None
         self._refreshing: Optional[_Background] = None
@@ -264,7 +275,7 @@ class Pipeline:
         else:
             raw = [self._gpu.tensor(view) for view in batch.views]
         replaced = [(pos, error) for pos, _, error in batch.replaced]
-        return Taken(list(batch.ids), raw, batch.fallback, replaced)
+        return Taken(list(batch.ids), raw, batch.fallback, replaced, batch.extras)
 
     # ---- lifecycle ----
 

@@ -15,6 +15,7 @@ import atexit
 import os
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Iterator, Optional, Sequence
 
@@ -40,6 +41,7 @@ from ._pipeline import Pipeline
 from .datasets import targets as _targets
 from .datasets.base import sources_of
 from .datasets.views import resolve, samples_stamp
+from .errors import DataWarning
 from .transforms import MultiView
 
 _LAYOUTS = ("NCHW", "NHWC", "channels_last")
@@ -151,6 +153,10 @@ class Loader:
     Python on each sample (announced once with a :class:`FallbackWarning`). The images are views of
     a batch buffer, not copies; keeping them is safe (the loader allocates
     another buffer instead of overwriting one still referenced).
+
+    For a ``TarShards(fields=...)`` it yields a tuple in the order of its
+    fields: the images (or the list of views) in the image field's place,
+    each other field batched (``datasets/fields.py``).
     """
 
     # Whether batches are copied into page-locked memory before they are
@@ -248,6 +254,9 @@ class Loader:
         self._active: Optional[weakref.ref] = None
         self._meter = Meter()
         self._fallback = Fallback(self._data, allow_truncated=self.allow_truncated)
+        # Samples left out of their batch for a field that did not decode.
+        self._field_skipped = 0
+        self._field_warned = False
         LIVE.add(self)
 
     def _use_transform(self, transform: Any, stacklevel: int) -> None:
@@ -397,6 +406,11 @@ class Loader:
                     self._finish(raw, plan) for raw, plan in zip(taken.raw, self._plans)
                 ]
                 images: Any = views if self._multi else views[0]
+                if getattr(src, "fields", None) is not None:
+                    # A shard's fields (datasets/fields.py): a tuple in
+                    # their order, the images in the image field's place.
+                    yield self._fields_batch(pipe, src, images, taken, t0)
+                    continue
                 self._fallback.announce_truncated(pipe)
                 # As DataLoader batches them (datasets/targets.py): int64
                 # classes straight from the array; any other kind, and
@@ -413,6 +427,37 @@ class Loader:
         finally:
             if pipe.pending and not pipe.closed:
                 pipe.cancel()
+
+    def _fields_batch(
+        self, pipe: Pipeline, src: Any, images: Any, taken: Any, t0: float
+    ) -> tuple:
+        """What _iterate yields for a batch of a shard's fields: the tuple
+        src.fields makes of the images and the batch's extra bytes. With
+        on_error="skip", samples whose fields do not decode are left out
+        (counted, announced once)."""
+        self._fallback.announce_truncated(pipe)
+        describe = getattr(self._data, "describe", None) or str
+        fields = src.fields
+        out, errors = fields.batch(
+            images, taken.idx, taken.extras, describe, self.on_error == "skip"
+        )
+        if errors:
+            self._field_skipped += len(errors)
+            if not self._field_warned:
+                self._field_warned = True
+                warnings.warn(
+                    f"on_error='skip': left out of its batch: {errors[0]}",
+                    DataWarning,
+                    stacklevel=5,
+                )
+        if self.direct_io:
+            self._fallback.announce_direct(pipe, src, taken.idx)
+        if self._pin_memory:
+            out = pin_memory(out)
+        self._position.yielded += 1
+        self._meter.waited(time.perf_counter() - t0)
+        self._meter.delivered(len(taken.idx) - len(errors))
+        return out
 
     def _finish(self, raw: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
         """Lay a view's C output out as asked (converting it on the device
@@ -530,6 +575,8 @@ class Loader:
         """
         pipe = self._pipe
         c = pipe.stats() if pipe is not None and not pipe.closed else {}
+        if c and self._field_skipped:
+            c = dict(c, errors=c.get("errors", 0) + self._field_skipped)
         return assemble_stats(
             self._meter,
             c,
@@ -537,7 +584,7 @@ class Loader:
             epoch=self._position.epoch,
             rank=self.rank,
             fallback_decodes=c.get("fallback_decodes", 0),
-            skipped=c.get("skipped", 0),
+            skipped=c.get("skipped", 0) + self._field_skipped,
         )
 
     def __repr__(self) -> str:

@@ -74,7 +74,10 @@ class Sources:
     method (tar shards, file lists and indexed folders do). For a remote
     dataset, ``paths`` are the display names of ``remote.names`` (the
     shard of each sample, or the file) and ``remote`` says how to fetch
-    them; None for local files.
+    them; None for local files. ``fields`` (a tar shard's
+    :class:`~ringloader.datasets.fields.FieldTable`): each range holds the
+    image and other members, which the loader decodes into the batch's
+    fields; None: each range is the image alone.
     """
 
     paths: Sequence[str]
@@ -82,6 +85,7 @@ class Sources:
     offsets: Optional[np.ndarray] = None
     lengths: Optional[np.ndarray] = None
     remote: Optional[Remote] = None
+    fields: Optional[Any] = None
 
     def __len__(self) -> int:
         return len(self.paths)

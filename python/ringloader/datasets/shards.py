@@ -29,12 +29,14 @@ import numpy as np
 
 from .base import ImageDataset, PathLike, Sources
 from .cache import StringBlob, load_npz
+from .fields import MAX_FIELD_BYTES, FieldTable, field_table, kind_of, parse_fields
 from .remote import Client, has_magic, is_url, redact
 from .targets import as_targets, item
 from .tarindex import (
     ShardError,
     key_of,
     remote_shard_index,
+    select_members,
     select_samples,
     shard_index,
 )
@@ -158,6 +160,21 @@ class TarShards(ImageDataset):
             that a data set the cache can hold comes down in a few large
             GETs rather than one per member. None (the default): no such
             cache.
+        fields: the members of each sample to yield, as WebDataset's
+            ``to_tuple`` names them (``("jpg;png;webp", "txt", "json")``):
+            the loader then yields tuples in that order. One field is the
+            image (decoded in C, as without fields); the others are read
+            in the same read or range GET and decoded by extension (text
+            -> str, json -> object, cls/index/id -> int, npy -> tensor,
+            other -> bytes) and batched as WebDataset's ``batched()``
+            (ints into a tensor, tensors stacked, others a list). See
+            :mod:`ringloader.datasets.fields`. None: ``(image, label)``.
+        field_transforms: ``{field: callable}`` run once per batch on the
+            field's batched column (a tokenizer taking a list of str).
+        errors: how text that is not UTF-8 is decoded (``"strict"``: the
+            sample fails; ``"replace"``, ``"ignore"``...: as
+            ``bytes.decode``).
+        max_field_bytes: a field member larger than this fails its sample.
 
     Remote shards (``http://``, ``https://``, ``s3://`` URLs, brace
     notation, ``s3://`` globs; an HTTP server cannot be listed) are read by
@@ -171,6 +188,14 @@ class TarShards(ImageDataset):
     in the shard. Attributes: ``shards`` (paths or URLs), ``targets`` (int64, or
     what ``label_key``'s function gives, as an array),
     ``offsets`` and ``lengths`` (the image member's byte range).
+
+    With ``fields`` (or a ``label_key`` of a member that is not an integer:
+    ``"json"``, ``"npy"``, read as the field after the image, float or
+    vector targets with ``target_transform`` on each), ``targets`` are -1,
+    ``offsets`` and ``lengths`` the range read (from the sample's first
+    member asked for to the end of its last), ``image_offsets`` and
+    ``image_lengths`` the image member's, and ``field_table`` says where
+    each field lies (:mod:`.fields`).
     """
 
     def __init__(
@@ -187,6 +212,10 @@ class TarShards(ImageDataset):
         timeout: float = 30.0,
         s3_client: Any = None,
         cache_limit: int | None = None,
+        fields: Sequence[str] | None = None,
+        field_transforms: dict[str, Callable] | None = None,
+        errors: str = "strict",
+        max_field_bytes: int = MAX_FIELD_BYTES,
     ) -> None:
         if cache_limit is not None and int(cache_limit) <= 0:
             raise ValueError(
@@ -197,6 +226,20 @@ class TarShards(ImageDataset):
             image_key = image_key.split(";")
         self.image_key = tuple(k.lower().lstrip(".") for k in image_key)
         self.label_key = label_key
+        self.errors = errors
+        self.max_field_bytes = int(max_field_bytes)
+        self.field_transforms = dict(field_transforms or {})
+        self.fields: tuple[str, ...] | None = None
+        label_field = isinstance(label_key, str) and kind_of(label_key.lower()) != "int"
+        if fields is not None:
+            self.fields = tuple(fields)
+        elif label_field:
+            assert isinstance(label_key, str)
+            self.fields = (";".join(self.image_key), label_key)
+        image_field, alts = 0, []
+        if self.fields is not None:
+            image_field, alts = parse_fields(self.fields, IMAGE_KEYS)
+            self.image_key = alts[image_field]
         self.cache_dir = cache_dir
         self.transform = transform
         self.target_transform = target_transform
@@ -216,7 +259,10 @@ class TarShards(ImageDataset):
         self.index_files: list[str] = []
 
         by_ext = label_key.lower().lstrip(".") if isinstance(label_key, str) else None
+        if self.fields is not None:
+            by_ext = None  # labels are a field, or not asked for
         parts_off, parts_len, parts_tgt = [], [], []
+        members: list[list] = [[] for _ in alts]
         counts = []
         indexes = self._indexes(progress)
         try:
@@ -230,6 +276,12 @@ class TarShards(ImageDataset):
                 parts_len.append(z["sizes"][images])
                 parts_tgt.append(labels)
                 counts.append(len(images))
+                for f, exts in enumerate(alts):
+                    if f != image_field:
+                        m, rank = select_members(z, images, exts)
+                        off = np.where(m >= 0, z["offsets"][m], -1)
+                        size = np.where(m >= 0, z["sizes"][m], -1)
+                        members[f].append((off, size, rank))
         finally:
             indexes.close()  # on error: cancels the indexing left to do
         self.offsets = np.concatenate(parts_off).astype(np.int64, copy=False)
@@ -242,6 +294,27 @@ class TarShards(ImageDataset):
             self.targets = np.concatenate(parts_tgt).astype(np.int64, copy=False)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.paths = _ShardPaths(self.shards, self.starts)
+        # The image member's range (offsets/lengths widen to every field).
+        self.image_offsets, self.image_lengths = self.offsets, self.lengths
+        self.field_table: FieldTable | None = None
+        if self.fields is not None:
+            per_sample = {}
+            if target_transform is not None and label_key in self.fields:
+                per_sample[self.fields.index(label_key)] = target_transform
+            self.field_table = field_table(
+                self.fields,
+                image_field,
+                alts,
+                self.offsets,
+                self.lengths,
+                members,
+                max_field_bytes=self.max_field_bytes,
+                errors=errors,
+                per_sample=per_sample,
+                per_batch=self.field_transforms,
+            )
+            self.offsets = self.field_table.offsets
+            self.lengths = self.field_table.lengths
 
     def _index_of(self, shard: int) -> tuple[dict[str, np.ndarray], str, bool]:
         path = self.shards[shard]
@@ -327,8 +400,12 @@ class TarShards(ImageDataset):
 
     def read(self, index: int) -> bytes:
         """The bytes of sample ``index``'s image member."""
+        return self._read(
+            index, int(self.image_offsets[index]), int(self.image_lengths[index])
+        )
+
+    def _read(self, index: int, off: int, length: int) -> bytes:
         path = self.paths[index]
-        off, length = int(self.offsets[index]), int(self.lengths[index])
         if self.client is not None:
             return self.client.get(path, off, off + length)
         with open(path, "rb") as f:
@@ -338,6 +415,24 @@ class TarShards(ImageDataset):
                 f"{path}: member at byte {off} is cut short (shard truncated)"
             )
         return data
+
+    def __getitem__(self, index: int) -> Any:
+        """(image, target), or with ``fields`` the tuple of the sample's
+        fields decoded (the image as without fields; no
+        ``field_transforms``, which take a batch)."""
+        image, target = super().__getitem__(index)
+        table = self.field_table
+        if table is None:
+            return image, target
+        at = int(table.image_at[index])
+        if at < 0:
+            raise ShardError(f"{self.describe(index)}: {table.refusals[-at - 1]}")
+        data = self._read(index, int(self.offsets[index]), int(self.lengths[index]))
+        extra = data[:at] + data[at + int(table.image_len[index]) :]
+        return tuple(
+            image if f == table.image else table.value(f, index, extra, self.describe)
+            for f in range(len(table.names))
+        )
 
     def _sample(self, index: int) -> tuple[str, bytes, Any]:
         """Named as :meth:`describe` names it; its image member's bytes."""
@@ -358,12 +453,14 @@ class TarShards(ImageDataset):
             offsets=self.offsets,
             lengths=self.lengths,
             remote=remote,
+            fields=self.field_table,
         )
 
     def __repr__(self) -> str:
         return (
             f"ringloader.TarShards({len(self.shards)} shards, {len(self)} samples, "
-            f"image_key={self.image_key}, label_key={self.label_key!r})"
+            f"image_key={self.image_key}, label_key={self.label_key!r}"
+            + (f", fields={self.fields!r})" if self.fields is not None else ")")
         )
 
 

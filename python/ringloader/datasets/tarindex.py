@@ -44,6 +44,7 @@ __all__ = [
     "ShardError",
     "key_of",
     "remote_shard_index",
+    "select_members",
     "select_samples",
     "shard_index",
     "split_key",
@@ -423,3 +424,30 @@ def select_samples(
         name = names[int(wanted[bad[0]])]
         raise ShardError(f"{path}: label member {name!r} does not hold an integer")
     return images, values
+
+
+def select_members(
+    z: dict[str, np.ndarray], images: np.ndarray, exts: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(member, rank) per sample of one shard, for the samples whose image
+    members are ``images``: the sample's member whose extension comes
+    first in ``exts`` (among duplicates the last one), and that
+    extension's position in ``exts``; -1 for a sample with none."""
+    names_exts = list(StringBlob(z["exts_blob"], z["exts_offsets"]))
+    key_ids, ext_codes = z["key_ids"], z["ext_codes"]
+    out = np.full(len(images), -1, dtype=np.int64)
+    rank = np.full(len(images), -1, dtype=np.int64)
+    if len(images) == 0:
+        return out, rank
+    best = np.full(int(key_ids.max()) + 1, -1, dtype=np.int64)
+    best_rank = np.full(len(best), -1, dtype=np.int64)
+    # From the least preferred extension to the most, members in order:
+    # a later write wins, so the preferred extension's last member stays.
+    for r in range(len(exts) - 1, -1, -1):
+        if exts[r] not in names_exts:
+            continue
+        holders = np.nonzero(ext_codes == names_exts.index(exts[r]))[0]
+        best[key_ids[holders]] = holders
+        best_rank[key_ids[holders]] = r
+    sample_keys = key_ids[images]
+    return best[sample_keys], best_rank[sample_keys]

@@ -170,6 +170,12 @@ class View:
         self._refresh()
         by_leaf = {id(leaf): sources_of(leaf) for leaf in self._unique}
         srcs = [by_leaf[id(leaf)] for leaf in self.leaves]
+        if any(s.fields is not None for s in srcs):
+            raise TypeError(
+                "a Subset, ConcatDataset or Mix of TarShards with fields (or a "
+                "label_key read as a field) cannot be read as one table yet; "
+                "select the shards in the TarShards itself"
+            )
         remote = _merge_remote([s.remote for s in by_leaf.values()])
         part, index = self._part.tolist(), self._index.tolist()
         if len(srcs) == 1:

@@ -28,6 +28,7 @@ LAYERS: list[list[str]] = [
     ["errors"],
     # torchvision's augmentation transforms as C ops; output conversions
     ["_ops", "_convert", "_pad"],
+    ["_timm_ops"],  # timm's augmentations as C ops (on _ops' packing)
     ["transforms", "datasets.base", "datasets.presign"],
     ["datasets.cache", "datasets.views", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex"],

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
 from . import _core, _ops
+from . import _timm_ops  # timm hook (timmaug): the coordinator rewires it
 from ._convert import CONVERSIONS, fold_conversion
 from ._pad import random_crop_fields
 from .errors import UnsupportedTransform
@@ -258,6 +259,8 @@ def _known(t: Any) -> bool:
     """A transform of torchvision's or ours: only those are fused by name (a
     user's own class called Resize may mean something else entirely)."""
     module = type(t).__module__
+    if _timm_ops.handles(t):  # timm hook (timmaug)
+        return True
     return module.startswith("torchvision.") or module.startswith("ringloader.")
 
 
@@ -385,6 +388,7 @@ def compile_transform(transform: Any) -> Compiled:
     resize_filter = 0  # bilinear: a CenterCrop alone resamples 1:1
     state: dict[str, Any] = {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
     ops: list[tuple[str, list[float]]] = []
+    aug_classes = tuple(_ops.CLASSES) + tuple(_timm_ops.CLASSES)  # timm hook (timmaug)
     converted = erased = flipped = vflipped = False
     reason = ""
     i = 0
@@ -409,9 +413,9 @@ def compile_transform(transform: Any) -> Compiled:
                 break
             ops.append(erase)
             erased = True
-        elif converted or name not in _GEOMETRY + tuple(_ops.CLASSES):
+        elif converted or name not in _GEOMETRY + aug_classes:
             if not geometric or erased or not fold_conversion(t, state):
-                if name in _ops.CLASSES and converted:
+                if name in aug_classes and converted:
                     reason = f"{name} after the conversion to a tensor"
                 elif name not in CONVERSIONS:
                     reason = f"{name} has no C op"
@@ -421,13 +425,15 @@ def compile_transform(transform: Any) -> Compiled:
                     reason = f"{name} is not fused at this point"
                 break
             converted = True
-        elif name in _ops.CLASSES:
+        elif name in aug_classes:
             size = _out_size(spec, resize, cropped)
             if size is None:
                 reason = f"{name} needs a fixed image size before it"
                 break
             try:
-                elements = _ops.ops_of(t, *size)
+                # timm hook (timmaug): timm's classes to _timm_ops
+                of = _timm_ops.ops_of if _timm_ops.handles(t) else _ops.ops_of
+                elements = of(t, *size)
             except _ops.NotFused as e:
                 reason = str(e)
                 break

@@ -48,8 +48,9 @@ PIPELINES = {
     "train-norm": "RandomResizedCrop(224) + flip + Normalize",
     "jitter": "RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) + Normalize",
     "randaug": "v2: RandomResizedCrop(224) + flip + RandAugment + Normalize",
+    "timm-ra": "RandomResizedCrop(224) + flip + timm rand-m9-mstd0.5-inc1 + Normalize",
 }
-AUGMENT = ("ta", "ta-plain", "jitter", "randaug", "train-norm")
+AUGMENT = ("ta", "ta-plain", "jitter", "randaug", "train-norm", "timm-ra")
 CROP, RESIZE = 224, 256
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 BASELINE, BOUND = "dataloader", "decode-bound"
@@ -98,6 +99,22 @@ def augment_recipe(pipeline: str) -> Any:
                 v2.ToImage(),
                 v2.ToDtype(torch.float32, scale=True),
                 v2.Normalize(MEAN, STD),
+            ]
+        )
+    if pipeline == "timm-ra":
+        # timm's RandAugment with the hparams create_transform gives it for
+        # 224 and ImageNet's mean, interpolation="random" (timm installed)
+        from timm.data.auto_augment import rand_augment_transform
+
+        mean = tuple(min(255, round(255 * m)) for m in MEAN)
+        hparams = dict(translate_const=int(CROP * 0.45), img_mean=mean)
+        return T.Compose(
+            [
+                T.RandomResizedCrop(CROP),
+                T.RandomHorizontalFlip(),
+                rand_augment_transform("rand-m9-mstd0.5-inc1", hparams),
+                T.ToTensor(),
+                T.Normalize(MEAN, STD),
             ]
         )
     if pipeline == "jitter":

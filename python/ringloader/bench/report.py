@@ -24,6 +24,8 @@ TITLES = {
     "train-norm": "Train: RandomResizedCrop(224) + flip + Normalize",
     "jitter": "RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4) + Normalize",
     "randaug": "v2: RandomResizedCrop(224) + flip + RandAugment + Normalize",
+    "timm-ra": "RandomResizedCrop(224) + flip + timm's RandAugment "
+    "(rand-m9-mstd0.5-inc1, random interpolation) + Normalize",
 }
 
 

@@ -84,6 +84,19 @@ def ordered(names: list[str]) -> list[str]:
     return sorted(names, key=lambda n: list(LABELS).index(split(n)[0]))
 
 
+def posterize_before_pillow13(img: Any, bits: int, **_: Any) -> Any:
+    """timm's posterize as it ran before Pillow 13, which refuses 0 bits
+    (timm's rand-m9-mstd0.5-inc1 draws them and its loader stops with a
+    ValueError): 0 bits give a black image, as ringloader's op does."""
+    from PIL import Image, ImageOps
+
+    if bits >= 8:
+        return img
+    if bits <= 0:
+        return Image.new(img.mode, img.size)
+    return ImageOps.posterize(img, bits)
+
+
 def augment_recipe(pipeline: str) -> Any:
     """The torchvision transform of an AUGMENT pipeline (float32, normalised)."""
     import torch
@@ -108,11 +121,15 @@ def augment_recipe(pipeline: str) -> Any:
 
         mean = tuple(min(255, round(255 * m)) for m in MEAN)
         hparams = dict(translate_const=int(CROP * 0.45), img_mean=mean)
+        ra = rand_augment_transform("rand-m9-mstd0.5-inc1", hparams)
+        for op in ra.ops:
+            if op.aug_fn.__name__ == "posterize":
+                op.aug_fn = posterize_before_pillow13
         return T.Compose(
             [
                 T.RandomResizedCrop(CROP),
                 T.RandomHorizontalFlip(),
-                rand_augment_transform("rand-m9-mstd0.5-inc1", hparams),
+                ra,
                 T.ToTensor(),
                 T.Normalize(MEAN, STD),
             ]

@@ -352,31 +352,37 @@ static void bilinear(const rl_image *src, double xin, double yin, uint8_t *out)
     }
 }
 
-/* bicubic_filter32RGB at input point (xin, yin) of src into out. */
+/* bicubic_filter32RGB at input point (xin, yin) of src into out: the
+ * three channels side by side, each in Pillow's order. */
 static void bicubic(const rl_image *src, double xin, double yin, uint8_t *out)
 {
     xin -= 0.5;
     yin -= 0.5;
-    int x = floor_int(xin), y = floor_int(yin);
-    double dx = xin - x, dy = yin - y;
-    x--;
-    y--;
+    int x = floor_int(xin) - 1, y = floor_int(yin) - 1;
+    double dx = xin - (x + 1), dy = yin - (y + 1);
     int xs[4];
     for (int k = 0; k < 4; k++) {
         xs[k] = clampi(x + k, src->w) * 3;
     }
-    for (int b = 0; b < 3; b++) {
-        double v[4];
-        for (int k = 0; k < 4; k++) {
-            int yy = y + k;
-            if (k > 0 && !(yy >= 0 && yy < src->h)) {
-                v[k] = v[k - 1]; /* rows below the image repeat the last */
-                continue;
+    double v[4][3];
+    for (int k = 0; k < 4; k++) {
+        int yy = y + k;
+        if (k > 0 && !(yy >= 0 && yy < src->h)) {
+            /* a row outside the image repeats the one before */
+            for (int b = 0; b < 3; b++) {
+                v[k][b] = v[k - 1][b];
             }
-            const uint8_t *r = ROW(src, k == 0 ? clampi(yy, src->h) : yy) + b;
-            v[k] = cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
+            continue;
         }
-        double s = cubic(v[0], v[1], v[2], v[3], dy);
+        const uint8_t *r = ROW(src, k == 0 ? clampi(yy, src->h) : yy);
+        const uint8_t *p0 = r + xs[0], *p1 = r + xs[1], *p2 = r + xs[2],
+                      *p3 = r + xs[3];
+        for (int b = 0; b < 3; b++) {
+            v[k][b] = cubic(p0[b], p1[b], p2[b], p3[b], dx);
+        }
+    }
+    for (int b = 0; b < 3; b++) {
+        double s = cubic(v[0][b], v[1][b], v[2][b], v[3][b], dy);
         out[b] = s <= 0.0 ? 0 : s >= 255.0 ? 255 : (uint8_t)s;
     }
 }

@@ -341,3 +341,33 @@ def test_batches_identical_across_threads_and_io_backends(root):
     assert _digest(root, num_threads=2, io="io_uring") == one
     assert _digest(root, num_threads=3, io="pread", prefetch=1) == one
     assert _digest(root, num_threads=1, io="pread", seed=5) != one
+
+
+def _over(element, field: str, value: float):
+    """element with its field `field` set to value, bypassing _timm_ops."""
+    op, args = element
+    at = 0
+    for name, count, record in _core.OP_ARGS[op]:
+        if name == field:
+            break
+        at += count * (1 if record is None else sum(c for _, c, _ in record))
+    args = list(args)
+    args[at] = value
+    return op, args
+
+
+def test_python_refuses_to_fuse_where_the_c_check_refuses():
+    most = _core.OP_LIMITS["timm_rand_augment"]["max_layers"]
+    fits = _timm_ops.ops_of(aa.rand_augment_transform(f"rand-m9-n{most}", dict(HP)), 8, 8)
+    _core.augment_draw(fits, 8, 8, 0, 0, 0)
+    with pytest.raises(_timm_ops.NotFused, match="layers"):
+        _timm_ops.ops_of(aa.rand_augment_transform(f"rand-m9-n{most + 1}", dict(HP)), 8, 8)
+    with pytest.raises(ValueError, match="num_layers"):
+        _core.augment_draw([_over(fits[0], "num_layers", most + 1)], 8, 8, 0, 0, 0)
+    # AugMix: width * (1 + depth) + 1 parameters
+    fits = _timm_ops.ops_of(aa.augment_and_mix_transform("augmix-m3-w5-d2", dict(HP)), 8, 8)
+    _core.augment_draw(fits, 8, 8, 0, 0, 0)
+    with pytest.raises(_timm_ops.NotFused, match="width"):
+        _timm_ops.ops_of(aa.augment_and_mix_transform("augmix-m3-w5-d3", dict(HP)), 8, 8)
+    with pytest.raises(ValueError, match="width"):
+        _core.augment_draw([_over(fits[0], "depth", 3)], 8, 8, 0, 0, 0)

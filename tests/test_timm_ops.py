@@ -9,9 +9,10 @@ identical bytes for every op):
 
 - integer ops (auto_contrast, equalize, invert, posterize, solarize,
   solarize_add): identical;
-- enhance ops (color, contrast, brightness, sharpness, desaturate): within
-  1 LSB (Pillow blends in float32: a compiler that fuses a multiply-add
-  may move a value across a truncation);
+- enhance ops (color, contrast, brightness, sharpness, desaturate) and
+  gaussian_blur: within 1 LSB (Pillow blends in float32, and computes the
+  blur's box radius in float32: a compiler that fuses a multiply-add may
+  move a value across a truncation);
 - geometric ops (rotate, shear, translate, bilinear and bicubic): within
   1 LSB or at least 40 dB (a sample point on the image's edge may fall in
   or out with a fused multiply-add, taking the fill colour).
@@ -52,6 +53,7 @@ ENHANCE = {
     "brightness": [0.1, 0.8, 1.9],
     "sharpness": [0.1, 0.5, 1.9],
     "desaturate": [0.0, 0.3, 1.0],
+    "gaussian_blur": [0.0, 0.1, 0.5, 1.37, 2.0],
 }
 GEOMETRIC = {
     "rotate": [-27.3, 0.0, 12.7, 30.0, 90.0, 180.0, -90.0],
@@ -155,6 +157,8 @@ def _reference_call(t_ops, slot: float, im: Image.Image, monkeypatch) -> Image.I
     kwargs["resample"] = (
         resample[filt] if isinstance(resample, (list, tuple)) else resample
     )
+    if op.aug_fn is aa.gaussian_blur_rand:
+        return aa.gaussian_blur(im, magnitude)  # the slot holds the radius
     if op.aug_fn is aa.posterize and args[0] <= 0:
         return Image.new("RGB", im.size)  # Pillow before 13
     return op.aug_fn(im, *args, **kwargs)
@@ -166,6 +170,8 @@ POLICIES = [
     ("rand", "rand-m9-mstd0.5"),
     ("rand", "rand-m7-n3-mstd101-p0.8-mmax12"),
     ("rand", "rand-m9-n2-tweights-mstd0.5"),
+    ("rand", "rand-m9-n3-t3aw-mstd0.5"),
+    ("auto", "3a"),
     ("auto", "v0"),
     ("auto", "v0r-mstd0.5"),
     ("auto", "original"),

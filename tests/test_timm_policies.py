@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import random
+import types
 from collections import defaultdict
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageFilter
 from scipy import stats
 from torchvision import datasets as tvd
 from torchvision import transforms as T
@@ -72,6 +73,8 @@ def _call_of(op, slot: float) -> tuple | None:
     if call is None:
         return None
     _, magnitude, filt, negate = call
+    if op.aug_fn.__name__ == "gaussian_blur_rand":
+        return "gaussian_blur_rand", magnitude, None  # the radius drawn
     saved = aa._randomly_negate
     aa._randomly_negate = lambda v: -v if negate else v
     try:
@@ -121,8 +124,32 @@ def _ours(kind: str, t, n: int) -> list[list]:
     return out
 
 
+class _Radius(ImageFilter.GaussianBlur):
+    """ImageFilter.GaussianBlur, recording the radius timm draws."""
+
+    seen: list = []
+
+    def __init__(self, radius):
+        _Radius.seen.append(radius)
+        super().__init__(radius)
+
+
 def _recorder(log: list):
     def rec(name):
+        if name == "gaussian_blur_rand":
+            # timm's own function, which draws the radius itself
+            def blur(img, *args, **kwargs):
+                saved = aa.ImageFilter
+                aa.ImageFilter = types.SimpleNamespace(GaussianBlur=_Radius)
+                try:
+                    aa.gaussian_blur_rand(img, *args)
+                finally:
+                    aa.ImageFilter = saved
+                log.append((name, _Radius.seen.pop(), None))
+                return img
+
+            return blur
+
         def fn(img, *args, **kwargs):
             resample = aa._interpolation(dict(kwargs)) if name in GEO else None
             log.append(
@@ -221,6 +248,8 @@ RAND = [
     "rand-m7-n3-mstd101-p0.8",
     "rand-m9-mstd1-mmax12-inc1",
     "rand-m9-n3-tweights-mstd0.5",
+    "rand-m9-n3-t3aw-mstd0.5",
+    "rand-m7-t3a",
 ]
 
 
@@ -240,7 +269,9 @@ def test_random_interpolation_choice_matches_timm():
     same_categories(filters[0], filters[1], "random interpolation")
 
 
-@pytest.mark.parametrize("config", ["v0", "v0r-mstd0.5", "original", "originalr-mstd1"])
+@pytest.mark.parametrize(
+    "config", ["v0", "v0r-mstd0.5", "original", "originalr-mstd1", "3a"]
+)
 def test_auto_augment_draws_match_timm(config):
     t = _make("auto", config, Image.BICUBIC)
     _compare_calls(_ours("auto", t, N), _theirs("auto", t, N), config)
@@ -271,8 +302,7 @@ def test_unsupported_settings_are_not_fused_and_say_why():
     cases = [
         (aa.augment_and_mix_transform("augmix-m3-b1", dict(HP)), "blended"),
         (aa.augment_and_mix_transform("augmix-m3-w5-d3", dict(HP)), "width"),
-        (aa.rand_augment_transform("rand-m9-t3a", dict(HP)), "GaussianBlur"),
-        (aa.auto_augment_transform("3a", dict(HP)), "GaussianBlurRand"),
+        (aa.augment_and_mix_transform("augmix-m3-a0", dict(HP)), "alpha"),
         (
             aa.rand_augment_transform("rand-m9", dict(HP, interpolation=Image.NEAREST)),
             "bilinear and bicubic",
@@ -358,16 +388,24 @@ def _over(element, field: str, value: float):
 
 def test_python_refuses_to_fuse_where_the_c_check_refuses():
     most = _core.OP_LIMITS["timm_rand_augment"]["max_layers"]
-    fits = _timm_ops.ops_of(aa.rand_augment_transform(f"rand-m9-n{most}", dict(HP)), 8, 8)
+    fits = _timm_ops.ops_of(
+        aa.rand_augment_transform(f"rand-m9-n{most}", dict(HP)), 8, 8
+    )
     _core.augment_draw(fits, 8, 8, 0, 0, 0)
     with pytest.raises(_timm_ops.NotFused, match="layers"):
-        _timm_ops.ops_of(aa.rand_augment_transform(f"rand-m9-n{most + 1}", dict(HP)), 8, 8)
+        _timm_ops.ops_of(
+            aa.rand_augment_transform(f"rand-m9-n{most + 1}", dict(HP)), 8, 8
+        )
     with pytest.raises(ValueError, match="num_layers"):
         _core.augment_draw([_over(fits[0], "num_layers", most + 1)], 8, 8, 0, 0, 0)
     # AugMix: width * (1 + depth) + 1 parameters
-    fits = _timm_ops.ops_of(aa.augment_and_mix_transform("augmix-m3-w5-d2", dict(HP)), 8, 8)
+    fits = _timm_ops.ops_of(
+        aa.augment_and_mix_transform("augmix-m3-w5-d2", dict(HP)), 8, 8
+    )
     _core.augment_draw(fits, 8, 8, 0, 0, 0)
     with pytest.raises(_timm_ops.NotFused, match="width"):
-        _timm_ops.ops_of(aa.augment_and_mix_transform("augmix-m3-w5-d3", dict(HP)), 8, 8)
+        _timm_ops.ops_of(
+            aa.augment_and_mix_transform("augmix-m3-w5-d3", dict(HP)), 8, 8
+        )
     with pytest.raises(ValueError, match="width"):
         _core.augment_draw([_over(fits[0], "depth", 3)], 8, 8, 0, 0, 0)

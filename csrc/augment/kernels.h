@@ -87,6 +87,8 @@ int rl_pil_color(rl_image *img, double factor);
 int rl_pil_contrast(rl_image *img, double factor);
 int rl_pil_brightness(rl_image *img, double factor);
 int rl_pil_sharpness(rl_image *img, double factor);
+/* ImageFilter.GaussianBlur(radius): Pillow's three box blurs a direction */
+int rl_pil_gaussian_blur(rl_image *img, double radius);
 int rl_pil_affine(rl_image *img, const double a[6], int resample,
                   const uint8_t fill[3]);
 int rl_pil_rotate(rl_image *img, double degrees, int resample,

@@ -52,7 +52,9 @@
     X(T_TRANSLATE_Y, "TranslateY")              \
     X(T_TRANSLATE_X_REL, "TranslateXRel")       \
     X(T_TRANSLATE_Y_REL, "TranslateYRel")       \
-    X(T_DESATURATE, "Desaturate")
+    X(T_DESATURATE, "Desaturate")               \
+    X(T_GAUSSIAN_BLUR, "GaussianBlur")          \
+    X(T_GAUSSIAN_BLUR_RAND, "GaussianBlurRand")
 #define ENUM_OF(e, name) e,
 #define NAME_OF(e, name) [e] = name,
 enum { TIMM_KINDS(ENUM_OF) N_TKINDS };
@@ -77,7 +79,8 @@ const char *const rl_timm_kinds[] = {TIMM_KINDS(NAME_OF) NULL};
     X(F_TRANSLATE_Y_ABS, "translate_y_abs") \
     X(F_TRANSLATE_X_REL, "translate_x_rel") \
     X(F_TRANSLATE_Y_REL, "translate_y_rel") \
-    X(F_DESATURATE, "desaturate")
+    X(F_DESATURATE, "desaturate")           \
+    X(F_GAUSSIAN_BLUR, "gaussian_blur")
 enum { TIMM_FUNCS(ENUM_OF) N_FUNCS };
 const char *const rl_timm_funcs[] = {TIMM_FUNCS(NAME_OF) NULL};
 
@@ -136,6 +139,8 @@ static int run_func(int func, double arg, int resample, const double *fill,
         return rl_pil_brightness(img, arg);
     case F_SHARPNESS:
         return rl_pil_sharpness(img, arg);
+    case F_GAUSSIAN_BLUR:
+        return rl_pil_gaussian_blur(img, arg);
     case F_DESATURATE: /* enhance factor 1 - arg, within [0, 1] */
         return rl_pil_color(img, fmin(1.0, fmax(0.0, 1.0 - arg)));
     case F_SHEAR_X:
@@ -208,6 +213,13 @@ static double level(const double *a, int kind, double m, bool neg, int *func)
         *func = F_DESATURATE;
         v = 0.5 + (1.0 - 0.5) * l;
         return fmax(0.5, fmin(1.0, v));
+    case T_GAUSSIAN_BLUR: /* _minmax_level_to_arg(0.1, 2.0), clamped */
+        *func = F_GAUSSIAN_BLUR;
+        v = 0.1 + (2.0 - 0.1) * l;
+        return fmax(0.1, fmin(2.0, v));
+    case T_GAUSSIAN_BLUR_RAND: /* the slot holds the radius drawn */
+        *func = F_GAUSSIAN_BLUR;
+        return m;
     case T_AUTOCONTRAST:
         *func = F_AUTO_CONTRAST;
         return 0;
@@ -258,6 +270,12 @@ double rl__timm_draw(const double *a, int row, rl_rng *g)
         m = isinf(std) ? m * rl_rng_uniform(g) : m + std * normal(g);
     }
     m = fmax(0.0, fmin(m, a[TM_magnitude_upper]));
+    if ((int)r[TM_ROW_kind] == T_GAUSSIAN_BLUR_RAND) {
+        /* gaussian_blur_rand: factor = clamp(m / 10, 0, 1), then the
+         * radius uniform(0.1, 2 factor), which the slot holds */
+        double factor = fmax(0.0, fmin(1.0, m / LEVEL_DENOM));
+        m = 0.1 + (2.0 * factor - 0.1) * rl_rng_uniform(g);
+    }
     int filter = rl__timm_pick(g, (int)a[TM_n_filters]);
     bool neg = is_signed((int)r[TM_ROW_kind]) && rl_rng_uniform(g) < 0.5;
     double code = 1 + row + TM_MAX_ROWS * (filter + 3 * (neg ? 1 : 0));

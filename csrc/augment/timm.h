@@ -13,7 +13,8 @@
  *     (1 + row + TM_MAX_ROWS * (filter + 3 * negate)) * TM_SLOT_SCALE + m
  * with m the magnitude after timm's noise and clipping (below
  * TM_SLOT_SCALE), filter the index of the resampling filter drawn and
- * negate timm's _randomly_negate. Python decodes slots in its tests.
+ * negate timm's _randomly_negate; for GaussianBlurRand, m is the blur
+ * radius its op draws. Python decodes slots in its tests.
  */
 #ifndef RL_AUGMENT_TIMM_H
 #define RL_AUGMENT_TIMM_H

@@ -212,7 +212,8 @@ def test_policy_equals_timm_with_the_drawn_parameters(
 
 
 @pytest.mark.parametrize(
-    "config", ["augmix-m5-w4-d2", "augmix-m3-mstd0.5", "augmix-m9-w2-a0.5"]
+    "config",
+    ["augmix-m5-w4-d2", "augmix-m3-mstd0.5", "augmix-m9-w2-a0.5", "augmix-m5-w3-d2-b1"],
 )
 def test_augmix_equals_timm_with_the_drawn_parameters(config, monkeypatch):
     t = aa.augment_and_mix_transform(config, dict(HP))
@@ -223,16 +224,26 @@ def test_augmix_equals_timm_with_the_drawn_parameters(config, monkeypatch):
         p = _core.augment_draw([element], h, w, 9, 0, key)[0]
         m, weights = np.float32(p[0]), np.float32(p[1 : 1 + t.width])
         img = Image.fromarray(a)
-        # timm's AugMixAugment._apply_basic, the draws replaced by ours
-        mixed = np.zeros_like(img, dtype=np.float32)
-        for c, mw in enumerate(weights):
+        chains = []
+        for c in range(t.width):
             aug = img
-            chain = p[1 + t.width + c * slots : 1 + t.width + (c + 1) * slots]
-            for slot in chain:
+            for slot in p[1 + t.width + c * slots : 1 + t.width + (c + 1) * slots]:
                 aug = _reference_call(t.ops, slot, aug, monkeypatch)
-            mixed += mw * np.asarray(aug, dtype=np.float32)
-        np.clip(mixed, 0, 255.0, out=mixed)
-        ref = np.asarray(Image.blend(img, Image.fromarray(mixed.astype(np.uint8)), m))
+            chains.append(aug)
+        if t.blended:
+            # timm's AugMixAugment._apply_blended, the draws replaced by ours
+            out = img
+            for aug, wb in zip(chains, t._calc_blended_weights(weights, m)):
+                out = Image.blend(out, aug, wb)
+            ref = np.asarray(out)
+        else:
+            # timm's AugMixAugment._apply_basic, the draws replaced by ours
+            mixed = np.zeros_like(img, dtype=np.float32)
+            for aug, mw in zip(chains, weights):
+                mixed += mw * np.asarray(aug, dtype=np.float32)
+            np.clip(mixed, 0, 255.0, out=mixed)
+            mixed_img = Image.fromarray(mixed.astype(np.uint8))
+            ref = np.asarray(Image.blend(img, mixed_img, m))
         ours = _ours(a, [element], 9, key)
         d = np.abs(ours.astype(int) - ref.astype(int)).max()
         assert d <= 1 or psnr(ours, ref) >= 40, f"{config} on {name}: {d} LSB"

@@ -87,6 +87,10 @@ int rl_pil_color(rl_image *img, double factor);
 int rl_pil_contrast(rl_image *img, double factor);
 int rl_pil_brightness(rl_image *img, double factor);
 int rl_pil_sharpness(rl_image *img, double factor);
+/* Image.blend(in1, img, alpha) into img (float32, truncated; clipped
+ * outside [0, 1]), in1 an image of img's size with rows stride1 apart. */
+void rl_pil_blend(const uint8_t *in1, size_t stride1, rl_image *img,
+                  float alpha);
 /* ImageFilter.GaussianBlur(radius): Pillow's three box blurs a direction */
 int rl_pil_gaussian_blur(rl_image *img, double radius);
 int rl_pil_affine(rl_image *img, const double a[6], int resample,

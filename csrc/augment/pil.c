@@ -205,6 +205,12 @@ static void blend(rl_image *img, const uint8_t *deg, size_t deg_stride,
     }
 }
 
+void rl_pil_blend(const uint8_t *in1, size_t stride1, rl_image *img,
+                  float alpha)
+{
+    blend(img, in1, stride1, alpha);
+}
+
 /* A degenerate of one grey level, as a row of w pixels (stride 0). */
 static int blend_flat(rl_image *img, uint8_t level, double factor)
 {

@@ -166,8 +166,6 @@ def _auto_augment(t: Any) -> Element:
 
 
 def _augmix(t: Any) -> Element:
-    if t.blended:
-        raise NotFused("AugMixAugment(blended=True) is not fused")
     width, depth, alpha = int(t.width), int(t.depth), float(t.alpha)
     limits = _core.OP_LIMITS["timm_augmix"]
     slots = depth if depth > 0 else limits["random_depth_slots"]
@@ -185,7 +183,13 @@ def _augmix(t: Any) -> Element:
         raise NotFused(f"AugMixAugment(alpha={t.alpha}): alpha must be positive")
     head = _head(list(t.ops))
     op = "timm_augmix"
-    return op, _args(op, {**head, "width": width, "depth": depth, "alpha": alpha})
+    values = {
+        "width": width,
+        "depth": depth,
+        "alpha": alpha,
+        "blended": float(t.blended),
+    }
+    return op, _args(op, {**head, **values})
 
 
 _MAKERS = {

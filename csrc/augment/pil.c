@@ -443,7 +443,9 @@ static void bilinear(const rl_image *src, double xin, double yin, uint8_t *out)
 }
 
 /* bicubic_filter32RGB at input point (xin, yin) of src into out: the
- * three channels side by side, each in Pillow's order. */
+ * four rows' three channels as twelve lanes, each in Pillow's order. A row
+ * below (or above) the image takes the previous row's values, as Pillow
+ * repeats them. */
 static void bicubic(const rl_image *src, double xin, double yin, uint8_t *out)
 {
     xin -= 0.5;
@@ -454,26 +456,27 @@ static void bicubic(const rl_image *src, double xin, double yin, uint8_t *out)
     for (int k = 0; k < 4; k++) {
         xs[k] = clampi(x + k, src->w) * 3;
     }
-    double v[4][3];
-    for (int k = 0; k < 4; k++) {
+    const uint8_t *rows[4];
+    rows[0] = ROW(src, clampi(y, src->h));
+    for (int k = 1; k < 4; k++) {
         int yy = y + k;
-        if (k > 0 && !(yy >= 0 && yy < src->h)) {
-            /* a row outside the image repeats the one before */
-            for (int b = 0; b < 3; b++) {
-                v[k][b] = v[k - 1][b];
-            }
-            continue;
-        }
-        const uint8_t *r = ROW(src, k == 0 ? clampi(yy, src->h) : yy);
-        const uint8_t *p0 = r + xs[0], *p1 = r + xs[1], *p2 = r + xs[2],
-                      *p3 = r + xs[3];
-        for (int b = 0; b < 3; b++) {
-            v[k][b] = cubic(p0[b], p1[b], p2[b], p3[b], dx);
+        rows[k] = yy >= 0 && yy < src->h ? ROW(src, yy) : rows[k - 1];
+    }
+    double a[12], b[12], c[12], d[12], v[12];
+    for (int k = 0; k < 4; k++) {
+        for (int ch = 0; ch < 3; ch++) {
+            a[3 * k + ch] = rows[k][xs[0] + ch];
+            b[3 * k + ch] = rows[k][xs[1] + ch];
+            c[3 * k + ch] = rows[k][xs[2] + ch];
+            d[3 * k + ch] = rows[k][xs[3] + ch];
         }
     }
-    for (int b = 0; b < 3; b++) {
-        double s = cubic(v[0][b], v[1][b], v[2][b], v[3][b], dy);
-        out[b] = s <= 0.0 ? 0 : s >= 255.0 ? 255 : (uint8_t)s;
+    for (int i = 0; i < 12; i++) {
+        v[i] = cubic(a[i], b[i], c[i], d[i], dx);
+    }
+    for (int ch = 0; ch < 3; ch++) {
+        double s = cubic(v[ch], v[3 + ch], v[6 + ch], v[9 + ch], dy);
+        out[ch] = s <= 0.0 ? 0 : s >= 255.0 ? 255 : (uint8_t)s;
     }
 }
 

@@ -2,8 +2,9 @@
  * augment/pil.c - Pillow's kernels, as timm's augmentations call them:
  * ImageOps (autocontrast, equalize, invert, posterize, solarize), the
  * look-up table of timm's solarize_add, ImageEnhance (Color, Contrast,
- * Brightness, Sharpness) and Image.transform's affine warp with bilinear
- * or bicubic resampling and a fill colour (Image.rotate included).
+ * Brightness, Sharpness) and Image.blend, ImageFilter.GaussianBlur, and
+ * Image.transform's affine warp with bilinear or bicubic resampling and a
+ * fill colour (Image.rotate included).
  *
  * DESIGN: timm works on PIL images, so its ops are Pillow's C code, not
  * torchvision's tensor kernels (policy.c): the ImageOps ops end in a
@@ -14,7 +15,10 @@
  * ITU-R 601 grey of Convert.c (Color), a grey of the grey's rounded mean
  * (Contrast), black (Brightness) and the 3x3 SMOOTH filter of Filter.c,
  * accumulated in float32 in Pillow's order with its kernel 1/13, 5/13
- * rounded to float32 (Sharpness). The warp samples each output pixel at
+ * rounded to float32 (Sharpness). GaussianBlur is BoxBlur.c's three box
+ * blurs along rows then columns, in its 8.24 fixed point, with the box
+ * radius Pillow derives from the standard deviation in float32. The warp
+ * samples each output pixel at
  * its centre through the forward matrix Image.transform takes (output to
  * input), in double, with Geometry.c's bilinear and bicubic filters
  * (edges clamped, truncation to uint8; bicubic clipped first); a centre

@@ -18,11 +18,11 @@
  * rounded to float32 (Sharpness). GaussianBlur is BoxBlur.c's three box
  * blurs along rows then columns, in its 8.24 fixed point, with the box
  * radius Pillow derives from the standard deviation in float32. The warp
- * samples each output pixel at
- * its centre through the forward matrix Image.transform takes (output to
- * input), in double, with Geometry.c's bilinear and bicubic filters
- * (edges clamped, truncation to uint8; bicubic clipped first); a centre
- * outside the image takes the fill colour. ISO C (-std=c11) contracts no
+ * samples each output pixel at its centre through the forward matrix
+ * Image.transform takes (output to input), in double, with Geometry.c's
+ * bilinear and bicubic filters (edges clamped, truncation to uint8;
+ * bicubic clipped first); a centre outside the image takes the fill
+ * colour. ISO C (-std=c11) contracts no
  * multiply-add, so each float operation rounds as Pillow's does on x86-64.
  */
 #define _GNU_SOURCE

@@ -29,6 +29,7 @@ LAYERS: list[list[str]] = [
     ["_steps"],  # the neutral description of a transform (adapters -> compiler)
     # torchvision's augmentation transforms as C ops; output conversions
     ["_ops", "_convert", "_pad"],
+    ["_timm_ops"],  # timm's augmentations as C ops (on _ops' packing)
     # each library's transform classes as _steps, one file a library
     ["adapt.*"],
     ["transforms", "datasets.base", "datasets.presign", "datasets.fields"],

@@ -46,6 +46,8 @@ CASES = {
     # augmentation ops in C, drawn per sample, and RandomErasing's noise
     "ops-k2":    (dict(shuffle=True, ops=True), 0, 2),
     "ops-epoch1-k3": (dict(shuffle=True, ops=True), 1, 3),
+    # timm's RandAugment and AugMix in C (csrc/augment/timm.c)
+    "timm-k2":   (dict(shuffle=True, timm=True), 0, 2),
 }
 
 def make(root, case, threads):
@@ -56,6 +58,11 @@ def make(root, case, threads):
         tf += [v2.ColorJitter(0.4, 0.4, 0.4, 0.1), v2.TrivialAugmentWide(),
                v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
                v2.RandomErasing(0.5, value="random")]
+    if kwargs.pop("timm", False):
+        from timm.data import auto_augment as aa
+        hp = dict(translate_const=14, img_mean=(124, 116, 104))
+        tf += [aa.rand_augment_transform("rand-m9-mstd0.5-inc1", dict(hp)),
+               aa.augment_and_mix_transform("augmix-m3-w2-d2", dict(hp))]
     return ringloader.Loader(
         Files(root), batch_size=4, seed=3, num_threads=threads,
         transform=T.Compose(tf), **kwargs)

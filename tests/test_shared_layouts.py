@@ -135,7 +135,23 @@ def _timm_erase():
 def _other_libraries_ops():
     """The elements of the ops other libraries' adapters make (timm's)."""
     pytest.importorskip("timm")
-    return [_timm_erase()]
+    return [_timm_erase()] + _timm_elements()
+
+
+def _timm_elements():
+    """An element of each of timm's C ops (csrc/augment/timm.c), from
+    timm's own objects through _timm_ops, and timm_op."""
+    aa = pytest.importorskip("timm.data.auto_augment")
+    from ringloader import _timm_ops
+
+    hp = dict(translate_const=20, img_mean=(1, 2, 3))
+    objects = [
+        aa.rand_augment_transform("rand-m7-n3-mstd0.5-tweights", dict(hp)),
+        aa.auto_augment_transform("v0r-mstd0.5", dict(hp)),
+        aa.augment_and_mix_transform("augmix-m4-w3-d2", dict(hp)),
+    ]
+    out = [e for t in objects for e in _timm_ops.ops_of(t, 48, 40)]
+    return out + [_timm_ops.timm_op("rotate", 5.0, 2, (4, 5, 6))]
 
 
 def test_op_layouts_are_read_from_the_core():
@@ -156,6 +172,12 @@ def test_op_layouts_are_read_from_the_core():
         assert v not in names, f"_ops.py:{line} repeats the name {v!r}"
     assert _ops.POLICY_KINDS == _core.POLICY_KINDS
     assert set(_ops._MAG_OPS) <= set(_core.POLICY_KINDS)
+    timm_names = set(_core.TIMM_KINDS) | set(_core.TIMM_FUNCS)
+    for line, v in _constants("_timm_ops.py"):
+        assert not (isinstance(v, int) and v > 3 and v in numbers), (
+            f"_timm_ops.py:{line} repeats a count or limit of the op layouts: {v}"
+        )
+        assert v not in timm_names, f"_timm_ops.py:{line} repeats the name {v!r}"
     # Every C op is reached from Python, and each layout is the one C
     # checks the arguments against.
     groups = {op for op, _ in _ops.ops_of(_composition(), 48, 40)}

@@ -154,6 +154,7 @@ extern const rl_op_def *const rl_policy_ops[];   /* policy.c */
 extern const rl_op_def *const rl_augmix_ops[];   /* augmix.c */
 extern const rl_op_def *const rl_output_ops[];   /* erase.c */
 extern const rl_op_def *const rl_group_ops[];    /* group.c */
+extern const rl_op_def *const rl_timm_ops[];     /* timm.c */
 /* Those tables, ending with NULL (ops.c). */
 extern const rl_op_def *const *const rl_op_tables[];
 
@@ -189,6 +190,12 @@ extern const rl_policy_kind rl_policy_kinds[];
  * ending with NULL: torchvision's AutoAugmentPolicy values
  * (_core.AUTO_AUGMENT_POLICIES). */
 extern const char *const rl_auto_augment_policies[];
+
+/* timm's op names (the kinds of its policies' rows) and its op functions
+ * (timm_op's `func`), by number, ending with NULL (timm.c): Python takes
+ * them from _core.TIMM_KINDS and _core.TIMM_FUNCS. */
+extern const char *const rl_timm_kinds[];
+extern const char *const rl_timm_funcs[];
 
 /*
  * Appends op def with nargs arguments to the chain. Returns 0, or

@@ -210,8 +210,8 @@ static double log_gamma_variate(rl_rng *g, double a)
 }
 
 /* n weights ~ Dirichlet(alpha, ..., alpha), each rounded to float32, into
- * out. */
-static void dirichlet(rl_rng *g, double alpha, int n, double *out)
+ * out (kernels.h). */
+void rl__dirichlet_f32(rl_rng *g, double alpha, int n, double *out)
 {
     double hi = -INFINITY;
     for (int i = 0; i < n; i++) {
@@ -237,8 +237,8 @@ static void am_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
     int severity = (int)a[AM_severity], width = (int)a[AM_mixture_width];
     int n_kinds = (int)a[AM_space_size];
     int slots = slots_of(a[AM_chain_depth]);
-    dirichlet(g, a[AM_alpha], 2, params);
-    dirichlet(g, a[AM_alpha], width, params + 2);
+    rl__dirichlet_f32(g, a[AM_alpha], 2, params);
+    rl__dirichlet_f32(g, a[AM_alpha], width, params + 2);
     double *slot = params + 2 + width;
     for (int c = 0; c < width; c++, slot += slots) {
         int depth =

@@ -66,4 +66,40 @@ int rl_k_rotate(rl_image *img, double angle, rl_interp interp,
 int rl_policy_apply(rl_image *img, int kind, double magnitude, rl_interp interp,
                     const double *fill);
 
+/* ---- Pillow's kernels, as timm's ops call them (pil.c) ----
+ * Each gives Pillow's bytes for the same call on an RGB image: ImageOps
+ * invert, posterize (bits <= 0: black, as Pillow before 13 gave; >= 8:
+ * unchanged), solarize (values >= threshold inverted), autocontrast and
+ * equalize (no cutoff, no mask); timm's solarize_add (values below
+ * threshold raised by add, clipped); ImageEnhance Color, Contrast,
+ * Brightness and Sharpness enhance(factor); Image.transform(size, AFFINE,
+ * a, resample, fillcolor=fill), a the output-to-input matrix, and
+ * Image.rotate(degrees, resample, fillcolor=fill). resample is Pillow's
+ * number: RL_PIL_BILINEAR or RL_PIL_BICUBIC. Return 0 or -ENOMEM. */
+enum { RL_PIL_BILINEAR = 2, RL_PIL_BICUBIC = 3 };
+int rl_pil_invert(rl_image *img);
+int rl_pil_posterize(rl_image *img, int bits);
+int rl_pil_solarize(rl_image *img, int threshold);
+int rl_pil_solarize_add(rl_image *img, int add, int threshold);
+int rl_pil_autocontrast(rl_image *img);
+int rl_pil_equalize(rl_image *img);
+int rl_pil_color(rl_image *img, double factor);
+int rl_pil_contrast(rl_image *img, double factor);
+int rl_pil_brightness(rl_image *img, double factor);
+int rl_pil_sharpness(rl_image *img, double factor);
+/* Image.blend(in1, img, alpha) into img (float32, truncated; clipped
+ * outside [0, 1]), in1 an image of img's size with rows stride1 apart. */
+void rl_pil_blend(const uint8_t *in1, size_t stride1, rl_image *img,
+                  float alpha);
+/* ImageFilter.GaussianBlur(radius): Pillow's three box blurs a direction */
+int rl_pil_gaussian_blur(rl_image *img, double radius);
+int rl_pil_affine(rl_image *img, const double a[6], int resample,
+                  const uint8_t fill[3]);
+int rl_pil_rotate(rl_image *img, double degrees, int resample,
+                  const uint8_t fill[3]);
+
+/* n weights ~ Dirichlet(alpha, ..., alpha) from g, each rounded to
+ * float32 (at least FLT_MIN), into out (augmix.c; timm's AugMix too). */
+void rl__dirichlet_f32(rl_rng *g, double alpha, int n, double *out);
+
 #endif /* RL_AUGMENT_KERNELS_H */

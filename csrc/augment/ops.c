@@ -10,11 +10,12 @@
  * tolerance each states), and the parameters are drawn with torchvision's
  * distributions from the sample's own stream. The groups (group.c) are
  * entries too: RandomApply, RandomChoice and RandomOrder hold the ops
- * before them in the chain.
+ * before them in the chain. timm's augmentations (timm.c) follow timm on
+ * PIL images instead: Pillow's kernels (pil.c), timm's distributions.
  */
 #include "augment/augment.h"
 
 const rl_op_def *const *const rl_op_tables[] = {
     rl_color_ops,  rl_geometry_ops, rl_policy_ops, rl_augmix_ops,
-    rl_output_ops, rl_group_ops,    NULL,
+    rl_output_ops, rl_group_ops,    rl_timm_ops,   NULL,
 };

@@ -143,6 +143,8 @@ int rl__py_ops_init(PyObject *module)
         add(module, "POLICY_TABLE_KINDS", policy_kinds(true)) < 0 ||
         add(module, "AUTO_AUGMENT_POLICIES",
             names_tuple(rl_auto_augment_policies)) < 0 ||
+        add(module, "TIMM_KINDS", names_tuple(rl_timm_kinds)) < 0 ||
+        add(module, "TIMM_FUNCS", names_tuple(rl_timm_funcs)) < 0 ||
         PyModule_AddIntConstant(module, "AUGMENT_MAX_OPS", RL_AUGMENT_MAX_OPS) <
             0) {
         return -1;

@@ -74,6 +74,10 @@ OP_LIMITS: Dict[str, Dict[str, int]]
 POLICY_KINDS: Tuple[str, ...]
 POLICY_TABLE_KINDS: Tuple[str, ...]
 AUTO_AUGMENT_POLICIES: Tuple[str, ...]
+# timm's op names (the kinds of its policies' rows, csrc/augment/timm.c)
+# and its op functions (timm_op's `func`), by number.
+TIMM_KINDS: Tuple[str, ...]
+TIMM_FUNCS: Tuple[str, ...]
 # The elements (ops and groups, csrc/augment/group.c) a chain holds.
 AUGMENT_MAX_OPS: int
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from .. import _core, _ops
+from .. import _core, _ops, _timm_ops
 from .._steps import CenterCrop, Convert, Erase, Ops, Resize, ResizedCrop, Step, Unfused
 from ..errors import UnsupportedTransform
 from .torchvision_v1 import filter_of, pair
@@ -141,22 +141,12 @@ def erase_of(t: Any, dtype: str) -> _ops.Element:
 
 
 def _augment_step(t: Any) -> Optional[Step]:
-    """timm's augmentations (RandAugment, AutoAugment, AugMix), handed to
-    ``_timm_ops``, or None where that module is absent or does not take t.
-
-    ---- WIRING POINT for ringloader/_timm_ops.py (timm's augment ops) ----
-    ``_timm_ops.CLASSES`` names the timm classes it handles and
-    ``_timm_ops.ops_of(t, h, w)`` gives their chain elements (the format of
-    ``_ops.ops_of``) or raises ``_ops.NotFused``.
-    """
-    try:
-        from .._timm_ops import CLASSES, ops_of  # type: ignore[import-not-found]
-    except ImportError:
+    """timm's augmentations (RandAugment, AutoAugment, AugMix) as C ops
+    (``_timm_ops``: Pillow's kernels, timm's draws), or None for a class
+    it does not take."""
+    if not _timm_ops.handles(t):
         return None
-    name = type(t).__name__
-    if name not in CLASSES:
-        return None
-    return Ops(name, lambda h, w: ops_of(t, h, w))
+    return Ops(type(t).__name__, lambda h, w: _timm_ops.ops_of(t, h, w))
 
 
 def describe(t: Any) -> Step:

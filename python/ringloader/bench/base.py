@@ -54,6 +54,7 @@ PIPELINES = {
     'interpolation="bilinear", re_prob=0.25)',
     "timm-train-random": "timm: create_transform(224, is_training=True, "
     'interpolation="random", re_prob=0.25)',
+    "timm-ra": "RandomResizedCrop(224) + flip + timm rand-m9-mstd0.5-inc1 + Normalize",
 }
 AUGMENT = (
     "ta",
@@ -64,6 +65,7 @@ AUGMENT = (
     "timm-eval",
     "timm-train",
     "timm-train-random",
+    "timm-ra",
 )
 CROP, RESIZE = 224, 256
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -98,6 +100,19 @@ def ordered(names: list[str]) -> list[str]:
     return sorted(names, key=lambda n: list(LABELS).index(split(n)[0]))
 
 
+def posterize_before_pillow13(img: Any, bits: int, **_: Any) -> Any:
+    """timm's posterize as it ran before Pillow 13, which refuses 0 bits
+    (timm's rand-m9-mstd0.5-inc1 draws them and its loader stops with a
+    ValueError): 0 bits give a black image, as ringloader's op does."""
+    from PIL import Image, ImageOps
+
+    if bits >= 8:
+        return img
+    if bits <= 0:
+        return Image.new(img.mode, img.size)
+    return ImageOps.posterize(img, bits)
+
+
 def augment_recipe(pipeline: str) -> Any:
     """The torchvision (or timm) transform of an AUGMENT pipeline (float32,
     normalised)."""
@@ -125,6 +140,26 @@ def augment_recipe(pipeline: str) -> Any:
                 v2.ToImage(),
                 v2.ToDtype(torch.float32, scale=True),
                 v2.Normalize(MEAN, STD),
+            ]
+        )
+    if pipeline == "timm-ra":
+        # timm's RandAugment with the hparams create_transform gives it for
+        # 224 and ImageNet's mean, interpolation="random" (timm installed)
+        from timm.data.auto_augment import rand_augment_transform
+
+        mean = tuple(min(255, round(255 * m)) for m in MEAN)
+        hparams = dict(translate_const=int(CROP * 0.45), img_mean=mean)
+        ra = rand_augment_transform("rand-m9-mstd0.5-inc1", hparams)
+        for op in ra.ops:
+            if op.aug_fn.__name__ == "posterize":
+                op.aug_fn = posterize_before_pillow13
+        return T.Compose(
+            [
+                T.RandomResizedCrop(CROP),
+                T.RandomHorizontalFlip(),
+                ra,
+                T.ToTensor(),
+                T.Normalize(MEAN, STD),
             ]
         )
     if pipeline == "jitter":

@@ -11,6 +11,14 @@ arguments; Kolmogorov-Smirnov of continuous ones; p > 0.01, with fixed
 seeds so the test is deterministic. AugMix also compares its mixing
 weights and blend factor.
 
+The module makes about 300 such comparisons, so at p < 0.01 chance alone
+fails about 3 of them for a seed drawn at random: the seeds (3, 3) are
+one where none fails. A sweep over others (RINGLOADER_POLICY_SEED=1..13)
+failed 0 to 3 test functions a seed, each time on other configs and other
+quantities (a filter's share, one op's argument, a mixing weight), the
+smallest p seen 2.8e-4, above the Bonferroni bound 0.01 / 300: what chance
+gives, not a bias of one draw.
+
 Then: the transform compiler fuses timm's classes (the hook in
 transforms.py), says why where it cannot, and batches are bit-identical
 across thread counts and I/O backends.
@@ -19,6 +27,7 @@ across thread counts and I/O backends.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import types
 from collections import defaultdict
@@ -40,7 +49,9 @@ from images import write_folder
 aa = pytest.importorskip("timm.data.auto_augment")
 
 N = 20_000
-SEED_OURS, SEED_THEIRS = 3, 3  # our stream and timm's (random, numpy)
+# Our stream and timm's (random, numpy). RINGLOADER_POLICY_SEED overrides
+# both, for sweeps over seeds (see the module's docstring).
+SEED_OURS = SEED_THEIRS = int(os.environ.get("RINGLOADER_POLICY_SEED", "3"))
 HP = dict(translate_const=100, img_mean=(124, 116, 104))
 GEO = {
     "rotate",

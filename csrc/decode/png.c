@@ -10,8 +10,13 @@
  * grey+alpha, RGB and RGBA keep their high byte (Pillow's unpackers).
  * Gamma, sBIT and colour profiles are ignored, as Pillow ignores them.
  *
- * DESIGN: libspng gives each row in the file's own format (SPNG_FMT_RAW,
+ * DESIGN: the rows come in the file's own format (SPNG_FMT_RAW,
  * big-endian), and this file converts the columns of the region to RGBX.
+ * A non-interlaced file of at most RL_PNG_ROWS_MAX filtered bytes is first
+ * offered to png_rows.c (libdeflate inflating the whole stream, our own
+ * unfiltering down to the region's last row: about twice libspng's speed
+ * with zlib); what it declines, and every other file, libspng decodes as
+ * follows, so each file's outcome, pixels or error, is libspng's.
  * A non-interlaced file is decoded row by row and left after the region's
  * last row: rows above the region are inflated and unfiltered (PNG's
  * filters chain every row to the one before) but not converted or kept,
@@ -32,8 +37,8 @@
  *
  * Limits: the image size is checked from IHDR before any pixel memory
  * exists (rl_decode_check_pixels). Inflation is bounded by the image:
- * libspng inflates IDAT data only into the rows it is asked for, and a
- * stream that goes on past the last row is an error; compressed ancillary
+ * libdeflate stops at the end of the image's buffer, libspng inflates
+ * IDAT data only into the rows it is asked for; compressed ancillary
  * chunks (iCCP, zTXt, iTXt) are held to RL_PNG_CHUNK_CACHE bytes, which
  * Pillow bounds too (its MAX_TEXT_MEMORY, 64 MiB).
  *

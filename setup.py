@@ -1,5 +1,5 @@
 """Build ringloader's C extension against the system's libjpeg-turbo,
-libspng, libwebp, zlib, liburing and libcurl, found with pkg-config. No torch, CUDA or C++ is needed to build."""
+libspng, libdeflate, libwebp, zlib, liburing and libcurl, found with pkg-config. No torch, CUDA or C++ is needed to build."""
 
 import os
 import shutil
@@ -13,6 +13,7 @@ DEBIAN_PACKAGES = {
     "pkg-config": "pkg-config",
     "libjpeg": "libjpeg62-turbo-dev (Debian) or libjpeg-turbo8-dev (Ubuntu)",
     "spng": "libspng-dev",
+    "libdeflate": "libdeflate-dev",
     "libwebp": "libwebp-dev",
     "libwebpdemux": "libwebp-dev",
     "zlib": "zlib1g-dev",
@@ -21,13 +22,15 @@ DEBIAN_PACKAGES = {
 }
 APT_LINE = (
     "$(command -v sudo) apt-get install -y pkg-config libjpeg62-turbo-dev "
-    "libspng-dev libwebp-dev zlib1g-dev liburing-dev libcurl4-openssl-dev"
+    "libspng-dev libdeflate-dev libwebp-dev zlib1g-dev liburing-dev libcurl4-openssl-dev"
     "   # Ubuntu: libjpeg-turbo8-dev"
 )
 
 
 # The image libraries, by pkg-config name: the native decoders link them.
-IMAGE_LIBRARIES = ("libjpeg", "spng", "libwebp", "libwebpdemux", "zlib")
+IMAGE_LIBRARIES = (
+    "libjpeg", "spng", "libdeflate", "libwebp", "libwebpdemux", "zlib"
+)
 
 
 def fail(message: str) -> None:
@@ -149,7 +152,9 @@ if STATIC_CURL:
 # same prefix; its symbols kept inside the module the same way): Debian's
 # own builds of them need a newer glibc than the wheel's.
 STATIC_IMAGE = os.environ.get("RINGLOADER_STATIC_IMAGE", "")
-STATIC_IMAGE_ARCHIVES = ("libspng.a", "libwebpdemux.a", "libwebp.a", "libz.a")
+STATIC_IMAGE_ARCHIVES = (
+    "libspng.a", "libdeflate.a", "libwebpdemux.a", "libwebp.a", "libz.a"
+)
 if STATIC_IMAGE:
     for name in IMAGE_LIBRARIES[1:]:
         DEBIAN_PACKAGES.pop(name)

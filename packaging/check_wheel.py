@@ -7,9 +7,10 @@ environment holding the wheel, torch, numpy and Pillow:
   (``ringloader.libs/``), it is libjpeg-turbo, with its SIMD code (the
   SIMD dispatch is compiled in, and turning it off slows a decode down);
 - libcurl is linked into the module (no libcurl.so is mapped), with OpenSSL
-  and nghttp2; so are libspng, libwebp and zlib: a PNG and a WebP (lossy
-  with alpha) decode natively, as Pillow decodes them, with no libspng or
-  libwebp mapped but Pillow's own and none needed (ldd);
+  and nghttp2; so are libspng, libdeflate, libwebp and zlib: a PNG and a
+  WebP (lossy with alpha) decode natively, as Pillow decodes them, with no
+  libspng, libdeflate or libwebp mapped but Pillow's own and none needed
+  (ldd);
 - a smoke test: a folder of JPEGs through the Loader, decoded as Pillow
   decodes them, and tar shards over HTTP from nginx (when nginx is
   installed) equal to the same shards read from disk.
@@ -116,7 +117,7 @@ def main() -> int:
             print(f"decode: a {fmt} {w}x{h}, natively, equal to Pillow's: {same}")
             assert same, fmt
         # Pillow maps its own libwebp (pillow.libs/); no other may be.
-        for lib in ("libspng", "libwebp", "libsharpyuv"):
+        for lib in ("libspng", "libdeflate", "libwebp", "libsharpyuv"):
             others = [p for p in mapped(lib) if "pillow.libs" not in p]
             assert others == [], others
 
@@ -161,6 +162,7 @@ def main() -> int:
             needed = out.stdout
             assert "libcurl" not in needed and "libssl" not in needed, needed
             assert "libspng" not in needed and "libwebp" not in needed, needed
+            assert "libdeflate" not in needed, needed
             assert "ringloader.libs/libjpeg" in needed, needed
 
         # ---- tar shards over HTTP ----

@@ -9,7 +9,7 @@ One wheel per CPython found (3.9 to 3.13), each installable with pip alone:
   sources (``apt-get source``: Debian's security patches included) for the
   same glibc and linked statically: HTTP(S) and S3 without a system libcurl.
   The module exports its init function alone (``exports.map``);
-- libspng, libwebp (with libwebpdemux) and zlib, the native
+- libspng, libdeflate, libwebp (with libwebpdemux) and zlib, the native
   PNG and WebP decoders' libraries, are built from Debian's sources too,
   for the same glibc, and linked statically (Debian's own builds need
   glibc 2.29 and 2.34): the module's exports.map keeps their symbols
@@ -44,9 +44,15 @@ CMAKE = shutil.which("cmake", path=BIN) or "cmake"
 GLIBC = "2.17"
 PLAT = "manylinux_2_17_x86_64"
 SOURCES = ("openssl", "nghttp2", "curl")
-IMAGE_SOURCES = ("zlib", "libspng", "libwebp")
+IMAGE_SOURCES = ("zlib", "libspng", "libdeflate", "libwebp")
 # What setup.py links from the prefix (RINGLOADER_STATIC_IMAGE), in order.
-IMAGE_ARCHIVES = ("libspng.a", "libwebpdemux.a", "libwebp.a", "libz.a")
+IMAGE_ARCHIVES = (
+    "libspng.a",
+    "libdeflate.a",
+    "libwebpdemux.a",
+    "libwebp.a",
+    "libz.a",
+)
 CURL_OFF = (
     "--disable-shared --enable-static --with-pic --without-libpsl "
     "--without-libidn2 --without-brotli --without-zstd --without-zlib "
@@ -195,11 +201,11 @@ def build_deps(deps: Path, cc: Path) -> Path:
 
 
 def build_image_deps(deps: Path, cc: Path, prefix: Path) -> None:
-    """zlib, libspng and libwebp (with libwebpdemux; libwebp 1.2 holds
+    """zlib, libspng, libdeflate and libwebp (with libwebpdemux; libwebp 1.2 holds
     sharpyuv), static
     and position-independent, for glibc GLIBC, into prefix."""
     stamp = prefix / ".built-image"
-    if stamp.exists():
+    if stamp.exists() and all((prefix / "lib" / a).exists() for a in IMAGE_ARCHIVES):
         return
     src = fetch_sources(deps / "src", IMAGE_SOURCES)
     env = dict(os.environ, CC=str(cc), CFLAGS="-O2 -fPIC")
@@ -219,6 +225,13 @@ def build_image_deps(deps: Path, cc: Path, prefix: Path) -> None:
     (prefix / "lib" / "libspng.a").unlink(missing_ok=True)
     run(["ar", "rcs", str(prefix / "lib" / "libspng.a"), str(obj)])
     shutil.copy(spng / "spng.h", prefix / "include" / "spng.h")
+    log("building libdeflate (static: the library alone)")
+    run(
+        ["make", f"-j{jobs}", "libdeflate.a", f"CC={cc}", "CFLAGS=-O2 -fPIC"],
+        cwd=src["libdeflate"],
+    )
+    shutil.copy(src["libdeflate"] / "libdeflate.a", prefix / "lib" / "libdeflate.a")
+    shutil.copy(src["libdeflate"] / "libdeflate.h", prefix / "include" / "libdeflate.h")
     log("building libwebp (static: the decoder and demux)")
     b = src["libwebp"] / "build-wheel"
     shutil.rmtree(b, ignore_errors=True)
@@ -332,7 +345,8 @@ def report(wheel: Path) -> None:
     size = wheel.stat().st_size / 2**20
     print(
         f"{wheel.name}\n  tag {tag}, {size:.1f} MiB, bundles {', '.join(libs)}"
-        ", libcurl + OpenSSL + nghttp2, libspng + libwebp + zlib and liburing "
+        ", libcurl + OpenSSL + nghttp2, libspng + libdeflate + libwebp + zlib and "
+        "liburing "
         "linked in",
         flush=True,
     )

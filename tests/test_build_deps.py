@@ -10,8 +10,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APT = (
-    "apt-get install -y pkg-config libjpeg62-turbo-dev libspng-dev libwebp-dev "
-    "zlib1g-dev liburing-dev libcurl4-openssl-dev"
+    "apt-get install -y pkg-config libjpeg62-turbo-dev libspng-dev libdeflate-dev "
+    "libwebp-dev zlib1g-dev liburing-dev libcurl4-openssl-dev"
 )
 
 
@@ -36,10 +36,11 @@ def test_every_library_named_at_once(tmp_path):
     assert rc != 0
     assert err.count("ringloader build error") == 1
     assert (
-        "missing libjpeg, spng, libwebp, libwebpdemux, zlib, liburing, libcurl" in err
+        "missing libjpeg, spng, libdeflate, libwebp, libwebpdemux, zlib, liburing, libcurl" in err
     )
     for name, package in (
         ("spng", "libspng-dev"),
+        ("libdeflate", "libdeflate-dev"),
         ("libwebp", "libwebp-dev"),
         ("zlib", "zlib1g-dev"),
     ):
@@ -55,7 +56,7 @@ def test_without_pkg_config_everything_is_named(tmp_path):
     assert rc != 0
     assert err.count("ringloader build error") == 1
     assert (
-        "missing pkg-config, libjpeg, spng, libwebp, libwebpdemux, zlib, liburing, libcurl"
+        "missing pkg-config, libjpeg, spng, libdeflate, libwebp, libwebpdemux, zlib, liburing, libcurl"
         in err
     )
     assert "pkg-config: install pkg-config (not on PATH)" in err

@@ -91,6 +91,7 @@ def test_setup_lines_work_for_root_and_for_users():
         "pkg-config",
         "libjpeg62-turbo-dev",
         "libspng-dev",
+        "libdeflate-dev",
         "libwebp-dev",
         "zlib1g-dev",
         "liburing-dev",

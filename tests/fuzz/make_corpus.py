@@ -156,6 +156,12 @@ def png_seeds() -> list[bytes]:
                 )
     whole = png_bytes(random_samples(rng, 70, 90, 6, 8), 6, 8, idat_pieces=4)
     out.extend(cuts(whole))
+    # Photo-like RGB and RGBA as Pillow writes them (adaptive filters:
+    # runs of Paeth rows, the decoder's SIMD loops).
+    for mode in ("RGB", "RGBA"):
+        buf = io.BytesIO()
+        image(21, 34, 5).convert(mode).save(buf, "PNG")
+        out.append(buf.getvalue())
     frames = [image(24, 32, k) for k in range(2)]
     buf = io.BytesIO()
     frames[0].save(buf, "PNG", save_all=True, append_images=frames[1:])

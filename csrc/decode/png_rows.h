@@ -1,0 +1,61 @@
+/*
+ * decode/png_rows.h - a PNG's image data inflated whole with libdeflate and
+ * unfiltered here: the fast path of decode/png.c, its only user.
+ *
+ * libspng inflates with zlib a row at a time and unfilters byte by byte;
+ * for the files of a data set (one IDAT run, a well-formed zlib stream) it
+ * is several times faster to inflate the whole stream in one call
+ * (libdeflate's whole-buffer API, which cannot write past the buffer it is
+ * given: the image's size bounds the inflation) and to unfilter each row
+ * with a loop per filter type (Paeth, most rows of most files, with SSE2).
+ * Anything else (a stream that is not exactly the image's size, a filter
+ * type over 4, IDAT chunks not in one run) is declined, and png.c decodes
+ * the file with libspng as before: the outcome of a file, its pixels or its
+ * error, is libspng's either way.
+ *
+ * A state is owned by one thread (png.c's per-thread decoder state).
+ */
+#ifndef RL_DECODE_PNG_ROWS_H
+#define RL_DECODE_PNG_ROWS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The largest filtered image the fast path holds (the whole of it is
+ * inflated at once); a larger one is decoded row by row by libspng. */
+#define RL_PNG_ROWS_MAX ((size_t)64 << 20)
+
+/* rl__png_rows_decode's answer when it leaves the file to libspng. */
+#define RL_PNG_DECLINED 1
+
+typedef struct rl_png_rows {
+    struct libdeflate_decompressor *inflater; /* made on first use */
+    uint8_t *idat;                            /* IDAT chunks' data joined */
+    size_t idat_cap;
+    uint8_t *rows; /* the rows, each its filter byte then its bytes */
+    size_t rows_cap;
+    uint8_t *zero; /* zeros: the row above the first */
+    size_t zero_cap;
+} rl_png_rows;
+
+/* Frees what r holds and zeroes it; r itself is the caller's. */
+void rl__png_rows_exit(rl_png_rows *r);
+
+/* The CRC-32 of n bytes, as a PNG chunk's (zlib's crc32 from 0). */
+uint32_t rl__png_crc32(const uint8_t *p, size_t n);
+
+/*
+ * Decodes the first nrows rows of the image in data[0..len), a whole PNG
+ * file (every chunk complete and IEND present, as png.c's walk found it),
+ * non-interlaced, of height rows of rowbytes bytes each (the file's format)
+ * and bpp bytes per pixel (1 for pixels under a byte). On 0, *rows is row
+ * 0's first byte and row y is at *rows + y * (rowbytes + 1), valid until
+ * the next call or rl__png_rows_exit. Returns RL_PNG_DECLINED when the data
+ * is not for this path (libspng decodes it then) and -ENOMEM. The caller
+ * keeps (rowbytes + 1) * height within RL_PNG_ROWS_MAX.
+ */
+int rl__png_rows_decode(rl_png_rows *r, const uint8_t *data, size_t len,
+                        size_t rowbytes, size_t bpp, int height, int nrows,
+                        const uint8_t **rows);
+
+#endif

@@ -34,8 +34,9 @@ enum {
                             * broke its contract for one sample (a wrong
                             * result): that sample's error, skippable */
     RL_EFIELD,             /* a member a sample must carry beside its image
-                            * is missing or over its size limit (tar shard
-                            * fields): that sample's error, skippable */
+                            * is missing, over its size limit or not what
+                            * its kind's decoding accepts (tar shard fields,
+                            * core/fields.h): that sample's error, skippable */
 };
 
 /* Output memory layouts of a batch. */

@@ -32,5 +32,6 @@ def test_c_units(tmp_path, sanitize):
         "test_io_faults",
         "test_recipes",
         "test_fields",
+        "test_member_checks",
     ):
         assert f"{name}: " in proc.stdout

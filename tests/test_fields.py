@@ -19,7 +19,6 @@ import ringloader
 import torch
 from images import jpeg_bytes
 from ringloader import transforms as T
-from ringloader.datasets.fields import FieldError
 from ringloader.datasets.shards import ShardError, TarShards
 from rlbench.servers import MotoS3, Nginx, find_nginx
 
@@ -310,47 +309,136 @@ def test_field_over_its_limit(tmp_path):
     assert stats["skipped"] == 1
 
 
-def test_text_not_utf8_and_json_that_does_not_parse(tmp_path):
-    bad = [_sample(i) for i in range(8)]
-    bad[1]["txt"] = b"caf\xe9 \xff"
-    bad[6]["json"] = b'{"i": 6,'
-    path = _shard(tmp_path / "bad.tar", bad)
-    ds = TarShards(path, fields=("jpg", "txt", "json"), progress=False)
+BAD_TEXT, BAD_JSON, BAD_BOTH = 2, 7, 8  # sample 8: bad text and JSON
+M = 12  # samples of the bad shards, 3 batches of 4
+
+
+@pytest.fixture(scope="module")
+def bad_shards(tmp_path_factory):
+    """Two shards by webdataset's ShardWriter whose samples 2 (its caption
+    not UTF-8), 7 (its JSON cut short) and 8 (both) are bad."""
+    root = tmp_path_factory.mktemp("bad")
+    with wds.ShardWriter(str(root / "bad-%03d.tar"), maxcount=6, verbose=0) as w:
+        for i in range(M):
+            txt: bytes | str = _caption(i)
+            obj: bytes | dict = {"i": i}
+            if i in (BAD_TEXT, BAD_BOTH):
+                txt = b"caf\xe9 \xff"
+            if i in (BAD_JSON, BAD_BOTH):
+                obj = b'{"i": %d,' % i
+            w.write(
+                {
+                    "__key__": f"sample{i:05d}",
+                    "jpg": jpeg_bytes("baseline", 40 + i, 60 + 2 * i, seed=i),
+                    "txt": txt,
+                    "json": obj,
+                    "cls": i,
+                }
+            )
+    return [str(root / f"bad-{s:03d}.tar") for s in range(2)]
+
+
+def test_bad_text_and_json_raise_naming_shard_sample_and_member(bad_shards):
+    ds = TarShards(bad_shards, fields=("jpg", "txt", "json"), progress=False)
     with pytest.raises(
-        FieldError, match=r"bad\.tar\[k001\].*\.txt member is not UTF-8"
-    ):
+        ringloader.DecodeError,
+        match=r"bad-000\.tar: its \.txt member is not UTF-8: byte 0xe9 at 3.*"
+        r"bad-000\.tar\[sample00002\]",
+    ) as e:
         _batches(ds)
-    with pytest.warns(ringloader.DataWarning, match="left out"):
-        batches, stats = _batches(ds, on_error="skip")
-    assert [len(b[1]) for b in batches] == [3, 3]
-    assert [b[0].shape[0] for b in batches] == [3, 3]  # images left out too
-    assert [o["i"] for b in batches for o in b[2]] == [0, 2, 3, 4, 5, 7]
-    assert stats["skipped"] == 2
-    # errors="replace": the text decodes; only the JSON fails.
-    lenient = TarShards(path, fields=("jpg", "txt"), errors="replace", progress=False)
-    batches, _ = _batches(lenient)
-    assert batches[0][1][1] == "caf\ufffd \ufffd"
-    ds_json = TarShards(path, fields=("jpg", "json"), progress=False)
+    assert e.value.kind == "field"
+    ds_json = TarShards(bad_shards, fields=("jpg", "json"), progress=False)
     with pytest.raises(
-        FieldError, match=r"bad\.tar\[k006\].*\.json member is not valid JSON"
+        ringloader.DecodeError,
+        match=r"its \.json member is not valid JSON: .*bad-001\.tar\[sample00007\]",
     ):
         _batches(ds_json)
+    with pytest.raises(ringloader.FieldError, match=r"sample00002.*\.txt member"):
+        ds[BAD_TEXT]  # by indexing: decoded in Python, the same verdict
+
+
+def test_bad_text_and_json_skipped_keep_batches_full(bad_shards):
+    """on_error="skip": each bad sample is replaced by the next one that
+    loads (its image and fields), as a corrupt image is: every batch full,
+    counted, the same whatever the thread count."""
+    ds = TarShards(bad_shards, fields=("jpg", "txt", "json", "cls"), progress=False)
+    loader = ringloader.Loader(
+        ds, batch_size=4, transform=EVAL, on_error="skip", num_threads=1
+    )
+    with pytest.warns(ringloader.DataWarning, match="sample00002"):
+        batches = [(x.clone(), t, j, c.clone()) for x, t, j, c in loader]
+    assert [len(b[0]) for b in batches] == [4, 4, 4]
+    assert [len(b[1]) for b in batches] == [4, 4, 4]
+    assert [len(b[2]) for b in batches] == [4, 4, 4]
+    classes = [c for b in batches for c in b[3].tolist()]
+    # 2 -> 3; 7 (bad JSON) and 8 (bad both) -> 9, the next that loads.
+    assert classes == [0, 1, 3, 3, 4, 5, 6, 9, 9, 9, 10, 11]
+    texts = [t for b in batches for t in b[1]]
+    assert texts == [_caption(i) for i in classes]
+    assert [o["i"] for b in batches for o in b[2]] == classes
+    images = torch.cat([b[0] for b in batches])
+    assert torch.equal(images[2], images[3]) and torch.equal(images[7], images[9])
+    stats = loader.stats()
+    # Skipped: the three bad samples; errors: those and sample 8 again, a
+    # failed candidate for sample 7.
+    assert stats["skipped"] == 3 and stats["errors"] == 4
+    assert stats["samples_decoded"] == M  # no image decoded for a bad member
+    # Shuffled and augmented: bit-identical with 1 and 3 threads.
+    runs = []
+    for threads in (1, 3):
+        shuffled = ringloader.Loader(
+            ds,
+            batch_size=4,
+            transform=TRAIN,
+            shuffle=True,
+            seed=5,
+            on_error="skip",
+            num_threads=threads,
+        )
+        with pytest.warns(ringloader.DataWarning):
+            runs.append([(x.clone(), t, j, c.clone()) for x, t, j, c in shuffled])
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a[0], b[0]) and a[1:3] == b[1:3]
+        assert torch.equal(a[3], b[3]) and len(a[1]) == 4
+    # errors="replace": the text decodes, only the JSON fails.
+    lenient = TarShards(
+        bad_shards, fields=("jpg", "txt", "cls"), errors="replace", progress=False
+    )
+    batches, stats = _batches(lenient, on_error="skip")
+    assert batches[0][1][BAD_TEXT] == "caf\ufffd \ufffd" and stats["skipped"] == 0
 
 
 def test_arrays_and_ints_that_do_not_decode(tmp_path):
     good = io.BytesIO()
     np.save(good, np.arange(3, dtype=">f4"))  # big-endian: made native
-    samples = [_sample(i, npy=good.getvalue(), cls=b"7") for i in range(4)]
+    samples = [_sample(i, npy=good.getvalue(), cls=b"%d" % i) for i in range(8)]
     samples[1]["npy"] = b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4',"  # cut header
     samples[2]["cls"] = b"seven"
+    samples[5]["cls"] = b"9223372036854775808"  # over int64: no tensor holds it
+    samples[3]["txt"] = b"1" * 30  # a caption of digits: indexed as text
     path = _shard(tmp_path / "arr.tar", samples)
-    ds = TarShards(path, fields=("jpg", "npy", "cls"), progress=False)
-    with pytest.raises(FieldError, match=r"arr\.tar\[k001\].*\.npy member is not"):
-        _batches(ds)
+    # Integers are checked in the core: replaced like bad text.
+    ints = TarShards(path, fields=("jpg", "cls"), progress=False)
+    with pytest.raises(
+        ringloader.DecodeError,
+        match=r"\.cls member is not an integer.*arr\.tar\[k002\]",
+    ):
+        _batches(ints)
     with pytest.warns(ringloader.DataWarning):
-        ((x, arrays, classes),), stats = _batches(ds, on_error="skip")
-    assert torch.equal(arrays, torch.arange(3.0).repeat(2, 1))
-    assert classes.tolist() == [7, 7] and stats["skipped"] == 2
+        batches, stats = _batches(ints, on_error="skip")
+    assert [c for b in batches for c in b[1].tolist()] == [0, 1, 3, 3, 4, 6, 6, 7]
+    assert stats["skipped"] == 2
+    assert TarShards(path, fields=("jpg", "txt"), progress=False)[3][1] == "1" * 30
+    # An .npy member is decoded in Python only, after the batch is made: a
+    # FieldError naming it, even under on_error="skip" (never a short batch).
+    ds = TarShards(path, fields=("jpg", "npy"), progress=False)
+    for on_error in ("raise", "skip"):
+        with pytest.raises(
+            ringloader.FieldError, match=r"arr\.tar\[k001\].*\.npy member is not"
+        ) as e:
+            _batches(ds, on_error=on_error)
+        assert e.value.kind == "field" and e.value.index == 1 and e.value.field == "npy"
+    assert torch.equal(ds[0][1], torch.arange(3.0))  # native byte order
 
 
 def test_shard_error_by_indexing(tmp_path):

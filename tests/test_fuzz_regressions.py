@@ -11,6 +11,8 @@ corpus (made by tests/fuzz/make_corpus.py) through what it fuzzes:
   has them) and replay_main.c instead of libFuzzer.
 - fuzz_tar.py (regressions_tar): the shard index's tar walk, through the
   harness's own checks without atheris.
+- fuzz_fields.py (regressions_fields): the core's member checks against
+  Python's decoding, likewise.
 """
 
 from __future__ import annotations
@@ -130,3 +132,18 @@ def test_png_and_webp_regressions_and_seeds_replay(tmp_path, kind):
     proc = run_python(REPLAY, json.dumps(paths), timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.strip() == str(len(paths))
+
+
+def test_field_check_regressions_and_seeds_replay(tmp_path):
+    """fuzz_fields.py: the core's member checks agree with Python's
+    decoding on its seeds and regressions_fields/."""
+    paths = inputs("regressions_fields", tmp_path / "seeds", "fields")
+    assert len(paths) > 20
+    sys.path.insert(0, FUZZ)
+    try:
+        import fuzz_fields
+    finally:
+        sys.path.remove(FUZZ)
+    for p in paths:
+        with open(p, "rb") as f:
+            fuzz_fields.one_input(f.read())

@@ -55,6 +55,8 @@ int rl__fields_copy(rl_pipeline *p, char *msg)
 {
     const rl_pipeline_config *c = &p->cfg;
     if (c->image_at == NULL) {
+        p->cfg.checks = NULL; /* only with image_at */
+        p->cfg.nchecks = 0;
         return 0;
     }
     size_t n = (size_t)c->source->count;
@@ -85,7 +87,7 @@ int rl__fields_copy(rl_pipeline *p, char *msg)
     p->cfg.image_at = p->image_at;
     p->cfg.image_len = p->image_len;
     p->cfg.refusals = (const char *const *)p->refusals;
-    return 0;
+    return rl__checks_copy(p, msg);
 }
 
 int rl__report_extras(rl_batch *b, rl_batch_report *rep)
@@ -203,7 +205,8 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
     if (status != 0) {
         snprintf(j->msg, RL_MSG_MAX, "%s", f->msg);
     } else if (p->image_at != NULL &&
-               (status = split_fields(p, j, f, &img, &ilen)) != 0) {
+               ((status = split_fields(p, j, f, &img, &ilen)) != 0 ||
+                (status = rl__members_check(p, j, f->id)) != 0)) {
         /* j->msg says why */
     } else if (ctx == NULL) {
         status = -ENOMEM;

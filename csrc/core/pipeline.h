@@ -33,6 +33,7 @@
 #ifndef RL_PIPELINE_H
 #define RL_PIPELINE_H
 
+#include "core/fields.h"
 #include "core/sample.h"
 #include "deliver/deliver.h"
 #include "rl.h"
@@ -68,6 +69,14 @@ typedef struct rl_pipeline_config {
     const int64_t *image_at, *image_len;
     const char *const *refusals;
     int nrefusals;
+    /* With image_at: the members each sample's extra bytes must hold as
+     * their kind's Python decoding accepts them (core/fields.h), one
+     * check a field; a sample failing one fails with RL_EFIELD, naming
+     * the member, before its image is decoded. max_int_digits: Python's
+     * int max_str_digits (0: no limit). Copied at create. */
+    const rl_member_check *checks;
+    int nchecks;
+    int max_int_digits;
 } rl_pipeline_config;
 
 /* A sample that failed: where in its batch, which, and why. */

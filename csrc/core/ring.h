@@ -97,6 +97,8 @@ struct rl_pipeline {
     /* cfg.image_at, image_len, refusals: the pipeline's copies, or NULL. */
     int64_t *image_at, *image_len;
     char **refusals;
+    /* cfg.checks: the pipeline's copies (arrays and names), or NULL. */
+    rl_member_check *checks;
 };
 
 /* Takes and releases mu. Test builds tell the fake CUDA runtime, which
@@ -144,6 +146,16 @@ void rl__batch_free(rl_batch *b);
  * refusals (when given), checked. Returns 0, -ENOMEM or RL_ECONFIG with
  * msg; what was copied is freed with the pipeline. */
 int rl__fields_copy(rl_pipeline *p, char *msg);
+/* ---- core/members.c ---- */
+
+/* At create (from rl__fields_copy): the pipeline's copy of cfg.checks.
+ * Returns 0, -ENOMEM or RL_ECONFIG with msg; freed by rl__checks_free. */
+int rl__checks_copy(rl_pipeline *p, char *msg);
+void rl__checks_free(rl_pipeline *p);
+/* Sample `id`'s members checked in j->extra. Returns 0, or RL_EFIELD with
+ * j->msg naming the member and what is wrong. Thread-safe. */
+int rl__members_check(rl_pipeline *p, rl__job *j, int64_t id);
+
 /* A successful batch's extra bytes moved from its jobs into rep->extras
  * (the caller's to free). Returns 0 or -ENOMEM. */
 int rl__report_extras(rl_batch *b, rl_batch_report *rep);

@@ -137,14 +137,14 @@ int64_t rl__py_item_i64(PyObject *seq, Py_ssize_t i);
 
 /*
  * The fields table of a pipeline (core/pipeline.h's image_at, image_len,
- * refusals) from Python sequences into cfg, whose source is made; nothing
- * when image_at is None. Returns 0, or -1 with an exception; either way
- * the caller frees what was allocated with rl__py_fields_free, after
- * rl_pipeline_create (which copies it). The refusal strings are borrowed
- * from `refusals`.
+ * refusals, checks, max_int_digits) from the tuple `fields` of them into
+ * cfg, whose source is made; nothing when fields is None. Returns 0, or -1
+ * with an exception; either way the caller frees what was allocated with
+ * rl__py_fields_free, after rl_pipeline_create (which copies it). The
+ * strings are borrowed from `fields`. Each check is a tuple (at, len, ext,
+ * exts, kinds) of core/fields.h's rl_member_check.
  */
-int rl__py_fields(PyObject *image_at, PyObject *image_len, PyObject *refusals,
-                  rl_pipeline_config *cfg);
+int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg);
 void rl__py_fields_free(rl_pipeline_config *cfg);
 
 /* The file backend named by io ("auto", "io_uring", "pread") into *out.

@@ -68,15 +68,12 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
                              "skip_errors",
                              "max_consecutive_errors",
                              "http",
-                             "image_at",
-                             "image_len",
-                             "refusals",
+                             "fields",
                              NULL};
     PyObject *spec, *paths = Py_None, *offsets = Py_None, *lengths = Py_None;
     PyObject *buffers = Py_None, *names = Py_None, *mul = Py_None;
     PyObject *add = Py_None, *allocator = Py_None, *fallback = Py_None;
-    PyObject *http = Py_None, *image_at = Py_None, *image_len = Py_None;
-    PyObject *refusals = Py_None;
+    PyObject *http = Py_None, *fields = Py_None;
     const char *dtype = "uint8", *layout = "NCHW", *io = "auto";
     int device = -1, direct_io = 0, skip_errors = 0, max_consecutive = 16;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
@@ -84,12 +81,11 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
     unsigned long long max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOOO", kwlist, &spec, &paths,
+            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOO", kwlist, &spec, &paths,
             &offsets, &lengths, &buffers, &names, &nthreads, &layout, &seed,
             &io, &max_pixels, &max_scans, &max_file_bytes, &allow_truncated,
             &dtype, &mul, &add, &device, &allocator, &fallback, &direct_io,
-            &skip_errors, &max_consecutive, &http, &image_at, &image_len,
-            &refusals)) {
+            &skip_errors, &max_consecutive, &http, &fields)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -146,7 +142,7 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
         Py_DECREF(self);
         return NULL;
     }
-    if (rl__py_fields(image_at, image_len, refusals, &cfg) != 0) {
+    if (rl__py_fields(fields, &cfg) != 0) {
         rl__py_fields_free(&cfg);
         rl_source_destroy(cfg.source);
         self->http = NULL;

@@ -366,11 +366,88 @@ PyObject *rl__py_http_set_urls(rl_source *src, PyObject *urls)
     Py_RETURN_NONE;
 }
 
-int rl__py_fields(PyObject *image_at, PyObject *image_len, PyObject *refusals,
-                  rl_pipeline_config *cfg)
+/* One (at, len, ext, exts, kinds) tuple into c (zeroed, n samples). */
+static int py_check(PyObject *t, Py_ssize_t n, rl_member_check *c)
 {
-    if (image_at == Py_None) {
+    PyObject *at, *len, *ext, *exts, *kinds;
+    if (!PyArg_ParseTuple(t, "OOOOO", &at, &len, &ext, &exts, &kinds)) {
+        return -1;
+    }
+    Py_ssize_t ne = PySequence_Length(exts);
+    if (ne < 1 || ne > RL_MEMBER_MAX_EXTS || PySequence_Length(kinds) != ne ||
+        PySequence_Length(at) != n || PySequence_Length(len) != n ||
+        PySequence_Length(ext) != n) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError,
+                        "a check needs at, len and ext one a sample and 1..16 "
+                        "extensions with their kinds");
+        return -1;
+    }
+    int64_t *a = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    int64_t *l = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    int8_t *e = malloc((size_t)(n ? n : 1));
+    c->at = a;
+    c->len = l;
+    c->ext = e;
+    if (a == NULL || l == NULL || e == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->nexts = (int)ne;
+    for (Py_ssize_t k = 0; k < ne; k++) {
+        PyObject *name = PySequence_GetItem(exts, k);
+        /* Borrowed from the caller's tuple, alive until create copies. */
+        c->exts[k] = name != NULL ? PyUnicode_AsUTF8(name) : NULL;
+        Py_XDECREF(name);
+        c->kinds[k] = (uint8_t)rl__py_item_i64(kinds, k);
+        if (c->exts[k] == NULL || PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        a[i] = rl__py_item_i64(at, i);
+        l[i] = rl__py_item_i64(len, i);
+        e[i] = (int8_t)rl__py_item_i64(ext, i);
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int py_checks(PyObject *checks, rl_pipeline_config *cfg)
+{
+    Py_ssize_t nc = PySequence_Length(checks);
+    if (nc < 0) {
+        return -1;
+    }
+    rl_member_check *cs = calloc((size_t)nc + 1, sizeof(*cs));
+    cfg->checks = cs;
+    if (cs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < nc; k++) {
+        cfg->nchecks = (int)k + 1; /* what rl__py_fields_free walks */
+        PyObject *t = PySequence_GetItem(checks, k);
+        int rc = t != NULL ? py_check(t, cfg->source->count, &cs[k]) : -1;
+        Py_XDECREF(t);
+        if (rc != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg)
+{
+    PyObject *image_at, *image_len, *refusals, *checks;
+    if (fields == Py_None) {
         return 0;
+    }
+    if (!PyArg_ParseTuple(fields, "OOOOi", &image_at, &image_len, &refusals,
+                          &checks, &cfg->max_int_digits)) {
+        return -1;
     }
     Py_ssize_t n = PySequence_Length(image_at);
     Py_ssize_t nr = refusals == Py_None ? 0 : PySequence_Length(refusals);
@@ -410,7 +487,7 @@ int rl__py_fields(PyObject *image_at, PyObject *image_len, PyObject *refusals,
             return -1;
         }
     }
-    return 0;
+    return checks == Py_None ? 0 : py_checks(checks, cfg);
 }
 
 void rl__py_fields_free(rl_pipeline_config *cfg)
@@ -418,6 +495,14 @@ void rl__py_fields_free(rl_pipeline_config *cfg)
     free((void *)cfg->image_at);
     free((void *)cfg->image_len);
     free((void *)cfg->refusals);
+    for (int k = 0; cfg->checks != NULL && k < cfg->nchecks; k++) {
+        free((void *)cfg->checks[k].at);
+        free((void *)cfg->checks[k].len);
+        free((void *)cfg->checks[k].ext);
+    }
+    free((void *)cfg->checks);
     cfg->image_at = cfg->image_len = NULL;
     cfg->refusals = NULL;
+    cfg->checks = NULL;
+    cfg->nchecks = 0;
 }

@@ -2,7 +2,8 @@
  * testing/py_testing.c - the module's test-only functions, compiled into
  * test builds only (RINGLOADER_TEST_HOOKS=1): device memory and streams
  * without torch (for the fake CUDA runtime's tests) and the I/O layer's
- * read benchmark (benchmarks/bench_io.py).
+ * read benchmark (benchmarks/bench_io.py), and core/fields.h's member
+ * checks on bytes (tests/test_field_checks.py holds them to Python's).
  */
 #include "python/module.h"
 
@@ -206,7 +207,32 @@ out:
     return result;
 }
 
+/* check_member(kind, data, max_digits=0) -> None or why. */
+static PyObject *py_check_member(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int kind, max_digits = 0;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "iy*|i", &kind, &data, &max_digits)) {
+        return NULL;
+    }
+    char why[RL_MSG_MAX] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rl_member_check_bytes(kind, data.buf, (size_t)data.len, max_digits,
+                               why);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (rc == 0) {
+        Py_RETURN_NONE;
+    }
+    return PyUnicode_FromString(why);
+}
+
 PyMethodDef rl__py_testing_methods[] = {
+    {"check_member", py_check_member, METH_VARARGS,
+     "check_member(kind, data, max_digits=0) -> None, or why the member "
+     "fails core/fields.h's check of that kind (1 UTF-8, 2 JSON, 3 int)."},
     {"read_bench", (PyCFunction)(void (*)(void))py_read_bench,
      METH_VARARGS | METH_KEYWORDS,
      "read_bench(paths, offsets, lengths, backend, threads, batch, "

@@ -6,7 +6,7 @@ torch sees without a copy.
 """
 
 from ._core import DecodeError
-from .errors import DataWarning, FallbackWarning
+from .errors import DataWarning, FallbackWarning, FieldError
 from .datasets import (
     IMG_EXTENSIONS,
     FileList,
@@ -28,6 +28,7 @@ __all__ = [
     "DataWarning",
     "DecodeError",
     "FallbackWarning",
+    "FieldError",
     "FileList",
     "IMG_EXTENSIONS",
     "ImageFolder",

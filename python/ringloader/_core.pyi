@@ -353,13 +353,18 @@ class Pipeline:
         # the cache: neighbouring members fetched in one GET up to this)}
         http: Optional[Dict[str, Any]] = ...,
         # A sample's bytes hold more than its image (a tar shard's sample
-        # with its other members): the image is bytes image_at[i] ..
-        # image_at[i] + image_len[i] of sample i's, the rest comes back in
-        # Batch.extras; image_at[i] < 0 refuses sample i (a DecodeError of
-        # kind "field", skippable) with refusals[-image_at[i] - 1]
-        image_at: Optional[Sequence[int]] = ...,
-        image_len: Optional[Sequence[int]] = ...,
-        refusals: Optional[Sequence[str]] = ...,
+        # with its other members): (image_at, image_len, refusals, checks,
+        # max_int_digits). The image is bytes image_at[i] .. image_at[i] +
+        # image_len[i] of sample i's, the rest comes back in Batch.extras;
+        # image_at[i] < 0 refuses sample i (a DecodeError of kind "field",
+        # skippable) with refusals[-image_at[i] - 1]. checks: the members
+        # checked on those bytes before the image is decoded
+        # (core/fields.h), one tuple a field, (at, len, ext, extensions,
+        # kinds), a bad one refusing the sample likewise; max_int_digits:
+        # int()'s limit on digits (0: none).
+        fields: Optional[
+            Tuple[Sequence[int], Sequence[int], Sequence[str], Sequence[tuple], int]
+        ] = ...,
     ) -> Pipeline: ...
     def submit(self, ids: Sequence[int], keys: Sequence[int], epoch: int, /) -> int:
         """Queue a batch of the table's samples ids, each with the key of its

@@ -104,10 +104,12 @@ class Pipeline:
         fields = getattr(src, "fields", None)
         if fields is not None:
             # Each range holds the image and the sample's other members.
-            table.update(
-                image_at=fields.image_at,
-                image_len=fields.image_len,
-                refusals=fields.refusals,
+            table["fields"] = (
+                fields.image_at,
+                fields.image_len,
+                fields.refusals,
+                fields.checks(),
+                fields.max_int_digits(),
             )
         remote = getattr(src, "remote", None)
         self._refresh_at: Optional[float] = None

@@ -15,7 +15,6 @@ import atexit
 import os
 import threading
 import time
-import warnings
 import weakref
 from typing import Any, Iterator, Optional, Sequence
 
@@ -41,7 +40,6 @@ from ._pipeline import Pipeline
 from .datasets import targets as _targets
 from .datasets.base import sources_of
 from .datasets.views import resolve, samples_stamp
-from .errors import DataWarning
 from .transforms import MultiView
 
 _LAYOUTS = ("NCHW", "NHWC", "channels_last")
@@ -254,9 +252,6 @@ class Loader:
         self._active: Optional[weakref.ref] = None
         self._meter = Meter()
         self._fallback = Fallback(self._data, allow_truncated=self.allow_truncated)
-        # Samples left out of their batch for a field that did not decode.
-        self._field_skipped = 0
-        self._field_warned = False
         LIVE.add(self)
 
     def _use_transform(self, transform: Any, stacklevel: int) -> None:
@@ -432,31 +427,19 @@ class Loader:
         self, pipe: Pipeline, src: Any, images: Any, taken: Any, t0: float
     ) -> tuple:
         """What _iterate yields for a batch of a shard's fields: the tuple
-        src.fields makes of the images and the batch's extra bytes. With
-        on_error="skip", samples whose fields do not decode are left out
-        (counted, announced once)."""
+        src.fields makes of the images and the batch's extra bytes. Bad
+        members were refused by the core (replaced under on_error="skip");
+        one it could not check that does not decode raises FieldError."""
         self._fallback.announce_truncated(pipe)
         describe = getattr(self._data, "describe", None) or str
-        fields = src.fields
-        out, errors = fields.batch(
-            images, taken.idx, taken.extras, describe, self.on_error == "skip"
-        )
-        if errors:
-            self._field_skipped += len(errors)
-            if not self._field_warned:
-                self._field_warned = True
-                warnings.warn(
-                    f"on_error='skip': left out of its batch: {errors[0]}",
-                    DataWarning,
-                    stacklevel=5,
-                )
+        out = src.fields.batch(images, taken.idx, taken.extras, describe)
         if self.direct_io:
             self._fallback.announce_direct(pipe, src, taken.idx)
         if self._pin_memory:
             out = pin_memory(out)
         self._position.yielded += 1
         self._meter.waited(time.perf_counter() - t0)
-        self._meter.delivered(len(taken.idx) - len(errors))
+        self._meter.delivered(len(taken.idx))
         return out
 
     def _finish(self, raw: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
@@ -575,8 +558,6 @@ class Loader:
         """
         pipe = self._pipe
         c = pipe.stats() if pipe is not None and not pipe.closed else {}
-        if c and self._field_skipped:
-            c = dict(c, errors=c.get("errors", 0) + self._field_skipped)
         return assemble_stats(
             self._meter,
             c,
@@ -584,7 +565,7 @@ class Loader:
             epoch=self._position.epoch,
             rank=self.rank,
             fallback_decodes=c.get("fallback_decodes", 0),
-            skipped=c.get("skipped", 0) + self._field_skipped,
+            skipped=c.get("skipped", 0),
         )
 
     def __repr__(self) -> str:

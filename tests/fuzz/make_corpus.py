@@ -4,7 +4,8 @@ same harness, "png" and "webp"), PNGs of every colour type, bit depth and
 interlacing (tests/pngmake.py) with PngSuite (tests/data), and WebPs
 lossy, lossless, with alpha and animated, whole and cut; for fuzz_http.c
 ("http"), HTTP response header blocks; for fuzz_tar.py ("tar"), tar
-shards.
+shards; for fuzz_fields.py ("fields"), captions, JSON documents (in
+UTF-8, -16 and -32) and integers, good and bad.
 
 Each file is an 8-byte header that fuzz_decode.c reads as the transform
 choice (kind, output size, resize, flip, layout, sample index), followed by
@@ -20,7 +21,7 @@ numbers past 64 bits. A fuzz_tar.py seed is a whole tar shard as
 tarindex.py reads them: WebDataset members, directories and links, long
 names (GNU and pax), no end-of-archive block, cut short, and compressed.
 
-Usage: python3 make_corpus.py OUT_DIR [decode|png|webp|http|tar]
+Usage: python3 make_corpus.py OUT_DIR [decode|png|webp|http|tar|fields]
 """
 
 from __future__ import annotations
@@ -327,6 +328,28 @@ def tar_seeds() -> list[bytes]:
     return out
 
 
+def field_seeds() -> list[bytes]:
+    """fuzz_fields.py inputs: a kind byte (0 text, 1 JSON, 2 int), then
+    the member."""
+    doc = '{"k": [1, -2.5e-3, null, true, "\\u00e9\\ud800"], "x": {}, "n": NaN}'
+    docs = [doc.encode(), b"[1,]", b'{"i": 6,', b"01", b'"a\tb"', b"-Infinity"]
+    docs += [doc.encode(enc) for enc in ("utf-8-sig", "utf-16", "utf-16-be", "utf-32")]
+    docs += [b"[" * 600 + b"]" * 600, b"1" * 4301, b'"\xed\xa0\x80"']
+    texts = ["a photo – «é»".encode(), b"caf\xe9", b"\xed\xa0\x80", b"\xf4\x90\x80\x80"]
+    ints = [
+        b" 42\n",
+        b"1_000",
+        b"1__0",
+        b"-9223372036854775808",
+        b"9223372036854775808",
+    ]
+    return (
+        [b"\x00" + t for t in texts]
+        + [b"\x01" + d for d in docs]
+        + [b"\x02" + i for i in ints]
+    )
+
+
 def write(root: str, blobs: list[bytes]) -> int:
     os.makedirs(root, exist_ok=True)
     for blob in blobs:
@@ -339,8 +362,10 @@ def write(root: str, blobs: list[bytes]) -> int:
 def main() -> None:
     root = sys.argv[1] if len(sys.argv) > 1 else "seeds"
     kind = sys.argv[2] if len(sys.argv) > 2 else "decode"
-    if kind in ("http", "tar"):
-        n = write(root, http_seeds() if kind == "http" else tar_seeds())
+    if kind in ("http", "tar", "fields"):
+        n = write(
+            root, {"http": http_seeds, "tar": tar_seeds, "fields": field_seeds}[kind]()
+        )
         print(f"{n} {kind} seeds in {root}")
         return
     os.makedirs(root, exist_ok=True)

@@ -11,7 +11,8 @@ part of those bytes and hands the rest back with the batch
 :meth:`FieldTable.batch` decodes and batches them:
 
 - ``txt``, ``text``, ``caption``, ``transcript`` -> ``str`` (UTF-8, with
-  the ``errors`` chosen); ``json``, ``jsn`` -> the parsed object; ``cls``,
+  the ``errors`` chosen); ``json``, ``jsn`` -> the parsed object
+  (``json.loads`` on the bytes, as WebDataset: UTF-8, -16 or -32); ``cls``,
   ``cls2``, ``class``, ``count``, ``index``, ``inx``, ``id`` -> ``int``;
   ``npy`` -> a tensor; any other -> ``bytes``. A field's kind is the last
   dotted part of the member's extension (``seg.json`` is JSON).
@@ -19,13 +20,18 @@ part of those bytes and hands the rest back with the batch
   tensor, tensors stacked, anything else (str, a JSON object, bytes) a
   list with one entry per sample.
 
-Missing members and members over ``max_field_bytes`` are known from the
-index: such a sample is refused by the C core (``RL_EFIELD``, a
-``DecodeError`` of kind ``"field"``), so the loader's ``on_error`` applies
-as to a corrupt image. Text that is not UTF-8 and JSON that does not
-parse are found here, after the read: :class:`FieldError`, naming the
-shard, the sample and the member; with ``on_error="skip"`` the sample is
-dropped from its batch instead (counted in ``stats()["skipped"]``).
+Bad members fail their sample in the C core, before its image is
+decoded, so that the loader's ``on_error`` applies as to a corrupt image
+(raised naming shard, sample and member, a ``DecodeError`` of kind
+``"field"``; or under ``"skip"`` the sample replaced by the next one that
+loads, counted, its batch full): missing members and members over
+``max_field_bytes``, known from the index (``refusals``); and, checked on
+the bytes read (``checks()``, core/fields.h), text that is not UTF-8
+(``errors="strict"``), JSON that ``json.loads`` refuses and integers that
+``int()`` refuses or int64 cannot hold. What is left to Python alone (an
+``.npy`` member) raises :class:`FieldError` when it does not decode,
+whatever ``on_error`` says: the batch is made by then, and no sample is
+left out of it.
 """
 
 from __future__ import annotations
@@ -33,10 +39,13 @@ from __future__ import annotations
 import codecs
 import io
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 import numpy as np
+
+from ..errors import FieldError
 
 __all__ = ["FieldError", "FieldTable", "field_table", "kind_of", "parse_fields"]
 
@@ -52,16 +61,9 @@ MAX_FIELD_BYTES = 16 << 20
 MAX_GAP_BYTES = 1 << 20
 
 
-class FieldError(ValueError):
-    """A field of a sample that cannot be decoded (text that is not UTF-8,
-    JSON that does not parse, an int or array member that holds none). The
-    message names the shard, the sample and the member; ``index`` is the
-    sample's position in the dataset, ``field`` the field as requested."""
-
-    def __init__(self, message: str, index: int, field: str) -> None:
-        super().__init__(message)
-        self.index = index
-        self.field = field
+# How the C core checks a member of each kind before the batch is made
+# (core/fields.h's RL_MEMBER_*): text only when its errors are "strict".
+CHECKS = {"text": 1, "json": 2, "int": 3}
 
 
 def kind_of(ext: str) -> str:
@@ -107,7 +109,7 @@ def _decode(kind: str, data: bytes, errors: str) -> Any:
     if kind == "text":
         return data.decode("utf-8", errors)
     if kind == "json":
-        return json.loads(data.decode("utf-8", errors))
+        return json.loads(data)
     if kind == "int":
         return int(data)
     if kind == "npy":
@@ -193,13 +195,32 @@ class FieldTable:
                 "npy": "is not a .npy array",
             }.get(kind, "cannot be decoded")
             raise FieldError(
-                f"{describe(i)}: its .{ext} member {what} ({e}); "
-                "on_error='skip' leaves such samples out",
-                i,
-                self.names[f],
+                f"{describe(i)}: its .{ext} member {what} ({e})", i, self.names[f]
             ) from None
         fn = self.per_sample.get(f)
         return fn(value) if fn is not None else value
+
+    def checks(self) -> list[tuple]:
+        """What the C core checks on each sample's bytes before its batch
+        is made (core/fields.h's rl_member_check, one a field whose kind
+        it checks): (at, size, ext, extensions, kinds), so that a bad
+        member fails its sample there, replaced under on_error="skip"."""
+        out = []
+        for f in range(len(self.names)):
+            if f == self.image:
+                continue
+            kinds = [CHECKS.get(kind_of(e), 0) for e in self.exts[f]]
+            if self.errors != "strict":  # text always decodes
+                kinds = [0 if k == CHECKS["text"] else k for k in kinds]
+            if any(kinds):
+                out.append((self.at[f], self.size[f], self.ext[f], self.exts[f], kinds))
+        return out
+
+    @staticmethod
+    def max_int_digits() -> int:
+        """int()'s limit on digits (0: none), which json.loads meets too."""
+        get = getattr(sys, "get_int_max_str_digits", None)
+        return int(get()) if get is not None else 0
 
     def batch(
         self,
@@ -207,38 +228,23 @@ class FieldTable:
         ids: Sequence[int],
         extras: Sequence[bytes],
         describe: Callable[[int], str],
-        skip: bool,
-    ) -> tuple[tuple, list[FieldError]]:
+    ) -> tuple:
         """The batch as a tuple in the order of ``names``: the images, then
         each other field decoded and batched, its ``per_batch`` callable
-        run on the column. With ``skip``, samples whose fields fail to
-        decode are left out (images included) and their errors returned;
-        else the first one raises."""
+        run on the column. A field that does not decode raises FieldError
+        naming its sample: the core checked what it could (``checks``),
+        and a batch never comes out shorter than it was made."""
         columns: list[list] = [[] for _ in self.names]
-        errors: list[FieldError] = []
-        keep: list[int] = []
-        for pos, (i, extra) in enumerate(zip(ids, extras)):
-            row = []
-            try:
-                for f in range(len(self.names)):
-                    if f != self.image:
-                        row.append((f, self.value(f, i, extra, describe)))
-            except FieldError as e:
-                if not skip:
-                    raise
-                errors.append(e)
-                continue
-            keep.append(pos)
-            for f, v in row:
-                columns[f].append(v)
-        if errors:
-            images = _take(images, keep)
+        for i, extra in zip(ids, extras):
+            for f in range(len(self.names)):
+                if f != self.image:
+                    columns[f].append(self.value(f, i, extra, describe))
         out: list[Any] = []
         for f in range(len(self.names)):
-            col = images if f == self.image else _collate(columns[f]) if keep else []
+            col = images if f == self.image else _collate(columns[f])
             fn = self.per_batch.get(f)
-            out.append(fn(col) if fn is not None and keep else col)
-        return tuple(out), errors
+            out.append(fn(col) if fn is not None else col)
+        return tuple(out)
 
 
 def field_table(
@@ -352,13 +358,3 @@ def field_table(
     table.offsets = lo.astype(np.int64)
     table.lengths = (hi - lo).astype(np.int64)
     return table
-
-
-def _take(images: Any, keep: list[int]) -> Any:
-    """The images (a tensor, or a list of views) at positions ``keep``."""
-    import torch
-
-    index = torch.tensor(keep, dtype=torch.long)
-    if isinstance(images, list):
-        return [v.index_select(0, index.to(v.device)) for v in images]
-    return images.index_select(0, index.to(images.device))

@@ -172,8 +172,10 @@ class TarShards(ImageDataset):
         field_transforms: ``{field: callable}`` run once per batch on the
             field's batched column (a tokenizer taking a list of str).
         errors: how text that is not UTF-8 is decoded (``"strict"``: the
-            sample fails; ``"replace"``, ``"ignore"``...: as
-            ``bytes.decode``).
+            sample fails, as a corrupt image does, naming the member, and
+            ``on_error="skip"`` replaces it; ``"replace"``,
+            ``"ignore"``...: as ``bytes.decode``). JSON is decoded as
+            ``json.loads`` decodes bytes, whatever ``errors`` says.
         max_field_bytes: a field member larger than this fails its sample.
 
     Remote shards (``http://``, ``https://``, ``s3://`` URLs, brace

@@ -57,6 +57,7 @@ SHARD_INDEX_VERSION = 1
 # when they hold an integer (the ".cls" labels of WebDataset).
 _SMALL_MEMBER = 64
 _NO_INT = np.iinfo(np.int64).min
+_INT_MAX = int(np.iinfo(np.int64).max)
 _INT_TEXT = re.compile(rb"\s*[-+]?\d+\s*")
 # What tarfile raises on a corrupt header: TarError, or what its parsing
 # lets out (a pax record length past ssize_t: OverflowError, found by
@@ -154,6 +155,8 @@ def _scan(f: BinaryIO, name: str, size: int) -> dict[str, np.ndarray]:
             text = f.read(m.size)
             if _INT_TEXT.fullmatch(text):
                 value = int(text)
+                if not _NO_INT < value <= _INT_MAX:  # no int64: not a label
+                    value = _NO_INT
         names.append(os.fsencode(m.name))
         offsets.append(m.offset_data)
         sizes.append(m.size)

@@ -1,0 +1,133 @@
+/*
+ * core/members.c - the pipeline's side of core/fields.h's member checks:
+ * its copy of the config's checks (made at create, freed with the
+ * pipeline), and the check a decode job runs on a sample's extra bytes
+ * before it decodes the image, so that a member Python could not decode
+ * fails the sample here, where the skip policy can still replace it.
+ */
+#define _GNU_SOURCE /* strdup */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ring.h"
+
+void rl__checks_free(rl_pipeline *p)
+{
+    for (int k = 0; p->checks != NULL && k < p->cfg.nchecks; k++) {
+        rl_member_check *c = &p->checks[k];
+        free((void *)c->at);
+        free((void *)c->len);
+        free((void *)c->ext);
+        for (int e = 0; e < c->nexts; e++) {
+            free((void *)c->exts[e]);
+        }
+    }
+    free(p->checks);
+    p->checks = NULL;
+}
+
+/* Copies one check, checking its values; c is zeroed by the caller. */
+static int copy_check(rl_member_check *c, const rl_member_check *from, size_t n,
+                      int k, char *msg)
+{
+    if (from->nexts < 1 || from->nexts > RL_MEMBER_MAX_EXTS) {
+        snprintf(msg, RL_MSG_MAX, "check %d: %d extensions (1..%d)", k,
+                 from->nexts, RL_MEMBER_MAX_EXTS);
+        return RL_ECONFIG;
+    }
+    int64_t *at = malloc(sizeof(int64_t) * (n ? n : 1));
+    int64_t *len = malloc(sizeof(int64_t) * (n ? n : 1));
+    int8_t *ext = malloc(n ? n : 1);
+    c->at = at;
+    c->len = len;
+    c->ext = ext;
+    c->nexts = from->nexts;
+    for (int e = 0; e < from->nexts; e++) {
+        c->kinds[e] = from->kinds[e];
+        c->exts[e] = strdup(from->exts[e] != NULL ? from->exts[e] : "");
+        if (c->exts[e] == NULL || from->kinds[e] >= RL_MEMBER_KINDS) {
+            c->nexts = e + (c->exts[e] != NULL);
+            snprintf(msg, RL_MSG_MAX, "check %d: bad extension %d", k, e);
+            return c->exts[e] == NULL ? -ENOMEM : RL_ECONFIG;
+        }
+    }
+    if (at == NULL || len == NULL || ext == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    memcpy(at, from->at, sizeof(int64_t) * n);
+    memcpy(len, from->len, sizeof(int64_t) * n);
+    memcpy(ext, from->ext, n);
+    for (size_t i = 0; i < n; i++) {
+        if (at[i] >= 0 && (len[i] < 0 || ext[i] < 0 || ext[i] >= c->nexts)) {
+            snprintf(msg, RL_MSG_MAX,
+                     "check %d, sample %zu: length %lld or extension %d out "
+                     "of range",
+                     k, i, (long long)len[i], ext[i]);
+            return RL_ECONFIG;
+        }
+    }
+    return 0;
+}
+
+int rl__checks_copy(rl_pipeline *p, char *msg)
+{
+    int nc = p->cfg.nchecks;
+    const rl_member_check *from = p->cfg.checks;
+    p->cfg.checks = NULL; /* the caller's, until copied */
+    if (nc <= 0 || from == NULL) {
+        p->cfg.nchecks = 0;
+        return 0;
+    }
+    size_t n = (size_t)p->cfg.source->count;
+    if ((p->checks = calloc((size_t)nc, sizeof(*p->checks))) == NULL) {
+        p->cfg.nchecks = 0;
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    for (int k = 0; k < nc; k++) {
+        int rc = copy_check(&p->checks[k], &from[k], n, k, msg);
+        if (rc != 0) {
+            p->cfg.nchecks = k + 1; /* what rl__checks_free walks */
+            return rc;
+        }
+    }
+    p->cfg.checks = p->checks;
+    return 0;
+}
+
+int rl__members_check(rl_pipeline *p, rl__job *j, int64_t id)
+{
+    for (int k = 0; k < p->cfg.nchecks; k++) {
+        const rl_member_check *c = &p->checks[k];
+        int64_t at = c->at[id], len = c->len[id];
+        int e = c->ext[id];
+        if (at < 0 || c->kinds[e] == RL_MEMBER_ANY) {
+            continue;
+        }
+        if ((uint64_t)at + (uint64_t)len > j->extra_len) {
+            snprintf(j->msg, RL_MSG_MAX,
+                     "its .%s member at %lld..%lld lies outside the %zu "
+                     "bytes read",
+                     c->exts[e], (long long)at, (long long)(at + len),
+                     j->extra_len);
+            return -EIO;
+        }
+        char why[RL_MSG_MAX];
+        if (rl_member_check_bytes(c->kinds[e], j->extra + at, (size_t)len,
+                                  p->cfg.max_int_digits, why) != 0) {
+            int k0 =
+                snprintf(j->msg, RL_MSG_MAX, "its .%s member is ", c->exts[e]);
+            size_t used = k0 < 0             ? 0
+                          : k0 >= RL_MSG_MAX ? RL_MSG_MAX - 1
+                                             : (size_t)k0;
+            size_t room = RL_MSG_MAX - 1 - used, wl = strlen(why);
+            memcpy(j->msg + used, why, wl < room ? wl : room);
+            j->msg[used + (wl < room ? wl : room)] = '\0';
+            return RL_EFIELD;
+        }
+    }
+    return 0;
+}

@@ -258,7 +258,8 @@ def test_device_handling_with_the_fake_cuda_runtime(data_dir, tmp_path):
     may round the last bit apart); timm's RandomErasing runs on the device
     after Normalize; mixup/cutmix
     (FastCollateMixup, every mode) is done on the device, equal to timm's
-    collate + PrefetchLoader on the host; without the prefetcher the
+    collate + PrefetchLoader on the host, and so are re_split's batches;
+    without the prefetcher the
     batches stay on the host, as timm's. No violation, nothing leaked."""
     import json
     import os
@@ -303,6 +304,8 @@ def test_device_handling_with_the_fake_cuda_runtime(data_dir, tmp_path):
         assert r["copies"] >= 4 and r["equal"], r
         n = 2 if mode == "half" else 4
         assert r["shape"] == [n, 3, 32, 32, n, 3], r
+    r = got["re-split"]
+    assert (r["type"], r["gpu"], r["equal"]) == ("_MixOnDevice", "FakeGpu", True), r
     for training in (True, False):
         r = got[f"no-prefetcher-{training}"]
         assert r["device"] == "cpu" and r["copies"] == 0 and r["gpu"] == "NoneType"

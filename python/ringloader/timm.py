@@ -434,6 +434,8 @@ def create_loader(
 
     loader: Any = make()
     img_dtype = img_dtype or torch.float32
+    if cuda and not hasattr(loader, "_place_on"):
+        cuda = False  # torch's DataLoader (said): the host path
     if cuda:
         try:
             loader._place_on(device)
@@ -443,7 +445,9 @@ def create_loader(
                 FallbackWarning,
                 stacklevel=2,
             )
-            loader, cuda = make(), False
+            with warnings.catch_warnings():  # its tail was said: once
+                warnings.simplefilter("ignore", FallbackWarning)
+                loader, cuda = make(), False
     if cuda:
         if mixup is not None:
             return _MixOnDevice(

@@ -132,6 +132,14 @@ for mode in ("batch", "elem", "pair", "half"):
     info["shape"] = list(dev[0][0].shape) + list(dev[0][1].shape)
     result[f"mixup-{mode}"] = info
 
+# re_split without mixup: timm's PrefetchLoader normalisation and split
+# erasing, on the device.
+kw = dict(is_training=True, re_prob=0.5, re_mode="const", re_split=True)
+dev, info = load(CUDA, seed=5, **kw)
+host, _ = load(CPU, seed=5, **kw)
+info["equal"] = same(dev, host)
+result["re-split"] = info
+
 # train.py and validate.py without the prefetcher: host batches, as timm's.
 for training in (True, False):
     kw = dict(is_training=training, use_prefetcher=False)

@@ -15,6 +15,7 @@ import torch
 
 
 import ringloader
+from ringloader.datasets.timmdata import readable
 from ringloader.timm import create_loader
 
 from images import KINDS, jpeg_bytes
@@ -234,6 +235,11 @@ def test_timms_dataset_given_to_ringloaders_dataloader(request, where):
     ds.transform = create_transform((3, 40, 40), interpolation="bilinear")
     x, _ = next(iter(ours))
     assert x.shape == (4, 3, 40, 40)
+    # listed once per reader and samples list
+    assert readable(ds) is readable(ds) is ours._data
+    if where == "folder":  # (the tar reader keeps its targets apart)
+        ds.reader.samples = ds.reader.samples[:5]
+        assert readable(ds) is not ours._data and len(readable(ds)) == 5
 
 
 def test_a_timm_dataset_it_cannot_read_falls_back_saying_why(folder):

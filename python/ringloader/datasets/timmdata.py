@@ -37,6 +37,8 @@ class TimmImages(ImageDataset):
             raise ValueError(f"input_img_mode={dataset.input_img_mode!r}, not 'RGB'")
         if getattr(dataset, "additional_features", None):
             raise ValueError("the dataset gives additional features")
+        self._reader = dataset.reader
+        self._samples = getattr(dataset.reader, "samples", None)
         self._sources = _sources_of(dataset.reader)
 
     @property  # type: ignore[override]
@@ -80,8 +82,21 @@ def is_timm_images(dataset: Any) -> bool:
 def readable(dataset: Any) -> Any:
     """What the loader reads for ``dataset``: a :class:`TimmImages` over
     timm's ``ImageDataset``, else ``dataset``. Raises ValueError (naming
-    what) for a timm dataset it cannot read."""
-    return TimmImages(dataset) if is_timm_images(dataset) else dataset
+    what) for a timm dataset it cannot read. The listing is made once per
+    reader and samples list (kept on the timm dataset): a DataLoader asks
+    for it several times while it is made, and ImageNet's takes seconds."""
+    if not is_timm_images(dataset):
+        return dataset
+    cached = dataset.__dict__.get("_ringloader_images")
+    reader = dataset.reader
+    if (
+        cached is None
+        or cached._reader is not reader
+        or cached._samples is not getattr(reader, "samples", None)
+    ):
+        cached = TimmImages(dataset)
+        dataset.__dict__["_ringloader_images"] = cached
+    return cached
 
 
 def _sources_of(reader: Any) -> Sources:

@@ -33,6 +33,7 @@ LAYERS: list[list[str]] = [
     # each library's transform classes as _steps, one file a library
     ["adapt.*"],
     ["transforms", "datasets.base", "datasets.presign", "datasets.fields"],
+    ["datasets.timmdata"],  # timm's ImageDataset as files (read by views)
     ["datasets.cache", "datasets.views", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex", "datasets.mix"],
     ["datasets.index", "datasets.shards"],

@@ -15,6 +15,7 @@ import torch
 
 
 import ringloader
+from ringloader.datasets.timmdata import readable
 from ringloader.timm import create_loader
 
 from images import KINDS, jpeg_bytes
@@ -209,3 +210,40 @@ def test_a_worker_seeding_function_is_said_not_to_be_called(folder):
             device=CPU,
             worker_seeding=lambda info: 0,
         )
+
+
+@pytest.mark.parametrize("where", ["folder", "tar_root"])
+def test_timms_dataset_given_to_ringloaders_dataloader(request, where):
+    """timm's ImageDataset (folder and tar readers) given as it is to
+    ringloader.DataLoader, not through create_loader: the C pipeline reads
+    its files (no fallback), with its transform (and follows it when
+    replaced); the batches are torch's DataLoader's over the same dataset,
+    within 1 LSB. Before, it fell back ("ImageDataset is not an
+    ImageFolder-like dataset of files")."""
+    from timm.data import create_transform
+
+    ds = create_dataset("", root=request.getfixturevalue(where))
+    ds.transform = create_transform(SIZE, interpolation="bicubic", crop_pct=0.95)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ringloader.FallbackWarning)
+        ours = ringloader.DataLoader(ds, batch_size=4)
+    assert isinstance(ours, ringloader.Loader)
+    theirs = torch.utils.data.DataLoader(ds, batch_size=4)
+    (x, y), (tx, ty) = batches(ours), batches(theirs)
+    assert torch.equal(y, ty) and x.shape == tx.shape == (15, *SIZE)
+    assert float(((x - tx).abs() * STD * 255).max()) <= 1.0 + 1e-3
+    ds.transform = create_transform((3, 40, 40), interpolation="bilinear")
+    x, _ = next(iter(ours))
+    assert x.shape == (4, 3, 40, 40)
+    # listed once per reader and samples list
+    assert readable(ds) is readable(ds) is ours._data
+    if where == "folder":  # (the tar reader keeps its targets apart)
+        ds.reader.samples = ds.reader.samples[:5]
+        assert readable(ds) is not ours._data and len(readable(ds)) == 5
+
+
+def test_a_timm_dataset_it_cannot_read_falls_back_saying_why(folder):
+    ds = create_dataset("", root=folder, input_img_mode="L")
+    with pytest.warns(ringloader.FallbackWarning, match="input_img_mode='L'"):
+        loader = ringloader.DataLoader(ds, batch_size=4)
+    assert not isinstance(loader, ringloader.Loader)

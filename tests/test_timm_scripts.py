@@ -246,3 +246,69 @@ def test_train_and_validate_flow(data_dir, prefetcher):
     assert seen == 9 and 0 <= acc <= 1
     acc2, seen2 = top1(model, loader_validate)
     assert seen2 == 9 and acc2 == acc  # the same eval transform either way
+
+
+def test_device_handling_with_the_fake_cuda_runtime(data_dir, tmp_path):
+    """create_loader(..., device=cuda) as train.py and validate.py call it,
+    under the fake CUDA runtime (tests/cuda/timm_device.py, in its own
+    process: the runtime is loaded once per process). With the prefetcher
+    the batches come through the loader's own GPU path (FakeGpu, pinned
+    slots, the fake's copies) and equal the host path's in each img_dtype;
+    (float32 within 1e-6: the device's addcmul and the C core's Normalize
+    may round the last bit apart); timm's RandomErasing runs on the device
+    after Normalize; mixup/cutmix
+    (FastCollateMixup, every mode) is done on the device, equal to timm's
+    collate + PrefetchLoader on the host, and so are re_split's batches;
+    without the prefetcher the
+    batches stay on the host, as timm's. No violation, nothing leaked."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cuda = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
+    sys.path.insert(0, cuda)
+    import fake_gpu
+
+    lib = fake_gpu.build(str(tmp_path / "fake_cudart.so"))
+    out = tmp_path / "timm-device.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(cuda, "timm_device.py"),
+            os.path.join(data_dir, "train"),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1", RINGLOADER_CUDART=lib),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(out.read_text())
+    for dtype in ("float32", "float16", "bfloat16"):
+        r = got[f"eval-torch.{dtype}"]
+        assert (r["type"], r["gpu"], r["dtype"]) == (
+            "_OnDevice",
+            "FakeGpu",
+            f"torch.{dtype}",
+        )
+        assert r["pinned"] > 0 and r["copies"] >= 3, r
+        assert r["equal"], r
+    r = got["train-erase"]
+    assert r["gpu"] == "FakeGpu" and r["copies"] >= 4 and r["labels_equal"]
+    assert r["other"] == 0 and r["erased"] > 0 and r["kept"] > 10 * r["erased"]
+    for mode in ("batch", "elem", "pair", "half"):
+        r = got[f"mixup-{mode}"]
+        assert (r["type"], r["gpu"]) == ("_MixOnDevice", "FakeGpu"), r
+        assert r["copies"] >= 4 and r["equal"], r
+        n = 2 if mode == "half" else 4
+        assert r["shape"] == [n, 3, 32, 32, n, 3], r
+    r = got["re-split"]
+    assert (r["type"], r["gpu"], r["equal"]) == ("_MixOnDevice", "FakeGpu", True), r
+    for training in (True, False):
+        r = got[f"no-prefetcher-{training}"]
+        assert r["device"] == "cpu" and r["copies"] == 0 and r["gpu"] == "NoneType"
+        assert r["equal"], r
+    assert (got["violations"], got["last"]) == (0, "")
+    assert got["host"] == 0 and got["dev"] == 0

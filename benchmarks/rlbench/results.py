@@ -146,10 +146,13 @@ def results_md(
             "transform objects given as they are to both loaders (DataLoader + "
             "ImageFolder, and ringloader, which fuses them): float32 normalised "
             "batches of their crop size, shuffled. The timm recipes (timm-eval, "
-            "timm-train, timm-train-random) are the objects timm's create_transform "
-            "makes, given the same way: DataLoader + ImageFolder with them is "
-            "timm's own loader without its prefetcher (PIL decode, timm's "
-            "transforms in the workers); timm-eval is not shuffled."
+            "timm-train, timm-train-random, timm-train-ra) are the objects timm's "
+            "create_transform makes, given the same way: DataLoader + ImageFolder "
+            "with them is timm's own loader without its prefetcher (PIL decode, "
+            "timm's transforms in the workers); timm-eval is not shuffled. timm's "
+            "RandAugment (timm-ra, timm-train-ra) posterizes as before Pillow 13 "
+            "for both loaders: Pillow 13 refuses the 0 bits it draws, and timm's "
+            "own loader would stop with a ValueError."
             if set(cfg.get("pipelines", [])) & set(AUGMENT)
             else ""
         ),

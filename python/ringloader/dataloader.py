@@ -35,6 +35,7 @@ from . import _frameworks
 from ._epoch import Sampling, builtin_order
 
 from .datasets.base import provides_sources
+from .datasets.timmdata import readable
 from .datasets.views import NotAView, leaves_of, resolve
 from ._gpu import open_gpu
 from .errors import FallbackWarning
@@ -58,6 +59,10 @@ def _fusable_dataset(dataset: Any) -> Optional[str]:
 
 def _fusable_leaf(dataset: Any) -> Optional[str]:
     """None if ringloader can read this dataset of files, else why not."""
+    try:
+        dataset = readable(dataset)  # timm's ImageDataset: its files
+    except (ValueError, AttributeError) as e:
+        return f"{type(dataset).__name__}: {e}"
     module = type(dataset).__module__
     if module.startswith("ringloader.") and provides_sources(dataset):
         return None  # TarShards, FileList, IndexedImageFolder: local or remote

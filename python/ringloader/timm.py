@@ -25,7 +25,18 @@ How it runs, by case:
   ``collate_fn`` mixes them as timm's loader does, and timm's own
   ``PrefetchLoader`` normalises and erases on the device.
 - without the prefetcher: the transform with MaybeToTensor and Normalize,
-  batches as torch's default collate makes them (or the ``collate_fn``).
+  batches as torch's default collate makes them (or the ``collate_fn``),
+  in host memory, as timm's loader gives them (``device`` is not used).
+
+With the prefetcher and a CUDA ``device``, the loader itself copies each
+batch to the device (``Loader(device=...)``'s path: pinned slots, its own
+copy stream, uint8 across PCIe) and the rest runs there: with timm's
+default collate the conversion and Normalize of the compiled transform,
+then the cast to ``img_dtype`` and timm's RandomErasing per sample; with
+``FastCollateMixup`` its mixup/cutmix on the uint8 batch (timm's own draws,
+its float32 arithmetic and rounding), then Normalize in ``img_dtype`` and
+erasing as timm's PrefetchLoader does them. Another ``collate_fn`` gets
+host samples, and timm's PrefetchLoader moves its batches.
 
 The dataset is one of timm's ``create_dataset`` makes over local files:
 ``ImageDataset`` with its folder reader, or with its tar reader (a .tar of
@@ -39,7 +50,6 @@ timm's own loader; a transform step it cannot fuse runs in Python, as
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any, Callable, Optional
 
@@ -47,74 +57,12 @@ import numpy as np
 import torch
 
 from .dataloader import DataLoader
-from .datasets.base import ImageDataset, Sources
+from .datasets.timmdata import TimmImages
 from .errors import FallbackWarning
 
 __all__ = ["create_loader", "TimmImages"]
 
 _CUDA = torch.device("cuda")  # timm's default device
-
-
-class TimmImages(ImageDataset):
-    """timm's ``ImageDataset`` over local files, read by the C pipeline:
-    its reader's files (folder reader) or byte ranges of its tar files (tar
-    reader), its targets, and ``transform``/``target_transform`` as set
-    here. Indexed, it gives what timm's dataset gives with this transform.
-    Raises ValueError naming what it cannot read."""
-
-    def __init__(self, dataset: Any, transform: Optional[Callable] = None) -> None:
-        self.dataset = dataset
-        self.transform = transform
-        self.target_transform = getattr(dataset, "target_transform", None)
-        if getattr(dataset, "load_bytes", False):
-            raise ValueError("the dataset gives bytes (load_bytes=True)")
-        if getattr(dataset, "input_img_mode", "RGB") != "RGB":
-            raise ValueError(f"input_img_mode={dataset.input_img_mode!r}, not 'RGB'")
-        if getattr(dataset, "additional_features", None):
-            raise ValueError("the dataset gives additional features")
-        self._sources = _sources_of(dataset.reader)
-
-    def ringloader_sources(self) -> Sources:
-        return self._sources
-
-    def __len__(self) -> int:
-        return len(self._sources)
-
-    def __getitem__(self, index: int) -> tuple[Any, Any]:
-        self.dataset.transform = self.transform
-        return self.dataset[index]
-
-
-def _sources_of(reader: Any) -> Sources:
-    kind = type(reader).__name__
-    if kind == "ReaderImageFolder":
-        paths = [os.path.abspath(p) for p, _ in reader.samples]
-        targets = [t for _, t in reader.samples]
-        return Sources(paths=paths, targets=_targets(targets))
-    if kind == "ReaderImageInTar":
-        paths, offsets, lengths = [], [], []
-        for sample, parent, child in reader.samples:
-            path = os.path.join(reader.root, parent) if parent else reader.root
-            start = child.offset_data if child is not None else 0
-            if not sample.isreg() or (child is not None and not child.isreg()):
-                raise ValueError(f"{path}: {sample.name} is not a plain file")
-            paths.append(os.path.abspath(path))
-            offsets.append(start + sample.offset_data)
-            lengths.append(sample.size)
-        return Sources(
-            paths=paths,
-            targets=_targets(reader.targets),
-            offsets=np.asarray(offsets, dtype=np.int64),
-            lengths=np.asarray(lengths, dtype=np.int64),
-        )
-    raise ValueError(f"timm's {kind} is not read by ringloader")
-
-
-def _targets(targets: Any) -> np.ndarray:
-    out = np.asarray([-1 if t is None else t for t in targets])
-    if len(out) and not np.issubdtype(out.dtype, np.integer):
-        raise ValueError(f"targets of {out.dtype}, not class indices")
-    return out.astype(np.int64)
 
 
 class _Collated:
@@ -150,15 +98,39 @@ class _Collated:
 
 class _OnDevice:
     """timm's PrefetchLoader for batches normalised (and erased) in C: each
-    batch moved to ``device`` and cast to ``img_dtype``."""
+    batch moved to ``device`` and cast to ``img_dtype``. On the GPU path
+    (``erasing`` set there) the loader's batches are already on the device,
+    converted and normalised by it; timm's RandomErasing runs on them there
+    after the cast, as the prefetcher runs it."""
 
-    def __init__(self, loader: Any, device: torch.device, img_dtype: torch.dtype):
+    def __init__(
+        self,
+        loader: Any,
+        device: torch.device,
+        img_dtype: torch.dtype,
+        erasing: Optional[dict] = None,
+    ):
         self.loader, self.device, self.img_dtype = loader, device, img_dtype
+        self.erasing = erasing
+        self._erase: Any = None
 
     def __iter__(self):
         for images, targets in self.loader:
-            images = images.to(self.device, non_blocking=True)
-            yield images.to(self.img_dtype), targets.to(self.device, non_blocking=True)
+            if getattr(self.loader, "_gpu", None) is None:
+                images = images.to(self.device, non_blocking=True)
+            # (on the GPU path, images.device is the loader's device)
+            targets = targets.to(images.device, non_blocking=True)
+            images = images.to(self.img_dtype)
+            if self.erasing:
+                images = self._eraser(images.device)(images)
+            yield images, targets
+
+    def _eraser(self, device: torch.device) -> Any:
+        if self._erase is None:
+            from timm.data.random_erasing import RandomErasing
+
+            self._erase = RandomErasing(device=device, **self.erasing)
+        return self._erase
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -182,6 +154,121 @@ class _OnDevice:
     @mixup_enabled.setter
     def mixup_enabled(self, x: bool) -> None:
         pass
+
+
+class _MixOnDevice(_OnDevice):
+    """timm's FastCollateMixup + PrefetchLoader on the GPU path: the
+    loader's uint8 batches, on the device, mixed as FastCollateMixup mixes
+    its samples (its own parameter draws, so numpy's generator moves as
+    under timm; float32 blend rounded half to even; cutmix boxes from
+    timm's ``cutmix_bbox_and_lam``; targets from ``mixup_target``), then
+    normalised in ``img_dtype`` and erased as timm's PrefetchLoader does."""
+
+    def __init__(
+        self,
+        loader: Any,
+        mixup: Any,
+        mean: tuple[float, ...],
+        std: tuple[float, ...],
+        img_dtype: torch.dtype,
+        erasing: Optional[dict],
+    ):
+        super().__init__(loader, loader.device, img_dtype, erasing)
+        self.mixup = mixup
+        self.mean = torch.tensor([255 * m for m in mean], dtype=img_dtype)
+        self.std = torch.tensor([255 * s for s in std], dtype=img_dtype)
+
+    @property
+    def mixup_enabled(self) -> bool:
+        return self.mixup is not None and bool(self.mixup.mixup_enabled)
+
+    @mixup_enabled.setter
+    def mixup_enabled(self, x: bool) -> None:
+        if self.mixup is not None:
+            self.mixup.mixup_enabled = x
+
+    def __iter__(self):
+        gpu = self.loader._gpu
+        for images, targets in self.loader:
+            gpu.before_compute()  # (the copy has landed; a no-op on a GPU)
+            targets = targets.to(images.device, non_blocking=True)
+            if self.mixup is not None:
+                images, targets = _mix(self.mixup, images, targets)
+            view = (1, -1, 1, 1)
+            mean = self.mean.to(images.device).view(view)
+            std = self.std.to(images.device).view(view)
+            images = images.to(self.img_dtype).sub_(mean).div_(std)
+            if self.erasing:
+                images = self._eraser(images.device)(images)
+            yield images, targets
+
+
+def _blend(a: torch.Tensor, b: torch.Tensor, lam: Any, rest: Any) -> torch.Tensor:
+    """FastCollateMixup's blend of uint8 images: a * lam + b * rest in
+    float32 (the weights as its numpy arithmetic rounds them), rounded half
+    to even as ``np.rint``."""
+    return torch.round(a.float() * float(lam) + b.float() * float(rest)).byte()
+
+
+def _mix(mixup: Any, images: torch.Tensor, targets: torch.Tensor) -> tuple:
+    """FastCollateMixup(batch) for a (B, C, H, W) uint8 batch on any
+    device: the images mixed with their mirror in the batch (sample i with
+    B - 1 - i) per timm's mode, and the mixed soft targets."""
+    from timm.data.mixup import cutmix_bbox_and_lam, mixup_target
+
+    b = len(images)
+    if b % 2:
+        raise ValueError("Batch size should be even when using this (mixup)")
+    box = dict(ratio_minmax=mixup.cutmix_minmax, correct_lam=mixup.correct_lam)
+    flip = images.flip(0)
+    half = "half" in mixup.mode
+    n = b // 2 if half else b
+    out = images[:n].clone()
+    lam: Any
+    if mixup.mode in ("elem", "half"):
+        lam, cut = mixup._params_per_elem(n)
+        for i in range(n):
+            if lam[i] == 1.0:
+                continue
+            if cut[i]:
+                (yl, yh, xl, xh), lam[i] = cutmix_bbox_and_lam(out.shape, lam[i], **box)
+                out[i, :, yl:yh, xl:xh] = flip[i, :, yl:yh, xl:xh]
+            else:
+                out[i] = _blend(images[i], flip[i], lam[i], 1 - lam[i])
+        if half:
+            lam = np.concatenate((lam, np.ones(n, dtype=lam.dtype)))
+        lam = torch.tensor(lam, device=images.device).unsqueeze(1)
+    elif mixup.mode == "pair":
+        lam, cut = mixup._params_per_elem(b // 2)
+        for i in range(b // 2):
+            j = b - i - 1
+            if lam[i] >= 1.0:
+                continue
+            if cut[i]:
+                (yl, yh, xl, xh), lam[i] = cutmix_bbox_and_lam(out.shape, lam[i], **box)
+                out[i, :, yl:yh, xl:xh] = images[j, :, yl:yh, xl:xh]
+                out[j, :, yl:yh, xl:xh] = images[i, :, yl:yh, xl:xh]
+            else:
+                out[i] = _blend(images[i], images[j], lam[i], 1 - lam[i])
+                out[j] = _blend(images[j], images[i], lam[i], 1 - lam[i])
+        lam = np.concatenate((lam, lam[::-1]))
+        lam = torch.tensor(lam, device=images.device).unsqueeze(1)
+    else:
+        lam, cut = mixup._params_per_batch()
+        if lam != 1.0:
+            if cut:
+                (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(out.shape, lam, **box)
+                out[:, :, yl:yh, xl:xh] = flip[:, :, yl:yh, xl:xh]
+            else:
+                out = _blend(images, flip, lam, 1 - lam)
+    soft = mixup_target(
+        targets,
+        mixup.num_classes,
+        lam,
+        mixup.label_smoothing,
+        getattr(mixup, "multi_label", False),
+    )
+    return out, soft[:n]
 
 
 def _fallback(reason: str, **kwargs: Any) -> Any:
@@ -279,6 +366,20 @@ def create_loader(
     # In C: normalisation and erasing, unless timm's prefetcher must do them
     # after a collate_fn (mixup mixes the uint8 samples) or per batch split.
     in_c = not use_prefetcher or not (custom_collate or re_num_splits > 1)
+    # On a CUDA device with the prefetcher the loader copies uint8 batches
+    # itself: erasing (and mixing) then run on the device (see the doc).
+    cuda = use_prefetcher and torch.device(device).type == "cuda"
+    mixup = _fast_mixup(collate_fn) if cuda else None
+    if cuda and custom_collate and mixup is None:
+        cuda = False  # another collate_fn: host samples, timm's PrefetchLoader
+    erasing = None
+    if cuda and re_prob > 0 and is_training and not no_aug:
+        erasing = dict(
+            probability=re_prob,
+            mode=re_mode,
+            max_count=re_count,
+            num_splits=re_num_splits,
+        )
     transform = create_transform(
         input_size,
         is_training=is_training,
@@ -299,7 +400,7 @@ def create_loader(
         crop_pct=crop_pct,
         crop_mode=crop_mode,
         crop_border_pixels=crop_border_pixels,
-        re_prob=re_prob if in_c else 0.0,
+        re_prob=re_prob if in_c and not cuda else 0.0,
         re_mode=re_mode,
         re_count=re_count,
         re_num_splits=re_num_splits,
@@ -319,21 +420,60 @@ def create_loader(
         raise AssertionError(
             "RepeatAugment not currently supported in non-distributed use"
         )
-    loader: Any = DataLoader(
-        images,
-        batch_size=batch_size,
-        shuffle=sampler is None and is_training,
-        sampler=sampler,
-        num_workers=max(1, num_workers),
-        pin_memory=pin_memory,
-        drop_last=is_training,
-    )
+
+    def make() -> Any:
+        return DataLoader(
+            images,
+            batch_size=batch_size,
+            shuffle=sampler is None and is_training,
+            sampler=sampler,
+            num_workers=max(1, num_workers),
+            pin_memory=pin_memory,
+            drop_last=is_training,
+        )
+
+    loader: Any = make()
+    img_dtype = img_dtype or torch.float32
+    if cuda and not hasattr(loader, "_place_on"):
+        cuda = False  # torch's DataLoader (said): the host path
+    if cuda:
+        try:
+            loader._place_on(device)
+        except ValueError as e:  # a step runs in Python per sample
+            warnings.warn(
+                f"ringloader: host batches, moved to {device} afterwards: {e}",
+                FallbackWarning,
+                stacklevel=2,
+            )
+            with warnings.catch_warnings():  # its tail was said: once
+                warnings.simplefilter("ignore", FallbackWarning)
+                loader, cuda = make(), False
+    if cuda:
+        if mixup is not None:
+            return _MixOnDevice(
+                loader,
+                mixup,
+                adapt_to_chs(mean, channels),
+                adapt_to_chs(std, channels),
+                img_dtype,
+                erasing,
+            )
+        if in_c:
+            return _OnDevice(loader, loader.device, img_dtype, erasing)
+        return _MixOnDevice(  # re_split: timm's prefetcher's normalisation
+            loader,
+            None,
+            adapt_to_chs(mean, channels),
+            adapt_to_chs(std, channels),
+            img_dtype,
+            erasing,
+        )
     if custom_collate:
         loader = _Collated(loader, collate_fn)
     if not use_prefetcher:
         return loader
     if in_c:
-        return _OnDevice(loader, device, img_dtype or torch.float32)
+        return _OnDevice(loader, device, img_dtype, erasing)
     return PrefetchLoader(
         loader,
         mean=adapt_to_chs(mean, channels),
@@ -346,6 +486,16 @@ def create_loader(
         re_count=re_count,
         re_num_splits=re_num_splits,
     )
+
+
+def _fast_mixup(collate_fn: Any) -> Any:
+    """``collate_fn`` if it is timm's FastCollateMixup (mixed on the device
+    by :func:`_mix`), else None."""
+    if collate_fn is None:
+        return None
+    from timm.data.mixup import FastCollateMixup
+
+    return collate_fn if type(collate_fn) is FastCollateMixup else None
 
 
 def _unsupported(

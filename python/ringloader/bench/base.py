@@ -55,6 +55,8 @@ PIPELINES = {
     "timm-train-random": "timm: create_transform(224, is_training=True, "
     'interpolation="random", re_prob=0.25)',
     "timm-ra": "RandomResizedCrop(224) + flip + timm rand-m9-mstd0.5-inc1 + Normalize",
+    "timm-train-ra": "timm: create_transform(224, is_training=True, "
+    'auto_augment="rand-m9-mstd0.5-inc1", interpolation="random", re_prob=0.25)',
 }
 AUGMENT = (
     "ta",
@@ -66,6 +68,7 @@ AUGMENT = (
     "timm-train",
     "timm-train-random",
     "timm-ra",
+    "timm-train-ra",
 )
 CROP, RESIZE = 224, 256
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -113,6 +116,17 @@ def posterize_before_pillow13(img: Any, bits: int, **_: Any) -> Any:
     return ImageOps.posterize(img, bits)
 
 
+def _patch_posterize(transform: Any) -> None:
+    """Every timm RandAugment inside ``transform`` (a Compose, nested or
+    not) posterizes with :func:`posterize_before_pillow13`."""
+    for step in getattr(transform, "transforms", [transform]):
+        if hasattr(step, "transforms"):
+            _patch_posterize(step)
+        for op in getattr(step, "ops", ()):
+            if getattr(op.aug_fn, "__name__", "") == "posterize":
+                op.aug_fn = posterize_before_pillow13
+
+
 def augment_recipe(pipeline: str) -> Any:
     """The torchvision (or timm) transform of an AUGMENT pipeline (float32,
     normalised)."""
@@ -127,6 +141,18 @@ def augment_recipe(pipeline: str) -> Any:
             return create_transform(
                 CROP, is_training=False, interpolation="bicubic", crop_pct=0.95
             )
+        if pipeline == "timm-train-ra":
+            # timm's default ImageNet train recipe; its RandAugment's
+            # posterize patched as for timm-ra (Pillow 13 refuses 0 bits)
+            recipe = create_transform(
+                CROP,
+                is_training=True,
+                auto_augment="rand-m9-mstd0.5-inc1",
+                interpolation="random",
+                re_prob=0.25,
+            )
+            _patch_posterize(recipe)
+            return recipe
         interpolation = "random" if pipeline == "timm-train-random" else "bilinear"
         return create_transform(
             CROP, is_training=True, interpolation=interpolation, re_prob=0.25
@@ -150,9 +176,7 @@ def augment_recipe(pipeline: str) -> Any:
         mean = tuple(min(255, round(255 * m)) for m in MEAN)
         hparams = dict(translate_const=int(CROP * 0.45), img_mean=mean)
         ra = rand_augment_transform("rand-m9-mstd0.5-inc1", hparams)
-        for op in ra.ops:
-            if op.aug_fn.__name__ == "posterize":
-                op.aug_fn = posterize_before_pillow13
+        _patch_posterize(ra)
         return T.Compose(
             [
                 T.RandomResizedCrop(CROP),

@@ -29,6 +29,8 @@ TITLES = {
     + PIPELINES["timm-train"][6:],
     "timm-train-random": "timm's train recipe, random interpolation: "
     + PIPELINES["timm-train-random"][6:],
+    "timm-train-ra": "timm's default ImageNet train recipe: "
+    + PIPELINES["timm-train-ra"][6:],
     "timm-ra": "RandomResizedCrop(224) + flip + timm's RandAugment "
     "(rand-m9-mstd0.5-inc1, random interpolation) + Normalize",
 }

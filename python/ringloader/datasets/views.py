@@ -25,6 +25,7 @@ import numpy as np
 from ..transforms import UnsupportedTransform, compile_views
 from . import targets as _targets
 from .base import Remote, Sources, provides_sources, sources_of
+from .timmdata import readable
 
 __all__ = ["NotAView", "View", "leaves_of", "resolve", "samples_stamp"]
 
@@ -307,8 +308,9 @@ def resolve(dataset: Any) -> Any:
     """What the loader reads for ``dataset``: a :class:`View` of a
     (nested) Subset or ConcatDataset, else the dataset itself. Raises
     :class:`NotAView` for a composition that cannot be read as files with
-    one transform."""
-    return View(dataset) if _kind(dataset) is not None else dataset
+    one transform; ValueError for a timm ``ImageDataset`` whose reader it
+    cannot read (it reads the folder and tar readers: :mod:`.timmdata`)."""
+    return View(dataset) if _kind(dataset) is not None else readable(dataset)
 
 
 def samples_stamp(dataset: Any) -> tuple:

@@ -36,7 +36,8 @@ def test_every_library_named_at_once(tmp_path):
     assert rc != 0
     assert err.count("ringloader build error") == 1
     assert (
-        "missing libjpeg, spng, libdeflate, libwebp, libwebpdemux, zlib, liburing, libcurl" in err
+        "missing libjpeg, spng, libdeflate, libwebp, libwebpdemux, zlib, liburing, libcurl"
+        in err
     )
     for name, package in (
         ("spng", "libspng-dev"),

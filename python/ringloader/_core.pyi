@@ -178,6 +178,11 @@ def augment(
 ) -> bytes:
     """The chain's image ops on an HWC RGB image, as the loader runs them."""
 
+def check_member(kind: int, data: Buffer, max_digits: int = ..., /) -> Optional[str]:
+    # test builds
+    """None, or why the member fails core/fields.h's check of that kind
+    (1 UTF-8, 2 JSON, 3 int; max_digits: Python's int digit limit)."""
+
 def read_bench(
     paths: Iterable[_Path],
     offsets: Optional[Sequence[int]],

@@ -88,26 +88,6 @@ static void drop_ctx(png_state *s)
     s->ctx = NULL;
 }
 
-static int grow(uint8_t **p, size_t *cap, size_t need)
-{
-    if (need <= *cap) {
-        return 0;
-    }
-    uint8_t *q = realloc(*p, need);
-    if (q == NULL) {
-        return -ENOMEM;
-    }
-    *p = q;
-    *cap = need;
-    return 0;
-}
-
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-           p[3];
-}
-
 /*
  * Walks the chunks of data: returns 0 with *cut telling whether the data
  * ends before an IEND chunk (and *cut_at where the chunk it ends in
@@ -122,12 +102,12 @@ static int walk_chunks(const uint8_t *data, size_t len, bool *cut,
 {
     size_t at = sizeof(png_magic);
     *cut = true;
-    for (;; at += (size_t)be32(data + at) + 12) {
+    for (;; at += (size_t)rl__png_be32(data + at) + 12) {
         *cut_at = at;
         if (len - at < 12) {
             return 0;
         }
-        uint32_t n = be32(data + at);
+        uint32_t n = rl__png_be32(data + at);
         const uint8_t *type = data + at + 4;
         if (n > 0x7FFFFFFFu) {
             snprintf(msg, RL_MSG_MAX, "PNG chunk length %u is invalid", n);
@@ -138,7 +118,7 @@ static int walk_chunks(const uint8_t *data, size_t len, bool *cut,
         }
         if (type[0] >= 'A' && type[0] <= 'Z') { /* critical */
             uint32_t crc = rl__png_crc32(type, (size_t)n + 4);
-            if (crc != be32(type + 4 + n)) {
+            if (crc != rl__png_be32(type + 4 + n)) {
                 snprintf(msg, RL_MSG_MAX,
                          "PNG %.4s chunk at byte %zu has a wrong CRC "
                          "(corrupt file)",
@@ -172,12 +152,12 @@ static int mend(png_state *s, const uint8_t **data, size_t *len)
 {
     size_t at = s->cut_at;
     size_t body = s->len - at >= 8 ? s->len - at - 8 : 0;
-    if (body > 0 && be32(s->data + at) < body) {
-        body = be32(s->data + at); /* cut in its CRC */
+    if (body > 0 && rl__png_be32(s->data + at) < body) {
+        body = rl__png_be32(s->data + at); /* cut in its CRC */
     }
     static const uint8_t iend[12] = {0,   0,   0,    0,    'I',  'E',
                                      'N', 'D', 0xAE, 0x42, 0x60, 0x82};
-    if (grow(&s->mended, &s->mended_cap, at + 12 + body + 12) != 0) {
+    if (rl__png_grow(&s->mended, &s->mended_cap, at + 12 + body + 12) != 0) {
         return -ENOMEM;
     }
     uint8_t *m = s->mended;
@@ -475,9 +455,10 @@ static int png_region(png_state *s, int m, int x0, int y0, int w, int h,
     size_t rowbytes = size / (size_t)fh;
     size_t stride = (size_t)w * 4;
     bool interlaced = s->ihdr.interlace_method != 0;
-    if (grow(&s->row, &s->row_cap, rowbytes) != 0 ||
-        grow(&s->buf, &s->buf_cap, stride * (size_t)h) != 0 ||
-        (interlaced && grow(&s->raw, &s->raw_cap, rowbytes * (size_t)h) != 0)) {
+    if (rl__png_grow(&s->row, &s->row_cap, rowbytes) != 0 ||
+        rl__png_grow(&s->buf, &s->buf_cap, stride * (size_t)h) != 0 ||
+        (interlaced &&
+         rl__png_grow(&s->raw, &s->raw_cap, rowbytes * (size_t)h) != 0)) {
         drop_ctx(s);
         snprintf(msg, RL_MSG_MAX, "out of memory");
         return -ENOMEM;

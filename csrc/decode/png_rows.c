@@ -43,7 +43,7 @@
 /* Bytes past a buffer's last row that a 4-byte pixel access may touch. */
 #define SLACK 16
 
-static int grow(uint8_t **p, size_t *cap, size_t need)
+int rl__png_grow(uint8_t **p, size_t *cap, size_t need)
 {
     if (need <= *cap) {
         return 0;
@@ -57,7 +57,7 @@ static int grow(uint8_t **p, size_t *cap, size_t need)
     return 0;
 }
 
-static uint32_t be32(const uint8_t *p)
+uint32_t rl__png_be32(const uint8_t *p)
 {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
            p[3];
@@ -91,7 +91,7 @@ static int gather(rl_png_rows *r, const uint8_t *data, size_t len,
     size_t first = 0, total = 0, chunks = 0;
     bool after = false; /* a chunk followed the IDAT run */
     for (size_t at = 8; len - at >= 12;) {
-        size_t n = be32(data + at);
+        size_t n = rl__png_be32(data + at);
         const uint8_t *type = data + at + 4;
         if (n > len - at - 12) {
             return RL_PNG_DECLINED;
@@ -119,12 +119,12 @@ static int gather(rl_png_rows *r, const uint8_t *data, size_t len,
         *zlen = total;
         return 0;
     }
-    if (grow(&r->idat, &r->idat_cap, total) != 0) {
+    if (rl__png_grow(&r->idat, &r->idat_cap, total) != 0) {
         return -ENOMEM;
     }
     size_t k = 0;
-    for (size_t at = first; k < total; at += be32(data + at) + 12) {
-        size_t n = be32(data + at);
+    for (size_t at = first; k < total; at += rl__png_be32(data + at) + 12) {
+        size_t n = rl__png_be32(data + at);
         memcpy(r->idat + k, data + at + 8, n);
         k += n;
     }
@@ -367,8 +367,8 @@ int rl__png_rows_decode(rl_png_rows *r, const uint8_t *data, size_t len,
         return RL_PNG_DECLINED;
     }
     size_t size = (rowbytes + 1) * (size_t)height;
-    if (grow(&r->rows, &r->rows_cap, size + SLACK) != 0 ||
-        grow(&r->zero, &r->zero_cap, rowbytes + SLACK) != 0) {
+    if (rl__png_grow(&r->rows, &r->rows_cap, size + SLACK) != 0 ||
+        rl__png_grow(&r->zero, &r->zero_cap, rowbytes + SLACK) != 0) {
         return -ENOMEM;
     }
     memset(r->zero, 0, rowbytes + SLACK);

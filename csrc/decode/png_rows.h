@@ -41,6 +41,13 @@ typedef struct rl_png_rows {
 /* Frees what r holds and zeroes it; r itself is the caller's. */
 void rl__png_rows_exit(rl_png_rows *r);
 
+/* Makes *p hold at least need bytes (realloc; *cap its size): 0 or -ENOMEM,
+ * *p unchanged on failure. Shared with png.c. */
+int rl__png_grow(uint8_t **p, size_t *cap, size_t need);
+
+/* The big-endian 32-bit number at p (a chunk's length or CRC). */
+uint32_t rl__png_be32(const uint8_t *p);
+
 /* The CRC-32 of n bytes, as a PNG chunk's (zlib's crc32 from 0). */
 uint32_t rl__png_crc32(const uint8_t *p, size_t n);
 

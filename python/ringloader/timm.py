@@ -65,20 +65,11 @@ __all__ = ["create_loader", "TimmImages"]
 _CUDA = torch.device("cuda")  # timm's default device
 
 
-class _Collated:
-    """A loader's uint8 batches given to a timm ``collate_fn``
-    (FastCollateMixup) as the list of (CHW uint8 array, target) samples
-    timm's loader gives it."""
+class _Wrapped:
+    """What timm's scripts read of the loader a wrapper wraps (its length,
+    sampler, batch sampler and dataset), passed through."""
 
-    def __init__(self, loader: Any, collate_fn: Callable) -> None:
-        self.loader, self.collate_fn = loader, collate_fn
-
-    def __iter__(self):
-        for images, targets in self.loader:
-            arrays = images.numpy()
-            yield self.collate_fn(
-                [(arrays[i], int(targets[i])) for i in range(len(arrays))]
-            )
+    loader: Any
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -96,7 +87,23 @@ class _Collated:
         return self.loader.dataset
 
 
-class _OnDevice:
+class _Collated(_Wrapped):
+    """A loader's uint8 batches given to a timm ``collate_fn``
+    (FastCollateMixup) as the list of (CHW uint8 array, target) samples
+    timm's loader gives it."""
+
+    def __init__(self, loader: Any, collate_fn: Callable) -> None:
+        self.loader, self.collate_fn = loader, collate_fn
+
+    def __iter__(self):
+        for images, targets in self.loader:
+            arrays = images.numpy()
+            yield self.collate_fn(
+                [(arrays[i], int(targets[i])) for i in range(len(arrays))]
+            )
+
+
+class _OnDevice(_Wrapped):
     """timm's PrefetchLoader for batches normalised (and erased) in C: each
     batch moved to ``device`` and cast to ``img_dtype``. On the GPU path
     (``erasing`` set there) the loader's batches are already on the device,
@@ -131,21 +138,6 @@ class _OnDevice:
 
             self._erase = RandomErasing(device=device, **self.erasing)
         return self._erase
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    @property
-    def sampler(self) -> Any:
-        return self.loader.sampler
-
-    @property
-    def batch_sampler(self) -> Any:
-        return self.loader.batch_sampler
-
-    @property
-    def dataset(self) -> Any:
-        return self.loader.dataset
 
     @property
     def mixup_enabled(self) -> bool:

@@ -17,6 +17,7 @@ corpus (made by tests/fuzz/make_corpus.py) through what it fuzzes:
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -109,17 +110,22 @@ def test_http_check_regressions_and_seeds_replay(tmp_path):
     assert proc.stdout.strip() == str(len(paths))
 
 
-def test_tar_walk_regressions_and_seeds_replay(tmp_path):
-    paths = inputs("regressions_tar", tmp_path / "seeds", "tar")
-    assert len(paths) > 10
+def _replay_atheris(target: str, paths: list) -> None:
+    """Each input through an atheris target's one_input, in this process."""
     sys.path.insert(0, FUZZ)
     try:
-        import fuzz_tar
+        module = importlib.import_module(target)
     finally:
         sys.path.remove(FUZZ)
     for p in paths:
         with open(p, "rb") as f:
-            fuzz_tar.one_input(f.read())
+            module.one_input(f.read())
+
+
+def test_tar_walk_regressions_and_seeds_replay(tmp_path):
+    paths = inputs("regressions_tar", tmp_path / "seeds", "tar")
+    assert len(paths) > 10
+    _replay_atheris("fuzz_tar", paths)
 
 
 @pytest.mark.parametrize("kind", ["png", "webp"])
@@ -139,11 +145,4 @@ def test_field_check_regressions_and_seeds_replay(tmp_path):
     decoding on its seeds and regressions_fields/."""
     paths = inputs("regressions_fields", tmp_path / "seeds", "fields")
     assert len(paths) > 20
-    sys.path.insert(0, FUZZ)
-    try:
-        import fuzz_fields
-    finally:
-        sys.path.remove(FUZZ)
-    for p in paths:
-        with open(p, "rb") as f:
-            fuzz_fields.one_input(f.read())
+    _replay_atheris("fuzz_fields", paths)

@@ -15,7 +15,10 @@ RandomResizedCrop(224) + RandomHorizontalFlip + Normalize (float32):
 
 Then each native decoder's single-thread rate against Pillow's on the same
 files, from memory, whole images to RGB: ``_core.decode`` (libspng,
-libwebp) against ``Image.open(f).convert("RGB")``.
+libwebp) against ``Image.open(f).convert("RGB")``; and the native decoder
+on the train recipe's crop boxes alone (``_core.decode(box=)``): the CPU
+time a file that no loader decoding with it can go below, so the
+DataLoader's CPU time a file over it is the most any such loader can gain.
 
 Usage::
 
@@ -76,12 +79,34 @@ def files_of(root: str, fmt: str) -> list[str]:
     return out
 
 
+def crop_boxes(blobs: list[bytes], seed: int = 0) -> list[tuple[int, int, int, int]]:
+    """One (left, top, width, height) box a file, drawn as the train
+    recipe's RandomResizedCrop(224) draws them (torchvision's get_params,
+    default scale and ratio), from the header's size."""
+    import torch
+    from PIL import Image
+    from torchvision.transforms import RandomResizedCrop
+
+    torch.manual_seed(seed)
+    boxes = []
+    for b in blobs:
+        with Image.open(io.BytesIO(b)) as im:
+            top, left, h, w = RandomResizedCrop.get_params(
+                im, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)
+            )
+        boxes.append((left, top, w, h))
+    return boxes
+
+
 def decoder_rates(paths: list[str], passes: int = 3) -> dict[str, float]:
     """Images/s of ringloader's native decoder and of Pillow, one thread,
-    whole images to RGB from bytes in memory, the best of ``passes``, the
-    two interleaved pass by pass: by wall time (``native``, ``pillow``) and
-    by this process's CPU time (``native_cpu``, ``pillow_cpu``), which other
-    jobs on the machine disturb less."""
+    from bytes in memory, the best of ``passes``, the contenders
+    interleaved pass by pass: whole images to RGB (``native``, ``pillow``),
+    and the native decoder on the boxes of :func:`crop_boxes` alone
+    (``native_crop``), decoded as a pipeline decodes a crop; by wall time
+    and by this process's CPU time (``..._cpu``), which other jobs on the
+    machine disturb less. ``native_crop_cpu`` bounds any loader that decodes
+    with these decoders: the train recipe cannot cost it less a file."""
     from PIL import Image
 
     from ringloader import _core
@@ -90,17 +115,25 @@ def decoder_rates(paths: list[str], passes: int = 3) -> dict[str, float]:
     for p in paths:
         with open(p, "rb") as f:
             blobs.append(f.read())
+    boxes = crop_boxes(blobs)
 
     def pillow(b: bytes) -> Any:
         with Image.open(io.BytesIO(b)) as im:
             return im.convert("RGB")
 
-    best = {}
+    contenders = (
+        ("native", lambda: [_core.decode(b) for b in blobs]),
+        ("pillow", lambda: [pillow(b) for b in blobs]),
+        (
+            "native_crop",
+            lambda: [_core.decode(b, box=x) for b, x in zip(blobs, boxes)],
+        ),
+    )
+    best: dict[str, float] = {}
     for _ in range(passes):
-        for name, fn in (("native", _core.decode), ("pillow", pillow)):
+        for name, fn in contenders:
             t0, c0 = time.perf_counter(), time.process_time()
-            for b in blobs:
-                fn(b)
+            fn()
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             best[name] = min(best.get(name, wall), wall)
             best[name + "_cpu"] = min(best.get(name + "_cpu", cpu), cpu)
@@ -180,6 +213,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             f"Pillow {d['pillow']} img/s ({d['native'] / d['pillow']:.2f}x); "
             f"by CPU time {d['native_cpu']} against {d['pillow_cpu']} "
             f"({d['native_cpu'] / d['pillow_cpu']:.2f}x)"
+        )
+        crop_ms = 1e3 / d["native_crop_cpu"]
+        print(
+            f"{fmt}: one thread, the RandomResizedCrop boxes alone: "
+            f"{crop_ms:.2f} ms CPU/img (whole images "
+            f"{1e3 / d['native_cpu']:.2f}); the DataLoader's "
+            f"{ms[f'dataloader@{t}']} ms CPU/img over that is the most a loader "
+            f"decoding with this decoder can be ahead by CPU time: "
+            f"{ms[f'dataloader@{t}'] / crop_ms:.2f}x (ringloader: "
+            f"{ms[f'dataloader@{t}'] / ms[f'ringloader@{t}']:.2f}x)"
         )
     if args.json:
         with open(args.json, "w") as f:

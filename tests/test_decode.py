@@ -76,3 +76,39 @@ def test_pixel_limit_refuses_before_decoding():
         _core.decode(data, max_pixels=100 * 100 - 1)
     assert e.value.kind == "too_big"
     _core.decode(data, max_pixels=100 * 100)
+
+
+def _encoded(fmt: str, h: int, w: int) -> bytes:
+    from images import photo_like
+
+    buf = io.BytesIO()
+    Image.fromarray(photo_like(h, w, seed=5)).save(buf, fmt)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP"])
+@pytest.mark.parametrize(
+    "box", [(0, 0, 101, 77), (33, 17, 40, 51), (1, 1, 1, 1), (60, 40, 41, 37)]
+)
+def test_box_is_the_region_of_the_whole_decode(fmt, box):
+    # decode(box=) decodes the region as a pipeline decodes a crop (JPEG by
+    # its crop, PNG down to the box's last row, WebP with libwebp's
+    # cropping), and gives the pixels of the whole decode there.
+    data = _encoded(fmt, 77, 101)
+    whole = core_rgb(data)
+    rgb, h, w = _core.decode(data, box=box)
+    left, top, bw, bh = box
+    assert (h, w) == (bh, bw)
+    region = np.frombuffer(rgb, np.uint8).reshape(h, w, 3)
+    np.testing.assert_array_equal(region, whole[top : top + bh, left : left + bw])
+
+
+@pytest.mark.parametrize(
+    "box", [(0, 0, 102, 77), (-1, 0, 5, 5), (100, 76, 2, 1), (0, 0, 0, 4)]
+)
+def test_box_outside_the_image_is_a_value_error(box):
+    data = _encoded("PNG", 77, 101)
+    with pytest.raises(ValueError, match="not inside the 101x77 image"):
+        _core.decode(data, box=box)
+    with pytest.raises(TypeError, match="left, top, width, height"):
+        _core.decode(data, box=(1, 2, 3))

@@ -195,6 +195,19 @@ static int run_view(rl_sample_ctx *c, const rl_sample_spec *spec, int v,
                               msg);
 }
 
+/* One more pixel on each side of the region [x0, x1) x [y0, y1) of an
+ * sw x sh image: libjpeg upsamples the chroma of a region's edge pixels
+ * from the region alone (edge replication), so the pixels read from a
+ * region must not be its edge ones, or they differ from a full decode by
+ * several levels. */
+static void widen(int *x0, int *y0, int *x1, int *y1, int sw, int sh)
+{
+    *x0 = *x0 > 0 ? *x0 - 1 : 0;
+    *y0 = *y0 > 0 ? *y0 - 1 : 0;
+    *x1 = *x1 < sw ? *x1 + 1 : sw;
+    *y1 = *y1 < sh ? *y1 + 1 : sh;
+}
+
 int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
                   const uint8_t *data, size_t len, int64_t epoch, int64_t key,
                   const rl_dst *slot, rl_sample_note *note, char *msg)
@@ -271,14 +284,7 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
         x0 = y0 = 0; /* no view reads a pixel: decode one all the same */
         x1 = y1 = 1;
     }
-    /* One more pixel on each side: libjpeg upsamples the chroma of a
-     * region's edge pixels from the region alone (edge replication), so
-     * the pixels the resampler reads must not be the region's edge ones,
-     * or they differ from a full decode by several levels. */
-    x0 = x0 > 0 ? x0 - 1 : 0;
-    y0 = y0 > 0 ? y0 - 1 : 0;
-    x1 = x1 < sw ? x1 + 1 : sw;
-    y1 = y1 < sh ? y1 + 1 : sh;
+    widen(&x0, &y0, &x1, &y1, sw, sh);
     rl_pixels px;
     rc = dec->region(st, m, x0, y0, x1 - x0, y1 - y0, &spec->limits, &px, msg);
     if (rc != 0) {
@@ -298,7 +304,8 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
 }
 
 int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,
-                          uint8_t **out, int *w, int *h, char *msg)
+                          const int *box, uint8_t **out, int *w, int *h,
+                          char *msg)
 {
     rl_decoders native = {.n = 0};
     rl_decode_add_native(&native);
@@ -314,31 +321,51 @@ int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,
     int which;
     rl_image_info info;
     rl_pixels px;
+    int x0 = 0, y0 = 0, bw = 0, bh = 0;
     /* Bytes no native decoder claims are refused (RL_EFORMAT). */
     int rc = rl_decode_pick(ctx, data, len, &dec, &st, &which, msg);
     if (rc == 0) {
         rc = dec->header(st, data, len, lim, &info, msg);
     }
     if (rc == 0) {
-        rc = dec->region(st, 8, 0, 0, info.width, info.height, lim, &px, msg);
+        bw = box != NULL ? box[2] : info.width;
+        bh = box != NULL ? box[3] : info.height;
+        x0 = box != NULL ? box[0] : 0;
+        y0 = box != NULL ? box[1] : 0;
+        if (x0 < 0 || y0 < 0 || bw <= 0 || bh <= 0 || bw > info.width - x0 ||
+            bh > info.height - y0) {
+            snprintf(msg, RL_MSG_MAX,
+                     "box (left %d, top %d, width %d, height %d) is not "
+                     "inside the %dx%d image",
+                     x0, y0, bw, bh, info.width, info.height);
+            rc = -EINVAL;
+        }
     }
-    size_t row = rc == 0 ? (size_t)info.width * 3 : 0;
-    uint8_t *buf = rc == 0 ? malloc(row * (size_t)info.height) : NULL;
+    if (rc == 0) {
+        int rx0 = x0, ry0 = y0, rx1 = x0 + bw, ry1 = y0 + bh;
+        widen(&rx0, &ry0, &rx1, &ry1, info.width, info.height);
+        rc = dec->region(st, 8, rx0, ry0, rx1 - rx0, ry1 - ry0, lim, &px, msg);
+    }
+    size_t row = rc == 0 ? (size_t)bw * 3 : 0;
+    uint8_t *buf = rc == 0 ? malloc(row * (size_t)bh) : NULL;
     if (rc == 0 && buf == NULL) {
         snprintf(msg, RL_MSG_MAX, "out of memory");
         rc = -ENOMEM;
     }
     if (rc == 0) {
-        for (int r = 0; r < info.height; r++) {
-            const uint8_t *in = px.data + (size_t)r * px.stride;
+        /* A decoder may return more than the region asked: px.x0/y0 say
+         * where its pixels start. */
+        for (int r = 0; r < bh; r++) {
+            const uint8_t *in = px.data + (size_t)(y0 - px.y0 + r) * px.stride +
+                                (size_t)(x0 - px.x0) * 4;
             uint8_t *o = buf + (size_t)r * row;
-            for (int x = 0; x < info.width; x++) {
+            for (int x = 0; x < bw; x++) {
                 memcpy(o + 3 * x, in + 4 * x, 3); /* RGBX -> RGB */
             }
         }
         *out = buf;
-        *w = info.width;
-        *h = info.height;
+        *w = bw;
+        *h = bh;
     }
     rl_decode_ctx_destroy(ctx);
     return rc;

@@ -81,12 +81,16 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
                   const rl_dst *dst, rl_sample_note *note, char *msg);
 
 /*
- * Decodes a whole JPEG, PNG or WebP (the native decoders) into a malloc'd
- * RGB buffer of *h rows of *w * 3 bytes, which the caller frees. Same statuses as rl_sample_run(). For the
- * module's decode() tool and the tests.
+ * Decodes a JPEG, PNG or WebP (the native decoders) into a malloc'd RGB
+ * buffer of *h rows of *w * 3 bytes, which the caller frees: the whole
+ * image, or with box = {left, top, width, height} that region alone, the
+ * way a pipeline decodes a crop (-EINVAL if the box is not inside the
+ * image). Same statuses as rl_sample_run(). For the module's decode() tool,
+ * the tests and the benchmarks.
  */
 int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,
-                          uint8_t **out, int *w, int *h, char *msg);
+                          const int *box, uint8_t **out, int *w, int *h,
+                          char *msg);
 
 /* The DCT scale m (of m/8) chosen for a box of bw x bh source pixels that
  * becomes vw x vh output pixels with `filter`, for an image of width x

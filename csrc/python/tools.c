@@ -20,10 +20,12 @@
 #include "place/place.h"
 #include "source/io.h"
 
-/* decode(data, *, max_pixels, max_scans, allow_truncated, max_decode_bytes)
- *   -> (bytes, height, width): the full image in RGB, for tests and tools:
- *   a JPEG, PNG or WebP, by the native decoders (no Pillow fallback).
- *   max_decode_bytes 0: libjpeg's memory bound follows max_pixels. */
+/* decode(data, *, max_pixels, max_scans, allow_truncated, max_decode_bytes,
+ *        box) -> (bytes, height, width): the image in RGB, for tests, tools
+ *   and benchmarks: a JPEG, PNG or WebP, by the native decoders (no Pillow
+ *   fallback); the whole image, or the region box = (left, top, width,
+ *   height) decoded as a pipeline decodes a crop. max_decode_bytes 0:
+ *   libjpeg's memory bound follows max_pixels. */
 static PyObject *py_decode(PyObject *module, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"data",
@@ -31,14 +33,23 @@ static PyObject *py_decode(PyObject *module, PyObject *args, PyObject *kw)
                              "max_scans",
                              "allow_truncated",
                              "max_decode_bytes",
+                             "box",
                              NULL};
     Py_buffer view;
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
     unsigned long long max_decode_bytes = 0;
     int max_scans = RL_DEFAULT_MAX_SCANS, allow_truncated = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|$KipK", kwlist, &view,
+    PyObject *box_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|$KipKO", kwlist, &view,
                                      &max_pixels, &max_scans, &allow_truncated,
-                                     &max_decode_bytes)) {
+                                     &max_decode_bytes, &box_obj)) {
+        return NULL;
+    }
+    int box[4];
+    if (box_obj != Py_None &&
+        !PyArg_ParseTuple(box_obj, "iiii;box is (left, top, width, height)",
+                          &box[0], &box[1], &box[2], &box[3])) {
+        PyBuffer_Release(&view);
         return NULL;
     }
     rl_module_state *st = PyModule_GetState(module);
@@ -48,10 +59,15 @@ static PyObject *py_decode(PyObject *module, PyObject *args, PyObject *kw)
     int w = 0, h = 0, rc;
     char msg[RL_MSG_MAX];
     Py_BEGIN_ALLOW_THREADS
-    rc = rl_sample_decode_full(view.buf, (size_t)view.len, &lim, &out, &w, &h,
+    rc = rl_sample_decode_full(view.buf, (size_t)view.len, &lim,
+                               box_obj != Py_None ? box : NULL, &out, &w, &h,
                                msg);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
+    if (rc == -EINVAL) {
+        PyErr_SetString(PyExc_ValueError, msg);
+        return NULL;
+    }
     if (rc != 0) {
         return rl__py_raise(st, rc, NULL, msg);
     }

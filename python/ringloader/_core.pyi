@@ -101,10 +101,13 @@ def decode(
     max_scans: int = ...,
     allow_truncated: bool = ...,
     max_decode_bytes: int = ...,  # libjpeg's memory; 0: follows max_pixels
+    box: Optional[Tuple[int, int, int, int]] = None,
 ) -> Tuple[bytes, int, int]:
-    """Full RGB decode of a JPEG, PNG or WebP (the native decoders; other
+    """RGB decode of a JPEG, PNG or WebP (the native decoders; other
     formats raise DecodeError): (rgb_bytes, height, width); note height
-    comes first."""
+    comes first. The whole image, or with box=(left, top, width, height)
+    that region alone, decoded as a pipeline decodes a crop (ValueError if
+    the box is not inside the image)."""
 
 def plan(
     spec: _TransformSpec,

@@ -146,7 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lim.max_pixels = FULL_MAX_PIXELS;
     uint8_t *full = NULL;
     int w = 0, h = 0;
-    rc = rl_sample_decode_full(file, len, &lim, &full, &w, &h, msg);
+    rc = rl_sample_decode_full(file, len, &lim, NULL, &full, &w, &h, msg);
     if (rc == 0) {
         touch(full, (size_t)w * (size_t)h * 3);
     }

@@ -140,23 +140,19 @@ def decoder_rates(paths: list[str], passes: int = 3) -> dict[str, float]:
     return {k: len(blobs) / v for k, v in best.items()}
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", type=int, default=500)
-    p.add_argument("--threads", type=int, default=len(system.cpus()))
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--formats", default="png,webp")
-    p.add_argument("--json", help="write the results here")
-    args = p.parse_args(argv)
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs the benchmark: the results as ``--json`` writes them."""
     formats = [f for f in args.formats.split(",") if f]
     jpeg_root = data.build(
         f"/tmp/ringloader-formats-data-{args.images}/jpeg", images=args.images
     )
     roots = {fmt: reencode(jpeg_root, fmt) for fmt in formats}
     runner = harness.Runner(subprocess=True, cpus=system.cpus(), timeout=1800)
-    out: dict[str, Any] = {"threads": args.threads, "formats": {}}
+    out: dict[str, Any] = {
+        "threads": args.threads,
+        "images": args.images,
+        "formats": {},
+    }
     for fmt in formats:
         # One format at a time: the harness tells runs apart by contender,
         # pipeline and threads, not by folder.
@@ -189,12 +185,79 @@ def main(argv: Optional[list[str]] = None) -> int:
             },
             "decoder_images_per_s": {k: round(v, 1) for k, v in rates.items()},
         }
-    load = os.getloadavg()
-    out["load_average"] = load
-    print(json.dumps(out, indent=1))
-    t = args.threads
+    out["load_average"] = os.getloadavg()
+    return out
+
+
+def floor_rate(o: dict[str, Any], threads: int) -> float:
+    """images/s of the native decoder on the crop boxes alone, by CPU
+    time, on ``threads`` cores: what no loader decoding with it can pass."""
+    return threads * o["decoder_images_per_s"]["native_crop_cpu"]
+
+
+def write_plot(path: str, out: dict[str, Any]) -> str:
+    """A panel a format: images/s of each loader, the floor dashed; says
+    what it did."""
+    from ringloader.bench import plots
+
+    try:
+        plt = plots.pyplot()
+    except ImportError:
+        return "Plot: not written: matplotlib is not installed (pip install matplotlib)"
+    t = out["threads"]
+    fmts = list(out["formats"])
+    fig, axes = plt.subplots(
+        1, len(fmts), figsize=(6.4 * len(fmts), 3.0), squeeze=False
+    )
+    rows = [
+        (f"dataloader@{t}", f"DataLoader, {t} workers", "#1f77b4"),
+        ("ringloader@1", "ringloader, 1 thread", "#ff9896"),
+        (f"ringloader@{t}", f"ringloader, {t} threads", "#d62728"),
+    ]
+    for ax, fmt in zip(axes[0], fmts):
+        o = out["formats"][fmt]
+        rates = [o["loaders"][k]["images_per_s"] for k, _, _ in rows]
+        ax.barh(range(len(rows)), rates, color=[c for _, _, c in rows])
+        ax.set_yticks(range(len(rows)), [name for _, name, _ in rows], fontsize=9)
+        floor = floor_rate(o, t)
+        top = max(rates + [floor])
+        for y, v in enumerate(rates):
+            ax.text(
+                v + top * 0.01,
+                y,
+                f"{v:.0f}" + (f"  ({v / rates[0]:.2f}x DataLoader)" if y else ""),
+                va="center",
+                fontsize=9,
+            )
+        ax.axvline(
+            floor,
+            color="#7f7f7f",
+            linestyle="--",
+            linewidth=1,
+            label=f"the decoder alone on the crop boxes, {t} cores: {floor:.0f}",
+        )
+        ax.legend(loc="lower right", fontsize=8)
+        ax.set_xlim(0, top * 1.4)
+        ax.set_xlabel("images / s (higher is better)")
+        ax.set_title(f"{fmt.upper()}: {PIPELINE}, {t} cores", fontsize=11)
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=110)
+    except OSError as e:
+        return f"Plot: not written: {e}"
+    finally:
+        plt.close(fig)
+    return f"Plot: {os.path.abspath(path)}"
+
+
+def report(out: dict[str, Any]) -> None:
+    t = out["threads"]
+    load = out["load_average"]
     print(
-        f"\ntrain recipe ({PIPELINE}), {args.images} images, load average {load[0]:.2f}"
+        f"\ntrain recipe ({PIPELINE}), {out.get('images', '?')} images, "
+        f"load average {load[0]:.2f}"
     )
     for fmt, o in out["formats"].items():
         lo = {k: v["images_per_s"] for k, v in o["loaders"].items()}
@@ -224,9 +287,38 @@ def main(argv: Optional[list[str]] = None) -> int:
             f"{ms[f'dataloader@{t}'] / crop_ms:.2f}x (ringloader: "
             f"{ms[f'dataloader@{t}'] / ms[f'ringloader@{t}']:.2f}x)"
         )
-    if args.json:
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--images", type=int, default=500)
+    p.add_argument("--threads", type=int, default=len(system.cpus()))
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--formats", default="png,webp")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument(
+        "--plot", metavar="PNG", help="also plot images/s of each loader (matplotlib)"
+    )
+    p.add_argument(
+        "--from-json",
+        metavar="JSON",
+        help="measure nothing: report (and --plot) the results an earlier --json wrote",
+    )
+    args = p.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            out = json.load(f)
+    else:
+        out = measure(args)
+        print(json.dumps(out, indent=1))
+    report(out)
+    if args.json and not args.from_json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
+    if args.plot:
+        print(write_plot(args.plot, out))
     return 0
 
 

@@ -224,6 +224,8 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
         atomic_fetch_add(&p->n_samples, 1);
         atomic_fetch_add(&p->n_pixel_decodes, (uint64_t)note.decodes);
         atomic_fetch_add(&p->n_views, (uint64_t)note.views);
+        /* Two's complement: a negative change wraps back down. */
+        atomic_fetch_add(&p->decode_held, (uint64_t)note.held_change);
         j->decoder = status == 0 ? note.decoder : -1;
         if (status == 0 && note.truncated) {
             atomic_fetch_add(&p->n_truncated, 1);

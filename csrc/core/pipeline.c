@@ -507,6 +507,7 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     }
     st->pixel_decodes = atomic_load(&p->n_pixel_decodes);
     st->views = atomic_load(&p->n_views);
+    st->decode_buffer_bytes = atomic_load(&p->decode_held);
     if (p->cfg.source->ops->counters != NULL) {
         p->cfg.source->ops->counters(p->cfg.source, &st->source);
     }

@@ -137,6 +137,9 @@ typedef struct rl_pipeline_stats {
     int inflight;                /* batches submitted, not yet returned */
     int ready;                   /* of those, decoded and waiting */
     int slots;                   /* slot memory allocated (pinned on GPU) */
+    /* Bytes the decode threads' decoder states hold now, between images
+     * (decode.h's rl_decode_buf; libjpeg's memory is not kept). */
+    uint64_t decode_buffer_bytes;
     /* Samples decoded, by their decoder's format (decode/decode.h);
      * decodes[RL_FORMAT_OTHER] is fallback, Pillow's. */
     uint64_t decodes[RL_FORMATS];

@@ -64,7 +64,10 @@ int rl__fields_copy(rl_pipeline *p, char *msg)
     p->image_len = malloc(sizeof(int64_t) * (n ? n : 1));
     p->refusals = calloc((size_t)c->nrefusals + 1, sizeof(char *));
     if (p->image_at == NULL || p->image_len == NULL || p->refusals == NULL) {
-        snprintf(msg, RL_MSG_MAX, "out of memory");
+        snprintf(msg, RL_MSG_MAX,
+                 "out of memory copying the fields of %zu samples (%zu "
+                 "bytes)",
+                 n, 2 * sizeof(int64_t) * n);
         return -ENOMEM;
     }
     memcpy(p->image_at, c->image_at, sizeof(int64_t) * n);

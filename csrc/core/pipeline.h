@@ -147,10 +147,16 @@ typedef struct rl_pipeline_stats {
 
 /*
  * Checks the configuration and starts the threads. Returns the pipeline,
- * or NULL with msg (RL_MSG_MAX) saying why (bad configuration, out of
- * memory, threads); cfg->source and cfg->deliver are destroyed then too.
+ * or NULL with msg (RL_MSG_MAX) saying why and *status (when status is not
+ * NULL) what kind of failure it was: RL_ECONFIG, a configuration refused;
+ * -ENOMEM, out of memory, a thread that could not start included (its
+ * stack, or the limit of threads: pthread_create's EAGAIN), msg then
+ * saying what asked for it and what to lower; another -errno from
+ * pthread_create. On failure everything made so far is freed and joined,
+ * and cfg->source and cfg->deliver are destroyed too.
  */
-rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg);
+rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, int *status,
+                                char *msg);
 
 /*
  * True in a process forked from the one that created p. There the

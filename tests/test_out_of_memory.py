@@ -108,6 +108,39 @@ print(json.dumps({"base": list(base), "got": got, "after": list(after),
 """
 )
 
+HTTP = (
+    SETUP
+    + r"""
+from ringloader import _core
+
+# An HTTP source of 200,000 samples on one object: its table (24 bytes a
+# sample) is the largest thing made for it. Nothing is fetched: the
+# pipeline is made and closed.
+n = 200_000
+paths = ["a.tar"] * n
+offsets = list(range(0, 10 * n, 10))
+lengths = [10] * n
+http = dict(names=["a.tar"], urls=["http://127.0.0.1:9/a.tar"])
+
+def make():
+    p = _core.Pipeline({"kind": "resize_crop", "out_h": 8, "out_w": 8},
+                       paths=paths, offsets=offsets, lengths=lengths,
+                       http=http, num_threads=1)
+    p.close()
+
+base = held()
+out = []
+# Room for none of it, then for more and more of what is made in turn:
+# the Python side's arrays, the source's copies, the threads.
+for kib in range(0, 12 << 10, 128):
+    limit(kib << 10)
+    got = outcome(make)
+    unlimit()
+    out.append(got + [list(held())])
+print(json.dumps({"base": list(base), "runs": out, "then": outcome(make)}))
+"""
+)
+
 
 def child(code: str, tmp_path) -> dict:
     env = {}
@@ -146,4 +179,17 @@ def test_batch_over_memory_says_its_size_and_what_to_lower(tmp_path):
     for knob in ("batch_size", "prefetch", "output size"):
         assert knob in msg, msg
     assert r["after"] == r["base"], r
+    assert r["then"] == ["ok", ""], r
+
+
+@pytest.mark.skipif(ASAN, reason="libasan aborts when a thread's memory is refused")
+def test_http_source_out_of_memory_is_memory_error(tmp_path):
+    r = child(HTTP, tmp_path)
+    kinds = {kind for kind, _, _ in r["runs"]}
+    # Before: ValueError('out of memory') where the source's copies failed.
+    assert kinds <= {"ok", "MemoryError"}, [x[:2] for x in r["runs"]]
+    msgs = [msg for kind, msg, _ in r["runs"] if kind == "MemoryError"]
+    assert any("HTTP source of 200000 samples" in m for m in msgs), msgs
+    for _, _, now in r["runs"]:
+        assert now == r["base"], (now, r["base"])
     assert r["then"] == ["ok", ""], r

@@ -63,7 +63,8 @@ rl_module_state *rl__py_state_of(PyTypeObject *type);
  * -errno -> OSError(errno, msg, path), decode statuses -> DecodeError naming
  * path, RL_ECONFIG -> ValueError, RL_EFALLBACK -> TypeError naming path
  * (with .path), RL_ECLOSED -> RuntimeError, RL_ECUDA -> RuntimeError,
- * anything else -> SystemError. path may be NULL. Always returns NULL.
+ * anything else -> SystemError. path may be NULL; st too, for a status
+ * that is not a decode status. Always returns NULL.
  */
 PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
                        const char *msg);

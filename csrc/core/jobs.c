@@ -64,7 +64,10 @@ int rl__fields_copy(rl_pipeline *p, char *msg)
     p->image_len = malloc(sizeof(int64_t) * (n ? n : 1));
     p->refusals = calloc((size_t)c->nrefusals + 1, sizeof(char *));
     if (p->image_at == NULL || p->image_len == NULL || p->refusals == NULL) {
-        snprintf(msg, RL_MSG_MAX, "out of memory");
+        snprintf(msg, RL_MSG_MAX,
+                 "out of memory copying the fields of %zu samples (%zu "
+                 "bytes)",
+                 n, 2 * sizeof(int64_t) * n);
         return -ENOMEM;
     }
     memcpy(p->image_at, c->image_at, sizeof(int64_t) * n);
@@ -224,6 +227,8 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
         atomic_fetch_add(&p->n_samples, 1);
         atomic_fetch_add(&p->n_pixel_decodes, (uint64_t)note.decodes);
         atomic_fetch_add(&p->n_views, (uint64_t)note.views);
+        /* Two's complement: a negative change wraps back down. */
+        atomic_fetch_add(&p->decode_held, (uint64_t)note.held_change);
         j->decoder = status == 0 ? note.decoder : -1;
         if (status == 0 && note.truncated) {
             atomic_fetch_add(&p->n_truncated, 1);

@@ -62,7 +62,7 @@ static int copy_views(rl_pipeline *p, const rl_sample_spec *s, char *msg)
 {
     p->views = malloc(sizeof(rl_view) * (size_t)s->nviews);
     if (p->views == NULL) {
-        snprintf(msg, RL_MSG_MAX, "out of memory");
+        snprintf(msg, RL_MSG_MAX, "out of memory for a pipeline's views");
         return -ENOMEM;
     }
     size_t bytes = 0;
@@ -80,21 +80,30 @@ static int copy_views(rl_pipeline *p, const rl_sample_spec *s, char *msg)
     return rl_sample_views_check(p->views, s->nviews, msg);
 }
 
-rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg)
+/* The status of a thread that did not start (pthread_create's rc, an
+ * errno): EAGAIN, no memory for its stack or the thread limit reached, is
+ * reported as -ENOMEM, what the caller can lower being the same. */
+static int thread_status(int rc)
 {
+    return rc == EAGAIN || rc == ENOMEM ? -ENOMEM : -rc;
+}
+
+rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, int *status,
+                                char *msg)
+{
+    int dummy;
+    status = status != NULL ? status : &dummy;
+    *status = RL_ECONFIG;
     msg[0] = '\0';
     rl_pipeline *p = NULL;
     rl_deliver *deliver = cfg->deliver;
     if (!config_ok(cfg, msg)) {
         goto out_free_stages;
     }
-    if (deliver == NULL && (deliver = rl_deliver_host_create()) == NULL) {
-        snprintf(msg, RL_MSG_MAX, "out of memory");
-        goto out_free_stages;
-    }
-    p = calloc(1, sizeof(*p));
-    if (p == NULL) {
-        snprintf(msg, RL_MSG_MAX, "out of memory");
+    if ((deliver == NULL && (deliver = rl_deliver_host_create()) == NULL) ||
+        (p = calloc(1, sizeof(*p))) == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory making a pipeline");
+        *status = -ENOMEM;
         goto out_free_stages;
     }
     pthread_mutex_init(&p->mu, NULL);
@@ -112,7 +121,12 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg)
     if (p->cfg.decoders.n == 0) {
         rl_decode_add_native(&p->cfg.decoders);
     }
-    if (copy_views(p, &cfg->sample, msg) != 0 || rl__fields_copy(p, msg) != 0) {
+    int rc = copy_views(p, &cfg->sample, msg);
+    if (rc == 0) {
+        rc = rl__fields_copy(p, msg);
+    }
+    if (rc != 0) {
+        *status = rc;
         rl_source_destroy(p->cfg.source);
         rl__pipeline_unref(p); /* destroys the delivery */
         return NULL;
@@ -121,21 +135,31 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg)
     p->pool = rl_pool_create(cfg->nthreads, rl__worker_ctx_create,
                              rl__worker_ctx_destroy, p);
     if (p->pool == NULL) {
-        snprintf(msg, RL_MSG_MAX, "cannot start decode threads: %s",
-                 strerror(errno));
+        rc = errno;
+        snprintf(msg, RL_MSG_MAX,
+                 "cannot start %d decode threads (%s): out of memory for "
+                 "their stacks, or over the limit of threads a process may "
+                 "have; lower num_threads",
+                 cfg->nthreads, strerror(rc));
+        *status = thread_status(rc);
         goto out_stop;
     }
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&p->io_thread, NULL, rl__io_main, p);
+    rc = pthread_create(&p->io_thread, NULL, rl__io_main, p);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
-        snprintf(msg, RL_MSG_MAX, "cannot start the I/O thread: %s",
-                 strerror(rc));
+        snprintf(msg, RL_MSG_MAX,
+                 "cannot start the I/O thread (%s): out of memory for its "
+                 "stack, or over the limit of threads a process may have; "
+                 "lower num_threads (%d)",
+                 strerror(rc), cfg->nthreads);
+        *status = thread_status(rc);
         goto out_stop;
     }
     p->io_started = true;
+    *status = 0;
     return p;
 
 out_stop:
@@ -507,6 +531,7 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     }
     st->pixel_decodes = atomic_load(&p->n_pixel_decodes);
     st->views = atomic_load(&p->n_views);
+    st->decode_buffer_bytes = atomic_load(&p->decode_held);
     if (p->cfg.source->ops->counters != NULL) {
         p->cfg.source->ops->counters(p->cfg.source, &st->source);
     }

@@ -137,6 +137,9 @@ typedef struct rl_pipeline_stats {
     int inflight;                /* batches submitted, not yet returned */
     int ready;                   /* of those, decoded and waiting */
     int slots;                   /* slot memory allocated (pinned on GPU) */
+    /* Bytes the decode threads' decoder states hold now, between images
+     * (decode.h's rl_decode_buf; libjpeg's memory is not kept). */
+    uint64_t decode_buffer_bytes;
     /* Samples decoded, by their decoder's format (decode/decode.h);
      * decodes[RL_FORMAT_OTHER] is fallback, Pillow's. */
     uint64_t decodes[RL_FORMATS];
@@ -144,10 +147,16 @@ typedef struct rl_pipeline_stats {
 
 /*
  * Checks the configuration and starts the threads. Returns the pipeline,
- * or NULL with msg (RL_MSG_MAX) saying why (bad configuration, out of
- * memory, threads); cfg->source and cfg->deliver are destroyed then too.
+ * or NULL with msg (RL_MSG_MAX) saying why and *status (when status is not
+ * NULL) what kind of failure it was: RL_ECONFIG, a configuration refused;
+ * -ENOMEM, out of memory, a thread that could not start included (its
+ * stack, or the limit of threads: pthread_create's EAGAIN), msg then
+ * saying what asked for it and what to lower; another -errno from
+ * pthread_create. On failure everything made so far is freed and joined,
+ * and cfg->source and cfg->deliver are destroyed too.
  */
-rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, char *msg);
+rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, int *status,
+                                char *msg);
 
 /*
  * True in a process forked from the one that created p. There the

@@ -94,6 +94,7 @@ struct rl_pipeline {
     atomic_uint_fast64_t read_ns, decode_ns, direct_refused, n_truncated;
     atomic_uint_fast64_t io_cpu_ns, n_pixel_decodes, n_views;
     atomic_uint_fast64_t n_decodes[RL_FORMATS]; /* by the decoder's format */
+    atomic_uint_fast64_t decode_held; /* rl_sample_note.held_change summed */
     /* cfg.image_at, image_len, refusals: the pipeline's copies, or NULL. */
     int64_t *image_at, *image_len;
     char **refusals;

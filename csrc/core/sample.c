@@ -49,6 +49,7 @@ struct rl_sample_ctx {
     rl_decode_ctx *decode;
     uint8_t *scratch; /* the augment path's 8-bit image */
     size_t scratch_cap;
+    size_t held; /* what the decoder states held after the last sample */
 };
 
 rl_sample_ctx *rl_sample_ctx_create(const rl_decoders *set)
@@ -208,9 +209,11 @@ static void widen(int *x0, int *y0, int *x1, int *y1, int sw, int sh)
     *y1 = *y1 < sh ? *y1 + 1 : sh;
 }
 
-int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
-                  const uint8_t *data, size_t len, int64_t epoch, int64_t key,
-                  const rl_dst *slot, rl_sample_note *note, char *msg)
+/* rl_sample_run but the trim after it. */
+static int run_sample(rl_sample_ctx *c, const rl_sample_spec *spec,
+                      const uint8_t *data, size_t len, int64_t epoch,
+                      int64_t key, const rl_dst *slot, rl_sample_note *note,
+                      char *msg)
 {
     const rl_decoder_def *dec;
     void *st;
@@ -301,6 +304,20 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
         note->views++;
     }
     return 0;
+}
+
+int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
+                  const uint8_t *data, size_t len, int64_t epoch, int64_t key,
+                  const rl_dst *slot, rl_sample_note *note, char *msg)
+{
+    int rc = run_sample(c, spec, data, len, epoch, key, slot, note, msg);
+    /* The views have read the pixels: the decoders' buffers may shrink.
+     * The scratch image is not trimmed: its size is the output's, the
+     * same for every sample of the pipeline. */
+    size_t held = rl_decode_ctx_trim(c->decode);
+    note->held_change = (int64_t)held - (int64_t)c->held;
+    c->held = held;
+    return rc;
 }
 
 int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,

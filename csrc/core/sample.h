@@ -66,6 +66,10 @@ typedef struct rl_sample_note {
     bool truncated; /* decoded although truncated (allow_truncated) */
     int decodes;    /* pixel decodes run: 1 once the region was decoded */
     int views;      /* views written in full */
+    /* What the thread's decoder states hold now less what they held after
+     * its previous sample (decode.h's rl_decode_buf): summed over the
+     * samples of every thread, the bytes the decode threads keep. */
+    int64_t held_change;
 } rl_sample_note;
 
 /*
@@ -74,7 +78,9 @@ typedef struct rl_sample_note {
  * the region covering every view's box is decoded, at the finest DCT scale
  * any view needs. Returns 0 or a decoder's status (decode/decode.h) with
  * msg (RL_MSG_MAX bytes) set; on failure the dsts' content is unspecified.
- * May be called without the GIL; c belongs to the calling thread.
+ * Whatever the outcome, the decoder states are trimmed after it
+ * (rl_decode_ctx_trim). May be called without the GIL; c belongs to the
+ * calling thread.
  */
 int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
                   const uint8_t *data, size_t len, int64_t epoch, int64_t key,

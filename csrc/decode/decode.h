@@ -74,6 +74,12 @@ struct rl_decoder_def {
     /* Whether the last image ended early and was accepted
      * (lim->allow_truncated); NULL: never. */
     bool (*truncated)(const void *state);
+    /* Between two images, once the caller is done with the last region's
+     * pixels: gives back what the state's buffers hold beyond what its
+     * recent images needed (rl_decode_buf_trim, with roll) and returns the
+     * bytes they hold then. NULL: the state keeps nothing that grows with
+     * the images. */
+    size_t (*trim)(void *state, bool roll);
     /* Decoders registered at run time carry their own data here. */
     void *user;
 };
@@ -108,6 +114,60 @@ int rl_decode_check_pixels(uint64_t width, uint64_t height,
  * them; one over it is refused with RL_ETOOBIG.
  */
 uint64_t rl_decode_memory_bound(const rl_limits *lim);
+
+/*
+ * A buffer of a decoder's state (a region's pixels, a PNG's rows...). It
+ * grows to what an image needs and is kept for the next images, so that a
+ * thread decoding images of similar sizes allocates once; but after an
+ * outlier (one 8000x8000 photo among small ones: 256 MiB of RGBX) it is
+ * given back, instead of staying with the thread for the pipeline's life.
+ *
+ * The policy (rl_decode_buf_trim, after each image of the thread): a
+ * buffer of more than RL_DECODE_KEEP_BYTES that is over twice the most
+ * any image asked of it in the last RL_DECODE_TRIM_IMAGES to twice that
+ * many images of the thread (a high-water mark that forgets an image after
+ * one to two windows) shrinks to that most, or is freed when it was not
+ * used. Why these numbers:
+ * - the common case never reallocates: the train recipe's crops vary in
+ *   size by up to 12x between images (8% to 100% of the area), so the mark
+ *   is the most over a window of images rather than the last image's
+ *   need, and the buffer stays while its size is needed at all;
+ * - RL_DECODE_KEEP_BYTES, 8 MiB, holds a 2-megapixel region in RGBX (the
+ *   photos of ImageNet, COCO, most web-scraped sets are smaller), and what
+ *   the floor keeps is bounded: a handful of buffers a thread;
+ * - RL_DECODE_TRIM_IMAGES, 32: an outlier's memory is back after 32 to 64
+ *   more images of its thread (a fraction of a second of decoding), while
+ *   an image as large as it coming within that span reuses it;
+ * - when big images come further apart, each one regrows the buffer: the
+ *   cost is the first touch of its pages, 1.1 to 1.3 ms a MiB measured on
+ *   the project's 2-core VM (page faults), of the order of decoding that
+ *   MiB of RGBX (2 to 4 ms for JPEG): such an image costs up to about
+ *   1.5x its decode, at most once a window, under 2% of the 32 or more
+ *   images decoded between two of them.
+ */
+#define RL_DECODE_KEEP_BYTES ((size_t)8 << 20)
+#define RL_DECODE_TRIM_IMAGES 32
+
+typedef struct rl_decode_buf {
+    uint8_t *data;
+    size_t cap;         /* bytes allocated */
+    size_t need;        /* the most reserved in the current window */
+    size_t need_before; /* the most reserved in the window before */
+} rl_decode_buf;
+
+/* Makes b hold at least need bytes, keeping its first min(need, cap)
+ * bytes (realloc): 0, or -ENOMEM with b unchanged. Counts need in b's
+ * high-water mark. */
+int rl_decode_buf_reserve(rl_decode_buf *b, size_t need);
+
+/* After an image, once nothing points into b: applies the policy above
+ * (roll: a window of RL_DECODE_TRIM_IMAGES images of the thread ended)
+ * and returns the bytes b holds then. A shrink that fails keeps b as it
+ * was. */
+size_t rl_decode_buf_trim(rl_decode_buf *b, bool roll);
+
+/* Frees b's memory and zeroes it; b itself is the caller's. */
+void rl_decode_buf_exit(rl_decode_buf *b);
 
 /* The decoders of a pipeline, tried in order. */
 #define RL_MAX_DECODERS 8
@@ -146,5 +206,13 @@ void rl_decode_ctx_destroy(rl_decode_ctx *c);
 int rl_decode_pick(rl_decode_ctx *c, const uint8_t *data, size_t len,
                    const rl_decoder_def **def, void **state, int *which,
                    char *msg);
+
+/*
+ * After each image of the thread (decoded or not), once the caller is done
+ * with its pixels: trims every state of c (rl_decoder_def.trim; a window
+ * ends every RL_DECODE_TRIM_IMAGES calls, so a state whose format stopped
+ * coming gives its memory back too) and returns the bytes they hold.
+ */
+size_t rl_decode_ctx_trim(rl_decode_ctx *c);
 
 #endif /* RL_DECODE_H */

@@ -34,7 +34,8 @@
  * and ignored like its other warnings.
  *
  * The decompressor and its row buffer live as long as the decoder and are
- * reused across images; libjpeg's per-image memory is released by
+ * reused across images, the buffer trimmed after an outlier (decode.h's
+ * rl_decode_buf); libjpeg's per-image memory is released by
  * jpeg_abort_decompress at the start of every header read and after every
  * region, whether it succeeded or not.
  */
@@ -68,11 +69,9 @@ struct jpeg_state {
     bool have_header;
     const uint8_t *data; /* the bytes of the header's image */
     size_t len;
-    size_t scan_at; /* where the first scan's entropy-coded data starts */
-    uint8_t *buf;   /* region rows */
-    size_t buf_cap;
-    uint8_t *cmyk_row; /* one CMYK row before conversion */
-    size_t cmyk_cap;
+    size_t scan_at;    /* where the first scan's entropy-coded data starts */
+    rl_decode_buf buf; /* region rows */
+    rl_decode_buf cmyk_row; /* one CMYK row before conversion */
 };
 
 static void on_error_exit(j_common_ptr c)
@@ -173,8 +172,8 @@ static void state_destroy(jpeg_state *d)
         return;
     }
     jpeg_destroy_decompress(&d->cinfo);
-    free(d->buf);
-    free(d->cmyk_row);
+    rl_decode_buf_exit(&d->buf);
+    rl_decode_buf_exit(&d->cmyk_row);
     free(d);
 }
 
@@ -346,20 +345,6 @@ static void cmyk_to_rgbx(const uint8_t *in, uint8_t *out, int n)
     }
 }
 
-static int grow(uint8_t **p, size_t *cap, size_t need)
-{
-    if (need <= *cap) {
-        return 0;
-    }
-    uint8_t *q = realloc(*p, need);
-    if (q == NULL) {
-        return -ENOMEM;
-    }
-    *p = q;
-    *cap = need;
-    return 0;
-}
-
 static int jpeg_region(jpeg_state *d, int m, int x0, int y0, int w, int h,
                        const rl_limits *lim, rl_pixels *out, char *msg)
 {
@@ -403,8 +388,8 @@ static int jpeg_region(jpeg_state *d, int m, int x0, int y0, int w, int h,
     }
     int bw = (int)ci->output_width; /* the cropped width, after alignment */
     size_t stride = (size_t)bw * 4;
-    if (grow(&d->buf, &d->buf_cap, stride * (size_t)h) != 0 ||
-        (cmyk && grow(&d->cmyk_row, &d->cmyk_cap, (size_t)bw * 4) != 0)) {
+    if (rl_decode_buf_reserve(&d->buf, stride * (size_t)h) != 0 ||
+        (cmyk && rl_decode_buf_reserve(&d->cmyk_row, (size_t)bw * 4) != 0)) {
         jpeg_abort_decompress(ci);
         snprintf(msg, RL_MSG_MAX, "out of memory");
         return -ENOMEM;
@@ -418,7 +403,8 @@ static int jpeg_region(jpeg_state *d, int m, int x0, int y0, int w, int h,
         }
     }
     for (int r = 0; r < h;) {
-        JSAMPROW row = cmyk ? d->cmyk_row : d->buf + (size_t)r * stride;
+        JSAMPROW row =
+            cmyk ? d->cmyk_row.data : d->buf.data + (size_t)r * stride;
         JDIMENSION got = jpeg_read_scanlines(ci, &row, 1);
         if (got != 1) {
             jpeg_abort_decompress(ci);
@@ -426,14 +412,15 @@ static int jpeg_region(jpeg_state *d, int m, int x0, int y0, int w, int h,
             return RL_EDECODE;
         }
         if (cmyk) {
-            cmyk_to_rgbx(d->cmyk_row, d->buf + (size_t)r * stride, bw);
+            cmyk_to_rgbx(d->cmyk_row.data, d->buf.data + (size_t)r * stride,
+                         bw);
         }
         r++;
     }
     /* Rows below the region are never decoded: stop here. */
     jpeg_abort_decompress(ci);
 
-    out->data = d->buf;
+    out->data = d->buf.data;
     out->stride = stride;
     out->x0 = (int)cx;
     out->y0 = y0;
@@ -486,6 +473,15 @@ static bool def_truncated(const void *state)
     return jpeg_truncated(state);
 }
 
+/* libjpeg's own memory needs no trim: jpeg_abort_decompress frees an
+ * image's pools after every region and failed header. */
+static size_t def_trim(void *state, bool roll)
+{
+    jpeg_state *d = state;
+    return rl_decode_buf_trim(&d->buf, roll) +
+           rl_decode_buf_trim(&d->cmyk_row, roll);
+}
+
 const rl_decoder_def rl_jpeg_decoder = {
     .name = "jpeg",
     .format = RL_FORMAT_JPEG,
@@ -496,5 +492,6 @@ const rl_decoder_def rl_jpeg_decoder = {
     .scaled_size = def_scaled_size,
     .region = def_region,
     .truncated = def_truncated,
+    .trim = def_trim,
     .user = NULL,
 };

@@ -70,16 +70,12 @@ typedef struct png_state {
     size_t cut_at;       /* where the chunk the data ends in starts */
     const uint8_t *data; /* the header's bytes */
     size_t len;
-    uint8_t *mended; /* a cut file's bytes, made whole (allow_truncated) */
-    size_t mended_cap;
-    bool truncated; /* the last image was cut, and accepted */
-    uint8_t *raw;   /* the region's rows as in the file (interlaced) */
-    size_t raw_cap;
-    uint8_t *row; /* one row as in the file */
-    size_t row_cap;
-    uint8_t *buf; /* the region, RGBX */
-    size_t buf_cap;
-    rl_png_rows fast; /* the whole-stream path (png_rows.h) */
+    rl_decode_buf mended; /* a cut file's bytes, made whole */
+    bool truncated;       /* the last image was cut, and accepted */
+    rl_decode_buf raw;    /* the region's rows as in the file (interlaced) */
+    rl_decode_buf row;    /* one row as in the file */
+    rl_decode_buf buf;    /* the region, RGBX */
+    rl_png_rows fast;     /* the whole-stream path (png_rows.h) */
 } png_state;
 
 static void drop_ctx(png_state *s)
@@ -157,10 +153,10 @@ static int mend(png_state *s, const uint8_t **data, size_t *len)
     }
     static const uint8_t iend[12] = {0,   0,   0,    0,    'I',  'E',
                                      'N', 'D', 0xAE, 0x42, 0x60, 0x82};
-    if (rl__png_grow(&s->mended, &s->mended_cap, at + 12 + body + 12) != 0) {
+    if (rl_decode_buf_reserve(&s->mended, at + 12 + body + 12) != 0) {
         return -ENOMEM;
     }
-    uint8_t *m = s->mended;
+    uint8_t *m = s->mended.data;
     memcpy(m, s->data, at);
     size_t n = at;
     if (body > 0) {
@@ -365,8 +361,9 @@ static int decode_rows(png_state *s, size_t rowbytes, int x0, int y0, int w,
         }
         int y = (int)ri.row_num;
         bool in = y >= y0 && y < y0 + h;
-        uint8_t *dst =
-            interlaced && in ? s->raw + (size_t)(y - y0) * rowbytes : s->row;
+        uint8_t *dst = interlaced && in
+                           ? s->raw.data + (size_t)(y - y0) * rowbytes
+                           : s->row.data;
         err = spng_decode_row(s->ctx, dst, rowbytes);
         if (err != 0 && err != SPNG_EOI) {
             /* Interlaced: any row may lack pixels of later passes. */
@@ -374,7 +371,8 @@ static int decode_rows(png_state *s, size_t rowbytes, int x0, int y0, int w,
             return err;
         }
         if (!interlaced && in) {
-            convert_row(s, s->row, x0, w, s->buf + (size_t)next * stride);
+            convert_row(s, s->row.data, x0, w,
+                        s->buf.data + (size_t)next * stride);
             if (++next == h) {
                 return 0; /* rows below the region are not decoded */
             }
@@ -397,7 +395,7 @@ static size_t bytes_per_pixel(const struct spng_ihdr *h)
 static int finish(png_state *s, int x0, int y0, int w, int h, rl_pixels *out)
 {
     s->truncated = s->cut;
-    out->data = s->buf;
+    out->data = s->buf.data;
     out->stride = (size_t)w * 4;
     out->x0 = x0;
     out->y0 = y0;
@@ -455,10 +453,10 @@ static int png_region(png_state *s, int m, int x0, int y0, int w, int h,
     size_t rowbytes = size / (size_t)fh;
     size_t stride = (size_t)w * 4;
     bool interlaced = s->ihdr.interlace_method != 0;
-    if (rl__png_grow(&s->row, &s->row_cap, rowbytes) != 0 ||
-        rl__png_grow(&s->buf, &s->buf_cap, stride * (size_t)h) != 0 ||
+    if (rl_decode_buf_reserve(&s->row, rowbytes) != 0 ||
+        rl_decode_buf_reserve(&s->buf, stride * (size_t)h) != 0 ||
         (interlaced &&
-         rl__png_grow(&s->raw, &s->raw_cap, rowbytes * (size_t)h) != 0)) {
+         rl_decode_buf_reserve(&s->raw, rowbytes * (size_t)h) != 0)) {
         drop_ctx(s);
         snprintf(msg, RL_MSG_MAX, "out of memory");
         return -ENOMEM;
@@ -473,7 +471,7 @@ static int png_region(png_state *s, int m, int x0, int y0, int w, int h,
             drop_ctx(s);
             for (int r = 0; r < h; r++) {
                 convert_row(s, rows + (size_t)(y0 + r) * (rowbytes + 1), x0, w,
-                            s->buf + (size_t)r * stride);
+                            s->buf.data + (size_t)r * stride);
             }
             return finish(s, x0, y0, w, h, out);
         }
@@ -486,7 +484,7 @@ static int png_region(png_state *s, int m, int x0, int y0, int w, int h,
     }
     if (interlaced) {
         /* A cut file leaves some pixels of some rows undecoded: black. */
-        memset(s->raw, 0, rowbytes * (size_t)h);
+        memset(s->raw.data, 0, rowbytes * (size_t)h);
     }
     int bad;
     err = decode_rows(s, rowbytes, x0, y0, w, h, &bad);
@@ -496,15 +494,16 @@ static int png_region(png_state *s, int m, int x0, int y0, int w, int h,
     }
     if (interlaced) {
         for (int r = 0; r < h; r++) {
-            convert_row(s, s->raw + (size_t)r * rowbytes, x0, w,
-                        s->buf + (size_t)r * stride);
+            convert_row(s, s->raw.data + (size_t)r * rowbytes, x0, w,
+                        s->buf.data + (size_t)r * stride);
         }
     } else if (err != 0) {
         /* Rows the data does not hold are zero samples, as in Pillow's
          * image (a palette's first colour). */
-        memset(s->row, 0, rowbytes);
+        memset(s->row.data, 0, rowbytes);
         for (int r = bad; r < h; r++) {
-            convert_row(s, s->row, x0, w, s->buf + (size_t)r * stride);
+            convert_row(s, s->row.data, x0, w,
+                        s->buf.data + (size_t)r * stride);
         }
     }
     return finish(s, x0, y0, w, h, out);
@@ -533,10 +532,10 @@ static void def_destroy(void *state)
     }
     drop_ctx(s);
     rl__png_rows_exit(&s->fast);
-    free(s->raw);
-    free(s->mended);
-    free(s->row);
-    free(s->buf);
+    rl_decode_buf_exit(&s->raw);
+    rl_decode_buf_exit(&s->mended);
+    rl_decode_buf_exit(&s->row);
+    rl_decode_buf_exit(&s->buf);
     free(s);
 }
 
@@ -557,6 +556,18 @@ static bool def_truncated(const void *state)
     return ((const png_state *)state)->truncated;
 }
 
+/* libspng's context is per image (drop_ctx after each region): only our
+ * buffers outlive an image. */
+static size_t def_trim(void *state, bool roll)
+{
+    png_state *s = state;
+    return rl_decode_buf_trim(&s->mended, roll) +
+           rl_decode_buf_trim(&s->raw, roll) +
+           rl_decode_buf_trim(&s->row, roll) +
+           rl_decode_buf_trim(&s->buf, roll) +
+           rl__png_rows_trim(&s->fast, roll);
+}
+
 const rl_decoder_def rl_png_decoder = {
     .name = "png",
     .format = RL_FORMAT_PNG,
@@ -567,5 +578,6 @@ const rl_decoder_def rl_png_decoder = {
     .scaled_size = NULL,
     .region = def_region,
     .truncated = def_truncated,
+    .trim = def_trim,
     .user = NULL,
 };

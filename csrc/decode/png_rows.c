@@ -43,18 +43,11 @@
 /* Bytes past a buffer's last row that a 4-byte pixel access may touch. */
 #define SLACK 16
 
-int rl__png_grow(uint8_t **p, size_t *cap, size_t need)
+size_t rl__png_rows_trim(rl_png_rows *r, bool roll)
 {
-    if (need <= *cap) {
-        return 0;
-    }
-    uint8_t *q = realloc(*p, need);
-    if (q == NULL) {
-        return -ENOMEM;
-    }
-    *p = q;
-    *cap = need;
-    return 0;
+    return rl_decode_buf_trim(&r->idat, roll) +
+           rl_decode_buf_trim(&r->rows, roll) +
+           rl_decode_buf_trim(&r->zero, roll);
 }
 
 uint32_t rl__png_be32(const uint8_t *p)
@@ -68,9 +61,9 @@ void rl__png_rows_exit(rl_png_rows *r)
     if (r->inflater != NULL) {
         libdeflate_free_decompressor(r->inflater);
     }
-    free(r->idat);
-    free(r->rows);
-    free(r->zero);
+    rl_decode_buf_exit(&r->idat);
+    rl_decode_buf_exit(&r->rows);
+    rl_decode_buf_exit(&r->zero);
     memset(r, 0, sizeof(*r));
 }
 
@@ -119,16 +112,16 @@ static int gather(rl_png_rows *r, const uint8_t *data, size_t len,
         *zlen = total;
         return 0;
     }
-    if (rl__png_grow(&r->idat, &r->idat_cap, total) != 0) {
+    if (rl_decode_buf_reserve(&r->idat, total) != 0) {
         return -ENOMEM;
     }
     size_t k = 0;
     for (size_t at = first; k < total; at += rl__png_be32(data + at) + 12) {
         size_t n = rl__png_be32(data + at);
-        memcpy(r->idat + k, data + at + 8, n);
+        memcpy(r->idat.data + k, data + at + 8, n);
         k += n;
     }
-    *z = r->idat;
+    *z = r->idat.data;
     *zlen = total;
     return 0;
 }
@@ -306,13 +299,13 @@ static paeth_loops paeth_level(void)
 /* Rows [0, nrows) of r->rows unfiltered; false at a filter type over 4. */
 static bool unfilter(rl_png_rows *r, size_t rowbytes, size_t bpp, int nrows)
 {
-    const uint8_t *up = r->zero;
+    const uint8_t *up = r->zero.data;
     paeth_loops simd = paeth_level();
     if (bpp != 3 && bpp != 4) {
         simd.pixels = NULL;
     }
     for (int y = 0; y < nrows; y++) {
-        uint8_t *row = r->rows + (size_t)y * (rowbytes + 1);
+        uint8_t *row = r->rows.data + (size_t)y * (rowbytes + 1);
         uint8_t type = row[0];
         row++;
         if (type == 4 && simd.pixels != NULL) {
@@ -367,11 +360,11 @@ int rl__png_rows_decode(rl_png_rows *r, const uint8_t *data, size_t len,
         return RL_PNG_DECLINED;
     }
     size_t size = (rowbytes + 1) * (size_t)height;
-    if (rl__png_grow(&r->rows, &r->rows_cap, size + SLACK) != 0 ||
-        rl__png_grow(&r->zero, &r->zero_cap, rowbytes + SLACK) != 0) {
+    if (rl_decode_buf_reserve(&r->rows, size + SLACK) != 0 ||
+        rl_decode_buf_reserve(&r->zero, rowbytes + SLACK) != 0) {
         return -ENOMEM;
     }
-    memset(r->zero, 0, rowbytes + SLACK);
+    memset(r->zero.data, 0, rowbytes + SLACK);
     if (r->inflater == NULL) {
         r->inflater = libdeflate_alloc_decompressor();
         if (r->inflater == NULL) {
@@ -383,13 +376,13 @@ int rl__png_rows_decode(rl_png_rows *r, const uint8_t *data, size_t len,
      * judge by the rows it holds. */
     size_t used;
     enum libdeflate_result res = libdeflate_deflate_decompress_ex(
-        r->inflater, z + 2, zlen - 2, r->rows, size, &used, NULL);
+        r->inflater, z + 2, zlen - 2, r->rows.data, size, &used, NULL);
     if (res != LIBDEFLATE_SUCCESS) {
         return RL_PNG_DECLINED;
     }
     if (!unfilter(r, rowbytes, bpp, nrows)) {
         return RL_PNG_DECLINED;
     }
-    *rows = r->rows + 1;
+    *rows = r->rows.data + 1;
     return 0;
 }

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "decode/decode.h"
+
 /* The largest filtered image the fast path holds (the whole of it is
  * inflated at once); a larger one is decoded row by row by libspng. */
 #define RL_PNG_ROWS_MAX ((size_t)64 << 20)
@@ -30,20 +32,17 @@
 
 typedef struct rl_png_rows {
     struct libdeflate_decompressor *inflater; /* made on first use */
-    uint8_t *idat;                            /* IDAT chunks' data joined */
-    size_t idat_cap;
-    uint8_t *rows; /* the rows, each its filter byte then its bytes */
-    size_t rows_cap;
-    uint8_t *zero; /* zeros: the row above the first */
-    size_t zero_cap;
+    rl_decode_buf idat;                       /* IDAT chunks' data joined */
+    rl_decode_buf rows; /* the rows, each its filter byte then its bytes */
+    rl_decode_buf zero; /* zeros: the row above the first */
 } rl_png_rows;
 
 /* Frees what r holds and zeroes it; r itself is the caller's. */
 void rl__png_rows_exit(rl_png_rows *r);
 
-/* Makes *p hold at least need bytes (realloc; *cap its size): 0 or -ENOMEM,
- * *p unchanged on failure. Shared with png.c. */
-int rl__png_grow(uint8_t **p, size_t *cap, size_t need);
+/* After an image: trims r's buffers (rl_decode_buf_trim) and returns the
+ * bytes they hold. */
+size_t rl__png_rows_trim(rl_png_rows *r, bool roll);
 
 /* The big-endian 32-bit number at p (a chunk's length or CRC). */
 uint32_t rl__png_be32(const uint8_t *p);

@@ -4,7 +4,8 @@
  * DESIGN: decoders are tried in the order the pipeline lists them, so a
  * catch-all fallback goes last. Each thread makes a decoder's state the
  * first time that decoder claims a sample: a JPEG-only data set never
- * creates the fallback's state.
+ * creates the fallback's state. After each image the context trims every
+ * state it made, used by that image or not (decode.h's rl_decode_buf).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 struct rl_decode_ctx {
     rl_decoders set;
     void *states[RL_MAX_DECODERS];
+    unsigned images; /* rl_decode_ctx_trim's calls, for its windows */
 };
 
 int rl_decode_check_pixels(uint64_t width, uint64_t height,
@@ -107,4 +109,16 @@ int rl_decode_pick(rl_decode_ctx *c, const uint8_t *data, size_t len,
              "decoder",
              len);
     return RL_EFORMAT;
+}
+
+size_t rl_decode_ctx_trim(rl_decode_ctx *c)
+{
+    bool roll = ++c->images % RL_DECODE_TRIM_IMAGES == 0;
+    size_t held = 0;
+    for (int i = 0; i < c->set.n; i++) {
+        if (c->states[i] != NULL && c->set.defs[i]->trim != NULL) {
+            held += c->set.defs[i]->trim(c->states[i], roll);
+        }
+    }
+    return held;
 }

@@ -48,23 +48,8 @@ typedef struct webp_state {
     bool cut;       /* the data ends before the RIFF size */
     bool truncated; /* the last image was cut, and accepted */
     bool have_header;
-    uint8_t *buf; /* RGBA */
-    size_t buf_cap;
+    rl_decode_buf buf; /* RGBA */
 } webp_state;
-
-static int grow(uint8_t **p, size_t *cap, size_t need)
-{
-    if (need <= *cap) {
-        return 0;
-    }
-    uint8_t *q = realloc(*p, need);
-    if (q == NULL) {
-        return -ENOMEM;
-    }
-    *p = q;
-    *cap = need;
-    return 0;
-}
 
 static const char *status_text(VP8StatusCode st)
 {
@@ -166,18 +151,19 @@ static int decode_first_frame(webp_state *s, char *msg)
         it.y_offset + it.height > s->height) {
         snprintf(msg, RL_MSG_MAX, "animated WebP: frame outside its canvas");
         rc = RL_EDECODE;
-    } else if (grow(&s->buf, &s->buf_cap, stride * (size_t)s->height) != 0) {
+    } else if (rl_decode_buf_reserve(&s->buf, stride * (size_t)s->height) !=
+               0) {
         snprintf(msg, RL_MSG_MAX, "out of memory");
         rc = -ENOMEM;
     }
     if (rc == 0) {
-        memset(s->buf, 0, stride * (size_t)s->height);
+        memset(s->buf.data, 0, stride * (size_t)s->height);
         WebPDecoderConfig cfg;
         WebPInitDecoderConfig(&cfg);
         cfg.output.colorspace = MODE_RGBA;
         cfg.output.is_external_memory = 1;
-        cfg.output.u.RGBA.rgba =
-            s->buf + (size_t)it.y_offset * stride + (size_t)it.x_offset * 4;
+        cfg.output.u.RGBA.rgba = s->buf.data + (size_t)it.y_offset * stride +
+                                 (size_t)it.x_offset * 4;
         cfg.output.u.RGBA.stride = (int)stride;
         cfg.output.u.RGBA.size =
             stride * (size_t)(it.height - 1) + (size_t)it.width * 4;
@@ -197,12 +183,12 @@ static int decode_first_frame(webp_state *s, char *msg)
 static int decode_cut(webp_state *s, char *msg)
 {
     size_t stride = (size_t)s->width * 4, size = stride * (size_t)s->height;
-    if (grow(&s->buf, &s->buf_cap, size) != 0) {
+    if (rl_decode_buf_reserve(&s->buf, size) != 0) {
         snprintf(msg, RL_MSG_MAX, "out of memory");
         return -ENOMEM;
     }
-    memset(s->buf, 0, size);
-    WebPIDecoder *dec = WebPINewRGB(MODE_RGBA, s->buf, size, (int)stride);
+    memset(s->buf.data, 0, size);
+    WebPIDecoder *dec = WebPINewRGB(MODE_RGBA, s->buf.data, size, (int)stride);
     if (dec == NULL) {
         snprintf(msg, RL_MSG_MAX, "out of memory");
         return -ENOMEM;
@@ -216,7 +202,7 @@ static int decode_cut(webp_state *s, char *msg)
         WebPIDecGetRGB(dec, &last_y, NULL, NULL, NULL);
         /* Rows past last_y may hold part of a macroblock row. */
         if (last_y < s->height) {
-            memset(s->buf + (size_t)last_y * stride, 0,
+            memset(s->buf.data + (size_t)last_y * stride, 0,
                    (size_t)(s->height - last_y) * stride);
         }
     }
@@ -235,7 +221,7 @@ static int decode_crop(webp_state *s, int x0, int y0, int w, int h, size_t *at,
     int cy1 = y0 + h < s->height ? y0 + h + 1 : s->height;
     int cw = cx1 - cx, ch = cy1 - cy;
     *stride = (size_t)cw * 4;
-    if (grow(&s->buf, &s->buf_cap, *stride * (size_t)ch) != 0) {
+    if (rl_decode_buf_reserve(&s->buf, *stride * (size_t)ch) != 0) {
         snprintf(msg, RL_MSG_MAX, "out of memory");
         return -ENOMEM;
     }
@@ -250,7 +236,7 @@ static int decode_crop(webp_state *s, int x0, int y0, int w, int h, size_t *at,
     }
     cfg.output.colorspace = MODE_RGBA;
     cfg.output.is_external_memory = 1;
-    cfg.output.u.RGBA.rgba = s->buf;
+    cfg.output.u.RGBA.rgba = s->buf.data;
     cfg.output.u.RGBA.stride = (int)*stride;
     cfg.output.u.RGBA.size = *stride * (size_t)ch;
     VP8StatusCode st = WebPDecode(s->data, s->len, &cfg);
@@ -293,7 +279,7 @@ static int webp_region(webp_state *s, int m, int x0, int y0, int w, int h,
         at = (size_t)y0 * stride + (size_t)x0 * 4;
     }
     s->truncated = s->cut;
-    out->data = s->buf + at;
+    out->data = s->buf.data + at;
     out->stride = stride;
     out->x0 = x0;
     out->y0 = y0;
@@ -324,7 +310,7 @@ static void def_destroy(void *state)
 {
     webp_state *s = state;
     if (s != NULL) {
-        free(s->buf);
+        rl_decode_buf_exit(&s->buf);
         free(s);
     }
 }
@@ -346,6 +332,13 @@ static bool def_truncated(const void *state)
     return ((const webp_state *)state)->truncated;
 }
 
+/* libwebp's decoders and demuxers live for one call: only our buffer
+ * outlives an image. */
+static size_t def_trim(void *state, bool roll)
+{
+    return rl_decode_buf_trim(&((webp_state *)state)->buf, roll);
+}
+
 const rl_decoder_def rl_webp_decoder = {
     .name = "webp",
     .format = RL_FORMAT_WEBP,
@@ -356,5 +349,6 @@ const rl_decoder_def rl_webp_decoder = {
     .scaled_size = NULL,
     .region = def_region,
     .truncated = def_truncated,
+    .trim = def_trim,
     .user = NULL,
 };

@@ -19,6 +19,12 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
                        const char *msg)
 {
     if (status == -ENOMEM) {
+        /* With what asked for how much, when the core said; making the
+         * message may fail too, which raises a bare MemoryError. */
+        if (msg != NULL && msg[0] != '\0') {
+            PyErr_SetString(PyExc_MemoryError, msg);
+            return NULL;
+        }
         return PyErr_NoMemory();
     }
     if (status < 0) {
@@ -168,4 +174,23 @@ PyObject *rl__py_raise_batch(rl_module_state *st, int status,
     }
     PyErr_Restore(type, value, tb);
     return NULL;
+}
+
+PyObject *rl__py_raise_submit(rl_module_state *st, int status,
+                              const rl_pipeline *p, int n)
+{
+    char why[RL_MSG_MAX];
+    if (status == -ENOMEM) {
+        /* The batch's slot, almost always: say its size. */
+        snprintf(why, sizeof(why),
+                 "out of memory for a batch of %d samples: %zu bytes (%zu "
+                 "bytes a sample); each batch in flight (prefetch) holds "
+                 "one: lower batch_size, prefetch or the output size",
+                 n, rl_pipeline_batch_bytes(p, n), rl_pipeline_sample_bytes(p));
+    } else {
+        snprintf(why, sizeof(why), "%s",
+                 status == -EINVAL ? "a sample id is out of range"
+                                   : "cannot submit the batch");
+    }
+    return rl__py_raise(st, status, NULL, why);
 }

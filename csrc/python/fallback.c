@@ -31,9 +31,8 @@
 #include "decode/decode.h"
 
 typedef struct py_state {
-    PyObject *decode; /* borrowed: the pipeline keeps it alive */
-    uint8_t *rgbx;
-    size_t cap;
+    PyObject *decode;   /* borrowed: the pipeline keeps it alive */
+    rl_decode_buf rgbx; /* the image, kept and trimmed as a decoder's */
     int w, h;
 } py_state;
 
@@ -67,7 +66,7 @@ static void *state_create(const rl_decoder_def *def)
 static void state_destroy(void *state)
 {
     py_state *s = state;
-    free(s->rgbx);
+    rl_decode_buf_exit(&s->rgbx);
     free(s);
 }
 
@@ -145,21 +144,15 @@ static int take_pixels(py_state *s, PyObject *res, const rl_limits *lim,
         snprintf(what, sizeof(what), "%zd bytes for %dx%d RGB, not %zu",
                  view.len, w, h, n * 3);
         rc = bad_result(s, what, msg);
-    } else if (n * 4 > s->cap) {
-        uint8_t *p = realloc(s->rgbx, n * 4);
-        if (p == NULL) {
-            snprintf(msg, RL_MSG_MAX, "out of memory");
-            rc = -ENOMEM;
-        } else {
-            s->rgbx = p;
-            s->cap = n * 4;
-        }
+    } else if (rl_decode_buf_reserve(&s->rgbx, n * 4) != 0) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        rc = -ENOMEM;
     }
     if (rc == 0) {
         const uint8_t *in = view.buf;
         for (size_t i = 0; i < n; i++) {
-            memcpy(s->rgbx + 4 * i, in + 3 * i, 3);
-            s->rgbx[4 * i + 3] = 0;
+            memcpy(s->rgbx.data + 4 * i, in + 3 * i, 3);
+            s->rgbx.data[4 * i + 3] = 0;
         }
         s->w = w;
         s->h = h;
@@ -221,12 +214,17 @@ static int py_region(void *state, int m, int x0, int y0, int w, int h,
     (void)lim;
     (void)msg;
     py_state *s = state;
-    out->data = s->rgbx;
+    out->data = s->rgbx.data;
     out->stride = (size_t)s->w * 4;
     out->x0 = out->y0 = 0;
     out->w = out->full_w = s->w;
     out->h = out->full_h = s->h;
     return 0;
+}
+
+static size_t state_trim(void *state, bool roll)
+{
+    return rl_decode_buf_trim(&((py_state *)state)->rgbx, roll);
 }
 
 int rl__py_fallback_def(PyObject *decode, rl_decoder_def *def)
@@ -244,6 +242,7 @@ int rl__py_fallback_def(PyObject *decode, rl_decoder_def *def)
     def->scaled_size = NULL;
     def->region = py_region;
     def->truncated = NULL;
+    def->trim = state_trim;
     def->user = decode;
     return 0;
 }

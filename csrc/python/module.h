@@ -58,14 +58,22 @@ rl_module_state *rl__py_state_of(PyTypeObject *type);
 /* ---- errors.c ---- */
 
 /*
- * Sets the Python exception for a C status: -ENOMEM -> MemoryError,
+ * Sets the Python exception for a C status: -ENOMEM -> MemoryError (with
+ * msg when there is one),
  * -errno -> OSError(errno, msg, path), decode statuses -> DecodeError naming
  * path, RL_ECONFIG -> ValueError, RL_EFALLBACK -> TypeError naming path
  * (with .path), RL_ECLOSED -> RuntimeError, RL_ECUDA -> RuntimeError,
- * anything else -> SystemError. path may be NULL. Always returns NULL.
+ * anything else -> SystemError. path may be NULL; st too, for a status
+ * that is not a decode status. Always returns NULL.
  */
 PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
                        const char *msg);
+
+/* Raises rl_pipeline_submit's failure `status` for a batch of n samples of
+ * p: out of memory says the batch's size and what to lower. Always
+ * returns NULL. */
+PyObject *rl__py_raise_submit(rl_module_state *st, int status,
+                              const rl_pipeline *p, int n);
 
 /* The exception for one failed sample, with .index set to its id (new
  * reference), or NULL with an exception set. */

@@ -170,13 +170,15 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
     cfg.sample.limits.allow_truncated = allow_truncated != 0;
     cfg.skip_errors = skip_errors != 0;
     cfg.max_consecutive_errors = max_consecutive;
+    int status;
     Py_BEGIN_ALLOW_THREADS
-    self->p = rl_pipeline_create(&cfg, msg);
+    self->p = rl_pipeline_create(&cfg, &status, msg);
     Py_END_ALLOW_THREADS
     rl__py_fields_free(&cfg);
     if (self->p == NULL) {
         Py_DECREF(self);
-        PyErr_SetString(PyExc_ValueError, msg);
+        /* RL_ECONFIG a ValueError, -ENOMEM a MemoryError with msg. */
+        rl__py_raise(rl__py_state_of(type), status, NULL, msg);
         return NULL;
     }
     return (PyObject *)self;
@@ -308,9 +310,7 @@ static PyObject *pipeline_submit(pipeline_object *self, PyObject *args)
     Py_END_ALLOW_THREADS
     busy_leave(self);
     if (rc != 0) {
-        rl__py_raise(rl__py_state_of(Py_TYPE(self)), rc, NULL,
-                     rc == -EINVAL ? "a sample id is out of range"
-                                   : "cannot submit the batch");
+        rl__py_raise_submit(rl__py_state_of(Py_TYPE(self)), rc, p, (int)n);
         goto out_free;
     }
     ticket_obj = PyLong_FromUnsignedLongLong(ticket);

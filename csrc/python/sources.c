@@ -325,12 +325,15 @@ rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
             }
         }
     }
+    int status;
     Py_BEGIN_ALLOW_THREADS
     src = rl_http_source_create(cnames, curls, nobj, obj, offs, lens, n, &opt,
-                                msg);
+                                &status, msg);
     Py_END_ALLOW_THREADS
     if (src == NULL) {
-        PyErr_SetString(PyExc_ValueError, msg);
+        /* RL_ECONFIG a ValueError, -ENOMEM a MemoryError, -errno an
+         * OSError: no decode status, which alone needs the module's. */
+        rl__py_raise(NULL, status, NULL, msg);
     }
 out:
     Py_XDECREF(prev);

@@ -17,9 +17,10 @@ typedef enum {
     STAT_COUNT,   /* a uint64_t count, cumulative */
     STAT_SECONDS, /* a uint64_t of nanoseconds, cumulative; in seconds */
     STAT_GAUGE,   /* an int, the state now (not cumulative) */
+    STAT_GAUGE64, /* a uint64_t, the state now: a "gauge" to Python */
 } stat_kind;
 
-static const char *const kind_names[] = {"count", "seconds", "gauge"};
+static const char *const kind_names[] = {"count", "seconds", "gauge", "gauge"};
 
 typedef struct stat_field {
     const char *name;
@@ -51,6 +52,9 @@ static const stat_field fields[] = {
     {"ready", STAT_GAUGE, AT(ready), "of those, decoded and waiting"},
     {"slots", STAT_GAUGE, AT(slots),
      "slots allocated (pinned ones with a device)"},
+    {"decode_buffer_bytes", STAT_GAUGE64, AT(decode_buffer_bytes),
+     "bytes the decode threads keep for their next images (the buffers "
+     "of their decoders, given back some images after an outlier)"},
     {"direct_refused", STAT_COUNT, AT(direct_refused),
      "O_DIRECT reads that fell back to buffered ones"},
     {"truncated", STAT_COUNT, AT(truncated),
@@ -86,7 +90,7 @@ static PyObject *field_value(const stat_field *f, const rl_pipeline_stats *s)
     if (f->kind == STAT_GAUGE) {
         return PyLong_FromLong(*(const int *)at);
     }
-    uint64_t v = *(const uint64_t *)at;
+    uint64_t v = *(const uint64_t *)at; /* STAT_COUNT, _SECONDS, _GAUGE64 */
     if (f->kind == STAT_SECONDS) {
         return PyFloat_FromDouble((double)v / 1e9);
     }

@@ -433,9 +433,11 @@ rl_source *rl_http_source_create(const char *const *names,
                                  const char *const *urls, int64_t nobj,
                                  const int64_t *obj, const uint64_t *offsets,
                                  const int64_t *lengths, int64_t n,
-                                 const rl_http_options *opt, char *msg)
+                                 const rl_http_options *opt, int *status,
+                                 char *msg)
 {
     msg[0] = '\0';
+    *status = RL_ECONFIG;
     if (!rl__http_global_init(msg)) {
         return NULL;
     }
@@ -446,9 +448,17 @@ rl_source *rl_http_source_create(const char *const *names,
             return NULL;
         }
     }
+    /* What the copies below take, for the message when they fail. */
+    char nomem[RL_MSG_MAX];
+    snprintf(nomem, sizeof(nomem),
+             "out of memory for an HTTP source of %lld samples on %lld "
+             "objects (its table: %llu bytes)",
+             (long long)n, (long long)nobj,
+             (unsigned long long)(24 * (uint64_t)(n > 0 ? n : 1)));
+    *status = -ENOMEM;
     http_source *s = calloc(1, sizeof(*s));
     if (s == NULL) {
-        snprintf(msg, RL_MSG_MAX, "out of memory");
+        snprintf(msg, RL_MSG_MAX, "%s", nomem);
         return NULL;
     }
     size_t cnt = (size_t)(n > 0 ? n : 1);
@@ -472,7 +482,7 @@ rl_source *rl_http_source_create(const char *const *names,
     if (!s->names || !s->urls || !s->obj || !s->offsets || !s->lengths ||
         !s->multi) {
         http_destroy(&s->base);
-        snprintf(msg, RL_MSG_MAX, "out of memory");
+        snprintf(msg, RL_MSG_MAX, "%s", nomem);
         return NULL;
     }
     for (int64_t i = 0; i < n; i++) {
@@ -482,7 +492,7 @@ rl_source *rl_http_source_create(const char *const *names,
     }
     if (!rl__http_cache_init(s)) {
         http_destroy(&s->base);
-        snprintf(msg, RL_MSG_MAX, "out of memory");
+        snprintf(msg, RL_MSG_MAX, "%.200s (and its cache's)", nomem);
         return NULL;
     }
     if (!rl__http_wait_init(s)) {
@@ -490,6 +500,7 @@ rl_source *rl_http_source_create(const char *const *names,
         http_destroy(&s->base);
         snprintf(msg, RL_MSG_MAX, "cannot make the HTTP source's epoll set: %s",
                  strerror(e));
+        *status = e > 0 ? -e : -EIO;
         return NULL;
     }
     curl_multi_setopt(s->multi, CURLMOPT_MAX_HOST_CONNECTIONS,

@@ -158,7 +158,10 @@ void rl_http_options_default(rl_http_options *o);
  * lengths[i] < 0 (offsets and lengths NULL: every sample whole). Object j
  * is fetched from urls[j] (http:// or https://; a presigned URL is fine)
  * and named names[j] in messages. Everything is copied. Returns the
- * source, or NULL with msg (RL_MSG_MAX) saying why. Statuses of fetches:
+ * source, or NULL with msg (RL_MSG_MAX) saying why and *status the kind:
+ * RL_ECONFIG (a sample naming no object, libcurl unusable), -ENOMEM (the
+ * message says for what, how large), -errno (the epoll set). Statuses of
+ * fetches:
  * -ENOENT (404), -EACCES (401/403, certificate), -EIO (5xx, 429, other
  * HTTP), -ETIMEDOUT, -ECONNREFUSED, -ECONNRESET, -EPROTO (truncated or
  * wrong bodies, Range ignored), RL_ETOOBIG, RL_ECLOSED (cancelled); the
@@ -168,7 +171,8 @@ rl_source *rl_http_source_create(const char *const *names,
                                  const char *const *urls, int64_t nobj,
                                  const int64_t *obj, const uint64_t *offsets,
                                  const int64_t *lengths, int64_t n,
-                                 const rl_http_options *opt, char *msg);
+                                 const rl_http_options *opt, int *status,
+                                 char *msg);
 
 /* libcurl's version line, with its TLS and HTTP/2 libraries. */
 const char *rl_http_library(void);

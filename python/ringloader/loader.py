@@ -554,7 +554,10 @@ class Loader:
             attempts included; a response refused at its head, such as a
             wrong range, counts none) and
             ``http_cache_hits`` (samples read from ``cache_limit``'s local
-            cache instead of the network).
+            cache instead of the network);
+        - ``decode_buffer_bytes``: the bytes the decode threads keep now for
+          their next images (their decoders' buffers), given back some
+          images after an outlier.
         """
         pipe = self._pipe
         c = pipe.stats() if pipe is not None and not pipe.closed else {}

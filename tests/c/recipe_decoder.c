@@ -164,7 +164,7 @@ int test_decoder(void)
     /* The reference: JPEG only (n = 0 is libjpeg-turbo alone). */
     rl_pipeline_config cfg =
         config(2, rl_memory_source_create(data, len, names, NMIX));
-    rl_pipeline *jp = rl_pipeline_create(&cfg, msg);
+    rl_pipeline *jp = rl_pipeline_create(&cfg, NULL, msg);
     CHECK(jp != NULL);
     int64_t jpeg_ids[3] = {0, 2, 5};
     CHECK_EQ(rl_pipeline_submit(jp, jpeg_ids, jpeg_ids, 3, 0, NULL, NULL), 0);
@@ -185,7 +185,7 @@ int test_decoder(void)
         cfg = config(3, rl_memory_source_create(data, len, names, NMIX));
         cfg.decoders = both;
         recipe_view.place.layout = (rl_layout)layout;
-        rl_pipeline *p = rl_pipeline_create(&cfg, msg);
+        rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
         CHECK(p != NULL);
         int64_t ids[6] = {0, 1, 2, 3, 4, 5};
         CHECK_EQ(rl_pipeline_submit(p, ids, ids, 6, 0, NULL, NULL), 0);

@@ -140,7 +140,7 @@ int test_source(void)
             toy_source *t = toy_source_create(ops[k]);
             cfg = config(threads, &t->base);
             char msg[RL_MSG_MAX];
-            rl_pipeline *p = rl_pipeline_create(&cfg, msg);
+            rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
             CHECK(p != NULL);
             CHECK(strcmp(rl_pipeline_io_name(p), "toy") == 0);
             CHECK(strcmp(rl_pipeline_io_reason(p), "") == 0);

@@ -34,7 +34,7 @@ static void run_views(const rl_pipeline_config *cfg, int bs, uint8_t *out[],
                       rl_pipeline_stats *st)
 {
     char msg[RL_MSG_MAX];
-    rl_pipeline *p = rl_pipeline_create(cfg, msg);
+    rl_pipeline *p = rl_pipeline_create(cfg, NULL, msg);
     CHECK(p != NULL);
     int nv;
     const rl_view *views = rl_pipeline_views(p, &nv);
@@ -147,9 +147,9 @@ int test_views(void)
     char msg[RL_MSG_MAX];
     cfg = config(1, memory_source());
     cfg.sample.nviews = RL_MAX_VIEWS + 1;
-    CHECK(rl_pipeline_create(&cfg, msg) == NULL && strstr(msg, "views"));
+    CHECK(rl_pipeline_create(&cfg, NULL, msg) == NULL && strstr(msg, "views"));
     cfg = config(1, memory_source());
     cfg.sample.nviews = 0;
-    CHECK(rl_pipeline_create(&cfg, msg) == NULL && strstr(msg, "views"));
+    CHECK(rl_pipeline_create(&cfg, NULL, msg) == NULL && strstr(msg, "views"));
     return atomic_load(&rl_test_checks); /* this file's checks */
 }

@@ -115,7 +115,7 @@ int main(void)
     }
     rl_pipeline_config cfg =
         config(rl_memory_source_create(bufs, img_len, NULL, N));
-    rl_pipeline *plain = rl_pipeline_create(&cfg, msg);
+    rl_pipeline *plain = rl_pipeline_create(&cfg, NULL, msg);
     CHECK(plain != NULL);
     size_t bytes = rl_pipeline_batch_bytes(plain, N);
     uint8_t *ref = malloc(bytes), *got = malloc(bytes);
@@ -136,7 +136,7 @@ int main(void)
     cfg.image_len = len;
     cfg.refusals = why;
     cfg.nrefusals = 2;
-    rl_pipeline *p = rl_pipeline_create(&cfg, msg);
+    rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
     CHECK(p != NULL);
     CHECK_EQ(batch(p, all, N, got, &rep), 0);
     CHECK(memcmp(got, ref, bytes) == 0);
@@ -164,7 +164,7 @@ int main(void)
     cfg.image_len = len;
     cfg.refusals = why;
     cfg.nrefusals = 2;
-    p = rl_pipeline_create(&cfg, msg);
+    p = rl_pipeline_create(&cfg, NULL, msg);
     CHECK(p != NULL);
     int64_t ids[3] = {2, 3, 4};
     CHECK_EQ(batch(p, ids, 3, NULL, &rep), RL_EFIELD);
@@ -186,7 +186,7 @@ int main(void)
     cfg.nrefusals = 2;
     cfg.skip_errors = true;
     cfg.max_consecutive_errors = 4;
-    p = rl_pipeline_create(&cfg, msg);
+    p = rl_pipeline_create(&cfg, NULL, msg);
     CHECK(p != NULL);
     CHECK_EQ(batch(p, ids, 3, NULL, &rep), 0);
     CHECK_EQ(rep.n_replaced, 1);
@@ -207,7 +207,7 @@ int main(void)
     cfg.image_len = len;
     cfg.refusals = why;
     cfg.nrefusals = 2;
-    CHECK(rl_pipeline_create(&cfg, msg) == NULL);
+    CHECK(rl_pipeline_create(&cfg, NULL, msg) == NULL);
     CHECK(strstr(msg, "out of range") != NULL);
 
     for (int i = 0; i < N; i++) {

@@ -176,7 +176,7 @@ int main(void)
         cfg.skip_errors = skip;
         cfg.max_consecutive_errors = 4;
         char msg[RL_MSG_MAX];
-        rl_pipeline *p = rl_pipeline_create(&cfg, msg);
+        rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
         CHECK(p != NULL);
         CHECK_EQ(rl_pipeline_submit(p, all, all, N, 0, NULL, NULL), 0);
         rl_slot *s;
@@ -211,7 +211,7 @@ int main(void)
     cfg.checks = &check;
     cfg.nchecks = 1;
     char msg[RL_MSG_MAX];
-    CHECK(rl_pipeline_create(&cfg, msg) == NULL);
+    CHECK(rl_pipeline_create(&cfg, NULL, msg) == NULL);
     CHECK(strstr(msg, "out of range") != NULL);
     for (int i = 0; i < N; i++) {
         free(bufs[i]);

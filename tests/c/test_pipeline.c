@@ -192,7 +192,7 @@ static void check_skip(rl_io_backend io, const char *bad, uint8_t *ref)
     cfg.skip_errors = true;
     cfg.max_consecutive_errors = 3;
     reference(&cfg, 0, ref);
-    rl_pipeline *p = rl_pipeline_create(&cfg, msg);
+    rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
     CHECK(p != NULL);
     size_t sb = rl_pipeline_sample_bytes(p);
 
@@ -244,7 +244,7 @@ static void check_skip(rl_io_backend io, const char *bad, uint8_t *ref)
     cfg = config(2, file_source(table, 6, io), RL_T_RESIZE_CROP);
     cfg.skip_errors = true;
     cfg.max_consecutive_errors = 2;
-    p = rl_pipeline_create(&cfg, msg);
+    p = rl_pipeline_create(&cfg, NULL, msg);
     CHECK(p != NULL);
     CHECK_EQ(rl_pipeline_submit(p, ids + 1, ids + 1, 1, 0, NULL, NULL), 0);
     CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), -ENOENT);
@@ -286,7 +286,7 @@ int main(void)
                     cfg =
                         config(threads[t], file_source(path_list, NIMG, ios[b]),
                                kinds[k]);
-                    rl_pipeline *p = rl_pipeline_create(&cfg, msg);
+                    rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
                     CHECK(p != NULL);
                     CHECK(strcmp(rl_pipeline_io_name(p),
                                  ios[b] == RL_IO_AUTO && uring ? "io_uring"
@@ -309,7 +309,7 @@ int main(void)
     const char *table[3] = {paths[0], "/nonexistent.jpg", bad};
     rl_pipeline_config cfg =
         config(2, file_source(table, 3, RL_IO_AUTO), RL_T_RESIZE_CROP);
-    rl_pipeline *p = rl_pipeline_create(&cfg, msg);
+    rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
     CHECK(p != NULL);
     int64_t ids[3] = {0, 1, 2};
     uint64_t t1 = 0, t2 = 0;
@@ -371,31 +371,35 @@ int main(void)
     check_skip(RL_IO_PREAD, bad, ref);
     check_skip(RL_IO_AUTO, bad, ref);
 
-    /* Bad configurations are refused with a message (and the source,
-     * owned by the pipeline from create on, freed). */
+    /* Bad configurations are refused with a message and RL_ECONFIG (and
+     * the source, owned by the pipeline from create on, freed). */
+    int status = 0;
     cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO), RL_T_RESIZE_CROP);
     cfg.nthreads = 0;
-    CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');
+    CHECK(rl_pipeline_create(&cfg, &status, msg) == NULL && msg[0] != '\0' &&
+          status == RL_ECONFIG);
     cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO), RL_T_NONE);
-    CHECK(rl_pipeline_create(&cfg, msg) == NULL);
+    status = 0;
+    CHECK(rl_pipeline_create(&cfg, &status, msg) == NULL &&
+          status == RL_ECONFIG);
     cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO), RL_T_RESIZE_CROP);
     cfg.skip_errors = true;
     cfg.max_consecutive_errors = 0;
-    CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');
+    CHECK(rl_pipeline_create(&cfg, NULL, msg) == NULL && msg[0] != '\0');
     /* One more than the attempts a replacement key holds (rng.h). */
     cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO), RL_T_RESIZE_CROP);
     cfg.skip_errors = true;
     cfg.max_consecutive_errors = RL_MAX_CONSECUTIVE_ERRORS + 1;
-    CHECK(rl_pipeline_create(&cfg, msg) == NULL &&
+    CHECK(rl_pipeline_create(&cfg, NULL, msg) == NULL &&
           strstr(msg, "max_consecutive_errors") != NULL);
     cfg = config(1, file_source(path_list, NIMG, RL_IO_AUTO), RL_T_RESIZE_CROP);
     cfg.skip_errors = true;
     cfg.max_consecutive_errors = RL_MAX_CONSECUTIVE_ERRORS;
-    p = rl_pipeline_create(&cfg, msg);
-    CHECK(p != NULL);
+    p = rl_pipeline_create(&cfg, &status, msg);
+    CHECK(p != NULL && status == 0);
     rl_pipeline_destroy(p);
     cfg = config(1, NULL, RL_T_RESIZE_CROP);
-    CHECK(rl_pipeline_create(&cfg, msg) == NULL && msg[0] != '\0');
+    CHECK(rl_pipeline_create(&cfg, NULL, msg) == NULL && msg[0] != '\0');
     /* A transform's values are the user's: RL_ECONFIG, never the status
      * of a bug of ours (RL_EINTERNAL). */
     rl_transform bad_t = view0.transform;

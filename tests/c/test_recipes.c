@@ -111,7 +111,7 @@ void run_all(const rl_pipeline_config *cfg, int n, int bs, int64_t epoch,
              uint8_t *out, rl_pipeline_stats *st)
 {
     char msg[RL_MSG_MAX];
-    rl_pipeline *p = rl_pipeline_create(cfg, msg);
+    rl_pipeline *p = rl_pipeline_create(cfg, NULL, msg);
     if (p == NULL) {
         fprintf(stderr, "rl_pipeline_create: %s\n", msg);
     }

@@ -38,4 +38,9 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
  */
 int rl_transform_check(const rl_transform *t, char *msg);
 
+/* "random_crop", "center_crop_or_pad" or "random_crop_or_pad": an
+ * rl_window's name (exported to Python as _core.WINDOWS), or NULL for an
+ * unknown value. Static strings; any thread. */
+const char *rl_window_name(int window);
+
 #endif /* RL_PLAN_H */

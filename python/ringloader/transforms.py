@@ -286,6 +286,7 @@ def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
         fields["resize_h"], fields["resize_w"] = resize.size
     if resize.keep_longest is not None:
         fields.update(keep_ratio=1, keep_longest=resize.keep_longest)
+        fields.update(resize.keep_random)
     return fields
 
 

@@ -199,6 +199,10 @@ typedef struct rl_transform {
     int keep_scale_area;
     double keep_aspect_p, keep_aspect_lo, keep_aspect_hi;
     int window; /* an rl_window (RL_T_RESIZE_RANDOM_CROP) */
+    /* timm's TrimBorder: trim pixels cut from each side of the image
+     * before anything else; the image must be larger than 2 * trim a
+     * side. A trimmed view is decoded without DCT scaling. */
+    int trim;
     int passes; /* an rl_passes */
 } rl_transform;
 
@@ -271,6 +275,10 @@ typedef struct rl_plan {
     rl_filter filter;
     rl_passes passes;
     rl_plan_pad pad;
+    /* The transform's trim: the box, the rectangle and the padding are in
+     * the frame of the image without trim pixels on each side, which is
+     * all the place stage is shown of it. */
+    int trim;
 } rl_plan;
 
 /*

@@ -16,6 +16,9 @@ RandomCropOrPad with reflected borders, on the resized image.
 - The same batches with 1 and 3 decode threads; the whole recipe (with
   RandAugment and RandomErasing) in C, without a FallbackWarning, through
   ringloader.DataLoader and ringloader.timm.create_loader.
+- The eval chain's crop_border_pixels (timm's TrimBorder, first): within
+  1 LSB of timm's on every JPEG kind (never DCT-scaled); an image inside
+  its border is that sample's DecodeError.
 """
 
 import io
@@ -335,3 +338,86 @@ def test_dataloader_and_create_loader_run_it_in_c(tmp_path, mode):
         xs = [x for x, _ in timm_loader]
     assert type(timm_loader).__module__.startswith("ringloader")
     assert sum(len(x) for x in xs) == 8 and -3 < float(torch.cat(xs).mean()) < 3
+
+
+# timm's eval chain with crop_border_pixels: TrimBorder first, then each
+# crop_mode's geometry.
+BORDER_EVAL = [
+    dict(input_size=(3, 48, 48), interpolation="bicubic", crop_pct=0.95),
+    dict(input_size=(3, 48, 40), interpolation="bilinear", crop_pct=0.9),
+    dict(input_size=(3, 48, 48), interpolation="bilinear", crop_mode="squash"),
+    dict(input_size=(3, 40, 48), interpolation="bicubic", crop_mode="border"),
+]
+BORDER_SIZES = [(71, 83), (97, 61), (40, 120), (9, 11), (230, 170)]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("border", [1, 4])
+def test_crop_border_pixels_match_timm(tmp_path, kind, border):
+    """transforms_imagenet_eval(crop_border_pixels=...): the image less its
+    border, then the eval chain, within 1 LSB of timm's on the same PIL
+    image (never DCT-scaled: the border is in whole pixels)."""
+    for k, (h, w) in enumerate(BORDER_SIZES):
+        data = jpeg_bytes(kind, h, w, seed=k, content="lines")
+        img = Image.open(io.BytesIO(data)).convert("RGB")
+        path = tmp_path / f"{k}.jpg"
+        path.write_bytes(data)
+        for kw in BORDER_EVAL:
+            tf = create_transform(
+                is_training=False, use_prefetcher=True, crop_border_pixels=border, **kw
+            )
+            spec = fused(tf).spec
+            assert spec["trim"] == border
+            assert _core.dct_scale(spec, w, h, SEED, 0, 0) == 8
+            with ringloader.Loader(
+                Files([str(path)]), batch_size=1, seed=SEED, transform=tf
+            ) as loader:
+                ours = next(iter(loader))[0][0].numpy().astype(int)
+            ref = tf(img).numpy().astype(int)
+            assert ours.shape == ref.shape, (kw, (h, w))
+            d = int(np.abs(ours - ref).max())
+            assert d <= 1, (kind, (h, w), kw, d)
+
+
+def test_an_image_inside_its_border_is_that_samples_error(tmp_path):
+    """An image no larger than twice the border: timm fails on it (an empty
+    image); ringloader raises DecodeError naming the file, or skips it."""
+    tf = create_transform(48, is_training=False, crop_border_pixels=5)
+    good, small = tmp_path / "good.jpg", tmp_path / "small.jpg"
+    good.write_bytes(jpeg_bytes("baseline", 60, 70))
+    small.write_bytes(jpeg_bytes("baseline", 10, 70))
+    with ringloader.Loader(
+        Files([str(good), str(small)]), batch_size=2, transform=tf
+    ) as loader:
+        with pytest.raises(ringloader.DecodeError, match="small.jpg.*TrimBorder"):
+            next(iter(loader))
+    with ringloader.Loader(
+        Files([str(good), str(small), str(good)]),
+        batch_size=2,
+        transform=tf,
+        on_error="skip",
+    ) as loader:
+        with pytest.warns(ringloader.DataWarning):
+            x, _ = next(iter(loader))
+    assert x.shape == (2, 3, 48, 48)
+
+
+def test_create_loader_with_crop_border_pixels_runs_in_c(tmp_path):
+    from ringloader.timm import create_loader
+
+    root = make_folder(tmp_path / "val")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ringloader.FallbackWarning)
+        loader = create_loader(
+            create_dataset("", root=root),
+            input_size=(3, 48, 48),
+            batch_size=4,
+            is_training=False,
+            crop_border_pixels=2,
+            interpolation="bicubic",
+            crop_pct=0.95,
+            device=torch.device("cpu"),
+        )
+        xs = [x for x, _ in loader]
+    assert type(loader).__module__.startswith("ringloader")
+    assert sum(len(x) for x in xs) == 8

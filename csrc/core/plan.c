@@ -326,6 +326,13 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
         view < 0 || view >= RL_MAX_VIEWS) {
         return RL_EINTERNAL;
     }
+    /* timm's TrimBorder: everything after it sees the inner image. */
+    if ((int64_t)2 * t->trim >= width || (int64_t)2 * t->trim >= height) {
+        return RL_EDECODE;
+    }
+    width -= 2 * t->trim;
+    height -= 2 * t->trim;
+    p->trim = t->trim;
     rl_rng g;
     rl_rng_init(&g, seed, epoch, index, rl_rng_view(RL_RNG_PLAN, view));
     p->out_w = t->out_w;
@@ -488,6 +495,11 @@ int rl_transform_check(const rl_transform *t, char *msg)
                      RL_MAX_SIDE);
             return RL_ECONFIG;
         }
+    }
+    if (t->trim < 0 || t->trim > RL_MAX_SIDE) {
+        snprintf(msg, RL_MSG_MAX, "TrimBorder's border must be in 0..%d",
+                 RL_MAX_SIDE);
+        return RL_ECONFIG;
     }
     if (t->pad_mode < 0 || t->pad_mode >= RL_PAD_MODE_COUNT ||
         t->pad_twice < 0 || t->pad_twice > 1) {

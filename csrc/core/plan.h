@@ -16,9 +16,9 @@
  * Computes the plan of view `view` (0 .. RL_MAX_VIEWS - 1, rng.h) of one
  * sample from its source size (width x height, both > 0): each view draws
  * from its own part of the plan stream, view 0 from the stream's start.
- * Returns 0; RL_EDECODE for a RandomCrop window larger than the image
- * after its resize and padding (that sample's error, as torchvision
- * raises it); or RL_EINTERNAL for a transform without a fixed output
+ * Returns 0; RL_EDECODE for an image no larger than twice the trim a
+ * side, or a RandomCrop window larger than the image after its resize and
+ * padding (that sample's error, as timm and torchvision raise it); or RL_EINTERNAL for a transform without a fixed output
  * (RL_T_NONE) or with invalid parameters: rl_transform_check refuses those
  * where the transform is configured, so they cannot reach a sample.
  */

@@ -127,6 +127,11 @@ static const field fields[] = {
      {0, 0},
      "where resize_random_crop's window lies: its index in WINDOWS "
      "(torchvision's RandomCrop, timm's CenterCropOrPad or RandomCropOrPad)"},
+    {"trim",
+     FIELD_INT,
+     AT(trim),
+     {0, 0},
+     "timm's TrimBorder: pixels cut from each side of the image first"},
     {"passes",
      FIELD_INT,
      AT(passes),

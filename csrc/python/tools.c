@@ -155,8 +155,7 @@ static PyObject *py_dct_scale(PyObject *module, PyObject *args)
     if (plan_args(args, &width, &height, &p) != 0) {
         return NULL;
     }
-    return PyLong_FromLong(
-        rl_sample_pick_scale(p.filter, width, height, p.w, p.h, p.vw, p.vh));
+    return PyLong_FromLong(rl_sample_plan_scale(&p, width, height));
 }
 
 /* io_probe() -> (available: bool, reason: str) */

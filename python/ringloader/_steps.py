@@ -46,6 +46,14 @@ class Resize(Step):
 
 
 @dataclass(frozen=True)
+class Trim(Step):
+    """Cut ``border`` pixels from each side of the image before anything
+    else (timm's TrimBorder, the eval chain's ``crop_border_pixels``)."""
+
+    border: int
+
+
+@dataclass(frozen=True)
 class CenterCrop(Step):
     """The centre (h, w), padded with ``fill`` (R, G, B) where the image is
     smaller."""

@@ -17,6 +17,9 @@ torchvision's, described by ``torchvision_v1``). Its own:
   modes (``rkrc``/``rkrr`` pad with ``"reflect"``, ``crop_mode="border"``
   with a constant fill): the window on the resized image, its padding
   copied or filled by the place stage (``rl_window`` in ``csrc/rl.h``);
+- ``TrimBorder`` (the eval chain's ``crop_border_pixels``) as the first
+  step: the C plan sees the image less its border (``rl_transform.trim``),
+  decoded without DCT scaling;
 - ``MaybeToTensor``, ``MaybePILToTensor``, ``ToNumpy`` (a CHW uint8 array,
   which collates to the same uint8 batch) and timm's ``ToTensor`` (no
   scaling);
@@ -44,6 +47,7 @@ from .._steps import (
     Resize,
     ResizedCrop,
     Step,
+    Trim,
     Unfused,
 )
 from ..errors import UnsupportedTransform
@@ -222,6 +226,11 @@ def describe(t: Any) -> Step:
             return _resize_keep_ratio(t)
     except UnsupportedTransform as e:
         return Unfused(name, str(e), geometry=True)
+    if name == "TrimBorder":
+        border = t.border_size
+        if not isinstance(border, int) or border < 0:
+            return Unfused(name, f"{name}({border!r})", geometry=True)
+        return Trim(name, border)
     if name == "CenterCropOrPad":
         return _crop_or_pad(t, "center_crop_or_pad")
     if name == "RandomCropOrPad":

@@ -421,3 +421,17 @@ def test_create_loader_with_crop_border_pixels_runs_in_c(tmp_path):
         xs = [x for x, _ in loader]
     assert type(loader).__module__.startswith("ringloader")
     assert sum(len(x) for x in xs) == 8
+
+
+def test_an_image_resized_to_nothing_is_that_samples_error(tmp_path):
+    """ResizeKeepRatio fitting the longer side (crop_mode="border") leaves a
+    650 x 3 image 0 rows: timm's resize fails on it; ringloader raises
+    DecodeError naming the file (it raised an internal error before)."""
+    tf = create_transform((3, 48, 40), is_training=False, crop_mode="border")
+    thin = tmp_path / "thin.jpg"
+    thin.write_bytes(jpeg_bytes("baseline", 3, 650))
+    with pytest.raises(ValueError):
+        tf(Image.open(thin).convert("RGB"))  # timm's own resize refuses it
+    with ringloader.Loader(Files([str(thin)]), batch_size=1, transform=tf) as loader:
+        with pytest.raises(ringloader.DecodeError, match="thin.jpg.*ResizeKeepRatio"):
+            next(iter(loader))

@@ -97,9 +97,11 @@ static void keep_ratio_factors(const rl_transform *t, rl_rng *g, double *fh,
 }
 
 /* The size of the image after Resize (as configured; a random
- * ResizeKeepRatio draws from g): 0, or RL_EINTERNAL for an empty one. */
+ * ResizeKeepRatio draws from g): 0, or RL_EDECODE with msg for an image
+ * that a ResizeKeepRatio leaves no row or column of (timm's resize fails
+ * on it too: an image of extreme aspect under `longest`). */
 static int resized_size(const rl_transform *t, int width, int height, rl_rng *g,
-                        int *rw, int *rh)
+                        int *rw, int *rh, char *msg)
 {
     int nw = width, nh = height;
     if (t->resize_short > 0) {
@@ -130,7 +132,13 @@ static int resized_size(const rl_transform *t, int width, int height, rl_rng *g,
     }
     *rw = nw;
     *rh = nh;
-    return nw <= 0 || nh <= 0 ? RL_EINTERNAL : 0;
+    if (nw <= 0 || nh <= 0) {
+        snprintf(msg, RL_MSG_MAX,
+                 "ResizeKeepRatio(%d, %d) leaves the %dx%d image %dx%d pixels",
+                 t->resize_h, t->resize_w, width, height, nw, nh);
+        return RL_EDECODE;
+    }
+    return 0;
 }
 
 /* One axis of a window of `out` pixels whose first pixel is at `start` of
@@ -227,14 +235,15 @@ static int crop_or_pad_start(rl_window mode, int n, int out, rl_rng *g)
 }
 
 /* Resize (as configured) then a window of out_h x out_w, as `window` says
- * (rl_window) with its padding: 0, RL_EDECODE for an image smaller than
- * a RandomCrop's window after padding, or RL_EINTERNAL. */
+ * (rl_window) with its padding: 0, or RL_EDECODE with msg for an image
+ * resized to nothing or smaller than a RandomCrop's window after padding. */
 static int resize_random_window(const rl_transform *t, int width, int height,
-                                rl_rng *g, rl_plan *p)
+                                rl_rng *g, rl_plan *p, char *msg)
 {
     int nw, nh;
-    if (resized_size(t, width, height, g, &nw, &nh) != 0) {
-        return RL_EINTERNAL;
+    int rc = resized_size(t, width, height, g, &nw, &nh, msg);
+    if (rc != 0) {
+        return rc;
     }
     int ow = p->out_w, oh = p->out_h;
     rl_plan_pad *pad = &p->pad;
@@ -242,8 +251,12 @@ static int resize_random_window(const rl_transform *t, int width, int height,
         pad->fill[c] = (uint8_t)t->fill[c];
     }
     if (t->window == RL_WINDOW_RANDOM_CROP) {
-        int rc = random_crop_window(t, nw, nh, g, p, pad);
+        rc = random_crop_window(t, nw, nh, g, p, pad);
         if (rc != 0) {
+            snprintf(msg, RL_MSG_MAX,
+                     "RandomCrop(%d, %d) is larger than the %dx%d image after "
+                     "its resize and padding",
+                     oh, ow, width, height);
             return rc;
         }
     } else {
@@ -282,11 +295,12 @@ static int resize_random_window(const rl_transform *t, int width, int height,
 
 /* Resize (as configured) then CenterCrop(out_h, out_w). */
 static int resize_crop_box(const rl_transform *t, int width, int height,
-                           rl_rng *g, rl_plan *p)
+                           rl_rng *g, rl_plan *p, char *msg)
 {
     int nw, nh;
-    if (resized_size(t, width, height, g, &nw, &nh) != 0) {
-        return RL_EINTERNAL;
+    int rc = resized_size(t, width, height, g, &nw, &nh, msg);
+    if (rc != 0) {
+        return rc;
     }
     double sx = (double)nw / width, sy = (double)nh / height;
     /* Horizontal axis: the crop window in resized pixels, clipped to the
@@ -320,14 +334,20 @@ static int resize_crop_box(const rl_transform *t, int width, int height,
 }
 
 int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
-                 int64_t epoch, int64_t index, int view, rl_plan *p)
+                 int64_t epoch, int64_t index, int view, rl_plan *p, char *msg)
 {
+    snprintf(msg, RL_MSG_MAX, "invalid transform for a %dx%d image", width,
+             height);
     if (width <= 0 || height <= 0 || t->out_w <= 0 || t->out_h <= 0 ||
         view < 0 || view >= RL_MAX_VIEWS) {
         return RL_EINTERNAL;
     }
     /* timm's TrimBorder: everything after it sees the inner image. */
     if ((int64_t)2 * t->trim >= width || (int64_t)2 * t->trim >= height) {
+        snprintf(msg, RL_MSG_MAX,
+                 "the %dx%d image is no larger than TrimBorder's %d-pixel "
+                 "borders",
+                 width, height, t->trim);
         return RL_EDECODE;
     }
     width -= 2 * t->trim;
@@ -359,8 +379,8 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
     } else if (t->kind == RL_T_RESIZE_CROP ||
                t->kind == RL_T_RESIZE_RANDOM_CROP) {
         int rc = t->kind == RL_T_RESIZE_CROP
-                     ? resize_crop_box(t, width, height, &g, p)
-                     : resize_random_window(t, width, height, &g, p);
+                     ? resize_crop_box(t, width, height, &g, p, msg)
+                     : resize_random_window(t, width, height, &g, p, msg);
         if (rc != 0) {
             return rc;
         }

@@ -277,27 +277,9 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
     for (int v = 0; v < spec->nviews; v++) {
         rl_plan *p = &plans[v];
         rc = rl_plan_make(&spec->views[v].transform, info.width, info.height,
-                          spec->seed, epoch, key, v, p);
-        const rl_transform *t = &spec->views[v].transform;
-        if (rc == RL_EDECODE && ((int64_t)2 * t->trim >= info.width ||
-                                 (int64_t)2 * t->trim >= info.height)) {
-            snprintf(msg, RL_MSG_MAX,
-                     "the %dx%d image is no larger than TrimBorder's "
-                     "%d-pixel borders",
-                     info.width, info.height, t->trim);
-            return rc;
-        }
-        if (rc == RL_EDECODE) {
-            snprintf(msg, RL_MSG_MAX,
-                     "RandomCrop(%d, %d) is larger than the %dx%d image after "
-                     "its resize and padding",
-                     t->out_h, t->out_w, info.width, info.height);
-            return rc;
-        }
+                          spec->seed, epoch, key, v, p, msg);
         if (rc != 0) {
-            snprintf(msg, RL_MSG_MAX, "invalid transform for a %dx%d image",
-                     info.width, info.height);
-            return rc;
+            return rc; /* RL_EDECODE: this image's; msg says why */
         }
         if (dec->scaled_size != NULL) {
             int mv = rl_sample_plan_scale(p, info.width, info.height);

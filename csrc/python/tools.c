@@ -96,11 +96,11 @@ static int plan_args(PyObject *args, int *width, int *height, rl_plan *p)
     if (rl__py_parse_transform(spec, &t) != 0) {
         return -1;
     }
-    int rc = rl_plan_make(&t, *width, *height, seed, epoch, index, view, p);
+    char msg[RL_MSG_MAX];
+    int rc =
+        rl_plan_make(&t, *width, *height, seed, epoch, index, view, p, msg);
     if (rc != 0) {
-        PyErr_SetString(PyExc_ValueError,
-                        rc == RL_EDECODE ? "the crop is larger than the image"
-                                         : "cannot plan this transform");
+        PyErr_SetString(PyExc_ValueError, msg);
         return -1;
     }
     return 0;

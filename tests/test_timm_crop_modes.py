@@ -435,3 +435,28 @@ def test_an_image_resized_to_nothing_is_that_samples_error(tmp_path):
     with ringloader.Loader(Files([str(thin)]), batch_size=1, transform=tf) as loader:
         with pytest.raises(ringloader.DecodeError, match="thin.jpg.*ResizeKeepRatio"):
             next(iter(loader))
+
+
+def test_a_trimmed_view_beside_another_gets_its_own_pixels(tmp_path):
+    """MultiView: a view with crop_border_pixels beside an rkrr view of the
+    same decode; the trimmed view equals what it gives alone (a trim turns
+    the sample's DCT scaling off, so both decode alike)."""
+    from ringloader.transforms import MultiView
+
+    path = tmp_path / "x.jpg"
+    path.write_bytes(jpeg_bytes("s420", 300, 410, seed=3, content="lines"))
+    trimmed = create_transform(
+        48, is_training=False, use_prefetcher=True, crop_border_pixels=7
+    )
+    views = MultiView(trimmed, train("rkrr", 40))
+    with ringloader.Loader(
+        Files([str(path)] * 3), batch_size=3, seed=SEED, transform=views
+    ) as loader:
+        (a, b), _ = next(iter(loader))
+    with ringloader.Loader(
+        Files([str(path)] * 3), batch_size=3, seed=SEED, transform=trimmed
+    ) as loader:
+        alone, _ = next(iter(loader))
+    assert torch.equal(a, alone) and b.shape == (3, 3, 40, 40)
+    ref = trimmed(Image.open(path).convert("RGB"))
+    assert int((a[0].int() - ref.int()).abs().max()) <= 1

@@ -13,9 +13,10 @@ RandomCropOrPad with reflected borders, on the resized image.
   PIL image Pillow decodes: within 1 LSB without DCT scaling (the README's
   tolerance for timm's resize: bicubic identical in every case seen,
   bilinear within 1 LSB), on every JPEG kind, odd and tiny sizes.
-- The same batches with 1 and 3 decode threads; the whole recipe (with
-  RandAugment and RandomErasing) in C, without a FallbackWarning, through
-  ringloader.DataLoader and ringloader.timm.create_loader.
+- The whole recipe (with RandAugment or AugMix, and RandomErasing) in C,
+  without a FallbackWarning, through ringloader.DataLoader and
+  ringloader.timm.create_loader (the same batches with 1 and 3 decode
+  threads: test_timm_transforms.py's thread test, with each crop mode).
 - The eval chain's crop_border_pixels (timm's TrimBorder, first): within
   1 LSB of timm's on every JPEG kind (never DCT-scaled); an image inside
   its border is that sample's DecodeError.
@@ -244,32 +245,6 @@ def test_a_center_crop_or_pad_after_any_resize_pads_the_resized_image(tmp_path):
         ref = tf(img).numpy().astype(int)
         assert ours.shape == ref.shape == (3, 40, 36), pad
         assert np.abs(ours - ref).max() <= 1, pad
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_batches_do_not_depend_on_threads(tmp_path, mode):
-    paths = []
-    for i, size in enumerate([(70, 90), (120, 64), (64, 64), (99, 101), (3, 7)]):
-        path = tmp_path / f"{i}.jpg"
-        path.write_bytes(jpeg_bytes("baseline", *size, seed=i))
-        paths.append(str(path))
-    tf = create_transform(
-        32,
-        is_training=True,
-        train_crop_mode=mode,
-        auto_augment="rand-m9-mstd0.5-inc1",
-        interpolation="random",
-        re_prob=0.5,
-        re_mode="pixel",
-    )
-    fused(tf)
-    out = []
-    for threads in (1, 3):
-        with ringloader.Loader(
-            Files(paths * 4), batch_size=8, seed=SEED, transform=tf, num_threads=threads
-        ) as loader:
-            out.append(torch.cat([x for x, _ in loader]))
-    assert torch.equal(out[0], out[1])
 
 
 RECIPES = [

@@ -47,7 +47,11 @@ from timm.data.transforms import (  # noqa: E402
     RandomCropOrPad,
     ResizeKeepRatio,
 )
-from torchvision.transforms import Compose, InterpolationMode  # noqa: E402
+from torchvision.transforms import (  # noqa: E402
+    Compose,
+    InterpolationMode,
+    RandomHorizontalFlip,
+)
 from torchvision.transforms import functional as F  # noqa: E402
 
 SEED = 13
@@ -435,3 +439,33 @@ def test_a_trimmed_view_beside_another_gets_its_own_pixels(tmp_path):
     assert torch.equal(a, alone) and b.shape == (3, 3, 40, 40)
     ref = trimmed(Image.open(path).convert("RGB"))
     assert int((a[0].int() - ref.int()).abs().max()) <= 1
+
+
+@pytest.mark.parametrize("pad", ["constant", "edge", "symmetric"])
+def test_a_random_crop_or_pad_with_other_paddings_matches_timm(
+    tmp_path, monkeypatch, pad
+):
+    """RandomCropOrPad with a constant fill or another of numpy's modes,
+    after a ResizeKeepRatio fitting the longer side (one axis shorter than
+    the window: padded on a random side), given the offsets drawn: within
+    1 LSB of timm's, flips included."""
+    data = jpeg_bytes("s422", 50, 90, seed=4, content="lines")
+    img = Image.open(io.BytesIO(data)).convert("RGB")
+    path = tmp_path / "x.jpg"
+    path.write_bytes(data)
+    crop = RandomCropOrPad((40, 36), fill=(5, 100, 200), padding_mode=pad)
+    rkr = ResizeKeepRatio((40, 40), longest=1.0, interpolation="bilinear")
+    tf = Compose([rkr, crop, RandomHorizontalFlip(), MaybePILToTensor()])
+    spec = fused(tf).spec
+    n = 16
+    with ringloader.Loader(
+        Files([str(path)] * n), batch_size=n, seed=SEED, transform=tf
+    ) as loader:
+        ours = next(iter(loader))[0].numpy().astype(int)
+    offsets = set()
+    for i in range(n):
+        plan = _core.plan_window(spec, img.width, img.height, SEED, 0, i)
+        offsets.add((plan["wy"], plan["wx"]))
+        ref = reference(img, Compose([rkr, crop]), plan, monkeypatch)
+        assert np.abs(ours[i] - ref).max() <= 1, (pad, i, plan)
+    assert len(offsets) > 3 and any(y < 0 for y, _ in offsets)

@@ -109,6 +109,23 @@ static inline int rl_pad_source(rl_pad_mode mode, int i, int n)
 }
 
 /*
+ * Where RL_T_RESIZE_RANDOM_CROP's window lies on the resized image:
+ * torchvision's RandomCrop (pad[] and pad_if_needed, then a uniform
+ * offset in the padded image); timm's CenterCropOrPad (each axis smaller
+ * than the window padded by half the difference before it, the rest after;
+ * each larger one cropped at its centre, the offset rounded as Python
+ * rounds); or timm's RandomCropOrPad (each axis's offset uniform over
+ * 0..|n - out| pixels, into the image where it is larger than the window,
+ * before it, as padding, where it is smaller). Zero is RandomCrop's.
+ */
+typedef enum {
+    RL_WINDOW_RANDOM_CROP = 0,
+    RL_WINDOW_CENTER_OR_PAD = 1,
+    RL_WINDOW_RANDOM_OR_PAD = 2,
+} rl_window;
+#define RL_WINDOW_COUNT 3
+
+/*
  * The order of the resize's two passes, which the 8-bit rounding and
  * clipping between them makes visible (bicubic across a sharp edge: over
  * 20 LSB): Pillow 13's (the vertical pass first when the height shrinks by
@@ -134,7 +151,8 @@ typedef enum {
  * area fraction in [scale_lo, scale_hi] and aspect ratio in [ratio_lo,
  * ratio_hi], resized to out_h x out_w.
  * RL_T_RESIZE_RANDOM_CROP: resized as RL_T_RESIZE_CROP is, then
- * torchvision's RandomCrop(out_h x out_w): padding of pad[] pixels
+ * torchvision's RandomCrop(out_h x out_w) (or timm's CenterCropOrPad or
+ * RandomCropOrPad: `window`, an rl_window): padding of pad[] pixels
  * (left, top, right, bottom), with pad_if_needed the missing rows or
  * columns added on both sides as torchvision adds them, in pad_mode (an
  * rl_pad_mode; constant fills with fill[], 8-bit R, G, B; pad_twice: as
@@ -169,6 +187,22 @@ typedef struct rl_transform {
      * each side rounded as Python rounds */
     int keep_ratio;
     double keep_longest;
+    /* keep_ratio's random scale and aspect (timm's random_scale_* and
+     * random_aspect_*, train_crop_mode "rkrc"/"rkrr"), drawn per sample
+     * before the window: with probability keep_scale_p both sides are
+     * multiplied by a factor uniform in [keep_scale_lo, keep_scale_hi]
+     * (keep_scale_area: by 1 / sqrt of it, an area fraction); then with
+     * probability keep_aspect_p the height is divided and the width
+     * multiplied by sqrt(a), a log-uniform in [keep_aspect_lo,
+     * keep_aspect_hi]; each side then rounded as Python rounds. */
+    double keep_scale_p, keep_scale_lo, keep_scale_hi;
+    int keep_scale_area;
+    double keep_aspect_p, keep_aspect_lo, keep_aspect_hi;
+    int window; /* an rl_window (RL_T_RESIZE_RANDOM_CROP) */
+    /* timm's TrimBorder: trim pixels cut from each side of the image
+     * before anything else; the image must be larger than 2 * trim a
+     * side. A trimmed view is decoded without DCT scaling. */
+    int trim;
     int passes; /* an rl_passes */
 } rl_transform;
 
@@ -241,6 +275,10 @@ typedef struct rl_plan {
     rl_filter filter;
     rl_passes passes;
     rl_plan_pad pad;
+    /* The transform's trim: the box, the rectangle and the padding are in
+     * the frame of the image without trim pixels on each side, which is
+     * all the place stage is shown of it. */
+    int trim;
 } rl_plan;
 
 /*

@@ -287,16 +287,31 @@ def test_timm_erase_not_fused_where_it_cannot_be():
     assert compiled.rest == [tf] and "max_count=9" in compiled.reason
 
 
-def test_train_recipe_batches_do_not_depend_on_threads(tmp_path):
-    """timm's train recipe (random interpolation, ColorJitter, pixel
-    erasing): the same batches with 1 and 3 decode threads."""
+@pytest.mark.parametrize(
+    "crop_mode, auto_augment",
+    [("rrc", None), ("rkrc", "rand-m9-mstd0.5-inc1"), ("rkrr", "rand-m9-mstd0.5-inc1")],
+)
+def test_train_recipe_batches_do_not_depend_on_threads(
+    tmp_path, crop_mode, auto_augment
+):
+    """timm's train recipe (random interpolation, ColorJitter or
+    RandAugment, pixel erasing), with each train_crop_mode (rkrc/rkrr:
+    ResizeKeepRatio's random scale and aspect, a crop-or-pad with reflected
+    borders, test_timm_crop_modes.py): the same batches with 1 and 3 decode
+    threads."""
     paths = []
-    for i, size in enumerate([(70, 90), (120, 64), (64, 64), (99, 101)]):
+    for i, size in enumerate([(70, 90), (120, 64), (64, 64), (99, 101), (3, 7)]):
         path = tmp_path / f"{i}.jpg"
         path.write_bytes(jpeg_bytes("baseline", *size, seed=i))
         paths.append(str(path))
     tf = create_transform(
-        32, is_training=True, interpolation="random", re_prob=0.5, re_mode="pixel"
+        32,
+        is_training=True,
+        train_crop_mode=crop_mode,
+        auto_augment=auto_augment,
+        interpolation="random",
+        re_prob=0.5,
+        re_mode="pixel",
     )
     assert not compile_transform(tf).rest
     out = []

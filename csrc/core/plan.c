@@ -72,10 +72,36 @@ static void random_crop_box(const rl_transform *t, int width, int height,
     *w = cw;
 }
 
-/* The size of the image after Resize (as configured): 0, or RL_EINTERNAL
- * for an empty one. */
-static int resized_size(const rl_transform *t, int width, int height, int *rw,
-                        int *rh)
+/* timm's ResizeKeepRatio's random factors on the height and the width
+ * (1, 1 when neither is drawn): the scale, then the aspect, each with its
+ * own probability, in that order, as timm's get_params draws them. */
+static void keep_ratio_factors(const rl_transform *t, rl_rng *g, double *fh,
+                               double *fw)
+{
+    double s = 1.0;
+    *fh = *fw = 1.0;
+    if (t->keep_scale_p > 0 && rl_rng_uniform(g) < t->keep_scale_p) {
+        /* random.uniform(a, b) is a + (b - a) * random() */
+        s = t->keep_scale_lo +
+            (t->keep_scale_hi - t->keep_scale_lo) * rl_rng_uniform(g);
+        /* an area fraction, as RandomResizedCrop's scale: its side */
+        s = t->keep_scale_area ? 1.0 / sqrt(s) : s;
+        *fh = *fw = s;
+    }
+    if (t->keep_aspect_p > 0 && rl_rng_uniform(g) < t->keep_aspect_p) {
+        double l0 = log(t->keep_aspect_lo), l1 = log(t->keep_aspect_hi);
+        double a = sqrt(exp(l0 + (l1 - l0) * rl_rng_uniform(g)));
+        *fh = s / a;
+        *fw = s * a;
+    }
+}
+
+/* The size of the image after Resize (as configured; a random
+ * ResizeKeepRatio draws from g): 0, or RL_EDECODE with msg for an image
+ * that a ResizeKeepRatio leaves no row or column of (timm's resize fails
+ * on it too: an image of extreme aspect under `longest`). */
+static int resized_size(const rl_transform *t, int width, int height, rl_rng *g,
+                        int *rw, int *rh, char *msg)
 {
     int nw = width, nh = height;
     if (t->resize_short > 0) {
@@ -94,16 +120,25 @@ static int resized_size(const rl_transform *t, int width, int height, int *rw,
         double rw = (double)width / t->resize_w;
         double r = fmax(rh, rw) * t->keep_longest +
                    fmin(rh, rw) * (1.0 - t->keep_longest);
-        /* Python's round: half to even, as nearbyint in the default mode */
-        nh = (int)fmin(nearbyint(height / r), (double)INT_MAX);
-        nw = (int)fmin(nearbyint(width / r), (double)INT_MAX);
+        double fh, fw;
+        keep_ratio_factors(t, g, &fh, &fw);
+        /* timm's round(x * f / ratio); Python's round: half to even, as
+         * nearbyint in the default mode */
+        nh = (int)fmin(nearbyint(height * fh / r), (double)INT_MAX);
+        nw = (int)fmin(nearbyint(width * fw / r), (double)INT_MAX);
     } else if (t->resize_h > 0 && t->resize_w > 0) {
         nw = t->resize_w;
         nh = t->resize_h;
     }
     *rw = nw;
     *rh = nh;
-    return nw <= 0 || nh <= 0 ? RL_EINTERNAL : 0;
+    if (nw <= 0 || nh <= 0) {
+        snprintf(msg, RL_MSG_MAX,
+                 "ResizeKeepRatio(%d, %d) leaves the %dx%d image %dx%d pixels",
+                 t->resize_h, t->resize_w, width, height, nw, nh);
+        return RL_EDECODE;
+    }
+    return 0;
 }
 
 /* One axis of a window of `out` pixels whose first pixel is at `start` of
@@ -144,17 +179,14 @@ static void mirrored_range(rl_pad_mode mode, rl_pad_axis *a, int out, int *r1)
     *r1 = hi + 1;
 }
 
-/* Resize (as configured) then RandomCrop(out_h, out_w) with its padding:
- * 0, RL_EDECODE for an image smaller than the window after padding, or
- * RL_EINTERNAL. The draws follow torchvision's: the top offset, then the
- * left one, each only where the padded image is larger than the window. */
-static int resize_random_window(const rl_transform *t, int width, int height,
-                                rl_rng *g, rl_plan *p)
+/* torchvision's RandomCrop window on an nw x nh resized image: its
+ * padding, then the draws of the top offset and the left one, each only
+ * where the padded image is larger than the window. Sets pad->x, pad->y
+ * (w0, n; lo, span where v1 pads twice); 0, or RL_EDECODE for an image
+ * smaller than the window after padding. */
+static int random_crop_window(const rl_transform *t, int nw, int nh, rl_rng *g,
+                              const rl_plan *p, rl_plan_pad *pad)
 {
-    int nw, nh;
-    if (resized_size(t, width, height, &nw, &nh) != 0) {
-        return RL_EINTERNAL;
-    }
     int pl = t->pad[0], pt = t->pad[1], pr = t->pad[2], pb = t->pad[3];
     int64_t pw = (int64_t)nw + pl + pr, ph = (int64_t)nh + pt + pb;
     int ow = p->out_w, oh = p->out_h;
@@ -172,10 +204,6 @@ static int resize_random_window(const rl_transform *t, int width, int height,
     }
     int top = ph > oh ? randint(g, 0, (int)(ph - oh + 1)) : 0;
     int left = pw > ow ? randint(g, 0, (int)(pw - ow + 1)) : 0;
-    rl_plan_pad *pad = &p->pad;
-    for (int c = 0; c < 3; c++) {
-        pad->fill[c] = (uint8_t)t->fill[c];
-    }
     pad->x = (rl_pad_axis){.w0 = left - pl, .n = nw};
     pad->y = (rl_pad_axis){.w0 = top - pt, .n = nh};
     if (t->pad_twice && pl > t->pad[0]) {
@@ -187,6 +215,56 @@ static int resize_random_window(const rl_transform *t, int width, int height,
     if (t->pad_twice && pt > t->pad[1]) {
         pad->y.lo = t->pad[1];
         pad->y.span = nh + t->pad[1] + t->pad[3];
+    }
+    return 0;
+}
+
+/* The first pixel of timm's CenterCropOrPad or RandomCropOrPad window of
+ * `out` pixels on a resized axis of n (negative: padding before it). */
+static int crop_or_pad_start(rl_window mode, int n, int out, rl_rng *g)
+{
+    int d = n - out;
+    if (mode == RL_WINDOW_CENTER_OR_PAD) {
+        /* center_crop_or_pad: (out - n) // 2 pixels of padding before the
+         * image, or round((n - out) / 2) cropped */
+        return d >= 0 ? pyround(d / 2.0) : -((-d) / 2);
+    }
+    /* copysign(random.randint(0, |d|), d) */
+    int r = randint(g, 0, (d < 0 ? -d : d) + 1);
+    return d < 0 ? -r : r;
+}
+
+/* Resize (as configured) then a window of out_h x out_w, as `window` says
+ * (rl_window) with its padding: 0, or RL_EDECODE with msg for an image
+ * resized to nothing or smaller than a RandomCrop's window after padding. */
+static int resize_random_window(const rl_transform *t, int width, int height,
+                                rl_rng *g, rl_plan *p, char *msg)
+{
+    int nw, nh;
+    int rc = resized_size(t, width, height, g, &nw, &nh, msg);
+    if (rc != 0) {
+        return rc;
+    }
+    int ow = p->out_w, oh = p->out_h;
+    rl_plan_pad *pad = &p->pad;
+    for (int c = 0; c < 3; c++) {
+        pad->fill[c] = (uint8_t)t->fill[c];
+    }
+    if (t->window == RL_WINDOW_RANDOM_CROP) {
+        rc = random_crop_window(t, nw, nh, g, p, pad);
+        if (rc != 0) {
+            snprintf(msg, RL_MSG_MAX,
+                     "RandomCrop(%d, %d) is larger than the %dx%d image after "
+                     "its resize and padding",
+                     oh, ow, width, height);
+            return rc;
+        }
+    } else {
+        /* timm draws the top offset first, then the left one */
+        int wy = crop_or_pad_start((rl_window)t->window, nh, oh, g);
+        int wx = crop_or_pad_start((rl_window)t->window, nw, ow, g);
+        pad->x = (rl_pad_axis){.w0 = wx, .n = nw};
+        pad->y = (rl_pad_axis){.w0 = wy, .n = nh};
     }
     double sx = (double)nw / width, sy = (double)nh / height;
     int wx = pad->x.w0, wy = pad->y.w0;
@@ -217,11 +295,12 @@ static int resize_random_window(const rl_transform *t, int width, int height,
 
 /* Resize (as configured) then CenterCrop(out_h, out_w). */
 static int resize_crop_box(const rl_transform *t, int width, int height,
-                           rl_plan *p)
+                           rl_rng *g, rl_plan *p, char *msg)
 {
     int nw, nh;
-    if (resized_size(t, width, height, &nw, &nh) != 0) {
-        return RL_EINTERNAL;
+    int rc = resized_size(t, width, height, g, &nw, &nh, msg);
+    if (rc != 0) {
+        return rc;
     }
     double sx = (double)nw / width, sy = (double)nh / height;
     /* Horizontal axis: the crop window in resized pixels, clipped to the
@@ -255,12 +334,25 @@ static int resize_crop_box(const rl_transform *t, int width, int height,
 }
 
 int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
-                 int64_t epoch, int64_t index, int view, rl_plan *p)
+                 int64_t epoch, int64_t index, int view, rl_plan *p, char *msg)
 {
+    snprintf(msg, RL_MSG_MAX, "invalid transform for a %dx%d image", width,
+             height);
     if (width <= 0 || height <= 0 || t->out_w <= 0 || t->out_h <= 0 ||
         view < 0 || view >= RL_MAX_VIEWS) {
         return RL_EINTERNAL;
     }
+    /* timm's TrimBorder: everything after it sees the inner image. */
+    if ((int64_t)2 * t->trim >= width || (int64_t)2 * t->trim >= height) {
+        snprintf(msg, RL_MSG_MAX,
+                 "the %dx%d image is no larger than TrimBorder's %d-pixel "
+                 "borders",
+                 width, height, t->trim);
+        return RL_EDECODE;
+    }
+    width -= 2 * t->trim;
+    height -= 2 * t->trim;
+    p->trim = t->trim;
     rl_rng g;
     rl_rng_init(&g, seed, epoch, index, rl_rng_view(RL_RNG_PLAN, view));
     p->out_w = t->out_w;
@@ -287,8 +379,8 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
     } else if (t->kind == RL_T_RESIZE_CROP ||
                t->kind == RL_T_RESIZE_RANDOM_CROP) {
         int rc = t->kind == RL_T_RESIZE_CROP
-                     ? resize_crop_box(t, width, height, p)
-                     : resize_random_window(t, width, height, &g, p);
+                     ? resize_crop_box(t, width, height, &g, p, msg)
+                     : resize_random_window(t, width, height, &g, p, msg);
         if (rc != 0) {
             return rc;
         }
@@ -316,6 +408,38 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
     p->vflip = t->vflip_p > 0.0 && rl_rng_uniform(&g) < t->vflip_p;
     if (p->vflip && rect) {
         p->vy = p->out_h - p->vy - p->vh;
+    }
+    return 0;
+}
+
+/* A probability in [0, 1]. */
+static bool is_p(double p)
+{
+    return p >= 0 && p <= 1;
+}
+
+/* A factor range of two finite numbers over 0 (either order, as
+ * random.uniform takes them). */
+static bool is_range(double lo, double hi)
+{
+    return lo > 0 && hi > 0 && isfinite(lo) && isfinite(hi);
+}
+
+/* ResizeKeepRatio's random scale and aspect: 0, or RL_ECONFIG with msg. */
+static int keep_random_check(const rl_transform *t, char *msg)
+{
+    bool random = t->keep_scale_p != 0 || t->keep_aspect_p != 0;
+    if (!is_p(t->keep_scale_p) || !is_p(t->keep_aspect_p) ||
+        (t->keep_scale_area != 0 && t->keep_scale_area != 1) ||
+        (random && t->keep_ratio != 1) ||
+        (t->keep_scale_p > 0 &&
+         !is_range(t->keep_scale_lo, t->keep_scale_hi)) ||
+        (t->keep_aspect_p > 0 &&
+         !is_range(t->keep_aspect_lo, t->keep_aspect_hi))) {
+        snprintf(msg, RL_MSG_MAX,
+                 "ResizeKeepRatio's random scale and aspect need keep_ratio, "
+                 "probabilities in [0, 1] and ranges of positive numbers");
+        return RL_ECONFIG;
     }
     return 0;
 }
@@ -363,6 +487,19 @@ int rl_transform_check(const rl_transform *t, char *msg)
                  "[0, 1]");
         return RL_ECONFIG;
     }
+    if (keep_random_check(t, msg) != 0) {
+        return RL_ECONFIG;
+    }
+    if (t->window < 0 || t->window >= RL_WINDOW_COUNT ||
+        (t->window != RL_WINDOW_RANDOM_CROP &&
+         (t->kind != RL_T_RESIZE_RANDOM_CROP || t->pad[0] || t->pad[1] ||
+          t->pad[2] || t->pad[3] || t->pad_if_needed || t->pad_twice))) {
+        snprintf(msg, RL_MSG_MAX,
+                 "window %d: timm's crop-or-pad windows take no RandomCrop "
+                 "padding and need kind resize_random_crop",
+                 t->window);
+        return RL_ECONFIG;
+    }
     if (t->passes != RL_PASSES_PILLOW13 &&
         t->passes != RL_PASSES_HORIZONTAL_FIRST) {
         snprintf(msg, RL_MSG_MAX, "unknown pass order %d", t->passes);
@@ -379,6 +516,11 @@ int rl_transform_check(const rl_transform *t, char *msg)
             return RL_ECONFIG;
         }
     }
+    if (t->trim < 0 || t->trim > RL_MAX_SIDE) {
+        snprintf(msg, RL_MSG_MAX, "TrimBorder's border must be in 0..%d",
+                 RL_MAX_SIDE);
+        return RL_ECONFIG;
+    }
     if (t->pad_mode < 0 || t->pad_mode >= RL_PAD_MODE_COUNT ||
         t->pad_twice < 0 || t->pad_twice > 1) {
         snprintf(msg, RL_MSG_MAX, "unknown padding mode %d (pad_twice %d)",
@@ -392,4 +534,11 @@ int rl_transform_check(const rl_transform *t, char *msg)
         }
     }
     return 0;
+}
+
+const char *rl_window_name(int window)
+{
+    static const char *const names[RL_WINDOW_COUNT] = {
+        "random_crop", "center_crop_or_pad", "random_crop_or_pad"};
+    return window >= 0 && window < RL_WINDOW_COUNT ? names[window] : NULL;
 }

@@ -16,14 +16,18 @@
  * Computes the plan of view `view` (0 .. RL_MAX_VIEWS - 1, rng.h) of one
  * sample from its source size (width x height, both > 0): each view draws
  * from its own part of the plan stream, view 0 from the stream's start.
- * Returns 0; RL_EDECODE for a RandomCrop window larger than the image
- * after its resize and padding (that sample's error, as torchvision
- * raises it); or RL_EINTERNAL for a transform without a fixed output
- * (RL_T_NONE) or with invalid parameters: rl_transform_check refuses those
- * where the transform is configured, so they cannot reach a sample.
+ * Returns 0; RL_EDECODE for an image no larger than twice the trim a
+ * side, one a ResizeKeepRatio resizes to no row or column, or a
+ * RandomCrop window larger than the image after its resize and padding
+ * (that sample's error, as timm and torchvision raise it); or
+ * RL_EINTERNAL for a transform without a fixed output (RL_T_NONE) or with
+ * invalid parameters: rl_transform_check refuses those where the
+ * transform is configured, so they cannot reach a sample. On error msg
+ * (RL_MSG_MAX bytes) says why, naming the image's size.
  */
 int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
-                 int64_t epoch, int64_t index, int view, rl_plan *plan);
+                 int64_t epoch, int64_t index, int view, rl_plan *plan,
+                 char *msg);
 
 /* The largest output or resize side, in pixels (exported to Python as
  * _core.MAX_SIDE, which ringloader/transforms.py checks against). */
@@ -37,5 +41,10 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
  * wrong.
  */
 int rl_transform_check(const rl_transform *t, char *msg);
+
+/* "random_crop", "center_crop_or_pad" or "random_crop_or_pad": an
+ * rl_window's name (exported to Python as _core.WINDOWS), or NULL for an
+ * unknown value. Static strings; any thread. */
+const char *rl_window_name(int window);
 
 #endif /* RL_PLAN_H */

@@ -99,6 +99,15 @@ int rl_sample_pick_scale(rl_filter filter, int width, int height, double bw,
     return 8;
 }
 
+int rl_sample_plan_scale(const rl_plan *p, int width, int height)
+{
+    if (p->trim > 0) {
+        return 8;
+    }
+    return rl_sample_pick_scale(p->filter, width, height, p->w, p->h, p->vw,
+                                p->vh);
+}
+
 int rl_sample_views_check(const rl_view *views, int n, char *msg)
 {
     if (n < 1 || n > RL_MAX_VIEWS) {
@@ -163,6 +172,33 @@ static int stage_dst(rl_sample_ctx *c, const rl_view *view, const rl_dst *slot,
     return 0;
 }
 
+/* The decoded pixels as a plan with a trim sees them: an image of
+ * trim fewer pixels on each side, the region clipped to it (it still
+ * covers the spans the plan reads: they were asked in that frame). */
+static void trim_pixels(const rl_pixels *px, int trim, rl_pixels *out)
+{
+    *out = *px;
+    if (trim == 0) {
+        return;
+    }
+    out->full_w -= 2 * trim;
+    out->full_h -= 2 * trim;
+    out->x0 -= trim;
+    out->y0 -= trim;
+    if (out->x0 < 0) {
+        out->data += (size_t)(-out->x0) * 4;
+        out->w += out->x0;
+        out->x0 = 0;
+    }
+    if (out->y0 < 0) {
+        out->data += (size_t)(-out->y0) * out->stride;
+        out->h += out->y0;
+        out->y0 = 0;
+    }
+    out->w = out->x0 + out->w > out->full_w ? out->full_w - out->x0 : out->w;
+    out->h = out->y0 + out->h > out->full_h ? out->full_h - out->y0 : out->h;
+}
+
 /* One view's chain on the decoded pixels: resample its box (the plan's,
  * scaled by fx, fy to px's DCT scale), run its ops, store into slot. */
 static int run_view(rl_sample_ctx *c, const rl_sample_spec *spec, int v,
@@ -176,8 +212,10 @@ static int run_view(rl_sample_ctx *c, const rl_sample_spec *spec, int v,
         snprintf(msg, RL_MSG_MAX, "out of memory");
         return -ENOMEM;
     }
-    int rc =
-        rl_place(px, p, p->x * fx, p->y * fy, p->w * fx, p->h * fy, &dst, msg);
+    rl_pixels seen;
+    trim_pixels(px, p->trim, &seen);
+    int rc = rl_place(&seen, p, p->x * fx, p->y * fy, p->w * fx, p->h * fy,
+                      &dst, msg);
     if (rc != 0 || view->augment.n == 0) {
         return rc;
     }
@@ -242,23 +280,12 @@ static int run_sample(rl_sample_ctx *c, const rl_sample_spec *spec,
     for (int v = 0; v < spec->nviews; v++) {
         rl_plan *p = &plans[v];
         rc = rl_plan_make(&spec->views[v].transform, info.width, info.height,
-                          spec->seed, epoch, key, v, p);
-        if (rc == RL_EDECODE) {
-            const rl_transform *t = &spec->views[v].transform;
-            snprintf(msg, RL_MSG_MAX,
-                     "RandomCrop(%d, %d) is larger than the %dx%d image after "
-                     "its resize and padding",
-                     t->out_h, t->out_w, info.width, info.height);
-            return rc;
-        }
+                          spec->seed, epoch, key, v, p, msg);
         if (rc != 0) {
-            snprintf(msg, RL_MSG_MAX, "invalid transform for a %dx%d image",
-                     info.width, info.height);
-            return rc;
+            return rc; /* RL_EDECODE: this image's; msg says why */
         }
         if (dec->scaled_size != NULL) {
-            int mv = rl_sample_pick_scale(p->filter, info.width, info.height,
-                                          p->w, p->h, p->vw, p->vh);
+            int mv = rl_sample_plan_scale(p, info.width, info.height);
             m = mv > m ? mv : m;
         }
     }
@@ -274,10 +301,16 @@ static int run_sample(rl_sample_ctx *c, const rl_sample_spec *spec,
         if (p->vw <= 0 || p->vh <= 0) {
             continue; /* a window in the padding alone reads nothing */
         }
-        rl_resample_span(p->filter, sw, p->x * fx, p->w * fx, p->vw,
-                         p->crop_first, &a0, &a1);
-        rl_resample_span(p->filter, sh, p->y * fy, p->h * fy, p->vh,
-                         p->crop_first, &b0, &b1);
+        /* (A trimmed view is never DCT-scaled: its frame is the image
+         * less trim pixels a side, in whole pixels.) */
+        rl_resample_span(p->filter, sw - 2 * p->trim, p->x * fx, p->w * fx,
+                         p->vw, p->crop_first, &a0, &a1);
+        rl_resample_span(p->filter, sh - 2 * p->trim, p->y * fy, p->h * fy,
+                         p->vh, p->crop_first, &b0, &b1);
+        a0 += p->trim;
+        a1 += p->trim;
+        b0 += p->trim;
+        b1 += p->trim;
         x0 = a0 < x0 ? a0 : x0;
         x1 = a1 > x1 ? a1 : x1;
         y0 = b0 < y0 ? b0 : y0;

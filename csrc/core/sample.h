@@ -106,4 +106,9 @@ int rl_sample_decode_full(const uint8_t *data, size_t len, const rl_limits *lim,
 int rl_sample_pick_scale(rl_filter filter, int width, int height, double bw,
                          double bh, int vw, int vh);
 
+/* The DCT scale a view with plan p needs on an image of width x height:
+ * rl_sample_pick_scale's for its box, or 8 under a trim (TrimBorder),
+ * whose border would not fall on whole pixels of a scaled image. */
+int rl_sample_plan_scale(const rl_plan *p, int width, int height);
+
 #endif /* RL_SAMPLE_H */

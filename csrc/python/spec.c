@@ -96,6 +96,42 @@ static const field fields[] = {
      AT(keep_longest),
      {0, 0},
      "ResizeKeepRatio's longest, in [0, 1]"},
+    {"keep_scale_p",
+     FIELD_FLOAT,
+     AT(keep_scale_p),
+     {0, 0},
+     "ResizeKeepRatio's random_scale_prob (keep_ratio 1)"},
+    {"keep_scale",
+     FIELD_PAIR,
+     AT(keep_scale_lo),
+     {1.0, 1.0},
+     "ResizeKeepRatio's random_scale_range"},
+    {"keep_scale_area",
+     FIELD_INT,
+     AT(keep_scale_area),
+     {0, 0},
+     "ResizeKeepRatio's random_scale_area (0 or 1)"},
+    {"keep_aspect_p",
+     FIELD_FLOAT,
+     AT(keep_aspect_p),
+     {0, 0},
+     "ResizeKeepRatio's random_aspect_prob (keep_ratio 1)"},
+    {"keep_aspect",
+     FIELD_PAIR,
+     AT(keep_aspect_lo),
+     {1.0, 1.0},
+     "ResizeKeepRatio's random_aspect_range"},
+    {"window",
+     FIELD_INT,
+     AT(window),
+     {0, 0},
+     "where resize_random_crop's window lies: its index in WINDOWS "
+     "(torchvision's RandomCrop, timm's CenterCropOrPad or RandomCropOrPad)"},
+    {"trim",
+     FIELD_INT,
+     AT(trim),
+     {0, 0},
+     "timm's TrimBorder: pixels cut from each side of the image first"},
     {"passes",
      FIELD_INT,
      AT(passes),
@@ -376,11 +412,16 @@ int rl__py_spec_init(PyObject *module)
     if (rc != 0) {
         return rc;
     }
-    /* The filters' and the padding modes' names, in rl_filter's and
-     * rl_pad_mode's order: a spec's "filter" and "pad_mode" index them. */
+    /* The filters', padding modes' and windows' names, in rl_filter's,
+     * rl_pad_mode's and rl_window's order: a spec's "filter", "pad_mode"
+     * and "window" index them. */
     rc = add_names(module, "INTERPOLATIONS", RL_FILTER_COUNT, rl_filter_name);
     if (rc != 0) {
         return rc;
     }
-    return add_names(module, "PAD_MODES", RL_PAD_MODE_COUNT, rl_pad_mode_name);
+    rc = add_names(module, "PAD_MODES", RL_PAD_MODE_COUNT, rl_pad_mode_name);
+    if (rc != 0) {
+        return rc;
+    }
+    return add_names(module, "WINDOWS", RL_WINDOW_COUNT, rl_window_name);
 }

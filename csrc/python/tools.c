@@ -96,11 +96,11 @@ static int plan_args(PyObject *args, int *width, int *height, rl_plan *p)
     if (rl__py_parse_transform(spec, &t) != 0) {
         return -1;
     }
-    int rc = rl_plan_make(&t, *width, *height, seed, epoch, index, view, p);
+    char msg[RL_MSG_MAX];
+    int rc =
+        rl_plan_make(&t, *width, *height, seed, epoch, index, view, p, msg);
     if (rc != 0) {
-        PyErr_SetString(PyExc_ValueError,
-                        rc == RL_EDECODE ? "the crop is larger than the image"
-                                         : "cannot plan this transform");
+        PyErr_SetString(PyExc_ValueError, msg);
         return -1;
     }
     return 0;
@@ -123,7 +123,8 @@ static PyObject *py_plan(PyObject *module, PyObject *args)
 
 /* plan_window(spec, width, height, seed, epoch, index, view=0) -> dict:
  * the whole plan (box, output rectangle, flips; a RandomCrop's window
- * start wx, wy in resized pixels, the padding mode the place stage runs
+ * start wx, wy in resized pixels and the resized size rw, rh it lies on
+ * (0 for the other geometries), the padding mode the place stage runs
  * and the first pixel rx, ry of a mirrored range: rl_plan_pad; the
  * sample's filter by name), for the
  * geometries whose box alone does not say where it lands. */
@@ -135,13 +136,13 @@ static PyObject *py_plan_window(PyObject *module, PyObject *args)
     if (plan_args(args, &width, &height, &p) != 0) {
         return NULL;
     }
-    return Py_BuildValue("{sdsdsdsdsisisisisOsOsssisisisiss}", "x", p.x, "y",
-                         p.y, "w", p.w, "h", p.h, "vx", p.vx, "vy", p.vy, "vw",
-                         p.vw, "vh", p.vh, "flip", p.flip ? Py_True : Py_False,
-                         "vflip", p.vflip ? Py_True : Py_False, "pad_mode",
-                         rl_pad_mode_name(p.pad.mode), "wx", p.pad.x.w0, "wy",
-                         p.pad.y.w0, "rx", p.pad.x.r0, "ry", p.pad.y.r0,
-                         "filter", rl_filter_name(p.filter));
+    return Py_BuildValue(
+        "{sdsdsdsdsisisisisOsOsssisisisisisiss}", "x", p.x, "y", p.y, "w", p.w,
+        "h", p.h, "vx", p.vx, "vy", p.vy, "vw", p.vw, "vh", p.vh, "flip",
+        p.flip ? Py_True : Py_False, "vflip", p.vflip ? Py_True : Py_False,
+        "pad_mode", rl_pad_mode_name(p.pad.mode), "wx", p.pad.x.w0, "wy",
+        p.pad.y.w0, "rx", p.pad.x.r0, "ry", p.pad.y.r0, "rw", p.pad.x.n, "rh",
+        p.pad.y.n, "filter", rl_filter_name(p.filter));
 }
 
 /* dct_scale(spec, width, height, seed, epoch, index) -> m: a JPEG of that
@@ -154,8 +155,7 @@ static PyObject *py_dct_scale(PyObject *module, PyObject *args)
     if (plan_args(args, &width, &height, &p) != 0) {
         return NULL;
     }
-    return PyLong_FromLong(
-        rl_sample_pick_scale(p.filter, width, height, p.w, p.h, p.vw, p.vh));
+    return PyLong_FromLong(rl_sample_plan_scale(&p, width, height));
 }
 
 /* io_probe() -> (available: bool, reason: str) */

@@ -41,6 +41,10 @@ INTERPOLATIONS: Tuple[str, ...]
 # RandomCrop's padding modes, in the C core's order: "constant", "edge",
 # "reflect", "symmetric"; a spec's "pad_mode" is an index into it.
 PAD_MODES: Tuple[str, ...]
+# Where a "resize_random_crop" window lies, in the C core's order:
+# "random_crop" (torchvision's RandomCrop), "center_crop_or_pad" and
+# "random_crop_or_pad" (timm's); a spec's "window" is an index into it.
+WINDOWS: Tuple[str, ...]
 # The keys of Pipeline.stats(), defined once in C (csrc/python/stats.c):
 # key -> (kind, description); kind is "count" (int, cumulative), "seconds"
 # (float, cumulative) or "gauge" (int, the state now).
@@ -135,8 +139,9 @@ def plan_window(
     """The whole plan of one sample's view: the source box (x, y, w, h), the
     output rectangle it lands in (vx, vy, vw, vh; the rest is padding), the
     flips (flip, vflip), and a RandomCrop's padding: the window's first
-    pixel in the resized image (wx, wy), the padding mode the place stage
-    runs (pad_mode, "constant" where the window meets no mirrored padding)
+    pixel in the resized image (wx, wy) and the resized size it lies on
+    (rw, rh; 0 for the geometries without a window), the padding mode the
+    place stage runs (pad_mode, "constant" where the window meets no mirrored padding)
     and, for the others, the first resized pixel (rx, ry) of the range the
     box covers; the sample's resampling filter by name (filter: drawn per
     sample under filter_random)."""

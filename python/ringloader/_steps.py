@@ -33,12 +33,24 @@ class Resize(Step):
     """Resize to ``size``: an int (the shorter side, the longer as
     torchvision truncates it) or (h, w); ``keep_longest`` not None: timm's
     ResizeKeepRatio to (h, w), each side rounded, scaled by the axes'
-    ratios weighted ``keep_longest`` on the larger."""
+    ratios weighted ``keep_longest`` on the larger; ``keep_random``: its
+    random scale and aspect as the C spec's fields (``keep_scale_p``,
+    ``keep_scale``, ``keep_scale_area``, ``keep_aspect_p``,
+    ``keep_aspect``), drawn per sample."""
 
     size: Union[int, tuple[int, int]]
     filter: int
     filter_random: bool = False
     keep_longest: Optional[float] = None
+    keep_random: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Trim(Step):
+    """Cut ``border`` pixels from each side of the image before anything
+    else (timm's TrimBorder, the eval chain's ``crop_border_pixels``)."""
+
+    border: int
 
 
 @dataclass(frozen=True)
@@ -52,8 +64,10 @@ class CenterCrop(Step):
 
 @dataclass(frozen=True)
 class RandomCrop(Step):
-    """A window at a random offset after padding; ``fields`` are the C
-    spec's (``_pad.random_crop_fields``)."""
+    """A window after padding: torchvision's RandomCrop (``fields`` from
+    ``_pad.random_crop_fields``) or, with the C spec's ``window`` field,
+    timm's CenterCropOrPad or RandomCropOrPad; ``fields`` are the C
+    spec's."""
 
     fields: dict
 

@@ -47,7 +47,8 @@ Supported (as ringloader objects, or the torchvision ``transforms`` /
   read and decoded once, each view cropped, resampled and augmented from it.
 
 timm's classes (``timm.data``: RandomResizedCropAndInterpolation with
-its random interpolation, ResizeKeepRatio, CenterCropOrPad, MaybeToTensor,
+its random interpolation, ResizeKeepRatio with its random scale and aspect,
+CenterCropOrPad, RandomCropOrPad, TrimBorder, MaybeToTensor,
 MaybePILToTensor, ToNumpy, RandomErasing) are fused as well: see
 ``ringloader/adapt/timm.py``. Each library's classes are read by its
 adapter (``ringloader/adapt/``) into neutral steps (``_steps``), from which
@@ -286,6 +287,7 @@ def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
         fields["resize_h"], fields["resize_w"] = resize.size
     if resize.keep_longest is not None:
         fields.update(keep_ratio=1, keep_longest=resize.keep_longest)
+        fields.update(resize.keep_random)
     return fields
 
 
@@ -313,6 +315,7 @@ def compile_transform(transform: Any) -> Compiled:
     fill = (0, 0, 0)  # a centre crop's padding
     rcrop: Optional[dict] = None  # RandomCrop's fields
     flip_p = vflip_p = 0.0
+    trim = 0  # timm's TrimBorder, before everything
     state: dict[str, Any] = {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
     ops: list[tuple[str, list[float]]] = []
     converted = erased = flipped = vflipped = False
@@ -369,6 +372,8 @@ def compile_transform(transform: Any) -> Compiled:
                 reason = f"{name}: more than {_core.AUGMENT_MAX_OPS} ops and groups"
                 break
             ops += elements
+        elif isinstance(step, _steps.Trim) and i == 0:
+            trim = step.border
         elif isinstance(step, _steps.Resize) and not geometric:
             resize = step
         elif (
@@ -448,6 +453,8 @@ def compile_transform(transform: Any) -> Compiled:
             spec["out_h"], spec["out_w"] = crop
             spec["fill_r"], spec["fill_g"], spec["fill_b"] = fill
     spec["flip_p"] = flip_p
+    if trim:
+        spec["trim"] = trim
     if vflip_p:
         spec["vflip_p"] = vflip_p
     spec["passes"] = _pillow_passes()

@@ -78,6 +78,30 @@ static void pick(const uint8_t *h, rl_transform *t, bool *nhwc, int64_t *index)
             break; /* crop only, maybe padded */
         }
     }
+    if ((h[0] & 32) && t->kind == RL_T_RESIZE_CROP) {
+        /* timm's rkrc / rkrr: ResizeKeepRatio's random scale and aspect
+         * (fitting the shorter or the longer side), then a centre or
+         * random crop-or-pad with reflected borders. */
+        t->kind = RL_T_RESIZE_RANDOM_CROP;
+        t->resize_short = 0;
+        t->resize_h = 1 + h[4] % 300;
+        t->resize_w = 1 + h[5] % 300;
+        t->keep_ratio = 1;
+        t->keep_longest = (h[3] & 8) ? 1.0 : 0.0;
+        t->keep_scale_p = t->keep_aspect_p = 0.5;
+        t->keep_scale_lo = 0.8;
+        t->keep_scale_hi = 1.0;
+        t->keep_scale_area = 1;
+        t->keep_aspect_lo = 0.9;
+        t->keep_aspect_hi = 1.0 / 0.9;
+        t->window =
+            (h[3] & 16) ? RL_WINDOW_RANDOM_OR_PAD : RL_WINDOW_CENTER_OR_PAD;
+        t->pad_mode = RL_PAD_REFLECT;
+    }
+    if (h[0] & 16) {
+        /* timm's TrimBorder: 1..8 pixels a side (tiny images refused) */
+        t->trim = 1 + (h[4] >> 5);
+    }
     *nhwc = (h[0] & 4) != 0;
     *index = h[6] | (h[7] << 8);
 }

@@ -9,9 +9,17 @@ torchvision's, described by ``torchvision_v1``). Its own:
   then fail to resize);
   ``interpolation="random"`` (bilinear or bicubic per sample) is drawn in C
   from the sample's own stream, after the box, as timm draws it;
-- ``ResizeKeepRatio`` without its random scale or aspect (the eval chain's
-  ``crop_mode="center"`` for non-square sizes and ``"border"``);
-- ``CenterCropOrPad`` with constant padding (``crop_mode="border"``'s fill);
+- ``ResizeKeepRatio`` (the eval chain's ``crop_mode="center"`` for
+  non-square sizes and ``"border"``), with its random scale and aspect
+  (``train_crop_mode="rkrc"``/``"rkrr"``) drawn in C from the sample's own
+  stream, in timm's order and distributions (``_keep_random``);
+- ``CenterCropOrPad`` and ``RandomCropOrPad`` with any of numpy's padding
+  modes (``rkrc``/``rkrr`` pad with ``"reflect"``, ``crop_mode="border"``
+  with a constant fill): the window on the resized image, its padding
+  copied or filled by the place stage (``rl_window`` in ``csrc/rl.h``);
+- ``TrimBorder`` (the eval chain's ``crop_border_pixels``) as the first
+  step: the C plan sees the image less its border (``rl_transform.trim``),
+  decoded without DCT scaling;
 - ``MaybeToTensor``, ``MaybePILToTensor``, ``ToNumpy`` (a CHW uint8 array,
   which collates to the same uint8 batch) and timm's ``ToTensor`` (no
   scaling);
@@ -30,7 +38,18 @@ import math
 from typing import Any, Optional
 
 from .. import _core, _ops, _timm_ops
-from .._steps import CenterCrop, Convert, Erase, Ops, Resize, ResizedCrop, Step, Unfused
+from .._steps import (
+    CenterCrop,
+    Convert,
+    Erase,
+    Ops,
+    RandomCrop,
+    Resize,
+    ResizedCrop,
+    Step,
+    Trim,
+    Unfused,
+)
 from ..errors import UnsupportedTransform
 from .torchvision_v1 import filter_of, pair
 
@@ -73,14 +92,46 @@ def _rrc(t: Any) -> Step:
     )
 
 
+def _factor_range(t: Any, attr: str) -> tuple[float, float]:
+    """One of ResizeKeepRatio's random ranges as two positive floats (the
+    C check's); raises UnsupportedTransform for another."""
+    name = type(t).__name__
+    rng = getattr(t, attr)
+    try:
+        lo, hi = (float(v) for v in rng)
+    except (TypeError, ValueError):
+        raise UnsupportedTransform(f"{name}({attr}={rng!r})") from None
+    if not (0 < lo < math.inf and 0 < hi < math.inf):
+        raise UnsupportedTransform(f"{name}({attr}={rng!r}): not positive")
+    return lo, hi
+
+
+def _keep_random(t: Any) -> tuple[tuple[str, Any], ...]:
+    """ResizeKeepRatio's random scale and aspect (train_crop_mode "rkrc",
+    "rkrr") as the C spec's fields, drawn in C from the sample's stream
+    as timm's get_params draws them (rl_transform's keep_scale_*,
+    keep_aspect_*); () without them."""
+    name = type(t).__name__
+    scale_p, aspect_p = float(t.random_scale_prob), float(t.random_aspect_prob)
+    if not (0 <= scale_p and 0 <= aspect_p):
+        raise UnsupportedTransform(f"{name} with a negative probability")
+    fields: list[tuple[str, Any]] = []
+    if scale_p > 0:
+        fields += [
+            ("keep_scale_p", min(scale_p, 1.0)),  # random() < p: 1 and over alike
+            ("keep_scale", _factor_range(t, "random_scale_range")),
+            ("keep_scale_area", int(bool(t.random_scale_area))),
+        ]
+    if aspect_p > 0:
+        fields += [
+            ("keep_aspect_p", min(aspect_p, 1.0)),
+            ("keep_aspect", _factor_range(t, "random_aspect_range")),
+        ]
+    return tuple(fields)
+
+
 def _resize_keep_ratio(t: Any) -> Step:
     name = type(t).__name__
-    if t.random_scale_prob > 0 or t.random_aspect_prob > 0:
-        return Unfused(
-            name,
-            f"{name} with a random scale or aspect (train_crop_mode rkrc/rkrr)",
-            geometry=True,
-        )
     filt, random = _interpolation(t)
     return Resize(
         name,
@@ -88,6 +139,7 @@ def _resize_keep_ratio(t: Any) -> Step:
         filt,
         filter_random=random,
         keep_longest=float(t.longest),
+        keep_random=_keep_random(t),
     )
 
 
@@ -103,16 +155,32 @@ def _fill3(fill: Any) -> Optional[tuple[int, int, int]]:
     return ints[0], ints[1], ints[2]
 
 
-def _center_crop_or_pad(t: Any) -> Step:
+def _crop_or_pad(t: Any, window: str) -> Step:
+    """timm's CenterCropOrPad (window "center_crop_or_pad") or
+    RandomCropOrPad ("random_crop_or_pad") on the image before it: a
+    window of its size, each axis smaller than it padded with
+    ``padding_mode`` (numpy's modes, as timm's F.pad on a PIL image) or the
+    constant ``fill``; a CenterCropOrPad with a constant fill is a
+    CenterCrop."""
     name = type(t).__name__
-    fill = _fill3(t.fill)
-    if t.padding_mode != "constant" or fill is None:
-        return Unfused(
-            name,
-            f"{name}(padding_mode={t.padding_mode!r}, fill={t.fill!r})",
-            geometry=True,
-        )
-    return CenterCrop(name, pair(t.size, name), fill)
+    size = pair(t.size, name)
+    mode = t.padding_mode
+    fill = _fill3(t.fill) if mode == "constant" else (0, 0, 0)
+    if mode not in _core.PAD_MODES or fill is None:
+        reason = f"{name}(padding_mode={mode!r}, fill={t.fill!r})"
+        return Unfused(name, reason, geometry=True)
+    if window == "center_crop_or_pad" and mode == "constant":
+        return CenterCrop(name, size, fill)
+    fields = {
+        "out_h": size[0],
+        "out_w": size[1],
+        "window": _core.WINDOWS.index(window),
+        "pad_mode": _core.PAD_MODES.index(mode),
+        "fill_r": fill[0],
+        "fill_g": fill[1],
+        "fill_b": fill[2],
+    }
+    return RandomCrop(name, fields)
 
 
 _MODES = {"": 0, "const": 0, "rand": 1, "pixel": 2}
@@ -158,8 +226,15 @@ def describe(t: Any) -> Step:
             return _resize_keep_ratio(t)
     except UnsupportedTransform as e:
         return Unfused(name, str(e), geometry=True)
+    if name == "TrimBorder":
+        border = t.border_size
+        if not isinstance(border, int) or border < 0:
+            return Unfused(name, f"{name}({border!r})", geometry=True)
+        return Trim(name, border)
     if name == "CenterCropOrPad":
-        return _center_crop_or_pad(t)
+        return _crop_or_pad(t, "center_crop_or_pad")
+    if name == "RandomCropOrPad":
+        return _crop_or_pad(t, "random_crop_or_pad")
     if name == "MaybeToTensor":
         return Convert(name, "dtype", "float32", scale=True, from_uint8=True)
     if name in ("MaybePILToTensor", "ToNumpy"):

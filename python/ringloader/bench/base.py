@@ -54,6 +54,10 @@ PIPELINES = {
     'interpolation="bilinear", re_prob=0.25)',
     "timm-train-random": "timm: create_transform(224, is_training=True, "
     'interpolation="random", re_prob=0.25)',
+    "timm-train-rkrc": "timm: create_transform(224, is_training=True, "
+    'train_crop_mode="rkrc", interpolation="random", re_prob=0.25)',
+    "timm-train-rkrr": "timm: create_transform(224, is_training=True, "
+    'train_crop_mode="rkrr", interpolation="random", re_prob=0.25)',
     "timm-ra": "RandomResizedCrop(224) + flip + timm rand-m9-mstd0.5-inc1 + Normalize",
     "timm-train-ra": "timm: create_transform(224, is_training=True, "
     'auto_augment="rand-m9-mstd0.5-inc1", interpolation="random", re_prob=0.25)',
@@ -67,6 +71,8 @@ AUGMENT = (
     "timm-eval",
     "timm-train",
     "timm-train-random",
+    "timm-train-rkrc",
+    "timm-train-rkrr",
     "timm-ra",
     "timm-train-ra",
 )
@@ -153,6 +159,16 @@ def augment_recipe(pipeline: str) -> Any:
             )
             _patch_posterize(recipe)
             return recipe
+        if pipeline in ("timm-train-rkrc", "timm-train-rkrr"):
+            # train_crop_mode: ResizeKeepRatio's random scale and aspect,
+            # then a centre or random crop-or-pad with reflected borders
+            return create_transform(
+                CROP,
+                is_training=True,
+                train_crop_mode=pipeline[-4:],
+                interpolation="random",
+                re_prob=0.25,
+            )
         interpolation = "random" if pipeline == "timm-train-random" else "bilinear"
         return create_transform(
             CROP, is_training=True, interpolation=interpolation, re_prob=0.25

@@ -29,6 +29,10 @@ TITLES = {
     + PIPELINES["timm-train"][6:],
     "timm-train-random": "timm's train recipe, random interpolation: "
     + PIPELINES["timm-train-random"][6:],
+    "timm-train-rkrc": "timm's train recipe, train_crop_mode rkrc: "
+    + PIPELINES["timm-train-rkrc"][6:],
+    "timm-train-rkrr": "timm's train recipe, train_crop_mode rkrr: "
+    + PIPELINES["timm-train-rkrr"][6:],
     "timm-train-ra": "timm's default ImageNet train recipe: "
     + PIPELINES["timm-train-ra"][6:],
     "timm-ra": "RandomResizedCrop(224) + flip + timm's RandAugment "

@@ -393,20 +393,22 @@ int rl_pil_affine(rl_image *img, const double a[6], int resample,
                   const uint8_t fill[3])
 {
     size_t stride = (size_t)img->w * 3, w = (size_t)img->w;
-    /* the source's copy, then the row's points */
-    size_t src_bytes = (stride * img->h + SLACK + 7) & ~(size_t)7;
-    uint8_t *mem = malloc(src_bytes + w * (2 * sizeof(double) + 8));
+    /* the row's points, then the source's copy and its slack at the end
+     * of the block (so that a sanitizer sees a read beyond the slack) */
+    size_t points = w * (2 * sizeof(double) + 2 * sizeof(int32_t));
+    uint8_t *mem = malloc(points + stride * img->h + SLACK);
     if (mem == NULL) {
         return -ENOMEM;
     }
+    double *d = (double *)mem;
+    pw_row r = {(int32_t *)(d + 2 * w), (int32_t *)(d + 2 * w) + w, d, d + w};
+    uint8_t *copy = mem + points;
     for (int y = 0; y < img->h; y++) {
-        memcpy(mem + (size_t)y * stride, img->data + (size_t)y * img->stride,
+        memcpy(copy + (size_t)y * stride, img->data + (size_t)y * img->stride,
                stride);
     }
-    memset(mem + stride * img->h, 0, SLACK);
-    double *d = (double *)(mem + src_bytes);
-    pw_row r = {(int32_t *)(d + 2 * w), (int32_t *)(d + 2 * w) + w, d, d + w};
-    pw_src s = {mem, img->w, img->h, stride};
+    memset(copy + stride * img->h, 0, SLACK);
+    pw_src s = {copy, img->w, img->h, stride};
 #if PW_AVX2
     if (rl_resample_simd() == RL_SIMD_AVX2) {
         warp_avx2(&s, img, a, resample, fill, &r);

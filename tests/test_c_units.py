@@ -1,6 +1,7 @@
 """Builds and runs the C unit tests (tests/c), plain and under
 ThreadSanitizer: the pool, I/O, resampler and pipeline without Python, and
-the recipes of docs/ARCHITECTURE.md (a toy source, decoder and op)."""
+the recipes of docs/ARCHITECTURE.md (a toy source, decoder and op), and
+Pillow's affine warp at every SIMD level."""
 
 import os
 import shutil
@@ -33,5 +34,6 @@ def test_c_units(tmp_path, sanitize):
         "test_recipes",
         "test_fields",
         "test_member_checks",
+        "test_pil_warp",
     ):
         assert f"{name}: " in proc.stdout

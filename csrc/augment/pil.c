@@ -17,13 +17,11 @@
  * accumulated in float32 in Pillow's order with its kernel 1/13, 5/13
  * rounded to float32 (Sharpness). GaussianBlur is BoxBlur.c's three box
  * blurs along rows then columns, in its 8.24 fixed point, with the box
- * radius Pillow derives from the standard deviation in float32. The warp
- * samples each output pixel at its centre through the forward matrix
- * Image.transform takes (output to input), in double, with Geometry.c's
- * bilinear and bicubic filters (edges clamped, truncation to uint8;
- * bicubic clipped first); a centre outside the image takes the fill
- * colour. ISO C (-std=c11) contracts no
- * multiply-add, so each float operation rounds as Pillow's does on x86-64.
+ * radius Pillow derives from the standard deviation in float32.
+ * Image.rotate is its matrix (rounded to 15 decimals as Pillow's Python
+ * rounds it) handed to the affine warp (pil_warp.c), or a transposition
+ * for quarter turns. ISO C (-std=c11) contracts no multiply-add, so each
+ * float operation rounds as Pillow's does on x86-64.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -404,117 +402,7 @@ int rl_pil_gaussian_blur(rl_image *img, double radius)
     return 0;
 }
 
-/* ---- Image.transform(AFFINE) with a fill colour ---- */
-
-static int clampi(int v, int n)
-{
-    return v < 0 ? 0 : v < n ? v : n - 1;
-}
-
-/* Geometry.c's FLOOR. */
-static int floor_int(double v)
-{
-    return v < 0.0 ? (int)floor(v) : (int)v;
-}
-
-/* Geometry.c's BICUBIC with a = -0.5, in Pillow's order. */
-static double cubic(double v1, double v2, double v3, double v4, double d)
-{
-    double p1 = v2;
-    double p2 = -v1 + v3;
-    double p3 = 2 * (v1 - v2) + v3 - v4;
-    double p4 = -v1 + v2 - v3 + v4;
-    return p1 + d * (p2 + d * (p3 + d * p4));
-}
-
-/* bilinear_filter32RGB at input point (xin, yin) of src into out. */
-static void bilinear(const rl_image *src, double xin, double yin, uint8_t *out)
-{
-    xin -= 0.5;
-    yin -= 0.5;
-    int x = floor_int(xin), y = floor_int(yin);
-    double dx = xin - x, dy = yin - y;
-    int x0 = clampi(x, src->w) * 3, x1 = clampi(x + 1, src->w) * 3;
-    const uint8_t *r0 = ROW(src, clampi(y, src->h));
-    bool below = y + 1 >= 0 && y + 1 < src->h;
-    const uint8_t *r1 = below ? ROW(src, y + 1) : r0;
-    for (int b = 0; b < 3; b++) {
-        double v1 = r0[x0 + b] + (r0[x1 + b] - r0[x0 + b]) * dx;
-        double v2 = below ? r1[x0 + b] + (r1[x1 + b] - r1[x0 + b]) * dx : v1;
-        v1 = v1 + (v2 - v1) * dy;
-        out[b] = (uint8_t)v1;
-    }
-}
-
-/* bicubic_filter32RGB at input point (xin, yin) of src into out: the
- * four rows' three channels as twelve lanes, each in Pillow's order. A row
- * below (or above) the image takes the previous row's values, as Pillow
- * repeats them. */
-static void bicubic(const rl_image *src, double xin, double yin, uint8_t *out)
-{
-    xin -= 0.5;
-    yin -= 0.5;
-    int x = floor_int(xin) - 1, y = floor_int(yin) - 1;
-    double dx = xin - (x + 1), dy = yin - (y + 1);
-    int xs[4];
-    for (int k = 0; k < 4; k++) {
-        xs[k] = clampi(x + k, src->w) * 3;
-    }
-    const uint8_t *rows[4];
-    rows[0] = ROW(src, clampi(y, src->h));
-    for (int k = 1; k < 4; k++) {
-        int yy = y + k;
-        rows[k] = yy >= 0 && yy < src->h ? ROW(src, yy) : rows[k - 1];
-    }
-    double a[12], b[12], c[12], d[12], v[12];
-    for (int k = 0; k < 4; k++) {
-        for (int ch = 0; ch < 3; ch++) {
-            a[3 * k + ch] = rows[k][xs[0] + ch];
-            b[3 * k + ch] = rows[k][xs[1] + ch];
-            c[3 * k + ch] = rows[k][xs[2] + ch];
-            d[3 * k + ch] = rows[k][xs[3] + ch];
-        }
-    }
-    for (int i = 0; i < 12; i++) {
-        v[i] = cubic(a[i], b[i], c[i], d[i], dx);
-    }
-    for (int ch = 0; ch < 3; ch++) {
-        double s = cubic(v[ch], v[3 + ch], v[6 + ch], v[9 + ch], dy);
-        out[ch] = s <= 0.0 ? 0 : s >= 255.0 ? 255 : (uint8_t)s;
-    }
-}
-
-int rl_pil_affine(rl_image *img, const double a[6], int resample,
-                  const uint8_t fill[3])
-{
-    size_t stride = (size_t)img->w * 3;
-    uint8_t *copy = malloc(stride * img->h);
-    if (copy == NULL) {
-        return -ENOMEM;
-    }
-    for (int y = 0; y < img->h; y++) {
-        memcpy(copy + (size_t)y * stride, ROW(img, y), stride);
-    }
-    rl_image src = {copy, img->w, img->h, stride};
-    for (int y = 0; y < img->h; y++) {
-        uint8_t *out = ROW(img, y);
-        double yc = y + 0.5;
-        for (int x = 0; x < img->w; x++, out += 3) {
-            double xc = x + 0.5;
-            double xin = a[0] * xc + a[1] * yc + a[2];
-            double yin = a[3] * xc + a[4] * yc + a[5];
-            if (xin < 0.0 || xin >= img->w || yin < 0.0 || yin >= img->h) {
-                memcpy(out, fill, 3);
-            } else if (resample == RL_PIL_BICUBIC) {
-                bicubic(&src, xin, yin, out);
-            } else {
-                bilinear(&src, xin, yin, out);
-            }
-        }
-    }
-    free(copy);
-    return 0;
-}
+/* ---- Image.rotate (the warp itself: pil_warp.c) ---- */
 
 /* Python's round(v, 15): the nearest double to v's correctly rounded
  * 15-decimal form, which glibc's printf and strtod give. */

@@ -6,6 +6,7 @@
 #define RL_TEST_RECIPES_H
 
 #include "core/pipeline.h"
+#include "jpegmake.h"
 
 #define NJPEG 12
 #define OUT_W 24
@@ -15,7 +16,6 @@
 extern uint8_t *jpegs[NJPEG];
 extern size_t jpeg_lens[NJPEG];
 
-uint8_t *make_jpeg(int w, int h, int seed, size_t *len);
 rl_source *memory_source(void);
 /* The one view of the configs config() makes (each call starts it anew). */
 extern rl_view recipe_view;

@@ -10,44 +10,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <jpeglib.h>
-
 #include "core/pipeline.h"
 #include "check.h"
+#include "jpegmake.h"
 
 #define N 12
-
-static uint8_t *jpeg(int w, int h, int seed, size_t *len)
-{
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr err;
-    c.err = jpeg_std_error(&err);
-    jpeg_create_compress(&c);
-    unsigned char *buf = NULL;
-    unsigned long size = 0;
-    jpeg_mem_dest(&c, &buf, &size);
-    c.image_width = (JDIMENSION)w;
-    c.image_height = (JDIMENSION)h;
-    c.input_components = 3;
-    c.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_start_compress(&c, TRUE);
-    uint8_t *row = malloc((size_t)w * 3);
-    for (int y = 0; y < h; y++) {
-        for (int x = 0; x < w; x++) {
-            row[x * 3] = (uint8_t)(x * 255 / w + seed);
-            row[x * 3 + 1] = (uint8_t)(y * 255 / h);
-            row[x * 3 + 2] = (uint8_t)(((x / 4 + y / 4 + seed) % 2) * 200);
-        }
-        JSAMPROW r = row;
-        jpeg_write_scanlines(&c, &r, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-    free(row);
-    *len = size;
-    return buf;
-}
 
 static rl_view view;
 
@@ -96,7 +63,7 @@ int main(void)
     char head[N][16], tail[N][16];
     const uint8_t *bufs[N];
     for (int i = 0; i < N; i++) {
-        img[i] = jpeg(24 + i, 20 + 2 * i, i, &img_len[i]);
+        img[i] = make_jpeg(24 + i, 20 + 2 * i, i, &img_len[i]);
         int hl = snprintf(head[i], sizeof(head[i]), "head%d|", i);
         int tl = snprintf(tail[i], sizeof(tail[i]), "|tail%d", i);
         whole_len[i] = (size_t)hl + img_len[i] + (size_t)tl;

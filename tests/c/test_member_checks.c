@@ -9,10 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <jpeglib.h>
-
 #include "core/pipeline.h"
 #include "check.h"
+#include "jpegmake.h"
 
 #define N 8
 
@@ -83,34 +82,6 @@ static rl_pipeline_config config(const uint8_t **bufs, const size_t *lens)
     return cfg;
 }
 
-/* A small JPEG to decode (as test_fields.c makes its images). */
-static uint8_t *jpeg(int w, int h, size_t *len)
-{
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr err;
-    c.err = jpeg_std_error(&err);
-    jpeg_create_compress(&c);
-    unsigned char *buf = NULL;
-    unsigned long size = 0;
-    jpeg_mem_dest(&c, &buf, &size);
-    c.image_width = (JDIMENSION)w;
-    c.image_height = (JDIMENSION)h;
-    c.input_components = 3;
-    c.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_start_compress(&c, TRUE);
-    uint8_t *row = calloc((size_t)w, 3);
-    for (int y = 0; y < h; y++) {
-        JSAMPROW r = row;
-        jpeg_write_scanlines(&c, &r, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-    free(row);
-    *len = size;
-    return buf;
-}
-
 int main(void)
 {
     char why[RL_MSG_MAX];
@@ -144,7 +115,7 @@ int main(void)
 
     /* In a pipeline: each sample is a JSON member, then its image. */
     size_t jpeg_len;
-    uint8_t *image = jpeg(8, 8, &jpeg_len);
+    uint8_t *image = make_jpeg(8, 8, 0, &jpeg_len);
     uint8_t *bufs[N];
     size_t lens[N];
     int64_t at[N], len[N], jat[N], jlen[N], all[N];

@@ -1,7 +1,8 @@
 /* test_same_bytes.c - the pixel kernels give the same bytes on every CPU
  * that rounds alike. Each case (a kernel, its arguments and a fixed image:
  * the colour ops, blurs, warps, the policies' sub-ops, Pillow's ops, the
- * resampler into every dtype, the Dirichlet weights) is run at every SIMD
+ * resampler into every dtype, the Dirichlet weights, whole JPEG samples
+ * through decode, crop and store) is run at every SIMD
  * level this machine has and reduced to a 64-bit digest, keyed by the case
  * and by how it rounds: "exact" for integer work and for float work that
  * rounds every step (the same everywhere), "fused" or "plain" for the
@@ -26,6 +27,8 @@
 
 #include "augment/kernels.h"
 #include "check.h"
+#include "core/sample.h"
+#include "jpegmake.h"
 #include "place/place.h"
 #include "rng.h"
 
@@ -271,6 +274,69 @@ static void resample_cases(void)
     }
 }
 
+/* Whole samples: JPEGs (baseline and progressive) decoded by libjpeg-turbo
+ * (NEON on aarch64, SSE2/AVX2 on x86-64) at the DCT scale and region the
+ * plan asks, RandomResizedCrop's draws (libm's log and exp) or Resize then
+ * CenterCrop, the resampler and the store into uint8 and normalised
+ * float32. */
+static void sample_cases(void)
+{
+    rl_decoders jpeg = {.defs = {&rl_jpeg_decoder}, .n = 1};
+    rl_sample_ctx *ctx = rl_sample_ctx_create(&jpeg);
+    CHECK(ctx != NULL);
+    static uint8_t out[56 * 72 * 3 * 4];
+    char n[64];
+    for (int kind = RL_T_RESIZE_CROP; kind <= RL_T_RANDOM_CROP; kind++) {
+        for (int dt = RL_DTYPE_U8; dt <= RL_DTYPE_F32; dt++) {
+            rl_view view;
+            memset(&view, 0, sizeof(view));
+            rl_transform *t = &view.transform;
+            t->kind = (rl_transform_kind)kind;
+            t->out_w = view.place.out_w = 72;
+            t->out_h = view.place.out_h = 56;
+            t->resize_short = 64;
+            t->scale_lo = 0.08;
+            t->scale_hi = 1.0;
+            t->ratio_lo = 0.75;
+            t->ratio_hi = 4.0 / 3.0;
+            t->flip_p = 0.5;
+            t->filter = kind == RL_T_RANDOM_CROP ? RL_FILTER_BICUBIC
+                                                 : RL_FILTER_BILINEAR;
+            view.place.layout = RL_LAYOUT_NCHW;
+            view.place.dtype = (rl_dtype)dt;
+            for (int c = 0; c < 3; c++) {
+                view.place.mul[c] = dt ? 1 / (255 * 0.226f) : 1;
+                view.place.add[c] = dt ? -0.45f / 0.226f : 0;
+            }
+            rl_sample_spec spec = {
+                .limits = {.max_pixels = RL_DEFAULT_MAX_PIXELS,
+                           .max_scans = RL_DEFAULT_MAX_SCANS,
+                           .max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES},
+                .seed = 42,
+                .views = &view,
+                .nviews = 1};
+            uint64_t h = 0xcbf29ce484222325ull;
+            for (int i = 0; i < 12; i++) {
+                size_t len;
+                uint8_t *data = make_jpeg(300 + 17 * i, 200 + 11 * i, i, &len);
+                CHECK(data != NULL);
+                rl_dst dst;
+                rl_place_dst(&view.place, out, &dst);
+                rl_sample_note note;
+                char msg[RL_MSG_MAX];
+                CHECK_EQ(rl_sample_run(ctx, &spec, data, len, 0, i, &dst, &note,
+                                       msg),
+                         0);
+                h = fnv(out, rl_place_sample_bytes(&view.place), h);
+                free(data);
+            }
+            snprintf(n, sizeof(n), "sample transform %d dtype %d", kind, dt);
+            record(n, EXACT, h);
+        }
+    }
+    rl_sample_ctx_destroy(ctx);
+}
+
 /* AugMix's mixing weights: the gamma draws' libm calls, rounded to
  * float32. */
 static void dirichlet_cases(void)
@@ -334,6 +400,7 @@ int main(int argc, char **argv)
         pillow_cases();
         resample_cases();
         dirichlet_cases();
+        sample_cases();
     }
     rl_resample_set_simd(best);
     if (write != NULL) {

@@ -13,6 +13,12 @@
 #                    JPEG, PNG, WebP) and the HTTP response checks, atheris
 #                    on the shard index's tar walk; then the regression
 #                    inputs (needs clang, libclang-rt-14-dev)
+#   make check-aarch64  the C unit tests (tests/c) cross-compiled for
+#                    aarch64 with the same flags (-Werror) and run under
+#                    qemu-user, and the bytes of the kernels compared with
+#                    this machine's (needs gcc-aarch64-linux-gnu, qemu-user;
+#                    Debian's arm64 libraries are unpacked into a sysroot
+#                    under /tmp, nothing installed)
 #
 # Every target installs into the checkout's own virtual environment, .venv
 # (VENV), with the pinned versions of requirements-dev.txt, and runs only its
@@ -28,7 +34,8 @@ C_SOURCES = $(shell find csrc tests/c tests/fuzz tests/cuda -name '*.[ch]' | sor
 DEMO_IMAGES ?= 2000
 DEMO_PLOT ?= benchmarks/out/demo.png
 
-.PHONY: demo test install install-test deps venv test-asan fuzz lint format wheel sdist
+.PHONY: demo test install install-test deps venv test-asan fuzz lint format wheel sdist \
+	check-aarch64
 
 # .venv is made once and its packages installed again when
 # requirements-dev.txt changes; the stamp says the install went through.
@@ -114,6 +121,10 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	$(PY) -c "import ringloader" 2>/dev/null || $(MAKE) install
 	$(MAKE) -C tests/fuzz run SECONDS=$(FUZZ_SECONDS) PYTHON=$(PY)
+
+# No Python and no .venv: the C core and its C tests only.
+check-aarch64:
+	$(MAKE) -C tests/c check-aarch64
 
 # Wheels that install with pip alone (packaging/wheels.py): one per CPython
 # found (3.9 to 3.13), for glibc 2.17 and newer (manylinux2014), libjpeg-turbo

@@ -120,8 +120,15 @@ TEST_HOOKS = os.environ.get("RINGLOADER_TEST_HOOKS", "") not in ("", "0")
 # the command line: with it the resampler's int indices cannot be widened
 # once per loop, which cost 6 % of the decode thread's instructions
 # (benchmarks/PROFILE.md). Our code does not rely on signed overflow.
-cflags = ["-std=c11", "-O3", "-fno-wrapv", "-Wall", "-Wextra",
-          "-pthread", "-fvisibility=hidden", "-DRL_HAVE_LIBURING", "-Icsrc"]
+# -ffp-contract=off: a * b + c is two roundings, as the reference code
+# (torch, Pillow) rounds it, unless the code asks for a fused one (fmaf, the
+# FMA intrinsics): gcc contracts nothing in ISO C mode, but clang (zig's
+# wheels, CC=clang) contracts within a statement wherever the target has an
+# FMA (aarch64; x86 functions built for AVX2+FMA), and its bytes then
+# differ (tests/c/test_same_bytes.c, make check-aarch64).
+cflags = ["-std=c11", "-O3", "-fno-wrapv", "-ffp-contract=off", "-Wall",
+          "-Wextra", "-pthread", "-fvisibility=hidden", "-DRL_HAVE_LIBURING",
+          "-Icsrc"]
 # Warnings are errors in our own builds (the Makefile's targets, hence CI:
 # RINGLOADER_WERROR=1), never in a user's `pip install`, where a compiler
 # newer than ours may warn about code it did not warn about before.

@@ -1,7 +1,8 @@
 """Builds and runs the C unit tests (tests/c), plain and under
 ThreadSanitizer: the pool, I/O, resampler and pipeline without Python, and
-the recipes of docs/ARCHITECTURE.md (a toy source, decoder and op), and
-Pillow's affine warp at every SIMD level."""
+the recipes of docs/ARCHITECTURE.md (a toy source, decoder and op),
+Pillow's affine warp at every SIMD level, and the kernels' bytes at every
+level (test_same_bytes; `make check-aarch64` compares them with aarch64's)."""
 
 import os
 import shutil
@@ -35,5 +36,6 @@ def test_c_units(tmp_path, sanitize):
         "test_fields",
         "test_member_checks",
         "test_pil_warp",
+        "test_same_bytes",
     ):
         assert f"{name}: " in proc.stdout

@@ -54,12 +54,19 @@ def ci_apt_packages() -> set:
 
 def test_setup_apt_lines_are_all_make_test_needs():
     """The README's apt line installs everything CI installs but what only
-    `make lint` and `make fuzz` use (clang and its runtime, clang-format):
-    nginx among them, which the tests serve shards with."""
+    `make lint`, `make fuzz` and `make check-aarch64` use (clang and its
+    runtime, clang-format, the aarch64 cross compiler and qemu-user): nginx
+    among them, which the tests serve shards with."""
     (install,) = [ln for ln in setup_lines() if "apt-get install" in ln]
     readme_packages = set(install.split())
-    lint_and_fuzz = {"clang", "clang-format", "libclang-rt-14-dev"}
-    assert ci_apt_packages() - lint_and_fuzz <= readme_packages
+    lint_fuzz_and_cross = {
+        "clang",
+        "clang-format",
+        "libclang-rt-14-dev",
+        "gcc-aarch64-linux-gnu",
+        "qemu-user",
+    }
+    assert ci_apt_packages() - lint_fuzz_and_cross <= readme_packages
     assert {"nginx", "git", "gcc", "python3-dev"} <= readme_packages
 
 

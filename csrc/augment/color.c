@@ -16,8 +16,10 @@
  * instruction) and on targets with a fast fmaf (the instruction), plain
  * below AVX2 (sse2, c) on x86; the level follows the CPU as torch's does,
  * so by default both round alike. A fused portable step is the exact
- * product in double plus one rounding. Nothing else is contracted (ISO C
- * mode; float a * b + c is split into statements).
+ * product in double plus one rounding. Nothing else is contracted
+ * (-ffp-contract=off in every build: clang contracts within a statement
+ * even in ISO C mode, gcc does not; float a * b + c is split into
+ * statements too).
  *
  * Tolerances, tested against torchvision 0.29 (test_augment_color.py):
  * every op exact (hue, saturation, grayscale on all 2^24 colours), but
@@ -35,6 +37,14 @@
 #include <stdio.h>
 
 #include "augment/kernels.h"
+
+/* A target whose fmaf is one instruction: gcc says so with __FP_FAST_FMAF,
+ * clang (14) on aarch64 only with __ARM_FEATURE_FMA. */
+#if defined(__FP_FAST_FMAF) || defined(__ARM_FEATURE_FMA)
+#define RL_FAST_FMAF 1
+#else
+#define RL_FAST_FMAF 0
+#endif
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define RL_COLOR_AVX2 1
@@ -63,7 +73,7 @@ static inline float madd(float a, float b, float c, bool fma)
         float p = a * b;
         return p + c;
     }
-#ifdef __FP_FAST_FMAF
+#if RL_FAST_FMAF
     return __builtin_fmaf(a, b, c);
 #else
     return (float)((double)a * (double)b + (double)c);
@@ -395,7 +405,7 @@ static bool fast(void)
  * kernels in torch fuse); plain otherwise (x86 below the AVX2 level). */
 bool rl_color_fused(void)
 {
-#ifdef __FP_FAST_FMAF
+#if RL_FAST_FMAF
     return true;
 #else
     return fast();

@@ -50,6 +50,12 @@ void rl_affine_inverse(double cx, double cy, double angle, double tx, double ty,
 int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
                 const double *fill);
 
+/* Whether rl_k_affine (and rl_k_rotate, the policies' geometric sub-ops)
+ * fuses its unnormalisation and bilinear sums now, as torch's AVX2 and
+ * AVX512 kernels do: at the AVX2 SIMD level on a CPU with AVX2 and FMA;
+ * false below it, and on any other target (aarch64: warp.c's DESIGN). */
+bool rl_warp_fused(void);
+
 /* All of torchvision's rotate (expand=False): the angle taken mod 360 as
  * Python's %, negated, the quarter-turn shortcut; center in pixels or NULL
  * for the image centre. */

@@ -417,6 +417,15 @@ static int fused_ok(void)
 }
 #endif
 
+bool rl_warp_fused(void)
+{
+#if WARP_X86
+    return fused_ok();
+#else
+    return false;
+#endif
+}
+
 int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
                 const double *fill)
 {

@@ -19,6 +19,7 @@ import json
 import logging
 import tarfile
 import threading
+import time
 
 import pytest
 import torch
@@ -343,7 +344,7 @@ def _rotating(moto_auth):
     from moto.sts.models import sts_backends
 
     sts = moto_auth.client("sts")
-    made = []
+    made, on_main = [], []
     lock = threading.Lock()
 
     def fetch():
@@ -352,6 +353,7 @@ def _rotating(moto_auth):
             c = sts.assume_role(RoleArn=moto_auth.role, RoleSessionName=name)
             c = c["Credentials"]
             made.append((c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"]))
+            on_main.append(threading.current_thread() is threading.main_thread())
             valid = {m[0] for m in made[-2:]}
             roles = sts_backends["123456789012"]["aws"].assumed_roles
             roles[:] = [r for r in roles if r.access_key_id in valid]
@@ -370,7 +372,7 @@ def _rotating(moto_auth):
     client = boto3.session.Session(botocore_session=core).client(
         "s3", endpoint_url=moto_auth.server.endpoint_url, region_name="us-east-1"
     )
-    return client, made
+    return client, made, on_main
 
 
 def _in_minutes(m: float) -> str:
@@ -387,7 +389,7 @@ def test_temporary_credentials_that_change_mid_epoch(moto_auth, local, monkeypat
     fail the epoch."""
     from botocore.exceptions import ClientError
 
-    client, made = _rotating(moto_auth)
+    client, made, _ = _rotating(moto_auth)
     keys = KEYS + STORE_KEYS
     monkeypatch.setattr(presign, "KEYS_REFRESH_S", 0.0)
     ds = FileList(
@@ -413,6 +415,37 @@ def test_temporary_credentials_that_change_mid_epoch(moto_auth, local, monkeypat
     with pytest.raises(ClientError) as e:
         stale.get_object(Bucket="authbkt", Key="plain.jpg")
     assert e.value.response["Error"]["Code"] == "InvalidAccessKeyId"
+
+
+def test_keys_are_read_again_in_the_background(moto_auth, local, monkeypatch):
+    """Due every 0.2 s but never past due (URL_DEADLINE 1000): the keys
+    are read again on the URL thread, while batches keep coming, and the
+    GETs after it are signed with the new session."""
+    from ringloader import _pipeline
+
+    client, made, on_main = _rotating(moto_auth)
+    keys = KEYS + STORE_KEYS
+    monkeypatch.setattr(presign, "KEYS_REFRESH_S", 0.2)
+    monkeypatch.setattr(_pipeline, "URL_DEADLINE", 1000.0)
+    ds = FileList(
+        _s3_names(keys, "authbkt"), range(len(keys)), s3_client=client, retries=0
+    )
+    ex, _ = _expected(local, keys)
+    loader = ringloader.Loader(
+        ds, batch_size=4, transform=TF, seed=3, shuffle=False, num_threads=2
+    )
+    try:
+        for e in range(40):
+            # Every GET succeeds (no retry): none was signed with a session
+            # moto forgot. The first epoch's images are the local ones.
+            x = torch.cat([x.clone() for x, _ in loader])
+            assert x.shape == ex.shape and (e > 0 or torch.equal(x, ex))
+            if on_main.count(False) >= 3:
+                break
+            time.sleep(0.1)
+    finally:
+        loader.close()
+    assert on_main.count(False) >= 3  # renewed on the URL thread
 
 
 def test_a_wrong_secret_on_moto_is_refused_clearly(moto_auth):

@@ -22,6 +22,8 @@ from faultproxy import FaultProxy
 from rlbench.servers import MotoS3, Nginx, ServerError, find_nginx
 from ringloader import _pipeline as pipeline_module
 from ringloader.datasets import presign as presign_module
+from ringloader import _core
+from ringloader.datasets import presign
 from ringloader.datasets.filelist import FileList
 from ringloader.datasets.remote import Client
 from ringloader.datasets.shards import ShardError, TarShards
@@ -184,7 +186,7 @@ def test_connection_refused_says_so(tmp_path):
         TarShards(url, cache_dir=tmp_path, retries=0)
 
 
-def test_s3_glob_braces_and_presigned_urls(s3, local, tmp_path):
+def test_s3_glob_braces_and_presigned_urls(s3, local, tmp_path, monkeypatch):
     client = s3.client()
     ds = TarShards(
         "s3://shards/plain/train-*.tar", cache_dir=tmp_path, s3_client=client
@@ -202,9 +204,19 @@ def test_s3_glob_braces_and_presigned_urls(s3, local, tmp_path):
     assert across.shards == [
         f"s3://shards/{d}/train-000.tar" for d in ("bad", "plain", "side")
     ]
+    # Signed per request in C with the client's (long-term) keys: plain
+    # URLs, keys read once.
     remote = ds.ringloader_sources().remote
-    assert remote.names == ds.shards and remote.refresh_s == 300
+    assert remote.names == ds.shards and remote.refresh_s is None
+    assert remote.keys is not None and not any("?" in u for u in remote.urls())
     assert not any(s in repr(ds) + repr(remote) for s in SECRETS)
+    # Presigned where libcurl cannot sign (older than 7.75).
+    monkeypatch.setattr(_core, "http_sigv4", lambda: False)
+    ds = TarShards(
+        "s3://shards/plain/train-*.tar", cache_dir=tmp_path, s3_client=client
+    )
+    remote = ds.ringloader_sources().remote
+    assert remote.keys is None and remote.refresh_s == 300
     urls = remote.urls()
     assert all("X-Amz-Signature=" in u for u in urls)
     i = len(ds) - 1
@@ -263,9 +275,9 @@ def test_s3_anonymous_without_credentials(s3, tmp_path, monkeypatch):
     for key in ("side/train-000.tar", "side/train-000.tar.idx.npz"):
         client.put_object_acl(Bucket="shards", Key=key, ACL="public-read")
     ds = TarShards("s3://shards/side/train-000.tar", cache_dir=tmp_path)
-    assert not ds.client.signs()
+    assert not presign.signs(ds.client.s3())
     remote = ds.ringloader_sources().remote
-    assert remote.refresh_s is None
+    assert remote.refresh_s is None and remote.keys is None
     (url,) = remote.urls()
     assert "?" not in url and urllib3.request("GET", url).status == 200
 
@@ -304,9 +316,10 @@ def test_views_merge_remote_leaves(nginx, s3, local, tmp_path):
     both = torch_data.ConcatDataset([a, torch_data.Subset(b, [4, 0]), a])
     src = View(both).ringloader_sources()
     assert src.remote.names == a.shards + b.shards
-    assert src.remote.refresh_s == 300
+    # The S3 leaf is signed in C with its client's long-term keys.
+    assert src.remote.refresh_s is None and src.remote.keys is not None
     urls = src.remote.urls()
-    assert urls[:2] == a.shards and "X-Amz-Signature=" in urls[2]
+    assert urls[:2] == a.shards and urls[2].endswith("/train-002.tar")
     assert src.paths[len(a)] == b.shards[0]
     assert src.offsets[len(a)] == b.offsets[4]
     with pytest.raises(NotAView, match="not supported yet"):
@@ -326,11 +339,20 @@ def test_nginx_fails_clearly(tmp_path, monkeypatch):
         Nginx(tmp_path)
 
 
+@pytest.fixture
+def presigning(monkeypatch):
+    """S3 URLs presigned, as with a libcurl older than 7.75 (else the C
+    source signs each GET itself)."""
+    monkeypatch.setattr(_core, "http_sigv4", lambda: False)
+
+
 def _expires(url: str) -> int:
     return int(dict(parse_qsl(urlsplit(url).query))["X-Amz-Expires"])
 
 
-def test_presigned_urls_live_as_long_as_the_credentials_allow(s3, monkeypatch):
+def test_presigned_urls_live_as_long_as_the_credentials_allow(
+    presigning, s3, monkeypatch
+):
     """Long-term keys: URLs for the 7 days SigV4 allows, made again daily.
     Temporary credentials (a session token), or a user's client whose kind
     is not known: an hour, made again every 5 minutes."""
@@ -375,7 +397,9 @@ def _urls_threads_end():
         time.sleep(0.05)
 
 
-def test_urls_are_made_again_without_stalling_the_loop(tmp_path, s3, monkeypatch):
+def test_urls_are_made_again_without_stalling_the_loop(
+    presigning, tmp_path, s3, monkeypatch
+):
     """When the URLs are due, they are made on a thread of their own (here
     slowed to 3 s) while batches keep coming, then handed to the C source:
     the fetches after it go where the new URLs point (a proxy in front of
@@ -387,8 +411,8 @@ def test_urls_are_made_again_without_stalling_the_loop(tmp_path, s3, monkeypatch
 
     with FaultProxy(s3.endpoint_url) as proxy, s3.environ():
 
-        def slow_fetch_urls(self, names):
-            urls = presign(self, names)
+        def slow_fetch_urls(self, names, signed=False):
+            urls = presign(self, names, signed)
             if threading.current_thread() is threading.main_thread():
                 return urls
             made.append(time.monotonic())
@@ -409,7 +433,7 @@ def test_urls_are_made_again_without_stalling_the_loop(tmp_path, s3, monkeypatch
 
 
 def test_urls_that_may_have_expired_are_replaced_before_a_batch(
-    tmp_path, s3, monkeypatch
+    presigning, tmp_path, s3, monkeypatch
 ):
     """After a pause longer than 1.5 x refresh_s, the next batch waits for
     new URLs: every fetch of the epoch after the pause uses them."""
@@ -419,8 +443,8 @@ def test_urls_that_may_have_expired_are_replaced_before_a_batch(
 
     with FaultProxy(s3.endpoint_url) as proxy, s3.environ():
 
-        def fetch_urls(self, names):
-            urls = presign(self, names)
+        def fetch_urls(self, names, signed=False):
+            urls = presign(self, names, signed)
             if redirect:
                 urls = [u.replace(s3.endpoint_url, proxy.url) for u in urls]
             return urls
@@ -447,7 +471,9 @@ def test_urls_that_may_have_expired_are_replaced_before_a_batch(
     assert all(torch.equal(x, y) for x, y in zip(xs, ys))
 
 
-def test_urls_that_cannot_be_made_again_fail_clearly(tmp_path, s3, monkeypatch, caplog):
+def test_urls_that_cannot_be_made_again_fail_clearly(
+    presigning, tmp_path, s3, monkeypatch, caplog
+):
     """A failed refresh in the background is logged and batches go on with
     the URLs in use; once those may have expired, the error is raised."""
     monkeypatch.setattr(presign_module, "LONG_TERM_REFRESH_S", 0.3)
@@ -457,11 +483,11 @@ def test_urls_that_cannot_be_made_again_fail_clearly(tmp_path, s3, monkeypatch, 
 
     with s3.environ():
 
-        def fetch_urls(self, names):
+        def fetch_urls(self, names, signed=False):
             calls.append(threading.current_thread() is threading.main_thread())
             if len(calls) > 1:
                 raise PermissionError("s3://shards: the credentials were revoked")
-            return presign(self, names)
+            return presign(self, names, signed)
 
         monkeypatch.setattr(Client, "fetch_urls", fetch_urls)
         ds = TarShards(
@@ -475,7 +501,7 @@ def test_urls_that_cannot_be_made_again_fail_clearly(tmp_path, s3, monkeypatch, 
     assert "making the S3 URLs again failed" in caplog.text
 
 
-def test_presigning_many_objects_shows_a_bar(s3, monkeypatch, capsys):
+def test_presigning_many_objects_shows_a_bar(presigning, s3, monkeypatch, capsys):
     monkeypatch.setattr(presign_module, "PRESIGN_BAR", 3)
     names = [f"s3://shards/plain/{n}" for n in SHARDS]
     with s3.environ():
@@ -489,14 +515,14 @@ def test_presigning_many_objects_shows_a_bar(s3, monkeypatch, capsys):
 
 
 def test_urls_slower_to_make_than_their_cadence_are_reported_once(
-    tmp_path, s3, monkeypatch, caplog
+    presigning, tmp_path, s3, monkeypatch, caplog
 ):
     monkeypatch.setattr(presign_module, "LONG_TERM_REFRESH_S", 0.2)
     presign = Client.fetch_urls
 
-    def slow(self, names):
+    def slow(self, names, signed=False):
         time.sleep(0.3)
-        return presign(self, names)
+        return presign(self, names, signed)
 
     with s3.environ():
         monkeypatch.setattr(Client, "fetch_urls", slow)

@@ -181,8 +181,14 @@ rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
                               uint64_t max_file_bytes, char *msg);
 
 /* Replaces an HTTP source's fetch URLs (a sequence of str, one per
- * object). Returns None (new reference) or NULL with an exception. */
+ * object). Returns None (new reference) or NULL with an exception
+ * (TypeError when src is NULL: not an HTTP pipeline). */
 PyObject *rl__py_http_set_urls(rl_source *src, PyObject *urls);
+/* Pipeline.set_keys(region, access, secret, token=None) or (None): the
+ * keys an HTTP source signs S3 GETs with. New reference (None), or NULL
+ * with TypeError (src NULL), ValueError (a field unusable, not named),
+ * NotImplementedError (libcurl older than 7.75), MemoryError. */
+PyObject *rl__py_http_set_keys(rl_source *src, PyObject *args);
 
 /* ---- fallback.c ---- */
 

@@ -511,16 +511,15 @@ static PyObject *pipeline_get_closed(pipeline_object *self, void *closure)
                            rl_pipeline_forked(self->p));
 }
 
+/* The HTTP source's URLs and keys (a TypeError for another source). */
 static PyObject *pipeline_set_urls(pipeline_object *self, PyObject *urls)
 {
-    if (check_open(self) != 0) {
-        return NULL;
-    }
-    if (self->http == NULL) {
-        PyErr_SetString(PyExc_TypeError, "not an HTTP pipeline");
-        return NULL;
-    }
-    return rl__py_http_set_urls(self->http, urls);
+    return check_open(self) ? NULL : rl__py_http_set_urls(self->http, urls);
+}
+
+static PyObject *pipeline_set_keys(pipeline_object *self, PyObject *args)
+{
+    return check_open(self) ? NULL : rl__py_http_set_keys(self->http, args);
 }
 
 static PyMethodDef pipeline_methods[] = {
@@ -534,6 +533,8 @@ static PyMethodDef pipeline_methods[] = {
      "batch, in order."},
     {"set_urls", (PyCFunction)pipeline_set_urls, METH_O,
      "set_urls(urls): new fetch URLs of an HTTP source's objects."},
+    {"set_keys", (PyCFunction)pipeline_set_keys, METH_VARARGS,
+     "set_keys(region, access, secret, token=None): S3 GETs signed so."},
     {"cancel", (PyCFunction)pipeline_cancel, METH_NOARGS,
      "Drop every batch in flight."},
     {"close", (PyCFunction)pipeline_close, METH_NOARGS,

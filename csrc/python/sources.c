@@ -350,6 +350,10 @@ out:
 /* Pipeline.set_urls: new fetch URLs for an HTTP source. */
 PyObject *rl__py_http_set_urls(rl_source *src, PyObject *urls)
 {
+    if (src == NULL) {
+        PyErr_SetString(PyExc_TypeError, "not an HTTP pipeline");
+        return NULL;
+    }
     PyObject *hold = PyList_New(0);
     Py_ssize_t n;
     const char **curls = hold ? utf8_items(urls, hold, &n) : NULL;
@@ -364,6 +368,43 @@ PyObject *rl__py_http_set_urls(rl_source *src, PyObject *urls)
     }
     if (rc != 0) {
         PyErr_SetString(PyExc_ValueError, "set_urls: one url per object");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *rl__py_http_set_keys(rl_source *src, PyObject *args)
+{
+    if (src == NULL) {
+        PyErr_SetString(PyExc_TypeError, "not an HTTP pipeline");
+        return NULL;
+    }
+    const char *region = NULL, *access = NULL, *secret = NULL, *token = NULL;
+    if (!PyArg_ParseTuple(args, "z|ssz:set_keys", &region, &access, &secret,
+                          &token)) {
+        return NULL;
+    }
+    if (region != NULL && (access == NULL || secret == NULL)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "set_keys(region, access_key, secret_key, token)");
+        return NULL;
+    }
+    int rc = rl_http_source_set_keys(src, region, access, secret, token);
+    if (rc == -ENOMEM) {
+        return PyErr_NoMemory();
+    }
+    if (rc == -ENOTSUP) {
+        PyErr_Format(PyExc_NotImplementedError,
+                     "libcurl %s cannot sign requests (SigV4 needs 7.75)",
+                     rl_http_library());
+        return NULL;
+    }
+    if (rc != 0) {
+        /* The values are not named: they are credentials. */
+        PyErr_SetString(PyExc_ValueError,
+                        "set_keys: a region, access key, secret or token "
+                        "that is empty, too long or holds a control "
+                        "character (or ':' in the region or access key)");
         return NULL;
     }
     Py_RETURN_NONE;

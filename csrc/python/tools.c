@@ -179,6 +179,14 @@ static PyObject *py_http_library(PyObject *module, PyObject *unused)
     return PyUnicode_FromString(rl_http_library());
 }
 
+/* http_sigv4() -> whether the HTTP source's libcurl signs S3 requests */
+static PyObject *py_http_sigv4(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(rl_http_sigv4());
+}
+
 /* cuda_probe() -> (available, message, library, device_count) */
 static PyObject *py_cuda_probe(PyObject *module, PyObject *unused)
 {
@@ -363,5 +371,8 @@ PyMethodDef rl__py_tool_methods[] = {
     {"http_library", py_http_library, METH_NOARGS,
      "http_library() -> the HTTP source's libcurl, with its TLS and HTTP/2 "
      "libraries ('libcurl/7.88.1 OpenSSL/3.0.20 nghttp2/1.52.0')."},
+    {"http_sigv4", py_http_sigv4, METH_NOARGS,
+     "http_sigv4() -> whether the HTTP source's libcurl signs requests "
+     "with AWS SigV4 (7.75 or later)."},
     {NULL, NULL, 0, NULL},
 };

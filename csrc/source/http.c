@@ -1,7 +1,8 @@
 /*
  * source/http.c - samples that are objects, or byte ranges of objects, on
- * HTTP(S) servers (tar shards in object storage: S3 through presigned
- * URLs, GCS, MinIO, a plain web server), read with libcurl.
+ * HTTP(S) servers (tar shards in object storage: S3 with requests
+ * signed by libcurl or presigned URLs, GCS, MinIO, a plain web server),
+ * read with libcurl.
  *
  * DESIGN: the pipeline's I/O thread reads a batch through one libcurl
  * multi handle: every sample is a range GET ("bytes=a-b", the member's
@@ -23,9 +24,11 @@
  * means no byte for timeout_s seconds, not a deadline on the whole body.
  *
  * The fetch URLs (presigned URLs expire) can be replaced while the
- * pipeline runs (rl_http_source_set_urls, under mu); messages name the
+ * pipeline runs (rl_http_source_set_urls, under mu), and so can the keys
+ * that S3 GETs from plain URLs are signed with per request
+ * (rl_http_source_set_keys, source/http_sign.c); messages name the
  * object by its display name (s3://bucket/key), never by a URL that may
- * carry a signature. cancel() bumps a generation and wakes the I/O
+ * carry a signature, nor by a key. cancel() bumps a generation and wakes the I/O
  * thread's wait: a read_batch in progress fails what it has not read with
  * RL_ECLOSED and returns within one wait.
  *
@@ -40,7 +43,8 @@
  * batch's other members of that block wait for it), the runs (a batch's
  * neighbouring samples in one GET) in source/http_runs.c, the wait for
  * the multi handle (libcurl's socket interface over epoll) in
- * source/http_wait.c; libcurl is known by these files only.
+ * source/http_wait.c, the signing of S3 GETs in source/http_sign.c;
+ * libcurl is known by these files only.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -279,6 +283,7 @@ static void http_read_one(rl_source *src, rl_fetch *f)
     unsigned gen = atomic_load(&s->gen);
     uint64_t rng = rl__http_now_ns() ^ (uint64_t)f->id;
     xfer x;
+    memset(&x, 0, sizeof(x)); /* no headers to free yet */
     rl__http_xfer_init(s, &x, f);
     if (x.want == 0) {
         rl__http_finish(&x, V_OK);
@@ -375,6 +380,8 @@ static void http_destroy(rl_source *src)
     rl__http_wait_free(s);
     free_strings(s->names, s->nobj);
     free_strings(s->urls, s->nobj);
+    rl__http_keys_free(s->keys);
+    free(s->s3);
     free(s->obj);
     free(s->offsets);
     free(s->lengths);
@@ -475,15 +482,19 @@ rl_source *rl_http_source_create(const char *const *names,
              curl_version_info(CURLVERSION_NOW)->version);
     s->names = copy_strings(names, nobj);
     s->urls = copy_strings(urls, nobj);
+    s->s3 = calloc((size_t)(nobj > 0 ? nobj : 1), sizeof(*s->s3));
     s->obj = malloc(cnt * sizeof(*s->obj));
     s->offsets = malloc(cnt * sizeof(*s->offsets));
     s->lengths = malloc(cnt * sizeof(*s->lengths));
     s->multi = curl_multi_init();
-    if (!s->names || !s->urls || !s->obj || !s->offsets || !s->lengths ||
-        !s->multi) {
+    if (!s->names || !s->urls || !s->s3 || !s->obj || !s->offsets ||
+        !s->lengths || !s->multi) {
         http_destroy(&s->base);
         snprintf(msg, RL_MSG_MAX, "%s", nomem);
         return NULL;
+    }
+    for (int64_t j = 0; j < nobj; j++) {
+        s->s3[j] = strncmp(names[j], "s3://", 5) == 0;
     }
     for (int64_t i = 0; i < n; i++) {
         s->obj[i] = obj[i];
@@ -530,6 +541,29 @@ int rl_http_source_set_urls(rl_source *src, const char *const *urls,
     s->urls = fresh;
     pthread_mutex_unlock(&s->mu);
     free_strings(old, nobj);
+    return 0;
+}
+
+int rl_http_source_set_keys(rl_source *src, const char *region,
+                            const char *access, const char *secret,
+                            const char *token)
+{
+    http_source *s = (http_source *)src;
+    if (src == NULL || src->ops != &http_ops) {
+        return -EINVAL;
+    }
+    rl_http_keys *k = NULL;
+    if (region != NULL) {
+        int rc = rl__http_keys_make(region, access, secret, token, &k);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    rl_http_keys *old = s->keys;
+    s->keys = k;
+    pthread_mutex_unlock(&s->mu);
+    rl__http_keys_free(old);
     return 0;
 }
 

@@ -205,6 +205,12 @@ CURL *rl__http_easy_new(http_source *s)
     return e;
 }
 
+static void free_headers(xfer *x)
+{
+    curl_slist_free_all(x->hdrs);
+    x->hdrs = NULL;
+}
+
 /* Points easy at x's next attempt. Returns false when out of memory. */
 bool rl__http_attempt_prepare(xfer *x, CURL *e)
 {
@@ -222,10 +228,19 @@ bool rl__http_attempt_prepare(xfer *x, CURL *e)
             return false;
         }
     }
+    free_headers(x);
+    int64_t j = s->obj[x->f->id];
+    /* An S3 key's path goes as it is: "a/./b" and "a/../b" name objects
+     * of their own, which dot-segment removal would turn into others. */
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, s->s3[j] ? 1L : 0L);
     pthread_mutex_lock(&s->mu);
-    const char *url = s->urls[s->obj[x->f->id]];
+    const char *url = s->urls[j];
     x->https = strncasecmp(url, "https:", 6) == 0;
     CURLcode rc = curl_easy_setopt(e, CURLOPT_URL, url);
+    bool sign = s->keys != NULL && s->s3[j] && strchr(url, '?') == NULL;
+    if (rc == CURLE_OK) {
+        rc = rl__http_sign_attempt(x, e, sign ? s->keys : NULL);
+    }
     pthread_mutex_unlock(&s->mu);
     if (rc == CURLE_OK) {
         rc = restrict_protocols(e, x->https);
@@ -410,7 +425,13 @@ static int judge(xfer *x, CURLcode rc)
                  : h == 416 ? ": the object is shorter than its index says "
                               "(rebuild the index)"
                  : h == 403 ? ": access denied (check the credentials)"
-                            : "");
+                 : x->sign && h < 400
+                     ? ": a signed request follows no redirect (is the "
+                       "bucket in another region than AWS_REGION says?)"
+                 : x->sign && h == 400
+                     ? ": the signed request was refused (check the region "
+                       "and endpoint, AWS_REGION, AWS_ENDPOINT_URL_S3)"
+                     : "");
         return V_FAIL;
     }
     if (x->want >= 0 && x->len != (size_t)x->want) {
@@ -430,6 +451,7 @@ void rl__http_finish(xfer *x, int verdict)
 {
     rl_fetch *f = x->f;
     x->state = X_DONE;
+    free_headers(x);
     if (verdict == V_OK) {
         f->data = x->buf ? x->buf : (const uint8_t *)"";
         f->len = x->len;
@@ -449,6 +471,7 @@ void rl__http_finish(xfer *x, int verdict)
 bool rl__http_after_attempt(xfer *x, CURLcode rc, uint64_t *rng)
 {
     int v = judge(x, rc);
+    free_headers(x); /* the transfer has ended */
     atomic_fetch_add_explicit(&x->s->nbytes, x->len, memory_order_relaxed);
     if (v == V_RETRY && x->attempt < x->s->opt.retries) {
         x->attempt++;
@@ -463,6 +486,7 @@ bool rl__http_after_attempt(xfer *x, CURLcode rc, uint64_t *rng)
 
 void rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f)
 {
+    free_headers(x);
     memset(x, 0, sizeof(*x));
     x->s = s;
     x->f = f;

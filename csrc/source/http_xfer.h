@@ -1,9 +1,9 @@
 /*
  * source/http_xfer.h - the parts of the HTTP source (source/http.c) shared
  * with one transfer's code (source/http_xfer.c), its cache (http_cache.c),
- * its runs (http_runs.c) and its wait (http_wait.c): the source's struct,
- * one fetch's transfer across its attempts, and the calls that prepare,
- * judge and end an attempt. Internal to source/; libcurl is known by
+ * its runs (http_runs.c), its wait (http_wait.c) and its signing
+ * (http_sign.c): the source's struct, one fetch's transfer across its
+ * attempts, and the calls that prepare, judge and end an attempt. Internal to source/; libcurl is known by
  * these files only.
  */
 #ifndef RL_HTTP_XFER_H
@@ -21,14 +21,24 @@
 
 typedef struct rl_http_one rl_http_one;
 
+/* The keys S3 GETs are signed with (rl_http_source_set_keys): libcurl's
+ * CURLOPT_AWS_SIGV4 argument ("aws:amz:<region>:s3"), the access key,
+ * the secret and the x-amz-security-token header line ("" without a
+ * session token). Replaced whole, never changed in place. */
+typedef struct rl_http_keys {
+    char *sigv4, *access, *secret, *token;
+} rl_http_keys;
+
 typedef struct http_source {
     rl_source base;
     rl_http_options opt;
     int64_t nobj;
-    char **names;      /* display name of each object */
-    char **urls;       /* fetch URL of each object, guarded by mu */
-    rl_http_one *ones; /* the read_one calls in progress, guarded by mu */
-    int64_t *obj;      /* object of each sample */
+    char **names;       /* display name of each object */
+    char **urls;        /* fetch URL of each object, guarded by mu */
+    bool *s3;           /* per object: its display name is s3:// */
+    rl_http_keys *keys; /* S3 GETs signed with these, guarded by mu; NULL */
+    rl_http_one *ones;  /* the read_one calls in progress, guarded by mu */
+    int64_t *obj;       /* object of each sample */
     uint64_t *offsets;
     int64_t *lengths; /* -1: the whole object */
     pthread_mutex_t mu;
@@ -92,6 +102,10 @@ typedef struct xfer {
     char body[256];    /* start of an error body */
     size_t nbody;
     bool https; /* this attempt's URL is https: (no redirect to http:) */
+    bool sign;  /* this attempt is signed (SigV4): it follows no redirect */
+    /* This attempt's extra headers (a signed one's), which libcurl reads
+     * until it ends: freed when the next is prepared or x ends. */
+    struct curl_slist *hdrs;
     char err[CURL_ERROR_SIZE];
 } xfer;
 
@@ -106,12 +120,13 @@ uint64_t rl__http_now_ns(void);
  * only). NULL when out of memory. */
 CURL *rl__http_easy_new(http_source *s);
 
-/* x for fetch f of s: its range from the table; f emptied. */
+/* x for fetch f of s: its range from the table; f emptied. x is zeroed
+ * or a transfer that ended (its headers are freed). */
 void rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f);
 
-/* Points e at x's next attempt (URL under s->mu, Range, callbacks, the
- * protocols a redirect may go to: https only from an https URL). Returns
- * false when out of memory. */
+/* Points e at x's next attempt (URL and signing keys under s->mu, Range,
+ * callbacks, the protocols a redirect may go to: https only from an https
+ * URL, none for a signed attempt). Returns false when out of memory. */
 bool rl__http_attempt_prepare(xfer *x, CURL *e);
 /* Counts an attempt that was sent off (rl_source_counters). */
 void rl__http_count_attempt(const xfer *x);
@@ -126,6 +141,23 @@ void rl__http_finish(xfer *x, int verdict);
 
 /* Ends x with RL_ECLOSED (cancelled). */
 void rl__http_fail_closed(xfer *x);
+
+/* ---- signing (http_sign.c) ---- */
+
+/* New keys (rl_http_source_set_keys' contract) into *out: 0, -EINVAL,
+ * -ENOTSUP or -ENOMEM (*out untouched). */
+int rl__http_keys_make(const char *region, const char *access,
+                       const char *secret, const char *token,
+                       rl_http_keys **out);
+
+/* Frees the keys, the secret wiped (NULL is fine). */
+void rl__http_keys_free(rl_http_keys *k);
+
+/* Makes e sign x's attempt with k (called under s->mu: libcurl copies the
+ * strings; the header lines go into x->hdrs, which must be NULL), or not
+ * sign it (k NULL: no auth, no extra header, redirects followed). Sets
+ * x->sign. Returns libcurl's status (CURLE_OUT_OF_MEMORY). */
+CURLcode rl__http_sign_attempt(xfer *x, CURL *e, const rl_http_keys *k);
 
 /* A sample's place in its object, sorted by (object, offset, key) with
  * rl__http_place_cmp: the blocks (http_cache.c) and runs (http_runs.c)

@@ -156,8 +156,9 @@ void rl_http_options_default(rl_http_options *o);
  * A table of n samples on nobj objects: sample i is bytes offsets[i] ..
  * offsets[i] + lengths[i] of object obj[i], or the whole object when
  * lengths[i] < 0 (offsets and lengths NULL: every sample whole). Object j
- * is fetched from urls[j] (http:// or https://; a presigned URL is fine)
- * and named names[j] in messages. Everything is copied. Returns the
+ * is fetched from urls[j] (http:// or https://; a presigned URL is fine,
+ * or a plain S3 URL signed per request: rl_http_source_set_keys) and
+ * named names[j] in messages. Everything is copied. Returns the
  * source, or NULL with msg (RL_MSG_MAX) saying why and *status the kind:
  * RL_ECONFIG (a sample naming no object, libcurl unusable), -ENOMEM (the
  * message says for what, how large), -errno (the epoll set). Statuses of
@@ -185,5 +186,29 @@ const char *rl_http_library(void);
  */
 int rl_http_source_set_urls(rl_source *s, const char *const *urls,
                             int64_t nobj);
+
+/* Whether the libcurl in use signs requests with AWS Signature Version 4
+ * (CURLOPT_AWS_SIGV4: built against and running 7.75 or later). */
+bool rl_http_sigv4(void);
+
+/*
+ * Signs the S3 objects' GETs from now on (requests already sent keep
+ * theirs): each attempt on an object whose display name is s3://... and
+ * whose fetch URL has no query string (a presigned URL carries its own
+ * signature) is signed by libcurl with SigV4 for region `region` and
+ * service s3, with access key `access` and secret `secret`, and sends
+ * the session token `token` (NULL or "": none) as x-amz-security-token.
+ * Such a URL's path must be S3's canonical form of the key (each byte
+ * but A-Z a-z 0-9 - . _ ~ / percent-encoded): it is signed as it is. A
+ * signed request follows no redirect (its credentials would go along).
+ * region NULL turns signing off. Everything is copied; the secret and the
+ * token never reach a message. Thread-safe. Returns 0, -EINVAL (not an
+ * HTTP source; a field empty, too long or holding a control character,
+ * an access key holding ':'), -ENOTSUP (!rl_http_sigv4()) or -ENOMEM
+ * (the old keys are kept).
+ */
+int rl_http_source_set_keys(rl_source *s, const char *region,
+                            const char *access, const char *secret,
+                            const char *token);
 
 #endif /* RL_SOURCE_H */

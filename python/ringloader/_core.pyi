@@ -209,6 +209,10 @@ def resample_simd(cap: Optional[str] = ..., /) -> str:
     it to at most cap when given (process-wide: call it with no loader
     running)."""
 
+def http_sigv4() -> bool:
+    """Whether the HTTP source's libcurl signs requests with AWS SigV4
+    (CURLOPT_AWS_SIGV4: libcurl 7.75 or later)."""
+
 def http_library() -> str:
     """The HTTP source's libcurl with its TLS and HTTP/2 libraries, e.g.
     'libcurl/7.88.1 OpenSSL/3.0.20 nghttp2/1.52.0'."""
@@ -395,6 +399,20 @@ class Pipeline:
         its ids, .ticket and .fallback), TimeoutError after timeout seconds,
         RuntimeError once closed (also by close() from another thread
         during the wait)."""
+
+    def set_keys(
+        self,
+        region: Optional[str],
+        access_key: str = ...,
+        secret_key: str = ...,
+        token: Optional[str] = None,
+        /,
+    ) -> None:
+        """Sign the GETs of the S3 objects (display name s3://..., fetch
+        URL without a query string) per request with SigV4 for
+        ``region``, from now on; ``set_keys(None)`` stops. Raises
+        ValueError for unusable values (not named: they are credentials),
+        NotImplementedError when libcurl is older than 7.75."""
 
     def set_urls(self, urls: Sequence[str], /) -> None:
         """New fetch URLs of an HTTP source's objects (same order and count

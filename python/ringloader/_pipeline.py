@@ -134,6 +134,7 @@ class Pipeline:
                 table["http"]["cache_dir"] = folder
             if remote.refresh_s is not None:
                 self._refresh_at = self._urls_made + remote.refresh_s
+        first_keys = remote.keys() if remote is not None and remote.keys else None
         self._c = _core.Pipeline(
             transform,
             **table,
@@ -148,6 +149,10 @@ class Pipeline:
             skip_errors=skip_errors,
             max_consecutive_errors=max_consecutive_errors,
         )
+        if first_keys is not None:
+            # S3 GETs are signed per request by the C source (before the
+            # first submit, so before any is sent).
+            self._c.set_keys(*first_keys)
         if gpu is not None:
             gpu.use_stream(self._c.copy_stream)  # the pipeline's own
         self.pid = os.getpid()
@@ -203,25 +208,38 @@ class Pipeline:
 
     # ---- batches ----
 
+    def _remake(self) -> tuple[Optional[list[str]], Optional[tuple]]:
+        """What signs S3 GETs, made again: the presigned URLs (None when
+        the URLs do not expire: the C source signs them) and the keys
+        (None when it does not)."""
+        remote = self.src.remote
+        urls = remote.urls() if remote.urls_expire else None
+        return urls, remote.keys() if remote.keys is not None else None
+
     def _refresh_urls(self) -> None:
-        """Presigned URLs are made again when ``refresh_s`` has passed, on a
-        thread of their own (for many objects that takes minutes of Python,
-        which the training loop should not wait for), and handed to the C
-        source by the first submit() that finds them made. A failure there
-        is logged and tried again a minute later. Past URL_DEADLINE x
-        ``refresh_s`` since they began to be made, the URLs in use may be
-        about to expire (after a long pause between batches, or refreshes
-        that keep failing): submit() then waits for new ones, made here if
-        need be, and a failure is raised."""
+        """What signs S3 GETs is made again when ``refresh_s`` has passed:
+        presigned URLs (for many objects that takes minutes of Python,
+        which the training loop should not wait for) and the keys the C
+        source signs with (boto3 may fetch new credentials then), on a
+        thread of their own, and handed to the C source by the first
+        submit() that finds them made. A failure there is logged and tried
+        again a minute later. Past URL_DEADLINE x ``refresh_s`` since they
+        began to be made, those in use may be about to expire (after a
+        long pause between batches, or refreshes that keep failing):
+        submit() then waits for new ones, made here if need be, and a
+        failure is raised."""
         job, now = self._refreshing, time.monotonic()
         if job is not None and job.done.is_set():
             self._refreshing = None
             if job.error is None:
                 self._use_urls(job.result, job.started)
             else:
+                what = "making the S3 URLs"
+                if not self.src.remote.urls_expire:
+                    what = "reading the S3 credentials"
                 log.warning(
-                    "ringloader: making the S3 URLs again failed; trying again "
-                    "in a minute",
+                    "ringloader: %s again failed; trying again in a minute",
+                    what,
                     exc_info=job.error,
                 )
                 self._refresh_at = now + 60.0
@@ -232,12 +250,19 @@ class Pipeline:
                 job.done.wait()
                 self._refresh_urls()  # its URLs, then again if still too old
             else:
-                self._use_urls(self.src.remote.urls(), now)
+                self._use_urls(self._remake(), now)
         elif job is None and now >= self._refresh_at:
-            self._refreshing = _Background(self.src.remote.urls)
+            self._refreshing = _Background(self._remake)
 
-    def _use_urls(self, urls: list[str], made: float) -> None:
+    def _use_urls(self, made_again: tuple, made: float) -> None:
+        urls, keys = made_again
         took, refresh_s = time.monotonic() - made, self.src.remote.refresh_s
+        if keys is not None:
+            self._c.set_keys(*keys)
+        if urls is None:
+            self._urls_made = made
+            self._refresh_at = made + refresh_s
+            return
         if took > refresh_s and not self._slow_urls_said:
             self._slow_urls_said = True
             log.warning(

@@ -50,9 +50,13 @@ class Remote:
     ``names`` are the objects' display names (``http://host/a.tar``,
     ``s3://bucket/key``, never a presigned URL): each of
     ``Sources.paths`` is one of them. ``urls()`` gives the fetch URL of
-    each, in the same order (the URL itself, or a presigned GET URL for
-    S3), made afresh at each call; call it again every ``refresh_s``
-    seconds (None: the URLs do not expire). ``options`` are the fetch
+    each, in the same order (the URL itself; for S3 a plain URL that the
+    C source signs per request with ``keys()``, or a presigned GET URL),
+    made afresh at each call. ``keys()`` (None: nothing is signed in C)
+    gives the (region, access key, secret key, session token or None)
+    that S3 GETs without a query string are signed with. Every
+    ``refresh_s`` seconds (None: never) ``keys()`` is called again, and
+    ``urls()`` too when ``urls_expire`` (presigned URLs). ``options`` are the fetch
     settings: ``retries`` (int), ``timeout`` (seconds without progress
     before an attempt is abandoned), ``connect_timeout`` (seconds),
     ``ca_file`` (str or None: the system's), ``verify`` (bool),
@@ -63,6 +67,8 @@ class Remote:
     urls: Callable[[], list[str]]
     refresh_s: Optional[float]
     options: dict
+    keys: Optional[Callable[[], tuple[str, str, str, Optional[str]]]] = None
+    urls_expire: bool = True
 
 
 @dataclass

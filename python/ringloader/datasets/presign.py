@@ -1,10 +1,18 @@
-"""Presigned S3 URLs: how long they live, when they are made again, and
-making many of them (boto3 signs; nothing is signed by hand here).
+"""The URLs the C source fetches S3 objects from: plain URLs, which it
+signs per request (libcurl's SigV4, keys from boto3), or presigned ones
+(boto3 signs; nothing is signed by hand here): how long those live, when
+they are made again, and making many of them.
 
-The C source fetches an S3 object by a presigned GET URL. boto3 makes one
-in about 0.13 ms of Python, so a refresh of many objects (a FileList of a
-million images) takes minutes: the loader makes them again on a thread of
-its own (``_pipeline.py``), which hands the GIL back after each URL here.
+A plain URL is the key, percent-encoded as S3's canonical request has it
+(every byte but ``A-Z a-z 0-9 - . _ ~ /``), after the part of the URL
+boto3 sends a GET of that bucket to (its endpoint, region, virtual-host
+or path-style addressing), found once per bucket by presigning a made-up
+key: about 3 µs per object, made once. A presigned URL takes boto3
+0.13 to 0.21 ms of Python, and with temporary credentials all of
+them are made again every 5 minutes, on a thread of the loader's own
+(``_pipeline.py``) which hands the GIL back after each URL here: they are
+made only where the C source cannot sign (libcurl older than 7.75, a
+user's ``s3_client`` whose credentials cannot be read).
 """
 
 from __future__ import annotations
@@ -12,10 +20,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Callable
-from urllib.parse import urlsplit
+from typing import Any, Callable, Optional
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
-__all__ = ["long_term", "presigned", "split_s3"]
+__all__ = [
+    "Keys",
+    "Urls",
+    "client_credentials",
+    "long_term",
+    "plain",
+    "presigned",
+    "signing_keys",
+    "signs",
+    "split_s3",
+    "url_base",
+]
 
 # How long presigned URLs live and when they are made again (the loader
 # waits for new ones past 1.5 times that). With long-term access keys, a
@@ -32,6 +51,13 @@ LONG_TERM_EXPIRES_S = 7 * 24 * 3600
 LONG_TERM_REFRESH_S = 24 * 3600.0
 # From this many objects on, presigning them (~0.13 ms each) shows a bar.
 PRESIGN_BAR = 20000
+# How often the keys the C source signs with are read again from boto3's
+# refreshable credentials (a dict lookup unless boto3 renews them then):
+# boto3 renews them 15 minutes before they expire and hands none out with
+# under 10 left, so keys handed over a minute ago still have 9.
+KEYS_REFRESH_S = 60.0
+# The made-up key presigned to learn where a bucket's GETs go.
+_PROBE = "ringloader-probe"
 
 
 def split_s3(name: str) -> tuple[str, str]:
@@ -44,6 +70,139 @@ def split_s3(name: str) -> tuple[str, str]:
     if not parts.netloc or not key:
         raise ValueError(f"{name}: an S3 URL is s3://bucket/key")
     return parts.netloc, key
+
+
+def url_base(client: Any, bucket: str) -> tuple[str, Optional[str]]:
+    """(prefix, region) of the GETs of ``bucket``'s objects by the boto3
+    ``client``: the URL before the key (``https://b.s3.eu-west-1
+    .amazonaws.com/``, ``http://127.0.0.1:9000/b/``) and the region boto3
+    signs for (None for an unsigned client)."""
+    url = client.generate_presigned_url(
+        "get_object", Params={"Bucket": bucket, "Key": _PROBE}, ExpiresIn=60
+    )
+    parts = urlsplit(url)
+    if not parts.path.endswith("/" + _PROBE):
+        raise ValueError(f"s3://{bucket}: boto3 sends its GETs to an unknown URL")
+    region = None
+    for k, v in parse_qsl(parts.query):
+        if k == "X-Amz-Credential":
+            region = v.split("/")[2]
+    base = parts._replace(path=parts.path[: -len(_PROBE)], query="", fragment="")
+    return urlunsplit(base), region
+
+
+def key_path(key: str) -> str:
+    """An S3 key as the path of its URL and of its canonical request
+    (SigV4 for S3 encodes once: every byte but ``A-Z a-z 0-9 - . _ ~``
+    and ``/``, as UTF-8 ``%XX``)."""
+    return quote(key, safe="/~")
+
+
+def plain(names: Sequence[str], client: Any) -> list[str]:
+    """The plain (unsigned) fetch URL of each object: HTTP(S) URLs as they
+    are, S3 objects at their bucket's ``url_base`` (one boto3 call per
+    bucket) plus their ``key_path``."""
+    bases: dict[str, str] = {}
+    out = []
+    for name in names:
+        if not name.startswith("s3://"):
+            out.append(name)
+            continue
+        bucket, key = split_s3(name)
+        base = bases.get(bucket)
+        if base is None:
+            base = bases[bucket] = url_base(client, bucket)[0]
+        out.append(base + key_path(key))
+    return out
+
+
+def signs(client: Any) -> bool:
+    """Whether a boto3 S3 client signs (not anonymous)."""
+    from botocore import UNSIGNED
+
+    return client.meta.config.signature_version is not UNSIGNED
+
+
+def signing_keys(
+    client: Any, creds: Any, bucket: str, creds_of: Callable[[], Any]
+) -> Optional[Keys]:
+    """The keys the C source signs the GETs of ``bucket``'s objects with,
+    when it can: a libcurl with SigV4, a boto3 ``client`` that signs with
+    SigV4 (or presigns with V2 by default: a user's client not told
+    otherwise), credentials ``creds`` that can be read (``creds_of()``
+    reads them again later); None where URLs are to be presigned, or
+    not signed (an anonymous client)."""
+    from botocore import UNSIGNED
+    from botocore.credentials import RefreshableCredentials
+
+    from .. import _core
+
+    version = client.meta.config.signature_version
+    if version is UNSIGNED or version not in (None, "s3v4"):
+        return None
+    if not _core.http_sigv4() or not hasattr(creds, "get_frozen_credentials"):
+        return None
+    # The region boto3 signs a GET of the bucket for (a client presigning
+    # with SigV2 names none: then the client's own).
+    region = url_base(client, bucket)[1] or client.meta.region_name
+    if not region:
+        return None
+    return Keys(creds_of, region, isinstance(creds, RefreshableCredentials))
+
+
+def client_credentials(client: Any) -> Any:
+    """The credentials a user's boto3 client signs with: botocore's request
+    signer holds them, in an attribute that is not public (a botocore
+    without it: None, and its URLs are presigned)."""
+    signer = getattr(client, "_request_signer", None)
+    return getattr(signer, "_credentials", None)
+
+
+class Keys:
+    """``Remote.keys``: (region, access key, secret key, session token or
+    None) of the boto3 credentials ``creds_of()``, read at each call
+    (``get_frozen_credentials``: boto3 renews refreshable ones there when
+    due). ``refreshed``: they change over time. Its repr names no key."""
+
+    def __init__(
+        self, creds_of: Callable[[], Any], region: str, refreshed: bool
+    ) -> None:
+        self._creds_of = creds_of
+        self.region = region
+        self.refreshed = refreshed
+
+    def __call__(self) -> tuple[str, str, str, Optional[str]]:
+        frozen = self._creds_of().get_frozen_credentials()
+        return self.region, frozen.access_key, frozen.secret_key, frozen.token
+
+    def __eq__(self, other: object) -> bool:
+        """The same region and credentials (a composition of datasets is
+        signed with one set of keys)."""
+        return isinstance(other, Keys) and (
+            other._creds_of == self._creds_of or other() == self()
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.region)
+
+    def __repr__(self) -> str:
+        return f"<S3 signing keys for {self.region}>"
+
+
+class Urls:
+    """``Remote.urls``: ``fetch(names, signed)`` at each call (plain URLs
+    when ``signed``: the C source signs them)."""
+
+    def __init__(self, fetch: Callable, names: list[str], signed: bool) -> None:
+        self._fetch = fetch
+        self._names = names
+        self._signed = signed
+
+    def __call__(self) -> list[str]:
+        return self._fetch(self._names, self._signed)
+
+    def __repr__(self) -> str:
+        return f"<fetch URLs of {len(self._names)} objects>"
 
 
 def long_term(creds: Any) -> bool:

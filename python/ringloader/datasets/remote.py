@@ -5,9 +5,9 @@ an ``s3://`` prefix listed, and the fetch URLs handed to the C source.
 An object is named by its *display name*, the URL the user gave
 (``http://host/a.tar``, ``s3://bucket/key``): that is what messages,
 reprs and ``Sources.paths`` show. The C source fetches objects by *fetch
-URL*: the same URL for HTTP(S), a presigned GET URL for S3, made by boto3
-(never signed here) and made again before it expires. A presigned query
-string carries credentials: it never reaches a message, a repr or a log.
+URL*: the same URL for HTTP(S); for S3 a plain URL the C source signs
+per request, or a presigned one (``presign.py``). Keys and presigned
+query strings never reach a message, a repr or a log.
 
 HTTP(S) goes through urllib3 (its ``Retry`` policy: 5xx, 429 and
 connection errors, exponential backoff with jitter; up to 5 redirects, to
@@ -139,12 +139,14 @@ class Client:
         self._http: Any = None
         self._s3: Any = self._user_s3
         self._long_term = False  # the client signs with long-term keys
+        self._creds: Any = None  # the credentials of the client made here
+        self._signing: Any = None  # presign.Keys or False, once decided
 
     def __getstate__(self) -> dict:
         """Pools and boto3 clients do not travel; a copy makes its own (a
         user's ``s3_client`` must be picklable itself)."""
         state = self.__dict__.copy()
-        for name in ("_lock", "_http", "_s3"):
+        for name in ("_lock", "_http", "_s3", "_creds", "_signing"):
             state.pop(name)
         return state
 
@@ -224,6 +226,7 @@ class Client:
             extra["signature_version"] = UNSIGNED
         else:
             self._long_term = presign.long_term(creds)
+            self._creds = creds
         config = Config(
             retries={"max_attempts": self.retries + 1, "mode": "standard"},
             connect_timeout=self.connect_timeout,
@@ -246,35 +249,48 @@ class Client:
             "max_connections": self.max_connections,
         }
 
-    def signs(self) -> bool:
-        """Whether the S3 client signs its URLs (they then expire)."""
-        from botocore import UNSIGNED
+    def keys(self, bucket: str) -> Optional[presign.Keys]:
+        """The keys the C source signs S3 GETs with, when it can
+        (``presign.signing_keys``); None: URLs presigned, or anonymous."""
+        if self._signing is None or self._pid != os.getpid():
+            s3, creds = self.s3(), self._credentials()
+            keys = presign.signing_keys(s3, creds, bucket, self._credentials)
+            self._signing = keys or False
+        return self._signing or None
 
-        return self.s3().meta.config.signature_version is not UNSIGNED
+    def _credentials(self) -> Any:
+        """The boto3 credentials of the S3 client (None: unreadable)."""
+        s3 = self.s3()
+        return self._creds if self._user_s3 is None else presign.client_credentials(s3)
 
-    def refresh_s(self) -> Optional[float]:
-        """Seconds after which presigned URLs are to be made again: a day
-        for long-term access keys, 5 minutes for temporary credentials or
-        a user's ``s3_client`` (whose kind is not known); None when S3 is
-        read anonymously (nothing expires)."""
-        if not self.signs():
-            return None
-        return presign.LONG_TERM_REFRESH_S if self._long_term else presign.REFRESH_S
-
-    def fetch_urls(self, names: Sequence[str]) -> list[str]:
+    def fetch_urls(self, names: Sequence[str], signed: bool = False) -> list[str]:
         """The fetch URL of each object: HTTP(S) URLs as they are, S3 objects
-        presigned for GET by boto3 (``presign.presigned``)."""
+        plain when ``signed`` (in C) or anonymous, else presigned by boto3."""
+        if signed or (
+            any(n.startswith("s3://") for n in names) and not presign.signs(self.s3())
+        ):
+            return presign.plain(names, self.s3())
         return presign.presigned(names, self.s3, lambda: self._long_term)
 
     def remote(self, names: Sequence[str]) -> Remote:
-        """``Sources.remote`` for objects ``names`` (display names)."""
+        """``Sources.remote`` for objects ``names`` (display names); S3's
+        keys are read again every minute if refreshable, presigned URLs
+        made again daily for long-term keys, else every 5 minutes."""
         names = list(names)
-        s3 = any(n.startswith("s3://") for n in names)
+        bucket = next((_s3_split(n)[0] for n in names if n.startswith("s3://")), "")
+        keys, refresh = self.keys(bucket) if bucket else None, None
+        if keys is not None:
+            refresh = presign.KEYS_REFRESH_S if keys.refreshed else None
+        elif bucket and presign.signs(self.s3()):
+            long = self._long_term
+            refresh = presign.LONG_TERM_REFRESH_S if long else presign.REFRESH_S
         return Remote(
             names=names,
-            urls=_Urls(self, names),
-            refresh_s=self.refresh_s() if s3 else None,
-            options=self.options(s3),
+            urls=presign.Urls(self.fetch_urls, names, keys is not None),
+            refresh_s=refresh,
+            options=self.options(bool(bucket)),
+            keys=keys,
+            urls_expire=keys is None,
         )
 
     # -- metadata and bytes -----------------------------------------------
@@ -494,20 +510,6 @@ class Client:
             raise PermissionError(f"{name}: {e}") from None
         except bx.BotoCoreError as e:  # streaming errors, among others
             raise ConnectionError(f"{name}: {e}") from None
-
-
-class _Urls:
-    """``Remote.urls``: the fetch URLs of some objects, made at each call."""
-
-    def __init__(self, client: Client, names: list[str]) -> None:
-        self._client = client
-        self._names = names
-
-    def __call__(self) -> list[str]:
-        return self._client.fetch_urls(self._names)
-
-    def __repr__(self) -> str:
-        return f"<fetch URLs of {len(self._names)} objects>"
 
 
 def _redirect_target(name: str, url: str, location: str, status: int) -> str:

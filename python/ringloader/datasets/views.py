@@ -264,11 +264,24 @@ def _merge_remote(remotes: list[Optional[Remote]]) -> Optional[Remote]:
             else:
                 raise NotAView(f"the remote parts have different {k} options")
     refresh = [r.refresh_s for r in parts if r.refresh_s is not None]
+    # One set of keys signs the S3 GETs of every leaf that signs in C (its
+    # URLs are plain; a leaf that presigns keeps its URLs as they are).
+    keys = []
+    for r in parts:
+        if r.keys is not None and all(k != r.keys for k in keys):
+            keys.append(r.keys)
+    if len(keys) > 1:
+        raise NotAView(
+            "the remote parts read S3 with different credentials or regions; "
+            "give them one s3_client, or load them apart"
+        )
     return Remote(
         names=list(where),
         urls=_MergedUrls([r.urls for r in parts], positions, len(where)),
         refresh_s=min(refresh) if refresh else None,
         options=options,
+        keys=keys[0] if keys else None,
+        urls_expire=any(r.urls_expire for r in parts if r.refresh_s is not None),
     )
 
 

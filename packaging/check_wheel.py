@@ -152,6 +152,10 @@ def main() -> int:
         print(f"libcurl: {curl}, linked into {_core.__file__}")
         assert mapped("libcurl") == [], mapped("libcurl")
         assert "OpenSSL" in curl and "nghttp2" in curl, curl
+        # S3 GETs are signed by this libcurl (CURLOPT_AWS_SIGV4, 7.75+);
+        # without it every S3 object would be presigned again and again.
+        assert _core.http_sigv4(), f"{curl}: cannot sign S3 requests (SigV4)"
+        print("libcurl signs S3 requests (SigV4): yes")
         ldd = shutil.which("ldd")
         if ldd:  # what the module needs, and where each was found
             out = subprocess.run([ldd, _core.__file__], capture_output=True, text=True)

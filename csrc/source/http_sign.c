@@ -14,7 +14,8 @@
  * writes it (datasets/presign.py, key_path); "a/./b" and "a/../b" are
  * sent as they are (CURLOPT_PATH_AS_IS, set for S3 objects). The secret
  * and the token reach libcurl's options and the headers of the request,
- * never a message; the secret is wiped when its keys are freed.
+ * never a message; the secret and the token are wiped when their keys
+ * are freed.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -152,6 +153,9 @@ void rl__http_keys_free(rl_http_keys *k)
         explicit_bzero(k->secret, strlen(k->secret));
     }
     free(k->secret);
+    if (k->token != NULL) {
+        explicit_bzero(k->token, strlen(k->token));
+    }
     free(k->token);
     free(k);
 }

@@ -111,6 +111,7 @@ class Client:
             anonymous when no credentials are found.
         connect_timeout: seconds to connect.
         max_connections: connections per host, here and in the C source.
+        progress: presigning many S3 URLs shows a bar (the dataset's).
     """
 
     def __init__(
@@ -120,6 +121,7 @@ class Client:
         s3_client: Any = None,
         connect_timeout: float = 10.0,
         max_connections: int = 64,
+        progress: bool = True,
     ) -> None:
         if retries < 0 or timeout <= 0:
             raise ValueError(f"retries={retries}, timeout={timeout}: need >= 0, > 0")
@@ -127,6 +129,7 @@ class Client:
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
         self.max_connections = int(max_connections)
+        self.progress = bool(progress)
         self._user_s3 = s3_client
         self._lock = threading.Lock()
         self._reset()
@@ -264,7 +267,7 @@ class Client:
     def fetch_urls(self, names: Sequence[str]) -> list[str]:
         """The fetch URL of each object: HTTP(S) URLs as they are, S3 objects
         presigned for GET by boto3 (``presign.presigned``)."""
-        return presign.presigned(names, self.s3, lambda: self._long_term)
+        return presign.presigned(names, self.s3, lambda: self._long_term, self.progress)
 
     def remote(self, names: Sequence[str]) -> Remote:
         """``Sources.remote`` for objects ``names`` (display names)."""

@@ -31,17 +31,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-FILL = (124, 116, 104)
-# RandAugment's magnitude 9 of 10 (timm's level functions): 27 degrees, a
-# 0.27 shear, 0.405 of the side (translate_pct 0.45); one of each sign.
-OPS = [
-    ("rotate", 27.0),
-    ("rotate", -12.7),
-    ("shear_x", 0.27),
-    ("shear_y", -0.27),
-    ("translate_x_rel", 0.405),
-    ("translate_y_rel", -0.405),
-]
+# RandAugment's magnitude-9 arguments and fill: the cases whose bytes
+# tests/test_pil_warp.py asserts.
+from rlbench.randaugment import FILL
+from rlbench.randaugment import M9_WARPS as OPS
+
 FILTERS = {"bilinear": 2, "bicubic": 3}
 
 

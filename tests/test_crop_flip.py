@@ -174,6 +174,23 @@ def test_a_window_larger_than_the_image_is_the_samples_error(root):
         tv(Image.new("RGB", (200, 300)))
 
 
+def test_a_plan_that_fails_says_why_naming_the_size():
+    """rl_plan_make's messages, word for word: a sample's (the window larger
+    than the image) and those of a plan that no loader can ask for (a size
+    or a view out of range), which name the size given."""
+    spec = compile_transform(v2.Compose([v2.RandomCrop((60, 50))])).spec
+    with pytest.raises(ValueError) as e:
+        _core.plan_window(spec, 40, 30, SEED, 0, 0)
+    assert str(e.value) == (
+        "RandomCrop(60, 50) is larger than the 40x30 image after its resize and padding"
+    )
+    for width, height, view in ((0, 30, 0), (40, -1, 0), (40, 30, 64)):
+        with pytest.raises(ValueError) as e:
+            _core.plan_window(spec, width, height, SEED, 0, 0, view)
+        assert str(e.value) == f"invalid transform for a {width}x{height} image"
+    assert _core.plan_window(spec, 50, 60, SEED, 0, 0, 63)["w"] == 50
+
+
 def test_flip_draws_have_their_probability():
     spec = compile_transform(
         v2.Compose(

@@ -25,7 +25,9 @@ MAX_LINES = 600
 # must be given a layer here.
 LAYERS: list[list[str]] = [
     ["_core"],  # the C extension
-    ["errors", "datasets.targets"],  # targets: how a batch's are made
+    # targets: how a batch's are made; progress: the datasets' bars;
+    # _simd: the C kernels' SIMD level, as RINGLOADER_SIMD set it
+    ["errors", "datasets.targets", "datasets.progress", "_simd"],
     ["_steps"],  # the neutral description of a transform (adapters -> compiler)
     # torchvision's augmentation transforms as C ops; output conversions
     ["_ops", "_convert", "_pad"],

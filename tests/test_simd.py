@@ -4,6 +4,7 @@ so every level must give the same bytes. The level is capped
 through a private hook; each test restores the best level afterwards."""
 
 import hashlib
+import json
 import platform
 
 import pytest
@@ -14,6 +15,7 @@ from ringloader import _core
 from ringloader import transforms as T
 
 from images import jpeg_bytes
+from subproc import run_python
 
 LEVELS = ["c", "sse2", "avx2"]
 
@@ -149,3 +151,47 @@ def test_level_names_and_cap(best_level):
     assert _core.resample_simd() == "c"
     with pytest.raises(ValueError, match="unknown SIMD level"):
         _core.resample_simd("neon")
+
+
+# Run with RINGLOADER_SIMD set: the RuntimeWarnings that importing
+# ringloader gave, the level in use and what `ringloader info` says of it.
+CHILD = r"""
+import json, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import ringloader
+from ringloader import _core, cli
+said = [str(w.message) for w in caught if w.category is RuntimeWarning]
+info = [l for l in cli._simd_lines() if l.startswith("SIMD, ringloader")]
+print(json.dumps({"level": _core.resample_simd(), "warnings": said, "info": info}))
+"""
+
+
+@pytest.mark.parametrize(
+    "value, named",
+    [
+        ("c", "c"),
+        ("SSE2", "sse2"),  # any case
+        ("AvX2", "avx2"),
+        ("", None),  # empty: the best, as unset
+        ("avx512", None),  # not a level: warned about
+        ("sse 2", None),
+    ],
+)
+def test_the_environment_caps_the_level_or_says_why_not(value, named, best_level):
+    proc = run_python(CHILD, env={"RINGLOADER_SIMD": value})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    # The level named, where the CPU runs it; else (none named) the best.
+    want = best_level
+    if named is not None and LEVELS.index(named) < LEVELS.index(best_level):
+        want = named
+    assert got["level"] == want, got
+    if named is None and value:
+        assert len(got["warnings"]) == 1, got
+        said = got["warnings"][0]
+        assert f"RINGLOADER_SIMD={value!r}" in said, said
+        assert "'c', 'sse2', 'avx2'" in said and f"use {want!r}" in said, said
+        assert "ignored" in got["info"][0], got
+    else:
+        assert got["warnings"] == [], got

@@ -7,6 +7,9 @@ needs: the harness, the data set, the reports and plots).
 - ``peers``: the DALI, SPDL and FFCV contenders of benchmarks/compare.py,
   and the virtual environment they are installed in;
 - ``results``: benchmarks/RESULTS.md;
+- ``randaugment``: timm's RandAugment arguments at magnitude 9 for its
+  geometric ops, which benchmarks/bench_pil_warp.py times and
+  tests/test_pil_warp.py checks;
 - the benchmark of tar shards over HTTP and S3 (benchmarks/remote):
   ``shards`` writes the data set as WebDataset shards, ``remote`` holds its
   contenders and the S3 server in a process of its own,

@@ -333,14 +333,22 @@ static int resize_crop_box(const rl_transform *t, int width, int height,
     return 0;
 }
 
-int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
-                 int64_t epoch, int64_t index, int view, rl_plan *p, char *msg)
+/* RL_EINTERNAL, with msg naming the source size: the transform cannot
+ * reach a sample (rl_transform_check refuses it). Written only on this
+ * path: rl_plan_make runs for every view of every sample. */
+static int invalid_transform(int width, int height, char *msg)
 {
     snprintf(msg, RL_MSG_MAX, "invalid transform for a %dx%d image", width,
              height);
+    return RL_EINTERNAL;
+}
+
+int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
+                 int64_t epoch, int64_t index, int view, rl_plan *p, char *msg)
+{
     if (width <= 0 || height <= 0 || t->out_w <= 0 || t->out_h <= 0 ||
         view < 0 || view >= RL_MAX_VIEWS) {
-        return RL_EINTERNAL;
+        return invalid_transform(width, height, msg);
     }
     /* timm's TrimBorder: everything after it sees the inner image. */
     if ((int64_t)2 * t->trim >= width || (int64_t)2 * t->trim >= height) {
@@ -386,7 +394,9 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
         }
         p->crop_first = false;
     } else {
-        return RL_EINTERNAL;
+        /* the size as given, before the trim */
+        return invalid_transform(width + 2 * t->trim, height + 2 * t->trim,
+                                 msg);
     }
     /* timm's RandomResizedCropAndInterpolation picks its interpolation
      * after the box, before the flip's transform runs: a transform without

@@ -179,11 +179,24 @@ typedef enum {
     RL_SIMD_C = 0,
     RL_SIMD_SSE2 = 1,
     RL_SIMD_AVX2 = 2, /* with F16C for float16 output */
+    RL_SIMD_COUNT
 } rl_simd;
 
 /* The level in use: the best this build and CPU support, unless capped by
- * the environment (RINGLOADER_SIMD=c or sse2, read once) or below. */
+ * the environment (RINGLOADER_SIMD=c, sse2 or avx2 in any case, read once
+ * on first use; unset or empty: no cap) or below. Thread-safe. */
 rl_simd rl_resample_simd(void);
+
+/* What RINGLOADER_SIMD held when the level was first chosen: a copy of
+ * its value (static storage, at most 63 bytes kept), or NULL when unset;
+ * *cap is the level it named, or -1 where it named none (empty, or not a
+ * level's name: then nothing was capped, and the caller may warn).
+ * Thread-safe; reads the environment first if nothing has. */
+const char *rl_resample_simd_env(int *cap);
+
+/* The level called `name` ("c", "sse2", "avx2", in any case) in *level:
+ * 0, or -EINVAL where it names none. */
+int rl_simd_parse(const char *name, rl_simd *level);
 
 /* Caps the level at `level` (for tests and diagnostics). Not thread-safe
  * against running resamples: call it before they start. Returns the level

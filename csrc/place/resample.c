@@ -20,13 +20,18 @@
  *
  * The kernels (kernels_*.c) are picked once per call from the SIMD level:
  * the best the build and CPU allow (checked once), capped by
- * RINGLOADER_SIMD or rl_resample_set_simd() so that the tests can compare
- * the levels, which all give the same bytes.
+ * RINGLOADER_SIMD (a level's name in any case; empty: no cap) or
+ * rl_resample_set_simd() so that the tests can compare the levels, which
+ * all give the same bytes. A value that names no level caps nothing, and
+ * is kept for the Python module to warn about: C has no voice of its own.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "place/kernels.h"
 #include "place/place.h"
@@ -36,6 +41,23 @@
 static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
 static int simd_best = RL_SIMD_C;  /* what this build and CPU can run */
 static int simd_level = RL_SIMD_C; /* what rl_resample uses */
+/* What RINGLOADER_SIMD held when it was read (a copy: a later setenv may
+ * free getenv's string), and the level it named, -1 for none. Written
+ * once under simd_once, read-only after. */
+static bool simd_env_set;
+static char simd_env[64];
+static int simd_env_cap = -1;
+
+int rl_simd_parse(const char *name, rl_simd *level)
+{
+    for (int l = RL_SIMD_C; l < RL_SIMD_COUNT; l++) {
+        if (strcasecmp(name, rl_simd_name((rl_simd)l)) == 0) {
+            *level = (rl_simd)l;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
 
 static void simd_init(void)
 {
@@ -47,13 +69,26 @@ static void simd_init(void)
     }
     int level = simd_best;
     const char *env = getenv("RINGLOADER_SIMD");
-    if (env != NULL && strcmp(env, "c") == 0) {
-        level = RL_SIMD_C;
-    } else if (env != NULL && strcmp(env, "sse2") == 0 &&
-               level > RL_SIMD_SSE2) {
-        level = RL_SIMD_SSE2;
+    rl_simd cap;
+    if (env != NULL) {
+        simd_env_set = true;
+        snprintf(simd_env, sizeof(simd_env), "%s", env);
+        /* Empty means the best; a name that is not a level is no cap
+         * either, and is reported (rl_resample_simd_env) rather than
+         * guessed at. */
+        if (rl_simd_parse(env, &cap) == 0) {
+            simd_env_cap = (int)cap;
+            level = (int)cap < level ? (int)cap : level;
+        }
     }
     __atomic_store_n(&simd_level, level, __ATOMIC_RELAXED);
+}
+
+const char *rl_resample_simd_env(int *cap)
+{
+    pthread_once(&simd_once, simd_init);
+    *cap = simd_env_cap;
+    return simd_env_set ? simd_env : NULL;
 }
 
 rl_simd rl_resample_simd(void)

@@ -382,6 +382,11 @@ static int add_names(PyObject *module, const char *attr, int n,
     return rc;
 }
 
+static const char *simd_name(int level)
+{
+    return rl_simd_name((rl_simd)level);
+}
+
 int rl__py_spec_init(PyObject *module)
 {
     /* {"kind": ("resize_crop", ...), name: (default, doc)...} */
@@ -423,5 +428,11 @@ int rl__py_spec_init(PyObject *module)
     if (rc != 0) {
         return rc;
     }
-    return add_names(module, "WINDOWS", RL_WINDOW_COUNT, rl_window_name);
+    rc = add_names(module, "WINDOWS", RL_WINDOW_COUNT, rl_window_name);
+    if (rc != 0) {
+        return rc;
+    }
+    /* The SIMD levels' names, lowest first: what RINGLOADER_SIMD and
+     * resample_simd() accept (in any case). */
+    return add_names(module, "SIMD_LEVELS", RL_SIMD_COUNT, simd_name);
 }

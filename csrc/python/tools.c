@@ -217,13 +217,7 @@ static PyObject *py_resample_simd(PyObject *module, PyObject *args)
     }
     if (cap != NULL) {
         rl_simd level;
-        if (strcmp(cap, "c") == 0) {
-            level = RL_SIMD_C;
-        } else if (strcmp(cap, "sse2") == 0) {
-            level = RL_SIMD_SSE2;
-        } else if (strcmp(cap, "avx2") == 0) {
-            level = RL_SIMD_AVX2;
-        } else {
+        if (rl_simd_parse(cap, &level) != 0) {
             PyErr_Format(PyExc_ValueError,
                          "unknown SIMD level %R: use 'c', 'sse2' or 'avx2'",
                          PyTuple_GET_ITEM(args, 0));
@@ -232,6 +226,29 @@ static PyObject *py_resample_simd(PyObject *module, PyObject *args)
         rl_resample_set_simd(level);
     }
     return PyUnicode_FromString(rl_simd_name(rl_resample_simd()));
+}
+
+/* resample_simd_env() -> (value, cap): what RINGLOADER_SIMD held when the
+ * level was chosen (None: unset) and the level it caps at (None: it named
+ * none, so nothing is capped). New reference. */
+static PyObject *py_resample_simd_env(PyObject *module, PyObject *args)
+{
+    (void)module;
+    (void)args;
+    int cap;
+    const char *value = rl_resample_simd_env(&cap);
+    /* As os.environ decodes it: any bytes, a truncated character too. */
+    PyObject *v = value ? PyUnicode_DecodeFSDefault(value) : Py_NewRef(Py_None);
+    if (v == NULL) {
+        return NULL;
+    }
+    PyObject *c = cap < 0 ? Py_NewRef(Py_None)
+                          : PyUnicode_FromString(rl_simd_name((rl_simd)cap));
+    if (c == NULL) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", v, c);
 }
 
 /* Parses ops, height, width and the chain: 0, or -1 with an exception. */
@@ -350,6 +367,9 @@ PyMethodDef rl__py_tool_methods[] = {
     {"resample_simd", py_resample_simd, METH_VARARGS,
      "resample_simd(cap=None) -> 'c' | 'sse2' | 'avx2': the resampler's "
      "SIMD level, first capped at cap if given."},
+    {"resample_simd_env", py_resample_simd_env, METH_NOARGS,
+     "resample_simd_env() -> (value, cap): RINGLOADER_SIMD as read (None: "
+     "unset) and the level it caps at (None: none named, no cap)"},
     {"cuda_probe", py_cuda_probe, METH_NOARGS,
      "cuda_probe() -> (available, message, library, device_count)."},
     {"decode", (PyCFunction)(void (*)(void))py_decode,

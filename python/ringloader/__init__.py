@@ -20,6 +20,9 @@ from .datasets import (
 from .loader import Loader
 from .dataloader import DataLoader
 from . import transforms
+from ._simd import warn_unknown_setting as _warn_unknown_simd
+
+_warn_unknown_simd()  # RINGLOADER_SIMD=avx512 or a typo: said, not ignored
 
 __version__ = "0.1.0"
 

@@ -41,6 +41,9 @@ INTERPOLATIONS: Tuple[str, ...]
 # RandomCrop's padding modes, in the C core's order: "constant", "edge",
 # "reflect", "symmetric"; a spec's "pad_mode" is an index into it.
 PAD_MODES: Tuple[str, ...]
+# The SIMD levels, lowest first: "c", "sse2", "avx2"; what RINGLOADER_SIMD
+# and resample_simd() accept, in any case.
+SIMD_LEVELS: Tuple[str, ...]
 # Where a "resize_random_crop" window lies, in the C core's order:
 # "random_crop" (torchvision's RandomCrop), "center_crop_or_pad" and
 # "random_crop_or_pad" (timm's); a spec's "window" is an index into it.
@@ -212,6 +215,11 @@ def resample_simd(cap: Optional[str] = ..., /) -> str:
 def http_sigv4() -> bool:
     """Whether the HTTP source's libcurl signs requests with AWS SigV4
     (CURLOPT_AWS_SIGV4: libcurl 7.75 or later)."""
+
+def resample_simd_env() -> Tuple[Optional[str], Optional[str]]:
+    """(value, cap): RINGLOADER_SIMD as the C core read it (None: unset) and
+    the level it caps at (None where it names none: unset, empty or not a
+    level's name, and then nothing is capped)."""
 
 def http_library() -> str:
     """The HTTP source's libcurl with its TLS and HTTP/2 libraries, e.g.

@@ -305,19 +305,9 @@ def _simd_lines() -> list[str]:
         jpeg = f"unknown on {arch}"
     where = f" [{lib}]" if lib else ""
     lines.append(f"SIMD, libjpeg-turbo: {jpeg}{where}")
-    from . import _core
+    from . import _simd
 
-    level = _core.resample_simd()
-    resampler = {
-        "avx2": "AVX2 (CPU has avx2)",
-        "sse2": "SSE2 (x86-64 baseline)",
-        "c": "portable C",
-    }[level]
-    if os.environ.get("RINGLOADER_SIMD") in ("c", "sse2"):
-        resampler += f" (capped by RINGLOADER_SIMD={os.environ['RINGLOADER_SIMD']})"
-    elif level == "c":
-        resampler += " (no SIMD kernels for this architecture)"
-    lines.append(f"SIMD, ringloader resampler: {resampler}")
+    lines.append(f"SIMD, ringloader resampler: {_simd.describe()}")
     return lines
 
 

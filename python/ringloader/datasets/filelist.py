@@ -40,6 +40,9 @@ class FileList(ImageDataset):
             is abandoned and retried.
         s3_client: a boto3 S3 client for ``s3://`` files; None: one made
             from the standard configuration (see :class:`TarShards`).
+        progress: remote files: show a bar while presigning many S3 URLs
+            (when tqdm is installed; on the first rank of a distributed
+            job only).
 
     Paths are kept as one compact blob (a sequence view, not a list of
     strings) and labels as an array ``targets`` (int64 for integers; a
@@ -58,6 +61,7 @@ class FileList(ImageDataset):
         retries: int = 5,
         timeout: float = 30.0,
         s3_client: Any = None,
+        progress: bool = True,
     ) -> None:
         kinds: set[bool] = set()
         self.paths = StringBlob.from_strings(_noting_urls(paths, kinds))
@@ -68,7 +72,12 @@ class FileList(ImageDataset):
             )
         self.client: Client | None = None
         if kinds == {True}:
-            self.client = Client(retries=retries, timeout=timeout, s3_client=s3_client)
+            self.client = Client(
+                retries=retries,
+                timeout=timeout,
+                s3_client=s3_client,
+                progress=progress,
+            )
         self.targets = as_targets(labels, len(self.paths), "FileList labels")
         self.samples = PairView(self.paths, self.targets)
         self.transform = transform
@@ -97,9 +106,9 @@ class FileList(ImageDataset):
         against ``root`` (a folder, or a URL such as ``s3://bucket/prefix``),
         or the CSV file's folder when ``root`` is None; rows may be URLs
         (``http(s)://``, ``s3://``). ``remote``: ``retries``, ``timeout``,
-        ``s3_client``, as for the constructor. Raises ValueError naming the
-        line of a row that has too few labels or a label that is not a
-        number.
+        ``s3_client``, ``progress``, as for the constructor. Raises
+        ValueError naming the line of a row that has too few labels or a
+        label that is not a number.
         """
         if int(label_columns) < 1:
             raise ValueError(f"label_columns must be >= 1, not {label_columns}")

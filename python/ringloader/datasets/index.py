@@ -39,6 +39,7 @@ from .cache import (
     save_npz,
 )
 from .folder import IMG_EXTENSIONS, find_classes
+from .progress import bar as progress_bar
 
 __all__ = ["FolderIndex", "IndexedImageFolder", "build_index", "default_cache_dir"]
 
@@ -225,12 +226,7 @@ def _scan(
 
     bar = None
     if progress:
-        try:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(classes), unit="class", desc=f"indexing {root}")
-        except ImportError:
-            bar = None
+        bar = progress_bar(len(classes), unit="class", desc=f"indexing {root}")
     try:
         for label, name in enumerate(classes):
             count = 0
@@ -300,7 +296,8 @@ def build_index(
     The scan finds the classes and samples torchvision's ``ImageFolder``
     finds (``extensions`` as its argument of that name), in the same order,
     and records each file's size. ``progress`` shows a tqdm bar (when tqdm
-    is installed) while scanning. Raises FileNotFoundError, as ImageFolder
+    is installed; on the first rank of a distributed job only) while
+    scanning. Raises FileNotFoundError, as ImageFolder
     does, when there is no class folder or a class has no image; OSError
     when the cache directory cannot be written.
     """

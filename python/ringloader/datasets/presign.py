@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from typing import Any, Callable, Optional
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
+from .progress import bar as progress_bar
+
 __all__ = [
     "Keys",
     "Urls",
@@ -217,12 +219,15 @@ def long_term(creds: Any) -> bool:
 
 
 def presigned(
-    names: Sequence[str], s3: Callable[[], Any], is_long_term: Callable[[], bool]
+    names: Sequence[str],
+    s3: Callable[[], Any],
+    is_long_term: Callable[[], bool],
+    progress: bool = True,
 ) -> list[str]:
     """The fetch URL of each object: HTTP(S) URLs as they are, S3 objects
     presigned for GET by the boto3 client ``s3()`` (for 7 days when
     ``is_long_term()``, else an hour). On the main thread, many S3 objects
-    show a bar."""
+    show a bar, unless ``progress`` is False (the dataset's setting)."""
     out = []
     client = None
     # Off the main thread, the GIL is handed back after each URL (0.13 ms
@@ -230,7 +235,7 @@ def presigned(
     # whose backward pass releases the GIL otherwise waits for it at every
     # op (benchmarks/remote/refresh_step.py).
     main = threading.current_thread() is threading.main_thread()
-    bar = _presign_bar(names) if main else None
+    bar = _presign_bar(names) if main and progress else None
     try:
         for name in names:
             if not name.startswith("s3://"):
@@ -259,12 +264,9 @@ def presigned(
 
 def _presign_bar(names: Sequence[str]) -> Any:
     """A tqdm bar over the S3 objects to presign, when there are many (on
-    the main thread only: a refresh in the background draws none)."""
+    the main thread only: a refresh in the background draws none), drawn
+    by the first rank of a distributed job only."""
     n = sum(1 for name in names if name.startswith("s3://"))
     if n < PRESIGN_BAR:
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=n, unit="URL", unit_scale=True, desc="presigning S3 URLs")
+    return progress_bar(n, unit="URL", unit_scale=True, desc="presigning S3 URLs")

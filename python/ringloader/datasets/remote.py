@@ -9,14 +9,14 @@ URL*: the same URL for HTTP(S); for S3 a plain URL the C source signs
 per request, or a presigned one (``presign.py``). Keys and presigned
 query strings never reach a message, a repr or a log.
 
-HTTP(S) goes through urllib3 (its ``Retry`` policy: 5xx, 429 and
-connection errors, exponential backoff with jitter; up to 5 redirects, to
-HTTP(S) only, never from https to http; certificates verified, the CA
-bundle from ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE``).
-S3 goes through boto3, which finds credentials, endpoint
-(``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``), region and CA bundle
-(``AWS_CA_BUNDLE``) where it always does; without credentials, S3
-is read anonymously (public buckets). Both are imported on first use.
+HTTP(S) goes through urllib3 (its ``Retry`` policy: 5xx, 429 and connection
+errors, exponential backoff with jitter; up to 5 redirects, to HTTP(S) only,
+never from https to http; certificates verified, the CA bundle from
+``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE``). S3 goes
+through boto3, which finds credentials, endpoint (``AWS_ENDPOINT_URL_S3``,
+``AWS_ENDPOINT_URL``), region and CA bundle (``AWS_CA_BUNDLE``) where it
+always does; without credentials, S3 is read anonymously (public buckets).
+Both are imported on first use.
 
 Errors are OSErrors naming the object and what to do: FileNotFoundError
 (404), PermissionError (401/403), ConnectionError (refused, unreachable),
@@ -111,6 +111,7 @@ class Client:
             anonymous when no credentials are found.
         connect_timeout: seconds to connect.
         max_connections: connections per host, here and in the C source.
+        progress: presigning many S3 URLs shows a bar (the dataset's).
     """
 
     def __init__(
@@ -120,6 +121,7 @@ class Client:
         s3_client: Any = None,
         connect_timeout: float = 10.0,
         max_connections: int = 64,
+        progress: bool = True,
     ) -> None:
         if retries < 0 or timeout <= 0:
             raise ValueError(f"retries={retries}, timeout={timeout}: need >= 0, > 0")
@@ -127,6 +129,7 @@ class Client:
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
         self.max_connections = int(max_connections)
+        self.progress = bool(progress)
         self._user_s3 = s3_client
         self._lock = threading.Lock()
         self._reset()
@@ -152,7 +155,6 @@ class Client:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
         self._reset()
 
     def _fresh(self) -> None:
@@ -266,11 +268,10 @@ class Client:
     def fetch_urls(self, names: Sequence[str], signed: bool = False) -> list[str]:
         """The fetch URL of each object: HTTP(S) URLs as they are, S3 objects
         plain when ``signed`` (in C) or anonymous, else presigned by boto3."""
-        if signed or (
-            any(n.startswith("s3://") for n in names) and not presign.signs(self.s3())
-        ):
+        s3 = any(n.startswith("s3://") for n in names)
+        if signed or (s3 and not presign.signs(self.s3())):
             return presign.plain(names, self.s3())
-        return presign.presigned(names, self.s3, lambda: self._long_term)
+        return presign.presigned(names, self.s3, lambda: self._long_term, self.progress)
 
     def remote(self, names: Sequence[str]) -> Remote:
         """``Sources.remote`` for objects ``names`` (display names); S3's

@@ -30,6 +30,7 @@ import numpy as np
 from .base import ImageDataset, PathLike, Sources
 from .cache import StringBlob, load_npz
 from .fields import MAX_FIELD_BYTES, FieldTable, field_table, kind_of, parse_fields
+from .progress import bar as progress_bar
 from .remote import Client, has_magic, is_url, redact
 from .targets import as_targets, item
 from .tarindex import (
@@ -143,6 +144,9 @@ class TarShards(ImageDataset):
             and those of remote shards.
         transform, target_transform: as ImageFolder's; the loader uses
             ``transform`` when it is given none.
+        progress: show a bar while indexing many shards, and while
+            presigning many ``s3://`` URLs (when tqdm is installed; on the
+            first rank of a distributed job only).
         retries: remote shards: attempts after the first for a failed
             request (5xx, 429, connection errors, timeouts).
         timeout: remote shards: seconds without progress before an
@@ -254,7 +258,12 @@ class TarShards(ImageDataset):
                     "local shards and remote (http, https, s3) shards cannot "
                     "be mixed in one TarShards; make two and concatenate them"
                 )
-            self.client = Client(retries=retries, timeout=timeout, s3_client=s3_client)
+            self.client = Client(
+                retries=retries,
+                timeout=timeout,
+                s3_client=s3_client,
+                progress=progress,
+            )
             self.shards = _shard_urls(specs, self.client)
         else:
             self.shards = _shard_paths(urls_or_glob)
@@ -363,12 +372,8 @@ class TarShards(ImageDataset):
         of them (indexing reads every tar header once)."""
         if len(self.shards) < 16:
             return None
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            return None
-        return tqdm(
-            total=len(self.shards),
+        return progress_bar(
+            len(self.shards),
             unit="shard",
             desc="indexing shards",
             leave=False,

@@ -14,6 +14,7 @@ import tarfile
 import pytest
 import ringloader
 from rlbench.servers import MotoS3, free_port
+from ringloader import _core
 from ringloader import transforms as T
 from ringloader.datasets import FileList, TarShards, build_index
 from ringloader.datasets import presign as presign_module
@@ -49,10 +50,13 @@ def s3(tmp_path_factory):
 
 @pytest.fixture
 def no_rank(monkeypatch):
-    """No launcher's rank in the environment, and a bar from N objects."""
+    """No launcher's rank in the environment, and a bar from N objects,
+    presigned as with a libcurl older than 7.75 (else the C source signs
+    each GET and nothing is presigned: no bar)."""
     for name in RANK_VARS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(presign_module, "PRESIGN_BAR", N)
+    monkeypatch.setattr(_core, "http_sigv4", lambda: False)
 
 
 def _dataset(kind: str, s3, tmp_path, **kw):
@@ -109,10 +113,12 @@ WORKER = r"""
 import sys
 import torch.distributed as dist
 import ringloader
+from ringloader import _core
 from ringloader import transforms as T
 from ringloader.datasets import FileList, presign
 
 rank, port, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+_core.http_sigv4 = lambda: False  # presigned, as with a libcurl before 7.75
 dist.init_process_group(
     "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2
 )

@@ -189,6 +189,41 @@ def test_ddp_ranks_take_disjoint_draws(sources):
     assert set().union(*parts) == set(labels.tolist())
 
 
+def test_a_draw_is_augmented_alike_on_any_rank(sources):
+    """With replacement a sample comes several times in an epoch, on one
+    rank or on several: each draw's random crop and flip are those one
+    process reading the whole epoch gives it (its key counts the sample's
+    draws in the epoch's order, not in what a rank reads), so a sample on
+    two ranks is not augmented twice alike. Before, each rank counted from
+    0: 22 of the 31 draws of repeated samples differed from one process's,
+    and 11 pairs of a sample's draws on the two ranks were identical."""
+    mix = ringloader.Mix(sources, [0.2, 0.3, 0.5], samples_per_epoch=60)
+
+    def read(**kw):
+        loader = ringloader.Loader(
+            mix, batch_size=6, transform=TRAIN, num_threads=2, seed=2, **kw
+        )
+        loader.set_epoch(1)
+        out = _run(loader)
+        return torch.cat([x for x, _ in out]), torch.cat([y for _, y in out])
+
+    images, labels = read()
+    repeats = [p for p in range(60) if (labels == labels[p]).sum() > 1]
+    assert len(repeats) >= 10
+    for rank in range(2):
+        x, y = read(shuffle=True, distributed=True, rank=rank, world_size=2)
+        s = torch.utils.data.DistributedSampler(
+            range(60), num_replicas=2, rank=rank, seed=2
+        )
+        s.set_epoch(1)
+        where = list(s)
+        assert torch.equal(y, labels[where]) and torch.equal(x, images[where])
+    # The draws of one sample are augmented each its own way.
+    for p in repeats:
+        q = [r for r in repeats if r != p and labels[r] == labels[p]]
+        assert not any(torch.equal(images[p], images[r]) for r in q)
+
+
 def test_a_framework_sampler_picks_draws(sources):
     """Lightning's DistributedSampler (and any sampler) indexes the Mix's
     draws: ringloader.DataLoader reads the samples drawn there."""

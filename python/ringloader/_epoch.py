@@ -56,6 +56,10 @@ class Keys:
         self.seen: dict[int, int] = {}
         self.skip = skip
 
+    def ids(self, idx: Sequence[int]) -> list[int]:
+        """The dataset indices of a batch the samplers gave: the same."""
+        return list(idx)
+
     def draw(self, idx: Sequence[int]) -> list[int]:
         """The keys of the samples idx, drawn in this order. Raises
         ValueError for a sample that would come more than MAX_DRAWS times
@@ -65,13 +69,62 @@ class Keys:
         for i in idx:
             n = self.seen.get(i, 0)
             if n >= limit:
-                mode = 'on_error="skip"' if self.skip else 'on_error="raise"'
-                raise ValueError(
-                    f"sample {i} comes more than {limit:,} times in one epoch, "
-                    f"more than the random keys of {mode} can tell apart: "
-                    "draw fewer samples per epoch (a sampler's num_samples)"
-                )
+                self._too_many(i, limit)
             self.seen[i] = n + 1
+            out.append(i + (n << OCCURRENCE_SHIFT))
+        return out
+
+    def _too_many(self, i: int, limit: int) -> None:
+        mode = 'on_error="skip"' if self.skip else 'on_error="raise"'
+        raise ValueError(
+            f"sample {i} comes more than {limit:,} times in one epoch, "
+            f"more than the random keys of {mode} can tell apart: "
+            "draw fewer samples per epoch (a sampler's num_samples)"
+        )
+
+
+class DrawKeys(Keys):
+    """Keys of an epoch of a Mix, whose samplers give positions in the
+    epoch's draws (``ids[p]``: the sample drawn at p). A draw's key is its
+    sample with, as occurrence, the draw's rank among the epoch's draws of
+    that sample in position order: a function of (seed, epoch, position),
+    so processes that split one epoch (DDP ranks) never give two draws of
+    a sample the same key, and each draw is augmented as one process
+    reading the whole epoch augments it. (Counting in the order a process
+    reads, each rank would count from 0: a sample drawn on two ranks would
+    come out identical on both.) A position drawn again in this iteration
+    (DistributedSampler's padding, a sampler with replacement) counts on
+    past the sample's draws in the epoch."""
+
+    def __init__(self, ids: np.ndarray, skip: bool = False) -> None:
+        super().__init__(skip)
+        self._ids = np.asarray(ids, dtype=np.int64)
+        n = len(self._ids)
+        self._nth = np.zeros(n, dtype=np.int64)  # rank among the sample's draws
+        self._count = np.ones(n, dtype=np.int64)  # the sample's draws
+        if n:
+            by = np.argsort(self._ids, kind="stable")
+            ordered = self._ids[by]
+            first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+            sizes = np.diff(np.r_[first, n])
+            self._nth[by] = np.arange(n) - np.repeat(first, sizes)
+            self._count[by] = np.repeat(sizes, sizes)
+
+    def ids(self, idx: Sequence[int]) -> list[int]:
+        """The samples drawn at positions idx."""
+        return self._ids[np.asarray(idx, dtype=np.int64)].tolist()
+
+    def draw(self, idx: Sequence[int]) -> list[int]:
+        """The keys of the draws at positions idx (see the class)."""
+        out = []
+        limit = MAX_DRAWS[self.skip]
+        for p in idx:
+            again = self.seen.get(p, 0)
+            n = int(self._nth[p]) + again * int(self._count[p])
+            i = int(self._ids[p])
+            if n >= limit:
+                self._too_many(i, limit)
+            self.seen[p] = again + 1
             out.append(i + (n << OCCURRENCE_SHIFT))
         return out
 
@@ -311,16 +364,22 @@ class Sampling:
         )
 
     def batches(self, epoch: int) -> Iterator[Any]:
-        """The batches (lists of dataset indices) of ``epoch``. A sampler of
-        the user's keeps the epoch the user gave it (directly, or through
-        Loader.set_epoch): as with DataLoader, iterating does not change it.
-        With an ``order`` (a Mix), the samplers' indices are positions in
-        the epoch's draws, mapped here to the ids drawn there."""
-        batches = self._positions(epoch)
+        """The batches of ``epoch``, as the samplers give them: lists of
+        dataset indices, or with an ``order`` (a Mix) positions in the
+        epoch's draws, which :meth:`keys` maps to the ids drawn there. A
+        sampler of the user's keeps the epoch the user gave it (directly,
+        or through Loader.set_epoch): as with DataLoader, iterating does
+        not change it."""
+        return self._positions(epoch)
+
+    def keys(self, epoch: int, skip: bool) -> Keys:
+        """The keys of ``epoch``'s draws (``skip``: on_error="skip"), which
+        also map the batches to dataset indices (:meth:`Keys.ids`)."""
         if self.order is None:
-            return batches
-        ids = self.order(self.seed, epoch, RUN_LENGTH if self.runs else 1)
-        return (ids[np.asarray(b, dtype=np.int64)].tolist() for b in batches)
+            return Keys(skip)
+        return DrawKeys(
+            self.order(self.seed, epoch, RUN_LENGTH if self.runs else 1), skip
+        )
 
     def _positions(self, epoch: int) -> Iterator[Any]:
         if self.batch_sampler is not None:
@@ -389,7 +448,7 @@ class Position:
             if s is not None and hasattr(s, "state_dict")
         }
         batches = sampling.batches(epoch)
-        keys = Keys(skip)
+        keys = sampling.keys(epoch, skip)
         skip, self.skip = self.skip, 0
         for _ in range(skip):  # resuming: these batches were yielded before
             done = next(batches, None)

@@ -381,7 +381,7 @@ class Loader:
                         break
                     idx = [int(i) for i in idx]
                     if idx:
-                        pipe.submit(idx, keys.draw(idx), epoch)
+                        pipe.submit(keys.ids(idx), keys.draw(idx), epoch)
                 if not pipe.pending:
                     if pipe.closed:  # by close() from another thread
                         raise RuntimeError("the loader is closed")

@@ -91,7 +91,7 @@ def load(path) -> dict:
 @pytest.fixture(scope="module")
 def torchrun_same(data, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("same")
-    torchrun(os.path.join(SCRIPTS, "mix_ddp.py"), data, str(out), "same", timeout=240)
+    torchrun(os.path.join(SCRIPTS, "mix_ddp.py"), data, str(out), timeout=240)
     return str(out)
 
 
@@ -106,8 +106,8 @@ def test_ranks_split_the_epochs_draws(data, torchrun_same):
         union: collections.Counter = collections.Counter()
         per_rank = []
         for rank in (0, 1):
-            got = load(os.path.join(torchrun_same, f"same-rank{rank}.json"))
-            pixels = torch.load(os.path.join(torchrun_same, f"same-rank{rank}.pt"))
+            got = load(os.path.join(torchrun_same, f"rank{rank}.json"))
+            pixels = torch.load(os.path.join(torchrun_same, f"rank{rank}.pt"))
             assert got["len"] == N // 2 // BATCH
             mine = flat(got["epochs"][epoch])
             where = positions(rank, epoch)
@@ -132,8 +132,8 @@ def test_a_ranks_state_dict_resumes_its_draws(data, torchrun_same):
     DataLoader (a new DistributedSampler): the rank's remaining draws, pixels
     and all."""
     for rank in (0, 1):
-        got = load(os.path.join(torchrun_same, f"same-rank{rank}.json"))
-        pixels = torch.load(os.path.join(torchrun_same, f"same-rank{rank}.pt"))
+        got = load(os.path.join(torchrun_same, f"rank{rank}.json"))
+        pixels = torch.load(os.path.join(torchrun_same, f"rank{rank}.pt"))
         assert got["resumed"] == got["epochs"][1][STOP:]
         assert torch.equal(pixels["resumed"], pixels["epoch1"][STOP * BATCH :])
 
@@ -144,7 +144,7 @@ def test_accelerate_shards_a_mix_as_torchs_dataloader(torchrun_same):
     batch, the same pixels; the ranks' batches together are the epoch's."""
     union: list[collections.Counter] = [collections.Counter() for _ in range(2)]
     for rank in (0, 1):
-        got = load(os.path.join(torchrun_same, f"same-rank{rank}.json"))
+        got = load(os.path.join(torchrun_same, f"rank{rank}.json"))
         assert got["acc_type"] == "ringloader.dataloader"
         assert got["acc"] == got["acc_ref"], rank
         assert got["acc_pixels_equal"] == [True, True], rank

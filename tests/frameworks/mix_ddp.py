@@ -1,5 +1,5 @@
-"""A Mix read by 2 torchrun processes (argv: data folder, output folder,
-seeding "same"): ringloader.DataLoader with torch's DistributedSampler, 2 epochs,
+"""A Mix read by 2 torchrun processes (argv: data folder, output
+folder): ringloader.DataLoader with torch's DistributedSampler, 2 epochs,
 a resume from a rank's state_dict mid-epoch, then Accelerate's sharding
 of the same Mix next to torch's DataLoader's. Writes what each rank got:
 labels per batch (source * 1000 + index) and the images.
@@ -13,6 +13,7 @@ import warnings
 import torch
 import torch.distributed as dist
 import torchvision.transforms as TV
+from accelerate import Accelerator
 from torch.utils.data import DistributedSampler
 
 import ringloader
@@ -22,13 +23,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mixdata  # noqa: E402
 
 warnings.simplefilter("error", ringloader.FallbackWarning)
-root, out, seeding = sys.argv[1], sys.argv[2], sys.argv[3]
+root, out = sys.argv[1], sys.argv[2]
 SEED, SAMPLER_SEED, N, BATCH, STOP = 7, 5, 80, 8, 2
 TRAIN = T.Compose([T.RandomResizedCrop(8), T.RandomHorizontalFlip()])
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-torch.manual_seed(SEED + (rank if seeding == "rank" else 0))
+torch.manual_seed(SEED)  # the same on every rank (see test_mix_ddp.py)
 mix = mixdata.mix(root, TRAIN, N, replacement=False)
 
 
@@ -64,47 +65,44 @@ resumed = make()
 resumed.load_state_dict(state)
 result["resumed"], images["resumed"] = take(resumed)
 resumed.close()
-torch.save(images, os.path.join(out, f"{seeding}-rank{rank}.pt"))
+torch.save(images, os.path.join(out, f"rank{rank}.pt"))
 
-if seeding == "same":
-    # Accelerate: ringloader.DataLoader and torch's over an equal Mix (torch's
-    # indexes its own, told the seed and epoch), prepared together.
-    from accelerate import Accelerator
-
-    # Bicubic without DCT scaling: ringloader's bytes are Pillow's.
-    bicubic = TV.InterpolationMode.BICUBIC
-    plain = TV.Compose([TV.Resize((8, 8), interpolation=bicubic), TV.PILToTensor()])
-    ours_mix = mixdata.mix(root, plain, N, replacement=True)
-    ref_mix = mixdata.mix(root, plain, N, replacement=True)
-    ours = ringloader.DataLoader(
-        ours_mix,
-        batch_size=BATCH,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(1),
+# Accelerate: ringloader.DataLoader and torch's over an equal Mix (torch's
+# indexes its own, told the seed and epoch), prepared together.
+# Bicubic without DCT scaling: ringloader's bytes are Pillow's.
+bicubic = TV.InterpolationMode.BICUBIC
+plain = TV.Compose([TV.Resize((8, 8), interpolation=bicubic), TV.PILToTensor()])
+ours_mix = mixdata.mix(root, plain, N, replacement=True)
+ref_mix = mixdata.mix(root, plain, N, replacement=True)
+ours = ringloader.DataLoader(
+    ours_mix,
+    batch_size=BATCH,
+    shuffle=True,
+    generator=torch.Generator().manual_seed(1),
+)
+ref = torch.utils.data.DataLoader(
+    ref_mix,
+    batch_size=BATCH,
+    shuffle=True,
+    generator=torch.Generator().manual_seed(1),
+)
+ref_mix.seed = ours.seed  # the generator's seed, 1
+acc = Accelerator(cpu=True)
+ours, ref = acc.prepare(ours, ref)
+result["acc_type"] = type(ours.base_dataloader).__module__
+result["acc"], result["acc_ref"], result["acc_pixels_equal"] = [], [], []
+for epoch in (0, 1):
+    ref_mix.set_epoch(epoch)
+    got = [(x, y.tolist()) for x, y in ours]
+    want = [(x, y.tolist()) for x, y in ref]
+    result["acc"].append([y for _, y in got])
+    result["acc_ref"].append([y for _, y in want])
+    result["acc_pixels_equal"].append(
+        len(got) == len(want)
+        and all(torch.equal(a, b) for (a, _), (b, _) in zip(got, want))
     )
-    ref = torch.utils.data.DataLoader(
-        ref_mix,
-        batch_size=BATCH,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(1),
-    )
-    ref_mix.seed = ours.seed  # the generator's seed, 1
-    acc = Accelerator(cpu=True)
-    ours, ref = acc.prepare(ours, ref)
-    result["acc_type"] = type(ours.base_dataloader).__module__
-    result["acc"], result["acc_ref"], result["acc_pixels_equal"] = [], [], []
-    for epoch in (0, 1):
-        ref_mix.set_epoch(epoch)
-        got = [(x, y.tolist()) for x, y in ours]
-        want = [(x, y.tolist()) for x, y in ref]
-        result["acc"].append([y for _, y in got])
-        result["acc_ref"].append([y for _, y in want])
-        result["acc_pixels_equal"].append(
-            len(got) == len(want)
-            and all(torch.equal(a, b) for (a, _), (b, _) in zip(got, want))
-        )
 
-with open(os.path.join(out, f"{seeding}-rank{rank}.json"), "w") as f:
+with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
     json.dump(result, f)
 dist.barrier()
 dist.destroy_process_group()

@@ -130,12 +130,13 @@ def test_ranks_split_the_epochs_draws(data, torchrun_same):
 def test_a_ranks_state_dict_resumes_its_draws(data, torchrun_same):
     """A rank's state_dict after 2 batches of epoch 1, loaded into a new
     DataLoader (a new DistributedSampler): the rank's remaining draws, pixels
-    and all."""
+    and all; so does rank 0's, loaded on every rank (docs/distributed.md)."""
     for rank in (0, 1):
         got = load(os.path.join(torchrun_same, f"rank{rank}.json"))
         pixels = torch.load(os.path.join(torchrun_same, f"rank{rank}.pt"))
-        assert got["resumed"] == got["epochs"][1][STOP:]
-        assert torch.equal(pixels["resumed"], pixels["epoch1"][STOP * BATCH :])
+        for key in ("resumed", "resumed_from_rank0"):
+            assert got[key] == got["epochs"][1][STOP:], (rank, key)
+            assert torch.equal(pixels[key], pixels["epoch1"][STOP * BATCH :])
 
 
 def test_accelerate_shards_a_mix_as_torchs_dataloader(torchrun_same):

@@ -65,6 +65,14 @@ resumed = make()
 resumed.load_state_dict(state)
 result["resumed"], images["resumed"] = take(resumed)
 resumed.close()
+# docs/distributed.md: rank 0's state loaded on every rank (load_state_dict
+# keeps the loader's rank) resumes each rank's own draws.
+shared = [state]
+dist.broadcast_object_list(shared, src=0)
+resumed = make()
+resumed.load_state_dict(shared[0])
+result["resumed_from_rank0"], images["resumed_from_rank0"] = take(resumed)
+resumed.close()
 torch.save(images, os.path.join(out, f"rank{rank}.pt"))
 
 # Accelerate: ringloader.DataLoader and torch's over an equal Mix (torch's

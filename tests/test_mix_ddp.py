@@ -139,6 +139,38 @@ def test_a_ranks_state_dict_resumes_its_draws(data, torchrun_same):
             assert torch.equal(pixels[key], pixels["epoch1"][STOP * BATCH :])
 
 
+def test_ranks_seeding_torch_apart_split_the_epochs_draws(data, torchrun_same):
+    """Each rank seeding torch with SEED + rank, so that the loaders'
+    seeds differ: the ranks still split epoch 0's draws (the Mix draws
+    with its own seed). Before: 40 of 80 draws not the epoch's."""
+    labels, _ = one_process(data, 0)
+    wrong, union = 0, collections.Counter()
+    for rank in (0, 1):
+        mine = flat(
+            load(os.path.join(torchrun_same, f"rank{rank}.json"))["seed_plus_rank"]
+        )
+        wrong += sum(a != b for a, b in zip(mine, labels[positions(rank, 0)].tolist()))
+        union.update(mine)
+    assert wrong == 0, f"{wrong} of {N} draws not the epoch's"
+    assert union == collections.Counter(labels.tolist())
+
+
+def test_a_samplers_set_epoch_alone_picks_the_draws(data, torchrun_same):
+    """A fresh loader on each rank whose DistributedSampler alone is told
+    set_epoch(3) (a script restarted at epoch 3): the ranks split epoch
+    3's draws. Before: 80 of 80 draws not epoch 3's (epoch 0's)."""
+    labels, _ = one_process(data, 3)
+    wrong, union = 0, collections.Counter()
+    for rank in (0, 1):
+        mine = flat(
+            load(os.path.join(torchrun_same, f"rank{rank}.json"))["sampler_epoch3"]
+        )
+        wrong += sum(a != b for a, b in zip(mine, labels[positions(rank, 3)].tolist()))
+        union.update(mine)
+    assert wrong == 0, f"{wrong} of {N} draws not epoch 3's"
+    assert union == collections.Counter(labels.tolist())
+
+
 def test_accelerate_shards_a_mix_as_torchs_dataloader(torchrun_same):
     """Accelerate's prepare() over ringloader.DataLoader and over torch's
     DataLoader of an equal Mix: the same draws on each rank, batch for

@@ -12,6 +12,7 @@ device path) and :mod:`._meter` (stats). Datasets come from
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import threading
 import time
@@ -93,7 +94,7 @@ class Loader:
         num_threads: decode threads (default: the CPUs this process may use).
         prefetch: batches decoded ahead of the one being consumed.
         seed: seeds shuffling and augmentations; with ``epoch`` it fixes
-            every batch exactly.
+            every batch exactly (a Mix's draws follow ``Mix(seed=)``).
         transform: ``ringloader.transforms`` or torchvision transforms with a
             fixed output size; defaults to ``dataset.transform``.
         layout: ``"NCHW"`` (torch's default), ``"NHWC"``, or
@@ -287,6 +288,11 @@ class Loader:
         A dataset that draws its own epochs (a Mix) has ``len(dataset)``
         positions, each mapped to the id drawn there."""
         order = getattr(self._data, "ringloader_order", None)
+        if order is not None:
+            # A Mix draws with its own seed, never the loader's (which seeds
+            # augmentations and differs between ranks where each seeds torch
+            # with seed + rank): every rank draws the same epochs.
+            order = functools.partial(order, int(self._data.seed))
         return Sampling(
             n=len(self._data) if order is not None else len(self._src),
             batch_size=self.batch_size,

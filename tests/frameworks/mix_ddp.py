@@ -1,6 +1,7 @@
 """A Mix read by 2 torchrun processes (argv: data folder, output
 folder): ringloader.DataLoader with torch's DistributedSampler, 2 epochs,
-a resume from a rank's state_dict mid-epoch, then Accelerate's sharding
+a resume from a rank's state_dict mid-epoch, a fresh loader whose sampler
+alone is told epoch 3, torch seeded SEED + rank, then Accelerate's sharding
 of the same Mix next to torch's DataLoader's. Writes what each rank got:
 labels per batch (source * 1000 + index) and the images.
 """
@@ -75,8 +76,21 @@ result["resumed_from_rank0"], images["resumed_from_rank0"] = take(resumed)
 resumed.close()
 torch.save(images, os.path.join(out, f"rank{rank}.pt"))
 
+# A script restarted at epoch 3 that calls only its sampler's set_epoch.
+fresh = make()
+fresh.sampler.set_epoch(3)
+result["sampler_epoch3"], _ = take(fresh)
+fresh.close()
+# Each rank seeding torch with SEED + rank (timm's train.py; Accelerate's
+# set_seed(device_specific=True)): the loaders' seeds differ, the draws not.
+torch.manual_seed(SEED + rank)
+apart = make()
+result["seed_plus_rank"], _ = take(apart)
+apart.close()
+torch.manual_seed(SEED)
+
 # Accelerate: ringloader.DataLoader and torch's over an equal Mix (torch's
-# indexes its own, told the seed and epoch), prepared together.
+# indexes its own, told the epoch), prepared together.
 # Bicubic without DCT scaling: ringloader's bytes are Pillow's.
 bicubic = TV.InterpolationMode.BICUBIC
 plain = TV.Compose([TV.Resize((8, 8), interpolation=bicubic), TV.PILToTensor()])
@@ -94,7 +108,6 @@ ref = torch.utils.data.DataLoader(
     shuffle=True,
     generator=torch.Generator().manual_seed(1),
 )
-ref_mix.seed = ours.seed  # the generator's seed, 1
 acc = Accelerator(cpu=True)
 ours, ref = acc.prepare(ours, ref)
 result["acc_type"] = type(ours.base_dataloader).__module__

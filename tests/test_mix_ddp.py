@@ -174,13 +174,18 @@ def test_a_samplers_set_epoch_alone_picks_the_draws(data, torchrun_same):
 def test_accelerate_shards_a_mix_as_torchs_dataloader(torchrun_same):
     """Accelerate's prepare() over ringloader.DataLoader and over torch's
     DataLoader of an equal Mix: the same draws on each rank, batch for
-    batch, the same pixels; the ranks' batches together are the epoch's."""
+    batch, the same pixels; the ranks' batches together are the epoch's;
+    so for a fresh pair told set_epoch(3) (before the Mix followed the
+    sampler's epoch, ours read epoch 0's draws there)."""
     union: list[collections.Counter] = [collections.Counter() for _ in range(2)]
     for rank in (0, 1):
         got = load(os.path.join(torchrun_same, f"rank{rank}.json"))
         assert got["acc_type"] == "ringloader.dataloader"
         assert got["acc"] == got["acc_ref"], rank
         assert got["acc_pixels_equal"] == [True, True], rank
+        # A fresh prepared loader told set_epoch(3): epoch 3's draws.
+        assert got["acc_epoch3"] == got["acc_ref_epoch3"], rank
+        assert got["acc_epoch3"] != got["acc"][0], rank
         for epoch in (0, 1):
             assert len(got["acc"][epoch]) == N // BATCH // 2
             union[epoch].update(flat(got["acc"][epoch]))

@@ -122,6 +122,24 @@ for epoch in (0, 1):
         len(got) == len(want)
         and all(torch.equal(a, b) for (a, _), (b, _) in zip(got, want))
     )
+# A fresh pair told set_epoch(3), as a script restarted at epoch 3: ours
+# draws epoch 3 (the epoch Accelerate gives the sampler it wraps), torch's
+# Mix the one Accelerate gives it.
+pair = [
+    cls(
+        mix_, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(1)
+    )
+    for cls, mix_ in (
+        (ringloader.DataLoader, ours_mix),
+        (torch.utils.data.DataLoader, ref_mix),
+    )
+]
+pair = acc.prepare(*pair)
+for loader_ in pair:
+    loader_.set_epoch(3)
+result["acc_epoch3"], result["acc_ref_epoch3"] = [
+    [y.tolist() for _, y in p] for p in pair
+]
 
 with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
     json.dump(result, f)

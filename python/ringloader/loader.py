@@ -315,8 +315,9 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order and augmentations the next iteration
-        yields (also forwarded to a sampler that has ``set_epoch``). Without
-        calls, each new iteration advances the epoch by one."""
+        yields (also forwarded to a sampler that has ``set_epoch``, or to
+        the one a batch sampler batches). Without calls, each new
+        iteration advances the epoch by one."""
         self._position.set_epoch(int(epoch), self._sampling())
 
     @property

@@ -324,6 +324,15 @@ def test_a_samplers_epoch_picks_the_draws(sources):
     resumed.load_state_dict(state)
     rest = _labels(resumed)
     assert torch.cat(head).tolist() + rest.tolist() == got[0].tolist()
+    # Loader.set_epoch(2) reaches the sampler a batch sampler batches: its
+    # positions and the Mix's draws are epoch 2's.
+    s = sampler(1)
+    batches = torch.utils.data.BatchSampler(s, 5, drop_last=False)
+    loader = ringloader.Loader(mix, batch_sampler=batches, num_threads=2)
+    loader.set_epoch(2)
+    assert s.epoch == 2
+    want = labels[mix.ringloader_order(0, 2)][list(s)]
+    assert _labels(loader).tolist() == want.tolist()
 
 
 def _shard(path, start: int, n: int) -> None:

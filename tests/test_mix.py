@@ -147,7 +147,7 @@ def test_exact_resume(sources):
 
 
 def test_ddp_ranks_take_disjoint_draws(sources):
-    mix = ringloader.Mix(sources, [0.5, 0.25, 0.25], samples_per_epoch=90)
+    mix = ringloader.Mix(sources, [0.5, 0.25, 0.25], samples_per_epoch=90, seed=11)
     order = mix.ringloader_order(11, 0)
     labels = np.concatenate([s.targets for s in sources])
     world = 3
@@ -189,6 +189,41 @@ def test_ddp_ranks_take_disjoint_draws(sources):
     assert set().union(*parts) == set(labels.tolist())
 
 
+def test_a_draw_is_augmented_alike_on_any_rank(sources):
+    """With replacement a sample comes several times in an epoch, on one
+    rank or on several: each draw's random crop and flip are those one
+    process reading the whole epoch gives it (its key counts the sample's
+    draws in the epoch's order, not in what a rank reads), so a sample on
+    two ranks is not augmented twice alike. Before, each rank counted from
+    0: 22 of the 31 draws of repeated samples differed from one process's,
+    and 11 pairs of a sample's draws on the two ranks were identical."""
+    mix = ringloader.Mix(sources, [0.2, 0.3, 0.5], samples_per_epoch=60)
+
+    def read(**kw):
+        loader = ringloader.Loader(
+            mix, batch_size=6, transform=TRAIN, num_threads=2, seed=2, **kw
+        )
+        loader.set_epoch(1)
+        out = _run(loader)
+        return torch.cat([x for x, _ in out]), torch.cat([y for _, y in out])
+
+    images, labels = read()
+    repeats = [p for p in range(60) if (labels == labels[p]).sum() > 1]
+    assert len(repeats) >= 10
+    for rank in range(2):
+        x, y = read(shuffle=True, distributed=True, rank=rank, world_size=2)
+        s = torch.utils.data.DistributedSampler(
+            range(60), num_replicas=2, rank=rank, seed=2
+        )
+        s.set_epoch(1)
+        where = list(s)
+        assert torch.equal(y, labels[where]) and torch.equal(x, images[where])
+    # The draws of one sample are augmented each its own way.
+    for p in repeats:
+        q = [r for r in repeats if r != p and labels[r] == labels[p]]
+        assert not any(torch.equal(images[p], images[r]) for r in q)
+
+
 def test_a_framework_sampler_picks_draws(sources):
     """Lightning's DistributedSampler (and any sampler) indexes the Mix's
     draws: ringloader.DataLoader reads the samples drawn there."""
@@ -212,6 +247,92 @@ def test_a_framework_sampler_picks_draws(sources):
         seen.append(got)
     assert sorted(np.concatenate(seen).tolist()) == sorted(labels[order].tolist())
     assert not (np.concatenate(seen) // 1000 == 2).any()  # weight 0
+
+
+def _ranks(mix, make_sampler, seeds=(0, 0), epoch=None) -> list[np.ndarray]:
+    """Each of 2 ranks' labels from ringloader.DataLoader with the
+    sampler make_sampler(rank), torch seeded with seeds[rank] (the
+    loader's seed); ``epoch``: given to the sampler alone."""
+    out = []
+    for rank in range(2):
+        torch.manual_seed(seeds[rank])
+        sampler = make_sampler(rank)
+        if epoch is not None:
+            sampler.set_epoch(epoch)
+        out.append(_labels(ringloader.DataLoader(mix, batch_size=5, sampler=sampler)))
+    return out
+
+
+def test_ranks_seeding_torch_apart_draw_one_epoch(sources):
+    """Ranks that seed torch with seed + rank (timm's train.py,
+    Accelerate's set_seed(device_specific=True)) give ringloader.DataLoader
+    different seeds; the Mix draws with its own (Mix(seed=)), so the ranks
+    split one epoch's draws, those torch's DataLoader reads. Before, each
+    rank drew the epoch of its own seed: 39 of 40 draws not the epoch's."""
+    from torch.utils.data import DistributedSampler
+
+    mix = ringloader.Mix(sources, samples_per_epoch=40, transform=TINY, seed=9)
+    labels = np.concatenate([s.targets for s in sources])
+    want = labels[mix.ringloader_order(9, 0)]
+    plain = ringloader.Mix(sources, samples_per_epoch=40, seed=9)  # as torch's
+    torch_reads = np.array([plain[i][1] for i in range(40)])
+    assert want.tolist() == torch_reads.tolist()
+
+    def sampler(rank):
+        return DistributedSampler(mix, num_replicas=2, rank=rank, seed=4)
+
+    got = _ranks(mix, sampler, seeds=(100, 101))
+    where = [list(sampler(rank)) for rank in range(2)]
+    wrong = sum(int((got[r] != want[where[r]]).sum()) for r in range(2))
+    assert wrong == 0, f"{wrong} of 40 draws not the epoch's"
+    # Another Mix seed, other draws.
+    other = ringloader.Mix(sources, samples_per_epoch=40, transform=TINY, seed=10)
+    assert _ranks(other, sampler, seeds=(100, 101))[0].tolist() != got[0].tolist()
+
+
+def test_a_samplers_epoch_picks_the_draws(sources):
+    """A fresh loader where only the sampler's set_epoch(3) is called (a
+    script restarted at epoch 3): the Mix draws epoch 3 at the sampler's
+    epoch-3 positions, as torch's DataLoader does after mix.set_epoch(3);
+    the loader's state_dict mid-epoch resumes them in a new loader whose
+    sampler nobody set. Before, it read epoch 0's draws: 40 of 40 not
+    epoch 3's."""
+    from torch.utils.data import DistributedSampler
+
+    mix = ringloader.Mix(sources, samples_per_epoch=40, transform=TINY)
+    labels = np.concatenate([s.targets for s in sources])
+    want = labels[mix.ringloader_order(0, 3)]
+
+    def sampler(rank):
+        return DistributedSampler(mix, num_replicas=2, rank=rank, seed=4)
+
+    got = _ranks(mix, sampler, epoch=3)
+    wrong = 0
+    for rank in range(2):
+        s = sampler(rank)
+        s.set_epoch(3)
+        wrong += int((got[rank] != want[list(s)]).sum())
+    assert wrong == 0, f"{wrong} of 40 draws not epoch 3's"
+    s = sampler(0)
+    s.set_epoch(3)
+    first = ringloader.DataLoader(mix, batch_size=5, sampler=s)
+    it = iter(first)
+    head = [next(it)[1] for _ in range(2)]
+    state = first.state_dict()
+    first.close()
+    resumed = ringloader.DataLoader(mix, batch_size=5, sampler=sampler(0))
+    resumed.load_state_dict(state)
+    rest = _labels(resumed)
+    assert torch.cat(head).tolist() + rest.tolist() == got[0].tolist()
+    # Loader.set_epoch(2) reaches the sampler a batch sampler batches: its
+    # positions and the Mix's draws are epoch 2's.
+    s = sampler(1)
+    batches = torch.utils.data.BatchSampler(s, 5, drop_last=False)
+    loader = ringloader.Loader(mix, batch_sampler=batches, num_threads=2)
+    loader.set_epoch(2)
+    assert s.epoch == 2
+    want = labels[mix.ringloader_order(0, 2)][list(s)]
+    assert _labels(loader).tolist() == want.tolist()
 
 
 def _shard(path, start: int, n: int) -> None:

@@ -56,6 +56,10 @@ class Keys:
         self.seen: dict[int, int] = {}
         self.skip = skip
 
+    def ids(self, idx: Sequence[int]) -> list[int]:
+        """The dataset indices of a batch the samplers gave: the same."""
+        return list(idx)
+
     def draw(self, idx: Sequence[int]) -> list[int]:
         """The keys of the samples idx, drawn in this order. Raises
         ValueError for a sample that would come more than MAX_DRAWS times
@@ -65,13 +69,62 @@ class Keys:
         for i in idx:
             n = self.seen.get(i, 0)
             if n >= limit:
-                mode = 'on_error="skip"' if self.skip else 'on_error="raise"'
-                raise ValueError(
-                    f"sample {i} comes more than {limit:,} times in one epoch, "
-                    f"more than the random keys of {mode} can tell apart: "
-                    "draw fewer samples per epoch (a sampler's num_samples)"
-                )
+                self._too_many(i, limit)
             self.seen[i] = n + 1
+            out.append(i + (n << OCCURRENCE_SHIFT))
+        return out
+
+    def _too_many(self, i: int, limit: int) -> None:
+        mode = 'on_error="skip"' if self.skip else 'on_error="raise"'
+        raise ValueError(
+            f"sample {i} comes more than {limit:,} times in one epoch, "
+            f"more than the random keys of {mode} can tell apart: "
+            "draw fewer samples per epoch (a sampler's num_samples)"
+        )
+
+
+class DrawKeys(Keys):
+    """Keys of an epoch of a Mix, whose samplers give positions in the
+    epoch's draws (``ids[p]``: the sample drawn at p). A draw's key is its
+    sample with, as occurrence, the draw's rank among the epoch's draws of
+    that sample in position order: a function of (seed, epoch, position),
+    so processes that split one epoch (DDP ranks) never give two draws of
+    a sample the same key, and each draw is augmented as one process
+    reading the whole epoch augments it. (Counting in the order a process
+    reads, each rank would count from 0: a sample drawn on two ranks would
+    come out identical on both.) A position drawn again in this iteration
+    (DistributedSampler's padding, a sampler with replacement) counts on
+    past the sample's draws in the epoch."""
+
+    def __init__(self, ids: np.ndarray, skip: bool = False) -> None:
+        super().__init__(skip)
+        self._ids = np.asarray(ids, dtype=np.int64)
+        n = len(self._ids)
+        self._nth = np.zeros(n, dtype=np.int64)  # rank among the sample's draws
+        self._count = np.ones(n, dtype=np.int64)  # the sample's draws
+        if n:
+            by = np.argsort(self._ids, kind="stable")
+            ordered = self._ids[by]
+            first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+            sizes = np.diff(np.r_[first, n])
+            self._nth[by] = np.arange(n) - np.repeat(first, sizes)
+            self._count[by] = np.repeat(sizes, sizes)
+
+    def ids(self, idx: Sequence[int]) -> list[int]:
+        """The samples drawn at positions idx."""
+        return self._ids[np.asarray(idx, dtype=np.int64)].tolist()
+
+    def draw(self, idx: Sequence[int]) -> list[int]:
+        """The keys of the draws at positions idx (see the class)."""
+        out = []
+        limit = MAX_DRAWS[self.skip]
+        for p in idx:
+            again = self.seen.get(p, 0)
+            n = int(self._nth[p]) + again * int(self._count[p])
+            i = int(self._ids[p])
+            if n >= limit:
+                self._too_many(i, limit)
+            self.seen[p] = again + 1
             out.append(i + (n << OCCURRENCE_SHIFT))
         return out
 
@@ -261,16 +314,51 @@ class Sampling:
     world_size: int
     seed: int
     # A dataset that draws its epochs (datasets/mix.py's Mix): its
-    # ringloader_order(seed, epoch, run) maps positions 0..n-1, what the
-    # samplers yield, to the ids read (with runs: drawn in runs of
-    # RUN_LENGTH, which RunSampler only splits over the ranks). None:
-    # positions are the ids.
-    order: Optional[Callable[[int, int, int], np.ndarray]] = None
+    # ringloader_order with the Mix's own seed, order(epoch, run), maps
+    # positions 0..n-1, what the samplers yield, to the ids read (with
+    # runs: drawn in runs of RUN_LENGTH, which RunSampler only splits over
+    # the ranks). None: positions are the ids.
+    order: Optional[Callable[[int, int], np.ndarray]] = None
 
     @property
     def user_samplers(self) -> tuple[tuple[str, Any], ...]:
         """The user's samplers by argument name (None where not given)."""
         return (("sampler", self.sampler), ("batch_sampler", self.batch_sampler))
+
+    def epoch_samplers(self) -> list[Any]:
+        """The user's samplers that may keep an epoch, as Accelerate looks
+        for them: the sampler, the batch sampler, the sampler it batches
+        (BatchSampler's; Accelerate's BatchSamplerShard's batch_sampler's)."""
+        batches = self.batch_sampler
+        inner = getattr(batches, "batch_sampler", None)
+        found: list[Any] = []
+        for s in (self.sampler, batches, getattr(batches, "sampler", None)) + (
+            getattr(inner, "sampler", None),
+        ):
+            if s is not None and all(s is not f for f in found):
+                found.append(s)
+        return found
+
+    def sampler_epoch(self) -> Optional[int]:
+        """The first int ``epoch`` of :meth:`epoch_samplers` (as
+        DistributedSampler's set_epoch sets it), or None."""
+        for s in self.epoch_samplers():
+            e = getattr(s, "epoch", None)
+            if isinstance(e, (int, np.integer)) and not isinstance(e, bool):
+                return int(e)
+        return None
+
+    def draw_epoch(self, epoch: int) -> int:
+        """The epoch whose draws a Mix's positions index in an iteration
+        of the loader's ``epoch``. The one rule: a sampler's epoch where it
+        has one (:meth:`sampler_epoch`), as its positions are that epoch's;
+        else the loader's. Loader.set_epoch and load_state_dict set both,
+        so they differ only where the sampler's alone was set (a script
+        restarted at epoch e calling ``sampler.set_epoch(e)``; Accelerate's
+        DataLoaderShard): the draws follow the positions. Every rank sets
+        its sampler alike, so the ranks draw one epoch."""
+        e = self.sampler_epoch()
+        return epoch if e is None else e
 
     def batches_per_epoch(self) -> int:
         if self.batch_sampler is not None:
@@ -311,16 +399,22 @@ class Sampling:
         )
 
     def batches(self, epoch: int) -> Iterator[Any]:
-        """The batches (lists of dataset indices) of ``epoch``. A sampler of
-        the user's keeps the epoch the user gave it (directly, or through
-        Loader.set_epoch): as with DataLoader, iterating does not change it.
-        With an ``order`` (a Mix), the samplers' indices are positions in
-        the epoch's draws, mapped here to the ids drawn there."""
-        batches = self._positions(epoch)
+        """The batches of ``epoch``, as the samplers give them: lists of
+        dataset indices, or with an ``order`` (a Mix) positions in the
+        epoch's draws, which :meth:`keys` maps to the ids drawn there. A
+        sampler of the user's keeps the epoch the user gave it (directly,
+        or through Loader.set_epoch): as with DataLoader, iterating does
+        not change it."""
+        return self._positions(epoch)
+
+    def keys(self, epoch: int, skip: bool) -> Keys:
+        """The keys of the draws of an iteration of ``epoch`` (``skip``:
+        on_error="skip"), which also map the batches to dataset indices
+        (:meth:`Keys.ids`); a Mix's draws are :meth:`draw_epoch`'s."""
         if self.order is None:
-            return batches
-        ids = self.order(self.seed, epoch, RUN_LENGTH if self.runs else 1)
-        return (ids[np.asarray(b, dtype=np.int64)].tolist() for b in batches)
+            return Keys(skip)
+        run = RUN_LENGTH if self.runs else 1
+        return DrawKeys(self.order(self.draw_epoch(epoch), run), skip)
 
     def _positions(self, epoch: int) -> Iterator[Any]:
         if self.batch_sampler is not None:
@@ -350,6 +444,9 @@ class Position:
         self.finished = False
         self.skip = 0  # batches to skip at the next iteration
         self.sampler_states: dict = {}  # stateful samplers at epoch start
+        # The samplers' epoch (Sampling.sampler_epoch) at the start of the
+        # current epoch: what resuming gives them back.
+        self.sampler_epoch: Optional[int] = None
 
     def set_epoch(self, epoch: int, sampling: Sampling) -> None:
         """Run ``epoch`` at the next iteration (also forwarded to a sampler
@@ -360,9 +457,13 @@ class Position:
         self.explicit = True
         self.yielded = self.skip
         self.finished = False
-        for _, s in sampling.user_samplers:
-            if s is not None and hasattr(s, "set_epoch"):
+        self._forward(sampling, epoch)
+
+    def _forward(self, sampling: Sampling, epoch: int) -> None:
+        for s in sampling.epoch_samplers():
+            if hasattr(s, "set_epoch"):
                 s.set_epoch(epoch)
+        self.sampler_epoch = sampling.sampler_epoch()
 
     def next_iteration(self) -> int:
         """The epoch a new iteration runs: the one chosen, else the one
@@ -388,8 +489,9 @@ class Position:
             for name, s in sampling.user_samplers
             if s is not None and hasattr(s, "state_dict")
         }
+        self.sampler_epoch = sampling.sampler_epoch()
         batches = sampling.batches(epoch)
-        keys = Keys(skip)
+        keys = sampling.keys(epoch, skip)
         skip, self.skip = self.skip, 0
         for _ in range(skip):  # resuming: these batches were yielded before
             done = next(batches, None)
@@ -410,6 +512,8 @@ class Position:
             "world_size": sampling.world_size,
             "rank": sampling.rank,
         }
+        if self.sampler_epoch is not None:
+            state["sampler_epoch"] = self.sampler_epoch
         for name, s in sampling.user_samplers:
             if s is not None and hasattr(s, "state_dict"):
                 # As it was when this epoch started (see begin).
@@ -431,14 +535,16 @@ class Position:
     def restore(self, state: dict, sampling: Sampling) -> None:
         """Continue where ``state`` was taken at the next iteration."""
         epoch, done = int(state["epoch"]), int(state["batches_yielded"])
+        # The samplers' epoch when the state was taken: the loader's unless
+        # the sampler's alone was set (Sampling.draw_epoch).
+        at = int(state.get("sampler_epoch", epoch))
         if state.get("epoch_finished") or done >= sampling.batches_per_epoch():
-            epoch, done = epoch + 1, 0
+            epoch, at, done = epoch + 1, at + 1, 0
         self.epoch, self.skip = epoch, done
         self.explicit = True
         self.started = max(self.started, 1)
+        self._forward(sampling, at)
         for name, s in sampling.user_samplers:
-            if s is not None and hasattr(s, "set_epoch"):
-                s.set_epoch(epoch)
             if name in state and hasattr(s, "load_state_dict"):
                 s.load_state_dict(state[name])
         self.sampler_states = {}

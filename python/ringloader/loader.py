@@ -12,6 +12,7 @@ device path) and :mod:`._meter` (stats). Datasets come from
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import threading
 import time
@@ -93,7 +94,7 @@ class Loader:
         num_threads: decode threads (default: the CPUs this process may use).
         prefetch: batches decoded ahead of the one being consumed.
         seed: seeds shuffling and augmentations; with ``epoch`` it fixes
-            every batch exactly.
+            every batch exactly (a Mix's draws follow ``Mix(seed=)``).
         transform: ``ringloader.transforms`` or torchvision transforms with a
             fixed output size; defaults to ``dataset.transform``.
         layout: ``"NCHW"`` (torch's default), ``"NHWC"``, or
@@ -287,6 +288,11 @@ class Loader:
         A dataset that draws its own epochs (a Mix) has ``len(dataset)``
         positions, each mapped to the id drawn there."""
         order = getattr(self._data, "ringloader_order", None)
+        if order is not None:
+            # A Mix draws with its own seed, never the loader's (which seeds
+            # augmentations and differs between ranks where each seeds torch
+            # with seed + rank): every rank draws the same epochs.
+            order = functools.partial(order, int(self._data.seed))
         return Sampling(
             n=len(self._data) if order is not None else len(self._src),
             batch_size=self.batch_size,
@@ -309,8 +315,9 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order and augmentations the next iteration
-        yields (also forwarded to a sampler that has ``set_epoch``). Without
-        calls, each new iteration advances the epoch by one."""
+        yields (also forwarded to a sampler that has ``set_epoch``, or to
+        the one a batch sampler batches). Without calls, each new
+        iteration advances the epoch by one."""
         self._position.set_epoch(int(epoch), self._sampling())
 
     @property
@@ -381,7 +388,7 @@ class Loader:
                         break
                     idx = [int(i) for i in idx]
                     if idx:
-                        pipe.submit(idx, keys.draw(idx), epoch)
+                        pipe.submit(keys.ids(idx), keys.draw(idx), epoch)
                 if not pipe.pending:
                     if pipe.closed:  # by close() from another thread
                         raise RuntimeError("the loader is closed")

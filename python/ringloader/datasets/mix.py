@@ -4,7 +4,8 @@ one pipeline.
 The sources' samples are one id space, as a ``ConcatDataset`` of them is
 (:class:`.views.View` maps it: one table of files or byte ranges, one C
 source, one transform); what a :class:`Mix` adds is the order. Each epoch
-is ``samples_per_epoch`` draws, a function of (seed, epoch) alone:
+is ``samples_per_epoch`` draws, a function of (the Mix's seed, epoch)
+alone:
 
 - how many draws each source gets: ``weights`` (normalised) times the
   epoch's length, rounded by largest remainders, so that the shares are
@@ -81,13 +82,20 @@ class Mix:
         transform, target_transform: applied to every source's samples;
             None: the sources' own, which must then be the same (one
             pipeline runs one transform).
+        seed: seeds the draws, under every loader (not the loader's seed,
+            which seeds augmentations): every DDP rank draws the same
+            epochs whatever it seeds torch with. Change it to draw other
+            epochs.
 
     With one source this is open_clip's "resampled" mode: epochs of a
     chosen length from shards too large to go through, ``Mix([shards],
-    samples_per_epoch=N)``. Every epoch is fixed by (seed, epoch): the
-    loader's seed and epoch, or for indexing (``mix[i]`` is the sample of
-    draw i) the ``seed`` and ``epoch`` attributes (``set_epoch``). Targets
-    are the sources' (of one kind: the same shape; numbers promoted).
+    samples_per_epoch=N)``. Every epoch's draws are fixed by the Mix's
+    ``seed`` and the epoch: under ringloader's loaders, the epoch of the
+    sampler over the Mix where it has one (DistributedSampler's
+    ``set_epoch``), else the loader's; for indexing (``mix[i]`` is the
+    sample of draw i, as torch's DataLoader reads it) the ``epoch``
+    attribute (``set_epoch``). Targets are the sources' (of one kind: the
+    same shape; numbers promoted).
     """
 
     def __init__(
@@ -98,6 +106,7 @@ class Mix:
         replacement: bool = True,
         transform: Optional[Callable] = None,
         target_transform: Optional[Callable] = None,
+        seed: int = 0,
     ) -> None:
         import torch.utils.data as tud
 
@@ -151,7 +160,7 @@ class Mix:
         )
         if any(getattr(leaf, "describe", None) for leaf in self._view.leaves):
             self.describe = self._view.describe
-        self.seed = 0
+        self.seed = int(seed)
         self.epoch = 0
         self._cached: Optional[tuple[tuple[int, int, int], np.ndarray]] = None
 
@@ -190,7 +199,8 @@ class Mix:
         return self.samples_per_epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch whose draws indexing gives (the loader uses its own)."""
+        """The epoch whose draws indexing gives (ringloader's loaders use
+        the epoch of their sampler or their own)."""
         self.epoch = int(epoch)
 
     def ringloader_sources(self) -> Any:

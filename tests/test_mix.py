@@ -146,6 +146,31 @@ def test_exact_resume(sources):
     _same(_run(resumed), reference[4:])
 
 
+def test_resuming_with_another_mix_seed_is_refused(sources):
+    """A state names the seed of the Mix it was taken with: a Mix of
+    another seed draws other epochs, so resuming it would silently read
+    other samples."""
+    loader = ringloader.Loader(
+        ringloader.Mix(sources, samples_per_epoch=40, seed=7),
+        batch_size=8,
+        transform=TINY,
+    )
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    loader.close()
+    assert state["mix_seed"] == 7
+    other = ringloader.Mix(sources, samples_per_epoch=40, seed=8)
+    assert "seed=8" in repr(other)
+    with ringloader.Loader(other, batch_size=8, transform=TINY) as resumed:
+        with pytest.raises(ValueError, match=r"Mix\(seed=7\).*seed=8.*seed=7"):
+            resumed.load_state_dict(state)
+    same = ringloader.Mix(sources, samples_per_epoch=40, seed=7)
+    with ringloader.Loader(same, batch_size=8, transform=TINY) as resumed:
+        resumed.load_state_dict(state)
+        assert len(list(resumed)) == 4  # the epoch's 5 batches but the first
+
+
 def test_ddp_ranks_take_disjoint_draws(sources):
     mix = ringloader.Mix(sources, [0.5, 0.25, 0.25], samples_per_epoch=90, seed=11)
     order = mix.ringloader_order(11, 0)

@@ -500,7 +500,10 @@ class Loader:
         """Where this loader is: (epoch, batches already yielded, seed),
         enough to resume exactly with :meth:`load_state_dict` in a new
         process. Same method names as torchdata's ``StatefulDataLoader``."""
-        return self._position.state_dict(self._sampling())
+        state = self._position.state_dict(self._sampling())
+        if hasattr(self._data, "ringloader_order"):  # a Mix: its draws' seed
+            state["mix_seed"] = int(self._data.seed)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Make the next iteration continue where ``state`` was taken: the
@@ -508,6 +511,14 @@ class Loader:
         included) for the built-in shuffle, DistributedSampler sharding and
         any deterministic sampler."""
         Position.check(state, self._sampling())
+        mix_seed = state.get("mix_seed")
+        if mix_seed is not None and hasattr(self._data, "ringloader_order"):
+            if int(mix_seed) != int(self._data.seed):
+                raise ValueError(
+                    f"this state was taken with Mix(seed={mix_seed}), this "
+                    f"loader's Mix has seed={self._data.seed}: its epochs draw "
+                    f"other samples; make the Mix with seed={mix_seed} to resume"
+                )
         self.seed = int(state["seed"])
         self._position.restore(state, self._sampling())
         if self._pipe is not None:

@@ -291,5 +291,5 @@ class Mix:
         return (
             f"ringloader.Mix({len(self.datasets)} datasets, weights [{shares}], "
             f"samples_per_epoch={self.samples_per_epoch}, "
-            f"replacement={self.replacement})"
+            f"replacement={self.replacement}, seed={self.seed})"
         )

@@ -1,6 +1,7 @@
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -25,6 +26,14 @@ os.environ["RINGLOADER_CACHE_DIR"] = os.path.join(SESSION_CACHE, "ringloader")
 os.environ["XDG_CACHE_HOME"] = os.path.join(SESSION_CACHE, "cache")
 os.environ["XDG_CONFIG_HOME"] = os.path.join(SESSION_CACHE, "config")
 os.environ["MPLCONFIGDIR"] = os.path.join(SESSION_CACHE, "matplotlib")
+
+# Ctrl-C is tested as a terminal sends it. A shell without job control
+# starts a background command (`make test &`, nohup) with SIGINT ignored,
+# Python then installs no handler, and every child inherits the ignore: the
+# Ctrl-C tests would fail for how the suite was started. Python's own
+# handler is put back; children started from here get the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from images import write_folder  # noqa: E402
 

@@ -1,7 +1,8 @@
 /*
  * rl.h - types and status codes shared by every layer of the C core.
  *
- * Status convention (see STYLE.md): functions that act return int.
+ * Status convention (CONTRIBUTING.md, "Errors"): functions that act return
+ * int.
  *   0          success
  *   -errno     an operating-system failure (negative, never errno itself)
  *   RL_E*      a condition of our own (positive, >= RL_EBASE)
@@ -294,7 +295,7 @@ typedef struct rl_pixels {
     int full_w, full_h;
 } rl_pixels;
 
-/* Limits for untrusted input (RELIABILITY.md). */
+/* Limits for untrusted input (docs/reliability.md, "Bad files"). */
 #define RL_DEFAULT_MAX_PIXELS 89478485ULL
 #define RL_DEFAULT_MAX_SCANS 500
 #define RL_DEFAULT_MAX_FILE_BYTES (1ULL << 30)

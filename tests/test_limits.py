@@ -1,7 +1,7 @@
-"""Memory bounds for untrusted files (RELIABILITY.md: "a decode worker's
-memory has a stated bound"): PNGs and WebPs (libspng, libwebp) and the
-images that Pillow decodes are refused from their header when over
-max_pixels, as JPEGs are, before any pixel memory
+"""Memory bounds for untrusted files (docs/reliability.md: "a decode
+thread's memory for one image has a stated bound"): PNGs and WebPs
+(libspng, libwebp) and the images that Pillow decodes are refused from
+their header when over max_pixels, as JPEGs are, before any pixel memory
 exists; libjpeg's memory for one image is bounded (by default 8 bytes per
 pixel of max_pixels + 64 MiB), which a progressive JPEG's whole-image
 coefficient buffers are checked against before they are allocated."""

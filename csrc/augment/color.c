@@ -37,6 +37,7 @@
 #include <stdio.h>
 
 #include "augment/kernels.h"
+#include "simd.h"
 
 /* A target whose fmaf is one instruction: gcc says so with __FP_FAST_FMAF,
  * clang (14) on aarch64 only with __ARM_FEATURE_FMA. */
@@ -385,7 +386,7 @@ RL_AVX2_FMA static void hue_row_avx2(uint8_t *row, int w, float hue)
  * CPU model) is AVX2, and the CPU has FMA. */
 static bool fast(void)
 {
-    return rl_resample_simd() == RL_SIMD_AVX2 && __builtin_cpu_supports("fma");
+    return rl_simd_level() == RL_SIMD_AVX2 && __builtin_cpu_supports("fma");
 }
 #else
 #define bright_row_avx2 bright_row

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "augment/kernels.h"
+#include "simd.h"
 
 #define ROW(img, y) ((img)->data + (size_t)(y) * (img)->stride)
 
@@ -255,7 +256,7 @@ sharpen_fma(uint8_t *out, const uint8_t *up, const uint8_t *mid,
 /* AVX2 (the SIMD level, which has initialised the CPU model) and FMA */
 static bool has_fma(void)
 {
-    return rl_resample_simd() == RL_SIMD_AVX2 && __builtin_cpu_supports("fma");
+    return rl_simd_level() == RL_SIMD_AVX2 && __builtin_cpu_supports("fma");
 }
 #else
 #define sharpen_fma sharpen_c
@@ -459,7 +460,7 @@ int rl_k_gaussian_blur(rl_image *img, int kx, int ky, double sx, double sy)
     float *hp = acc + n;
     gauss_taps(kx, sx, tx);
     gauss_taps(ky, sy, ty);
-    bool fast = rl_resample_simd() == RL_SIMD_AVX2;
+    bool fast = rl_simd_level() == RL_SIMD_AVX2;
     void (*conv)(const float *const *, const float *, int, int, float *) =
         fast ? conv_avx2 : conv_c;
     for (int j = 0; j < kx; j++) {

@@ -13,7 +13,7 @@
 /* ---- colour: brightness, contrast, saturation, hue and grayscale in
  * color.c; the rest in color_hist.c. Factors >= 0, hue in [-0.5, 0.5].
  * Like the resampler, they take their AVX2+FMA path (torch's rounding on
- * such CPUs) from rl_resample_simd(), so RINGLOADER_SIMD=c selects the
+ * such CPUs) from rl_simd_level(), so RINGLOADER_SIMD=c selects the
  * plain C one. rl_k_gaussian_blur returns -EINVAL for an even or
  * non-positive size or sigma <= 0; the others fail only with -ENOMEM. */
 int rl_k_brightness(rl_image *img, double factor);

@@ -27,7 +27,7 @@
  * (nearly every pixel) its taps are read from the image's rows, at the
  * edges the clamped taps are first copied into a small buffer laid out
  * the same way, so that one kernel serves both. The AVX2 kernels (where
- * the SIMD level, rl_resample_simd(), is AVX2) hold a row's taps as int32
+ * the SIMD level, rl_simd_level(), is AVX2) hold a row's taps as int32
  * lanes (R, G, B, 0), make the p's in integers and evaluate the
  * polynomial on four doubles at once: the lanes are the channels, each
  * doing the scalar code's operations. Where d is 0 the polynomial is p1
@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "augment/kernels.h"
+#include "simd.h"
 
 /* No fused multiply-adds, whatever the -std: Pillow rounds each step. */
 #if defined(__clang__)
@@ -410,7 +411,7 @@ int rl_pil_affine(rl_image *img, const double a[6], int resample,
     memset(copy + stride * img->h, 0, SLACK);
     pw_src s = {copy, img->w, img->h, stride};
 #if PW_AVX2
-    if (rl_resample_simd() == RL_SIMD_AVX2) {
+    if (rl_simd_level() == RL_SIMD_AVX2) {
         warp_avx2(&s, img, a, resample, fill, &r);
         free(mem);
         return 0;

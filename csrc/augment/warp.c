@@ -28,7 +28,7 @@
  * w_ne, v_nw * w_nw))), while its default build (older CPUs, or
  * ATEN_CPU_CAPABILITY=default) rounds every operation. So do we: fused,
  * with the CPU's FMA, where the CPU has AVX2 and FMA and the process's
- * SIMD level (rl_resample_simd(), which RINGLOADER_SIMD and tests cap) is
+ * SIMD level (rl_simd_level(), which RINGLOADER_SIMD and tests cap) is
  * AVX2; plain elsewhere. Nearest is the same either way but where the
  * unnormalisation's rounding lands on a half, which no test has met.
  *
@@ -49,6 +49,7 @@
 
 #include "augment/kernels.h"
 #include "place/place.h"
+#include "simd.h"
 
 /* No fused multiply-adds but the explicit ones, whatever the -std. */
 #if defined(__clang__)
@@ -413,7 +414,7 @@ static int fused_ok(void)
         has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
         __atomic_store_n(&cpu, has, __ATOMIC_RELAXED);
     }
-    return has && rl_resample_simd() >= RL_SIMD_AVX2;
+    return has && rl_simd_level() >= RL_SIMD_AVX2;
 }
 #endif
 

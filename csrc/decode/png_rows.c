@@ -27,7 +27,7 @@
  * the time.
  */
 #include "decode/png_rows.h"
-#include "place/place.h" /* rl_resample_simd: the SIMD level in use */
+#include "simd.h" /* rl_simd_level: the SIMD level in use */
 
 #include <errno.h>
 #include <stdbool.h>
@@ -288,7 +288,7 @@ static paeth_loops paeth_level(void)
 {
     paeth_loops p = {NULL, NULL};
 #if defined(__SSE2__)
-    if (rl_resample_simd() >= RL_SIMD_SSE2) {
+    if (rl_simd_level() >= RL_SIMD_SSE2) {
         p.pixels = paeth_pixels_sse2;
         p.pairs = paeth_pairs_sse2;
     }

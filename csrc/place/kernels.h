@@ -11,7 +11,7 @@
  *
  * This header also says what the build can compile. Where an instruction
  * set is missing its kernels are stubs that do the portable thing, so the
- * callers need no #ifdef; rl_resample_simd() never picks them anyway.
+ * callers need no #ifdef; rl_simd_level() never picks them anyway.
  */
 #ifndef RL_PLACE_KERNELS_H
 #define RL_PLACE_KERNELS_H
@@ -23,23 +23,7 @@
 
 #include "place/taps.h"
 #include "rl.h"
-
-/* SSE2 is part of x86-64, so it needs no flag and no CPU check. AVX2 (and
- * F16C) code is compiled with target attributes, so the build needs no
- * -mavx2, and runs only where rl__cpu_has_avx2() says so. */
-#if defined(__SSE2__)
-#define RL_HAVE_SSE2 1
-#else
-#define RL_HAVE_SSE2 0
-#endif
-#if RL_HAVE_SSE2 && defined(__GNUC__) && \
-    (defined(__x86_64__) || defined(__i386__))
-#define RL_HAVE_AVX2 1
-#define RL_TARGET_AVX2 __attribute__((target("avx2")))
-#define RL_TARGET_F16C __attribute__((target("avx,f16c")))
-#else
-#define RL_HAVE_AVX2 0
-#endif
+#include "simd.h" /* RL_HAVE_SSE2, RL_HAVE_AVX2, RL_TARGET_* */
 
 /*
  * The horizontal pass of one image, planned once by rl__hpass_plan() from
@@ -114,15 +98,9 @@ static inline int rl__vpass_sse2(const uint8_t *const *rows, const int16_t *w,
 #endif
 
 #if RL_HAVE_AVX2
-/* Whether this CPU runs the AVX2 kernels and the F16C store. */
-bool rl__cpu_has_avx2(void);
 rl__hpass4_fn rl__hpass_rows4_avx2;
 rl__vpass_fn rl__vpass_avx2;
 #else
-static inline bool rl__cpu_has_avx2(void)
-{
-    return false;
-}
 #define rl__hpass_rows4_avx2 rl__hpass_rows4_sse2
 #define rl__vpass_avx2 rl__vpass_sse2
 #endif

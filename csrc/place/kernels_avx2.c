@@ -4,7 +4,7 @@
  *
  * DESIGN: the functions carry target attributes, so the build needs no
  * -mavx2 and the rest of the module still runs on any x86-64 CPU; nothing
- * here is called unless rl__cpu_has_avx2() said yes. The horizontal pass
+ * here is called unless rl_simd_cpu_avx2() said yes. The horizontal pass
  * puts two rows' tap pair in one 256-bit multiply-add (two for exact
  * weights; four rows a call, one tap count per image, see kernels.h), and
  * the vertical
@@ -15,19 +15,8 @@
 #include "place/kernels.h"
 
 #if RL_HAVE_AVX2
-#include <cpuid.h>
 #include <immintrin.h>
 #include <string.h>
-
-bool rl__cpu_has_avx2(void)
-{
-    /* The AVX2 level also converts to float16 with F16C, which every CPU
-     * with AVX2 has; both are checked. */
-    __builtin_cpu_init();
-    unsigned a, b, c, d;
-    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
-    return __builtin_cpu_supports("avx2") && f16c;
-}
 
 /*
  * Output pixels [0, nvec) of four rows from k taps each: per tap pair, the

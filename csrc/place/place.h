@@ -21,7 +21,7 @@
  *
  * Every function here is pure computation on memory the caller owns: none
  * blocks, none touches Python, all may be called without the GIL and from
- * any number of threads at once (except rl_resample_set_simd(), see there).
+ * any number of threads at once (except rl_simd_cap(), see there).
  * This stage knows nothing of files, JPEG or Python.
  */
 #ifndef RL_PLACE_H
@@ -172,38 +172,5 @@ void rl_fill_rgb(const rl_dst *dst, int x, int y, int w, int h,
 /* "constant", "edge", "reflect" or "symmetric": an rl_pad_mode's name
  * (NULL past RL_PAD_MODE_COUNT), what the module exports, in order. */
 const char *rl_pad_mode_name(int mode);
-
-/* The SIMD kernels rl_resample and the stores can use; every level gives
- * the same bytes. */
-typedef enum {
-    RL_SIMD_C = 0,
-    RL_SIMD_SSE2 = 1,
-    RL_SIMD_AVX2 = 2, /* with F16C for float16 output */
-    RL_SIMD_COUNT
-} rl_simd;
-
-/* The level in use: the best this build and CPU support, unless capped by
- * the environment (RINGLOADER_SIMD=c, sse2 or avx2 in any case, read once
- * on first use; unset or empty: no cap) or below. Thread-safe. */
-rl_simd rl_resample_simd(void);
-
-/* What RINGLOADER_SIMD held when the level was first chosen: a copy of
- * its value (static storage, at most 63 bytes kept), or NULL when unset;
- * *cap is the level it named, or -1 where it named none (empty, or not a
- * level's name: then nothing was capped, and the caller may warn).
- * Thread-safe; reads the environment first if nothing has. */
-const char *rl_resample_simd_env(int *cap);
-
-/* The level called `name` ("c", "sse2", "avx2", in any case) in *level:
- * 0, or -EINVAL where it names none. */
-int rl_simd_parse(const char *name, rl_simd *level);
-
-/* Caps the level at `level` (for tests and diagnostics). Not thread-safe
- * against running resamples: call it before they start. Returns the level
- * now in use, which is lower than asked where the build or CPU lack it. */
-rl_simd rl_resample_set_simd(rl_simd level);
-
-/* "c", "sse2" or "avx2". */
-const char *rl_simd_name(rl_simd level);
 
 #endif /* RL_PLACE_H */

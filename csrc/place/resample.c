@@ -18,12 +18,8 @@
  * writes its pixels right to left: the vertical pass works column by
  * column, so the result is the same as mirroring the output.
  *
- * The kernels (kernels_*.c) are picked once per call from the SIMD level:
- * the best the build and CPU allow (checked once), capped by
- * RINGLOADER_SIMD (a level's name in any case; empty: no cap) or
- * rl_resample_set_simd() so that the tests can compare the levels, which
- * all give the same bytes. A value that names no level caps nothing, and
- * is kept for the Python module to warn about: C has no voice of its own.
+ * The kernels (kernels_*.c) are picked once per call from the SIMD level
+ * (simd.h), which every level's bytes are the same at.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -37,80 +33,7 @@
 #include "place/place.h"
 #include "place/store.h"
 #include "place/taps.h"
-
-static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
-static int simd_best = RL_SIMD_C;  /* what this build and CPU can run */
-static int simd_level = RL_SIMD_C; /* what rl_resample uses */
-/* What RINGLOADER_SIMD held when it was read (a copy: a later setenv may
- * free getenv's string), and the level it named, -1 for none. Written
- * once under simd_once, read-only after. */
-static bool simd_env_set;
-static char simd_env[64];
-static int simd_env_cap = -1;
-
-int rl_simd_parse(const char *name, rl_simd *level)
-{
-    for (int l = RL_SIMD_C; l < RL_SIMD_COUNT; l++) {
-        if (strcasecmp(name, rl_simd_name((rl_simd)l)) == 0) {
-            *level = (rl_simd)l;
-            return 0;
-        }
-    }
-    return -EINVAL;
-}
-
-static void simd_init(void)
-{
-    if (RL_HAVE_SSE2) {
-        simd_best = RL_SIMD_SSE2;
-    }
-    if (rl__cpu_has_avx2()) {
-        simd_best = RL_SIMD_AVX2;
-    }
-    int level = simd_best;
-    const char *env = getenv("RINGLOADER_SIMD");
-    rl_simd cap;
-    if (env != NULL) {
-        simd_env_set = true;
-        snprintf(simd_env, sizeof(simd_env), "%s", env);
-        /* Empty means the best; a name that is not a level is no cap
-         * either, and is reported (rl_resample_simd_env) rather than
-         * guessed at. */
-        if (rl_simd_parse(env, &cap) == 0) {
-            simd_env_cap = (int)cap;
-            level = (int)cap < level ? (int)cap : level;
-        }
-    }
-    __atomic_store_n(&simd_level, level, __ATOMIC_RELAXED);
-}
-
-const char *rl_resample_simd_env(int *cap)
-{
-    pthread_once(&simd_once, simd_init);
-    *cap = simd_env_cap;
-    return simd_env_set ? simd_env : NULL;
-}
-
-rl_simd rl_resample_simd(void)
-{
-    pthread_once(&simd_once, simd_init);
-    return (rl_simd)__atomic_load_n(&simd_level, __ATOMIC_RELAXED);
-}
-
-rl_simd rl_resample_set_simd(rl_simd level)
-{
-    pthread_once(&simd_once, simd_init);
-    int l = (int)level < simd_best ? (int)level : simd_best;
-    __atomic_store_n(&simd_level, l, __ATOMIC_RELAXED);
-    return (rl_simd)l;
-}
-
-const char *rl_simd_name(rl_simd level)
-{
-    return level == RL_SIMD_AVX2   ? "avx2"
-           : level == RL_SIMD_SSE2 ? "sse2"
-                                   : "c";
-}
+#include "simd.h"
 
 /* n rows (n even, padded with zero weights) -> one row of nbytes, each
  * kernel doing what its vector width allows and the next the rest. */
@@ -245,7 +168,7 @@ int rl_resample(const rl_pixels *src, rl_filter filter, rl_passes passes,
         goto out_free_taps;
     }
     runner ps;
-    ps.simd = rl_resample_simd();
+    ps.simd = rl_simd_level();
     ps.hpass4 = ps.simd == RL_SIMD_AVX2   ? rl__hpass_rows4_avx2
                 : ps.simd == RL_SIMD_SSE2 ? rl__hpass_rows4_sse2
                                           : rl__hpass_rows4_c;

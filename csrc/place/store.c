@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "place/kernels.h"
+#include "simd.h"
 
 #if RL_HAVE_SSE2
 #include <emmintrin.h>
@@ -423,7 +424,7 @@ static void store_rect(const rl_dst *dst, int x, int y, int w, int h,
     enum { CHUNK = 256 };
     uint32_t row[CHUNK]; /* 4-byte aligned, as rl__store_row wants */
     uint8_t *px = (uint8_t *)row;
-    rl_simd simd = rl_resample_simd();
+    rl_simd simd = rl_simd_level();
     if (w <= 0 || h <= 0) {
         return;
     }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "place/place.h"
+#include "simd.h"
 
 /*
  * Writes one row of w RGBX pixels (px, 4-byte aligned, only read) to row y

@@ -17,6 +17,7 @@
 #include "augment/augment.h"
 #include "core/plan.h"
 #include "place/place.h"
+#include "simd.h"
 
 typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_PAIR } field_type;
 

@@ -19,6 +19,7 @@
 #include "deliver/cudart.h"
 #include "place/place.h"
 #include "source/io.h"
+#include "simd.h"
 
 /* decode(data, *, max_pixels, max_scans, allow_truncated, max_decode_bytes,
  *        box) -> (bytes, height, width): the image in RGB, for tests, tools
@@ -223,9 +224,9 @@ static PyObject *py_resample_simd(PyObject *module, PyObject *args)
                          PyTuple_GET_ITEM(args, 0));
             return NULL;
         }
-        rl_resample_set_simd(level);
+        rl_simd_cap(level);
     }
-    return PyUnicode_FromString(rl_simd_name(rl_resample_simd()));
+    return PyUnicode_FromString(rl_simd_name(rl_simd_level()));
 }
 
 /* resample_simd_env() -> (value, cap): what RINGLOADER_SIMD held when the
@@ -236,7 +237,7 @@ static PyObject *py_resample_simd_env(PyObject *module, PyObject *args)
     (void)module;
     (void)args;
     int cap;
-    const char *value = rl_resample_simd_env(&cap);
+    const char *value = rl_simd_env(&cap);
     /* As os.environ decodes it: any bytes, a truncated character too. */
     PyObject *v = value ? PyUnicode_DecodeFSDefault(value) : Py_NewRef(Py_None);
     if (v == NULL) {

@@ -12,6 +12,7 @@
 
 #include "place/place.h"
 #include "check.h"
+#include "simd.h"
 
 #define W 301
 #define H 203
@@ -94,7 +95,7 @@ static void test_clipping_and_levels(rl_passes passes)
     for (int i = 0; i < W * H * 4; i++) {
         src[i] = ((i * 2654435761u) >> 28) & 1 ? 255 : 0;
     }
-    rl_simd before = rl_resample_simd();
+    rl_simd before = rl_simd_level();
     for (size_t f = 0; f < 3; f++) {
         for (int b = 0; b < 4; b++) {
             for (int s = 0; s < 5; s++) {
@@ -102,7 +103,7 @@ static void test_clipping_and_levels(rl_passes passes)
                 const double *x = BOXES[b];
                 size_t n = (size_t)ow * oh * 3;
                 for (int level = RL_SIMD_C; level <= RL_SIMD_AVX2; level++) {
-                    rl_resample_set_simd((rl_simd)level);
+                    rl_simd_cap((rl_simd)level);
                     rl_dst d = packed(out[level], ow);
                     CHECK_EQ(rl_resample(&px, FILTERS[f], passes, x[0], x[1],
                                          x[2], x[3], ow, oh, b == 3, b % 2 == 1,
@@ -126,7 +127,7 @@ static void test_clipping_and_levels(rl_passes passes)
             }
         }
     }
-    rl_resample_set_simd(before);
+    rl_simd_cap(before);
 }
 
 /* The order is followed: shrinking the height only, Pillow 13's order

@@ -17,6 +17,7 @@
 
 #include "augment/kernels.h"
 #include "check.h"
+#include "simd.h"
 
 static uint64_t state = 0x9e3779b97f4a7c15ull;
 
@@ -43,7 +44,7 @@ static uint8_t *warped(const uint8_t *img, int w, int h, const double m[6],
     CHECK(out != NULL);
     memcpy(out, img, n);
     rl_image im = {out, w, h, (size_t)w * 3};
-    rl_resample_set_simd(level);
+    rl_simd_cap(level);
     CHECK_EQ(rl_pil_affine(&im, m, resample, (const uint8_t[3]){9, 200, 77}),
              0);
     return out;
@@ -53,7 +54,7 @@ static uint8_t *warped(const uint8_t *img, int w, int h, const double m[6],
 static void same_at_every_level(const uint8_t *img, int w, int h,
                                 const double m[6])
 {
-    rl_simd best = rl_resample_set_simd(RL_SIMD_AVX2);
+    rl_simd best = rl_simd_cap(RL_SIMD_AVX2);
     for (int resample = RL_PIL_BILINEAR; resample <= RL_PIL_BICUBIC;
          resample++) {
         uint8_t *ref = warped(img, w, h, m, resample, RL_SIMD_C);
@@ -64,7 +65,7 @@ static void same_at_every_level(const uint8_t *img, int w, int h,
         }
         free(ref);
     }
-    rl_resample_set_simd(best);
+    rl_simd_cap(best);
 }
 
 static uint8_t *noise(int w, int h)

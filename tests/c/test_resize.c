@@ -9,6 +9,7 @@
 
 #include "place/place.h"
 #include "check.h"
+#include "simd.h"
 
 #define DST(d, rs, ps, cs)        \
     ((rl_dst){.data = (d),        \
@@ -53,9 +54,9 @@ static void test_store_rgb(void)
     static uint8_t want[MAXW * MAXH * 3 * 4], got[MAXW * MAXH * 3 * 4];
     rl_pixels px = whole(400, 300);
     int sizes[][2] = {{64, 48}, {MAXW, 20}, {1, 1}};
-    rl_simd before = rl_resample_simd();
+    rl_simd before = rl_simd_level();
     for (int level = RL_SIMD_C; level <= RL_SIMD_AVX2; level++) {
-        rl_resample_set_simd((rl_simd)level);
+        rl_simd_cap((rl_simd)level);
         for (int s = 0; s < 3; s++) {
             int ow = sizes[s][0], oh = sizes[s][1];
             size_t stride = (size_t)ow * 3 + PAD; /* not packed rows */
@@ -82,7 +83,7 @@ static void test_store_rgb(void)
             }
         }
     }
-    rl_resample_set_simd(before);
+    rl_simd_cap(before);
 }
 
 /* rl_place of a 40 x 30 image into a 64 x 48 CenterCrop: the image at the
@@ -151,7 +152,7 @@ static void test_crop_first(void)
     int boxes[][4] = {
         {37, 18, 201, 150}, {0, 0, 10, 7}, {390, 290, 10, 10}, {5, 9, 3, 2}};
     int sizes[][2] = {{64, 48}, {224, 224}, {1, 1}, {333, 250}};
-    rl_simd before = rl_resample_simd();
+    rl_simd before = rl_simd_level();
     bool differs = false;
     for (int b = 0; b < 4; b++) {
         int bx = boxes[b][0], by = boxes[b][1], bw = boxes[b][2];
@@ -169,12 +170,12 @@ static void test_crop_first(void)
             rl_resample_span(RL_FILTER_BILINEAR, H, by, bh, oh, true, &y0, &y1);
             CHECK(x0 >= bx && x1 <= bx + bw && y0 >= by && y1 <= by + bh);
             rl_dst dw = DST(want, ow * 3, 3, 1), dg = DST(got, ow * 3, 3, 1);
-            rl_resample_set_simd(RL_SIMD_C);
+            rl_simd_cap(RL_SIMD_C);
             CHECK_EQ(rl_resample(&cut, RL_FILTER_BILINEAR, RL_PASSES_PILLOW13,
                                  0, 0, bw, bh, ow, oh, false, false, &dw),
                      0);
             for (int level = RL_SIMD_C; level <= RL_SIMD_AVX2; level++) {
-                rl_resample_set_simd((rl_simd)level);
+                rl_simd_cap((rl_simd)level);
                 CHECK_EQ(rl_resample(&px, RL_FILTER_BILINEAR,
                                      RL_PASSES_PILLOW13, bx, by, bw, bh, ow, oh,
                                      false, true, &dg),
@@ -188,7 +189,7 @@ static void test_crop_first(void)
         }
     }
     CHECK(differs);
-    rl_resample_set_simd(before);
+    rl_simd_cap(before);
 }
 
 int main(void)

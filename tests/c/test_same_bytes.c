@@ -31,6 +31,7 @@
 #include "jpegmake.h"
 #include "place/place.h"
 #include "rng.h"
+#include "simd.h"
 
 enum { W = 61, H = 47, MAXCASES = 512, KEYLEN = 96 };
 enum { EXACT, COLOR, WARP }; /* what a case's rounding depends on */
@@ -391,9 +392,9 @@ int main(int argc, char **argv)
     CHECK(rl_color_fused());
 #endif
     make_base();
-    rl_simd best = rl_resample_set_simd(RL_SIMD_AVX2);
+    rl_simd best = rl_simd_cap(RL_SIMD_AVX2);
     for (int l = RL_SIMD_C; l <= (int)best; l++) {
-        CHECK_EQ(rl_resample_set_simd((rl_simd)l), l);
+        CHECK_EQ(rl_simd_cap((rl_simd)l), l);
         level_name = rl_simd_name((rl_simd)l);
         colour_cases();
         warp_cases();
@@ -402,7 +403,7 @@ int main(int argc, char **argv)
         dirichlet_cases();
         sample_cases();
     }
-    rl_resample_set_simd(best);
+    rl_simd_cap(best);
     if (write != NULL) {
         FILE *f = fopen(write, "w");
         CHECK(f != NULL);

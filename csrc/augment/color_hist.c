@@ -82,8 +82,7 @@ int rl_k_solarize(rl_image *img, double threshold)
 
 /* ---- per-channel tables: autocontrast, equalize ---- */
 
-/* Applies one table per channel. */
-static void apply_luts(rl_image *img, const uint8_t lut[3][256])
+void rl__image_apply_luts(rl_image *img, const uint8_t lut[3][256])
 {
     for (int y = 0; y < img->h; y++) {
         uint8_t *row = ROW(img, y);
@@ -95,8 +94,7 @@ static void apply_luts(rl_image *img, const uint8_t lut[3][256])
     }
 }
 
-/* Counts each channel's values. */
-static void histograms(const rl_image *img, uint32_t hist[3][256])
+void rl__image_histograms(const rl_image *img, uint32_t hist[3][256])
 {
     memset(hist, 0, sizeof(uint32_t) * 3 * 256);
     for (int y = 0; y < img->h; y++) {
@@ -162,7 +160,7 @@ int rl_k_autocontrast(rl_image *img)
             lut[c][v] = (uint8_t)(int)(d < 255.0f ? d : 255.0f);
         }
     }
-    apply_luts(img, lut);
+    rl__image_apply_luts(img, lut);
     return 0;
 }
 
@@ -173,7 +171,7 @@ int rl_k_equalize(rl_image *img)
 {
     uint32_t hist[3][256];
     uint8_t lut[3][256];
-    histograms(img, hist);
+    rl__image_histograms(img, hist);
     int64_t n = (int64_t)img->w * img->h;
     for (int c = 0; c < 3; c++) {
         int top = 255;
@@ -195,7 +193,7 @@ int rl_k_equalize(rl_image *img)
             cum += hist[c][v];
         }
     }
-    apply_luts(img, lut);
+    rl__image_apply_luts(img, lut);
     return 0;
 }
 

@@ -83,6 +83,13 @@ int rl_policy_apply(rl_image *img, int kind, double magnitude, rl_interp interp,
  * Image.rotate(degrees, resample, fillcolor=fill). resample is Pillow's
  * number: RL_PIL_BILINEAR or RL_PIL_BICUBIC. Return 0 or -ENOMEM. */
 enum { RL_PIL_BILINEAR = 2, RL_PIL_BICUBIC = 3 };
+/* Per-channel tables, shared by torchvision's kernels (color_hist.c, which
+ * defines them) and Pillow's (pil.c): lut[c] applied to channel c of every
+ * pixel; each channel's histogram (a count fits 32 bits: an image's sides
+ * are at most 65535, the plan's RL_MAX_SIDE, so it has under 2^32 pixels). */
+void rl__image_apply_luts(rl_image *img, const uint8_t lut[3][256]);
+void rl__image_histograms(const rl_image *img, uint32_t hist[3][256]);
+
 int rl_pil_invert(rl_image *img);
 int rl_pil_posterize(rl_image *img, int bits);
 int rl_pil_solarize(rl_image *img, int threshold);

@@ -36,45 +36,18 @@
 
 /* ---- look-up tables ---- */
 
-/* Applies lut[c] to channel c of every pixel. */
-static void apply_luts(rl_image *img, const uint8_t lut[3][256])
-{
-    for (int y = 0; y < img->h; y++) {
-        uint8_t *p = ROW(img, y);
-        for (int x = 0; x < img->w; x++, p += 3) {
-            p[0] = lut[0][p[0]];
-            p[1] = lut[1][p[1]];
-            p[2] = lut[2][p[2]];
-        }
-    }
-}
-
 static void apply_lut(rl_image *img, const uint8_t lut[256])
 {
     uint8_t luts[3][256];
     for (int c = 0; c < 3; c++) {
         memcpy(luts[c], lut, 256);
     }
-    apply_luts(img, luts);
+    rl__image_apply_luts(img, luts);
 }
 
 static uint8_t clip8(long v)
 {
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-}
-
-/* The histogram of each channel. */
-static void histograms(const rl_image *img, long hist[3][256])
-{
-    memset(hist, 0, sizeof(long) * 3 * 256);
-    for (int y = 0; y < img->h; y++) {
-        const uint8_t *p = ROW(img, y);
-        for (int x = 0; x < img->w; x++, p += 3) {
-            hist[0][p[0]]++;
-            hist[1][p[1]]++;
-            hist[2][p[2]]++;
-        }
-    }
 }
 
 int rl_pil_invert(rl_image *img)
@@ -125,9 +98,9 @@ int rl_pil_solarize_add(rl_image *img, int add, int threshold)
 
 int rl_pil_autocontrast(rl_image *img)
 {
-    long hist[3][256];
+    uint32_t hist[3][256];
     uint8_t lut[3][256];
-    histograms(img, hist);
+    rl__image_histograms(img, hist);
     for (int c = 0; c < 3; c++) {
         int lo = 0, hi = 255;
         while (lo < 256 && hist[c][lo] == 0) {
@@ -150,15 +123,15 @@ int rl_pil_autocontrast(rl_image *img)
             lut[c][i] = clip8((long)v); /* Python's int(): towards zero */
         }
     }
-    apply_luts(img, lut);
+    rl__image_apply_luts(img, lut);
     return 0;
 }
 
 int rl_pil_equalize(rl_image *img)
 {
-    long hist[3][256];
+    uint32_t hist[3][256];
     uint8_t lut[3][256];
-    histograms(img, hist);
+    rl__image_histograms(img, hist);
     for (int c = 0; c < 3; c++) {
         long total = 0, last = 0;
         int present = 0;
@@ -180,7 +153,7 @@ int rl_pil_equalize(rl_image *img)
             n += hist[c][i];
         }
     }
-    apply_luts(img, lut);
+    rl__image_apply_luts(img, lut);
     return 0;
 }
 

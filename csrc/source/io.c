@@ -96,50 +96,6 @@ bool rl_io_uring_probe(char *why)
 
 /* ---- requests ---- */
 
-#define DIRECT_ALIGN 4096
-
-void rl__io_finish(rl_read *r, int status)
-{
-    if (r->fd >= 0) {
-        close(r->fd);
-        r->fd = -1;
-    }
-    r->status = status;
-    if (status != 0) {
-        free(r->buf);
-        r->buf = NULL;
-        r->data = NULL;
-        r->len = 0;
-        return;
-    }
-    /* What was read from `start` on: keep the bytes asked for. */
-    size_t got = r->len > r->skip ? r->len - r->skip : 0;
-    r->data = r->buf != NULL ? r->buf + r->skip : NULL;
-    r->len = got < r->need ? got : r->need;
-}
-
-void rl__io_align(rl_read *r, size_t *ask)
-{
-    if (!r->direct) {
-        return;
-    }
-    size_t left = r->want - r->len;
-    size_t a = *ask - *ask % DIRECT_ALIGN;
-    *ask = a == 0 ? (left < DIRECT_ALIGN ? left : DIRECT_ALIGN)
-                  : (a < left ? a : left);
-}
-
-bool rl__io_direct_eof(const rl_read *r)
-{
-    return r->direct && r->len % DIRECT_ALIGN != 0;
-}
-
-bool rl__io_eof_ok(const rl_read *r)
-{
-    /* O_DIRECT reads run to an aligned end, past the end of the file. */
-    return r->len >= r->skip + r->need;
-}
-
 /*
  * Opens r and sizes its buffer. Returns 0 with r->fd open and r->buf
  * allocated (r->want bytes, not yet read), or a status with the request
@@ -200,11 +156,11 @@ static int open_request(rl_read *r, uint64_t max_file_bytes)
     r->need = (size_t)size;
     r->want = (size_t)size;
     if (r->direct && size > 0) {
-        uint64_t a = DIRECT_ALIGN;
+        uint64_t a = RL_DIRECT_ALIGN;
         r->start = r->offset / a * a;
         r->skip = (size_t)(r->offset - r->start);
         r->want = (size_t)((r->offset + size + a - 1) / a * a - r->start);
-        r->buf = aligned_alloc(DIRECT_ALIGN, r->want);
+        r->buf = aligned_alloc(RL_DIRECT_ALIGN, r->want);
         return r->buf != NULL ? 0 : -ENOMEM;
     }
     if (size > 0) {
@@ -238,7 +194,7 @@ static ssize_t pread_attempt(rl_read *r, atomic_uint_fast64_t *shared,
             break; /* none, or ask was shortened */
         }
     }
-    rl__io_align(r, &ask);
+    rl__read_align(r, &ask);
     return pread(r->fd, r->buf + r->len, ask, (off_t)(r->start + r->len));
 }
 
@@ -248,7 +204,7 @@ static void read_one(rl_read *r, uint64_t max_file_bytes, uint64_t *own)
 {
     int rc = open_request(r, max_file_bytes);
     if (rc != 0) {
-        rl__io_finish(r, rc);
+        rl__read_finish(r, rc);
         return;
     }
     while (r->len < r->want) {
@@ -257,22 +213,22 @@ static void read_one(rl_read *r, uint64_t max_file_bytes, uint64_t *own)
             if (errno == EINTR || errno == EAGAIN) {
                 continue;
             }
-            rl__io_finish(r, -errno);
+            rl__read_finish(r, -errno);
             return;
         }
         if (got == 0) {
             /* The file shrank after fstat: keep what there is when the
              * whole file was asked for, fail an explicit byte range. */
-            rl__io_finish(r, r->length < 0 || rl__io_eof_ok(r) ? 0 : -EIO);
+            rl__read_finish(r, r->length < 0 || rl__read_eof_ok(r) ? 0 : -EIO);
             return;
         }
         r->len += (size_t)got;
-        if (rl__io_direct_eof(r)) {
+        if (rl__read_direct_eof(r)) {
             break; /* O_DIRECT reads end short only at the end of file */
         }
     }
-    rl__io_finish(
-        r, r->len >= r->want || rl__io_eof_ok(r) || r->length < 0 ? 0 : -EIO);
+    rl__read_finish(
+        r, r->len >= r->want || rl__read_eof_ok(r) || r->length < 0 ? 0 : -EIO);
 }
 
 void rl_io_read_one(rl_read *r, uint64_t max_file_bytes)
@@ -348,7 +304,7 @@ void rl_io_read_batch(rl_io *io, rl_read **reqs, int n, rl_read_done_fn done,
         for (int i = 0; i < n; i++) {
             reqs[i]->fd = -1;
             reqs[i]->buf = NULL;
-            rl__io_finish(reqs[i], -ENOMEM);
+            rl__read_finish(reqs[i], -ENOMEM);
             done(reqs[i], arg);
         }
         return;
@@ -360,10 +316,10 @@ void rl_io_read_batch(rl_io *io, rl_read **reqs, int n, rl_read_done_fn done,
             rl_read *r = reqs[i];
             int rc = open_request(r, io->max_file_bytes);
             if (rc != 0) {
-                rl__io_finish(r, rc);
+                rl__read_finish(r, rc);
                 done(r, arg);
             } else if (r->want == 0) {
-                rl__io_finish(r, 0);
+                rl__read_finish(r, 0);
                 done(r, arg);
             } else {
                 ready[nready++] = r;

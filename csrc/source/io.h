@@ -15,6 +15,7 @@
 #define RL_IO_H
 
 #include "rl.h"
+#include "source/read.h"
 
 typedef enum {
     RL_IO_AUTO = 0, /* io_uring if it works and RINGLOADER_IO allows it */
@@ -22,39 +23,7 @@ typedef enum {
     RL_IO_PREAD = 2,
 } rl_io_backend;
 
-/*
- * One read. The caller fills path, offset, length (and direct); the
- * backend fills buf, data, len and status. On status 0, data holds len
- * bytes inside buf, a malloc'd buffer (possibly NULL when len is 0) that the
- * caller frees. On failure buf is NULL and status is -errno, or RL_ETOOBIG
- * when the file exceeds max_file_bytes.
- *
- * O_DIRECT (direct): the page cache is bypassed, for data sets larger than
- * RAM. The file position, length and buffer are aligned to 4096 bytes (the
- * bytes around the range are read and skipped); a file system that refuses
- * O_DIRECT (tmpfs, some FUSE) is read buffered instead, with direct_refused
- * set so the caller can say so once.
- */
-typedef struct rl_read {
-    const char *path; /* borrowed; must outlive the read */
-    uint64_t offset;  /* first byte to read */
-    int64_t length;   /* bytes to read, or -1 for "to the end of the file" */
-    bool direct;      /* read with O_DIRECT (cleared if the file system
-                       * refuses it; direct_refused then says so) */
-    uint8_t *buf;     /* the allocation, to free */
-    uint8_t *data;    /* the bytes asked for: buf, or inside it (O_DIRECT) */
-    size_t len;       /* bytes at data */
-    int status;
-    bool direct_refused;
-    /* private to the backend */
-    int fd;
-    size_t want; /* bytes to read into buf, from file position start */
-    uint64_t start;
-    size_t skip; /* data - buf */
-    size_t need; /* bytes asked for */
-} rl_read;
-
-typedef void (*rl_read_done_fn)(rl_read *r, void *arg);
+/* A request, rl_read, and what the backends share of it: source/read.h. */
 
 typedef struct rl_io rl_io;
 

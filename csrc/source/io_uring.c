@@ -83,7 +83,7 @@ static bool queue_read(rl__uring *u, rl_read *r)
             left = shorter;
         }
     }
-    rl__io_align(r, &left);
+    rl__read_align(r, &left);
     /* A single read is capped at 1 GiB by the kernel's rw limits anyway. */
     unsigned chunk = left > (1u << 30) ? (1u << 30) : (unsigned)left;
     io_uring_prep_read(sqe, r->fd, r->buf + r->len, chunk, r->start + r->len);
@@ -99,7 +99,7 @@ void rl__uring_read(rl__uring *u, rl_read **reqs, int n, rl_read_done_fn done,
     rl_read **retry = malloc((size_t)(n > 0 ? n : 1) * sizeof(*retry));
     if (retry == NULL) {
         for (int i = 0; i < n; i++) {
-            rl__io_finish(reqs[i], -ENOMEM);
+            rl__read_finish(reqs[i], -ENOMEM);
             done(reqs[i], arg);
         }
         return;
@@ -148,23 +148,24 @@ void rl__uring_read(rl__uring *u, rl_read **reqs, int n, rl_read_done_fn done,
             if (res == -EAGAIN || res == -EINTR) {
                 retry[nretry++] = r;
             } else if (res < 0) {
-                rl__io_finish(r, res);
+                rl__read_finish(r, res);
                 done(r, arg);
             } else if (res == 0) {
                 /* End of file before `want` bytes: an O_DIRECT read's
                  * aligned end, or the file shrank. */
-                rl__io_finish(r, r->length < 0 || rl__io_eof_ok(r) ? 0 : -EIO);
+                rl__read_finish(r,
+                                r->length < 0 || rl__read_eof_ok(r) ? 0 : -EIO);
                 done(r, arg);
             } else {
                 r->len += (size_t)res;
-                if (rl__io_direct_eof(r)) {
-                    rl__io_finish(r,
-                                  rl__io_eof_ok(r) || r->length < 0 ? 0 : -EIO);
+                if (rl__read_direct_eof(r)) {
+                    rl__read_finish(
+                        r, rl__read_eof_ok(r) || r->length < 0 ? 0 : -EIO);
                     done(r, arg);
                 } else if (r->len < r->want) {
                     retry[nretry++] = r;
                 } else {
-                    rl__io_finish(r, 0);
+                    rl__read_finish(r, 0);
                     done(r, arg);
                 }
             }
@@ -185,7 +186,7 @@ void rl__uring_read(rl__uring *u, rl_read **reqs, int n, rl_read_done_fn done,
                  * had started may still land in this buffer, so it is
                  * leaked rather than freed (this path is rare). */
                 reqs[i]->buf = NULL;
-                rl__io_finish(reqs[i], -EIO);
+                rl__read_finish(reqs[i], -EIO);
                 done(reqs[i], arg);
             }
         }

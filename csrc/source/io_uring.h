@@ -1,5 +1,6 @@
 /*
- * source/io_uring.h - the io_uring backend, internal to source/io.c.
+ * source/io_uring.h - the io_uring backend, used by source/io.c only; it
+ * calls nothing of io.c (a request's bookkeeping is source/read.c's).
  *
  * source/io_uring.c is the only file that includes liburing.h. Built without
  * liburing (RL_HAVE_LIBURING undefined), the stubs below report ENOSYS, so
@@ -8,7 +9,7 @@
 #ifndef RL_IO_URING_H
 #define RL_IO_URING_H
 
-#include "source/io.h"
+#include "source/read.h"
 
 typedef struct rl__uring rl__uring;
 
@@ -53,19 +54,5 @@ static inline bool rl__uring_broken(const rl__uring *u)
     return true;
 }
 #endif
-
-/* Helpers shared by both backends, defined in source/io.c. */
-void rl__io_finish(rl_read *r, int status);
-/* At end of file: true when every byte asked for was read (O_DIRECT reads
- * aim past the end of the file). */
-bool rl__io_eof_ok(const rl_read *r);
-/*
- * Before each read attempt: O_DIRECT needs the file position, the buffer
- * address and the length aligned, so *ask is cut to whole blocks (reads
- * then only end short, mid-block, at the end of the file).
- */
-void rl__io_align(rl_read *r, size_t *ask);
-/* True when an O_DIRECT read ended mid-block: the end of the file. */
-bool rl__io_direct_eof(const rl_read *r);
 
 #endif /* RL_IO_URING_H */

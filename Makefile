@@ -13,6 +13,9 @@
 #                    JPEG, PNG, WebP) and the HTTP response checks, atheris
 #                    on the shard index's tar walk; then the regression
 #                    inputs (needs clang, libclang-rt-14-dev)
+#   make docs        the documentation site (mkdocs.yml, docs/) built into
+#                    site/ with warnings as errors, its tools in a venv of
+#                    their own, .venv-docs (docs/requirements.txt)
 #   make check-aarch64  the C unit tests (tests/c) cross-compiled for
 #                    aarch64 with the same flags (-Werror) and run under
 #                    qemu-user, and the bytes of the kernels compared with
@@ -35,7 +38,7 @@ DEMO_IMAGES ?= 2000
 DEMO_PLOT ?= benchmarks/out/demo.png
 
 .PHONY: demo test install install-test deps venv test-asan fuzz lint format wheel sdist \
-	check-aarch64
+	check-aarch64 docs
 
 # .venv is made once and its packages installed again when
 # requirements-dev.txt changes; the stamp says the install went through.
@@ -135,6 +138,25 @@ check-aarch64:
 wheel: deps
 	$(PY) -m pip install -q -r packaging/requirements.txt
 	$(WERROR) $(PY) packaging/wheels.py
+
+# The documentation site, from docs/ (mkdocs.yml; docs/hooks.py brings in
+# the README as its front page, CONTRIBUTING.md, and the benchmarks' results
+# and plots), into site/; a warning fails the build (--strict). The API
+# reference is read from python/'s sources, docstrings and stubs (griffe),
+# without importing ringloader, so it needs no build. MkDocs and its plugins
+# go into a virtual environment of their own, .venv-docs, with the pinned
+# versions of docs/requirements.txt: neither .venv nor the Python you have
+# active gets them. `rm -rf .venv-docs site` undoes it.
+DOCS_VENV ?= .venv-docs
+DOCS_PY := $(abspath $(DOCS_VENV))/bin/python
+DOCS_STAMP = $(DOCS_VENV)/.ringloader-docs-deps
+$(DOCS_STAMP): docs/requirements.txt
+	test -x $(DOCS_PY) || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_PY) -m pip install -q -r docs/requirements.txt
+	touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_PY) -m mkdocs build --strict --site-dir site
 
 # The source distribution: `pip install ringloader-*.tar.gz` builds against
 # the system's libraries, as `pip install .` does.

@@ -1,8 +1,14 @@
-"""The README as a new user reads it: the set-up lines do what a fresh
-machine needs, the data line makes the folder the examples read, and the
-Python examples run as written on it. (CI's fresh-checkout step in .ci/run
-also runs the set-up lines themselves, in a new virtual environment.)"""
+"""The README and the documentation site's pages as a new user reads them:
+the README's set-up lines do what a fresh machine needs, the data line makes
+the folder the examples read, and every Python example of the README and of
+the site's pages (docs/, and what the site brings in: CONTRIBUTING.md, the
+benchmarks' results) runs as written on it. (CI's fresh-checkout step in
+.ci/run also runs the set-up lines themselves, in a new virtual environment.)
+docs/distributed.md's examples run in test_docs_distributed.py instead: a
+DDP script under torchrun, a script stopped and resumed, on data of their
+own."""
 
+import glob
 import os
 import re
 import shlex
@@ -15,15 +21,47 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = "/tmp/ringloader-readme-data"
 MARKER = ".ringloader-data.json"  # what `ringloader data` leaves in a folder
+# Pages whose examples another test runs, as their page says they are run.
+ELSEWHERE = {"docs/distributed.md": "test_docs_distributed.py"}
 
 
-def readme() -> str:
-    with open(os.path.join(ROOT, "README.md")) as f:
+def read(page: str) -> str:
+    with open(os.path.join(ROOT, page)) as f:
         return f.read()
 
 
-def blocks():
-    return re.findall(r"```python\n(.*?)```", readme(), re.S)
+def readme() -> str:
+    return read("README.md")
+
+
+def pages() -> list[str]:
+    """The README and every page of the site, as paths from the checkout."""
+    found = ["README.md", "CONTRIBUTING.md"]
+    for pattern in ("docs/**/*.md", "benchmarks/**/*.md"):
+        found += sorted(
+            os.path.relpath(p, ROOT)
+            for p in glob.glob(os.path.join(ROOT, pattern), recursive=True)
+            if "/out/" not in p
+        )
+    return found
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+def examples() -> list[tuple[str, str]]:
+    """(page, code) of every Python example this test runs, in page order."""
+    return [
+        (page, code)
+        for page in pages()
+        if page not in ELSEWHERE
+        for code in python_blocks(read(page))
+    ]
+
+
+def blocks() -> list[str]:
+    return [code for _, code in examples()]
 
 
 def setup_lines() -> list[str]:
@@ -140,13 +178,34 @@ def data():
     return DATA
 
 
-def test_readme_has_examples():
-    assert len(blocks()) >= 3
+def test_readme_is_a_front_page():
+    """The README is the front page (at most 400 lines): it keeps the
+    Set-up lines and the two commands, which .ci/run reads from it, and
+    links every guide of the site, where the rest lives."""
+    text = readme()
+    assert len(text.splitlines()) <= 400
+    assert "\n## Set-up" in text and "\n## The two commands\n" in text
+    guides = sorted(glob.glob(os.path.join(ROOT, "docs", "guide", "*.md")))
+    assert guides
+    for page in guides:
+        assert f"](docs/guide/{os.path.basename(page)})" in text, page
+
+
+def test_readme_and_pages_have_examples():
+    """The README keeps its one-line change; the examples that moved out of
+    it into the site's pages are all found there (15 in all, none lost),
+    and each page's Python is either run here or named in ELSEWHERE."""
+    assert len(python_blocks(readme())) >= 1
+    assert len(examples()) >= 15
+    guides = {page for page, _ in examples() if page.startswith("docs/guide/")}
+    assert len(guides) >= 9
+    for page in ELSEWHERE:
+        assert python_blocks(read(page)), page
 
 
 def s3_example_env(code: str, data: str, stack) -> dict:
     """For an example reading ``s3://BUCKET/PREFIX{a..b}.tar``: an S3-API
-    server on 127.0.0.1 (moto) holding those shards, made from the README's
+    server on 127.0.0.1 (moto) holding those shards, made from the examples'
     folder, and the environment that points boto3 at it, as a user points
     it at MinIO. Empty for other examples."""
     import io
@@ -184,7 +243,16 @@ def s3_example_env(code: str, data: str, stack) -> dict:
     return server.env()
 
 
-@pytest.mark.parametrize("i", range(len(blocks())))
+def example_ids() -> list[str]:
+    seen: dict = {}
+    ids = []
+    for page, _ in examples():
+        seen[page] = seen.get(page, 0) + 1
+        ids.append(f"{page}:{seen[page]}")
+    return ids
+
+
+@pytest.mark.parametrize("i", range(len(examples())), ids=example_ids())
 def test_readme_example_runs(data, i):
     import contextlib
 

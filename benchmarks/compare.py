@@ -206,15 +206,22 @@ def write_plots(
     return paths
 
 
-def profile_link(out: Path) -> str:
-    """The link from ``out``'s RESULTS.md to benchmarks/PROFILE.md."""
-    return os.path.relpath(HERE / "PROFILE.md", out.resolve())
+def profile_link(out: Path) -> Optional[str]:
+    """The link from ``out``'s RESULTS.md to benchmarks/PROFILE.md, when
+    ``out`` is in this checkout; None elsewhere (a link out of a scratch
+    folder would lead through the machine's folders, and nowhere once the
+    results are moved into the repository)."""
+    root, where = HERE.parent, out.resolve()
+    if where != root and root not in where.parents:
+        return None
+    return os.path.relpath(HERE / "PROFILE.md", where)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
+    given = argv if argv is not None else sys.argv[1:]
     command = "python benchmarks/compare.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+        shlex.quote(a) for a in system.portable_command(given)
     )
     setup_errors = (
         peers.setup(args.venv) if args.setup else peers.setup_errors(args.venv)
@@ -230,7 +237,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     with contextlib.suppress(FileNotFoundError):  # a fresh FFCV conversion, timed
         os.remove(os.path.join(harness.WORK_DIR, "data.beton"))
 
-    info = system.machine_info(args.python)
+    info = system.machine_info(args.python, str(HERE))
     scaling = (
         [c for c in ("ringloader", "dataloader") if c in args.contenders]
         if args.scaling

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import ringloader
-from ringloader.bench import contenders, data, harness, report
+from ringloader.bench import contenders, data, harness, report, system
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.dirname(os.path.dirname(os.path.abspath(ringloader.__file__)))
@@ -68,7 +68,11 @@ def test_child_imports_ringloader_from_the_build(folder, tmp_path):
     results = harness.run_rounds([spec], 2, harness.Runner(timeout=300), say=None)
     (r,) = results
     assert "error" not in r, r.get("traceback", r.get("error"))
-    assert r["ringloader_path"] == os.path.join(BUILD, "ringloader")
+    # Imported from the build (else an error), recorded by version and commit.
+    assert r["ringloader_version"] == ringloader.__version__
+    assert r["ringloader_commit"] == system.ringloader_commit(
+        os.path.join(BUILD, "ringloader")
+    )
     assert r["images_per_epoch"] == 9 and len(r["rounds_images_per_s"]) == 2
     assert r["peak_rss_mb"] > 0 and r["cpu_s_per_image"] > 0
     table = report.builds_table(results, ["here"], ["eval"], [1])
@@ -153,12 +157,61 @@ def test_compare_runs_the_bound_and_reports_non_jpeg_files(tmp_path):
     assert not [r.get("error") for r in results if "error" in r], proc.stderr[-3000:]
     assert by_name["decode-bound"]["images_per_s"] > 0
     tvio = " ".join(by_name["dataloader-tvio"]["notes"])
-    assert f"1 of 12 files are not JPEG (the first: {png})" in tvio
+    first = os.path.relpath(png, root)  # within the data, not the machine
+    assert f"1 of 12 files are not JPEG (the first: {first})" in tvio
     md = (out / "RESULTS.md").read_text()
     links = re.findall(r"\]\(([^)#]+)\)", md)
-    assert links and any(link.endswith("PROFILE.md") for link in links)
+    assert links and "`benchmarks/PROFILE.md`" in md  # out is not in the checkout
     for link in links:
         assert (out / link).exists(), link
+    # Results are committed and shared: they name no folder of this machine
+    # (the data, the output, where ringloader was imported from), and say
+    # which ringloader ran by version and commit.
+    text = md + (out / "compare-results.json").read_text()
+    for folder in _machine_folders(tmp_path):
+        assert folder not in text, folder
+    versions = json.loads((out / "compare-results.json").read_text())["machine"]
+    commit = versions["versions"]["ringloader commit"]
+    assert re.fullmatch(r"[0-9a-f]{12}(-dirty)?( \(.*\))?", commit), commit
+    assert f"ringloader {ringloader.__version__}, commit {commit}" in md
+
+
+def _machine_folders(tmp_path) -> list[str]:
+    """Folders of this machine a result could leak: the test's, the
+    checkout's, the interpreter's, where ringloader and the harness were
+    imported from, the home folder."""
+    folders = {str(tmp_path), ROOT, sys.prefix, BUILD, os.path.expanduser("~")}
+    folders.add(os.path.dirname(os.path.abspath(contenders.__file__)))
+    return sorted(f for f in folders if f not in ("", "/"))
+
+
+def test_results_name_versions_and_commits_not_folders(tmp_path):
+    """What the report code records of the machine and of a run's command
+    line: the ringloader version and commit, paths cut to their names."""
+    import json
+    import re
+
+    info = system.machine_info(sys.executable)
+    for folder in _machine_folders(tmp_path):
+        assert folder not in json.dumps(info), folder
+    assert info["versions"]["ringloader"] == ringloader.__version__
+    assert info["versions"]["ringloader commit"]
+    # Installed (not imported from a checkout): the benchmark's checkout.
+    outside = str(tmp_path / "site-packages" / "ringloader")
+    os.makedirs(outside)
+    commit = system.ringloader_commit(outside, ROOT)
+    assert re.fullmatch(
+        r"[0-9a-f]{12}(-dirty)? \(the benchmark's checkout; .*\)", commit
+    )
+    args = ["--data", str(tmp_path / "imgs"), f"--out={tmp_path}/res/", "--builds"]
+    args.append(f"old={tmp_path}/old/python,new=python")
+    assert system.portable_command(args) == [
+        "--data",
+        "imgs",
+        "--out=res",
+        "--builds",
+        "old=python,new=python",
+    ]
 
 
 def test_a_contender_that_cannot_start_is_logged(tmp_path, monkeypatch, capsys):

@@ -137,7 +137,11 @@ def test_every_contender_runs_against_the_servers(shard_dir, tmp_path):
         assert r["images_per_epoch"] == IMAGES, r["contender"]
         assert set(r["watched_cpu_s_per_image"]) == {"s3"}
         if r["contender"].startswith("ringloader"):
-            assert r["ringloader_path"] == os.path.join(BUILD, "ringloader")
+            # Imported from the build (else an error), recorded by version and commit.
+            assert r["ringloader_version"] == ringloader.__version__
+            assert r["ringloader_commit"] == system.ringloader_commit(
+                os.path.join(BUILD, "ringloader")
+            )
             assert r["counters_per_image"]["io_cpu_s"] >= 0
     by = {r["contender"]: r for r in results}
     # rclone serves 12 images within a clock tick: its CPU time is read (the

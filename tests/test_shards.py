@@ -62,13 +62,11 @@ def data(tmp_path_factory):
             files.append((f"class_{c}/img_{i:02d}", c, blob))
     shards = base / "tars"
     shards.mkdir()
-    # Shard 0, GNU format: long names, .cls members before their images,
-    # images in reverse order (the keys first appear in sample order).
+    # Shard 0, GNU format: long names, each .cls member before its image.
     chunk = files[0:5]
     with tarfile.open(shards / "train-000.tar", "w", format=tarfile.GNU_FORMAT) as tf:
-        for key, c, _ in chunk:
+        for key, c, blob in chunk:
             _add(tf, f"{LONG_DIR}/{key}.cls", str(c).encode())
-        for key, _, blob in reversed(chunk):
             _add(tf, f"{LONG_DIR}/{key}.jpg", blob)
     # Shard 1, pax format: non-ASCII and long names, a .json member per
     # sample, a sample with no image and a stray directory entry.
@@ -198,8 +196,9 @@ def test_image_key_preference(tmp_path):
     assert len(TarShards(str(tmp_path / "s.tar"), image_key=("seg.png",))) == 1
 
 
-def test_duplicate_members_last_wins(tmp_path):
-    """As when the tar is extracted (``tar -r`` appends a newer copy)."""
+def test_a_key_met_again_is_a_sample_of_its_own(tmp_path):
+    """As WebDataset groups members: a new sample whenever the key changes
+    (a shard written by appending, ``tar -r``, repeats a key)."""
     a, b = jpeg_bytes("baseline", 40, 50, 1), jpeg_bytes("baseline", 30, 20, 2)
     with tarfile.open(tmp_path / "s.tar", "w") as tf:
         _add(tf, "x.jpg", a)
@@ -209,8 +208,9 @@ def test_duplicate_members_last_wins(tmp_path):
         _add(tf, "x.jpg", b)
         _add(tf, "x.cls", b"2")
     ds = TarShards(str(tmp_path / "s.tar"))
-    assert [ds.key(i) for i in range(2)] == ["x", "y"]
-    assert ds.read(0) == b and ds.targets.tolist() == [2, 5]
+    assert [ds.key(i) for i in range(len(ds))] == ["x", "y", "x"]
+    assert ds.targets.tolist() == [1, 5, 2]
+    assert [ds.read(i) for i in range(3)] == [a, a, b]
 
 
 def test_missing_or_bad_label(tmp_path):

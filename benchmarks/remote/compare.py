@@ -291,8 +291,9 @@ def extra_versions() -> dict[str, str]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
+    given = argv if argv is not None else sys.argv[1:]
     command = "python benchmarks/remote/compare.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+        shlex.quote(a) for a in system.portable_command(given)
     )
     # The children (cwd: the harness's work folder) import the ringloader
     # this process imported, whatever a relative PYTHONPATH said.
@@ -310,7 +311,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     root = shards.build(folder, args.data_dir, shards=args.shards, seed=args.seed)
     names = shards.shard_names(args.shards)
     pattern = shards.pattern(args.shards)
-    info = system.machine_info(sys.executable)
+    info = system.machine_info(
+        sys.executable, os.path.dirname(os.path.abspath(__file__))
+    )
     index = [local_scan(root, pattern, names)]
 
     s3_server = RcloneS3 if args.s3_server == "rclone" else remote.MotoProcess
@@ -410,9 +413,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         upload_s=upload_s,
         json_name=JSON_NAME,
         data_desc=data.summary(folder),
-        shards_desc=f"`{root}`: " + shards.summary(root),
+        shards_desc=f"`{os.path.basename(root.rstrip('/'))}`: " + shards.summary(root),
         versions=extra_versions(),
-        ringloader_path=here,
     )
     (out / "RESULTS.md").write_text(results_md(cfg, info, results, written))
     harness.write_json(

@@ -10,8 +10,8 @@ and data from that package. Anywhere else they are ringloader.bench's.
 import sys
 
 if "_ringloader_bench" in sys.modules:  # a harness child
-    from _ringloader_bench import base, data  # type: ignore[import-not-found]
+    from _ringloader_bench import base, data, system  # type: ignore[import-not-found]
 else:
-    from ringloader.bench import base, data
+    from ringloader.bench import base, data, system
 
-__all__ = ["base", "data"]
+__all__ = ["base", "data", "system"]

@@ -43,7 +43,7 @@ import tempfile
 import time
 from typing import Any, Iterator, Optional
 
-from ._bench import base
+from ._bench import base, system
 
 CROP, Contender, recipe_steps = base.CROP, base.Contender, base.recipe_steps
 
@@ -101,12 +101,8 @@ class RingloaderShards(Contender):
     packages = ("ringloader", "urllib3", "boto3")
 
     def load(self) -> None:
-        import ringloader
+        self.extra.update(system.imported_ringloader(self.spec.build))
         import torch  # noqa: F401
-
-        self.extra["ringloader_path"] = os.path.dirname(
-            os.path.abspath(ringloader.__file__)
-        )
 
     def build(self) -> None:
         import ringloader

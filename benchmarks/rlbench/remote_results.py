@@ -11,6 +11,7 @@ from typing import Any, Optional
 from ringloader.bench.report import fmt, md_table, rate, ratio
 
 from .remote import LABELS, STORE
+from .results import ringloader_line
 
 LOCAL = "ringloader-local"
 TARGET = 0.9  # ringloader over HTTP/S3 against its own local-disk rate
@@ -274,10 +275,10 @@ def results_md(
         f"- servers, on 127.0.0.1: {cfg['servers']}",
         f"- batch size {cfg['batch_size']}, {cfg['threads']} threads / workers, 1 warm-up "
         f"epoch + {cfg['epochs']} timed epochs; ringloader prefetch {cfg['prefetch']}",
-        f"- ringloader imported from `{cfg.get('ringloader_path', '?')}`",
+        "- " + ringloader_line(v.get("ringloader"), v.get("ringloader commit")),
         "- versions: "
         + ", ".join(
-            f"{k} {x}" for k, x in sorted(v.items()) if not k.endswith(" path")
+            f"{k} {x}" for k, x in sorted(v.items()) if not k.startswith("ringloader")
         ),
         "",
         "Every contender yields the same batches: uint8 (B, 3, 224, 224) contiguous NCHW "

@@ -62,7 +62,9 @@ def _notes(results: list[dict]) -> list[str]:
         if r.get("conversion_reused"):
             extra.append("conversion reused from an earlier run of this command")
         if r.get("build"):
-            extra.append(f"ringloader from `{r.get('ringloader_path', r['build'])}`")
+            extra.append(
+                ringloader_line(r.get("ringloader_version"), r.get("ringloader_commit"))
+            )
         lines.append(
             f"- **{label(r['contender'])}**: " + "; ".join(r.get("notes", []) + extra)
         )
@@ -103,6 +105,11 @@ HOW = (
 )
 
 
+def ringloader_line(version: Any, commit: Any) -> str:
+    """Which ringloader ran: its version and commit, never its folder."""
+    return f"ringloader {version or '?'}, commit {commit or 'unknown'}"
+
+
 def results_md(
     cfg: dict[str, Any], info: dict, results: list[dict], plots: list[str]
 ) -> str:
@@ -125,16 +132,13 @@ def results_md(
         f"- machine: {info.get('cpu', '?')}, {info['cores']} cores (contenders pinned to "
         f"CPUs {cfg['cpus'][: max(threads)]}), {info.get('ram_gb', 0):.0f} GiB RAM, Linux "
         f"{info['kernel']}; 1-min load average at start {load:.2f}",
-        f"- data: `{cfg['data']}`: {cfg['data_desc']}",
+        f"- data: `{os.path.basename(cfg['data'].rstrip('/'))}`: {cfg['data_desc']}",
         f"- batch size {cfg['batch_size']}, {_threads(threads)} threads / workers, "
         f"1 warm-up epoch + {cfg['epochs']} timed epochs; ringloader prefetch {cfg['prefetch']}",
         "- versions: "
-        + ", ".join(f"{k} {x}" for k, x in v.items() if not k.endswith(" path")),
+        + ", ".join(f"{k} {x}" for k, x in v.items() if not k.startswith("ringloader")),
+        "- " + ringloader_line(v.get("ringloader"), v.get("ringloader commit")),
     ]
-    if v.get("ringloader path"):
-        lines.append(
-            f"- ringloader imported from `{os.path.dirname(v['ringloader path'])}`"
-        )
     lines += [
         "",
         "Every contender yields the same batches: uint8 (B, 3, 224, 224) contiguous NCHW "
@@ -188,9 +192,12 @@ def results_md(
         lines += ["", "(in brackets: scaling efficiency against 1 thread)", ""]
     lines += _failures(results, cfg.get("setup_errors", {})) + _notes(results)
     lines += rounds_line(results)
+    # A link only where it leads within the repository (out inside it).
+    profile = cfg.get("profile")
+    profile = f"[PROFILE.md]({profile})" if profile else "`benchmarks/PROFILE.md`"
     lines += [
         f"Raw numbers: `{cfg['json_name']}` (next to this file). Where ringloader's time "
-        f"goes (perf, by library and kernel): [PROFILE.md]({cfg.get('profile', 'PROFILE.md')}), made with "
+        f"goes (perf, by library and kernel): {profile}, made with "
         "`benchmarks/profile_decode.py`.",
         "",
     ]

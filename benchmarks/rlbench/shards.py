@@ -155,5 +155,5 @@ def summary(out_dir: str) -> str:
     return (
         f"{n} uncompressed tar shards of {total / max(1, n) / 1e6:.1f} MB on average "
         f"({total / 1e6:.1f} MB), {p.get('images', 0)} samples (KEY.jpg + KEY.cls) "
-        f"shuffled across them (seed {p.get('seed', 0)}), from `{p.get('folder', '?')}`"
+        f"shuffled across them (seed {p.get('seed', 0)}), from `{os.path.basename(str(p.get('folder', '?')).rstrip('/'))}`"
     )

@@ -60,9 +60,12 @@ static CURL *easy_take(http_source *s)
     return s->nidle > 0 ? s->idle[--s->nidle] : rl__http_easy_new(s);
 }
 
+/* An idle handle keeps no key: its signing options go before it waits
+ * in the pool (http_sign.c says what is wiped and what is libcurl's). */
 static void easy_give(http_source *s, CURL *e)
 {
     curl_multi_remove_handle(s->multi, e);
+    rl__http_unsign(e);
     if (s->nidle < (int)(sizeof(s->idle) / sizeof(s->idle[0]))) {
         s->idle[s->nidle++] = e;
     } else {

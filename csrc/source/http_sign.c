@@ -12,10 +12,21 @@
  * the URL's path must already be S3's canonical form of the key: each
  * byte but A-Z a-z 0-9 - . _ ~ / as %XX, which is how the Python side
  * writes it (datasets/presign.py, key_path); "a/./b" and "a/../b" are
- * sent as they are (CURLOPT_PATH_AS_IS, set for S3 objects). The secret
- * and the token reach libcurl's options and the headers of the request,
- * never a message; the secret and the token are wiped when their keys
- * are freed.
+ * sent as they are (CURLOPT_PATH_AS_IS, set for S3 objects).
+ *
+ * The secret and the token reach libcurl's options and the headers of
+ * the request, never a message. What this source owns is wiped before it
+ * is freed: the keys (the secret and the token line, when they are
+ * replaced or the source destroyed) and each attempt's header list (the
+ * token line is one of its strings). An easy handle that goes back to
+ * the pool has its signing options (CURLOPT_AWS_SIGV4, CURLOPT_USERNAME,
+ * CURLOPT_PASSWORD, CURLOPT_HTTPHEADER) set to NULL first, so an idle
+ * handle holds no key and cannot sign. Not wiped: libcurl's own copies,
+ * which are libcurl's to free and which it frees without wiping them
+ * (the strings CURLOPT_USERNAME and CURLOPT_PASSWORD copy, released when
+ * the option is set again, to NULL on return to the pool, or when the
+ * handle is cleaned up; the request it builds, token line included, in
+ * its buffers), nor the Python strings the keys came from.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,7 +66,7 @@ CURLcode rl__http_sign_attempt(xfer *x, CURL *e, const rl_http_keys *k)
         if (h != NULL && k->token[0] != '\0') {
             struct curl_slist *t = curl_slist_append(h, k->token);
             if (t == NULL) {
-                curl_slist_free_all(h);
+                rl__http_headers_free(h);
             }
             h = t;
         }
@@ -76,14 +87,33 @@ CURLcode rl__http_sign_attempt(xfer *x, CURL *e, const rl_http_keys *k)
         curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
         return rc;
     }
+#endif
+    rl__http_unsign(e);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+    return CURLE_OK;
+}
+
+void rl__http_unsign(CURL *e)
+{
+#if LIBCURL_VERSION_NUM >= 0x074b00
     curl_easy_setopt(e, CURLOPT_AWS_SIGV4, NULL);
 #endif
+    /* Setting CURLOPT_AWS_SIGV4 chose SigV4 as the scheme; NULL does not
+     * undo that, this does (and with no user name nothing is sent). */
     curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
     curl_easy_setopt(e, CURLOPT_USERNAME, NULL);
     curl_easy_setopt(e, CURLOPT_PASSWORD, NULL);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
-    return CURLE_OK;
+}
+
+void rl__http_headers_free(struct curl_slist *h)
+{
+    /* The list and its strings are ours (curl_slist_append copies each
+     * line into memory the application frees), so they can be wiped. */
+    for (struct curl_slist *i = h; i != NULL; i = i->next) {
+        explicit_bzero(i->data, strlen(i->data));
+    }
+    curl_slist_free_all(h);
 }
 
 /* A copy of a key's field: non-empty, at most max bytes, no control

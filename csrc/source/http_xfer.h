@@ -159,6 +159,16 @@ void rl__http_keys_free(rl_http_keys *k);
  * x->sign. Returns libcurl's status (CURLE_OUT_OF_MEMORY). */
 CURLcode rl__http_sign_attempt(xfer *x, CURL *e, const rl_http_keys *k);
 
+/* Clears e's signing options (SigV4, user name, password, headers), so
+ * that e holds no key and cannot sign: before it goes back to the pool
+ * of idle handles. libcurl frees its copies of those strings (without
+ * wiping them: they are libcurl's). */
+void rl__http_unsign(CURL *e);
+
+/* Frees a header list built for an attempt (NULL is fine), each line
+ * wiped first: a session token travels in one. */
+void rl__http_headers_free(struct curl_slist *h);
+
 /* A sample's place in its object, sorted by (object, offset, key) with
  * rl__http_place_cmp: the blocks (http_cache.c) and runs (http_runs.c)
  * are neighbours in that order. key: the sample's id, or its index in a

@@ -7,8 +7,8 @@ DESIGN: the input is a whole shard. It is walked twice, as a local file
 (a BytesIO) and as a remote shard streamed in chunks (``_ForwardReader``,
 chunk sizes chosen by the input's length); both walks must agree. A walk
 may end only in a ShardError (naming the shard) or in index arrays whose
-every member lies inside the shard, with keys and extensions that index
-their tables; any other exception is a finding, as is a member outside
+every member lies inside the shard, with samples numbered in member
+order and extensions that index their table; any other exception is a finding, as is a member outside
 the file.
 
 Run: python fuzz_tar.py [libFuzzer flags] CORPUS_DIR SEEDS_DIR (needs
@@ -55,7 +55,10 @@ def _check(z: dict, size: int) -> None:
     assert np.all(offsets >= 0) and np.all(sizes >= 0)
     assert np.all(offsets + sizes <= size), "a member past the end"
     if n:
-        assert z["key_ids"].min() >= 0 and z["key_ids"].max() < n
+        groups = z["key_ids"]
+        assert groups[0] == 0, "the first sample is not sample 0"
+        steps = np.diff(groups)
+        assert np.all((steps == 0) | (steps == 1)), "samples out of member order"
         assert z["ext_codes"].min() >= 0
         assert z["ext_codes"].max() < len(z["exts_offsets"]) - 1
 

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from . import data
+from . import data, system
 from .base import AUGMENT, MEAN, STD, Contender, augment_recipe, recipe_steps, split
 
 # In a checkout; benchmarks/compare.py sets it to its own folder's, so that
@@ -91,7 +91,8 @@ class TorchDataLoader(Contender):
             if others:
                 self.notes.append(
                     f"{len(others)} of {len(ds)} files are not JPEG (the first: "
-                    f"{others[0]}), decoded with torchvision.io.decode_image"
+                    f"{os.path.relpath(others[0], s.data)}), decoded with "
+                    "torchvision.io.decode_image"
                 )
         self.loader = torch.utils.data.DataLoader(
             ds,
@@ -125,14 +126,7 @@ class Ringloader(Contender):
         import ringloader
         import torch  # noqa: F401
 
-        where = os.path.dirname(os.path.abspath(ringloader.__file__))
-        self.extra["ringloader_path"] = where
-        build = self.spec.build
-        if build and not where.startswith(os.path.abspath(build) + os.sep):
-            raise RuntimeError(
-                f"ringloader was imported from {where}, not from the build {build} "
-                "(is its _core built there? python setup.py build_ext --inplace)"
-            )
+        self.extra.update(system.imported_ringloader(self.spec.build))
         with contextlib.suppress(Exception):
             self.extra["libjpeg_version"] = ringloader._core.libjpeg_version
         if self.spec.pipeline in AUGMENT:  # the recipes are torchvision's

@@ -227,7 +227,13 @@ def package_versions(names: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-_VERSIONS_PROBE = """
+# The probe's private field: where ringloader was imported from, turned
+# into a commit and dropped (a result names no folder of the machine).
+_FOLDER = "ringloader folder"
+
+_VERSIONS_PROBE = (
+    f"FOLDER = {_FOLDER!r}"
+    + """
 import contextlib, json, platform
 from importlib import metadata
 v = {"python": platform.python_version()}
@@ -239,15 +245,90 @@ with contextlib.suppress(Exception):
     from PIL import features
     v["pillow libjpeg-turbo"] = features.version("libjpeg_turbo")
 with contextlib.suppress(Exception):
-    import ringloader
-    v["ringloader path"] = ringloader.__file__
+    import os, ringloader
+    v[FOLDER] = os.path.dirname(os.path.abspath(ringloader.__file__))
 print(json.dumps(v))
 """
+)
 
 
-def machine_info(python: str) -> dict[str, Any]:
+def git_commit(folder: str) -> Optional[str]:
+    """The commit of the git checkout that holds ``folder`` (12 hex
+    digits, "-dirty" when tracked files differ from it); None outside a
+    checkout, in a folder it ignores (a virtual environment inside it: an
+    installed copy, not its source), or without git."""
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["git", "-C", folder, *args], capture_output=True, text=True, timeout=60
+        )
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        if head.returncode != 0 or git("check-ignore", "-q", ".").returncode == 0:
+            return None
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def ringloader_commit(folder: str, repo: Optional[str] = None) -> str:
+    """What a result records of the ringloader it ran: the commit of the
+    checkout it was imported from (``folder``), else, for an installed
+    copy, that of ``repo`` (the benchmark's own checkout) saying so; never
+    the folder itself."""
+    commit = git_commit(folder)
+    if commit is not None:
+        return commit
+    commit = git_commit(repo) if repo else None
+    if commit is not None:
+        return f"{commit} (the benchmark's checkout; ringloader was installed)"
+    return "unknown (an installed copy, outside a git checkout)"
+
+
+def imported_ringloader(build: Optional[str] = None) -> dict[str, str]:
+    """The version and commit (:func:`ringloader_commit`) of the ringloader
+    this process imported, as a contender's result records them. Raises
+    RuntimeError when ``build`` (a python/ folder) is given and ringloader
+    was imported from elsewhere: the run would time another build."""
+    import ringloader
+
+    folder = os.path.dirname(os.path.abspath(ringloader.__file__))
+    if build and not folder.startswith(os.path.abspath(build) + os.sep):
+        raise RuntimeError(
+            f"ringloader was imported from {folder}, not from the build {build} "
+            "(is its _core built there? python setup.py build_ext --inplace)"
+        )
+    return {
+        "ringloader_version": ringloader.__version__,
+        "ringloader_commit": ringloader_commit(folder),
+    }
+
+
+def portable_command(args: list[str]) -> list[str]:
+    """``args`` with each absolute path cut to its last component, also
+    after ``=`` and between commas (``--builds old=/x/python,new=python``):
+    how a run was made, without the machine's folders."""
+    out = []
+    for arg in args:
+        parts = []
+        for part in arg.split(","):
+            head, eq, tail = part.partition("=")
+            if os.path.isabs(part):
+                part = os.path.basename(part.rstrip("/")) or part
+            elif eq and os.path.isabs(tail):
+                part = f"{head}={os.path.basename(tail.rstrip('/')) or tail}"
+            parts.append(part)
+        out.append(",".join(parts))
+    return out
+
+
+def machine_info(python: str, repo: Optional[str] = None) -> dict[str, Any]:
     """Date, CPU, cores, RAM, kernel, load average, and the versions that
-    ``python`` (the contenders' interpreter) sees."""
+    ``python`` (the contenders' interpreter) sees, with the commit of the
+    ringloader it imports (see :func:`ringloader_commit`; ``repo``: the
+    benchmark's checkout)."""
     info: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "kernel": platform.release(),
@@ -265,6 +346,9 @@ def machine_info(python: str) -> dict[str, Any]:
             [python, "-c", _VERSIONS_PROBE], capture_output=True, text=True, timeout=120
         )
         info["versions"] = json.loads(out.stdout.strip().splitlines()[-1])
+    folder = info["versions"].pop(_FOLDER, None)
+    if folder is not None:
+        info["versions"]["ringloader commit"] = ringloader_commit(folder, repo)
     with contextlib.suppress(Exception):
         pc = subprocess.run(
             ["pkg-config", "--modversion", "libjpeg"], capture_output=True, text=True

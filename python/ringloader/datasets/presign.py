@@ -149,7 +149,7 @@ def signing_keys(
     region = url_base(client, bucket)[1] or client.meta.region_name
     if not region:
         return None
-    return Keys(creds_of, region, isinstance(creds, RefreshableCredentials))
+    return Keys(creds_of, region, isinstance(creds, RefreshableCredentials), creds)
 
 
 def client_credentials(client: Any) -> Any:
@@ -164,12 +164,19 @@ class Keys:
     """``Remote.keys``: (region, access key, secret key, session token or
     None) of the boto3 credentials ``creds_of()``, read at each call
     (``get_frozen_credentials``: boto3 renews refreshable ones there when
-    due). ``refreshed``: they change over time. Its repr names no key."""
+    due). ``refreshed``: they change over time. ``creds``: the credentials
+    ``creds_of()`` gave when the keys were made, if known, for ``==``.
+    Its repr names no key."""
 
     def __init__(
-        self, creds_of: Callable[[], Any], region: str, refreshed: bool
+        self,
+        creds_of: Callable[[], Any],
+        region: str,
+        refreshed: bool,
+        creds: Any = None,
     ) -> None:
         self._creds_of = creds_of
+        self._creds = creds
         self.region = region
         self.refreshed = refreshed
 
@@ -179,9 +186,16 @@ class Keys:
 
     def __eq__(self, other: object) -> bool:
         """The same region and credentials (a composition of datasets is
-        signed with one set of keys)."""
-        return isinstance(other, Keys) and (
-            other._creds_of == self._creds_of or other() == self()
+        signed with one set of keys): the same provider, the same
+        credentials object, or long-term keys of equal values. Nothing is
+        read from a provider (which may renew credentials, or be slow)."""
+        return (
+            isinstance(other, Keys)
+            and other.region == self.region
+            and (
+                other._creds_of == self._creds_of
+                or _same_credentials(other._creds, self._creds)
+            )
         )
 
     def __hash__(self) -> int:
@@ -189,6 +203,25 @@ class Keys:
 
     def __repr__(self) -> str:
         return f"<S3 signing keys for {self.region}>"
+
+
+def _same_credentials(a: Any, b: Any) -> bool:
+    """Whether boto3 credentials ``a`` and ``b`` are the same, known
+    without renewing either: one object, or both long-term keys (botocore's
+    plain ``Credentials``, whose fields are values, not properties that
+    refresh) of equal values."""
+    if a is None or b is None:
+        return False
+    if a is b:
+        return True
+    from botocore.credentials import Credentials
+
+    return (
+        type(a) is Credentials
+        and type(b) is Credentials
+        and (a.access_key, a.secret_key, a.token)
+        == (b.access_key, b.secret_key, b.token)
+    )
 
 
 class Urls:

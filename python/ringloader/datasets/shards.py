@@ -1,8 +1,10 @@
 """WebDataset-style tar shards read in place, as random-access byte ranges.
 
 A shard is a plain POSIX tar file (ustar, GNU or pax; not compressed) whose
-members are grouped into samples by basename, as WebDataset groups them:
-``dir/abc.jpg`` and ``dir/abc.cls`` form the sample ``dir/abc``. Nothing is
+members are grouped into samples as WebDataset groups them: consecutive
+members of one key, ``dir/abc.jpg`` then ``dir/abc.cls``, form the sample
+``dir/abc``; a key met again after another is a new sample (see
+:mod:`.tarindex` for the rules). Nothing is
 unpacked or converted: the loader reads each sample's image member straight
 out of the shard with one ranged read, from a local file or, for shards
 given by ``http(s)://`` or ``s3://`` URL, with a ranged GET (:mod:`.remote`).

@@ -1,17 +1,30 @@
 """The index of one tar shard: every member's name, data offset and size,
-the sample (WebDataset key) each member belongs to, and the integer value
-of tiny members (``.cls`` labels), so that a shard is read by byte range
-without parsing its tar headers again.
+the sample each member belongs to, and the integer value of tiny members
+(``.cls`` labels), so that a shard is read by byte range without parsing
+its tar headers again.
+
+Members are grouped into samples as WebDataset groups them: walking the
+tar in order, a member whose key (see :func:`split_key`) differs from the
+previous member's starts a new sample. ``a.jpg a.cls b.jpg b.cls a.jpg
+a.cls`` is three samples, the second ``a`` a sample of its own. Members
+without a key (no extension), WebDataset's metadata (``__name__``) and
+anything but regular files (directories, links) are left out and do not
+end a sample; an extension twice in one sample is refused, as WebDataset
+refuses it.
 
 The index is a ``.npz`` file written next to the shard
 (``<shard>.idx.npz``) or, when the shard's folder is not writable, in the
-cache directory (see :mod:`.cache`). It records the shard's size and mtime
-and is rebuilt when either changes. A remote shard's index (HTTP(S), S3)
-is its sidecar (``<url>.idx.npz``) when one records its size, else is
-built from the shard streamed once; it is kept in the cache directory
-with the shard's size and ETag, and rebuilt when either changes. Tar headers are parsed by Python's
-``tarfile``; building the index checks that every member lies inside the
-file, so a truncated shard fails there, naming the shard and the member.
+cache directory (see :mod:`.cache`). It records the format's version and
+the shard's size and mtime, and is rebuilt when any of them differs, or
+when its arrays do not hold together (a member past the shard's end,
+samples out of member order): an index is never read in a way its shard
+contradicts. A remote shard's index (HTTP(S), S3) is its sidecar
+(``<url>.idx.npz``) when one records its size, else is built from the
+shard streamed once; it is kept in the cache directory with the shard's
+size and ETag, and rebuilt when either changes. Tar headers are parsed by
+Python's ``tarfile``; building the index checks that every member lies
+inside the file, so a truncated shard fails there, naming the shard and
+the member.
 """
 
 from __future__ import annotations
@@ -52,7 +65,9 @@ __all__ = [
 
 log = logging.getLogger("ringloader")
 
-SHARD_INDEX_VERSION = 1
+# 2: key_ids number the samples in member order (a key met again later is
+# a sample of its own); 1 numbered keys, merging a key's samples.
+SHARD_INDEX_VERSION = 2
 # Members up to this size are read while indexing, and their value kept
 # when they hold an integer (the ".cls" labels of WebDataset).
 _SMALL_MEMBER = 64
@@ -63,6 +78,10 @@ _INT_TEXT = re.compile(rb"\s*[-+]?\d+\s*")
 # lets out (a pax record length past ssize_t: OverflowError, found by
 # tests/fuzz/fuzz_tar.py; bad numbers and names: ValueError).
 _TAR_FAILURES = (tarfile.TarError, ValueError, OverflowError, EOFError)
+# WebDataset's metadata members, which belong to no sample: a name that
+# starts with "__x__" followed by "/" or its end, or a top-level name
+# that starts and ends with "__".
+_META = re.compile(r"__[^/]*__(/|$)")
 
 
 class ShardError(ValueError):
@@ -72,13 +91,29 @@ class ShardError(ValueError):
 
 
 def split_key(name: str) -> tuple[str, str] | None:
-    """(key, extension) of a member name as WebDataset splits it: the key
-    runs to the first dot of the last path component; None without one."""
+    """(key, extension) of a member name as WebDataset splits it, the
+    extension lowercased; None for a name without one.
+
+    The key runs to the first dot of the last path component: ``d/a.b.c``
+    is (``d/a``, ``b.c``). When that component starts with a dot
+    (``d/.x``), the key is its folder with the slash (``d/``) unless the
+    folder's own name holds a dot (then there is no key); a top-level dot
+    file, or a last component without a dot, has none."""
     slash = name.rfind("/")
     dot = name.find(".", slash + 1)
-    if dot <= slash + 1:  # no dot, or a dot file: no key
+    if dot < 0:
         return None
+    if dot == slash + 1:  # a dot file: its folder is the key, if any
+        if slash < 0 or "." in name[name.rfind("/", 0, slash) + 1 : slash]:
+            return None
     return name[:dot], name[dot + 1 :].lower()
+
+
+def _is_meta(name: str) -> bool:
+    return bool(
+        _META.match(name)
+        or ("/" not in name and name.startswith("__") and name.endswith("__"))
+    )
 
 
 def key_of(name: str) -> str:
@@ -110,8 +145,10 @@ def _scan(f: BinaryIO, name: str, size: int) -> dict[str, np.ndarray]:
     key_ids: list[int] = []
     ext_codes: list[int] = []
     ints: list[int] = []
-    keys: dict[str, int] = {}
     exts: dict[str, int] = {}
+    key: str | None = None  # the current sample's key
+    group = -1  # its number
+    seen: set[str] = set()  # its extensions
     last = "the start of the archive"
     head = f.read(4)
     f.seek(0)
@@ -146,9 +183,18 @@ def _scan(f: BinaryIO, name: str, size: int) -> dict[str, np.ndarray]:
         if m.sparse is not None:
             raise ShardError(f"{name}: member {m.name!r} is a sparse file")
         split = split_key(m.name)
-        if split is None:
+        if split is None or _is_meta(m.name):
             continue
-        key, ext = split
+        if split[0] != key:
+            key, group = split[0], group + 1
+            seen.clear()
+        ext = split[1]
+        if ext in seen:
+            raise ShardError(
+                f"{name}: member {m.name!r} repeats the .{ext} member of "
+                f"sample {key!r}; a sample has one member per extension"
+            )
+        seen.add(ext)
         value = _NO_INT
         if m.size <= _SMALL_MEMBER:
             f.seek(m.offset_data)  # tarfile seeks on from where it left
@@ -160,7 +206,7 @@ def _scan(f: BinaryIO, name: str, size: int) -> dict[str, np.ndarray]:
         names.append(os.fsencode(m.name))
         offsets.append(m.offset_data)
         sizes.append(m.size)
-        key_ids.append(keys.setdefault(key, len(keys)))
+        key_ids.append(group)
         ext_codes.append(exts.setdefault(ext, len(exts)))
         ints.append(value)
     # tarfile stops quietly at a header that is cut short or is not a
@@ -206,20 +252,65 @@ def _scan_shard(path: str, st: os.stat_result) -> dict[str, np.ndarray]:
     return {**_header(os.path.abspath(path), st.st_size, st.st_mtime_ns), **members}
 
 
+def _holds_together(z: dict[str, np.ndarray], size: int) -> bool:
+    """Whether index arrays ``z`` can be read against a shard of ``size``
+    bytes: the arrays of one length, every member inside the shard, the
+    samples numbered in member order from 0 (so that one written another
+    way, or by hand, is rebuilt, not misread), the extensions in their
+    table."""
+    offsets, sizes, groups, codes = (
+        z["offsets"],
+        z["sizes"],
+        z["key_ids"],
+        z["ext_codes"],
+    )
+    n = len(offsets)
+    if not (
+        len(sizes) == len(groups) == len(codes) == len(z["ints"]) == n
+        and len(z["names_offsets"]) == n + 1
+    ):
+        return False
+    if n == 0:
+        return True
+    steps = np.diff(groups)
+    return bool(
+        offsets.min() >= 0
+        and sizes.min() >= 0
+        and (offsets + sizes).max() <= size
+        and groups[0] == 0
+        and (n == 1 or (steps.min() >= 0 and steps.max() <= 1))
+        and codes.min() >= 0
+        and codes.max() < len(z["exts_offsets"]) - 1
+    )
+
+
+def _describes(z: dict[str, np.ndarray] | None, size: int) -> bool:
+    """Whether index arrays ``z`` are of this format and describe a shard
+    of ``size`` bytes in a way that holds together."""
+    if z is None:
+        return False
+    try:
+        return (
+            int(z["version"]) == SHARD_INDEX_VERSION
+            and int(z["size"]) == size
+            and _holds_together(z, size)
+        )
+    except (KeyError, ValueError, TypeError, IndexError):
+        return False
+
+
 def _valid(
     z: dict[str, np.ndarray] | None, path_abs: str | None, st: os.stat_result
 ) -> bool:
     """Whether index arrays ``z`` describe the shard as it is now. A
     sidecar copied along with its shard stays valid (``path_abs`` None);
     a cached index must name the same shard."""
-    if z is None:
+    if not _describes(z, st.st_size):
         return False
+    assert z is not None
     try:
-        return (
-            int(z["version"]) == SHARD_INDEX_VERSION
-            and int(z["size"]) == st.st_size
-            and int(z["mtime_ns"]) == st.st_mtime_ns
-            and (path_abs is None or os.fsdecode(z["shard"].tobytes()) == path_abs)
+        return int(z["mtime_ns"]) == st.st_mtime_ns and (
+            path_abs is None or os.fsdecode(z["shard"].tobytes()) == path_abs
         )
     except (KeyError, ValueError, TypeError):
         return False
@@ -317,14 +408,11 @@ class _ForwardReader:
 def _valid_remote(z: dict[str, np.ndarray] | None, size: int, etag: str) -> bool:
     """Whether a cached index describes the remote shard as it is now:
     same size and validator (ETag)."""
-    if z is None:
+    if not _describes(z, size):
         return False
+    assert z is not None
     try:
-        return (
-            int(z["version"]) == SHARD_INDEX_VERSION
-            and int(z["size"]) == size
-            and z["etag"].tobytes().decode() == etag
-        )
+        return z["etag"].tobytes().decode() == etag
     except (KeyError, ValueError, TypeError, UnicodeDecodeError):
         return False
 
@@ -337,10 +425,7 @@ def _sidecar_arrays(name: str, client: Client, size: int) -> dict | None:
         return None
     try:
         arrays = read_npz(io.BytesIO(data))
-        if (
-            int(arrays["version"]) == SHARD_INDEX_VERSION
-            and int(arrays["size"]) == size
-        ):
+        if _describes(arrays, size):
             return arrays
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         pass
@@ -384,9 +469,7 @@ def select_samples(
     label_key: str | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(image member per sample, label per sample) of one shard, in the
-    order the samples' keys first appear. Samples without an image member
-    are dropped; among duplicate members the last one wins, as when a tar
-    is extracted."""
+    order of its samples. Samples without an image member are dropped."""
     exts = list(StringBlob(z["exts_blob"], z["exts_offsets"]))
     key_ids, ext_codes = z["key_ids"], z["ext_codes"]
     n = len(key_ids)
@@ -399,7 +482,7 @@ def select_samples(
     )
     rank = rank_of[ext_codes]
     member = np.arange(n, dtype=np.int64)
-    order = np.lexsort((-member, rank, key_ids))  # key, then rank, then last
+    order = np.lexsort((member, rank, key_ids))  # sample, then rank
     first = np.ones(n, dtype=bool)
     first[1:] = key_ids[order][1:] != key_ids[order][:-1]
     best = order[first]  # one member per key, keys in increasing id
@@ -411,7 +494,7 @@ def select_samples(
     if label_key in exts:
         code = exts.index(label_key)
         holders = np.nonzero(ext_codes == code)[0]  # in member order
-        label_member[key_ids[holders]] = holders  # the last duplicate wins
+        label_member[key_ids[holders]] = holders  # one per sample
     names = StringBlob(z["names_blob"], z["names_offsets"])
     wanted = label_member[key_ids[images]]
     missing = np.nonzero(wanted < 0)[0]
@@ -434,8 +517,8 @@ def select_members(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(member, rank) per sample of one shard, for the samples whose image
     members are ``images``: the sample's member whose extension comes
-    first in ``exts`` (among duplicates the last one), and that
-    extension's position in ``exts``; -1 for a sample with none."""
+    first in ``exts``, and that extension's position in ``exts``; -1 for
+    a sample with none."""
     names_exts = list(StringBlob(z["exts_blob"], z["exts_offsets"]))
     key_ids, ext_codes = z["key_ids"], z["ext_codes"]
     out = np.full(len(images), -1, dtype=np.int64)
@@ -444,8 +527,8 @@ def select_members(
         return out, rank
     best = np.full(int(key_ids.max()) + 1, -1, dtype=np.int64)
     best_rank = np.full(len(best), -1, dtype=np.int64)
-    # From the least preferred extension to the most, members in order:
-    # a later write wins, so the preferred extension's last member stays.
+    # From the least preferred extension to the most: a later write wins,
+    # so the preferred extension's member stays.
     for r in range(len(exts) - 1, -1, -1):
         if exts[r] not in names_exts:
             continue

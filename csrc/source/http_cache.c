@@ -287,17 +287,8 @@ void rl__http_cache_store(http_source *s, const xfer *x)
     if (!cache_open(s, j)) {
         return;
     }
-    size_t put = 0;
-    while (put < x->len) {
-        ssize_t w = pwrite(s->cfd[j], x->buf + put, x->len - put,
-                           (off_t)(x->off + put));
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        if (w <= 0) {
-            return; /* a full disk: the bytes stay uncached */
-        }
-        put += (size_t)w;
+    if (!rl__http_write_at(s->cfd[j], (const char *)x->buf, x->len, x->off)) {
+        return; /* a full disk: the bytes stay uncached */
     }
     s->cached[id] = 1;
     s->cbytes[j] += x->len;
@@ -331,6 +322,7 @@ bool rl__http_block_begin(http_source *s, xfer *x, int64_t b)
     }
     uint64_t span = s->bend[b] - s->boff[b];
     x->blk = b;
+    x->sink_fd = s->cfd[j];
     x->off = s->boff[b];
     x->want = (int64_t)span;
     s->bstate[b] = B_BUSY;
@@ -338,25 +330,6 @@ bool rl__http_block_begin(http_source *s, xfer *x, int64_t b)
     s->cbytes[j] += span; /* its room, taken now */
     s->ctotal += span;
     s->cused[j] = ++s->ctick;
-    return true;
-}
-
-bool rl__http_block_write(http_source *s, const xfer *x, const char *p,
-                          size_t k)
-{
-    int fd = s->cfd[s->obj[x->f->id]];
-    size_t put = 0;
-    while (put < k) {
-        ssize_t w =
-            pwrite(fd, p + put, k - put, (off_t)(x->off + x->len + put));
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        if (w <= 0) {
-            return false;
-        }
-        put += (size_t)w;
-    }
     return true;
 }
 

@@ -1,7 +1,8 @@
 /*
  * source/http_xfer.c - one fetch of the HTTP source over its attempts:
  * the easy handle's options, the callbacks that write the body into the
- * fetch's buffer and read the headers that matter (status, Content-Range,
+ * fetch's buffer (a block's GET: into its cache file, whose descriptor the
+ * cache hands over in sink_fd) and read the headers that matter (status, Content-Range,
  * Content-Length, Retry-After), the verdict on each attempt, and the
  * backoff before the next (see source/http.c for the whole design).
  */
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "source/http_xfer.h"
 #include "testing/hooks.h"
@@ -127,6 +129,22 @@ static bool grow(xfer *x, size_t need)
     return true;
 }
 
+bool rl__http_write_at(int fd, const char *p, size_t k, uint64_t at)
+{
+    size_t put = 0;
+    while (put < k) {
+        ssize_t w = pwrite(fd, p + put, k - put, (off_t)(at + put));
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            return false;
+        }
+        put += (size_t)w;
+    }
+    return true;
+}
+
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
     xfer *x = arg;
@@ -148,7 +166,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
         if (x->blk >= 0) {
             /* counted before the write: a failed one may have put some */
             x->wrote = x->len + k > x->wrote ? x->len + k : x->wrote;
-            if (!rl__http_block_write(x->s, x, p, k)) {
+            if (!rl__http_write_at(x->sink_fd, p, k, x->off + x->len)) {
                 x->failure = F_CACHE;
                 return 0;
             }
@@ -499,6 +517,7 @@ void rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f)
     x->off = s->offsets[f->id];
     x->want = s->lengths[f->id];
     x->blk = -1;
+    x->sink_fd = -1;
     x->run = -1;
     memset(&f->rd, 0, sizeof(f->rd));
     f->data = NULL;

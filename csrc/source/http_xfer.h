@@ -90,6 +90,8 @@ typedef struct xfer {
     int64_t want; /* bytes asked for, -1: the whole object */
     int64_t blk;  /* the block this attempt fetches into the cache, or the
                    * block an X_HOLD fetch waits for; -1: none */
+    int sink_fd;  /* blk's GET: the cache file its body is written into,
+                   * at the body's offset in the object; -1: none */
     int run;      /* the run (source/http.c) an X_HOLD fetch waits for; -1 */
     size_t wrote; /* a block's bytes written into the cache file, the most
                    * of any attempt (each starts at the block's start) */
@@ -275,8 +277,10 @@ bool rl__http_block_begin(http_source *s, xfer *x, int64_t b);
  * to members. x is made a fetch of its own member again. */
 void rl__http_block_end(http_source *s, xfer *x);
 
-/* Writes body bytes of x's block into its cache file. false on failure. */
-bool rl__http_block_write(http_source *s, const xfer *x, const char *p,
-                          size_t k);
+/* Writes the k bytes at p into fd at offset `at`, retrying short writes
+ * and EINTR: how fetched bytes reach a cache file (the body of a block's
+ * GET as it arrives, a member's bytes once fetched). false on failure (a
+ * full disk), with what was written left in place. */
+bool rl__http_write_at(int fd, const char *p, size_t k, uint64_t at);
 
 #endif /* RL_HTTP_XFER_H */

@@ -45,7 +45,7 @@ LAYERS: list[list[str]] = [
     ["_pipeline"],  # the only module that calls _core.Pipeline
     ["_fallback", "_frameworks"],  # _frameworks: the frameworks' hooks
     ["loader"],
-    ["dataloader", "metrics", "index"],  # index: the old path, for cli
+    ["dataloader", "metrics"],
     ["timm"],  # timm's create_loader (over dataloader)
     ["__init__"],
     ["bench.*"],  # the benchmark harness (imports ringloader itself)

@@ -3,8 +3,8 @@
 - ``bench``: ringloader and torch's DataLoader side by side on the same
   JPEG folder, same transforms, same uint8 output, for each thread count;
   prints a table and plots images/s against threads.
-- ``index ROOT``: builds the ImageFolder index cache (when this version has
-  ``ringloader.index``).
+- ``index ROOT``: builds the ImageFolder index cache
+  (``ringloader.datasets.index``).
 - ``info``: versions, I/O backend, CUDA, libjpeg-turbo, SIMD, CPUs.
 - ``data DIR``: writes a small ImageNet-like ImageFolder tree of generated
   JPEGs (what the README's examples read), once.
@@ -184,26 +184,14 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    try:
-        index = importlib.import_module("ringloader.index")
-    except ModuleNotFoundError as e:
-        if e.name != "ringloader.index":
-            raise
-        index = None
-    build = getattr(index, "build_index", None)
-    if build is None:
-        print(
-            "ringloader index: not available in this version of ringloader "
-            f"({_version('ringloader')}): it has no ringloader.index.build_index",
-            file=sys.stderr,
-        )
-        return 2
+    from .datasets.index import build_index
+
     kwargs: dict[str, Any] = {"cache_dir": args.cache_dir, "progress": args.progress}
     if args.force:
         kwargs["force"] = True
     t0 = time.perf_counter()
     try:
-        index = build(args.root, **kwargs)
+        index = build_index(args.root, **kwargs)
     except (OSError, ValueError) as e:
         print(f"ringloader index: {e}", file=sys.stderr)
         return 1

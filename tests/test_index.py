@@ -107,6 +107,16 @@ def test_extensions(tree, tmp_path):
     assert any(p.endswith("notes.txt") for p in ours.paths)
 
 
+def test_one_list_of_image_formats_torchvisions_extensions():
+    """Folders and shards read one list of formats; as extensions it is
+    the set torchvision's ImageFolder accepts."""
+    from ringloader.datasets import folder, shards
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    assert set(folder.IMG_EXTENSIONS) == set(IMG_EXTENSIONS)
+    assert folder.IMG_EXTENSIONS == tuple("." + k for k in shards.IMAGE_KEYS)
+
+
 def test_empty_class_and_no_class(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.txt").write_bytes(b"")

@@ -8,17 +8,12 @@ from typing import Any, Callable, Optional, Sequence, Union
 from .base import ImageDataset, read_file
 from .targets import as_targets, item
 
-IMG_EXTENSIONS = (
-    ".jpg",
-    ".jpeg",
-    ".png",
-    ".ppm",
-    ".bmp",
-    ".pgm",
-    ".tif",
-    ".tiff",
-    ".webp",
-)
+# The image formats a data set's files may be in, one list for folders and
+# shards: as a tar sample's keys, in the order they are tried for its image
+# (WebDataset's extensions); as file extensions, the set torchvision's
+# ImageFolder accepts (its IMG_EXTENSIONS, in another order).
+IMAGE_KEYS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff")
+IMG_EXTENSIONS = tuple("." + key for key in IMAGE_KEYS)
 
 
 def find_classes(

@@ -31,6 +31,7 @@ import numpy as np
 
 from .base import ImageDataset, PathLike, Sources
 from .cache import StringBlob, load_npz
+from .folder import IMAGE_KEYS
 from .fields import MAX_FIELD_BYTES, FieldTable, field_table, kind_of, parse_fields
 from .progress import bar as progress_bar
 from .remote import Client, has_magic, is_url, redact
@@ -46,8 +47,6 @@ from .tarindex import (
 
 __all__ = ["IMAGE_KEYS", "ShardError", "TarShards"]
 
-# Extensions (WebDataset "keys") tried in this order for a sample's image.
-IMAGE_KEYS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff")
 # Remote shards indexed at once (each waits on the network).
 _INDEX_THREADS = 8
 # With cache_limit: the most bytes of neighbouring members one ranged GET

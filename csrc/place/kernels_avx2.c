@@ -6,13 +6,13 @@
  * -mavx2 and the rest of the module still runs on any x86-64 CPU; nothing
  * here is called unless rl_simd_cpu_avx2() said yes. The horizontal pass
  * puts two rows' tap pair in one 256-bit multiply-add (two for exact
- * weights; four rows a call, one tap count per image, see kernels.h), and
+ * weights; four rows a call, one tap count per image, see resample_kernels.h), and
  * the vertical
  * pass works 32 bytes at a time. Unpacks and packs all stay within 128-bit
  * lanes, so each lane does exactly the SSE2 computation and the bytes are
  * the same as the SSE2 and portable kernels'.
  */
-#include "place/kernels.h"
+#include "place/resample_kernels.h"
 
 #if RL_HAVE_AVX2
 #include <immintrin.h>

@@ -13,7 +13,7 @@
  * weight is used whole here (hi * 2^11 + lo): the sum is the same 32-bit
  * integer the vector kernels assemble from their two accumulators.
  */
-#include "place/kernels.h"
+#include "place/resample_kernels.h"
 
 /* Rounds the sum a (its half already added) of `bits` fraction bits down
  * and clamps it to a byte. */

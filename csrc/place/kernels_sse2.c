@@ -7,13 +7,13 @@
  * pmaddwd for their lo parts, into accumulators of their own (taps.h). Pixels are 4 bytes (RGBX), so one output
  * pixel of the horizontal pass is one 4 x 32-bit accumulator; four rows are
  * done together because their windows and weights are the same, all with
- * the image's largest tap count (kernels.h, rl__hpass). The
+ * the image's largest tap count (resample_kernels.h, rl__hpass). The
  * vertical pass is a plain weighted sum of whole rows, 16 bytes at a time.
  * Taps are processed in pairs; an odd last tap is paired with a zero
  * weight, and a window that would read past the decoded region is left to
  * the portable kernel, which computes the same sum.
  */
-#include "place/kernels.h"
+#include "place/resample_kernels.h"
 
 #if RL_HAVE_SSE2
 #include <emmintrin.h>

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "place/kernels.h"
+#include "place/resample_kernels.h"
 #include "place/place.h"
 #include "place/store.h"
 #include "place/taps.h"

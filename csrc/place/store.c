@@ -21,7 +21,7 @@
 
 #include <string.h>
 
-#include "place/kernels.h"
+#include "place/resample_kernels.h"
 #include "simd.h"
 
 #if RL_HAVE_SSE2

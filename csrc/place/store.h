@@ -15,7 +15,7 @@
  * Writes one row of w RGBX pixels (px, 4-byte aligned, only read) to row y
  * of dst from column 0, converted to dst's dtype with the kernels of level
  * simd. Writes nothing outside those w pixels. A mirrored output is the
- * horizontal pass's business (kernels.h): rows come here in output order.
+ * horizontal pass's business (resample_kernels.h): rows come here in output order.
  */
 void rl__store_row(const rl_dst *dst, const uint8_t *px, int w, int y,
                    rl_simd simd);

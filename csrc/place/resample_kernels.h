@@ -1,7 +1,7 @@
 /*
- * place/kernels.h - the resampler's inner loops, one file per instruction
- * set (internal to the place stage): kernels_c.c (portable, the reference),
- * kernels_sse2.c and kernels_avx2.c. Every kernel computes the same
+ * place/resample_kernels.h - the resampler's inner loops, one file per
+ * instruction set (internal to the place stage): kernels_c.c (portable, the
+ * reference), kernels_sse2.c and kernels_avx2.c. Every kernel computes the same
  * integer sums of the same weights, so every level writes the same bytes.
  * Weights come in two precisions (taps.h): 14-bit, one 16-bit weight a
  * tap, and exact (Pillow's 22-bit integers), a hi and a lo part a tap,
@@ -13,8 +13,8 @@
  * set is missing its kernels are stubs that do the portable thing, so the
  * callers need no #ifdef; rl_simd_level() never picks them anyway.
  */
-#ifndef RL_PLACE_KERNELS_H
-#define RL_PLACE_KERNELS_H
+#ifndef RL_PLACE_RESAMPLE_KERNELS_H
+#define RL_PLACE_RESAMPLE_KERNELS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -226,4 +226,4 @@ rl__vpass_fn rl__vpass_avx2;
         return k;                                                             \
     }
 
-#endif /* RL_PLACE_KERNELS_H */
+#endif /* RL_PLACE_RESAMPLE_KERNELS_H */

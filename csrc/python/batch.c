@@ -118,7 +118,7 @@ static void dl_type_of(rl_dtype t, dl_dtype *out)
 
 static void batch_dealloc(batch_object *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
+    PyTypeObject *tp = Py_TYPE((PyObject *)self);
     if (self->slot != NULL) {
         rl_slot_release(self->slot);
     }
@@ -128,7 +128,7 @@ static void batch_dealloc(batch_object *self)
     Py_XDECREF(self->ids);
     Py_XDECREF(self->extras);
     Py_XDECREF(self->others);
-    tp->tp_free(self);
+    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
     Py_DECREF(tp);
 }
 
@@ -206,7 +206,7 @@ static int batch_getbuffer(batch_object *self, Py_buffer *view, int flags)
     }
     /* Writable exports are fine: the slot belongs to the consumer now. */
     view->buf = rl_slot_data(self->slot) + self->offset;
-    view->obj = Py_NewRef(self);
+    view->obj = Py_NewRef((PyObject *)self);
     view->readonly = 0;
     view->itemsize = itemsize;
     view->format = (flags & PyBUF_FORMAT) ? formats[self->dtype] : NULL;
@@ -229,7 +229,7 @@ static PyObject *batch_get_shape(batch_object *self, void *closure)
     (void)closure;
     PyObject *t = PyTuple_New(self->ndim);
     for (int i = 0; t != NULL && i < self->ndim; i++) {
-        PyTuple_SET_ITEM(t, i, PyLong_FromSsize_t(self->shape[i]));
+        PyTuple_SetItem(t, i, PyLong_FromSsize_t(self->shape[i]));
     }
     return t;
 }
@@ -273,13 +273,13 @@ static PyObject *batch_get_owner(batch_object *self, void *closure)
 static PyObject *batch_get_views(batch_object *self, void *closure)
 {
     (void)closure;
-    Py_ssize_t n = self->others ? PyTuple_GET_SIZE(self->others) : 0;
+    Py_ssize_t n = self->others ? PyTuple_Size(self->others) : 0;
     PyObject *t = PyTuple_New(1 + n);
     if (t != NULL) {
-        PyTuple_SET_ITEM(t, 0, Py_NewRef(self));
+        PyTuple_SetItem(t, 0, Py_NewRef((PyObject *)self));
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyTuple_SET_ITEM(t, 1 + i,
-                             Py_NewRef(PyTuple_GET_ITEM(self->others, i)));
+            PyTuple_SetItem(t, 1 + i,
+                            Py_NewRef(PyTuple_GetItem(self->others, i)));
         }
     }
     return t;
@@ -366,7 +366,7 @@ PyObject *rl__py_batch_ids(const rl_batch_report *rep)
             Py_CLEAR(t);
             break;
         }
-        PyTuple_SET_ITEM(t, i, v);
+        PyTuple_SetItem(t, i, v);
     }
     return t;
 }
@@ -389,14 +389,14 @@ static int batch_lists(rl_module_state *st, batch_object *b,
         if (v == NULL) {
             return -1;
         }
-        PyTuple_SET_ITEM(b->extras, i, v);
+        PyTuple_SetItem(b->extras, i, v);
     }
     for (int i = 0; i < rep->n_fallback; i++) {
         PyObject *v = PyLong_FromLong(rep->fallback[i]);
         if (v == NULL) {
             return -1;
         }
-        PyTuple_SET_ITEM(b->fallback, i, v);
+        PyTuple_SetItem(b->fallback, i, v);
     }
     for (int i = 0; i < rep->n_replaced; i++) {
         const rl_replacement *r = &rep->replaced[i];
@@ -407,7 +407,7 @@ static int batch_lists(rl_module_state *st, batch_object *b,
         if (item == NULL) {
             return -1;
         }
-        PyTuple_SET_ITEM(b->replaced, i, item);
+        PyTuple_SetItem(b->replaced, i, item);
         /* The tuple is new and ours alone: safe to change. */
         PyObject *id = PyLong_FromLongLong(r->id);
         if (id == NULL || PyTuple_SetItem(b->ids, r->error.pos, id) != 0) {
@@ -467,7 +467,7 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
         rl_slot_release(slot); /* each view holds its own reference */
     }
     if (b == NULL || batch_lists(st, b, rep) != 0) {
-        Py_XDECREF(b);
+        Py_XDECREF((PyObject *)b);
         return NULL;
     }
     if (nviews > 1 && (b->others = PyTuple_New(nviews - 1)) == NULL) {
@@ -488,7 +488,7 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
         o->replaced = Py_NewRef(b->replaced);
         o->ids = Py_NewRef(b->ids);
         o->extras = Py_NewRef(b->extras);
-        PyTuple_SET_ITEM(b->others, v - 1, (PyObject *)o);
+        PyTuple_SetItem(b->others, v - 1, (PyObject *)o);
     }
     return (PyObject *)b;
 }
@@ -500,6 +500,5 @@ int rl__py_batch_init(PyObject *module, rl_module_state *st)
     if (st->batch_type == NULL) {
         return -1;
     }
-    rl__py_no_new(st->batch_type);
     return PyModule_AddType(module, st->batch_type);
 }

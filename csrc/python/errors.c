@@ -57,7 +57,8 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
             : path    ? PyUnicode_FromFormat("cannot decode %U: %s", p, msg)
                       : PyUnicode_FromString(msg);
         PyObject *exc =
-            text ? PyObject_CallOneArg(st->decode_error, text) : NULL;
+            text ? PyObject_CallFunctionObjArgs(st->decode_error, text, NULL)
+                 : NULL;
         const char *kind = status == RL_ETRUNCATED ? "truncated"
                            : status == RL_ETOOBIG  ? "too_big"
                            : status == RL_EFORMAT  ? "not_jpeg"
@@ -92,7 +93,8 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
                              ? PyUnicode_FromFormat("%s (decoding %U)", msg, p)
                              : PyUnicode_FromString(msg);
         PyObject *exc =
-            text ? PyObject_CallOneArg(PyExc_TypeError, text) : NULL;
+            text ? PyObject_CallFunctionObjArgs(PyExc_TypeError, text, NULL)
+                 : NULL;
         Py_XDECREF(text);
         if (exc != NULL && PyObject_SetAttrString(exc, "path", p) == 0) {
             PyErr_SetObject(PyExc_TypeError, exc);
@@ -159,7 +161,7 @@ PyObject *rl__py_raise_batch(rl_module_state *st, int status,
     PyErr_NormalizeException(&type, &value, &tb);
     PyObject *fb = PyTuple_New(rep->n_fallback);
     for (int i = 0; fb != NULL && i < rep->n_fallback; i++) {
-        PyTuple_SET_ITEM(fb, i, PyLong_FromLong(rep->fallback[i]));
+        PyTuple_SetItem(fb, i, PyLong_FromLong(rep->fallback[i]));
     }
     if (value == NULL || rep->ids == NULL) {
         Py_XDECREF(fb);

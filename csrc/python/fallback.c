@@ -23,7 +23,9 @@
  */
 #include "python/module.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,9 +38,31 @@ typedef struct py_state {
     int w, h;
 } py_state;
 
+#if defined(Py_LIMITED_API) && Py_LIMITED_API + 0 < 0x030D0000
+/* The limited API of 3.11 has no "is the interpreter finalizing": it came
+ * as Py_IsFinalizing in 3.13, which the interpreters before it export as
+ * _Py_IsFinalizing. Looked up once in the process, by either name; where
+ * neither is found (an embedding that hides Python's symbols), only
+ * Py_IsInitialized is asked. */
+static int (*is_finalizing)(void);
+static pthread_once_t is_finalizing_once = PTHREAD_ONCE_INIT;
+
+static void find_is_finalizing(void)
+{
+    void *f = dlsym(RTLD_DEFAULT, "Py_IsFinalizing");
+    if (f == NULL) {
+        f = dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
+    }
+    is_finalizing = (int (*)(void))f;
+}
+#endif
+
 static bool interpreter_alive(void)
 {
-#if PY_VERSION_HEX >= 0x030D0000
+#if defined(Py_LIMITED_API) && Py_LIMITED_API + 0 < 0x030D0000
+    pthread_once(&is_finalizing_once, find_is_finalizing);
+    return Py_IsInitialized() && (is_finalizing == NULL || !is_finalizing());
+#elif PY_VERSION_HEX >= 0x030D0000
     return Py_IsInitialized() && !Py_IsFinalizing();
 #else
     return Py_IsInitialized() && !_Py_IsFinalizing();
@@ -76,7 +100,7 @@ static void exception_text(char *msg)
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *text = value ? PyObject_Str(value) : NULL;
-    const char *s = text ? PyUnicode_AsUTF8(text) : NULL;
+    const char *s = text ? rl__py_utf8(text) : NULL;
     snprintf(msg, RL_MSG_MAX, "%s", s ? s : "the fallback decoder failed");
     PyErr_Clear();
     Py_XDECREF(text);
@@ -96,7 +120,7 @@ static int bad_result(const py_state *s, const char *what, char *msg)
         what = text;
     }
     PyObject *name = PyObject_GetAttrString(s->decode, "__qualname__");
-    const char *n = name ? PyUnicode_AsUTF8(name) : NULL;
+    const char *n = name ? rl__py_utf8(name) : NULL;
     if (n == NULL) {
         PyErr_Clear();
     }

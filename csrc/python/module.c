@@ -14,9 +14,22 @@
 #include "decode/decode.h"
 #include "rng.h"
 
+#include <string.h>
+
 rl_module_state *rl__py_state_of(PyTypeObject *type)
 {
     return PyType_GetModuleState(type);
+}
+
+const char *rl__py_utf8(PyObject *o)
+{
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (s != NULL && (size_t)n != strlen(s)) {
+        PyErr_SetString(PyExc_ValueError, "embedded null character");
+        return NULL;
+    }
+    return s;
 }
 
 /* The limits and bit layouts Python must share with the core, defined

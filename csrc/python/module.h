@@ -14,32 +14,24 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* Python 3.9, which pyproject.toml supports: what 3.10 added and we use.
- * A type that must not be instantiated from Python gets tp_new = NULL by
- * rl__py_no_new after its creation there (3.10: the flag). */
-#if PY_VERSION_HEX < 0x030A0000
-static inline PyObject *rl__py_newref(PyObject *o)
+/* The bindings keep to the stable ABI of Python 3.11 (setup.py defines
+ * Py_LIMITED_API), so one build runs on every CPython from 3.11 on: no
+ * struct of the interpreter is read (type slots via PyType_GetSlot) and none
+ * of its access macros is used (PyTuple_GET_ITEM and the like), only the
+ * functions they stand for. These calls are per batch or per spec, never per
+ * pixel. */
+
+/* Item i of PySequence_Fast's result, a list or a tuple (borrowed): the
+ * limited API has no PySequence_Fast_GET_ITEM. */
+static inline PyObject *rl__py_fast_item(PyObject *seq, Py_ssize_t i)
 {
-    Py_INCREF(o);
-    return o;
+    return PyList_Check(seq) ? PyList_GetItem(seq, i) : PyTuple_GetItem(seq, i);
 }
-#define Py_NewRef(o) rl__py_newref((PyObject *)(o))
-static inline int PyModule_AddObjectRef(PyObject *m, const char *name,
-                                        PyObject *o)
-{
-    Py_XINCREF(o);
-    if (PyModule_AddObject(m, name, o) < 0) {
-        Py_XDECREF(o);
-        return -1;
-    }
-    return 0;
-}
-#define Py_TPFLAGS_IMMUTABLETYPE 0
-#define Py_TPFLAGS_DISALLOW_INSTANTIATION 0
-#define rl__py_no_new(type) ((type)->tp_new = NULL)
-#else
-#define rl__py_no_new(type) ((void)(type))
-#endif
+
+/* The UTF-8 text of str o (kept with o), or NULL with an exception; a
+ * ValueError for an embedded NUL, which C would cut the text at (as
+ * PyUnicode_AsUTF8 does since 3.13, outside the limited API before it). */
+const char *rl__py_utf8(PyObject *o);
 
 #include "core/pipeline.h"
 #include "rl.h"

@@ -39,7 +39,7 @@ static PyObject *fields_tuple(const rl_op_field *fields)
             Py_CLEAR(t);
             break;
         }
-        PyTuple_SET_ITEM(t, i, item); /* steals */
+        PyTuple_SetItem(t, i, item); /* steals */
     }
     return t;
 }

@@ -105,7 +105,7 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
         PyErr_SetString(PyExc_TypeError, "a device needs an allocator");
         return NULL;
     }
-    pipeline_object *self = (pipeline_object *)type->tp_alloc(type, 0);
+    pipeline_object *self = (pipeline_object *)PyType_GenericAlloc(type, 0);
     if (self == NULL) {
         return NULL;
     }
@@ -222,12 +222,12 @@ static void busy_leave(pipeline_object *self)
 
 static void pipeline_dealloc(pipeline_object *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
+    PyTypeObject *tp = Py_TYPE((PyObject *)self);
     pipeline_close_impl(self);
     Py_XDECREF(self->allocator);
     Py_XDECREF(self->owners);
     Py_XDECREF(self->keep); /* after the threads that borrowed from it */
-    tp->tp_free(self);
+    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
     Py_DECREF(tp);
 }
 
@@ -310,7 +310,8 @@ static PyObject *pipeline_submit(pipeline_object *self, PyObject *args)
     Py_END_ALLOW_THREADS
     busy_leave(self);
     if (rc != 0) {
-        rl__py_raise_submit(rl__py_state_of(Py_TYPE(self)), rc, p, (int)n);
+        rl__py_raise_submit(rl__py_state_of(Py_TYPE((PyObject *)self)), rc, p,
+                            (int)n);
         goto out_free;
     }
     ticket_obj = PyLong_FromUnsignedLongLong(ticket);
@@ -347,7 +348,8 @@ static int wait_next(pipeline_object *self, double limit, uintptr_t consumer,
             return -1; /* KeyboardInterrupt; the batch stays in flight */
         }
         if (self->p == NULL || self->close_pending) {
-            rl__py_raise(rl__py_state_of(Py_TYPE(self)), RL_ECLOSED, NULL, "");
+            rl__py_raise(rl__py_state_of(Py_TYPE((PyObject *)self)), RL_ECLOSED,
+                         NULL, "");
             return -1;
         }
         if (limit >= 0 && waited >= limit) {
@@ -375,7 +377,7 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
     if (limit == -1.0 && PyErr_Occurred()) {
         return NULL;
     }
-    rl_module_state *st = rl__py_state_of(Py_TYPE(self));
+    rl_module_state *st = rl__py_state_of(Py_TYPE((PyObject *)self));
     rl_batch_report *rep = PyMem_Calloc(1, sizeof(*rep));
     if (rep == NULL) {
         return PyErr_NoMemory();
@@ -402,11 +404,11 @@ static PyObject *pipeline_next(pipeline_object *self, PyObject *args,
         }
         goto out_free;
     }
-    PyObject *buf = owner == Py_None ? Py_None : PyTuple_GET_ITEM(owner, 0);
+    PyObject *buf = owner == Py_None ? Py_None : PyTuple_GetItem(owner, 0);
     uintptr_t ptr =
         owner == Py_None
             ? 0
-            : (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(owner, 1));
+            : (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GetItem(owner, 1));
     result = rl__py_batch_new(st, slot, ptr, self->device, buf, rep->n,
                               self->places, self->nviews, rep);
     Py_DECREF(owner);

@@ -70,8 +70,8 @@ rl_source *rl__py_file_source(PyObject *paths, PyObject *offsets,
         if (!ok) {
             goto out_free;
         }
-        cpaths[i] = PyBytes_AS_STRING(owned[i]);
-        if ((Py_ssize_t)strlen(cpaths[i]) != PyBytes_GET_SIZE(owned[i])) {
+        cpaths[i] = PyBytes_AsString(owned[i]);
+        if ((Py_ssize_t)strlen(cpaths[i]) != PyBytes_Size(owned[i])) {
             PyErr_SetString(PyExc_ValueError, "embedded NUL in a path");
             goto out_free;
         }
@@ -127,12 +127,12 @@ rl_source *rl__py_memory_source(PyObject *buffers, PyObject *names,
             Py_XDECREF(b);
             goto out_free;
         }
-        data[i] = (const uint8_t *)PyBytes_AS_STRING(b);
-        len[i] = (size_t)PyBytes_GET_SIZE(b);
+        data[i] = (const uint8_t *)PyBytes_AsString(b);
+        len[i] = (size_t)PyBytes_Size(b);
         Py_DECREF(b); /* keep holds it */
         if (cnames != NULL) {
             PyObject *nm = PySequence_GetItem(names, i);
-            cnames[i] = nm ? PyUnicode_AsUTF8(nm) : NULL;
+            cnames[i] = nm ? rl__py_utf8(nm) : NULL;
             if (nm != NULL && PyList_Append(keep, nm) < 0) {
                 cnames[i] = NULL;
             }
@@ -169,8 +169,8 @@ static const char **utf8_items(PyObject *seq, PyObject *hold, Py_ssize_t *n)
     }
     for (Py_ssize_t i = 0; i < *n; i++) {
         PyObject *s = PySequence_GetItem(seq, i);
-        out[i] = s != NULL && PyList_Append(hold, s) == 0 ? PyUnicode_AsUTF8(s)
-                                                          : NULL;
+        out[i] =
+            s != NULL && PyList_Append(hold, s) == 0 ? rl__py_utf8(s) : NULL;
         Py_XDECREF(s);
         if (out[i] == NULL) {
             free(out);
@@ -193,7 +193,7 @@ static int http_options(PyObject *http, uint64_t max_file_bytes,
     PyObject *key, *v;
     Py_ssize_t pos = 0;
     while (PyDict_Next(http, &pos, &key, &v)) {
-        const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        const char *k = PyUnicode_Check(key) ? rl__py_utf8(key) : NULL;
         size_t i = 0;
         while (k != NULL && i < sizeof(known) / sizeof(*known) &&
                strcmp(k, known[i]) != 0) {
@@ -222,7 +222,7 @@ static int http_options(PyObject *http, uint64_t max_file_bytes,
             *(i == 9 ? &o->cache_bytes : &o->block_bytes) =
                 PyLong_AsUnsignedLongLong(v);
         } else {
-            const char *s = PyUnicode_AsUTF8(v);
+            const char *s = rl__py_utf8(v);
             if (s == NULL) {
                 return -1;
             }
@@ -282,7 +282,7 @@ rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
     }
     for (Py_ssize_t j = 0; j < nobj; j++) {
         PyObject *jj = PyLong_FromSsize_t(j);
-        int rc = jj ? PyDict_SetItem(index, PyList_GET_ITEM(hold, j), jj) : -1;
+        int rc = jj ? PyDict_SetItem(index, PyList_GetItem(hold, j), jj) : -1;
         Py_XDECREF(jj);
         if (rc < 0) {
             goto out;
@@ -316,7 +316,8 @@ rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
         } else {
             obj[i] = obj[i - 1];
         }
-        Py_XSETREF(prev, p);
+        Py_XDECREF(prev); /* p holds its own reference */
+        prev = p;
         if (offs != NULL) {
             offs[i] = (uint64_t)rl__py_item_i64(offsets, i);
             lens[i] = rl__py_item_i64(lengths, i);
@@ -441,7 +442,7 @@ static int py_check(PyObject *t, Py_ssize_t n, rl_member_check *c)
     for (Py_ssize_t k = 0; k < ne; k++) {
         PyObject *name = PySequence_GetItem(exts, k);
         /* Borrowed from the caller's tuple, alive until create copies. */
-        c->exts[k] = name != NULL ? PyUnicode_AsUTF8(name) : NULL;
+        c->exts[k] = name != NULL ? rl__py_utf8(name) : NULL;
         Py_XDECREF(name);
         c->kinds[k] = (uint8_t)rl__py_item_i64(kinds, k);
         if (c->exts[k] == NULL || PyErr_Occurred()) {
@@ -525,7 +526,7 @@ int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg)
     for (Py_ssize_t i = 0; i < nr; i++) {
         PyObject *item = PySequence_GetItem(refusals, i);
         /* Borrowed from the caller's sequence, alive until create copies. */
-        why[i] = item != NULL ? PyUnicode_AsUTF8(item) : NULL;
+        why[i] = item != NULL ? rl__py_utf8(item) : NULL;
         Py_XDECREF(item);
         if (why[i] == NULL) {
             return -1;

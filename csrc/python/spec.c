@@ -177,7 +177,7 @@ int rl__py_parse_transform(PyObject *spec, rl_transform *t)
         return -1;
     }
     PyObject *kind = PyDict_GetItemString(spec, "kind");
-    const char *k = kind ? PyUnicode_AsUTF8(kind) : NULL;
+    const char *k = kind ? rl__py_utf8(kind) : NULL;
     if (k == NULL) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_ValueError, "transform spec needs a kind");
@@ -219,14 +219,13 @@ int rl__py_parse_ops(PyObject *spec, rl_augment *a)
         return -1;
     }
     int rc = 0;
-    for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+    for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Size(seq); i++) {
         const char *name;
         PyObject *args;
         double v[RL_OP_MAX_ARGS];
         Py_ssize_t n = 0;
         rc = -1;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "sO", &name,
-                              &args)) {
+        if (!PyArg_ParseTuple(rl__py_fast_item(seq, i), "sO", &name, &args)) {
             break;
         }
         const rl_op_def *def = rl_op_find(name);
@@ -235,9 +234,9 @@ int rl__py_parse_ops(PyObject *spec, rl_augment *a)
             break;
         }
         PyObject *as = PySequence_Fast(args, "op arguments: a sequence");
-        n = as ? PySequence_Fast_GET_SIZE(as) : 0;
+        n = as ? PySequence_Size(as) : 0;
         for (Py_ssize_t k = 0; as != NULL && k < n && k < RL_OP_MAX_ARGS; k++) {
-            v[k] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(as, k));
+            v[k] = PyFloat_AsDouble(rl__py_fast_item(as, k));
         }
         Py_XDECREF(as);
         char msg[RL_MSG_MAX];
@@ -333,7 +332,7 @@ int rl__py_parse_views(PyObject *transform, const char *dtype, PyObject *mul,
     if (seq == NULL) {
         return -1;
     }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t count = PySequence_Size(seq);
     if (count < 1 || count > RL_MAX_VIEWS) {
         PyErr_Format(PyExc_ValueError, "a sample has 1..%d views, not %zd",
                      RL_MAX_VIEWS, count);
@@ -351,8 +350,8 @@ int rl__py_parse_views(PyObject *transform, const char *dtype, PyObject *mul,
     for (Py_ssize_t v = 0; rc == 0 && v < count; v++) {
         PyObject *spec, *vmul, *vadd;
         const char *vdtype, *vlayout;
-        rc = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, v), "OsOOs", &spec,
-                              &vdtype, &vmul, &vadd, &vlayout)
+        rc = PyArg_ParseTuple(rl__py_fast_item(seq, v), "OsOOs", &spec, &vdtype,
+                              &vmul, &vadd, &vlayout)
                  ? parse_view(spec, vdtype, vmul, vadd, vlayout, (int)v,
                               &(*views)[v])
                  : -1;
@@ -373,7 +372,7 @@ static int add_names(PyObject *module, const char *attr, int n,
             Py_CLEAR(names);
             break;
         }
-        PyTuple_SET_ITEM(names, i, s); /* steals s */
+        PyTuple_SetItem(names, i, s); /* steals s */
     }
     if (names == NULL) {
         return -1;

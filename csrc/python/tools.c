@@ -221,7 +221,7 @@ static PyObject *py_resample_simd(PyObject *module, PyObject *args)
         if (rl_simd_parse(cap, &level) != 0) {
             PyErr_Format(PyExc_ValueError,
                          "unknown SIMD level %R: use 'c', 'sse2' or 'avx2'",
-                         PyTuple_GET_ITEM(args, 0));
+                         PyTuple_GetItem(args, 0));
             return NULL;
         }
         rl_simd_cap(level);
@@ -279,13 +279,13 @@ static PyObject *params_list(const rl_augment *a, const double *params)
                 Py_CLEAR(row);
                 break;
             }
-            PyList_SET_ITEM(row, k, v);
+            PyList_SetItem(row, k, v);
         }
         if (row == NULL) {
             Py_CLEAR(out);
             break;
         }
-        PyList_SET_ITEM(out, i, row);
+        PyList_SetItem(out, i, row);
     }
     return out;
 }
@@ -342,7 +342,7 @@ static PyObject *py_augment(PyObject *module, PyObject *args)
     if (out == NULL) {
         return NULL;
     }
-    rl_image img = {(uint8_t *)PyBytes_AS_STRING(out), w, h, (size_t)w * 3};
+    rl_image img = {(uint8_t *)PyBytes_AsString(out), w, h, (size_t)w * 3};
     double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
     char msg[RL_MSG_MAX] = "";
     int rc;

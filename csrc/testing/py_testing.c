@@ -23,9 +23,9 @@ typedef struct {
 
 static void devbuf_dealloc(devbuf_object *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
+    PyTypeObject *tp = Py_TYPE((PyObject *)self);
     rl_cuda_free(self->device, self->ptr);
-    tp->tp_free(self);
+    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
     Py_DECREF(tp);
 }
 
@@ -150,7 +150,7 @@ static PyObject *py_read_bench(PyObject *module, PyObject *args, PyObject *kw)
     if (seq == NULL) {
         return NULL;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PySequence_Size(seq);
     PyObject **owned = calloc((size_t)n + 1, sizeof(*owned));
     const char **cpaths = calloc((size_t)n + 1, sizeof(*cpaths));
     uint64_t *offs = calloc((size_t)n + 1, sizeof(*offs));
@@ -161,11 +161,10 @@ static PyObject *py_read_bench(PyObject *module, PyObject *args, PyObject *kw)
         goto out;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seq, i),
-                                   &owned[i])) {
+        if (!PyUnicode_FSConverter(rl__py_fast_item(seq, i), &owned[i])) {
             goto out;
         }
-        cpaths[i] = PyBytes_AS_STRING(owned[i]);
+        cpaths[i] = PyBytes_AsString(owned[i]);
         lens[i] = -1;
         if (offsets != Py_None) {
             PyObject *o = PySequence_GetItem(offsets, i);
@@ -253,7 +252,6 @@ int rl__py_testing_init(PyObject *module, rl_module_state *st)
     if (st->devbuf_type == NULL) {
         return -1;
     }
-    rl__py_no_new(st->devbuf_type);
     if (PyModule_AddType(module, st->devbuf_type) < 0 ||
         PyModule_AddFunctions(module, rl__py_testing_methods) < 0) {
         return -1;

@@ -80,7 +80,9 @@ class Loader:
     Args:
         dataset: ``ringloader.ImageFolder`` or torchvision's ``ImageFolder``
             (anything with ``samples``, a list of (path, target)), a
-            dataset giving ``ringloader_sources()``, or torch's ``Subset``
+            dataset giving ``ringloader_sources()``, a class of yours with
+            ``ringloader_files()`` (its paths and targets as arrays:
+            ``datasets/base.py``'s ``files_of``), or torch's ``Subset``
             (``random_split``) or ``ConcatDataset`` of those, nested to any
             depth (the parts of a ConcatDataset with the same transform),
             or a ``ringloader.Mix`` of those (its epochs are its draws, in

@@ -37,7 +37,14 @@ from .transforms import Compiled, MultiView, compile_transform, UnsupportedTrans
 
 log = logging.getLogger("ringloader")
 
-__all__ = ["Fallback", "TransformPlan", "plan_transform", "plan_views", "run_tail"]
+__all__ = [
+    "Fallback",
+    "TransformPlan",
+    "plan_transform",
+    "plan_views",
+    "run_tail",
+    "tail_samples",
+]
 
 
 class TransformPlan(NamedTuple):
@@ -113,36 +120,39 @@ def plan_transform(
     return TransformPlan(transform, compiled, tail, c_layout)
 
 
-def run_tail(images: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
+def run_tail(images: torch.Tensor, plan: TransformPlan) -> Any:
     """The Python tail of ``plan`` on each sample of a host batch, collated
-    as DataLoader collates. torch's ops on one sample run on one thread
-    here: with torch's intra-op pool (a thread per core) they would compete
-    with the decode threads for the cores."""
+    as DataLoader collates."""
+    return default_collate(tail_samples(images, plan))
+
+
+def tail_samples(images: torch.Tensor, plan: TransformPlan) -> list:
+    """What the Python tail of ``plan`` gives for each sample of a host
+    batch, in order. torch's ops on one sample run on one thread here: with
+    torch's intra-op pool (a thread per core) they would compete with the
+    decode threads for the cores."""
     threads = torch.get_num_threads()
     if threads > 1:
         torch.set_num_threads(1)
     try:
-        return _run_tail(images, plan)
+        return [_tail_of(images, i, plan) for i in range(images.shape[0])]
     finally:
         if threads > 1:
             torch.set_num_threads(threads)
 
 
-def _run_tail(images: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
-    out = []
-    for i in range(images.shape[0]):
-        if plan.compiled.tensor_out:
-            sample: Any = images[i]
-            if plan.c_layout == "NHWC":
-                sample = sample.permute(2, 0, 1)
-        else:
-            from PIL import Image
+def _tail_of(images: torch.Tensor, i: int, plan: TransformPlan) -> Any:
+    if plan.compiled.tensor_out:
+        sample: Any = images[i]
+        if plan.c_layout == "NHWC":
+            sample = sample.permute(2, 0, 1)
+    else:
+        from PIL import Image
 
-            sample = Image.fromarray(images[i].numpy())
-        for t in plan.tail:
-            sample = t(sample)
-        out.append(sample)
-    return default_collate(out)
+        sample = Image.fromarray(images[i].numpy())
+    for t in plan.tail:
+        sample = t(sample)
+    return sample
 
 
 class Fallback:

@@ -16,7 +16,8 @@ with :class:`AccelerateDataLoader`, a subclass of torch's whose
 construction gives a ringloader.DataLoader for a dataset that a
 ringloader.DataLoader was made with (so Accelerate's sharded batch sampler,
 device placement, end-of-loader detection and skipping all run over the C
-pipeline), and torch's own DataLoader, exactly as before, for every other.
+pipeline, with the options that loader was given: ``on_error``, ``seed``...),
+and torch's own DataLoader, exactly as before, for every other.
 The name is replaced only while it is torch's class (never over someone
 else's replacement), when a ringloader.DataLoader is made or Accelerate
 reads a loader's ``batch_sampler``.
@@ -64,11 +65,12 @@ def remember(loader: Any) -> None:
     hook_accelerate()
 
 
-def made_with(dataset: Any) -> bool:
-    """Whether a live ringloader.DataLoader was made with ``dataset``."""
+def made_with(dataset: Any) -> Any:
+    """The live ringloader.DataLoader made with ``dataset`` (the newest),
+    or None."""
     ref = _MADE_WITH.get(id(dataset))
     loader = ref() if ref is not None else None
-    return loader is not None and loader.dataset is dataset
+    return loader if loader is not None and loader.dataset is dataset else None
 
 
 class AccelerateDataLoader(TorchDataLoader):
@@ -77,8 +79,11 @@ class AccelerateDataLoader(TorchDataLoader):
     a dataset one was made with, else torch's DataLoader."""
 
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any):
-        if made_with(dataset):
-            return DataLoader(dataset, *args, **kwargs)
+        made = made_with(dataset)
+        if made is not None:
+            # Accelerate passes torch's arguments only: ringloader's own
+            # options (on_error, ...) come from the loader it rebuilds.
+            return DataLoader(dataset, *args, **{**made.options(), **kwargs})
         return TorchDataLoader(dataset, *args, **kwargs)
 
 

@@ -5,11 +5,15 @@ keep everything else. When the dataset is an ImageFolder-like folder of files
 (torchvision's ``ImageFolder``/``DatasetFolder`` with the default image
 loader, or ``ringloader.ImageFolder``), one of ringloader's datasets
 (``TarShards``, ``FileList``, ``IndexedImageFolder``, local or over HTTP and
-S3), or a ``Subset`` (``random_split``)
-or ``ConcatDataset`` of those, nested to any depth, and its transform starts
-with transforms ringloader can fuse, batches come from the C pipeline: same
+S3), a dataset of the user's that says where its files are
+(``ringloader_files()``: :mod:`ringloader.datasets.base`), or a ``Subset``
+(``random_split``) or ``ConcatDataset`` of those, nested to any depth, and
+its transform starts with transforms ringloader can fuse (a wrapper whose
+``__call__`` only returns ``self.transforms(img)``, as torchvision's
+reference presets, is opened), batches come from the C pipeline: same
 shapes, dtype, layout, value range and labels (``target_transform``
-applied). Otherwise it says why in one line and returns a plain
+applied). A ``collate_fn`` is called on the samples as DataLoader would
+hand them over. Otherwise it says why in one line and returns a plain
 ``torch.utils.data.DataLoader`` with the same arguments: never a silently
 different result.
 
@@ -31,10 +35,11 @@ import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 from torch.utils.data import default_collate
 
-from . import _frameworks
+from . import _core, _frameworks
 from ._epoch import Sampling, builtin_order
-
-from .datasets.base import provides_sources
+from ._fallback import TransformPlan, tail_samples
+from .datasets import targets as _targets
+from .datasets.base import FILES_PROTOCOL, provides_sources
 from .datasets.timmdata import readable
 from .datasets.views import NotAView, leaves_of, resolve
 from ._gpu import open_gpu
@@ -64,10 +69,15 @@ def _fusable_leaf(dataset: Any) -> Optional[str]:
     except (ValueError, AttributeError) as e:
         return f"{type(dataset).__name__}: {e}"
     module = type(dataset).__module__
+    if getattr(dataset, "ringloader_files", None) is not None:
+        return None  # a user's dataset that says where its files are
     if module.startswith("ringloader.") and provides_sources(dataset):
         return None  # TarShards, FileList, IndexedImageFolder: local or remote
     if getattr(dataset, "samples", None) is None:
-        return f"{type(dataset).__name__} is not an ImageFolder-like dataset of files"
+        return (
+            f"{type(dataset).__name__} is not an ImageFolder-like dataset of "
+            f"files (to be read natively, it can give {FILES_PROTOCOL})"
+        )
     if module.startswith("torchvision."):
         from torchvision.datasets import DatasetFolder
         from torchvision.datasets.folder import default_loader, pil_loader
@@ -79,7 +89,10 @@ def _fusable_leaf(dataset: Any) -> Optional[str]:
         if getattr(dataset, "loader", None) not in (default_loader, pil_loader):
             return "the dataset uses a custom image loader"
     elif not module.startswith("ringloader."):
-        return f"{type(dataset).__name__} is a custom dataset"
+        return (
+            f"{type(dataset).__name__} is a custom dataset (to be read "
+            f"natively, it can give {FILES_PROTOCOL})"
+        )
     return None
 
 
@@ -87,21 +100,33 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
     reason = _fusable_dataset(dataset)
     if reason:
         return reason
-    # default_collate given explicitly is what the loader does anyway.
-    collate_fn = kwargs.get("collate_fn")
-    if collate_fn is not None and collate_fn is not default_collate:
-        return "collate_fn is set"
     if kwargs.get("worker_init_fn") is not None:
         return "worker_init_fn is set"
     if kwargs.get("batch_size", 1) is None:
         return "batch_size=None (unbatched loading)"
     try:
-        compile_views(getattr(resolve(dataset), "transform", None))
+        compiled = compile_views(getattr(resolve(dataset), "transform", None))
     except NotAView as e:
         return str(e)
     except UnsupportedTransform as e:
         return _first_reason(getattr(resolve(dataset), "transform", None)) or str(e)
+    if _custom_collate(kwargs.get("collate_fn")) and not all(
+        c.tensor_out or c.rest for c in compiled
+    ):
+        # DataLoader would hand the collate_fn PIL images; ringloader makes
+        # tensors of them.
+        return (
+            "collate_fn is set and the transform ends in a PIL image (end it "
+            "with PILToTensor() or ToTensor() for ringloader to call the "
+            "collate_fn)"
+        )
     return None
+
+
+def _custom_collate(collate_fn: Any) -> bool:
+    """Whether collate_fn is the user's own: default_collate, given or not,
+    is the batch the loader makes anyway."""
+    return collate_fn is not None and collate_fn is not default_collate
 
 
 def _first_reason(transform: Any) -> Optional[str]:
@@ -115,7 +140,7 @@ def _first_reason(transform: Any) -> Optional[str]:
     except Exception:
         return None
     if items and adapt.adapter_of(items[0]) is None:
-        return f"{type(items[0]).__name__} is not a torchvision or timm transform"
+        return adapt.wrapped(items[0])[1]
     return None
 
 
@@ -183,6 +208,57 @@ class _BuiltinShuffle(RandomSampler):
         )
 
 
+# Loader's own options, which torch's DataLoader has no argument for: the
+# keyword-only arguments of ringloader.DataLoader, with their defaults.
+OPTIONS: dict[str, Any] = {
+    "seed": None,  # None: the generator's initial seed, else torch's
+    "layout": "NCHW",
+    "io": "auto",
+    "max_pixels": _core.DEFAULT_MAX_PIXELS,
+    "allow_truncated": False,
+    "direct_io": False,
+    "on_error": "raise",
+    "max_consecutive_errors": 16,
+    "device": None,
+    "distributed": None,
+    "rank": None,
+    "world_size": None,
+}
+
+
+def _reshaping(options: dict) -> list[str]:
+    """The options given that make a batch other than what torch's
+    DataLoader makes (its place, layout or share of the data): a fallback to
+    torch's cannot honour them silently."""
+    out = []
+    if options.get("layout", "NCHW") != "NCHW":
+        out.append(f"layout={options['layout']!r}")
+    device = options.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        out.append(f"device={str(device)!r}")
+    for name in ("distributed", "rank", "world_size"):
+        if options.get(name) is not None:
+            out.append(f"{name}={options[name]!r}")
+    return out
+
+
+class _Argument:
+    """An attribute the Loader resolves (``rank`` from torch.distributed),
+    where the instance's ``__dict__`` keeps the argument as given under the
+    same name: what ``vars(loader)`` shows, so that a framework rebuilding
+    the loader from its attributes (Lightning) passes back what the user
+    passed, not what it resolved to."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = "_resolved_" + name
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        return self if obj is None else obj.__dict__[self.key]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.key] = value
+
+
 class _LoaderType(type):
     """The metaclass of ringloader.DataLoader. Where a script replaced
     ``torch.utils.data.DataLoader`` with ringloader.DataLoader, what that
@@ -207,7 +283,11 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
     copies each batch (images and labels) into page-locked memory, as
     DataLoader's pin thread does, when an accelerator is available; without
     one it warns once (a ``UserWarning``, as DataLoader does) and does not
-    pin. ``collate_fn=default_collate`` is the default and stays fused.
+    pin. ``collate_fn=default_collate`` is the default: the batch is the
+    one the C pipeline made. Another ``collate_fn`` is called on each
+    batch's samples as DataLoader hands them over (``(image, target)`` as
+    indexing the dataset gives them, the images views of that batch) and
+    its result is the batch.
     ``timeout``, ``multiprocessing_context``, ``persistent_workers`` and
     ``in_order`` have nothing to do in a thread pipeline and are accepted.
 
@@ -218,6 +298,13 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
     used as given. Where ``torch.distributed`` is initialised with several
     processes and no sampler is passed, iterating raises ValueError saying
     what to pass, rather than every rank reading the whole data set.
+
+    ``ringloader.Loader``'s own options are keyword-only arguments:
+    ``seed`` (default: the generator's initial seed, else torch's),
+    ``layout``, ``io``, ``max_pixels``, ``allow_truncated``, ``direct_io``,
+    ``on_error``, ``max_consecutive_errors``, ``device``, ``distributed``,
+    ``rank``, ``world_size``, as ``Loader`` takes them. Frameworks that
+    rebuild the loader keep them.
     """
 
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any):
@@ -239,10 +326,22 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         merged.update(kwargs)
         reason = _why_not(dataset, merged)
         if reason is not None:
+            options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
+            reshaping = _reshaping(options)
+            if reshaping:
+                raise ValueError(
+                    f"ringloader cannot read this dataset itself ({reason}), and "
+                    f"torch.utils.data.DataLoader has no {', '.join(reshaping)}"
+                )
             runs = merged.get("shuffle") == "runs"
             warnings.warn(
                 f"ringloader: using torch.utils.data.DataLoader because {reason}"
-                + ('; shuffle="runs" is plain shuffling there' if runs else ""),
+                + ('; shuffle="runs" is plain shuffling there' if runs else "")
+                + (
+                    f"; {', '.join(options)} apply to ringloader's pipeline only"
+                    if options
+                    else ""
+                ),
                 FallbackWarning,
                 stacklevel=2,
             )
@@ -273,6 +372,18 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
+        seed: Optional[int] = None,
+        layout: str = "NCHW",
+        io: str = "auto",
+        max_pixels: int = _core.DEFAULT_MAX_PIXELS,
+        allow_truncated: bool = False,
+        direct_io: bool = False,
+        on_error: str = "raise",
+        max_consecutive_errors: int = 16,
+        device: Any = None,
+        distributed: Optional[bool] = None,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
     ) -> None:
         if num_workers == 0 and prefetch_factor is not None:
             raise ValueError(
@@ -284,9 +395,12 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         prefetch = (prefetch_factor or 2) * threads
         if prefetch_factor is None:
             prefetch = min(prefetch, 8)
-        seed = (
-            generator.initial_seed() if generator is not None else torch.initial_seed()
-        )
+        if seed is None:
+            seed = (
+                generator.initial_seed()
+                if generator is not None
+                else torch.initial_seed()
+            )
         super().__init__(
             dataset,
             batch_size=batch_size,
@@ -297,13 +411,27 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
             num_threads=threads,
             prefetch=max(1, prefetch),
             seed=seed,
+            layout=layout,
+            io=io,
+            max_pixels=max_pixels,
+            allow_truncated=allow_truncated,
+            direct_io=direct_io,
+            on_error=on_error,
+            max_consecutive_errors=max_consecutive_errors,
+            device=device,
+            distributed=distributed,
+            rank=rank,
+            world_size=world_size,
         )
+        # The arguments as given, beside what the Loader resolved (_Argument).
+        self.__dict__.update(distributed=distributed, rank=rank, world_size=world_size)
         # DataLoader's attributes, for code that reads them (frameworks
         # that rebuild a loader from its arguments and attributes).
         self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.timeout = timeout
-        self.collate_fn = torch.utils.data.default_collate
+        self.collate_fn = collate_fn if collate_fn is not None else default_collate
+        self._collate = collate_fn if _custom_collate(collate_fn) else None
         self.worker_init_fn = worker_init_fn
         self.multiprocessing_context = multiprocessing_context  # torch checks it
         self.generator = generator
@@ -311,7 +439,9 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         self.persistent_workers = persistent_workers
         self.pin_memory_device = pin_memory_device
         self.in_order = in_order
-        self._pin_memory, self._pin_warning = _pinning(bool(pin_memory))
+        self._pin_memory, self._pin_warning = _pinning(
+            bool(pin_memory) and self.device.type == "cpu"
+        )
         # sampler and batch_sampler as torch's DataLoader sets them; those
         # made here stand for the built-in order (see _sampling).
         if sampler is None:
@@ -330,6 +460,51 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
 
     _own_sampler: Any = None
     _own_batch_sampler: Any = None
+    distributed = _Argument()
+    rank = _Argument()
+    world_size = _Argument()
+
+    def options(self) -> dict:
+        """The keyword-only options as this loader was given them (seed: the
+        one it uses): what a loader rebuilt over the same dataset takes to
+        read it the same way (Accelerate's, _frameworks.py)."""
+        return {name: vars(self)[name] for name in OPTIONS}
+
+    def _finish(self, raw: torch.Tensor, plan: TransformPlan) -> Any:
+        # For a collate_fn, a Python tail's results are kept per sample, as
+        # the tail gives them (not batched by default_collate first).
+        if self._collate is not None and plan.tail:
+            return tail_samples(raw, plan)
+        return super()._finish(raw, plan)
+
+    def _collated(self, src: Any, views: list, taken: Any) -> Any:
+        """The user's collate_fn on the batch's samples as DataLoader would
+        hand them over, each what indexing the dataset gives: (image,
+        target), the image a view of the batch (a list of views for a
+        MultiView), the target as the dataset gives it (an int for a class),
+        target_transform applied; for a shard's fields, the tuple of the
+        sample's fields (without field_transforms, which take a batch)."""
+        n = len(taken.idx)
+        images = [
+            [v[k] for v in views] if self._multi else views[0][k] for k in range(n)
+        ]
+        fields = getattr(src, "fields", None)
+        if fields is not None:
+            describe = getattr(self._data, "describe", None) or str
+            items = [
+                tuple(
+                    images[k] if f == fields.image else fields.value(f, i, x, describe)
+                    for f in range(len(fields.names))
+                )
+                for k, (i, x) in enumerate(zip(taken.idx, taken.extras))
+            ]
+        else:
+            tt = self.target_transform
+            items = []
+            for k, i in enumerate(taken.idx):
+                target = _targets.item(src.targets, int(i))
+                items.append((images[k], tt(target) if tt is not None else target))
+        return self._collate(items)
 
     @property  # type: ignore[override]
     def batch_sampler(self) -> Any:
@@ -391,12 +566,13 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
             # Said at the first iteration, where DataLoader says it.
             warnings.warn(self._pin_warning, UserWarning, stacklevel=2)
             self._pin_warning = None
-        if self.generator is not None:
-            # torch's DataLoader draws its workers' base seed from the
-            # generator at each iteration; a sampler sharing the generator
-            # (torch's RandomSampler made for shuffle=True, as frameworks
-            # hand back) then draws the same order as under torch's.
-            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        # torch's DataLoader draws its workers' base seed from the generator
+        # (torch's default one without) at each iteration; a sampler sharing
+        # the generator (torch's RandomSampler made for shuffle=True, as
+        # frameworks hand back) then draws the same order as under torch's,
+        # and a collate_fn drawing from torch's generator (MixUp, CutMix)
+        # the same mixes.
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         return super().__iter__()
 
 

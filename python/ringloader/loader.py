@@ -80,7 +80,9 @@ class Loader:
     Args:
         dataset: ``ringloader.ImageFolder`` or torchvision's ``ImageFolder``
             (anything with ``samples``, a list of (path, target)), a
-            dataset giving ``ringloader_sources()``, or torch's ``Subset``
+            dataset giving ``ringloader_sources()``, a class of yours with
+            ``ringloader_files()`` (its paths and targets as arrays:
+            ``datasets/base.py``'s ``files_of``), or torch's ``Subset``
             (``random_split``) or ``ConcatDataset`` of those, nested to any
             depth (the parts of a ConcatDataset with the same transform),
             or a ``ringloader.Mix`` of those (its epochs are its draws, in
@@ -162,6 +164,9 @@ class Loader:
     # yielded: DataLoader's pin_memory=True, on a machine with an
     # accelerator (ringloader.DataLoader sets it; see there why a copy).
     _pin_memory = False
+    # A collate_fn of the user's, which ringloader.DataLoader calls on the
+    # samples of each batch (its _collated) instead of yielding the batch.
+    _collate: Any = None
 
     def __init__(
         self,
@@ -408,46 +413,36 @@ class Loader:
                     self._finish(raw, plan) for raw, plan in zip(taken.raw, self._plans)
                 ]
                 images: Any = views if self._multi else views[0]
-                if getattr(src, "fields", None) is not None:
+                self._fallback.announce_truncated(pipe)
+                if self._collate is not None:
+                    # ringloader.DataLoader's collate_fn, on the samples.
+                    out: Any = self._collated(src, views, taken)
+                elif getattr(src, "fields", None) is not None:
                     # A shard's fields (datasets/fields.py): a tuple in
                     # their order, the images in the image field's place.
-                    yield self._fields_batch(pipe, src, images, taken, t0)
-                    continue
-                self._fallback.announce_truncated(pipe)
-                # As DataLoader batches them (datasets/targets.py): int64
-                # classes straight from the array; any other kind, and
-                # target_transform's results, as default_collate does.
-                labels = _targets.batch(src.targets, idx, self.target_transform)
+                    # Bad members were refused by the core (replaced under
+                    # on_error="skip"); one it could not check that does
+                    # not decode raises FieldError.
+                    describe = getattr(self._data, "describe", None) or str
+                    out = src.fields.batch(images, idx, taken.extras, describe)
+                else:
+                    # As DataLoader batches them (datasets/targets.py):
+                    # int64 classes straight from the array; any other
+                    # kind, and target_transform's results, as
+                    # default_collate does.
+                    labels = _targets.batch(src.targets, idx, self.target_transform)
+                    out = (images, labels)
                 if self.direct_io:
                     self._fallback.announce_direct(pipe, src, idx)
                 if self._pin_memory:
-                    images, labels = pin_memory((images, labels))
+                    out = pin_memory(out)
                 self._position.yielded += 1
                 self._meter.waited(time.perf_counter() - t0)
                 self._meter.delivered(len(idx))
-                yield images, labels
+                yield out
         finally:
             if pipe.pending and not pipe.closed:
                 pipe.cancel()
-
-    def _fields_batch(
-        self, pipe: Pipeline, src: Any, images: Any, taken: Any, t0: float
-    ) -> tuple:
-        """What _iterate yields for a batch of a shard's fields: the tuple
-        src.fields makes of the images and the batch's extra bytes. Bad
-        members were refused by the core (replaced under on_error="skip");
-        one it could not check that does not decode raises FieldError."""
-        self._fallback.announce_truncated(pipe)
-        describe = getattr(self._data, "describe", None) or str
-        out = src.fields.batch(images, taken.idx, taken.extras, describe)
-        if self.direct_io:
-            self._fallback.announce_direct(pipe, src, taken.idx)
-        if self._pin_memory:
-            out = pin_memory(out)
-        self._position.yielded += 1
-        self._meter.waited(time.perf_counter() - t0)
-        self._meter.delivered(len(taken.idx))
-        return out
 
     def _finish(self, raw: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
         """Lay a view's C output out as asked (converting it on the device

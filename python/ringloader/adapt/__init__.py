@@ -13,10 +13,19 @@ An adapter module has:
 The first adapter in :data:`ADAPTERS` that claims an object describes it.
 Adding a library is adding its file here (docs/ARCHITECTURE.md, "Adding a
 library's transforms").
+
+An object of no library whose class's ``__call__`` only applies its
+``transforms`` attribute (``def __call__(self, img): return
+self.transforms(img)``, as torchvision's reference scripts write their
+presets) is opened like a composition: :func:`wrapped` checks the method's
+code against the same one-line method compiled here, so nothing else can
+hide in it.
 """
 
 from __future__ import annotations
 
+import inspect
+import types
 from types import ModuleType
 from typing import Any, Optional
 
@@ -35,15 +44,85 @@ def adapter_of(t: Any) -> Optional[ModuleType]:
     return None
 
 
+# The wrappers opened: __call__ exactly as one of these (any argument
+# names, a docstring allowed). Compiled by this interpreter, so their
+# bytecode is the bytecode of the same source in the user's class.
+def _image_wrapper(self, img):  # classification presets
+    return self.transforms(img)
+
+
+def _pair_wrapper(self, img, target):  # detection and segmentation presets
+    return self.transforms(img, target)
+
+
+_WRAPPERS = {1: _image_wrapper.__code__, 2: _pair_wrapper.__code__}
+# The flags that say what kind of function a code object is (*args,
+# **kwargs, generator, coroutine...); a module's __future__ imports set
+# others.
+_KIND = 0xFFFF
+
+
+def _consts(code: types.CodeType, doc: Optional[str]) -> list:
+    """The constants a method's code uses, less its docstring and None
+    (which interpreters keep or leave out for a docstring)."""
+    return [c for c in code.co_consts if c is not None and c is not doc]
+
+
+def wrapped(t: Any) -> tuple[Optional[Any], str]:
+    """(inner, "") when t's class's ``__call__`` does nothing but return
+    ``self.transforms(img)`` (inner: t.transforms, which runs on the image
+    alone); (None, why not) otherwise. A ``__call__(self, img, target)``
+    returning ``self.transforms(img, target)`` is recognised, and refused:
+    its transforms move the target with the image."""
+    name = type(t).__name__
+    if adapter_of(t) is not None or not hasattr(t, "transforms"):
+        return None, f"{name} is not a torchvision or timm transform"
+    # As defined (a staticmethod or partialmethod left unbound, unlike
+    # getattr's answer), from the class or the nearest base that has it.
+    call = inspect.getattr_static(type(t), "__call__", None)
+    if not isinstance(call, types.FunctionType):
+        return None, f"{name}.__call__ is not a plain Python function"
+    code = call.__code__
+    ref = _WRAPPERS.get(code.co_argcount - 1)
+    if ref is not None and (
+        call.__defaults__
+        or call.__kwdefaults__
+        or call.__closure__
+        or code.co_code != ref.co_code
+        or code.co_names != ref.co_names
+        or code.co_flags & _KIND != ref.co_flags & _KIND
+        or code.co_kwonlyargcount
+        or code.co_posonlyargcount
+        or _consts(code, call.__doc__) != _consts(ref, None)
+    ):
+        ref = None
+    if ref is None:
+        return None, (
+            f"{name} is not a torchvision or timm transform, and its __call__ "
+            "does more than return self.transforms(img)"
+        )
+    if ref is _WRAPPERS[2]:
+        return None, (
+            f"{name} transforms an (image, target) pair together; ringloader "
+            "fuses transforms of the image alone"
+        )
+    return t.transforms, ""
+
+
 def flatten(transform: Any) -> list[Any]:
     """The user's transforms in the order they run: compositions of a known
-    library (and lists) opened, recursively."""
+    library (and lists) opened, recursively, and wrappers that only apply
+    their ``transforms`` (:func:`wrapped`)."""
     if transform is None:
         return []
     if isinstance(transform, (list, tuple)):
         return [t for item in transform for t in flatten(item)]
     adapter = adapter_of(transform)
-    inner = adapter.flatten(transform) if adapter is not None else None
+    if adapter is not None:
+        inner = adapter.flatten(transform)
+    else:
+        inner = wrapped(transform)[0]
+        inner = None if inner is None else [inner]
     if inner is None:
         return [transform]
     return [t for item in inner for t in flatten(item)]
@@ -53,6 +132,5 @@ def describe(t: Any) -> Step:
     """The step of one (flattened) user transform."""
     adapter = adapter_of(t)
     if adapter is None:
-        name = type(t).__name__
-        return Unfused(name, f"{name} is not a torchvision or timm transform")
+        return Unfused(type(t).__name__, wrapped(t)[1])
     return adapter.describe(t)

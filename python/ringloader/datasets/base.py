@@ -1,8 +1,11 @@
 """What every dataset ringloader reads shares, and the protocol the loader
 reads them through.
 
-A dataset gives the loader its samples in one of two ways:
+A dataset gives the loader its samples in one of three ways:
 
+- ``ringloader_files()``, the protocol for a dataset class of the user's:
+  it returns ``(paths, targets)``, where sample i's bytes are and its
+  target, as arrays (see :data:`FILES_PROTOCOL` and :func:`files_of`);
 - ``ringloader_sources()``, returning :class:`Sources`: the file (or byte
   range of a file) and target of every sample (:mod:`.targets`). Tar shards, file lists
   and indexed folders do this;
@@ -34,7 +37,9 @@ __all__ = [
     "PathLike",
     "Remote",
     "Sources",
+    "FILES_PROTOCOL",
     "decode_item",
+    "files_of",
     "provides_sources",
     "read_file",
     "sources_of",
@@ -97,16 +102,81 @@ class Sources:
         return len(self.paths)
 
 
+# How the loader's messages name the protocol a user's dataset class can
+# follow to be read natively.
+FILES_PROTOCOL = "a ringloader_files() method returning (paths, targets)"
+
+
+def files_of(dataset: Any) -> Sources:
+    """The sources of a dataset class of the user's that has
+    ``ringloader_files()``: a method returning ``(paths, targets)``, where
+
+    - ``paths`` says where sample i's bytes are: a local file path or an
+      ``http(s)://`` or ``s3://`` URL (all local or all remote), as any
+      sequence of str (a list, a numpy array of str or bytes) or, for
+      billions of samples, one blob of the paths' UTF-8 bytes and the
+      ``n + 1`` offsets where each starts (``(blob, offsets)``: two numpy
+      arrays, uint8 and int64, e.g. an Arrow string column's buffers), so
+      that no Python object is made per sample;
+    - ``targets`` is one per sample, as an array: int64 class indices, or
+      any kind :mod:`.targets` keeps (floats, rows, a tuple of arrays).
+
+    The loader then reads and decodes the files itself and applies the
+    dataset's ``transform`` and ``target_transform`` attributes, so the
+    dataset's ``__getitem__`` must be what torchvision's ImageFolder does
+    (the file decoded to an RGB image, ``transform`` on it, the target,
+    ``target_transform`` on it); it is not called. Read once, when the
+    loader is made. Raises ValueError or TypeError naming the dataset for
+    what is not of that form."""
+    from .cache import StringBlob
+    from .filelist import FileList
+    from .remote import is_url
+
+    name = type(dataset).__name__
+    got = dataset.ringloader_files()
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise TypeError(f"{name}.ringloader_files() must return (paths, targets)")
+    paths, targets = got
+    if isinstance(paths, tuple):  # (blob, offsets)
+        blob, offsets = (np.asarray(a) for a in paths)
+        if blob.dtype != np.uint8 or offsets.ndim != 1 or len(offsets) < 1:
+            raise TypeError(
+                f"{name}.ringloader_files(): paths as (blob, offsets) must be a "
+                "uint8 array and an int64 array of len(targets) + 1 offsets"
+            )
+        if np.any(np.diff(offsets) < 0) or offsets[0] < 0 or offsets[-1] > len(blob):
+            raise ValueError(
+                f"{name}.ringloader_files(): offsets must rise from 0 to at most "
+                f"len(blob) ({len(blob)})"
+            )
+        paths = StringBlob(blob, offsets)
+        if not len(paths) or not is_url(paths[0]):
+            # Local files: kept as given, no string made per sample.
+            what = f"{name}.ringloader_files() targets"
+            return Sources(
+                paths=paths, targets=_targets.as_targets(targets, len(paths), what)
+            )
+    elif isinstance(paths, np.ndarray) and paths.dtype.kind == "S":
+        paths = (os.fsdecode(p) for p in paths)
+    return FileList(paths, targets).ringloader_sources()
+
+
 def provides_sources(dataset: Any) -> bool:
-    """Whether the dataset has ``ringloader_sources()`` (rather than a
-    ``samples`` list the loader reads and follows)."""
-    return getattr(dataset, "ringloader_sources", None) is not None
+    """Whether the dataset has ``ringloader_sources()`` or
+    ``ringloader_files()`` (rather than a ``samples`` list the loader reads
+    and follows)."""
+    return (
+        getattr(dataset, "ringloader_sources", None) is not None
+        or getattr(dataset, "ringloader_files", None) is not None
+    )
 
 
 def sources_of(dataset: Any) -> Sources:
     """The files (or byte ranges) and targets of a dataset (a ``samples``
     list's targets may be of any kind :mod:`.targets` keeps). Raises
-    TypeError for a dataset that follows neither protocol."""
+    TypeError for a dataset that follows none of the protocols."""
+    if getattr(dataset, "ringloader_files", None) is not None:
+        return files_of(dataset)
     provider = getattr(dataset, "ringloader_sources", None)
     if provider is not None:
         return provider()

@@ -5,7 +5,8 @@ A dataset gives the loader its samples in one of three ways:
 
 - ``ringloader_files()``, the protocol for a dataset class of the user's:
   it returns ``(paths, targets)``, where sample i's bytes are and its
-  target, as arrays (see :data:`FILES_PROTOCOL` and :func:`files_of`);
+  target, as arrays (see :data:`FILES_PROTOCOL` and
+  :func:`ringloader.datasets.filelist.files_of`);
 - ``ringloader_sources()``, returning :class:`Sources`: the file (or byte
   range of a file) and target of every sample (:mod:`.targets`). Tar shards, file lists
   and indexed folders do this;
@@ -39,7 +40,6 @@ __all__ = [
     "Sources",
     "FILES_PROTOCOL",
     "decode_item",
-    "files_of",
     "provides_sources",
     "read_file",
     "sources_of",
@@ -107,58 +107,10 @@ class Sources:
 FILES_PROTOCOL = "a ringloader_files() method returning (paths, targets)"
 
 
-def files_of(dataset: Any) -> Sources:
-    """The sources of a dataset class of the user's that has
-    ``ringloader_files()``: a method returning ``(paths, targets)``, where
-
-    - ``paths`` says where sample i's bytes are: a local file path or an
-      ``http(s)://`` or ``s3://`` URL (all local or all remote), as any
-      sequence of str (a list, a numpy array of str or bytes) or, for
-      billions of samples, one blob of the paths' UTF-8 bytes and the
-      ``n + 1`` offsets where each starts (``(blob, offsets)``: two numpy
-      arrays, uint8 and int64, e.g. an Arrow string column's buffers), so
-      that no Python object is made per sample;
-    - ``targets`` is one per sample, as an array: int64 class indices, or
-      any kind :mod:`.targets` keeps (floats, rows, a tuple of arrays).
-
-    The loader then reads and decodes the files itself and applies the
-    dataset's ``transform`` and ``target_transform`` attributes, so the
-    dataset's ``__getitem__`` must be what torchvision's ImageFolder does
-    (the file decoded to an RGB image, ``transform`` on it, the target,
-    ``target_transform`` on it); it is not called. Read once, when the
-    loader is made. Raises ValueError or TypeError naming the dataset for
-    what is not of that form."""
-    from .cache import StringBlob
-    from .filelist import FileList
-    from .remote import is_url
-
-    name = type(dataset).__name__
-    got = dataset.ringloader_files()
-    if not (isinstance(got, tuple) and len(got) == 2):
-        raise TypeError(f"{name}.ringloader_files() must return (paths, targets)")
-    paths, targets = got
-    if isinstance(paths, tuple):  # (blob, offsets)
-        blob, offsets = (np.asarray(a) for a in paths)
-        if blob.dtype != np.uint8 or offsets.ndim != 1 or len(offsets) < 1:
-            raise TypeError(
-                f"{name}.ringloader_files(): paths as (blob, offsets) must be a "
-                "uint8 array and an int64 array of len(targets) + 1 offsets"
-            )
-        if np.any(np.diff(offsets) < 0) or offsets[0] < 0 or offsets[-1] > len(blob):
-            raise ValueError(
-                f"{name}.ringloader_files(): offsets must rise from 0 to at most "
-                f"len(blob) ({len(blob)})"
-            )
-        paths = StringBlob(blob, offsets)
-        if not len(paths) or not is_url(paths[0]):
-            # Local files: kept as given, no string made per sample.
-            what = f"{name}.ringloader_files() targets"
-            return Sources(
-                paths=paths, targets=_targets.as_targets(targets, len(paths), what)
-            )
-    elif isinstance(paths, np.ndarray) and paths.dtype.kind == "S":
-        paths = (os.fsdecode(p) for p in paths)
-    return FileList(paths, targets).ringloader_sources()
+# Reads a dataset that has ringloader_files() (filelist.files_of, which
+# registers itself when datasets.filelist is imported: it makes a FileList,
+# a layer above this module).
+_files_reader: Optional[Callable[[Any], Sources]] = None
 
 
 def provides_sources(dataset: Any) -> bool:
@@ -176,7 +128,10 @@ def sources_of(dataset: Any) -> Sources:
     list's targets may be of any kind :mod:`.targets` keeps). Raises
     TypeError for a dataset that follows none of the protocols."""
     if getattr(dataset, "ringloader_files", None) is not None:
-        return files_of(dataset)
+        # Set whenever the package is imported (datasets/__init__.py
+        # imports filelist).
+        assert _files_reader is not None
+        return _files_reader(dataset)
     provider = getattr(dataset, "ringloader_sources", None)
     if provider is not None:
         return provider()

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
+from . import base as _base
 from .base import ImageDataset, PairView, PathLike, Sources
 from .cache import StringBlob
 from .remote import Client, is_url, redact
@@ -204,3 +205,54 @@ def _resolve(base: str, file: str) -> str:
             raise ValueError(f"{redact(base)}: a root URL cannot have a query")
         return urlunsplit(parts._replace(path=posixpath.join(parts.path, file)))
     return os.path.join(base, os.path.expanduser(file))
+
+
+def files_of(dataset: Any) -> Sources:
+    """The sources of a dataset class of the user's that has
+    ``ringloader_files()``: a method returning ``(paths, targets)``, where
+
+    - ``paths`` says where sample i's bytes are: a local file path or an
+      ``http(s)://`` or ``s3://`` URL (all local or all remote), as any
+      sequence of str (a list, a numpy array of str or bytes) or, for
+      billions of samples, one blob of the paths' UTF-8 bytes and the
+      ``n + 1`` offsets where each starts (``(blob, offsets)``: two numpy
+      arrays, uint8 and int64, e.g. an Arrow string column's buffers), so
+      that no Python object is made per sample;
+    - ``targets`` is one per sample, as an array: int64 class indices, or
+      any kind :mod:`.targets` keeps (floats, rows, a tuple of arrays).
+
+    The loader then reads and decodes the files itself and applies the
+    dataset's ``transform`` and ``target_transform`` attributes, so the
+    dataset's ``__getitem__`` must be what torchvision's ImageFolder does
+    (the file decoded to an RGB image, ``transform`` on it, the target,
+    ``target_transform`` on it); it is not called. Read once, when the
+    loader is made. Raises ValueError or TypeError naming the dataset for
+    what is not of that form."""
+    name = type(dataset).__name__
+    got = dataset.ringloader_files()
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise TypeError(f"{name}.ringloader_files() must return (paths, targets)")
+    paths, targets = got
+    if isinstance(paths, tuple):  # (blob, offsets)
+        blob, offsets = (np.asarray(a) for a in paths)
+        if blob.dtype != np.uint8 or offsets.ndim != 1 or len(offsets) < 1:
+            raise TypeError(
+                f"{name}.ringloader_files(): paths as (blob, offsets) must be a "
+                "uint8 array and an int64 array of len(targets) + 1 offsets"
+            )
+        if np.any(np.diff(offsets) < 0) or offsets[0] < 0 or offsets[-1] > len(blob):
+            raise ValueError(
+                f"{name}.ringloader_files(): offsets must rise from 0 to at most "
+                f"len(blob) ({len(blob)})"
+            )
+        paths = StringBlob(blob, offsets)
+        if not len(paths) or not is_url(paths[0]):
+            # Local files: kept as given, no string made per sample.
+            what = f"{name}.ringloader_files() targets"
+            return Sources(paths=paths, targets=as_targets(targets, len(paths), what))
+    elif isinstance(paths, np.ndarray) and paths.dtype.kind == "S":
+        paths = (os.fsdecode(p) for p in paths)
+    return FileList(paths, targets).ringloader_sources()
+
+
+_base._files_reader = files_of

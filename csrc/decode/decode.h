@@ -174,9 +174,11 @@ typedef struct rl_decode_buf {
     size_t need_before; /* the most reserved in the window before */
 } rl_decode_buf;
 
-/* Makes b hold at least need bytes, keeping its first min(need, cap)
- * bytes (realloc): 0, or -ENOMEM with b unchanged. Counts need in b's
- * high-water mark. */
+/* Makes b hold at least need bytes: 0, or -ENOMEM with b empty (its
+ * memory freed, cap 0). Its contents are not kept when it grows: the
+ * old memory is freed before the new is allocated, so no byte is copied
+ * and the two are never held at once; a caller writes what it reserved
+ * before reading it. Counts need in b's high-water mark. */
 int rl_decode_buf_reserve(rl_decode_buf *b, size_t need);
 
 /* After an image, once nothing points into b: applies the policy above

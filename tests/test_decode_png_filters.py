@@ -99,6 +99,22 @@ def test_every_region_gets_the_whole_files_error(kind, route):
         assert np.array_equal(got.reshape(h, w, 3), full[y : y + h, x : x + w]), name
 
 
+@pytest.mark.parametrize("kind", ((2, 8), (0, 1), (6, 16)), ids=str)
+def test_a_stream_that_ends_early_fails_whatever_the_crop(kind):
+    """A zlib stream complete but short of the image's last rows (the
+    chunks whole, their CRCs right): declined by the fast path, and
+    libspng finds it short only in the rows it decodes."""
+    ct, depth = kind
+    rng = np.random.default_rng(8)
+    s = random_samples(rng, H, W, ct, depth, palette_len=1 << depth)
+    raw = raw_data(s, depth, False)
+    for keep in (0.25, 0.9):
+        data = png_bytes(s, ct, depth, raw=raw[: int(len(raw) * keep)])
+        whole = reason(data)
+        for name, box in BOXES.items():
+            assert reason(data, box) == whole, (keep, name)
+
+
 def big_png(where: str) -> bytes:
     """An RGBA 16-bit PNG of 4096 x 2100 (68.8 MB of filtered rows, over
     RL_PNG_ROWS_MAX: libspng decodes it row by row), zeros but one bad

@@ -9,9 +9,9 @@
  * inflating at the last row and never reaches it). The deflate data must
  * inflate to exactly the image's filtered size: libdeflate reports a
  * stream that would go past the buffer, or ends short of it, and either
- * is declined, so that libspng judges the file as it always did (a region
- * above a short stream's end decodes; a longer stream is an error of the
- * file's). Only the rows down to the region's last are unfiltered: PNG's
+ * is declined, so that libspng judges the file (a short stream fails
+ * whatever the region, libspng decoding every row; the rest of a longer
+ * one is ignored, as Pillow ignores it). Only the rows down to the region's last are unfiltered: PNG's
  * filters chain each row to the one above, the rows below are not needed.
  * But every row's filter byte is checked, a byte a row: a filter type over
  * 4 anywhere in the image declines the file, whatever the region, so that

@@ -23,6 +23,11 @@
  * png_rows.c reads every row's filter byte, declining the file at a bad
  * one; libspng decodes every row, those outside the region (interlaced or
  * not) into one scratch row, converting and keeping only the region's.
+ * That costs libspng's files the rows below a crop: on a 5000 x 4500 RGB
+ * photo (67.5 MB of rows, over RL_PNG_ROWS_MAX) a 224-pixel crop took
+ * 1.28 s at the top (0.08 s when decoding stopped at its last row) and
+ * 1.42 s at the centre (0.73 s), the whole image 2.1 s; the fast path's
+ * check is a byte a row.
  *
  * A file is judged whole, whatever rows a region decodes: before any row,
  * the chunk list is walked from the bytes (lengths and the critical

@@ -101,6 +101,25 @@ def raw_data(
     return out
 
 
+def scanline_starts(h: int, w: int, channels: int, depth: int, interlace: bool):
+    """Where each scanline's filter byte is in raw_data()'s bytes, in the
+    order the file holds them (Adam7: pass by pass)."""
+    boxes = [(h, w)]
+    if interlace:
+        boxes = [
+            (len(range(y0, h, dy)), len(range(x0, w, dx))) for y0, x0, dy, dx in ADAM7
+        ]
+    out, at = [], 0
+    for rows, cols in boxes:
+        if rows == 0 or cols == 0:
+            continue  # an empty pass has no scanlines
+        rowbytes = -(-cols * channels * depth // 8)
+        for _ in range(rows):
+            out.append(at)
+            at += 1 + rowbytes
+    return out
+
+
 def png_bytes(
     samples: np.ndarray,
     colour_type: int,
@@ -111,11 +130,14 @@ def png_bytes(
     idat_pieces: int = 1,
     extra: Sequence[bytes] = (),
     level: int = 6,
+    raw: Optional[bytes] = None,
 ) -> bytes:
     """A PNG of `samples` (h, w, channels), in the given colour type and
     bit depth; `palette` (n, 3) for colour type 3; `trns` the tRNS
     chunk's data; the data split into `idat_pieces` IDAT chunks; `extra`
-    chunks (whole, from chunk()) before the first IDAT."""
+    chunks (whole, from chunk()) before the first IDAT; `raw` the
+    uncompressed image data instead of raw_data()'s (bytes changed on
+    purpose, or more of them than the image holds)."""
     h, w = samples.shape[:2]
     assert samples.shape[2] == CHANNELS[colour_type]
     ihdr = struct.pack(">IIBBBBB", w, h, depth, colour_type, 0, 0, int(interlace))
@@ -125,7 +147,9 @@ def png_bytes(
         out += chunk(b"PLTE", np.asarray(palette, np.uint8).tobytes())
     if trns is not None:
         out += chunk(b"tRNS", trns)
-    z = zlib.compress(raw_data(samples, depth, interlace), level)
+    if raw is None:
+        raw = raw_data(samples, depth, interlace)
+    z = zlib.compress(raw, level)
     step = max(1, -(-len(z) // idat_pieces))
     for i in range(0, len(z), step):
         out += chunk(b"IDAT", z[i : i + step])

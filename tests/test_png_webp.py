@@ -269,8 +269,7 @@ def corpus_files(tmp_path) -> list:
 
 def test_center_crops_are_exact(tmp_path):
     """A crop without resampling gives the very pixels of Pillow's decode:
-    PNG rows outside the crop are not converted (and rows below it not
-    decoded), WebP is decoded with libwebp's cropping (one pixel wider,
+    PNG rows outside the crop are decoded but not converted, WebP is decoded with libwebp's cropping (one pixel wider,
     as its edges are not exact), and neither shows at the crop's edges."""
     paths = corpus_files(tmp_path)
     for crop in (1, 7, 16, 33, 64):

@@ -3,7 +3,13 @@
  * shrink after an outlier (decode.h's rl_decode_buf says the policy and
  * why).
  *
- * DESIGN: the high-water mark is two numbers, the most asked in the
+ * DESIGN: a buffer grows by freeing its memory, then allocating the size
+ * asked: its contents are each image's, written before they are read, so
+ * nothing is copied and the old and the new are never held together.
+ * It shrinks with realloc, which glibc does in place (a large block's
+ * pages given back by mremap), keeping the pages of what stays.
+ *
+ * The high-water mark is two numbers, the most asked in the
  * current window and in the one before, so it costs a comparison per
  * reserve and per trim: no history of sizes, no clock. The thread's decode
  * context (registry.c) counts the images and says when a window ends,
@@ -23,11 +29,16 @@ int rl_decode_buf_reserve(rl_decode_buf *b, size_t need)
     if (need <= b->cap) {
         return 0;
     }
-    uint8_t *p = realloc(b->data, need);
-    if (p == NULL) {
+    /* Every caller writes what it reserved before reading it, so the old
+     * bytes are freed, not carried: realloc would copy them (a block it
+     * cannot grow in place, what the heap gives under glibc's mmap
+     * threshold) and hold old and new at once, on the largest images. */
+    free(b->data);
+    b->data = malloc(need);
+    if (b->data == NULL) {
+        b->cap = 0;
         return -ENOMEM;
     }
-    b->data = p;
     b->cap = need;
     return 0;
 }

@@ -19,14 +19,33 @@
  * (the whole image): the place stage reads only what it needs. Statuses:
  * RL_EFORMAT (not this format), RL_EDECODE (corrupt), RL_ETRUNCATED (ends
  * early, when not allowed), RL_ETOOBIG (over a limit), -ENOMEM, with msg
- * (RL_MSG_MAX bytes) saying why. A region's status is the whole file's: a
- * file truncated or corrupt past the region's last row fails too, so the
- * outcome never depends on the crop (JPEG checks the end of a one-scan
- * file from its bytes, without decoding the rows it skips; PNG walks its
- * chunks and checks the IDAT CRCs; WebP, whose bitstreams carry no
- * checksum, judges truncation from its RIFF size). States are owned by
- * one thread at a time;
- * the functions may be called without the GIL and never longjmp out.
+ * (RL_MSG_MAX bytes) saying why.
+ *
+ * What a region's status promises of the rest of the file. For JPEG and
+ * PNG the status is the whole image's, whatever the region: the outcome
+ * never depends on the crop. For WebP it is the whole image's for
+ * truncation only. In detail:
+ * - truncation, every format: a file cut past the region's last row fails
+ *   too, judged from the bytes before any row is decoded (JPEG: a one-scan
+ *   file's markers after its entropy-coded data, read up to EOI; PNG: the
+ *   chunk list up to IEND; WebP: the RIFF size);
+ * - JPEG: a file of several scans is read whole; in a file of one scan,
+ *   what follows the entropy-coded data is read from the bytes up to EOI
+ *   as libjpeg reads it (a marker it refuses fails whatever the region),
+ *   and damage inside that data is only ever a warning of libjpeg's (a
+ *   bad Huffman code, a lost restart marker), ignored whatever the region:
+ *   the rows a region skips cannot change the outcome;
+ * - PNG: the critical chunks' CRCs are checked from the bytes, and every
+ *   row of the image is inflated and its filter type checked, the rows
+ *   below the region too (decode/png.c);
+ * - WebP: not damage inside a bitstream whose sizes are right. Its
+ *   bitstreams carry no checksum, and libwebp decodes a region's rows
+ *   only (lossy: down to the region's last macroblock row): damage below
+ *   them fails the whole image, a "bitstream error" or "not enough data",
+ *   while a region that ends above it decodes.
+ *
+ * States are owned by one thread at a time; the functions may be called
+ * without the GIL and never longjmp out.
  */
 #ifndef RL_DECODE_H
 #define RL_DECODE_H
@@ -155,9 +174,11 @@ typedef struct rl_decode_buf {
     size_t need_before; /* the most reserved in the window before */
 } rl_decode_buf;
 
-/* Makes b hold at least need bytes, keeping its first min(need, cap)
- * bytes (realloc): 0, or -ENOMEM with b unchanged. Counts need in b's
- * high-water mark. */
+/* Makes b hold at least need bytes: 0, or -ENOMEM with b empty (its
+ * memory freed, cap 0). Its contents are not kept when it grows: the
+ * old memory is freed before the new is allocated, so no byte is copied
+ * and the two are never held at once; a caller writes what it reserved
+ * before reading it. Counts need in b's high-water mark. */
 int rl_decode_buf_reserve(rl_decode_buf *b, size_t need);
 
 /* After an image, once nothing points into b: applies the policy above

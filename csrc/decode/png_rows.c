@@ -9,10 +9,13 @@
  * inflating at the last row and never reaches it). The deflate data must
  * inflate to exactly the image's filtered size: libdeflate reports a
  * stream that would go past the buffer, or ends short of it, and either
- * is declined, so that libspng judges the file as it always did (a region
- * above a short stream's end decodes; a longer stream is an error of the
- * file's). Only the rows down to the region's last are unfiltered: PNG's
+ * is declined, so that libspng judges the file (a short stream fails
+ * whatever the region, libspng decoding every row; the rest of a longer
+ * one is ignored, as Pillow ignores it). Only the rows down to the region's last are unfiltered: PNG's
  * filters chain each row to the one above, the rows below are not needed.
+ * But every row's filter byte is checked, a byte a row: a filter type over
+ * 4 anywhere in the image declines the file, whatever the region, so that
+ * a crop above a damaged row fails as the whole image does.
  *
  * Unfiltering is in place. The Paeth filter of 3- and 4-byte pixels (8-bit
  * RGB and RGBA, what encoders pick for most rows of photographs) goes a
@@ -296,8 +299,24 @@ static paeth_loops paeth_level(void)
     return p;
 }
 
-/* Rows [0, nrows) of r->rows unfiltered; false at a filter type over 4. */
-static bool unfilter(rl_png_rows *r, size_t rowbytes, size_t bpp, int nrows)
+/* Whether every row of r->rows starts with a filter type (0 to 4): all
+ * the image's rows, not only those a region unfilters, since a file's
+ * outcome must not depend on the crop (decode.h). A byte a row, against
+ * the row's unfiltering. */
+static bool filters_valid(const rl_png_rows *r, size_t rowbytes, int height)
+{
+    const uint8_t *p = r->rows.data;
+    for (int y = 0; y < height; y++, p += rowbytes + 1) {
+        if (*p > 4) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Rows [0, nrows) of r->rows unfiltered, their filter types checked
+ * (filters_valid). */
+static void unfilter(rl_png_rows *r, size_t rowbytes, size_t bpp, int nrows)
 {
     const uint8_t *up = r->zero.data;
     paeth_loops simd = paeth_level();
@@ -332,15 +351,12 @@ static bool unfilter(rl_png_rows *r, size_t rowbytes, size_t bpp, int nrows)
         case 3:
             unfilter_avg(row, up, rowbytes, bpp);
             break;
-        case 4:
+        default: /* 4, Paeth: the types were checked */
             unfilter_paeth_bytes(row, up, rowbytes, bpp);
             break;
-        default:
-            return false;
         }
         up = row;
     }
-    return true;
 }
 
 int rl__png_rows_decode(rl_png_rows *r, const uint8_t *data, size_t len,
@@ -380,9 +396,12 @@ int rl__png_rows_decode(rl_png_rows *r, const uint8_t *data, size_t len,
     if (res != LIBDEFLATE_SUCCESS) {
         return RL_PNG_DECLINED;
     }
-    if (!unfilter(r, rowbytes, bpp, nrows)) {
+    /* A bad filter type in any row, above, in or below the region: the
+     * file is libspng's to judge, which decodes every row (png.c). */
+    if (!filters_valid(r, rowbytes, height)) {
         return RL_PNG_DECLINED;
     }
+    unfilter(r, rowbytes, bpp, nrows);
     *rows = r->rows.data + 1;
     return 0;
 }

@@ -9,7 +9,7 @@
  * given: the image's size bounds the inflation) and to unfilter each row
  * with a loop per filter type (Paeth, most rows of most files, with SSE2).
  * Anything else (a stream that is not exactly the image's size, a filter
- * type over 4, IDAT chunks not in one run) is declined, and png.c decodes
+ * type over 4 in any row, IDAT chunks not in one run) is declined, and png.c decodes
  * the file with libspng as before: the outcome of a file, its pixels or its
  * error, is libspng's either way.
  *
@@ -57,7 +57,8 @@ uint32_t rl__png_crc32(const uint8_t *p, size_t n);
  * and bpp bytes per pixel (1 for pixels under a byte). On 0, *rows is row
  * 0's first byte and row y is at *rows + y * (rowbytes + 1), valid until
  * the next call or rl__png_rows_exit. Returns RL_PNG_DECLINED when the data
- * is not for this path (libspng decodes it then) and -ENOMEM. The caller
+ * is not for this path (libspng decodes it then), which a filter type over
+ * 4 in any of the height rows makes it, below row nrows too; and -ENOMEM. The caller
  * keeps (rowbytes + 1) * height within RL_PNG_ROWS_MAX.
  */
 int rl__png_rows_decode(rl_png_rows *r, const uint8_t *data, size_t len,

@@ -15,7 +15,11 @@
  * in libjpeg-turbo's own fuzzers, so the compiler cannot drop the work and
  * an MSan build would flag any byte the decoder never wrote. A full decode
  * (rl_sample_decode_full, every native decoder) with a low pixel limit
- * follows, as _core.decode() does it.
+ * follows, as _core.decode() does it, then one of the top-left pixel
+ * alone: for JPEG and PNG the two must agree on whether the file decodes
+ * (decode/decode.h: their outcome never depends on the crop), one failing
+ * as corrupt or truncated where the other decodes is a finding. WebP
+ * promises that for truncation only.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +39,13 @@
 #define FULL_MAX_PIXELS (1u << 20)
 
 static rl_sample_ctx *ctx;
+
+/* A status that judges the file itself: decoded, corrupt or truncated
+ * (not a limit, the plan, or another format). */
+static bool judged(int rc)
+{
+    return rc == 0 || rc == RL_EDECODE || rc == RL_ETRUNCATED;
+}
 
 static const int out_sizes[] = {1, 2, 7, 16, 33, 64, 224};
 
@@ -175,5 +186,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         touch(full, (size_t)w * (size_t)h * 3);
     }
     free(full);
+    if (rl_jpeg_decoder.claims(&rl_jpeg_decoder, file, len) ||
+        rl_png_decoder.claims(&rl_png_decoder, file, len)) {
+        /* The top-left pixel, the region that leaves the most of the file
+         * undecoded (a sample's plan may refuse an image itself, with
+         * RL_EDECODE too: its region is not compared). */
+        static const int corner[4] = {0, 0, 1, 1};
+        uint8_t *px = NULL;
+        int cw = 0, ch = 0;
+        int corner_rc =
+            rl_sample_decode_full(file, len, &lim, corner, &px, &cw, &ch, msg);
+        free(px);
+        if (judged(rc) && judged(corner_rc) && (rc == 0) != (corner_rc == 0)) {
+            abort(); /* a region's outcome is not the whole image's */
+        }
+    }
     return 0;
 }

@@ -357,20 +357,6 @@ static PyType_Spec batch_spec = {
 };
 
 /* The report's lists as Python tuples into b. 0 or -1. */
-PyObject *rl__py_batch_ids(const rl_batch_report *rep)
-{
-    PyObject *t = PyTuple_New(rep->n);
-    for (int i = 0; t != NULL && i < rep->n; i++) {
-        PyObject *v = PyLong_FromLongLong(rep->ids[i]);
-        if (v == NULL) {
-            Py_CLEAR(t);
-            break;
-        }
-        PyTuple_SetItem(t, i, v);
-    }
-    return t;
-}
-
 static int batch_lists(rl_module_state *st, batch_object *b,
                        const rl_batch_report *rep)
 {

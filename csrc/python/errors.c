@@ -116,6 +116,20 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
     }
 }
 
+PyObject *rl__py_batch_ids(const rl_batch_report *rep)
+{
+    PyObject *t = PyTuple_New(rep->n);
+    for (int i = 0; t != NULL && i < rep->n; i++) {
+        PyObject *v = PyLong_FromLongLong(rep->ids[i]);
+        if (v == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SetItem(t, i, v);
+    }
+    return t;
+}
+
 PyObject *rl__py_sample_error(rl_module_state *st, const rl_sample_error *e)
 {
     rl__py_raise(st, e->status, e->where[0] ? e->where : NULL, e->msg);

@@ -1,8 +1,10 @@
 /*
- * python/module.c - the ringloader._core module: initialisation, state and
- * constants. The functions are in python/tools.c, the types in
+ * python/module.c - the ringloader._core module: initialisation and
+ * constants, the top of the bindings (it calls each file's init; no file
+ * calls it). The functions are in python/tools.c, the types in
  * python/pipeline.c and python/batch.c, test-only functions in
- * testing/py_testing.c (test builds).
+ * testing/py_testing.c (test builds); what every binding file shares (the
+ * module state from a type, a str's UTF-8) in python/shared.c.
  *
  * DESIGN: multi-phase initialisation with per-module state and heap types
  * (PEP 489/630), so the module can be loaded in subinterpreters and its
@@ -13,24 +15,6 @@
 #include "core/plan.h"
 #include "decode/decode.h"
 #include "rng.h"
-
-#include <string.h>
-
-rl_module_state *rl__py_state_of(PyTypeObject *type)
-{
-    return PyType_GetModuleState(type);
-}
-
-const char *rl__py_utf8(PyObject *o)
-{
-    Py_ssize_t n;
-    const char *s = PyUnicode_AsUTF8AndSize(o, &n);
-    if (s != NULL && (size_t)n != strlen(s)) {
-        PyErr_SetString(PyExc_ValueError, "embedded null character");
-        return NULL;
-    }
-    return s;
-}
 
 /* The limits and bit layouts Python must share with the core, defined
  * once in C (rng.h, core/plan.h). 0 or -1. */

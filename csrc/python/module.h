@@ -28,7 +28,7 @@ static inline PyObject *rl__py_fast_item(PyObject *seq, Py_ssize_t i)
     return PyList_Check(seq) ? PyList_GetItem(seq, i) : PyTuple_GetItem(seq, i);
 }
 
-/* The UTF-8 text of str o (kept with o), or NULL with an exception; a
+/* shared.c: the UTF-8 text of str o (kept with o), or NULL with an exception; a
  * ValueError for an embedded NUL, which C would cut the text at (as
  * PyUnicode_AsUTF8 does since 3.13, outside the limited API before it). */
 const char *rl__py_utf8(PyObject *o);
@@ -44,7 +44,7 @@ typedef struct rl_module_state {
     PyTypeObject *devbuf_type; /* test builds only */
 } rl_module_state;
 
-/* The state of the module that defines `type` (borrowed). */
+/* shared.c: the state of the module that defines `type` (borrowed). */
 rl_module_state *rl__py_state_of(PyTypeObject *type);
 
 /* ---- errors.c ---- */
@@ -66,6 +66,10 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
  * returns NULL. */
 PyObject *rl__py_raise_submit(rl_module_state *st, int status,
                               const rl_pipeline *p, int n);
+
+/* The ids a reported batch was submitted with, as a tuple of ints (new
+ * reference), or NULL with an exception set. */
+PyObject *rl__py_batch_ids(const rl_batch_report *rep);
 
 /* The exception for one failed sample, with .index set to its id (new
  * reference), or NULL with an exception set. */
@@ -214,10 +218,6 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
                            uintptr_t dev_ptr, int device, PyObject *owner,
                            int n, const rl_place_config *places, int nviews,
                            const rl_batch_report *rep);
-
-/* The ids a reported batch was submitted with, as a tuple of ints (new
- * reference), or NULL with an exception set. */
-PyObject *rl__py_batch_ids(const rl_batch_report *rep);
 
 /* ---- owners.c ---- */
 

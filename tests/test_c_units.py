@@ -31,6 +31,7 @@ def test_c_units(tmp_path, sanitize):
         "test_filters",
         "test_io",
         "test_pipeline",
+        "test_lock_rule",
         "test_io_faults",
         "test_recipes",
         "test_fields",

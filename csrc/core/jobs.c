@@ -196,10 +196,9 @@ static void batch_part_done(rl_batch *b)
 static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
                 bool read, int64_t key, const rl_dst *dst)
 {
-    rl_source *src = p->cfg.source;
     if (read) {
         uint64_t t0 = rl__now_ns();
-        src->ops->read_one(src, f);
+        rl__src_read_one(p, f);
         atomic_fetch_add(&p->read_ns, rl__now_ns() - t0);
     }
     int status = f->status;
@@ -238,7 +237,7 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
             atomic_fetch_add(&p->n_decodes[d->format], 1);
         }
     }
-    src->ops->release(src, f);
+    rl__src_release(p, f);
     if (status != 0) {
         atomic_fetch_add(&p->n_errors, 1);
     }
@@ -292,7 +291,7 @@ static void job_run(rl_task *task, void *ctx)
 
     if (atomic_load(&b->cancelled)) {
         j->status = RL_ECLOSED;
-        p->cfg.source->ops->release(p->cfg.source, &j->fetch);
+        rl__src_release(p, &j->fetch);
         batch_part_done(b);
         return;
     }
@@ -348,8 +347,7 @@ static void on_read(rl_fetch *f, void *arg)
 
 static void dispatch(rl_pipeline *p, rl_batch *b)
 {
-    rl_source *src = p->cfg.source;
-    if (atomic_load(&b->cancelled) || src->ops->read_batch == NULL) {
+    if (atomic_load(&b->cancelled) || p->cfg.source->ops->read_batch == NULL) {
         /* Cancelled jobs return at once; others read for themselves. */
         for (int i = 0; i < b->n; i++) {
             rl_pool_submit(p->pool, &b->jobs[i].task);
@@ -370,7 +368,7 @@ static void dispatch(rl_pipeline *p, rl_batch *b)
         fs[i] = &b->jobs[i].fetch;
     }
     uint64_t t0 = rl__now_ns(), c0 = thread_cpu_ns();
-    src->ops->read_batch(src, fs, b->n, on_read, p);
+    rl__src_read_batch(p, fs, b->n, on_read, p);
     atomic_fetch_add(&p->io_cpu_ns, thread_cpu_ns() - c0);
     atomic_fetch_add(&p->read_ns, rl__now_ns() - t0);
     if (fs != small) {

@@ -125,6 +125,9 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, int *status,
     if (rc == 0) {
         rc = rl__fields_copy(p, msg);
     }
+    if (rc == 0) {
+        rc = rl__parts_copy(p, msg);
+    }
     if (rc != 0) {
         *status = rc;
         rl__src_destroy(p->cfg.source);

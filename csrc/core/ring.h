@@ -106,6 +106,8 @@ struct rl_pipeline {
     char **refusals;
     /* cfg.checks: the pipeline's copies (arrays and names), or NULL. */
     rl_member_check *checks;
+    /* cfg.parts: the pipeline's copy (nparts + 1 starts), or NULL. */
+    int64_t *parts;
 };
 
 /* Takes and releases mu. Test builds tell the fake CUDA runtime, which
@@ -212,6 +214,9 @@ void rl__batch_free(rl_batch *b);
  * refusals (when given), checked. Returns 0, -ENOMEM or RL_ECONFIG with
  * msg; what was copied is freed with the pipeline. */
 int rl__fields_copy(rl_pipeline *p, char *msg);
+/* At create: the pipeline's copy of cfg.parts (when given), checked.
+ * Returns 0, -ENOMEM or RL_ECONFIG with msg; freed with the pipeline. */
+int rl__parts_copy(rl_pipeline *p, char *msg);
 /* ---- core/members.c ---- */
 
 /* At create (from rl__fields_copy): the pipeline's copy of cfg.checks.

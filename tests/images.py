@@ -164,6 +164,22 @@ def write_folder(
     return root
 
 
+def write_jpegs(root, name: str, n: int, seed: int = 0, bad: int = -1) -> list[str]:
+    """n small JPEGs root/{name}{i}.jpg (a few dozen pixels, each size its
+    own), their paths in order; the one at index ``bad`` is not a JPEG."""
+    paths = []
+    for i in range(n):
+        path = os.path.join(str(root), f"{name}{i}.jpg")
+        with open(path, "wb") as f:
+            f.write(
+                b"\xff\xd8\xff\xe0 not a JPEG"
+                if i == bad
+                else jpeg_bytes("baseline", 24 + i, 20 + i, seed=seed + i)
+            )
+        paths.append(path)
+    return paths
+
+
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)

@@ -31,11 +31,13 @@ def test_c_units(tmp_path, sanitize):
         "test_filters",
         "test_io",
         "test_pipeline",
+        "test_lock_rule",
         "test_io_faults",
         "test_recipes",
         "test_fields",
         "test_member_checks",
         "test_pil_warp",
         "test_same_bytes",
+        "test_decode_buf",
     ):
         assert f"{name}: " in proc.stdout

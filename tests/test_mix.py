@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import ringloader
 import torch
-from images import jpeg_bytes
+from images import jpeg_bytes, write_jpegs
 from ringloader import transforms as T
 from scipy.stats import chisquare
 
@@ -511,3 +511,108 @@ def test_refusals(sources, tmp_path, folder):
     subset = torch.utils.data.Subset(ringloader.Mix(sources), [0, 1])
     with pytest.raises(TypeError, match="cannot be part of a Subset"):
         ringloader.Loader(subset, batch_size=2)
+
+
+# ---- on_error="skip": a failed draw is replaced within its own source ----
+
+
+@pytest.fixture(scope="module")
+def one_bad(tmp_path_factory):
+    """Sources A and B of ten JPEGs each (labels 0..9 and 1000..1009), A's
+    last file unreadable, and Z, two JPEGs (2000, 2001) for a weight 0."""
+    root = tmp_path_factory.mktemp("mix_bad")
+
+    def files(name, n, label, bad=-1):
+        paths = write_jpegs(root, name, n, seed=label, bad=bad)
+        return ringloader.FileList(paths, label + np.arange(n))
+
+    return files("a", 10, 0, bad=9), files("b", 10, 1000), files("z", 2, 2000)
+
+
+FIXED = T.Compose([T.Resize((12, 10))])  # no randomness: pixels tell a sample
+
+
+def _within_a(mix, epoch):
+    """The labels of the epoch's draws, A's bad sample 9 replaced as it is
+    within A: by A's first (the next of A, wrapping)."""
+    table = np.concatenate([d.targets for d in mix.datasets])
+    labels = table[mix.ringloader_order(mix.seed, epoch)]
+    return np.where(labels == 9, 0, labels)
+
+
+def test_skip_replaces_a_draw_within_its_source(one_bad):
+    """The issue's experiment: A and B at 0.5/0.5, 400 draws, one
+    unreadable file among A's ten. Each source's share is exactly its
+    weight's, as if the bad file were replaced within A; the replacement
+    is A's sample, label and pixels. Before, the bad file, A's last, was
+    replaced by the table's next id, B's first: A 183, B 217."""
+    a, b, _ = one_bad
+    mix = ringloader.Mix([a, b], [0.5, 0.5], samples_per_epoch=400)
+    loader = ringloader.Loader(
+        mix, batch_size=40, transform=FIXED, num_threads=2, on_error="skip"
+    )
+    out = [(x.clone(), y) for x, y in loader]
+    skipped = loader.stats()["skipped"]
+    loader.close()
+    images = torch.cat([x for x, _ in out])
+    labels = torch.cat([y for _, y in out]).numpy()
+    assert np.bincount(labels // 1000).tolist() == [200, 200]
+    want = _within_a(mix, 0)
+    assert labels.tolist() == want.tolist()
+    order = mix.ringloader_order(mix.seed, 0)
+    bad = np.flatnonzero(order == 9)
+    assert len(bad) > 0 and skipped == len(bad)
+    first = np.flatnonzero(order == 0)[0]  # a draw of A's first itself
+    for pos in bad:
+        assert torch.equal(images[pos], images[first])
+
+
+def test_skip_never_reaches_a_weight_0_source(one_bad):
+    """Z, weight 0, follows A in the table: A's last is replaced within A,
+    never by Z's first. Before, Z's first came in A's place."""
+    a, b, z = one_bad
+    mix = ringloader.Mix([a, z, b], [0.5, 0.0, 0.5], samples_per_epoch=400)
+    labels = _labels(
+        ringloader.Loader(
+            mix, batch_size=40, transform=FIXED, num_threads=2, on_error="skip"
+        )
+    )
+    assert not (labels // 1000 == 2).any()
+    assert labels.tolist() == _within_a(mix, 0).tolist()
+
+
+def test_skip_within_a_source_is_alike_with_any_threads_and_rank(one_bad):
+    """Replacements are a function of the data: 1, 2 and 3 threads give the
+    same batches, and each DDP rank (a DistributedSampler over the draws)
+    gets exactly its positions of the one-process epoch, replacements
+    included, so ranks replace alike (2-process runs: test_mix_ddp.py)."""
+    a, b, _ = one_bad
+    mix = ringloader.Mix([a, b], [0.5, 0.5], samples_per_epoch=120)
+
+    def read(threads, **kw):
+        loader = ringloader.Loader(
+            mix,
+            batch_size=12,
+            transform=TRAIN,
+            num_threads=threads,
+            seed=4,
+            on_error="skip",
+            **kw,
+        )
+        loader.set_epoch(1)
+        out = _run(loader)
+        return torch.cat([x for x, _ in out]), torch.cat([y for _, y in out])
+
+    images, labels = read(1)
+    assert labels.tolist() == _within_a(mix, 1).tolist()
+    for threads in (2, 3):
+        x, y = read(threads)
+        assert torch.equal(y, labels) and torch.equal(x, images)
+    for rank in range(2):
+        x, y = read(2, shuffle=True, distributed=True, rank=rank, world_size=2)
+        s = torch.utils.data.DistributedSampler(
+            range(120), num_replicas=2, rank=rank, seed=4
+        )
+        s.set_epoch(1)
+        where = list(s)
+        assert torch.equal(y, labels[where]) and torch.equal(x, images[where])

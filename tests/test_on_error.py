@@ -11,7 +11,7 @@ import torch
 import ringloader
 from ringloader import transforms as T
 
-from images import jpeg_bytes
+from images import jpeg_bytes, write_jpegs
 
 TRAIN = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip()])
 
@@ -125,6 +125,61 @@ def test_skip_is_deterministic_across_threads_and_backends(data, monkeypatch):
             h = hashlib.sha256(images.numpy().tobytes() + labels.numpy().tobytes())
             digests.add(h.hexdigest())
     assert len(digests) == 1
+
+
+def test_skip_replaces_within_the_part_of_a_concat_dataset(tmp_path):
+    """A composition's sample is replaced by the next one of its own part
+    (wrapping to the part's first), never by another part's: a part is
+    what a ConcatDataset lists, down through nested ConcatDatasets, and a
+    Subset is one part. Before, by the table's next id: a3 by b0, c0, b0."""
+
+    def files(name, n, label, bad=-1):
+        paths = write_jpegs(tmp_path, name, n, seed=label, bad=bad)
+        return ringloader.FileList(paths, label + np.arange(n))
+
+    a, b, c = files("a", 4, 0, bad=3), files("b", 3, 100), files("c", 3, 200)
+    concat, subset = torch.utils.data.ConcatDataset, torch.utils.data.Subset
+    cases = [
+        (concat([a, b]), [0, 1, 2, 0, 100, 101, 102]),
+        (concat([concat([b, a]), c]), [100, 101, 102, 0, 1, 2, 0, 200, 201, 202]),
+        (concat([subset(a, [2, 3]), b]), [2, 2, 100, 101, 102]),
+    ]
+    fixed = T.Compose([T.Resize((10, 12))])
+    for dataset, want in cases:
+        loader = ringloader.Loader(
+            dataset, batch_size=3, transform=fixed, on_error="skip", num_threads=2
+        )
+        images, labels = epoch(loader)
+        assert labels.tolist() == want
+        assert loader.stats()["skipped"] == 1
+        # The replacement's pixels are its own: those of its other place.
+        same = [i for i, y in enumerate(want) if want.count(y) == 2]
+        assert len(same) == 2 and torch.equal(images[same[0]], images[same[1]])
+    # A part of one bad sample has nothing to replace it with.
+    loader = ringloader.Loader(
+        concat([subset(a, [3]), b]), batch_size=2, transform=fixed, on_error="skip"
+    )
+    with pytest.raises(ringloader.DecodeError, match="no other sample in its dataset"):
+        epoch(loader)
+
+
+def test_parts_given_to_the_core_are_checked(tmp_path):
+    """Pipeline(parts=): an int64 array, each part's first id then the
+    table's length; anything else is refused when the pipeline is made."""
+    spec = T.compile_transform(T.Compose([T.Resize((8, 8))])).spec
+    paths = write_jpegs(tmp_path, "p", 4, bad=1)
+    p = ringloader._core.Pipeline(
+        spec, paths=paths, skip_errors=True, parts=np.array([0, 2, 4])
+    )
+    p.submit([1], [1], 0)
+    assert [r[1] for r in p.next().replaced] == [0]  # 1 wraps to 0, not 2
+    p.close()
+    for bad in ([0, 2, 4], np.array([0, 2, 4], np.int32), np.array([0, 4], ">i8")):
+        with pytest.raises(TypeError, match="int64"):
+            ringloader._core.Pipeline(spec, paths=paths, parts=bad)
+    for bad in ([0, 3], [1, 4], [0, 2, 2, 4], [0, 3, 2, 4]):
+        with pytest.raises(ValueError, match="parts"):
+            ringloader._core.Pipeline(spec, paths=paths, parts=np.array(bad))
 
 
 def test_raise_is_the_default_and_names_the_file(data):

@@ -11,9 +11,13 @@
  * of a batch marks it done.
  *
  * The skip policy runs in the job that failed, on its worker: it reads and
- * decodes the next ids of the source's table itself (read_one), into the
- * same place, with a key of its own (rng.h's rl_key_replacement), so the
- * outcome depends on the data only, never on timing or thread count.
+ * decodes the next ids of the failed sample's part of the source's table
+ * itself (read_one), into the same place, with a key of its own (rng.h's
+ * rl_key_replacement), so the outcome depends on the data only, never on
+ * timing or thread count. The parts are the datasets the table was made
+ * of (a Mix's sources, a ConcatDataset's parts): a sample is replaced by
+ * one of its own dataset, so no dataset's share of an epoch moves to
+ * another, and a dataset the epoch never draws from is never read.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -91,6 +95,65 @@ int rl__fields_copy(rl_pipeline *p, char *msg)
     p->cfg.image_len = p->image_len;
     p->cfg.refusals = (const char *const *)p->refusals;
     return rl__checks_copy(p, msg);
+}
+
+int rl__parts_copy(rl_pipeline *p, char *msg)
+{
+    const rl_pipeline_config *c = &p->cfg;
+    int64_t n = c->nparts;
+    if (c->parts == NULL) {
+        p->cfg.nparts = 0;
+        return 0;
+    }
+    if (n < 1 || n > c->source->count || c->parts[0] != 0 ||
+        c->parts[n] != c->source->count) {
+        snprintf(msg, RL_MSG_MAX,
+                 "parts: %lld parts of a table of %lld samples must start "
+                 "at 0 and end at %lld",
+                 (long long)n, (long long)c->source->count,
+                 (long long)c->source->count);
+        return RL_ECONFIG;
+    }
+    for (int64_t k = 0; k < n; k++) {
+        if (c->parts[k + 1] <= c->parts[k]) {
+            snprintf(msg, RL_MSG_MAX,
+                     "parts: part %lld is empty or out of order (%lld..%lld)",
+                     (long long)k, (long long)c->parts[k],
+                     (long long)c->parts[k + 1]);
+            return RL_ECONFIG;
+        }
+    }
+    if ((p->parts = malloc(sizeof(int64_t) * (size_t)(n + 1))) == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory copying %lld parts",
+                 (long long)n);
+        return -ENOMEM;
+    }
+    memcpy(p->parts, c->parts, sizeof(int64_t) * (size_t)(n + 1));
+    p->cfg.parts = p->parts;
+    return 0;
+}
+
+/* The part of the table holding `id`: its first id in *first, its size in
+ * *n (the whole table without parts). */
+static void part_of(const rl_pipeline *p, int64_t id, int64_t *first,
+                    int64_t *n)
+{
+    if (p->parts == NULL) {
+        *first = 0;
+        *n = p->cfg.source->count;
+        return;
+    }
+    int64_t lo = 0, hi = p->cfg.nparts; /* parts[lo] <= id < parts[hi] */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (p->parts[mid] <= id) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    *first = p->parts[lo];
+    *n = p->parts[lo + 1] - p->parts[lo];
 }
 
 int rl__report_extras(rl_batch *b, rl_batch_report *rep)
@@ -196,10 +259,9 @@ static void batch_part_done(rl_batch *b)
 static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
                 bool read, int64_t key, const rl_dst *dst)
 {
-    rl_source *src = p->cfg.source;
     if (read) {
         uint64_t t0 = rl__now_ns();
-        src->ops->read_one(src, f);
+        rl__src_read_one(p, f);
         atomic_fetch_add(&p->read_ns, rl__now_ns() - t0);
     }
     int status = f->status;
@@ -238,19 +300,21 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
             atomic_fetch_add(&p->n_decodes[d->format], 1);
         }
     }
-    src->ops->release(src, f);
+    rl__src_release(p, f);
     if (status != 0) {
         atomic_fetch_add(&p->n_errors, 1);
     }
     return status;
 }
 
-/* The skip policy: tries the samples after the failed one, in table
- * order, until one loads or max_consecutive_errors failed in a row. */
+/* The skip policy: tries the samples after the failed one in its part,
+ * in table order (wrapping to the part's first), until one loads or
+ * max_consecutive_errors failed in a row. */
 static void replace(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx,
                     const rl_dst *dst)
 {
-    int64_t count = p->cfg.source->count;
+    int64_t first, count;
+    part_of(p, j->fetch.id, &first, &count);
     int limit = p->cfg.max_consecutive_errors, tried = 0;
     for (int k = 1; k < limit && k < count; k++) {
         tried++;
@@ -259,7 +323,7 @@ static void replace(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx,
         }
         rl_fetch f;
         memset(&f, 0, sizeof(f));
-        f.id = (j->fetch.id + k) % count;
+        f.id = first + (j->fetch.id - first + k) % count;
         int64_t key = rl_key_replacement(j->key, k);
         char keep[RL_MSG_MAX];
         memcpy(keep, j->msg, sizeof(keep));
@@ -272,14 +336,19 @@ static void replace(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx,
         }
     }
     size_t len = strlen(j->msg);
-    if (tried == 0) {
+    if (tried == 0 && limit > 1) {
+        snprintf(j->msg + len, RL_MSG_MAX - len,
+                 " (on_error='skip': no other sample in its dataset to "
+                 "replace it)");
+    } else if (tried == 0) {
         snprintf(j->msg + len, RL_MSG_MAX - len,
                  " (on_error='skip': max_consecutive_errors=%d allows no "
                  "replacement)",
                  limit);
     } else {
         snprintf(j->msg + len, RL_MSG_MAX - len,
-                 " (on_error='skip': the %d samples after it failed too)",
+                 " (on_error='skip': the %d samples after it in its "
+                 "dataset failed too)",
                  tried);
     }
 }
@@ -292,7 +361,7 @@ static void job_run(rl_task *task, void *ctx)
 
     if (atomic_load(&b->cancelled)) {
         j->status = RL_ECLOSED;
-        p->cfg.source->ops->release(p->cfg.source, &j->fetch);
+        rl__src_release(p, &j->fetch);
         batch_part_done(b);
         return;
     }
@@ -348,8 +417,7 @@ static void on_read(rl_fetch *f, void *arg)
 
 static void dispatch(rl_pipeline *p, rl_batch *b)
 {
-    rl_source *src = p->cfg.source;
-    if (atomic_load(&b->cancelled) || src->ops->read_batch == NULL) {
+    if (atomic_load(&b->cancelled) || p->cfg.source->ops->read_batch == NULL) {
         /* Cancelled jobs return at once; others read for themselves. */
         for (int i = 0; i < b->n; i++) {
             rl_pool_submit(p->pool, &b->jobs[i].task);
@@ -370,7 +438,7 @@ static void dispatch(rl_pipeline *p, rl_batch *b)
         fs[i] = &b->jobs[i].fetch;
     }
     uint64_t t0 = rl__now_ns(), c0 = thread_cpu_ns();
-    src->ops->read_batch(src, fs, b->n, on_read, p);
+    rl__src_read_batch(p, fs, b->n, on_read, p);
     atomic_fetch_add(&p->io_cpu_ns, thread_cpu_ns() - c0);
     atomic_fetch_add(&p->read_ns, rl__now_ns() - t0);
     if (fs != small) {

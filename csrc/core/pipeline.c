@@ -125,9 +125,12 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, int *status,
     if (rc == 0) {
         rc = rl__fields_copy(p, msg);
     }
+    if (rc == 0) {
+        rc = rl__parts_copy(p, msg);
+    }
     if (rc != 0) {
         *status = rc;
-        rl_source_destroy(p->cfg.source);
+        rl__src_destroy(p->cfg.source);
         rl__pipeline_unref(p); /* destroys the delivery */
         return NULL;
     }
@@ -164,23 +167,23 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, int *status,
 
 out_stop:
     rl_pool_destroy(p->pool);
-    rl_source_destroy(p->cfg.source);
+    rl__src_destroy(p->cfg.source);
     rl__pipeline_unref(p); /* destroys the delivery */
     return NULL;
 out_free_stages:
-    rl_source_destroy(cfg->source);
+    rl__src_destroy(cfg->source);
     rl_deliver_destroy(deliver);
     return NULL;
 }
 
 const char *rl_pipeline_io_name(const rl_pipeline *p)
 {
-    return p->cfg.source->ops->backend(p->cfg.source);
+    return rl__src_backend(p, false);
 }
 
 const char *rl_pipeline_io_reason(const rl_pipeline *p)
 {
-    return p->cfg.source->ops->backend_reason(p->cfg.source);
+    return rl__src_backend(p, true);
 }
 
 size_t rl_pipeline_sample_bytes(const rl_pipeline *p)
@@ -303,8 +306,7 @@ static void describe(const rl_pipeline *p, const rl__job *j, rl_sample_error *e)
     e->status = j->status;
     e->pos = j->pos;
     e->id = j->fetch.id;
-    snprintf(e->where, sizeof(e->where), "%s",
-             p->cfg.source->ops->where(p->cfg.source, j->fetch.id));
+    snprintf(e->where, sizeof(e->where), "%s", rl__src_where(p, j->fetch.id));
     snprintf(e->msg, sizeof(e->msg), "%s", j->msg);
 }
 
@@ -371,8 +373,10 @@ static int report(const rl_pipeline *p, rl_batch *b, rl_batch_report *rep)
 }
 
 /*
- * Waits for the oldest batch and unlinks it. Returns 0 with mu held and
- * *out set, or a status with mu released: RL_ECLOSED or RL_ETIMEDOUT.
+ * Waits for the oldest batch and unlinks it. Returns 0 with *out set, or
+ * RL_ECLOSED or RL_ETIMEDOUT; mu released either way. The batch taken is
+ * on no list, and its slot READY on none: the caller's alone until it
+ * puts the slot back under mu or hands it out.
  */
 static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out)
 {
@@ -409,6 +413,7 @@ static int take_done_batch(rl_pipeline *p, int timeout_ms, rl_batch **out)
         }
     }
     *out = pop_head(p);
+    rl__unlock(p);
     atomic_fetch_add(&p->n_batches, 1);
     return 0;
 }
@@ -425,8 +430,11 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
         return rc;
     }
     rl_slot *s = b->slot;
+    /* Without mu: the report asks the source where each failed sample
+     * is, and allocates (core/ring.h's rule). */
     rc = report(p, b, rep);
     if (rc != 0) {
+        rl__lock(p);
         rl__slot_put(p, s);
         rl__unlock(p);
         rl__batch_free(b);
@@ -434,15 +442,15 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
     }
     rl_deliver *d = p->cfg.deliver;
     if (!d->device) {
+        /* From READY, on no list, to its holders: no other thread can
+         * reach it, so mu is not needed for the change. */
         s->state = SLOT_HANDED_OUT;
         atomic_store(&s->refs, 1);
         atomic_fetch_add(&p->refs, 1);
-        rl__unlock(p);
         rl__batch_free(b);
         *out = s;
         return 0;
     }
-    rl__unlock(p);
     /* The consumer's stream waits for the copy; the host never blocks. */
     rc = d->ops->handoff(d, s->event, consumer_stream, rep->error.msg);
     rl__lock(p);
@@ -491,7 +499,7 @@ void rl_pipeline_cancel(rl_pipeline *p)
             /* Again every 20 ms: a batch the I/O thread took just before
              * it was marked may have begun reading after the last call. */
             rl__unlock(p);
-            src->ops->cancel(src);
+            rl__src_cancel(p);
             rl__lock(p);
             if (!p->head->done) {
                 struct timespec ts;
@@ -532,9 +540,7 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     st->pixel_decodes = atomic_load(&p->n_pixel_decodes);
     st->views = atomic_load(&p->n_views);
     st->decode_buffer_bytes = atomic_load(&p->decode_held);
-    if (p->cfg.source->ops->counters != NULL) {
-        p->cfg.source->ops->counters(p->cfg.source, &st->source);
-    }
+    rl__src_counters(p, &st->source);
     if (rl_pipeline_forked(p)) {
         return;
     }
@@ -565,7 +571,7 @@ void rl_pipeline_destroy(rl_pipeline *p)
     }
     rl_pool_destroy(p->pool);
     p->pool = NULL;
-    rl_source_destroy(p->cfg.source);
+    rl__src_destroy(p->cfg.source);
     p->cfg.source = NULL;
     rl__lock(p);
     p->closed = true;

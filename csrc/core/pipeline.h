@@ -15,9 +15,11 @@
  *
  * The error policy is the core's: a sample that cannot be read or decoded
  * fails its batch (on_error "raise"), or with skip_errors is replaced by
- * the next sample of the table that loads (id + 1, + 2, ..., wrapping), on
- * the same worker, up to max_consecutive_errors samples in a row; the
- * batch reports each replacement.
+ * the next sample of its part of the table that loads (id + 1, + 2, ...,
+ * wrapping within the part: a table made of several datasets replaces a
+ * sample by one of its own dataset's), on the same worker, up to
+ * max_consecutive_errors samples in a row; the batch reports each
+ * replacement.
  *
  * Slot states, written down once (core/slots.c):
  *   FREE -> FILLING (submitted) -> READY (all samples done)
@@ -57,6 +59,13 @@ typedef struct rl_pipeline_config {
      * a row (>= 1), then its batch fails. */
     bool skip_errors;
     int max_consecutive_errors;
+    /* The table's parts for the skip policy (the datasets it was made of):
+     * part k is ids parts[k] .. parts[k + 1] - 1, with parts[0] = 0 <
+     * parts[1] < ... < parts[nparts] = source->count (nparts + 1 entries);
+     * a replacement is tried only within the failed sample's part. NULL
+     * (nparts 0): one part, the whole table. Copied at create. */
+    const int64_t *parts;
+    int64_t nparts;
     /* Samples whose bytes hold more than the image (a tar shard's sample
      * read with its other members in one read): for id i the image is
      * bytes image_at[i] .. image_at[i] + image_len[i] of its fetch, and the

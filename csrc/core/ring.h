@@ -9,7 +9,13 @@
  * the pool's own lock is never held while taking mu, and mu is never held
  * while calling into the pool, a source or a decoder, nor while the
  * delivery may block (pinned alloc/free, waiting for a copy, handoff):
- * workers and stats() (called with the GIL held) take mu too.
+ * workers and stats() (called with the GIL held) take mu too. A source
+ * may thus take locks of its own in any callback, and call back (read
+ * completions) with them held. next() builds a batch's report (the
+ * source's where(), allocations) after taking the batch off the FIFO and
+ * releasing mu. Every call into the source goes through the rl__src_*
+ * functions below, which test builds check: none runs on a thread that
+ * holds a pipeline's lock (testing/hooks.h's rl__test_unlocked aborts).
  */
 #ifndef RL_RING_H
 #define RL_RING_H
@@ -100,6 +106,8 @@ struct rl_pipeline {
     char **refusals;
     /* cfg.checks: the pipeline's copies (arrays and names), or NULL. */
     rl_member_check *checks;
+    /* cfg.parts: the pipeline's copy (nparts + 1 starts), or NULL. */
+    int64_t *parts;
 };
 
 /* Takes and releases mu. Test builds tell the fake CUDA runtime, which
@@ -114,6 +122,65 @@ static inline void rl__unlock(rl_pipeline *p)
 {
     rl__test_lock_note(-1);
     pthread_mutex_unlock(&p->mu);
+}
+
+/* Calls into the pipeline's source (source/source.h), each checked in test
+ * builds against the rule above. */
+static inline const char *rl__src_backend(const rl_pipeline *p, bool reason)
+{
+    rl__test_unlocked("backend");
+    const rl_source *s = p->cfg.source;
+    return reason ? s->ops->backend_reason(s) : s->ops->backend(s);
+}
+
+static inline const char *rl__src_where(const rl_pipeline *p, int64_t id)
+{
+    rl__test_unlocked("where");
+    return p->cfg.source->ops->where(p->cfg.source, id);
+}
+
+static inline void rl__src_read_one(rl_pipeline *p, rl_fetch *f)
+{
+    rl__test_unlocked("read_one");
+    p->cfg.source->ops->read_one(p->cfg.source, f);
+}
+
+static inline void rl__src_read_batch(rl_pipeline *p, rl_fetch **f, int n,
+                                      rl_fetch_done_fn done, void *arg)
+{
+    rl__test_unlocked("read_batch");
+    p->cfg.source->ops->read_batch(p->cfg.source, f, n, done, arg);
+}
+
+static inline void rl__src_release(rl_pipeline *p, rl_fetch *f)
+{
+    rl__test_unlocked("release");
+    p->cfg.source->ops->release(p->cfg.source, f);
+}
+
+/* cancel and counters are optional: nothing is called without them. */
+static inline void rl__src_cancel(rl_pipeline *p)
+{
+    rl__test_unlocked("cancel");
+    if (p->cfg.source->ops->cancel != NULL) {
+        p->cfg.source->ops->cancel(p->cfg.source);
+    }
+}
+
+static inline void rl__src_counters(const rl_pipeline *p,
+                                    rl_source_counters *out)
+{
+    rl__test_unlocked("counters");
+    if (p->cfg.source->ops->counters != NULL) {
+        p->cfg.source->ops->counters(p->cfg.source, out);
+    }
+}
+
+/* Any source (the pipeline's, or one it was given but never started). */
+static inline void rl__src_destroy(rl_source *s)
+{
+    rl__test_unlocked("destroy");
+    rl_source_destroy(s);
 }
 
 /* ---- core/slots.c ---- */
@@ -147,6 +214,9 @@ void rl__batch_free(rl_batch *b);
  * refusals (when given), checked. Returns 0, -ENOMEM or RL_ECONFIG with
  * msg; what was copied is freed with the pipeline. */
 int rl__fields_copy(rl_pipeline *p, char *msg);
+/* At create: the pipeline's copy of cfg.parts (when given), checked.
+ * Returns 0, -ENOMEM or RL_ECONFIG with msg; freed with the pipeline. */
+int rl__parts_copy(rl_pipeline *p, char *msg);
 /* ---- core/members.c ---- */
 
 /* At create (from rl__fields_copy): the pipeline's copy of cfg.checks.

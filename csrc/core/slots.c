@@ -175,6 +175,7 @@ void rl__pipeline_unref(rl_pipeline *p)
         free(p->refusals[i]);
     }
     free(p->refusals);
+    free(p->parts);
     rl__checks_free(p);
     free(p);
 }

@@ -149,6 +149,12 @@ int64_t rl__py_item_i64(PyObject *seq, Py_ssize_t i);
  * exts, kinds) of core/fields.h's rl_member_check.
  */
 int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg);
+/* The skip policy's parts (core/pipeline.h's parts, nparts) from `parts`,
+ * an int64 array (buffer protocol: each part's first id, then the table's
+ * length) copied into cfg; nothing when parts is None. Returns 0, or -1
+ * with TypeError or MemoryError. The values are the core's to check. */
+int rl__py_parts(PyObject *parts, rl_pipeline_config *cfg);
+/* Frees what rl__py_fields and rl__py_parts allocated in cfg. */
 void rl__py_fields_free(rl_pipeline_config *cfg);
 
 /* The file backend named by io ("auto", "io_uring", "pread") into *out.

@@ -69,11 +69,12 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
                              "max_consecutive_errors",
                              "http",
                              "fields",
+                             "parts",
                              NULL};
     PyObject *spec, *paths = Py_None, *offsets = Py_None, *lengths = Py_None;
     PyObject *buffers = Py_None, *names = Py_None, *mul = Py_None;
     PyObject *add = Py_None, *allocator = Py_None, *fallback = Py_None;
-    PyObject *http = Py_None, *fields = Py_None;
+    PyObject *http = Py_None, *fields = Py_None, *parts = Py_None;
     const char *dtype = "uint8", *layout = "NCHW", *io = "auto";
     int device = -1, direct_io = 0, skip_errors = 0, max_consecutive = 16;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
@@ -81,11 +82,11 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
     unsigned long long max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOO", kwlist, &spec, &paths,
+            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOO", kwlist, &spec, &paths,
             &offsets, &lengths, &buffers, &names, &nthreads, &layout, &seed,
             &io, &max_pixels, &max_scans, &max_file_bytes, &allow_truncated,
             &dtype, &mul, &add, &device, &allocator, &fallback, &direct_io,
-            &skip_errors, &max_consecutive, &http, &fields)) {
+            &skip_errors, &max_consecutive, &http, &fields, &parts)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -142,7 +143,7 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
         Py_DECREF(self);
         return NULL;
     }
-    if (rl__py_fields(fields, &cfg) != 0) {
+    if (rl__py_fields(fields, &cfg) != 0 || rl__py_parts(parts, &cfg) != 0) {
         rl__py_fields_free(&cfg);
         rl_source_destroy(cfg.source);
         self->http = NULL;
@@ -575,7 +576,8 @@ static PyType_Slot pipeline_slots[] = {
      "io='auto', max_pixels=..., max_scans=500, max_file_bytes=..., "
      "allow_truncated=False, dtype='uint8', mul=None, add=None, device=-1, "
      "allocator=None, fallback=None, direct_io=False, "
-     "skip_errors=False, max_consecutive_errors=16, http=None)"},
+     "skip_errors=False, max_consecutive_errors=16, http=None, "
+     "fields=None, parts=None)"},
     {0, NULL},
 };
 

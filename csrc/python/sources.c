@@ -535,8 +535,46 @@ int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg)
     return checks == Py_None ? 0 : py_checks(checks, cfg);
 }
 
+int rl__py_parts(PyObject *parts, rl_pipeline_config *cfg)
+{
+    if (parts == Py_None) {
+        return 0;
+    }
+    Py_buffer b;
+    bool ok =
+        PyObject_GetBuffer(parts, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0;
+    int64_t *copy = NULL;
+    if (ok) {
+        /* int64 in native order, as numpy writes it: "l" or "q" ("@",
+         * "=": native order said). */
+        const char *f = b.format != NULL ? b.format : "B";
+        f += f[0] == '@' || f[0] == '=';
+        ok = b.ndim == 1 && b.itemsize == 8 && b.shape[0] >= 2 &&
+             (strcmp(f, "l") == 0 || strcmp(f, "q") == 0);
+        copy = ok ? malloc((size_t)b.len) : NULL;
+        if (copy != NULL) {
+            memcpy(copy, b.buf, (size_t)b.len);
+            cfg->parts = copy;
+            cfg->nparts = b.shape[0] - 1;
+        }
+        PyBuffer_Release(&b);
+    }
+    if (!ok) {
+        PyErr_Clear(); /* not a buffer: said below */
+        PyErr_SetString(PyExc_TypeError,
+                        "parts must be a 1-d array of at least 2 int64 "
+                        "(numpy.int64): each part's first id, then the "
+                        "table's length");
+        return -1;
+    }
+    return copy != NULL ? 0 : (PyErr_NoMemory(), -1);
+}
+
 void rl__py_fields_free(rl_pipeline_config *cfg)
 {
+    free((void *)cfg->parts);
+    cfg->parts = NULL;
+    cfg->nparts = 0;
     free((void *)cfg->image_at);
     free((void *)cfg->image_len);
     free((void *)cfg->refusals);

@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +22,29 @@ typedef void (*lock_note_fn)(int);
  * pipeline is made, after host pipelines may have taken their locks. */
 static _Atomic(lock_note_fn) lock_note;
 
+/* Pipeline locks this thread holds (a thread holds one at a time today;
+ * counted, so that holding two would be seen too). */
+static _Thread_local int locks_held;
+
+int rl__test_locks_held(void)
+{
+    return locks_held;
+}
+
+void rl__test_unlocked(const char *call)
+{
+    if (locks_held != 0) {
+        fprintf(stderr,
+                "ringloader: the source's %s was called while this thread "
+                "holds the pipeline's lock (core/ring.h: never)\n",
+                call);
+        abort();
+    }
+}
+
 void rl__test_lock_note(int delta)
 {
+    locks_held += delta;
     lock_note_fn f = atomic_load(&lock_note);
     if (f == NULL) {
         const char *path = getenv("RINGLOADER_CUDART");

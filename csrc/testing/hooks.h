@@ -21,6 +21,16 @@ bool rl__test_hook(const char *var, const char *value);
  * call made while the calling thread holds the lock. Thread-safe.
  */
 void rl__test_lock_note(int delta);
+/*
+ * The pipeline locks the calling thread holds now (the notes above,
+ * counted per thread). The core's rule (core/ring.h) is that none is held
+ * while it calls into a source; rl__test_unlocked checks it before each
+ * such call and, when a lock is held, writes which call on stderr and
+ * aborts: a test build fails loudly where a user's build might deadlock
+ * with a source that has a lock of its own.
+ */
+int rl__test_locks_held(void);
+void rl__test_unlocked(const char *call);
 #else
 static inline bool rl__test_hook(const char *var, const char *value)
 {
@@ -31,6 +41,10 @@ static inline bool rl__test_hook(const char *var, const char *value)
 static inline void rl__test_lock_note(int delta)
 {
     (void)delta;
+}
+static inline void rl__test_unlocked(const char *call)
+{
+    (void)call;
 }
 #endif
 

@@ -268,9 +268,10 @@ class Batch:
     @property
     def replaced(self) -> Tuple[Tuple[int, int, Union[DecodeError, OSError]], ...]:
         """(position, replacement id, exception) of samples that could not be
-        read or decoded and were replaced by the next id that loads
-        (skip_errors=True; else empty): the exception is what next() would
-        have raised for the sample, with .index set."""
+        read or decoded and were replaced by the next id of their part
+        (Pipeline's parts) that loads (skip_errors=True; else empty): the
+        exception is what next() would have raised for the sample, with
+        .index set."""
 
     @property
     def ids(self) -> Tuple[int, ...]:
@@ -390,6 +391,11 @@ class Pipeline:
         fields: Optional[
             Tuple[Sequence[int], Sequence[int], Sequence[str], Sequence[tuple], int]
         ] = ...,
+        # The table's parts (the datasets it was made of) for skip_errors:
+        # an int64 array (buffer protocol), each part's first id, then the
+        # table's length; a failed sample is replaced within its part.
+        # None: one part, the whole table.
+        parts: Optional[Buffer] = ...,
     ) -> Pipeline: ...
     def submit(self, ids: Sequence[int], keys: Sequence[int], epoch: int, /) -> int:
         """Queue a batch of the table's samples ids, each with the key of its

@@ -5,8 +5,9 @@
   GIF, AVIF...), called by the C core's decode threads on the bytes they
   read, then placed with the same fused transform by the core.
 - With ``on_error="skip"``, the core replaces a sample that cannot be read
-  or decoded by the next readable one in dataset order; this module names
-  the sample and says so.
+  or decoded by the next readable one of its own dataset (a part of a Mix
+  or ConcatDataset), in dataset order; this module names the sample and
+  says so.
 - Transforms after the fusable prefix (the "tail") run in Python on each
   sample.
 - Each of these is announced once (:class:`FallbackWarning`,

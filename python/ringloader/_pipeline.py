@@ -111,6 +111,10 @@ class Pipeline:
                 fields.checks(),
                 fields.max_int_digits(),
             )
+        parts = getattr(src, "parts", None)
+        if parts is not None:
+            # on_error="skip" replaces a sample within its own dataset.
+            table["parts"] = parts
         remote = getattr(src, "remote", None)
         self._refresh_at: Optional[float] = None
         self._refreshing: Optional[_Background] = None

@@ -1,9 +1,9 @@
 /* test_pipeline.c - the pipeline without Python: batches come back in
  * order and equal a single-threaded decode of each sample, whatever the
  * thread count and backend; errors name their file; the skip policy
- * replaces a bad sample with the next one that loads and reports it; cancel
- * and destroy work with batches in flight and with slots still held. Run
- * under TSan too. */
+ * replaces a bad sample with the next one of its part of the table that
+ * loads and reports it; cancel and destroy work with batches in flight and
+ * with slots still held. Run under TSan too. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -261,6 +261,66 @@ static void check_skip(rl_io_backend io, const char *bad, uint8_t *ref)
     rl_pipeline_destroy(p);
 }
 
+/* Runs ids[0..n) as one batch of a skip pipeline over table (6 samples,
+ * as check_skip's) cut into parts; returns its status, *rep filled. */
+static int skip_batch(const char *const *table, const int64_t *parts,
+                      int64_t nparts, const int64_t *ids, int n,
+                      rl_batch_report *rep)
+{
+    char msg[RL_MSG_MAX];
+    rl_pipeline_config cfg =
+        config(2, file_source(table, 6, RL_IO_PREAD), RL_T_RESIZE_CROP);
+    cfg.skip_errors = true;
+    cfg.max_consecutive_errors = 4;
+    cfg.parts = parts;
+    cfg.nparts = nparts;
+    rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
+    CHECK(p != NULL);
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, n, 0, NULL, NULL), 0);
+    rl_slot *s;
+    int rc = rl_pipeline_next(p, -1, 0, &s, rep);
+    if (rc == 0) {
+        rl_slot_release(s);
+    }
+    rl_pipeline_destroy(p);
+    return rc;
+}
+
+/* A table made of several datasets (parts): a failed sample is replaced
+ * by the next one of its own part that loads, wrapping to the part's
+ * first, never by another part's; a part with no other sample cannot
+ * replace it. Parts that do not cover the table are refused. */
+static void check_skip_parts(const char *bad)
+{
+    /* 0 good, 1 missing, 2 corrupt | 3 and 4 good, 5 missing. */
+    const char *table[6] = {paths[0], "/nonexistent.jpg", bad,
+                            paths[3], paths[4],           "/nonexistent.jpg"};
+    const int64_t two[3] = {0, 3, 6}, single[4] = {0, 3, 5, 6};
+    int64_t ids[2] = {1, 5};
+    rl_batch_report rep;
+    CHECK_EQ(skip_batch(table, two, 2, ids, 2, &rep), 0);
+    CHECK_EQ(rep.n_replaced, 2);
+    CHECK_EQ(rep.replaced[0].id, 0); /* 2 failed; part 0 wraps to 0, not 3 */
+    CHECK_EQ(rep.replaced[1].id, 3); /* part 1 wraps to 3, not 0 */
+    rl_batch_report_free(&rep);
+    /* Sample 5 alone in its part. */
+    CHECK_EQ(skip_batch(table, single, 3, ids + 1, 1, &rep), -ENOENT);
+    CHECK(strstr(rep.error.msg, "no other sample in its dataset") != NULL);
+    rl_batch_report_free(&rep);
+
+    int64_t wrong[3][3] = {{1, 3, 6}, {0, 3, 5}, {0, 6, 6}};
+    for (int k = 0; k < 3; k++) {
+        char msg[RL_MSG_MAX];
+        int status = 0;
+        rl_pipeline_config cfg =
+            config(1, file_source(table, 6, RL_IO_PREAD), RL_T_RESIZE_CROP);
+        cfg.parts = wrong[k];
+        cfg.nparts = 2;
+        CHECK(rl_pipeline_create(&cfg, &status, msg) == NULL);
+        CHECK(status == RL_ECONFIG && strstr(msg, "parts") != NULL);
+    }
+}
+
 int main(void)
 {
     CHECK(mkdtemp(dir) != NULL);
@@ -370,6 +430,7 @@ int main(void)
 
     check_skip(RL_IO_PREAD, bad, ref);
     check_skip(RL_IO_AUTO, bad, ref);
+    check_skip_parts(bad);
 
     /* Bad configurations are refused with a message and RL_ECONFIG (and
      * the source, owned by the pipeline from create on, freed). */

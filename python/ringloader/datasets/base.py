@@ -88,7 +88,10 @@ class Sources:
     them; None for local files. ``fields`` (a tar shard's
     :class:`~ringloader.datasets.fields.FieldTable`): each range holds the
     image and other members, which the loader decodes into the batch's
-    fields; None: each range is the image alone.
+    fields; None: each range is the image alone. ``parts`` (int64, each
+    part's first sample, then the table's length): the datasets the table
+    was made of (:meth:`.views.View.parts`), within which
+    ``on_error="skip"`` replaces a sample; None: one.
     """
 
     paths: Sequence[str]
@@ -97,6 +100,7 @@ class Sources:
     lengths: Optional[np.ndarray] = None
     remote: Optional[Remote] = None
     fields: Optional[Any] = None
+    parts: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return len(self.paths)

@@ -23,6 +23,11 @@ loader's own, ``DistributedSampler``, Lightning's or Accelerate's) chooses
 positions, and the loader reads the samples drawn at them. DDP ranks thus
 get disjoint positions of one epoch, and resuming replays the same draws.
 
+With ``on_error="skip"`` a draw that cannot be loaded is replaced by the C
+core with the next sample of its own source that loads (the table's parts,
+:meth:`.views.View.parts`), never another source's: each source keeps
+exactly its share, and a source of weight 0 is never read.
+
 Nothing here imports the loader: the loader asks ``ringloader_order``.
 """
 

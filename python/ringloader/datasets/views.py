@@ -54,9 +54,11 @@ def _kind(dataset: Any) -> Optional[str]:
     return None
 
 
-def _map(dataset: Any) -> tuple[list, np.ndarray, np.ndarray]:
-    """(leaves, part, index): the datasets of files under ``dataset``, and
-    for each of its indices, which leaf (``part``) and which index of it."""
+def _map(dataset: Any) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """(leaves, part, index, cuts): the datasets of files under
+    ``dataset``, for each of its indices which leaf (``part``) and which
+    index of it, and where each of its parts begins (``cuts``, see
+    :meth:`View.parts`)."""
     kind = _kind(dataset)
     if kind is None:
         if getattr(dataset, "ringloader_order", None) is not None:
@@ -64,24 +66,29 @@ def _map(dataset: Any) -> tuple[list, np.ndarray, np.ndarray]:
                 f"a {type(dataset).__name__} draws its own epochs and cannot be "
                 "part of a Subset or ConcatDataset: give the datasets to one Mix"
             )
-        return [dataset], np.zeros(len(dataset), np.intp), np.arange(len(dataset))
+        n = len(dataset)
+        return [dataset], np.zeros(n, np.intp), np.arange(n), np.zeros(1, np.int64)
     if kind == "subset":
-        leaves, part, index = _map(dataset.dataset)
+        leaves, part, index, _ = _map(dataset.dataset)
         n = len(part)
         sel = np.asarray(dataset.indices, dtype=np.int64).reshape(-1)
         if sel.size and (sel.min() < -n or sel.max() >= n):
             raise NotAView(f"a Subset index is out of range for {n} samples")
         sel = np.where(sel < 0, sel + n, sel)
-        return leaves, part[sel], index[sel]
-    leaves, parts, indices = [], [], []
+        # One part: its indices follow its own order, not the parts below.
+        return leaves, part[sel], index[sel], np.zeros(1, np.int64)
+    leaves, parts, indices, cuts = [], [], [], []
+    at = 0
     for sub in dataset.datasets:
-        sub_leaves, part, index = _map(sub)
+        sub_leaves, part, index, sub_cuts = _map(sub)
         parts.append(part + len(leaves))
         indices.append(index)
+        cuts.append(sub_cuts + at)
         leaves.extend(sub_leaves)
+        at += len(part)
     if not parts:
-        return [], np.zeros(0, np.intp), np.zeros(0, np.int64)
-    return leaves, np.concatenate(parts), np.concatenate(indices)
+        return [], np.zeros(0, np.intp), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return leaves, np.concatenate(parts), np.concatenate(indices), np.concatenate(cuts)
 
 
 def leaves_of(dataset: Any) -> list:
@@ -134,13 +141,24 @@ class View:
     def _refresh(self) -> None:
         """Map the composition as it is now (a Subset's indices may have
         been replaced since)."""
-        self.leaves, self._part, self._index = _map(self.dataset)
+        self.leaves, self._part, self._index, self._cuts = _map(self.dataset)
         if not self.leaves:
             raise NotAView(f"{type(self.dataset).__name__} has no datasets")
         self._unique = _once(self.leaves)
 
     def __len__(self) -> int:
         return len(self._part)
+
+    def parts(self) -> Optional[np.ndarray]:
+        """The parts of the table for ``on_error="skip"``, whose core
+        replaces a sample that fails by another of its own part: each
+        part's first index, then the table's length (int64), or None for
+        one part. A part is what a ConcatDataset (or a Mix) lists, down
+        through nested ConcatDatasets: a dataset of files, or a Subset
+        (whose indices may interleave the datasets below it: one part)."""
+        n = len(self._part)
+        cuts = np.unique(np.append(self._cuts, n))  # empty parts dropped
+        return cuts if len(cuts) > 2 else None
 
     def _common(self, name: str, same: Callable[[Any, Any], bool]) -> Any:
         first = getattr(self.leaves[0], name, None)
@@ -190,8 +208,9 @@ class View:
             self._index,
             type(self.dataset).__name__,
         )
+        parts = self.parts()
         if all(s.offsets is None for s in srcs):
-            return Sources(paths=paths, targets=targets, remote=remote)
+            return Sources(paths=paths, targets=targets, remote=remote, parts=parts)
         whole = [np.zeros(len(s), np.int64) for s in srcs]
         offsets = [w if s.offsets is None else s.offsets for s, w in zip(srcs, whole)]
         lengths = [
@@ -203,6 +222,7 @@ class View:
             offsets=_gather(offsets, self._part, self._index),
             lengths=_gather(lengths, self._part, self._index),
             remote=remote,
+            parts=parts,
         )
 
     def _describe(self, index: int) -> str:

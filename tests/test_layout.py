@@ -1,6 +1,6 @@
 """The shape of the code base: Python modules import downward only, along
-the layers written once below; no import cycle in Python nor #include cycle
-in C. There is no cap on a file's length: a file holds one concern, as
+the layers written once below; no import cycle in Python, nor #include
+cycle in C, nor two C files that call each other. There is no cap on a file's length: a file holds one concern, as
 long as that needs. Static checks (ast and regular expressions): nothing is
 imported or built."""
 
@@ -239,6 +239,94 @@ def include_graph() -> dict[str, set[str]]:
 def test_no_include_cycle():
     cycles = _cycles(include_graph())
     assert not cycles, f"csrc/ files that include each other: {cycles}"
+
+
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
+_STRING = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
+_CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+# __attribute__((target("avx2"))) and the like, before a function's name.
+_ATTRIBUTE = re.compile(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)")
+
+
+def _c_code(path: Path) -> str:
+    """A C file's text without comments and string literals (comments keep
+    their line breaks, so that line starts stay line starts)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    text = _COMMENT.sub(lambda m: "\n" * m.group().count("\n"), text)
+    return _STRING.sub('""', text)
+
+
+def _defined(code: str) -> set[str]:
+    """The functions a .c file defines with external linkage: a body's
+    opening brace stands alone at the start of a line (the project's
+    clang-format puts it there), below a head, the lines up to the blank
+    line, `;`, `}` or directive before it, that does not say `static`."""
+    lines = code.split("\n")
+    names = set()
+    for i, line in enumerate(lines):
+        if not line.startswith("{"):
+            continue
+        j = i
+        while j > 0:
+            above = lines[j - 1].strip()
+            if not above or above.endswith((";", "}")) or above.startswith("#"):
+                break
+            j -= 1
+        head = _ATTRIBUTE.sub("", " ".join(lines[j:i]))
+        m = next((m for m in _CALLED.finditer(head) if not m.group(1).isupper()), None)
+        if m is None or re.search(
+            r"\b(static|typedef|struct|enum)\b", head[: m.start()]
+        ):
+            continue
+        names.add(m.group(1))
+    return names
+
+
+def call_graph() -> dict[str, dict[str, set[str]]]:
+    """Each .c file of csrc/ (csrc/testing/, test builds only, left out)
+    and, for each other such file, the functions it calls there."""
+    code = {
+        str(p.relative_to(CSRC)): _c_code(p)
+        for p in sorted(CSRC.rglob("*.c"))
+        if p.relative_to(CSRC).parts[0] != "testing"
+    }
+    owner = {}
+    for name, text in code.items():
+        for fn in _defined(text):
+            owner.setdefault(fn, name)
+    graph: dict[str, dict[str, set[str]]] = {}
+    for name, text in code.items():
+        calls = graph.setdefault(name, {})
+        for fn in set(_CALLED.findall(text)):
+            where = owner.get(fn)
+            if where is not None and where != name:
+                calls.setdefault(where, set()).add(fn)
+    return graph
+
+
+def test_the_call_graph_is_read():
+    """The reader finds what is known to be there, so that the check below
+    cannot pass by finding nothing."""
+    graph = call_graph()
+    assert "rl_simd_level" in graph["place/store.c"]["simd.c"]
+    assert "rl_pipeline_create" in graph["python/pipeline.c"]["core/pipeline.c"]
+    assert sum(len(v) for v in graph.values()) > 100
+
+
+def test_no_call_cycle_between_c_files():
+    """No two .c files call each other, directly or round a longer circle:
+    one module spread over two files is one file, or its two halves talk
+    one way through a narrow header."""
+    graph = call_graph()
+    cycles = _cycles({a: set(b) for a, b in graph.items()})
+    named = [
+        f"{a} -> {b}: {', '.join(sorted(graph[a][b]))}"
+        for c in cycles
+        for a in c
+        for b in c
+        if b in graph[a]
+    ]
+    assert not cycles, "csrc/ files that call each other:\n" + "\n".join(named)
 
 
 def test_pipeline_is_called_from_one_module():

@@ -239,9 +239,9 @@ static void batch_part_done(rl_batch *b)
         }
         if (ok) {
             rl_deliver *d = p->cfg.deliver;
-            b->copy_status = d->ops->complete(
-                d, b->slot->data, rl_pipeline_batch_bytes(p, b->n), b->dst,
-                &b->slot->event, b->copy_msg);
+            b->copy_status =
+                d->ops->complete(d, b->slot->data, b->bytes, b->dst,
+                                 &b->slot->event, b->copy_msg);
             b->slot->copying = b->copy_status == 0;
         }
     }

@@ -223,6 +223,7 @@ int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
     }
     b->p = p;
     b->n = n;
+    b->bytes = rl_pipeline_batch_bytes(p, n);
     b->epoch = epoch;
     b->dst = dst;
     atomic_init(&b->remaining, n + 1); /* + the dispatcher's part */
@@ -237,7 +238,7 @@ int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
         rl__batch_free(b);
         return RL_ECLOSED;
     }
-    int rc = rl__slot_take(p, rl_pipeline_batch_bytes(p, n), &b->slot);
+    int rc = rl__slot_take(p, b->bytes, &b->slot);
     if (rc == 0 && (p->closed || p->stopping)) {
         /* Closed while the slot was allocated with mu released. */
         rl__slot_put(p, b->slot);

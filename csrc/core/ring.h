@@ -63,6 +63,7 @@ struct rl_batch {
     rl_pipeline *p;
     rl_slot *slot;
     int n;
+    size_t bytes; /* the slot's bytes this batch fills (its n samples) */
     int64_t epoch;
     uint64_t ticket; /* its number in submission order, from 1 */
     atomic_int remaining;

@@ -152,12 +152,14 @@ static int stage_dst(rl_sample_ctx *c, const rl_view *view, const rl_dst *slot,
     const rl_transform *t = &view->transform;
     size_t need = (size_t)t->out_w * (size_t)t->out_h * 3;
     if (need > c->scratch_cap) {
-        uint8_t *p = realloc(c->scratch, need);
-        if (p == NULL) {
+        /* The resampler writes every byte before an op reads one: free,
+         * then allocate, copying nothing and never holding both. */
+        free(c->scratch);
+        c->scratch = malloc(need);
+        c->scratch_cap = c->scratch != NULL ? need : 0;
+        if (c->scratch == NULL) {
             return -ENOMEM;
         }
-        c->scratch = p;
-        c->scratch_cap = need;
     }
     memset(dst, 0, sizeof(*dst));
     dst->data = c->scratch;

@@ -1,5 +1,5 @@
 """A Python tail: the part of a transform ringloader cannot fuse, run per
-sample in Python after the fused part (python/ringloader/_fallback.py).
+sample in Python after the fused part (python/ringloader/_plan.py).
 
 Compares, side by side and alternating, on the same folder and transform
 (RandomResizedCrop(224) + flip fused, then ``PILToTensor``,
@@ -34,7 +34,7 @@ import torchvision.transforms as T
 
 import ringloader
 import ringloader.loader
-from ringloader import _fallback
+from ringloader import _plan
 from ringloader.bench import data
 
 
@@ -96,7 +96,7 @@ def main() -> int:
             return ringloader.DataLoader(rl_ds, **kw)
 
     def ours_torch_threads():
-        ringloader.loader.run_tail = _fallback._run_tail
+        ringloader.loader.run_tail = _plan._run_tail
         return ours()
 
     contenders = {

@@ -322,13 +322,13 @@ def test_runs_shuffle_runs_of_consecutive_samples(jpeg):
         pieces = runs_of(order)
         # Whole runs of 16 (the last one 4), each starting at a multiple of 16,
         # except where two runs happen to follow each other.
-        assert all(p[0] % ringloader._epoch.RUN_LENGTH == 0 for p in pieces)
+        assert all(p[0] % ringloader._sampling.RUN_LENGTH == 0 for p in pieces)
         assert len(pieces) < n // 8
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_runs_split_across_ranks_keep_runs_whole(jpeg, drop_last):
-    n, run = 75, ringloader._epoch.RUN_LENGTH
+    n, run = 75, ringloader._sampling.RUN_LENGTH
     got = []
     for r in range(WORLD):
         with ringloader.Loader(
@@ -372,7 +372,7 @@ def test_dataloader_takes_shuffle_runs(jpeg):
     assert isinstance(loader, ringloader.Loader) and loader.runs
     order = [i for _, labels in loader for i in labels.tolist()]
     assert sorted(order) == list(range(40))
-    assert all(p[0] % ringloader._epoch.RUN_LENGTH == 0 for p in runs_of(order))
+    assert all(p[0] % ringloader._sampling.RUN_LENGTH == 0 for p in runs_of(order))
 
 
 def test_dataloader_falling_back_shuffles_plainly_with_runs(jpeg):

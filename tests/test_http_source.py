@@ -184,7 +184,7 @@ def test_faults_are_retried_and_nothing_is_lost_or_duplicated(name, proxy, local
 def run_gets(ds, batch_size=16, seed=7, epoch=0) -> int:
     """The GETs the runs of an epoch of shuffle="runs" take: per batch, one
     for each stretch of consecutive samples in one shard."""
-    from ringloader._epoch import RunSampler, epoch_seed
+    from ringloader._sampling import RunSampler, epoch_seed
 
     order = list(RunSampler(len(ds), epoch_seed(seed, epoch)))
     gets = 0

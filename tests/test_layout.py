@@ -35,15 +35,31 @@ LAYERS: list[list[str]] = [
     # each library's transform classes as _steps, one file a library
     ["adapt.*"],
     ["transforms", "datasets.base", "datasets.presign", "datasets.fields"],
-    ["datasets.timmdata"],  # timm's ImageDataset as files (read by views)
+    # timmdata: timm's ImageDataset as files (read by views); urls: what a
+    # remote object's name is, and how it is shown (redacted)
+    ["datasets.timmdata", "datasets.urls"],
+    # a remote store's failures as OSErrors naming the object
+    ["datasets.remote_errors"],
+    # remote: the HTTP(S) and S3 client (metadata, ranges, streams, listing)
     ["datasets.cache", "datasets.views", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex", "datasets.mix"],
     ["datasets.index", "datasets.shards"],
     ["datasets"],
-    # the Loader's parts, one concern each
-    ["_epoch", "_gpu", "_meter"],
-    ["_pipeline"],  # the only module that calls _core.Pipeline
-    ["_fallback", "_frameworks"],  # _frameworks: the frameworks' hooks
+    # the Loader's parts, one concern each. _keys: the random keys of an
+    # epoch's samples; _epoch_iterator: one epoch's iterator (superseded,
+    # closed, one thread at a time); _plan: a transform split between the
+    # C core and a Python tail; _gpu: device buffers and streams; _meter:
+    # stats
+    ["_keys", "_epoch_iterator", "_plan", "_gpu", "_meter"],
+    # which batches each epoch yields: built-in orders, sharding over
+    # ranks, the user's samplers (with the random keys they draw)
+    ["_sampling"],
+    # _position: where the loader stands in its epochs, state_dict/resume;
+    # _pipeline: the only module that calls _core.Pipeline
+    ["_position", "_pipeline"],
+    # _fallback: Pillow's decodes and replaced samples, named and announced;
+    # _frameworks: the frameworks' hooks
+    ["_fallback", "_frameworks"],
     ["loader"],
     ["dataloader", "metrics"],
     ["timm"],  # timm's create_loader (over dataloader)
@@ -359,11 +375,14 @@ def test_pipeline_is_called_from_one_module():
             "loader",
             {
                 "_core",
-                "_epoch",
+                "_epoch_iterator",
                 "_fallback",
                 "_gpu",
                 "_meter",
                 "_pipeline",
+                "_plan",
+                "_position",
+                "_sampling",
                 "datasets.base",
             },
         ),

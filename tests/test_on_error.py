@@ -290,7 +290,7 @@ def test_repeats_beyond_what_keys_hold_raise(tmp_path):
 
 
 def test_keys_of_repeats():
-    from ringloader._epoch import MAX_DRAWS, Keys, index_of
+    from ringloader._keys import MAX_DRAWS, Keys, index_of
 
     shift = ringloader._core.KEY_OCCURRENCE_SHIFT
     # Unchanged for every key in use: index, then the repeat count at bit 40.

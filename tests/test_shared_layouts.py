@@ -38,10 +38,10 @@ def test_key_layout_is_read_from_the_core():
         _core.MAX_CONSECUTIVE_ERRORS,
         1 << (_core.KEY_ATTEMPT_SHIFT - _core.KEY_OCCURRENCE_SHIFT),
     }
-    for module in ("_epoch.py", "loader.py"):
+    for module in ("_keys.py", "_sampling.py", "_position.py", "loader.py"):
         copies = [(ln, v) for ln, v in _constants(module) if v in exported]
         assert not copies, f"{module} repeats the key layout: {copies}"
-    from ringloader._epoch import INDEX_MASK, OCCURRENCE_SHIFT
+    from ringloader._keys import INDEX_MASK, OCCURRENCE_SHIFT
 
     assert OCCURRENCE_SHIFT == _core.KEY_OCCURRENCE_SHIFT
     assert INDEX_MASK == (1 << _core.KEY_OCCURRENCE_SHIFT) - 1

@@ -1,4 +1,5 @@
-"""What the C pipeline leaves to Python, and what is said about it.
+"""What the C pipeline hands to Python about samples, and what is said
+about them.
 
 - Samples that are not JPEG, PNG or WebP (which the C core decodes
   itself, whatever their names) are decoded with Pillow (BMP, TIFF,
@@ -8,12 +9,13 @@
   or decoded by the next readable one of its own dataset (a part of a Mix
   or ConcatDataset), in dataset order; this module names the sample and
   says so.
-- Transforms after the fusable prefix (the "tail") run in Python on each
-  sample.
 - Each of these is announced once (:class:`FallbackWarning`,
   :class:`DataWarning`), as are truncated files decoded with
   ``allow_truncated=True`` and files read through the page cache because
   the file system refused ``O_DIRECT``.
+
+(Transforms after the fusable prefix, the "tail", are planned and run by
+:mod:`._plan`.)
 
 Warnings about a sample point at the training loop's line: the frames
 between are :meth:`Fallback.note`, the loader's epoch generator and
@@ -25,135 +27,16 @@ from __future__ import annotations
 import io
 import logging
 import warnings
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
-import torch
-from torch.utils.data import default_collate
-
-from ._epoch import index_of
+from ._keys import index_of
 from ._pipeline import Pipeline, Taken
 from .datasets.base import Sources
 from .errors import DataWarning, FallbackWarning
-from .transforms import Compiled, MultiView, compile_transform, UnsupportedTransform
 
 log = logging.getLogger("ringloader")
 
-__all__ = [
-    "Fallback",
-    "TransformPlan",
-    "plan_transform",
-    "plan_views",
-    "run_tail",
-    "tail_samples",
-]
-
-
-class TransformPlan(NamedTuple):
-    """A transform split between the C pipeline and Python."""
-
-    transform: Any  # as given
-    compiled: Compiled  # the fused part, for the C pipeline
-    tail: list  # what runs in Python per sample, in order
-    c_layout: str  # "NCHW" or "NHWC": the layout the C pipeline writes
-
-
-def plan_views(
-    transform: Any, layout: str, cuda: bool, stacklevel: int
-) -> list[TransformPlan]:
-    """:func:`plan_transform` of each view of a MultiView, or of
-    ``transform`` alone as its one view."""
-    if not isinstance(transform, MultiView):
-        return [plan_transform(transform, layout, cuda, stacklevel + 1)]
-    return [
-        plan_transform(view, layout, cuda, stacklevel + 1, index=i)
-        for i, view in enumerate(transform.views)
-    ]
-
-
-def plan_transform(
-    transform: Any,
-    layout: str,
-    cuda: bool,
-    stacklevel: int,
-    index: Optional[int] = None,
-) -> TransformPlan:
-    """Compile ``transform`` for a loader yielding ``layout``. Warns with a
-    FallbackWarning (``stacklevel`` as warnings.warn's, counted from the
-    caller) when part of it runs in Python; raises UnsupportedTransform, or
-    ValueError when that part would follow a device copy. ``index``: the
-    transform is that view of a MultiView (named in what is said)."""
-    where = "" if index is None else f"view {index}: "
-    try:
-        compiled = compile_transform(transform)
-    except UnsupportedTransform as e:
-        raise UnsupportedTransform(where + str(e)) from None
-    tail = list(compiled.rest)
-    if cuda and any(op == "erase" for op, _ in compiled.spec.get("ops", [])):
-        # The C core writes uint8 for the device and the conversion runs on
-        # the GPU after the copy: an erase in output units has no place.
-        raise ValueError(
-            where + "RandomErasing cannot be fused with device='cuda' (the dtype "
-            "conversion and Normalize run on the GPU); leave it out of the "
-            "transform and apply it to each sample of the batch on the GPU"
-        )
-    if tail and cuda:
-        raise ValueError(
-            where
-            + "transforms that run in Python per sample ("
-            + ", ".join(type(t).__name__ for t in tail)
-            + ") cannot follow device='cuda'; apply them to the batch"
-        )
-    if tail:
-        names = ", ".join(type(t).__name__ for t in tail)
-        warnings.warn(
-            f"ringloader: {where}fused {' + '.join(compiled.fused)} into the C "
-            f"decoder; {names} cannot be fused ({compiled.reason}) and runs "
-            "in Python per sample (slower)",
-            FallbackWarning,
-            stacklevel=stacklevel + 1,
-        )
-    # Samples handed to a Python tail as images are converted from NHWC.
-    c_layout = (
-        "NHWC"
-        if layout in ("NHWC", "channels_last") or (tail and not compiled.tensor_out)
-        else "NCHW"
-    )
-    return TransformPlan(transform, compiled, tail, c_layout)
-
-
-def run_tail(images: torch.Tensor, plan: TransformPlan) -> Any:
-    """The Python tail of ``plan`` on each sample of a host batch, collated
-    as DataLoader collates."""
-    return default_collate(tail_samples(images, plan))
-
-
-def tail_samples(images: torch.Tensor, plan: TransformPlan) -> list:
-    """What the Python tail of ``plan`` gives for each sample of a host
-    batch, in order. torch's ops on one sample run on one thread here: with
-    torch's intra-op pool (a thread per core) they would compete with the
-    decode threads for the cores."""
-    threads = torch.get_num_threads()
-    if threads > 1:
-        torch.set_num_threads(1)
-    try:
-        return [_tail_of(images, i, plan) for i in range(images.shape[0])]
-    finally:
-        if threads > 1:
-            torch.set_num_threads(threads)
-
-
-def _tail_of(images: torch.Tensor, i: int, plan: TransformPlan) -> Any:
-    if plan.compiled.tensor_out:
-        sample: Any = images[i]
-        if plan.c_layout == "NHWC":
-            sample = sample.permute(2, 0, 1)
-    else:
-        from PIL import Image
-
-        sample = Image.fromarray(images[i].numpy())
-    for t in plan.tail:
-        sample = t(sample)
-    return sample
+__all__ = ["Fallback"]
 
 
 class Fallback:

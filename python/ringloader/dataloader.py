@@ -36,8 +36,8 @@ from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 from torch.utils.data import default_collate
 
 from . import _core, _frameworks
-from ._epoch import Sampling, builtin_order
-from ._fallback import TransformPlan, tail_samples
+from ._sampling import Sampling, builtin_order
+from ._plan import TransformPlan, tail_samples
 from .datasets import targets as _targets
 from .datasets.base import FILES_PROTOCOL, provides_sources
 from .datasets.timmdata import readable

@@ -2,11 +2,14 @@
 
 The Loader keeps DataLoader's surface (constructor, ``len``, iteration,
 ``set_epoch``, ``state_dict``, ``stats``, ``close``) and delegates each
-concern to a module of its own: :mod:`._epoch` (which batches an epoch
-yields, random keys, resuming), :mod:`._pipeline` (the C pipeline),
-:mod:`._fallback` (what the C pipeline leaves to Python), :mod:`._gpu` (the
-device path) and :mod:`._meter` (stats). Datasets come from
-:mod:`.datasets`, which knows nothing of the loader.
+concern to a module of its own: :mod:`._sampling` (which batches an
+epoch yields), :mod:`._keys` (the random keys of its samples),
+:mod:`._position` (where the loader stands, resuming),
+:mod:`._epoch_iterator` (one epoch's iterator), :mod:`._pipeline` (the C
+pipeline), :mod:`._plan` (a transform split between C and Python),
+:mod:`._fallback` (Pillow's decodes, replaced samples, what is said about
+them), :mod:`._gpu` (the device path) and :mod:`._meter` (stats). Datasets
+come from :mod:`.datasets`, which knows nothing of the loader.
 """
 
 from __future__ import annotations
@@ -24,20 +27,21 @@ from torch.utils.data import Sampler
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from . import _core
-from ._epoch import (
-    EpochIterator,
-    Position,
+from ._epoch_iterator import EpochIterator
+from ._fallback import Fallback
+from ._gpu import Gpu, open_gpu
+from ._meter import Meter
+from ._meter import stats as assemble_stats
+from ._pipeline import Pipeline
+from ._plan import TransformPlan, plan_views, run_tail
+from ._position import Position
+from ._sampling import (
     Sampling,
     check_batching,
     check_sharded,
     sharding,
     shuffle_mode,
 )
-from ._fallback import Fallback, TransformPlan, plan_views, run_tail
-from ._gpu import Gpu, open_gpu
-from ._meter import Meter
-from ._meter import stats as assemble_stats
-from ._pipeline import Pipeline
 from .datasets import targets as _targets
 from .datasets.base import sources_of
 from .datasets.views import resolve, samples_stamp

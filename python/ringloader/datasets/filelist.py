@@ -15,8 +15,9 @@ import numpy as np
 from . import base as _base
 from .base import ImageDataset, PairView, PathLike, Sources
 from .cache import StringBlob
-from .remote import Client, is_url, redact
+from .remote import Client
 from .targets import as_targets, item
+from .urls import is_url, redact
 
 __all__ = ["FileList"]
 

@@ -18,64 +18,41 @@ through boto3, which finds credentials, endpoint (``AWS_ENDPOINT_URL_S3``,
 always does; without credentials, S3 is read anonymously (public buckets).
 Both are imported on first use.
 
-Errors are OSErrors naming the object and what to do: FileNotFoundError
-(404), PermissionError (401/403), ConnectionError (refused, unreachable),
-TimeoutError (no progress for ``timeout`` seconds).
+Errors are OSErrors naming the object and what to do (``remote_errors.py``:
+FileNotFoundError for 404, PermissionError for 401/403, ConnectionError
+for refused or unreachable, TimeoutError for no progress in ``timeout``
+seconds). What a URL is, and how it is shown, is ``urls.py``'s.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import glob
-import http.client
 import logging
 import os
-import posixpath
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from . import presign
 from .base import Remote
 from .presign import split_s3 as _s3_split
+from .remote_errors import (
+    http_failure,
+    http_guarded,
+    redirect_target,
+    s3_guarded,
+    status_error,
+)
+from .urls import redact
 
-__all__ = ["Client", "is_url", "redact", "sidecar_url"]
+__all__ = ["Client"]
 
 log = logging.getLogger("ringloader")
 
-SCHEMES = ("http", "https", "s3")
 CHUNK = 1 << 16
 _RETRY_STATUS = (429, 500, 502, 503, 504)
 _REDIRECT_STATUS = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 5  # as the C source (CURLOPT_MAXREDIRS)
-_SECRET_PARAMS = ("signature", "sig", "token", "credential", "policy", "key-pair-id")
-
-
-def is_url(spec: str) -> bool:
-    """Whether ``spec`` is a URL ringloader reads remotely (http, https, s3)."""
-    return urlsplit(spec).scheme.lower() in SCHEMES
-
-
-def redact(url: str) -> str:
-    """``url`` with the values of signing parameters (``X-Amz-Signature``,
-    ``X-Amz-Credential``, ``X-Amz-Security-Token``, ``Signature``, ...)
-    replaced, for messages."""
-    parts = urlsplit(url)
-    if not parts.query:
-        return url
-    query = [
-        (k, "REDACTED" if any(s in k.lower() for s in _SECRET_PARAMS) else v)
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-    ]
-    return urlunsplit(parts._replace(query=urlencode(query, safe="/")))
-
-
-def sidecar_url(name: str) -> str:
-    """The URL of the index file beside a shard: its path plus ``.idx.npz``
-    (before any query string)."""
-    parts = urlsplit(name)
-    return urlunsplit(parts._replace(path=parts.path + ".idx.npz"))
 
 
 def ca_file(s3: bool) -> Optional[str]:
@@ -324,7 +301,7 @@ class Client:
             if start or end is not None:
                 args["Range"] = _range(start, end)
             body = self._s3_call(name, "get_object", **args)["Body"]
-            data = self._s3_body(name, lambda: body.read())
+            data = s3_guarded(name, lambda: body.read())
         else:
             r = self._http_request(name, "GET", start, end)
             if r.status == 200 and (start or end is not None):
@@ -382,7 +359,7 @@ class Client:
             chunks = body.iter_chunks(CHUNK)
             try:
                 while True:
-                    chunk = self._s3_body(name, lambda: next(chunks, b""))
+                    chunk = s3_guarded(name, lambda: next(chunks, b""))
                     if not chunk:
                         return
                     yield chunk
@@ -396,7 +373,7 @@ class Client:
             if start and r.status != 206:
                 raise OSError(f"{name}: the server ignores Range requests")
             while True:
-                chunk = self._http_body(name, lambda: r.read(CHUNK))
+                chunk = http_guarded(name, lambda: r.read(CHUNK))
                 if not chunk:
                     done = True
                     return
@@ -432,12 +409,12 @@ class Client:
                         found.append(f"s3://{bucket}/{obj['Key']}")
             return found
 
-        found = self._s3_body(pattern, matching)
+        found = s3_guarded(pattern, matching)
         if not found:
             raise FileNotFoundError(f"no object matches {pattern!r}")
         return sorted(found)
 
-    # -- errors ------------------------------------------------------------
+    # -- requests ----------------------------------------------------------
 
     def _http_request(
         self,
@@ -461,140 +438,22 @@ class Client:
             try:
                 r = self.http().request(method, url, redirect=False, **kw)
             except urllib3.exceptions.HTTPError as e:
-                raise _http_failure(name, e) from None
+                raise http_failure(name, e) from None
             location = r.headers.get("Location")
             if r.status not in _REDIRECT_STATUS or not location:
                 break
             r.drain_conn()
-            url = _redirect_target(name, url, location, r.status)
+            url = redirect_target(name, url, location, r.status)
         else:
             raise OSError(f"{name}: more than {MAX_REDIRECTS} redirects")
         if r.status >= 400 and not (method == "HEAD" and r.status in (405, 501)):
             r.drain_conn()
-            raise _status_error(name, r.status, r.reason or "")
+            raise status_error(name, r.status, r.reason or "")
         return r
 
-    def _http_body(self, name: str, read: Any) -> bytes:
-        import urllib3
-
-        try:
-            return read()
-        except urllib3.exceptions.HTTPError as e:
-            raise _http_failure(name, e) from None
-
     def _s3_call(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._s3_body(name, lambda: getattr(self.s3(), method)(*args, **kwargs))
-
-    def _s3_body(self, name: str, call: Any) -> Any:
-        """``call()``, botocore's errors turned into OSErrors naming ``name``."""
-        from botocore import exceptions as bx
-
-        try:
-            return call()
-        except bx.ClientError as e:
-            err = e.response.get("Error", {})
-            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            code = str(err.get("Code", status))
-            if code in ("404", "NoSuchKey", "NoSuchBucket"):
-                status = 404
-            if code in ("PreconditionFailed", "412"):
-                status = 412
-            raise _status_error(name, int(status or 0), code) from None
-        except (bx.ConnectTimeoutError, bx.ReadTimeoutError) as e:
-            raise TimeoutError(f"{name}: no answer in time ({e})") from None
-        except (bx.EndpointConnectionError, bx.ConnectionError) as e:
-            raise ConnectionError(
-                f"{name}: cannot reach S3 ({e}): is the endpoint right "
-                "(AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL) and reachable?"
-            ) from None
-        except bx.NoCredentialsError as e:
-            raise PermissionError(f"{name}: {e}") from None
-        except bx.BotoCoreError as e:  # streaming errors, among others
-            raise ConnectionError(f"{name}: {e}") from None
-
-
-def _redirect_target(name: str, url: str, location: str, status: int) -> str:
-    """The URL a redirect from ``url`` to ``location`` goes to; raises
-    OSError naming ``name`` when it is refused: a scheme other than
-    http/https, or from https down to http."""
-    target = urljoin(url, location)
-    scheme = urlsplit(target).scheme.lower()
-    if scheme == "http" and urlsplit(url).scheme.lower() == "https":
-        why = "a redirect from https:// to http:// would send the request unencrypted"
-    elif scheme not in ("http", "https"):
-        why = "redirects are followed to http:// and https:// only"
-    else:
-        return target
-    raise OSError(
-        f"{name}: redirected to {redact(target)} (HTTP {status}): refused, {why}"
-    )
+        return s3_guarded(name, lambda: getattr(self.s3(), method)(*args, **kwargs))
 
 
 def _range(start: int, end: Optional[int]) -> str:
     return f"bytes={start}-" + ("" if end is None else str(end - 1))
-
-
-def _status_error(name: str, status: int, reason: str) -> OSError:
-    """The OSError for an HTTP status (or S3 error code) of ``name``."""
-    if not reason or reason == str(status):
-        reason = http.client.responses.get(status, "")
-    if status == 404:
-        return FileNotFoundError(f"{name}: no such object (404 {reason})")
-    if status in (401, 403):
-        hint = (
-            "check the AWS credentials (AWS_PROFILE, AWS_ACCESS_KEY_ID, ...) "
-            "and the bucket's permissions"
-            if name.startswith("s3://")
-            else "check the server's access rules"
-        )
-        return PermissionError(f"{name}: access denied ({status} {reason}): {hint}")
-    if status == 412:
-        return OSError(f"{name}: the object changed while it was read; try again")
-    if status == 416:
-        return OSError(f"{name}: byte range not satisfiable (the object is shorter)")
-    return OSError(f"{name}: {status} {reason}".rstrip())
-
-
-def _http_failure(name: str, e: Exception) -> OSError:
-    """The OSError for a urllib3 failure (after its retries) on ``name``."""
-    import urllib3.exceptions as ux
-
-    reason = getattr(e, "reason", None) or e
-    # NewConnectionError subclasses ConnectTimeoutError: it goes first.
-    if isinstance(reason, ux.NewConnectionError):
-        host = urlsplit(name).netloc
-        return ConnectionError(
-            f"{name}: cannot connect to {host}: is the server running and "
-            f"reachable? ({_plain(reason)})"
-        )
-    if isinstance(reason, (ux.TimeoutError, TimeoutError)):
-        return TimeoutError(f"{name}: no progress in time ({_plain(reason)})")
-    if isinstance(reason, ux.SSLError):
-        return ConnectionError(
-            f"{name}: TLS failed ({_plain(reason)}): the CA bundle comes from "
-            "SSL_CERT_FILE, REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE"
-        )
-    if isinstance(e, ux.MaxRetryError) and isinstance(reason, ux.ResponseError):
-        return OSError(f"{name}: the server kept failing ({_plain(reason)})")
-    return ConnectionError(f"{name}: {_plain(reason)}")
-
-
-def _plain(e: Any) -> str:
-    """An exception's text without the object's identity urllib3 adds."""
-    text = str(e)
-    if text.startswith("<") and ">: " in text:
-        text = text.split(">: ", 1)[1]
-    return text
-
-
-def local_name(name: str) -> str:
-    """The last part of an object's path (for cache file labels)."""
-    return posixpath.basename(urlsplit(name).path) or "object"
-
-
-def has_magic(name: str) -> bool:
-    """Whether a URL holds glob wildcards: in an S3 key (where ``?`` is
-    one), in an HTTP URL's path (where ``?`` starts the query)."""
-    if name.startswith("s3://"):
-        return glob.has_magic(_s3_split(name)[1])
-    return glob.has_magic(urlsplit(name).path)

@@ -34,7 +34,7 @@ from .cache import StringBlob, load_npz
 from .folder import IMAGE_KEYS
 from .fields import MAX_FIELD_BYTES, FieldTable, field_table, kind_of, parse_fields
 from .progress import bar as progress_bar
-from .remote import Client, has_magic, is_url, redact
+from .remote import Client
 from .targets import as_targets, item
 from .tarindex import (
     ShardError,
@@ -44,6 +44,7 @@ from .tarindex import (
     select_samples,
     shard_index,
 )
+from .urls import has_magic, is_url, redact
 
 __all__ = ["IMAGE_KEYS", "ShardError", "TarShards"]
 

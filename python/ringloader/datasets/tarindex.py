@@ -51,7 +51,8 @@ from .cache import (
     read_npz,
     save_npz,
 )
-from .remote import Client, local_name, sidecar_url
+from .remote import Client
+from .urls import local_name, sidecar_url
 
 __all__ = [
     "ShardError",

@@ -250,3 +250,27 @@ def test_the_peers_venv_sees_this_torch_and_ringloader(tmp_path, monkeypatch):
     assert proc.stdout.split() == [ringloader.__file__, torch.__file__]
     # Made again (an older venv, or another interpreter): still the same.
     assert peers.make_venv(str(tmp_path / "peers")) == python
+
+
+def test_the_tail_benchmark_runs_its_three_contenders(tmp_path):
+    """benchmarks/bench_tail.py patches the loader's tail: it must still
+    find what it patches (a rename of ringloader's tail broke it once)."""
+    out = tmp_path / "TAIL.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "bench_tail.py"),
+            "--images=24",
+            "--rounds=1",
+            "--batch-size=8",
+            f"--data={tmp_path / 'data'}",
+            f"--out={out}",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = out.read_text()
+    for name in ("| ringloader |", "| ringloader, tail on torch's threads |"):
+        assert name in table, table
+    assert "| DataLoader |" in table, table

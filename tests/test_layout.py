@@ -41,7 +41,7 @@ LAYERS: list[list[str]] = [
     # a remote store's failures as OSErrors naming the object
     ["datasets.remote_errors"],
     # remote: the HTTP(S) and S3 client (metadata, ranges, streams, listing)
-    ["datasets.cache", "datasets.views", "datasets.remote"],
+    ["datasets.cache", "datasets.composed", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex", "datasets.mix"],
     ["datasets.index", "datasets.shards"],
     ["datasets"],

@@ -27,7 +27,7 @@ from ringloader.datasets import presign
 from ringloader.datasets.filelist import FileList
 from ringloader.datasets.remote import Client
 from ringloader.datasets.shards import ShardError, TarShards
-from ringloader.datasets.views import NotAView, View
+from ringloader.datasets.composed import UnreadableComposition, Composed
 from test_shards import EVAL, _add, data  # noqa: F401  (data: the shards fixture)
 
 torch_data = pytest.importorskip("torch.utils.data")
@@ -314,7 +314,7 @@ def test_views_merge_remote_leaves(nginx, s3, local, tmp_path):
         "s3://shards/plain/train-002.tar", cache_dir=tmp_path, s3_client=s3.client()
     )
     both = torch_data.ConcatDataset([a, torch_data.Subset(b, [4, 0]), a])
-    src = View(both).ringloader_sources()
+    src = Composed(both).ringloader_sources()
     assert src.remote.names == a.shards + b.shards
     # The S3 leaf is signed in C with its client's long-term keys.
     assert src.remote.refresh_s is None and src.remote.keys is not None
@@ -322,8 +322,8 @@ def test_views_merge_remote_leaves(nginx, s3, local, tmp_path):
     assert urls[:2] == a.shards and urls[2].endswith("/train-002.tar")
     assert src.paths[len(a)] == b.shards[0]
     assert src.offsets[len(a)] == b.offsets[4]
-    with pytest.raises(NotAView, match="not supported yet"):
-        View(torch_data.ConcatDataset([a, local])).ringloader_sources()
+    with pytest.raises(UnreadableComposition, match="not supported yet"):
+        Composed(torch_data.ConcatDataset([a, local])).ringloader_sources()
 
 
 def test_nginx_fails_clearly(tmp_path, monkeypatch):

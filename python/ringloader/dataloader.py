@@ -41,7 +41,7 @@ from ._plan import TransformPlan, tail_samples
 from .datasets import targets as _targets
 from .datasets.base import FILES_PROTOCOL, provides_sources
 from .datasets.timmdata import readable
-from .datasets.views import NotAView, leaves_of, resolve
+from .datasets.composed import UnreadableComposition, leaves_of, resolve
 from ._gpu import open_gpu
 from .errors import FallbackWarning
 from .loader import Loader
@@ -53,7 +53,7 @@ def _fusable_dataset(dataset: Any) -> Optional[str]:
     under a Subset or ConcatDataset), else why not."""
     try:
         leaves = leaves_of(dataset)
-    except NotAView as e:
+    except UnreadableComposition as e:
         return str(e)
     for leaf in leaves:
         reason = _fusable_leaf(leaf)
@@ -106,7 +106,7 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
         return "batch_size=None (unbatched loading)"
     try:
         compiled = compile_views(getattr(resolve(dataset), "transform", None))
-    except NotAView as e:
+    except UnreadableComposition as e:
         return str(e)
     except UnsupportedTransform as e:
         return _first_reason(getattr(resolve(dataset), "transform", None)) or str(e)

@@ -44,7 +44,7 @@ from ._sampling import (
 )
 from .datasets import targets as _targets
 from .datasets.base import sources_of
-from .datasets.views import resolve, samples_stamp
+from .datasets.composed import resolve, samples_stamp
 from .transforms import MultiView
 
 _LAYOUTS = ("NCHW", "NHWC", "channels_last")
@@ -214,7 +214,7 @@ class Loader:
 
         self.dataset = dataset
         # What is read: the dataset itself, or the files under a Subset or
-        # ConcatDataset of datasets (datasets/views.py).
+        # ConcatDataset of datasets (datasets/composed.py).
         self._data = resolve(dataset)
         self.batch_size = batch_size
         self.drop_last = drop_last

@@ -90,7 +90,7 @@ class Sources:
     image and other members, which the loader decodes into the batch's
     fields; None: each range is the image alone. ``parts`` (int64, each
     part's first sample, then the table's length): the datasets the table
-    was made of (:meth:`.views.View.parts`), within which
+    was made of (:meth:`.composed.Composed.parts`), within which
     ``on_error="skip"`` replaces a sample; None: one.
     """
 

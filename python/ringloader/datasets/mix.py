@@ -2,7 +2,7 @@
 one pipeline.
 
 The sources' samples are one id space, as a ``ConcatDataset`` of them is
-(:class:`.views.View` maps it: one table of files or byte ranges, one C
+(:class:`.composed.Composed` maps it: one table of files or byte ranges, one C
 source, one transform); what a :class:`Mix` adds is the order. Each epoch
 is ``samples_per_epoch`` draws, a function of (the Mix's seed, epoch)
 alone:
@@ -25,7 +25,7 @@ get disjoint positions of one epoch, and resuming replays the same draws.
 
 With ``on_error="skip"`` a draw that cannot be loaded is replaced by the C
 core with the next sample of its own source that loads (the table's parts,
-:meth:`.views.View.parts`), never another source's: each source keeps
+:meth:`.composed.Composed.parts`), never another source's: each source keeps
 exactly its share, and a source of weight 0 is never read.
 
 Nothing here imports the loader: the loader asks ``ringloader_order``.
@@ -39,7 +39,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .base import decode_item, read_file, sources_of
-from .views import NotAView, View, leaves_of
+from .composed import UnreadableComposition, Composed, leaves_of
 
 __all__ = ["Mix"]
 
@@ -152,8 +152,8 @@ class Mix:
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)])
         self.counts = _apportion(self.weights, self.samples_per_epoch)
         self._check_one_medium()
-        # One id space: the sources concatenated (views.View maps it).
-        self._view = View(tud.ConcatDataset(self.datasets))
+        # One id space: the sources concatenated (composed.Composed maps it).
+        self._view = Composed(tud.ConcatDataset(self.datasets))
         self._own_transforms = transform is not None or target_transform is not None
         self.transform = (
             transform if transform is not None else self._common("transform")
@@ -193,7 +193,7 @@ class Mix:
     def _common(self, name: str) -> Any:
         try:
             return getattr(self._view, name)
-        except NotAView:
+        except UnreadableComposition:
             raise ValueError(
                 f"the datasets of a Mix have different {name}s, and one pipeline "
                 f"runs one: pass Mix({name}=...)"

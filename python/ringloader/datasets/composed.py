@@ -4,13 +4,14 @@ maps from their indices to samples of the datasets that hold the files.
 ``torch.utils.data.Subset`` (what ``random_split`` returns) maps index i to
 ``dataset[indices[i]]``; ``ConcatDataset`` maps it to a sample of one of its
 parts. Nested to any depth, such a composition of datasets of files is still
-a table of files: :func:`resolve` turns it into a :class:`View`, which
+a table of files: :func:`resolve` turns it into a :class:`Composed`, which
 follows the protocol of :mod:`.base` (``ringloader_sources()``,
 ``describe``) and carries the ``transform`` and ``target_transform`` that
 indexing the composition would apply: those of the datasets of files, the
-same on every part (when they differ, reading them raises :class:`NotAView`
-with the reason; a loader given a transform of its own does not read the
-parts' transforms).
+same on every part (when they differ, reading them raises
+:class:`UnreadableComposition` with the reason; a loader given a transform
+of its own does not read the parts' transforms). ("Views", in ringloader,
+are a sample's output chains: ``transforms.MultiView``.)
 
 Only torch's own classes are resolved: a subclass that overrides
 ``__getitem__`` may return anything, so it is left alone.
@@ -27,10 +28,10 @@ from . import targets as _targets
 from .base import Remote, Sources, provides_sources, sources_of
 from .timmdata import readable
 
-__all__ = ["NotAView", "View", "leaves_of", "resolve", "samples_stamp"]
+__all__ = ["UnreadableComposition", "Composed", "leaves_of", "resolve", "samples_stamp"]
 
 
-class NotAView(TypeError):
+class UnreadableComposition(TypeError):
     """A Subset or ConcatDataset that is not a map onto datasets of files
     with one transform; the message says why."""
 
@@ -49,7 +50,9 @@ def _kind(dataset: Any) -> Optional[str]:
                 if getattr(type(dataset), method, None) is not getattr(
                     cls, method, None
                 ):
-                    raise NotAView(f"{type(dataset).__name__} overrides {method}")
+                    raise UnreadableComposition(
+                        f"{type(dataset).__name__} overrides {method}"
+                    )
             return kind
     return None
 
@@ -58,11 +61,11 @@ def _map(dataset: Any) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
     """(leaves, part, index, cuts): the datasets of files under
     ``dataset``, for each of its indices which leaf (``part``) and which
     index of it, and where each of its parts begins (``cuts``, see
-    :meth:`View.parts`)."""
+    :meth:`Composed.parts`)."""
     kind = _kind(dataset)
     if kind is None:
         if getattr(dataset, "ringloader_order", None) is not None:
-            raise NotAView(
+            raise UnreadableComposition(
                 f"a {type(dataset).__name__} draws its own epochs and cannot be "
                 "part of a Subset or ConcatDataset: give the datasets to one Mix"
             )
@@ -73,7 +76,9 @@ def _map(dataset: Any) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
         n = len(part)
         sel = np.asarray(dataset.indices, dtype=np.int64).reshape(-1)
         if sel.size and (sel.min() < -n or sel.max() >= n):
-            raise NotAView(f"a Subset index is out of range for {n} samples")
+            raise UnreadableComposition(
+                f"a Subset index is out of range for {n} samples"
+            )
         sel = np.where(sel < 0, sel + n, sel)
         # One part: its indices follow its own order, not the parts below.
         return leaves, part[sel], index[sel], np.zeros(1, np.int64)
@@ -94,7 +99,7 @@ def _map(dataset: Any) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
 def leaves_of(dataset: Any) -> list:
     """The datasets holding the samples of ``dataset``: itself, or the
     datasets under a (nested) Subset or ConcatDataset, each once, in order.
-    Raises :class:`NotAView` for a subclass overriding ``__getitem__``."""
+    Raises :class:`UnreadableComposition` for a subclass overriding ``__getitem__``."""
     if _kind(dataset) is None:
         return [dataset]
     return _once(_map(dataset)[0])
@@ -124,12 +129,12 @@ def _same_transform(a: Any, b: Any) -> bool:
     return not any(c.rest for c in ca + cb) and ca == cb
 
 
-class View:
+class Composed:
     """A Subset or ConcatDataset (nested to any depth) of datasets of
     files, as the loader reads a dataset: the files and targets of its
     samples in its own order, their description, their transforms.
 
-    ``dataset`` is the composition itself; indexing the View is not
+    ``dataset`` is the composition itself; indexing a Composed is not
     supported (index the composition)."""
 
     def __init__(self, dataset: Any) -> None:
@@ -143,7 +148,9 @@ class View:
         been replaced since)."""
         self.leaves, self._part, self._index, self._cuts = _map(self.dataset)
         if not self.leaves:
-            raise NotAView(f"{type(self.dataset).__name__} has no datasets")
+            raise UnreadableComposition(
+                f"{type(self.dataset).__name__} has no datasets"
+            )
         self._unique = _once(self.leaves)
 
     def __len__(self) -> int:
@@ -164,7 +171,7 @@ class View:
         first = getattr(self.leaves[0], name, None)
         for leaf in self._unique[1:]:
             if not same(first, getattr(leaf, name, None)):
-                raise NotAView(
+                raise UnreadableComposition(
                     f"the parts of {type(self.dataset).__name__} have different {name}s"
                 )
         return first
@@ -172,7 +179,7 @@ class View:
     @property
     def transform(self) -> Any:
         """The transform every part applies (read at each access, so that a
-        transform replaced between epochs is followed). Raises NotAView
+        transform replaced between epochs is followed). Raises UnreadableComposition
         when the parts' transforms differ."""
         return self._common("transform", _same_transform)
 
@@ -185,7 +192,7 @@ class View:
         (whole files next to byte ranges: length -1, as the file source
         reads it), remote objects merged (see :func:`_merge_remote`).
         Raises TypeError for a leaf that is not a dataset of files, and
-        :class:`NotAView` for local and remote leaves together."""
+        :class:`UnreadableComposition` for local and remote leaves together."""
         self._refresh()
         by_leaf = {id(leaf): sources_of(leaf) for leaf in self._unique}
         srcs = [by_leaf[id(leaf)] for leaf in self.leaves]
@@ -236,7 +243,7 @@ class View:
         return str(sources_of(leaf).paths[i])
 
     def stamp(self) -> tuple:
-        """What changes when a samples list under the View, or a Subset's
+        """What changes when a samples list under the Composed, or a Subset's
         indices, is replaced (see :func:`samples_stamp`)."""
         out: list = [samples_stamp(leaf) for leaf in self._unique]
         stack = [self.dataset]
@@ -256,13 +263,13 @@ def _merge_remote(remotes: list[Optional[Remote]]) -> Optional[Remote]:
     """One ``Remote`` for the remote leaves of a composition: their
     objects, each once (a shard in two leaves is fetched by the first
     leaf's URL), refreshed as often as the most often refreshed leaf,
-    with the most patient numeric options. Raises NotAView for local and
+    with the most patient numeric options. Raises UnreadableComposition for local and
     remote leaves together (not supported yet) and for leaves whose
     certificate options differ."""
     if all(r is None for r in remotes):
         return None
     if any(r is None for r in remotes):
-        raise NotAView(
+        raise UnreadableComposition(
             "a composition of local and remote (http, https, s3) datasets is "
             "not supported yet; copy the local files to the server, or load "
             "them apart"
@@ -282,7 +289,9 @@ def _merge_remote(remotes: list[Optional[Remote]]) -> Optional[Remote]:
             elif isinstance(v, (int, float)) and not isinstance(v, bool):
                 options[k] = max(options[k], v)
             else:
-                raise NotAView(f"the remote parts have different {k} options")
+                raise UnreadableComposition(
+                    f"the remote parts have different {k} options"
+                )
     refresh = [r.refresh_s for r in parts if r.refresh_s is not None]
     # One set of keys signs the S3 GETs of every leaf that signs in C (its
     # URLs are plain; a leaf that presigns keeps its URLs as they are).
@@ -291,7 +300,7 @@ def _merge_remote(remotes: list[Optional[Remote]]) -> Optional[Remote]:
         if r.keys is not None and all(k != r.keys for k in keys):
             keys.append(r.keys)
     if len(keys) > 1:
-        raise NotAView(
+        raise UnreadableComposition(
             "the remote parts read S3 with different credentials or regions; "
             "give them one s3_client, or load them apart"
         )
@@ -338,20 +347,20 @@ def _gather(arrays: list, part: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 
 def resolve(dataset: Any) -> Any:
-    """What the loader reads for ``dataset``: a :class:`View` of a
+    """What the loader reads for ``dataset``: a :class:`Composed` of a
     (nested) Subset or ConcatDataset, else the dataset itself. Raises
-    :class:`NotAView` for a composition that cannot be read as files with
+    :class:`UnreadableComposition` for a composition that cannot be read as files with
     one transform; ValueError for a timm ``ImageDataset`` whose reader it
     cannot read (it reads the folder and tar readers: :mod:`.timmdata`)."""
-    return View(dataset) if _kind(dataset) is not None else readable(dataset)
+    return Composed(dataset) if _kind(dataset) is not None else readable(dataset)
 
 
 def samples_stamp(dataset: Any) -> tuple:
     """What changes when the samples the loader reads are replaced: the
     ``samples`` list of an ImageFolder-like dataset (as DataLoader reads it
-    at every fetch), the lists under a View, a Subset's indices. Empty for
+    at every fetch), the lists under a Composed, a Subset's indices. Empty for
     a dataset giving ``ringloader_sources()``, which is read once."""
-    if isinstance(dataset, View):
+    if isinstance(dataset, Composed):
         return dataset.stamp()
     if provides_sources(dataset):
         return ()

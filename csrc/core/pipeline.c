@@ -4,10 +4,11 @@
  *
  * DESIGN. Every batch sits on two lists: the delivery FIFO (submission
  * order, which is the order rl_pipeline_next() returns them in) and, until
- * the I/O thread takes it (core/jobs.c), the I/O queue. next() waits for the
- * head of the FIFO, has its jobs' outcomes made into a report
+ * the I/O thread takes it (core/io_thread.c), the I/O queue. next() waits
+ * for the head of the FIFO, has its jobs' outcomes made into a report
  * (core/report.c), and hands out its slot (core/slots.c). What create is
- * given it checks and copies in core/config.c. Locking is described in core/pipeline_internal.h.
+ * given it checks and copies through core/config.c. Locking is described
+ * in core/pipeline_internal.h.
  */
 #define _GNU_SOURCE
 #include <errno.h>

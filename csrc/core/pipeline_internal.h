@@ -4,8 +4,9 @@
  * shared by the files that make up the pipeline: core/pipeline.c (the
  * owner's calls), core/config.c (the configuration copied at create),
  * core/slots.c (slot memory and states), core/io_thread.c (the I/O
- * thread), core/jobs.c (the decode jobs and the skip policy), core/members.c (the member checks) and core/report.c
- * (a done batch's report). Not a public header.
+ * thread), core/jobs.c (the decode jobs and the skip policy),
+ * core/members.c (the member checks) and core/report.c (a done batch's
+ * report). Not a public header.
  *
  * Locking: one mutex (mu) guards both batch lists, the free and copying
  * slot lists, the flags and each batch's `done`; job completion counts are

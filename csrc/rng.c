@@ -73,3 +73,9 @@ double rl_rng_uniform(rl_rng *g)
     uint64_t hi = next32(g) >> 5, lo = next32(g) >> 6; /* 27 + 26 bits */
     return (double)(hi * 67108864u + lo) / 9007199254740992.0;
 }
+
+int rl_rng_index(rl_rng *g, int n)
+{
+    int i = (int)(rl_rng_uniform(g) * n);
+    return i < n ? i : n - 1;
+}

@@ -82,4 +82,8 @@ void rl_rng_init(rl_rng *g, uint64_t seed, int64_t epoch, int64_t index,
 /* The next uniform double in [0, 1), 53 random bits. */
 double rl_rng_uniform(rl_rng *g);
 
+/* An index uniform in [0, n), n >= 1, from one rl_rng_uniform draw (the
+ * draw times n, truncated; never n, whatever the rounding). */
+int rl_rng_index(rl_rng *g, int n);
+
 #endif /* RL_RNG_H */

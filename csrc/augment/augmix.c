@@ -132,14 +132,9 @@ static int am_check(const double *a, char *msg)
     if (!(isfinite(alpha) && alpha > 0)) {
         return fail(msg, "alpha must be positive");
     }
-    if (a[AM_interpolation] != 0 && a[AM_interpolation] != 1) {
-        return fail(msg, "interpolation must be 0 (nearest) or 1 (bilinear)");
-    }
-    for (int c = 0; c < 3; c++) {
-        if (isnan(fill[0]) != isnan(fill[c]) ||
-            (!isnan(fill[c]) && !(fill[c] >= 0 && fill[c] <= 255))) {
-            return fail(msg, "fill must be None or three values in [0, 255]");
-        }
+    int rc = rl_policy_check_common("augmix", a[AM_interpolation], fill, msg);
+    if (rc != 0) {
+        return rc;
     }
     double n = a[AM_space_size];
     if (!(is_int(n) && n >= 1 && n <= AM_MAX_KINDS)) {
@@ -163,13 +158,6 @@ static int am_check(const double *a, char *msg)
 }
 
 /* ---- draws ---- */
-
-/* An index uniform in [0, n). */
-static int pick(rl_rng *g, int n)
-{
-    int i = (int)(rl_rng_uniform(g) * n);
-    return i < n ? i : n - 1;
-}
 
 /* A uniform number in (0, 1]. */
 static double uniform_pos(rl_rng *g)
@@ -241,12 +229,13 @@ static void am_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
     rl__dirichlet_f32(g, a[AM_alpha], width, params + 2);
     double *slot = params + 2 + width;
     for (int c = 0; c < width; c++, slot += slots) {
-        int depth =
-            a[AM_chain_depth] > 0 ? slots : 1 + pick(g, AM_RANDOM_DEPTH);
+        int depth = a[AM_chain_depth] > 0
+                        ? slots
+                        : 1 + rl_rng_index(g, AM_RANDOM_DEPTH);
         for (int j = 0; j < depth; j++) {
-            int k = pick(g, n_kinds);
+            int k = rl_rng_index(g, n_kinds);
             const double *r = kind_row(a, k);
-            int bin = r[AM_ROW_has_table] != 0 ? pick(g, severity) : 0;
+            int bin = r[AM_ROW_has_table] != 0 ? rl_rng_index(g, severity) : 0;
             bool negate = r[AM_ROW_signed] != 0 && rl_rng_uniform(g) < 0.5;
             double code = 1 + k + AM_MAX_KINDS * bin;
             slot[j] = negate ? -code : code;

@@ -72,6 +72,12 @@ int rl_k_rotate(rl_image *img, double angle, rl_interp interp,
 int rl_policy_apply(rl_image *img, int kind, double magnitude, rl_interp interp,
                     const double *fill);
 
+/* The arguments every policy op has (policy.c's and AugMix's): interp 0
+ * (nearest) or 1 (bilinear), fill three NaN (None) or three values in
+ * [0, 255]. Returns 0, or RL_ECONFIG with msg "name: what is wrong". */
+int rl_policy_check_common(const char *name, double interp, const double *fill,
+                           char *msg);
+
 /* ---- Pillow's kernels, as timm's ops call them (pil.c) ----
  * Each gives Pillow's bytes for the same call on an RGB image: ImageOps
  * invert, posterize (bits <= 0: black, as Pillow before 13 gave; >= 8:

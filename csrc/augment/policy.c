@@ -83,8 +83,8 @@ static common common_of(double interp, const double *fill)
     return c;
 }
 
-static int check_common(const char *name, double interp, const double *fill,
-                        char *msg)
+int rl_policy_check_common(const char *name, double interp, const double *fill,
+                           char *msg)
 {
     if (interp != 0 && interp != 1) {
         snprintf(msg, RL_MSG_MAX,
@@ -146,13 +146,6 @@ int rl_policy_apply(rl_image *img, int kind, double magnitude, rl_interp interp,
     default:
         return 0;
     }
-}
-
-/* An index uniform in [0, n). */
-static int pick(rl_rng *g, int n)
-{
-    int i = (int)(rl_rng_uniform(g) * n);
-    return i < n ? i : n - 1;
 }
 
 /* The sign of a signed kind's magnitude: negative with probability 1/2. */
@@ -230,8 +223,8 @@ static int ta_check(const double *a, char *msg)
                  "trivial_augment: num_magnitude_bins must be 1..%d", MAX_BINS);
         return RL_ECONFIG;
     }
-    if (check_common("trivial_augment", a[TA_interpolation], a + TA_fill,
-                     msg) != 0) {
+    if (rl_policy_check_common("trivial_augment", a[TA_interpolation],
+                               a + TA_fill, msg) != 0) {
         return RL_ECONFIG;
     }
     return check_table("trivial_augment", a + TA_table, MAX_BINS, msg);
@@ -242,8 +235,8 @@ static void ta_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
     (void)w;
     (void)h;
     int bins = (int)op->args[TA_num_magnitude_bins];
-    int kind = pick(g, 14);
-    int bin = pick(g, bins);
+    int kind = rl_rng_index(g, 14);
+    int bin = rl_rng_index(g, bins);
     double s = sign(g);
     params[0] = kind;
     params[1] = magnitude_of(op->args + TA_table, MAX_BINS, kind, bin, s);
@@ -292,8 +285,8 @@ static int ra_check(const double *a, char *msg)
                  RA_MAX_OPS);
         return RL_ECONFIG;
     }
-    if (check_common("rand_augment", a[RA_interpolation], a + RA_fill, msg) !=
-        0) {
+    if (rl_policy_check_common("rand_augment", a[RA_interpolation], a + RA_fill,
+                               msg) != 0) {
         return RL_ECONFIG;
     }
     return check_table("rand_augment", a + RA_magnitudes, 1, msg);
@@ -305,7 +298,7 @@ static void ra_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
     (void)h;
     int n = (int)op->args[RA_num_ops];
     for (int i = 0; i < n; i++) {
-        int kind = pick(g, 14);
+        int kind = rl_rng_index(g, 14);
         double s = sign(g);
         params[2 * i] = kind;
         params[2 * i + 1] =
@@ -466,8 +459,8 @@ static int aa_check(const double *a, char *msg)
                  "2 (SVHN)");
         return RL_ECONFIG;
     }
-    if (check_common("auto_augment", a[AA_interpolation], a + AA_fill, msg) !=
-        0) {
+    if (rl_policy_check_common("auto_augment", a[AA_interpolation], a + AA_fill,
+                               msg) != 0) {
         return RL_ECONFIG;
     }
     return check_table("auto_augment", a + AA_table, AA_BINS, msg);
@@ -477,7 +470,7 @@ static void aa_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
 {
     (void)w;
     (void)h;
-    int policy = pick(g, AA_N);
+    int policy = rl_rng_index(g, AA_N);
     const sub_op *sub = aa_policies[(int)op->args[AA_policy]][policy];
     for (int i = 0; i < 2; i++) {
         /* torchvision runs a sub-op when rand() <= p */

@@ -1,7 +1,8 @@
 /*
  * augment/timm.h - what timm's policies (timm.c: RandAugment, AutoAugment;
  * timm_augmix.c: AugMixAugment) share: the arguments every one of them
- * starts with, the draw of one of timm's AugmentOp calls and its apply.
+ * starts with, the draw of one of timm's AugmentOp calls and its apply
+ * (timm_augment_op.c).
  *
  * A policy's arguments start with the head (TM_HEAD_ARGS): the hparams
  * its AugmentOps share (magnitude_std, the magnitude's upper bound,
@@ -55,8 +56,22 @@ double rl__timm_draw(const double *a, int row, rl_rng *g);
 /* Runs the call a slot describes on img: 0, or -ENOMEM with msg. */
 int rl__timm_run(const double *a, double slot, rl_image *img, char *msg);
 
-/* An index uniform in [0, n). */
-int rl__timm_pick(rl_rng *g, int n);
+/* The number of timm's op functions (rl_timm_funcs). */
+#define TM_NFUNCS 19
+
+/* timm's op function number `func` (rl_timm_funcs; 0 <= func < TM_NFUNCS)
+ * with argument arg on img (resample: Pillow's filter number; fill: the
+ * three fill values). Returns 0 or -ENOMEM. */
+int rl__timm_func(int func, double arg, int resample, const double *fill,
+                  rl_image *img);
+
+/* The argument checks the policies share: whether v is a finite integer,
+ * fill three integers 0..255, f bilinear or bicubic; rl__timm_fail sets
+ * msg to "name: what" and returns RL_ECONFIG. */
+bool rl__timm_is_int(double v);
+bool rl__timm_fill_ok(const double *fill);
+bool rl__timm_filter_ok(double f);
+int rl__timm_fail(char *msg, const char *name, const char *what);
 
 /* timm's AugMixAugment (timm_augmix.c), listed in timm.c's table. */
 extern const rl_op_def rl__timm_augmix;

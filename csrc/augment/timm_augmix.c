@@ -91,9 +91,9 @@ static void tam_draw(const rl_op *op, rl_rng *g, int w, int h, double *params)
     double *slot = params + 1 + width;
     for (int c = 0; c < width; c++, slot += slots) {
         int depth =
-            a[TAM_depth] > 0 ? slots : 1 + rl__timm_pick(g, TAM_RANDOM_DEPTH);
+            a[TAM_depth] > 0 ? slots : 1 + rl_rng_index(g, TAM_RANDOM_DEPTH);
         for (int j = 0; j < depth; j++) {
-            int row = rl__timm_pick(g, (int)a[TM_n_rows]);
+            int row = rl_rng_index(g, (int)a[TM_n_rows]);
             slot[j] = rl__timm_draw(a, row, g);
         }
     }

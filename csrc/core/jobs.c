@@ -1,14 +1,11 @@
 /*
- * core/jobs.c - the I/O thread and the decode jobs, with the error policy.
+ * core/jobs.c - the decode jobs, with the error policy.
  *
- * DESIGN. A submitted batch is one rl_batch holding one job per sample. The
- * I/O thread takes batches in order: when the source reads whole batches
- * (io_uring) it submits every read at once and, as each completes, hands
- * that sample's job to the pool, so decoding starts before the slowest
- * read of the batch returns; otherwise it hands the jobs to the pool at
- * once and each worker reads its own sample. A job decodes into its fixed
- * place in the slot, so completion order never matters, and the last part
- * of a batch marks it done.
+ * DESIGN. A submitted batch is one rl_batch holding one job per sample; the
+ * I/O thread (core/io_thread.c) hands its jobs to the pool, each with its
+ * bytes already read or to read itself. A job decodes into its fixed place
+ * in the slot, so completion order never matters, and the last part of a
+ * batch marks it done.
  *
  * The skip policy runs in the job that failed, on its worker: it reads and
  * decodes the next ids of the failed sample's part of the source's table
@@ -26,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/ring.h"
+#include "core/pipeline_internal.h"
 #include "rng.h"
 
 uint64_t rl__now_ns(void)
@@ -55,84 +52,6 @@ void rl__batch_free(rl_batch *b)
     free(b);
 }
 
-int rl__fields_copy(rl_pipeline *p, char *msg)
-{
-    const rl_pipeline_config *c = &p->cfg;
-    if (c->image_at == NULL) {
-        p->cfg.checks = NULL; /* only with image_at */
-        p->cfg.nchecks = 0;
-        return 0;
-    }
-    size_t n = (size_t)c->source->count;
-    p->image_at = malloc(sizeof(int64_t) * (n ? n : 1));
-    p->image_len = malloc(sizeof(int64_t) * (n ? n : 1));
-    p->refusals = calloc((size_t)c->nrefusals + 1, sizeof(char *));
-    if (p->image_at == NULL || p->image_len == NULL || p->refusals == NULL) {
-        snprintf(msg, RL_MSG_MAX,
-                 "out of memory copying the fields of %zu samples (%zu "
-                 "bytes)",
-                 n, 2 * sizeof(int64_t) * n);
-        return -ENOMEM;
-    }
-    memcpy(p->image_at, c->image_at, sizeof(int64_t) * n);
-    memcpy(p->image_len, c->image_len, sizeof(int64_t) * n);
-    for (int i = 0; i < c->nrefusals; i++) {
-        if ((p->refusals[i] = strdup(c->refusals[i])) == NULL) {
-            snprintf(msg, RL_MSG_MAX, "out of memory");
-            return -ENOMEM;
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (p->image_at[i] < -(int64_t)c->nrefusals || p->image_len[i] < 0) {
-            snprintf(msg, RL_MSG_MAX,
-                     "sample %zu: image_at %lld or image_len %lld out of "
-                     "range",
-                     i, (long long)p->image_at[i], (long long)p->image_len[i]);
-            return RL_ECONFIG;
-        }
-    }
-    p->cfg.image_at = p->image_at;
-    p->cfg.image_len = p->image_len;
-    p->cfg.refusals = (const char *const *)p->refusals;
-    return rl__checks_copy(p, msg);
-}
-
-int rl__parts_copy(rl_pipeline *p, char *msg)
-{
-    const rl_pipeline_config *c = &p->cfg;
-    int64_t n = c->nparts;
-    if (c->parts == NULL) {
-        p->cfg.nparts = 0;
-        return 0;
-    }
-    if (n < 1 || n > c->source->count || c->parts[0] != 0 ||
-        c->parts[n] != c->source->count) {
-        snprintf(msg, RL_MSG_MAX,
-                 "parts: %lld parts of a table of %lld samples must start "
-                 "at 0 and end at %lld",
-                 (long long)n, (long long)c->source->count,
-                 (long long)c->source->count);
-        return RL_ECONFIG;
-    }
-    for (int64_t k = 0; k < n; k++) {
-        if (c->parts[k + 1] <= c->parts[k]) {
-            snprintf(msg, RL_MSG_MAX,
-                     "parts: part %lld is empty or out of order (%lld..%lld)",
-                     (long long)k, (long long)c->parts[k],
-                     (long long)c->parts[k + 1]);
-            return RL_ECONFIG;
-        }
-    }
-    if ((p->parts = malloc(sizeof(int64_t) * (size_t)(n + 1))) == NULL) {
-        snprintf(msg, RL_MSG_MAX, "out of memory copying %lld parts",
-                 (long long)n);
-        return -ENOMEM;
-    }
-    memcpy(p->parts, c->parts, sizeof(int64_t) * (size_t)(n + 1));
-    p->cfg.parts = p->parts;
-    return 0;
-}
-
 /* The part of the table holding `id`: its first id in *first, its size in
  * *n (the whole table without parts). */
 static void part_of(const rl_pipeline *p, int64_t id, int64_t *first,
@@ -154,21 +73,6 @@ static void part_of(const rl_pipeline *p, int64_t id, int64_t *first,
     }
     *first = p->parts[lo];
     *n = p->parts[lo + 1] - p->parts[lo];
-}
-
-int rl__report_extras(rl_batch *b, rl_batch_report *rep)
-{
-    rep->extras = calloc((size_t)b->n, sizeof(uint8_t *));
-    rep->extras_len = calloc((size_t)b->n, sizeof(size_t));
-    if (rep->extras == NULL || rep->extras_len == NULL) {
-        return -ENOMEM;
-    }
-    for (int i = 0; i < b->n; i++) {
-        rep->extras[i] = b->jobs[i].extra;
-        rep->extras_len[i] = b->jobs[i].extra_len;
-        b->jobs[i].extra = NULL; /* the report's now */
-    }
-    return 0;
 }
 
 /* With fields: the image's part of f's bytes in *img, *ilen, and the rest
@@ -220,10 +124,9 @@ static bool sample_error(int status)
                       : status != RL_EINTERNAL && status != RL_ECLOSED;
 }
 
-/* Counts one finished part of a batch: each job is one part, and the I/O
- * thread holds one more while it dispatches, so the batch cannot complete
- * (and be freed by next()) while the dispatcher still walks its jobs. */
-static void batch_part_done(rl_batch *b)
+/* The last part done starts the slot's copy and marks the batch done
+ * (pipeline_internal.h). */
+void rl__batch_part_done(rl_batch *b)
 {
     if (atomic_fetch_sub(&b->remaining, 1) != 1) {
         return;
@@ -362,7 +265,7 @@ static void job_run(rl_task *task, void *ctx)
     if (atomic_load(&b->cancelled)) {
         j->status = RL_ECLOSED;
         rl__src_release(p, &j->fetch);
-        batch_part_done(b);
+        rl__batch_part_done(b);
         return;
     }
     /* The sample's place in each view's region of the slot. */
@@ -383,7 +286,7 @@ static void job_run(rl_task *task, void *ctx)
             j->status = 0;
         }
     }
-    batch_part_done(b);
+    rl__batch_part_done(b);
 }
 
 void rl__job_init(rl_batch *b, int i, int64_t id, int64_t key)
@@ -396,77 +299,4 @@ void rl__job_init(rl_batch *b, int i, int64_t id, int64_t key)
     j->decoder = -1;
     j->replaced_by = -1;
     j->fetch.id = id;
-}
-
-/* ---- the I/O thread ---- */
-
-/* CPU time of the calling thread, for the I/O stage's cost per image. */
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void on_read(rl_fetch *f, void *arg)
-{
-    rl_pipeline *p = arg;
-    rl__job *j = (rl__job *)((char *)f - offsetof(rl__job, fetch));
-    rl_pool_submit(p->pool, &j->task);
-}
-
-static void dispatch(rl_pipeline *p, rl_batch *b)
-{
-    if (atomic_load(&b->cancelled) || p->cfg.source->ops->read_batch == NULL) {
-        /* Cancelled jobs return at once; others read for themselves. */
-        for (int i = 0; i < b->n; i++) {
-            rl_pool_submit(p->pool, &b->jobs[i].task);
-        }
-        return;
-    }
-    rl_fetch *small[64];
-    rl_fetch **fs = b->n <= 64 ? small : malloc(sizeof(*fs) * (size_t)b->n);
-    if (fs == NULL) {
-        for (int i = 0; i < b->n; i++) {
-            b->jobs[i].fetch.status = -ENOMEM;
-            snprintf(b->jobs[i].fetch.msg, RL_MSG_MAX, "out of memory");
-            rl_pool_submit(p->pool, &b->jobs[i].task);
-        }
-        return;
-    }
-    for (int i = 0; i < b->n; i++) {
-        fs[i] = &b->jobs[i].fetch;
-    }
-    uint64_t t0 = rl__now_ns(), c0 = thread_cpu_ns();
-    rl__src_read_batch(p, fs, b->n, on_read, p);
-    atomic_fetch_add(&p->io_cpu_ns, thread_cpu_ns() - c0);
-    atomic_fetch_add(&p->read_ns, rl__now_ns() - t0);
-    if (fs != small) {
-        free(fs);
-    }
-}
-
-void *rl__io_main(void *arg)
-{
-    rl_pipeline *p = arg;
-    rl__lock(p);
-    for (;;) {
-        while (p->io_head == NULL && !p->stopping) {
-            pthread_cond_wait(&p->io_cv, &p->mu);
-        }
-        rl_batch *b = p->io_head;
-        if (b == NULL) {
-            break;
-        }
-        p->io_head = b->io_next;
-        if (p->io_head == NULL) {
-            p->io_tail = NULL;
-        }
-        rl__unlock(p);
-        dispatch(p, b);
-        batch_part_done(b); /* the dispatcher's own part */
-        rl__lock(p);
-    }
-    rl__unlock(p);
-    return NULL;
 }

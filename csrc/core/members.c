@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ring.h"
+#include "core/pipeline_internal.h"
 
 void rl__checks_free(rl_pipeline *p)
 {

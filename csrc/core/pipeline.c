@@ -4,9 +4,11 @@
  *
  * DESIGN. Every batch sits on two lists: the delivery FIFO (submission
  * order, which is the order rl_pipeline_next() returns them in) and, until
- * the I/O thread takes it (core/jobs.c), the I/O queue. next() waits for the
- * head of the FIFO, turns its jobs' outcomes into a report, and hands out
- * its slot (core/slots.c). Locking is described in core/ring.h.
+ * the I/O thread takes it (core/io_thread.c), the I/O queue. next() waits
+ * for the head of the FIFO, has its jobs' outcomes made into a report
+ * (core/report.c), and hands out its slot (core/slots.c). What create is
+ * given it checks and copies through core/config.c. Locking is described
+ * in core/pipeline_internal.h.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -17,68 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/config.h"
+#include "core/pipeline_internal.h"
 #include "core/plan.h"
-#include "core/ring.h"
+#include "core/report.h"
 #include "rng.h"
-
-static void fail_msg(char *msg, const char *what, int value)
-{
-    snprintf(msg, RL_MSG_MAX, what, value);
-}
-
-/* The configuration's own checks (the transform's are rl_transform_check). */
-static bool config_ok(const rl_pipeline_config *cfg, char *msg)
-{
-    if (cfg->nthreads < 1 || cfg->nthreads > 256) {
-        fail_msg(msg, "num_threads must be 1..256, not %d", cfg->nthreads);
-        return false;
-    }
-    if (cfg->source == NULL) {
-        snprintf(msg, RL_MSG_MAX, "a pipeline needs a source");
-        return false;
-    }
-    if (cfg->skip_errors &&
-        (cfg->max_consecutive_errors < 1 ||
-         cfg->max_consecutive_errors > RL_MAX_CONSECUTIVE_ERRORS)) {
-        /* Above the bound, replacement keys would repeat (rng.h). */
-        snprintf(msg, RL_MSG_MAX,
-                 "max_consecutive_errors must be 1..%d, not %d",
-                 RL_MAX_CONSECUTIVE_ERRORS, cfg->max_consecutive_errors);
-        return false;
-    }
-    if (cfg->sample.nviews < 1 || cfg->sample.nviews > RL_MAX_VIEWS ||
-        cfg->sample.views == NULL) {
-        snprintf(msg, RL_MSG_MAX, "a sample has 1..%d views, not %d",
-                 RL_MAX_VIEWS, cfg->sample.nviews);
-        return false;
-    }
-    return true;
-}
-
-/* The pipeline's own copy of the views, each with its place sized by its
- * transform and its chain drawing as its view; then their one check.
- * Returns 0 or RL_ECONFIG / -ENOMEM with msg. */
-static int copy_views(rl_pipeline *p, const rl_sample_spec *s, char *msg)
-{
-    p->views = malloc(sizeof(rl_view) * (size_t)s->nviews);
-    if (p->views == NULL) {
-        snprintf(msg, RL_MSG_MAX, "out of memory for a pipeline's views");
-        return -ENOMEM;
-    }
-    size_t bytes = 0;
-    for (int v = 0; v < s->nviews; v++) {
-        rl_view *view = &p->views[v];
-        *view = s->views[v];
-        view->place.out_w = view->transform.out_w;
-        view->place.out_h = view->transform.out_h;
-        view->augment.view = v;
-        p->places[v] = view->place;
-        bytes += rl_place_sample_bytes(&view->place);
-    }
-    p->cfg.sample.views = p->views;
-    p->sample_bytes = bytes;
-    return rl_sample_views_check(p->views, s->nviews, msg);
-}
 
 /* The status of a thread that did not start (pthread_create's rc, an
  * errno): EAGAIN, no memory for its stack or the thread limit reached, is
@@ -97,7 +42,7 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, int *status,
     msg[0] = '\0';
     rl_pipeline *p = NULL;
     rl_deliver *deliver = cfg->deliver;
-    if (!config_ok(cfg, msg)) {
+    if (!rl__config_ok(cfg, msg)) {
         goto out_free_stages;
     }
     if ((deliver == NULL && (deliver = rl_deliver_host_create()) == NULL) ||
@@ -121,13 +66,7 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, int *status,
     if (p->cfg.decoders.n == 0) {
         rl_decode_add_native(&p->cfg.decoders);
     }
-    int rc = copy_views(p, &cfg->sample, msg);
-    if (rc == 0) {
-        rc = rl__fields_copy(p, msg);
-    }
-    if (rc == 0) {
-        rc = rl__parts_copy(p, msg);
-    }
+    int rc = rl__config_copy(p, cfg, msg);
     if (rc != 0) {
         *status = rc;
         rl__src_destroy(p->cfg.source);
@@ -284,95 +223,6 @@ static rl_batch *pop_head(rl_pipeline *p)
     return b;
 }
 
-void rl_batch_report_free(rl_batch_report *r)
-{
-    free(r->ids);
-    free(r->fallback);
-    free(r->replaced);
-    for (int i = 0; r->extras != NULL && i < r->n; i++) {
-        free(r->extras[i]);
-    }
-    free(r->extras);
-    free(r->extras_len);
-    r->extras = NULL;
-    r->extras_len = NULL;
-    r->ids = NULL;
-    r->fallback = NULL;
-    r->replaced = NULL;
-    r->n_fallback = r->n_replaced = 0;
-}
-
-static void describe(const rl_pipeline *p, const rl__job *j, rl_sample_error *e)
-{
-    e->status = j->status;
-    e->pos = j->pos;
-    e->id = j->fetch.id;
-    snprintf(e->where, sizeof(e->where), "%s", rl__src_where(p, j->fetch.id));
-    snprintf(e->msg, sizeof(e->msg), "%s", j->msg);
-}
-
-/* Whether job j was decoded by a fallback (Pillow), not a native decoder. */
-static bool by_fallback(const rl_pipeline *p, const rl__job *j)
-{
-    return j->decoder >= 0 &&
-           rl_decoder_is_fallback(p->cfg.decoders.defs[j->decoder]);
-}
-
-/* Fills rep from a done batch's jobs. Returns 0, the first failure's
- * status (rep->error filled; the fallback positions are listed all the
- * same, so the caller can say what was decoded how), or -ENOMEM. */
-static int report(const rl_pipeline *p, rl_batch *b, rl_batch_report *rep)
-{
-    memset(rep, 0, sizeof(*rep));
-    rep->n = b->n;
-    rep->ticket = b->ticket;
-    rep->error.pos = -1;
-    rep->error.id = -1;
-    int nfb = 0, nrep = 0;
-    for (int i = 0; i < b->n; i++) {
-        nfb += by_fallback(p, &b->jobs[i]);
-        nrep += b->jobs[i].replaced_by >= 0;
-    }
-    rep->ids = malloc(sizeof(int64_t) * (size_t)b->n);
-    rep->fallback = nfb ? malloc(sizeof(int) * (size_t)nfb) : NULL;
-    rep->replaced = nrep ? malloc(sizeof(rl_replacement) * (size_t)nrep) : NULL;
-    if (rep->ids == NULL || (nfb && rep->fallback == NULL) ||
-        (nrep && rep->replaced == NULL)) {
-        rl_batch_report_free(rep);
-        rep->error.status = -ENOMEM;
-        snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");
-        return -ENOMEM;
-    }
-    int status = 0;
-    for (int i = 0; i < b->n; i++) {
-        const rl__job *j = &b->jobs[i];
-        rep->ids[i] = j->fetch.id;
-        if (by_fallback(p, j)) {
-            rep->fallback[rep->n_fallback++] = i;
-        }
-        if (j->replaced_by >= 0) {
-            rl_replacement *r = &rep->replaced[rep->n_replaced++];
-            r->id = j->replaced_by;
-            describe(p, j, &r->error);
-            r->error.status = j->first_status;
-        }
-        if (status == 0 && rl__job_fails_batch(j)) {
-            describe(p, j, &rep->error);
-            status = j->status;
-        }
-    }
-    if (status == 0 && b->copy_status != 0) {
-        rep->error.status = status = b->copy_status;
-        snprintf(rep->error.msg, sizeof(rep->error.msg), "%s", b->copy_msg);
-    }
-    if (status == 0 && p->image_at != NULL && rl__report_extras(b, rep) != 0) {
-        rl_batch_report_free(rep);
-        rep->error.status = status = -ENOMEM;
-        snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");
-    }
-    return status;
-}
-
 /*
  * Waits for the oldest batch and unlinks it. Returns 0 with *out set, or
  * RL_ECLOSED or RL_ETIMEDOUT; mu released either way. The batch taken is
@@ -432,8 +282,8 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
     }
     rl_slot *s = b->slot;
     /* Without mu: the report asks the source where each failed sample
-     * is, and allocates (core/ring.h's rule). */
-    rc = report(p, b, rep);
+     * is, and allocates (core/pipeline_internal.h's rule). */
+    rc = rl__report_make(p, b, rep);
     if (rc != 0) {
         rl__lock(p);
         rl__slot_put(p, s);

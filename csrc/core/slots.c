@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "core/ring.h"
+#include "core/pipeline_internal.h"
 
 #define SLOT_ALIGN 4096
 

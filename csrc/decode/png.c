@@ -217,9 +217,10 @@ static int spng_status(int err, const char *what, char *msg)
     return eof ? RL_ETRUNCATED : RL_EDECODE;
 }
 
-static int png_header(png_state *s, const uint8_t *data, size_t len,
+static int png_header(void *state, const uint8_t *data, size_t len,
                       const rl_limits *lim, rl_image_info *info, char *msg)
 {
+    png_state *s = state;
     msg[0] = '\0';
     drop_ctx(s);
     s->have_header = false;
@@ -413,9 +414,10 @@ static int finish(png_state *s, int x0, int y0, int w, int h, rl_pixels *out)
     return 0;
 }
 
-static int png_region(png_state *s, int m, int x0, int y0, int w, int h,
+static int png_region(void *state, int m, int x0, int y0, int w, int h,
                       const rl_limits *lim, rl_pixels *out, char *msg)
 {
+    png_state *s = state;
     msg[0] = '\0';
     int fw = (int)s->ihdr.width, fh = (int)s->ihdr.height;
     if (!s->have_header || m != 8 || w <= 0 || h <= 0 || x0 < 0 || y0 < 0 ||
@@ -546,18 +548,6 @@ static void def_destroy(void *state)
     free(s);
 }
 
-static int def_header(void *state, const uint8_t *data, size_t len,
-                      const rl_limits *lim, rl_image_info *info, char *msg)
-{
-    return png_header(state, data, len, lim, info, msg);
-}
-
-static int def_region(void *state, int m, int x0, int y0, int w, int h,
-                      const rl_limits *lim, rl_pixels *out, char *msg)
-{
-    return png_region(state, m, x0, y0, w, h, lim, out, msg);
-}
-
 static bool def_truncated(const void *state)
 {
     return ((const png_state *)state)->truncated;
@@ -581,9 +571,9 @@ const rl_decoder_def rl_png_decoder = {
     .claims = def_claims,
     .create = def_create,
     .destroy = def_destroy,
-    .header = def_header,
+    .header = png_header,
     .scaled_size = NULL,
-    .region = def_region,
+    .region = png_region,
     .truncated = def_truncated,
     .trim = def_trim,
     .user = NULL,

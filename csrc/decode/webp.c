@@ -86,9 +86,10 @@ static int webp_status(const webp_state *s, VP8StatusCode st, const char *what,
     return short_data ? RL_ETRUNCATED : RL_EDECODE;
 }
 
-static int webp_header(webp_state *s, const uint8_t *data, size_t len,
+static int webp_header(void *state, const uint8_t *data, size_t len,
                        const rl_limits *lim, rl_image_info *info, char *msg)
 {
+    webp_state *s = state;
     msg[0] = '\0';
     s->have_header = false;
     s->truncated = false;
@@ -247,9 +248,10 @@ static int decode_crop(webp_state *s, int x0, int y0, int w, int h, size_t *at,
     return 0;
 }
 
-static int webp_region(webp_state *s, int m, int x0, int y0, int w, int h,
+static int webp_region(void *state, int m, int x0, int y0, int w, int h,
                        const rl_limits *lim, rl_pixels *out, char *msg)
 {
+    webp_state *s = state;
     msg[0] = '\0';
     if (!s->have_header || m != 8 || w <= 0 || h <= 0 || x0 < 0 || y0 < 0 ||
         x0 + w > s->width || y0 + h > s->height) {
@@ -315,18 +317,6 @@ static void def_destroy(void *state)
     }
 }
 
-static int def_header(void *state, const uint8_t *data, size_t len,
-                      const rl_limits *lim, rl_image_info *info, char *msg)
-{
-    return webp_header(state, data, len, lim, info, msg);
-}
-
-static int def_region(void *state, int m, int x0, int y0, int w, int h,
-                      const rl_limits *lim, rl_pixels *out, char *msg)
-{
-    return webp_region(state, m, x0, y0, w, h, lim, out, msg);
-}
-
 static bool def_truncated(const void *state)
 {
     return ((const webp_state *)state)->truncated;
@@ -345,9 +335,9 @@ const rl_decoder_def rl_webp_decoder = {
     .claims = def_claims,
     .create = def_create,
     .destroy = def_destroy,
-    .header = def_header,
+    .header = webp_header,
     .scaled_size = NULL,
-    .region = def_region,
+    .region = webp_region,
     .truncated = def_truncated,
     .trim = def_trim,
     .user = NULL,

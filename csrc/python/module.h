@@ -1,12 +1,17 @@
 /*
  * python/module.h - what the binding files share. Only the files of
  * csrc/python and testing/py_testing.c include Python.h (first, before any
- * system header); none of them includes liburing.h or jpeglib.h. One file per concern: module.c (initialisation and the
- * method table), errors.c (statuses to exceptions), spec.c (the transform
- * and output schema), pipeline.c (the Pipeline type), stats.c (its counters as
- * a dict), batch.c (the Batch type), sources.c (the table of samples), fallback.c (a Python decoder
- * registered with the decode stage),
- * tools.c (stateless functions); testing/py_testing.c in test builds.
+ * system header); none of them includes liburing.h or jpeglib.h. One file
+ * per concern: module.c (initialisation and the method table), shared.c
+ * (module state, UTF-8), errors.c (statuses to exceptions), spec.c (the
+ * transform and output schema), ops.c (the ops' argument layouts),
+ * pipeline.c (the Pipeline type) with pipeline_config.c (its arguments
+ * made into a configuration), pipeline_batches.c (submit and next) and
+ * pipeline_state.c (closing while a call runs), all four through
+ * pipeline.h; owners.c (device buffers in flight), stats.c (the counters
+ * as a dict), batch.c (the Batch type), sources.c (the table of samples),
+ * fallback.c (a Python decoder registered with the decode stage), tools.c
+ * (stateless functions); testing/py_testing.c in test builds.
  */
 #ifndef RL_PY_MODULE_H
 #define RL_PY_MODULE_H

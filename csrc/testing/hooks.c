@@ -36,7 +36,7 @@ void rl__test_unlocked(const char *call)
     if (locks_held != 0) {
         fprintf(stderr,
                 "ringloader: the source's %s was called while this thread "
-                "holds the pipeline's lock (core/ring.h: never)\n",
+                "holds the pipeline's lock (core/pipeline_internal.h: never)\n",
                 call);
         abort();
     }

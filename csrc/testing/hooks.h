@@ -23,7 +23,7 @@ bool rl__test_hook(const char *var, const char *value);
 void rl__test_lock_note(int delta);
 /*
  * The pipeline locks the calling thread holds now (the notes above,
- * counted per thread). The core's rule (core/ring.h) is that none is held
+ * counted per thread). The core's rule (core/pipeline_internal.h) is that none is held
  * while it calls into a source; rl__test_unlocked checks it before each
  * such call and, when a lock is held, writes which call on stderr and
  * aborts: a test build fails loudly where a user's build might deadlock

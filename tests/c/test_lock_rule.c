@@ -1,4 +1,4 @@
-/* test_lock_rule.c - the pipeline's lock rule (core/ring.h), seen from a
+/* test_lock_rule.c - the pipeline's lock rule (core/pipeline_internal.h), seen from a
  * source: no callback of a source runs on a thread that holds a
  * pipeline's lock, so a source may take locks of its own. A memory source
  * is wrapped by one whose every callback checks that (test builds count

@@ -1,7 +1,12 @@
 /*
- * core/ring.h - the pipeline's insides, shared by core/pipeline.c (the
- * owner's calls), core/slots.c (slot memory and states) and core/jobs.c
- * (the I/O thread and the decode jobs). Not a public header.
+ * core/pipeline_internal.h - the pipeline's insides (struct rl_pipeline,
+ * its batches, jobs and slots, its lock and its calls into the source),
+ * shared by the files that make up the pipeline: core/pipeline.c (the
+ * owner's calls), core/config.c (the configuration copied at create),
+ * core/slots.c (slot memory and states), core/io_thread.c (the I/O
+ * thread), core/jobs.c (the decode jobs and the skip policy),
+ * core/members.c (the member checks) and core/report.c (a done batch's
+ * report). Not a public header.
  *
  * Locking: one mutex (mu) guards both batch lists, the free and copying
  * slot lists, the flags and each batch's `done`; job completion counts are
@@ -17,8 +22,8 @@
  * functions below, which test builds check: none runs on a thread that
  * holds a pipeline's lock (testing/hooks.h's rl__test_unlocked aborts).
  */
-#ifndef RL_RING_H
-#define RL_RING_H
+#ifndef RL_CORE_PIPELINE_INTERNAL_H
+#define RL_CORE_PIPELINE_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -200,10 +205,14 @@ void rl__slots_free_all(rl_pipeline *p);
 /* Drops a reference on the pipeline; the last frees it. Without mu. */
 void rl__pipeline_unref(rl_pipeline *p);
 
+/* ---- core/io_thread.c ---- */
+
+/* The I/O thread's main loop; arg is the pipeline. Returns when stopping
+ * is set and the I/O queue is empty. */
+void *rl__io_main(void *arg);
+
 /* ---- core/jobs.c ---- */
 
-/* The I/O thread's main loop. */
-void *rl__io_main(void *arg);
 /* A worker's context: its decoders and scratch (rl_sample_ctx). */
 void *rl__worker_ctx_create(void *arg);
 void rl__worker_ctx_destroy(void *ctx);
@@ -211,16 +220,20 @@ void rl__worker_ctx_destroy(void *ctx);
 void rl__job_init(rl_batch *b, int i, int64_t id, int64_t key);
 /* Frees a batch and the extra bytes its jobs still hold. */
 void rl__batch_free(rl_batch *b);
-/* At create: the pipeline's copies of cfg's image_at, image_len and
- * refusals (when given), checked. Returns 0, -ENOMEM or RL_ECONFIG with
- * msg; what was copied is freed with the pipeline. */
-int rl__fields_copy(rl_pipeline *p, char *msg);
-/* At create: the pipeline's copy of cfg.parts (when given), checked.
- * Returns 0, -ENOMEM or RL_ECONFIG with msg; freed with the pipeline. */
-int rl__parts_copy(rl_pipeline *p, char *msg);
+/* Counts one finished part of a batch: each job is one part, and the I/O
+ * thread holds one more while it dispatches, so the batch cannot complete
+ * (and be freed by next()) while the dispatcher still walks its jobs. The
+ * last part starts the slot's copy (device delivery) and marks the batch
+ * done; b may be freed once it returns. Without mu. */
+void rl__batch_part_done(rl_batch *b);
+/* Whether the job's outcome fails its whole batch. */
+bool rl__job_fails_batch(const rl__job *j);
+/* CLOCK_MONOTONIC in nanoseconds, for the stage timings. */
+uint64_t rl__now_ns(void);
+
 /* ---- core/members.c ---- */
 
-/* At create (from rl__fields_copy): the pipeline's copy of cfg.checks.
+/* At create (from core/config.c): the pipeline's copy of cfg.checks.
  * Returns 0, -ENOMEM or RL_ECONFIG with msg; freed by rl__checks_free. */
 int rl__checks_copy(rl_pipeline *p, char *msg);
 void rl__checks_free(rl_pipeline *p);
@@ -228,12 +241,4 @@ void rl__checks_free(rl_pipeline *p);
  * j->msg naming the member and what is wrong. Thread-safe. */
 int rl__members_check(rl_pipeline *p, rl__job *j, int64_t id);
 
-/* A successful batch's extra bytes moved from its jobs into rep->extras
- * (the caller's to free). Returns 0 or -ENOMEM. */
-int rl__report_extras(rl_batch *b, rl_batch_report *rep);
-/* Whether the job's outcome fails its whole batch. */
-bool rl__job_fails_batch(const rl__job *j);
-
-uint64_t rl__now_ns(void);
-
-#endif /* RL_RING_H */
+#endif /* RL_CORE_PIPELINE_INTERNAL_H */

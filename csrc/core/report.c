@@ -1,0 +1,127 @@
+/*
+ * core/report.c - a done batch's report: what rl_pipeline_next() tells the
+ * caller besides the slot (core/report.h, rl_batch_report in
+ * core/pipeline.h).
+ *
+ * DESIGN. The jobs of a batch each leave their outcome in their rl__job
+ * (status, message, the decoder used, the replacement the skip policy
+ * found, the sample's extra bytes); this file turns them into the one
+ * report the owner reads: the ids, the positions a fallback decoded, the
+ * replacements with why each first sample failed, the first failure that
+ * fails the batch (named by the source's where()), and the extra bytes,
+ * moved rather than copied. It runs in next() after the batch left the
+ * FIFO, without the pipeline's lock, since it asks the source and
+ * allocates.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/report.h"
+
+void rl_batch_report_free(rl_batch_report *r)
+{
+    free(r->ids);
+    free(r->fallback);
+    free(r->replaced);
+    for (int i = 0; r->extras != NULL && i < r->n; i++) {
+        free(r->extras[i]);
+    }
+    free(r->extras);
+    free(r->extras_len);
+    r->extras = NULL;
+    r->extras_len = NULL;
+    r->ids = NULL;
+    r->fallback = NULL;
+    r->replaced = NULL;
+    r->n_fallback = r->n_replaced = 0;
+}
+
+static void describe(const rl_pipeline *p, const rl__job *j, rl_sample_error *e)
+{
+    e->status = j->status;
+    e->pos = j->pos;
+    e->id = j->fetch.id;
+    snprintf(e->where, sizeof(e->where), "%s", rl__src_where(p, j->fetch.id));
+    snprintf(e->msg, sizeof(e->msg), "%s", j->msg);
+}
+
+/* Whether job j was decoded by a fallback (Pillow), not a native decoder. */
+static bool by_fallback(const rl_pipeline *p, const rl__job *j)
+{
+    return j->decoder >= 0 &&
+           rl_decoder_is_fallback(p->cfg.decoders.defs[j->decoder]);
+}
+
+/* A successful batch's extra bytes moved from its jobs into rep->extras
+ * (the caller's to free). Returns 0 or -ENOMEM. */
+static int report_extras(rl_batch *b, rl_batch_report *rep)
+{
+    rep->extras = calloc((size_t)b->n, sizeof(uint8_t *));
+    rep->extras_len = calloc((size_t)b->n, sizeof(size_t));
+    if (rep->extras == NULL || rep->extras_len == NULL) {
+        return -ENOMEM;
+    }
+    for (int i = 0; i < b->n; i++) {
+        rep->extras[i] = b->jobs[i].extra;
+        rep->extras_len[i] = b->jobs[i].extra_len;
+        b->jobs[i].extra = NULL; /* the report's now */
+    }
+    return 0;
+}
+
+/* Fills rep from a done batch's jobs. Returns 0, the first failure's
+ * status (rep->error filled; the fallback positions are listed all the
+ * same, so the caller can say what was decoded how), or -ENOMEM. */
+int rl__report_make(const rl_pipeline *p, rl_batch *b, rl_batch_report *rep)
+{
+    memset(rep, 0, sizeof(*rep));
+    rep->n = b->n;
+    rep->ticket = b->ticket;
+    rep->error.pos = -1;
+    rep->error.id = -1;
+    int nfb = 0, nrep = 0;
+    for (int i = 0; i < b->n; i++) {
+        nfb += by_fallback(p, &b->jobs[i]);
+        nrep += b->jobs[i].replaced_by >= 0;
+    }
+    rep->ids = malloc(sizeof(int64_t) * (size_t)b->n);
+    rep->fallback = nfb ? malloc(sizeof(int) * (size_t)nfb) : NULL;
+    rep->replaced = nrep ? malloc(sizeof(rl_replacement) * (size_t)nrep) : NULL;
+    if (rep->ids == NULL || (nfb && rep->fallback == NULL) ||
+        (nrep && rep->replaced == NULL)) {
+        rl_batch_report_free(rep);
+        rep->error.status = -ENOMEM;
+        snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");
+        return -ENOMEM;
+    }
+    int status = 0;
+    for (int i = 0; i < b->n; i++) {
+        const rl__job *j = &b->jobs[i];
+        rep->ids[i] = j->fetch.id;
+        if (by_fallback(p, j)) {
+            rep->fallback[rep->n_fallback++] = i;
+        }
+        if (j->replaced_by >= 0) {
+            rl_replacement *r = &rep->replaced[rep->n_replaced++];
+            r->id = j->replaced_by;
+            describe(p, j, &r->error);
+            r->error.status = j->first_status;
+        }
+        if (status == 0 && rl__job_fails_batch(j)) {
+            describe(p, j, &rep->error);
+            status = j->status;
+        }
+    }
+    if (status == 0 && b->copy_status != 0) {
+        rep->error.status = status = b->copy_status;
+        snprintf(rep->error.msg, sizeof(rep->error.msg), "%s", b->copy_msg);
+    }
+    if (status == 0 && p->image_at != NULL && report_extras(b, rep) != 0) {
+        rl_batch_report_free(rep);
+        rep->error.status = status = -ENOMEM;
+        snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");
+    }
+    return status;
+}

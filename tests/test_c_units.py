@@ -35,7 +35,7 @@ def test_c_units(tmp_path, sanitize):
         "test_io_faults",
         "test_recipes",
         "test_fields",
-        "test_member_checks",
+        "test_field_checks",
         "test_pil_warp",
         "test_same_bytes",
         "test_decode_buf",

@@ -8,7 +8,7 @@
  * and checked as it is copied: a wrong value is an RL_ECONFIG naming it,
  * before any thread starts. After create the pipeline reads only its own
  * copies (p->cfg points at them), and they are freed with it
- * (core/slots.c's last unref). The member checks' copy is core/members.c's.
+ * (core/slots.c's last unref). The member checks' copy is core/field_checks.c's.
  */
 #define _GNU_SOURCE /* strdup */
 #include <errno.h>

@@ -1,7 +1,7 @@
 /*
- * core/fields.c - the checks of a sample's members (core/fields.h); the
+ * core/fields.c - the checks of a sample's fields (core/fields.h); the
  * pipeline's side of them (its copy of the config's checks, the check a
- * decode job runs) is core/members.c.
+ * decode job runs) is core/field_checks.c.
  *
  * DESIGN. Python decodes a sample's fields after its batch is made; a member
  * it cannot decode would then leave a hole in the batch. So the decode job
@@ -461,19 +461,19 @@ static int check_int(const uint8_t *s, size_t n, int max_digits, char *why)
     return 0;
 }
 
-int rl_member_check_bytes(int kind, const uint8_t *s, size_t n, int max_digits,
-                          char *why)
+int rl_field_check_bytes(int kind, const uint8_t *s, size_t n, int max_digits,
+                         char *why)
 {
     static const uint8_t none[1];
     s = s != NULL ? s : none; /* an empty member */
     switch (kind) {
-    case RL_MEMBER_UTF8:
+    case RL_FIELD_UTF8:
         return check_utf8(s, n, why);
-    case RL_MEMBER_JSON: {
+    case RL_FIELD_JSON: {
         doc d = {.s = s, .n = n, .max_digits = max_digits, .why = why};
         return check_json(&d);
     }
-    case RL_MEMBER_INT:
+    case RL_FIELD_INT:
         return check_int(s, n, max_digits, why);
     default:
         return 0;

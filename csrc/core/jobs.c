@@ -47,7 +47,7 @@ void rl__worker_ctx_destroy(void *ctx)
 void rl__batch_free(rl_batch *b)
 {
     for (int i = 0; i < b->n; i++) {
-        free(b->jobs[i].extra);
+        free(b->jobs[i].fields);
     }
     free(b);
 }
@@ -76,7 +76,7 @@ static void part_of(const rl_pipeline *p, int64_t id, int64_t *first,
 }
 
 /* With fields: the image's part of f's bytes in *img, *ilen, and the rest
- * copied into j->extra (the bytes before the image, then those after it),
+ * copied into j->fields (the bytes before the image, then those after it),
  * replacing what an earlier candidate left there. Returns 0, RL_EFIELD for
  * a refused sample, -EIO for bytes that do not hold the image's range, or
  * -ENOMEM, with j->msg set. */
@@ -94,17 +94,17 @@ static int split_fields(rl_pipeline *p, rl__job *j, const rl_fetch *f,
                  (long long)at, (long long)(at + len));
         return -EIO;
     }
-    free(j->extra);
-    j->extra = NULL;
-    j->extra_len = f->len - (size_t)len;
-    if (j->extra_len > 0) {
-        if ((j->extra = malloc(j->extra_len)) == NULL) {
-            j->extra_len = 0;
+    free(j->fields);
+    j->fields = NULL;
+    j->fields_len = f->len - (size_t)len;
+    if (j->fields_len > 0) {
+        if ((j->fields = malloc(j->fields_len)) == NULL) {
+            j->fields_len = 0;
             snprintf(j->msg, RL_MSG_MAX, "out of memory");
             return -ENOMEM;
         }
-        memcpy(j->extra, f->data, (size_t)at);
-        memcpy(j->extra + at, f->data + at + len, j->extra_len - (size_t)at);
+        memcpy(j->fields, f->data, (size_t)at);
+        memcpy(j->fields + at, f->data + at + len, j->fields_len - (size_t)at);
     }
     *img = f->data + at;
     *ilen = (size_t)len;
@@ -174,7 +174,7 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
         snprintf(j->msg, RL_MSG_MAX, "%s", f->msg);
     } else if (p->image_at != NULL &&
                ((status = split_fields(p, j, f, &img, &ilen)) != 0 ||
-                (status = rl__members_check(p, j, f->id)) != 0)) {
+                (status = rl__fields_check(p, j, f->id)) != 0)) {
         /* j->msg says why */
     } else if (ctx == NULL) {
         status = -ENOMEM;

@@ -70,20 +70,20 @@ typedef struct rl_pipeline_config {
      * read with its other members in one read): for id i the image is
      * bytes image_at[i] .. image_at[i] + image_len[i] of its fetch, and the
      * fetch's other bytes (those before the image, then those after it) are
-     * the sample's extra bytes, reported with its batch
-     * (rl_batch_report.extras). image_at[i] < 0 refuses the sample with
+     * the sample's field bytes, reported with its batch
+     * (rl_batch_report.fields). image_at[i] < 0 refuses the sample with
      * RL_EFIELD and the message refusals[-image_at[i] - 1] (one of
      * nrefusals). NULL: a fetch is the image alone. Both arrays have
      * source->count entries; they and the messages are copied at create. */
     const int64_t *image_at, *image_len;
     const char *const *refusals;
     int nrefusals;
-    /* With image_at: the members each sample's extra bytes must hold as
+    /* With image_at: the fields each sample's field bytes must hold as
      * their kind's Python decoding accepts them (core/fields.h), one
      * check a field; a sample failing one fails with RL_EFIELD, naming
      * the member, before its image is decoded. max_int_digits: Python's
      * int max_str_digits (0: no limit). Copied at create. */
-    const rl_member_check *checks;
+    const rl_field_check *checks;
     int nchecks;
     int max_int_digits;
 } rl_pipeline_config;
@@ -120,10 +120,10 @@ typedef struct rl_batch_report {
     int n_fallback;
     rl_replacement *replaced;
     int n_replaced;
-    /* With image_at (the config): each position's extra bytes, extras[i]
-     * of extras_len[i] bytes (NULL when none), on success only. */
-    uint8_t **extras;
-    size_t *extras_len;
+    /* With image_at (the config): each position's field bytes, fields[i]
+     * of fields_len[i] bytes (NULL when none), on success only. */
+    uint8_t **fields;
+    size_t *fields_len;
 } rl_batch_report;
 
 /* Frees the report's arrays (not the report). */

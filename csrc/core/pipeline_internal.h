@@ -5,7 +5,7 @@
  * owner's calls), core/config.c (the configuration copied at create),
  * core/slots.c (slot memory and states), core/io_thread.c (the I/O
  * thread), core/jobs.c (the decode jobs and the skip policy),
- * core/members.c (the member checks) and core/report.c (a done batch's
+ * core/field_checks.c (the member checks) and core/report.c (a done batch's
  * report). Not a public header.
  *
  * Locking: one mutex (mu) guards both batch lists, the free and copying
@@ -59,8 +59,8 @@ typedef struct rl__job {
     int first_status;    /* skip policy: why the first sample failed */
     int decoder;         /* position of the decoder used, or -1 */
     int64_t replaced_by; /* skip policy: the replacement's id, or -1 */
-    uint8_t *extra;      /* the sample's extra bytes (malloc'd), or NULL */
-    size_t extra_len;
+    uint8_t *fields;     /* the sample's field bytes (malloc'd), or NULL */
+    size_t fields_len;
     char msg[RL_MSG_MAX];
 } rl__job;
 
@@ -111,7 +111,7 @@ struct rl_pipeline {
     int64_t *image_at, *image_len;
     char **refusals;
     /* cfg.checks: the pipeline's copies (arrays and names), or NULL. */
-    rl_member_check *checks;
+    rl_field_check *checks;
     /* cfg.parts: the pipeline's copy (nparts + 1 starts), or NULL. */
     int64_t *parts;
 };
@@ -218,7 +218,7 @@ void *rl__worker_ctx_create(void *arg);
 void rl__worker_ctx_destroy(void *ctx);
 /* Prepares job i of batch b for sample ids[i] with keys[i]. */
 void rl__job_init(rl_batch *b, int i, int64_t id, int64_t key);
-/* Frees a batch and the extra bytes its jobs still hold. */
+/* Frees a batch and the field bytes its jobs still hold. */
 void rl__batch_free(rl_batch *b);
 /* Counts one finished part of a batch: each job is one part, and the I/O
  * thread holds one more while it dispatches, so the batch cannot complete
@@ -231,14 +231,14 @@ bool rl__job_fails_batch(const rl__job *j);
 /* CLOCK_MONOTONIC in nanoseconds, for the stage timings. */
 uint64_t rl__now_ns(void);
 
-/* ---- core/members.c ---- */
+/* ---- core/field_checks.c ---- */
 
 /* At create (from core/config.c): the pipeline's copy of cfg.checks.
  * Returns 0, -ENOMEM or RL_ECONFIG with msg; freed by rl__checks_free. */
 int rl__checks_copy(rl_pipeline *p, char *msg);
 void rl__checks_free(rl_pipeline *p);
-/* Sample `id`'s members checked in j->extra. Returns 0, or RL_EFIELD with
+/* Sample `id`'s members checked in j->fields. Returns 0, or RL_EFIELD with
  * j->msg naming the member and what is wrong. Thread-safe. */
-int rl__members_check(rl_pipeline *p, rl__job *j, int64_t id);
+int rl__fields_check(rl_pipeline *p, rl__job *j, int64_t id);
 
 #endif /* RL_CORE_PIPELINE_INTERNAL_H */

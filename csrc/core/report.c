@@ -5,10 +5,10 @@
  *
  * DESIGN. The jobs of a batch each leave their outcome in their rl__job
  * (status, message, the decoder used, the replacement the skip policy
- * found, the sample's extra bytes); this file turns them into the one
+ * found, the sample's field bytes); this file turns them into the one
  * report the owner reads: the ids, the positions a fallback decoded, the
  * replacements with why each first sample failed, the first failure that
- * fails the batch (named by the source's where()), and the extra bytes,
+ * fails the batch (named by the source's where()), and the field bytes,
  * moved rather than copied. It runs in next() after the batch left the
  * FIFO, without the pipeline's lock, since it asks the source and
  * allocates.
@@ -25,13 +25,13 @@ void rl_batch_report_free(rl_batch_report *r)
     free(r->ids);
     free(r->fallback);
     free(r->replaced);
-    for (int i = 0; r->extras != NULL && i < r->n; i++) {
-        free(r->extras[i]);
+    for (int i = 0; r->fields != NULL && i < r->n; i++) {
+        free(r->fields[i]);
     }
-    free(r->extras);
-    free(r->extras_len);
-    r->extras = NULL;
-    r->extras_len = NULL;
+    free(r->fields);
+    free(r->fields_len);
+    r->fields = NULL;
+    r->fields_len = NULL;
     r->ids = NULL;
     r->fallback = NULL;
     r->replaced = NULL;
@@ -54,19 +54,19 @@ static bool by_fallback(const rl_pipeline *p, const rl__job *j)
            rl_decoder_is_fallback(p->cfg.decoders.defs[j->decoder]);
 }
 
-/* A successful batch's extra bytes moved from its jobs into rep->extras
+/* A successful batch's field bytes moved from its jobs into rep->fields
  * (the caller's to free). Returns 0 or -ENOMEM. */
-static int report_extras(rl_batch *b, rl_batch_report *rep)
+static int report_fields(rl_batch *b, rl_batch_report *rep)
 {
-    rep->extras = calloc((size_t)b->n, sizeof(uint8_t *));
-    rep->extras_len = calloc((size_t)b->n, sizeof(size_t));
-    if (rep->extras == NULL || rep->extras_len == NULL) {
+    rep->fields = calloc((size_t)b->n, sizeof(uint8_t *));
+    rep->fields_len = calloc((size_t)b->n, sizeof(size_t));
+    if (rep->fields == NULL || rep->fields_len == NULL) {
         return -ENOMEM;
     }
     for (int i = 0; i < b->n; i++) {
-        rep->extras[i] = b->jobs[i].extra;
-        rep->extras_len[i] = b->jobs[i].extra_len;
-        b->jobs[i].extra = NULL; /* the report's now */
+        rep->fields[i] = b->jobs[i].fields;
+        rep->fields_len[i] = b->jobs[i].fields_len;
+        b->jobs[i].fields = NULL; /* the report's now */
     }
     return 0;
 }
@@ -118,7 +118,7 @@ int rl__report_make(const rl_pipeline *p, rl_batch *b, rl_batch_report *rep)
         rep->error.status = status = b->copy_status;
         snprintf(rep->error.msg, sizeof(rep->error.msg), "%s", b->copy_msg);
     }
-    if (status == 0 && p->image_at != NULL && report_extras(b, rep) != 0) {
+    if (status == 0 && p->image_at != NULL && report_fields(b, rep) != 0) {
         rl_batch_report_free(rep);
         rep->error.status = status = -ENOMEM;
         snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");

@@ -11,7 +11,7 @@
  * where() and allocates). Returns 0, the first failure's status
  * (rep->error filled; the fallback positions are listed all the same, so
  * the caller can say what was decoded how), or -ENOMEM. With fields, a
- * successful batch's extra bytes move from its jobs into the report. */
+ * successful batch's field bytes move from its jobs into the report. */
 int rl__report_make(const rl_pipeline *p, rl_batch *b, rl_batch_report *rep);
 
 #endif /* RL_CORE_REPORT_H */

@@ -100,7 +100,7 @@ typedef struct {
     PyObject *fallback; /* tuple of positions decoded by a fallback */
     PyObject *replaced; /* tuple of (position, id, exception) */
     PyObject *ids;      /* tuple: the id of each position's sample */
-    PyObject *extras;   /* tuple of bytes (a sample's extra bytes), or None */
+    PyObject *fields;   /* tuple of bytes (a sample's field bytes), or None */
     unsigned long long ticket; /* its submission number */
     rl_dtype dtype;
     int ndim;
@@ -126,7 +126,7 @@ static void batch_dealloc(batch_object *self)
     Py_XDECREF(self->fallback);
     Py_XDECREF(self->replaced);
     Py_XDECREF(self->ids);
-    Py_XDECREF(self->extras);
+    Py_XDECREF(self->fields);
     Py_XDECREF(self->others);
     ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
     Py_DECREF(tp);
@@ -240,10 +240,10 @@ static PyObject *batch_get_fallback(batch_object *self, void *closure)
     return Py_NewRef(self->fallback);
 }
 
-static PyObject *batch_get_extras(batch_object *self, void *closure)
+static PyObject *batch_get_fields(batch_object *self, void *closure)
 {
     (void)closure;
-    return Py_NewRef(self->extras);
+    return Py_NewRef(self->fields);
 }
 
 static PyObject *batch_get_replaced(batch_object *self, void *closure)
@@ -313,8 +313,8 @@ static PyGetSetDef batch_getset[] = {
      "(position, replacement id, exception) of samples that failed and "
      "were replaced (skip_errors=True).",
      NULL},
-    {"extras", (getter)batch_get_extras, NULL,
-     "Each sample's extra bytes (bytes; a tar shard's members beside the "
+    {"fields", (getter)batch_get_fields, NULL,
+     "Each sample's field bytes (bytes; a tar shard's members beside the "
      "image), or None when the pipeline reads images alone.",
      NULL},
     {"ids", (getter)batch_get_ids, NULL,
@@ -364,18 +364,18 @@ static int batch_lists(rl_module_state *st, batch_object *b,
     b->fallback = PyTuple_New(rep->n_fallback);
     b->replaced = PyTuple_New(rep->n_replaced);
     b->ids = rl__py_batch_ids(rep);
-    b->extras = rep->extras != NULL ? PyTuple_New(rep->n) : Py_NewRef(Py_None);
+    b->fields = rep->fields != NULL ? PyTuple_New(rep->n) : Py_NewRef(Py_None);
     if (b->fallback == NULL || b->replaced == NULL || b->ids == NULL ||
-        b->extras == NULL) {
+        b->fields == NULL) {
         return -1;
     }
-    for (int i = 0; rep->extras != NULL && i < rep->n; i++) {
-        PyObject *v = PyBytes_FromStringAndSize((const char *)rep->extras[i],
-                                                (Py_ssize_t)rep->extras_len[i]);
+    for (int i = 0; rep->fields != NULL && i < rep->n; i++) {
+        PyObject *v = PyBytes_FromStringAndSize((const char *)rep->fields[i],
+                                                (Py_ssize_t)rep->fields_len[i]);
         if (v == NULL) {
             return -1;
         }
-        PyTuple_SetItem(b->extras, i, v);
+        PyTuple_SetItem(b->fields, i, v);
     }
     for (int i = 0; i < rep->n_fallback; i++) {
         PyObject *v = PyLong_FromLong(rep->fallback[i]);
@@ -424,7 +424,7 @@ static batch_object *view_new(rl_module_state *st, rl_slot *slot,
     b->others = NULL;
     b->device = slot != NULL ? -1 : device;
     b->owner = slot != NULL ? NULL : Py_NewRef(owner);
-    b->fallback = b->replaced = b->ids = b->extras = NULL;
+    b->fallback = b->replaced = b->ids = b->fields = NULL;
     b->dtype = place->dtype;
     b->ndim = 4;
     Py_ssize_t h = place->out_h, w = place->out_w;
@@ -473,7 +473,7 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
         o->fallback = Py_NewRef(b->fallback);
         o->replaced = Py_NewRef(b->replaced);
         o->ids = Py_NewRef(b->ids);
-        o->extras = Py_NewRef(b->extras);
+        o->fields = Py_NewRef(b->fields);
         PyTuple_SetItem(b->others, v - 1, (PyObject *)o);
     }
     return (PyObject *)b;

@@ -151,7 +151,7 @@ int64_t rl__py_item_i64(PyObject *seq, Py_ssize_t i);
  * with an exception; either way the caller frees what was allocated with
  * rl__py_fields_free, after rl_pipeline_create (which copies it). The
  * strings are borrowed from `fields`. Each check is a tuple (at, len, ext,
- * exts, kinds) of core/fields.h's rl_member_check.
+ * exts, kinds) of core/fields.h's rl_field_check.
  */
 int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg);
 /* The skip policy's parts (core/pipeline.h's parts, nparts) from `parts`,

@@ -412,14 +412,14 @@ PyObject *rl__py_http_set_keys(rl_source *src, PyObject *args)
 }
 
 /* One (at, len, ext, exts, kinds) tuple into c (zeroed, n samples). */
-static int py_check(PyObject *t, Py_ssize_t n, rl_member_check *c)
+static int py_check(PyObject *t, Py_ssize_t n, rl_field_check *c)
 {
     PyObject *at, *len, *ext, *exts, *kinds;
     if (!PyArg_ParseTuple(t, "OOOOO", &at, &len, &ext, &exts, &kinds)) {
         return -1;
     }
     Py_ssize_t ne = PySequence_Length(exts);
-    if (ne < 1 || ne > RL_MEMBER_MAX_EXTS || PySequence_Length(kinds) != ne ||
+    if (ne < 1 || ne > RL_FIELD_MAX_EXTS || PySequence_Length(kinds) != ne ||
         PySequence_Length(at) != n || PySequence_Length(len) != n ||
         PySequence_Length(ext) != n) {
         PyErr_Clear();
@@ -466,7 +466,7 @@ static int py_checks(PyObject *checks, rl_pipeline_config *cfg)
     if (nc < 0) {
         return -1;
     }
-    rl_member_check *cs = calloc((size_t)nc + 1, sizeof(*cs));
+    rl_field_check *cs = calloc((size_t)nc + 1, sizeof(*cs));
     cfg->checks = cs;
     if (cs == NULL) {
         PyErr_NoMemory();

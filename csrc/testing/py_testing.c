@@ -218,8 +218,8 @@ static PyObject *py_check_member(PyObject *self, PyObject *args)
     char why[RL_MSG_MAX] = "";
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = rl_member_check_bytes(kind, data.buf, (size_t)data.len, max_digits,
-                               why);
+    rc =
+        rl_field_check_bytes(kind, data.buf, (size_t)data.len, max_digits, why);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     if (rc == 0) {

@@ -279,7 +279,7 @@ class Batch:
         submitted with, replacements put in."""
 
     @property
-    def extras(self) -> Optional[Tuple[bytes, ...]]:
+    def fields(self) -> Optional[Tuple[bytes, ...]]:
         """With image_at: each position's bytes beside its image (those
         before it, then those after it); None without."""
 
@@ -381,7 +381,7 @@ class Pipeline:
         # A sample's bytes hold more than its image (a tar shard's sample
         # with its other members): (image_at, image_len, refusals, checks,
         # max_int_digits). The image is bytes image_at[i] .. image_at[i] +
-        # image_len[i] of sample i's, the rest comes back in Batch.extras;
+        # image_len[i] of sample i's, the rest comes back in Batch.fields;
         # image_at[i] < 0 refuses sample i (a DecodeError of kind "field",
         # skippable) with refusals[-image_at[i] - 1]. checks: the members
         # checked on those bytes before the image is decoded

@@ -62,9 +62,9 @@ class Taken(NamedTuple):
     fallback: Sequence[int]  # positions decoded by Pillow (not JPEG, PNG or WebP)
     # (position, DecodeError or OSError) of samples replaced (skip policy)
     replaced: Sequence[tuple[int, Union[_core.DecodeError, OSError]]]
-    # Each position's extra bytes (a shard sample's other members), or None
+    # Each position's field bytes (a shard sample's other members), or None
     # when the table has no fields.
-    extras: Optional[Sequence[bytes]] = None
+    fields: Optional[Sequence[bytes]] = None
 
 
 class Pipeline:
@@ -306,7 +306,7 @@ class Pipeline:
         else:
             raw = [self._gpu.tensor(view) for view in batch.views]
         replaced = [(pos, error) for pos, _, error in batch.replaced]
-        return Taken(list(batch.ids), raw, batch.fallback, replaced, batch.extras)
+        return Taken(list(batch.ids), raw, batch.fallback, replaced, batch.fields)
 
     # ---- lifecycle ----
 

@@ -496,7 +496,7 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
                     images[k] if f == fields.image else fields.value(f, i, x, describe)
                     for f in range(len(fields.names))
                 )
-                for k, (i, x) in enumerate(zip(taken.idx, taken.extras))
+                for k, (i, x) in enumerate(zip(taken.idx, taken.fields))
             ]
         else:
             tt = self.target_transform

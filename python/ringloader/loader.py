@@ -428,7 +428,7 @@ class Loader:
                     # on_error="skip"); one it could not check that does
                     # not decode raises FieldError.
                     describe = getattr(self._data, "describe", None) or str
-                    out = src.fields.batch(images, idx, taken.extras, describe)
+                    out = src.fields.batch(images, idx, taken.fields, describe)
                 else:
                     # As DataLoader batches them (datasets/targets.py):
                     # int64 classes straight from the array; any other

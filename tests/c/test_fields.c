@@ -3,7 +3,7 @@
  * image_at/image_len): the image is decoded from its part, exactly as the
  * image alone; the other bytes come back with the batch, in position
  * order; a refused sample fails with RL_EFIELD and its message, and the
- * skip policy replaces it, extras included; a fetch too short for the
+ * skip policy replaces it, field bytes included; a fetch too short for the
  * image's place fails with -EIO. Run under TSan and ASan too. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -88,7 +88,7 @@ int main(void)
     uint8_t *ref = malloc(bytes), *got = malloc(bytes);
     rl_batch_report rep;
     CHECK_EQ(batch(plain, all, N, ref, &rep), 0);
-    CHECK(rep.extras == NULL); /* no fields: nothing extra */
+    CHECK(rep.fields == NULL); /* no fields: nothing extra */
     rl_batch_report_free(&rep);
     rl_pipeline_destroy(plain);
 
@@ -107,15 +107,15 @@ int main(void)
     CHECK(p != NULL);
     CHECK_EQ(batch(p, all, N, got, &rep), 0);
     CHECK(memcmp(got, ref, bytes) == 0);
-    CHECK(rep.extras != NULL);
+    CHECK(rep.fields != NULL);
     for (int i = 0; i < N; i++) {
         char want[40];
         int wl = snprintf(want, sizeof(want), "%s%s", head[i], tail[i]);
-        CHECK_EQ(rep.extras_len[i], wl);
-        CHECK(memcmp(rep.extras[i], want, (size_t)wl) == 0);
+        CHECK_EQ(rep.fields_len[i], wl);
+        CHECK(memcmp(rep.fields[i], want, (size_t)wl) == 0);
     }
     rl_batch_report_free(&rep);
-    /* Batches dropped with their extras (cancel, destroy): LeakSanitizer
+    /* Batches dropped with their field bytes (cancel, destroy): LeakSanitizer
      * (make check SANITIZE=address) finds any left behind. */
     CHECK_EQ(rl_pipeline_submit(p, all, all, N, 0, NULL, NULL), 0);
     CHECK_EQ(rl_pipeline_submit(p, all, all, N, 1, NULL, NULL), 0);
@@ -137,7 +137,7 @@ int main(void)
     CHECK_EQ(batch(p, ids, 3, NULL, &rep), RL_EFIELD);
     CHECK_EQ(rep.error.pos, 1);
     CHECK(strcmp(rep.error.msg, "its member is too big") == 0);
-    CHECK(rep.extras == NULL);
+    CHECK(rep.fields == NULL);
     rl_batch_report_free(&rep);
     int64_t short_ids[1] = {5};
     CHECK_EQ(batch(p, short_ids, 1, NULL, &rep), -EIO);
@@ -145,7 +145,7 @@ int main(void)
     rl_batch_report_free(&rep);
     rl_pipeline_destroy(p);
 
-    /* The skip policy: sample 3 replaced by 4, with 4's extras. */
+    /* The skip policy: sample 3 replaced by 4, with 4's field bytes. */
     cfg = config(rl_memory_source_create(bufs, whole_len, NULL, N));
     cfg.image_at = at;
     cfg.image_len = len;
@@ -159,8 +159,8 @@ int main(void)
     CHECK_EQ(rep.n_replaced, 1);
     CHECK_EQ(rep.replaced[0].id, 4);
     CHECK_EQ(rep.replaced[0].error.status, RL_EFIELD);
-    CHECK(memcmp(rep.extras[1], head[4], strlen(head[4])) == 0);
-    CHECK(memcmp(rep.extras[2], head[4], strlen(head[4])) == 0);
+    CHECK(memcmp(rep.fields[1], head[4], strlen(head[4])) == 0);
+    CHECK(memcmp(rep.fields[2], head[4], strlen(head[4])) == 0);
     rl_batch_report_free(&rep);
     rl_pipeline_stats st;
     rl_pipeline_stats_get(p, &st);

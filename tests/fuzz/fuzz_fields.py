@@ -27,7 +27,7 @@ import sys
 
 from ringloader import _core
 
-KINDS = (1, 2, 3)  # core/fields.h: RL_MEMBER_UTF8, _JSON, _INT
+KINDS = (1, 2, 3)  # core/fields.h: RL_FIELD_UTF8, _JSON, _INT
 DIGITS = sys.get_int_max_str_digits()
 
 

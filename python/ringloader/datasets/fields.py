@@ -6,7 +6,7 @@ A sample's members are neighbours in its shard, so one read (one range
 GET) covers them all: the sample's byte range is widened from its image
 member to every member it needs. The C core decodes the image from its
 part of those bytes and hands the rest back with the batch
-(``Batch.extras``: the bytes before the image, then those after it);
+(``Batch.fields``: the bytes before the image, then those after it);
 :class:`FieldTable` knows where each member lies in them, and
 :meth:`FieldTable.batch` decodes and batches them:
 
@@ -62,7 +62,7 @@ MAX_GAP_BYTES = 1 << 20
 
 
 # How the C core checks a member of each kind before the batch is made
-# (core/fields.h's RL_MEMBER_*): text only when its errors are "strict".
+# (core/fields.h's RL_FIELD_*): text only when its errors are "strict".
 CHECKS = {"text": 1, "json": 2, "int": 3}
 
 
@@ -177,14 +177,14 @@ class FieldTable:
         self.offsets = np.zeros(0, dtype=np.int64)
         self.lengths = np.zeros(0, dtype=np.int64)
 
-    def value(self, f: int, i: int, extra: bytes, describe: Callable) -> Any:
-        """Field ``f`` of sample ``i`` decoded from its extra bytes. Raises
+    def value(self, f: int, i: int, data: bytes, describe: Callable) -> Any:
+        """Field ``f`` of sample ``i`` decoded from its field bytes. Raises
         FieldError naming the sample."""
         at, size = int(self.at[f][i]), int(self.size[f][i])
         ext = self.exts[f][int(self.ext[f][i])]
         kind = kind_of(ext)
         try:
-            value = _decode(kind, extra[at : at + size], self.errors)
+            value = _decode(kind, data[at : at + size], self.errors)
         except Exception as e:  # noqa: BLE001 - bad bytes, whatever numpy raises
             # (json: ValueError, RecursionError; np.load: ValueError,
             # EOFError, tokenize's TokenError for a cut header...)
@@ -202,7 +202,7 @@ class FieldTable:
 
     def checks(self) -> list[tuple]:
         """What the C core checks on each sample's bytes before its batch
-        is made (core/fields.h's rl_member_check, one a field whose kind
+        is made (core/fields.h's rl_field_check, one a field whose kind
         it checks): (at, size, ext, extensions, kinds), so that a bad
         member fails its sample there, replaced under on_error="skip"."""
         out = []
@@ -226,7 +226,7 @@ class FieldTable:
         self,
         images: Any,
         ids: Sequence[int],
-        extras: Sequence[bytes],
+        field_bytes: Sequence[bytes],
         describe: Callable[[int], str],
     ) -> tuple:
         """The batch as a tuple in the order of ``names``: the images, then
@@ -235,10 +235,10 @@ class FieldTable:
         naming its sample: the core checked what it could (``checks``),
         and a batch never comes out shorter than it was made."""
         columns: list[list] = [[] for _ in self.names]
-        for i, extra in zip(ids, extras):
+        for i, data in zip(ids, field_bytes):
             for f in range(len(self.names)):
                 if f != self.image:
-                    columns[f].append(self.value(f, i, extra, describe))
+                    columns[f].append(self.value(f, i, data, describe))
         out: list[Any] = []
         for f in range(len(self.names)):
             col = images if f == self.image else _collate(columns[f])

@@ -437,9 +437,11 @@ class TarShards(ImageDataset):
         if at < 0:
             raise ShardError(f"{self.describe(index)}: {table.refusals[-at - 1]}")
         data = self._read(index, int(self.offsets[index]), int(self.lengths[index]))
-        extra = data[:at] + data[at + int(table.image_len[index]) :]
+        field_bytes = data[:at] + data[at + int(table.image_len[index]) :]
         return tuple(
-            image if f == table.image else table.value(f, index, extra, self.describe)
+            image
+            if f == table.image
+            else table.value(f, index, field_bytes, self.describe)
             for f in range(len(table.names))
         )
 

@@ -1,4 +1,4 @@
-/* test_member_checks.c - core/fields.h's checks of the members a sample
+/* test_field_checks.c - core/fields.h's checks of the members a sample
  * carries beside its image: each kind on bytes Python accepts and refuses
  * (tests/test_field_checks.py holds them to json.loads and friends on many
  * more), and in a pipeline: a sample whose JSON member does not parse
@@ -23,41 +23,41 @@ typedef struct {
 } member_case;
 
 static const member_case CASES[] = {
-    {RL_MEMBER_UTF8, "caption \xc3\xa9", 0, true},
-    {RL_MEMBER_UTF8, "caf\xe9", 0, false},
-    {RL_MEMBER_UTF8, "\xed\xa0\x80", 0, false}, /* a surrogate */
-    {RL_MEMBER_UTF8, "\xf4\x90\x80\x80", 0, false},
-    {RL_MEMBER_UTF8, "\xc0\xaf", 0, false}, /* overlong */
-    {RL_MEMBER_UTF8, "a\0b", 3, true},
-    {RL_MEMBER_UTF8, "", 0, true},
-    {RL_MEMBER_JSON, "{\"a\": [1, 2.5e-3, -0, null, true, \"\\u00e9\"]}", 0,
+    {RL_FIELD_UTF8, "caption \xc3\xa9", 0, true},
+    {RL_FIELD_UTF8, "caf\xe9", 0, false},
+    {RL_FIELD_UTF8, "\xed\xa0\x80", 0, false}, /* a surrogate */
+    {RL_FIELD_UTF8, "\xf4\x90\x80\x80", 0, false},
+    {RL_FIELD_UTF8, "\xc0\xaf", 0, false}, /* overlong */
+    {RL_FIELD_UTF8, "a\0b", 3, true},
+    {RL_FIELD_UTF8, "", 0, true},
+    {RL_FIELD_JSON, "{\"a\": [1, 2.5e-3, -0, null, true, \"\\u00e9\"]}", 0,
      true},
-    {RL_MEMBER_JSON, " NaN ", 0, true},
-    {RL_MEMBER_JSON, "-Infinity", 0, true},
-    {RL_MEMBER_JSON, "\"\\ud800\"", 0, true},      /* a lone surrogate escape */
-    {RL_MEMBER_JSON, "\"\xed\xa0\x80\"", 0, true}, /* surrogatepass */
-    {RL_MEMBER_JSON, "\xef\xbb\xbf[]", 0, true},   /* utf-8-sig */
-    {RL_MEMBER_JSON, "[\0001\0]\0", 6, true},      /* UTF-16-LE */
-    {RL_MEMBER_JSON, "\0\0\0001", 4, true},        /* UTF-32-BE */
-    {RL_MEMBER_JSON, "", 0, false},
-    {RL_MEMBER_JSON, "{\"i\": 6,", 0, false},
-    {RL_MEMBER_JSON, "[1,]", 0, false},
-    {RL_MEMBER_JSON, "{'a': 1}", 0, false},
-    {RL_MEMBER_JSON, "01", 0, false},
-    {RL_MEMBER_JSON, "1.", 0, false},
-    {RL_MEMBER_JSON, "\"a\tb\"", 0, false}, /* a control character */
-    {RL_MEMBER_JSON, "\"\\x41\"", 0, false},
-    {RL_MEMBER_JSON, "[1] 2", 0, false},
-    {RL_MEMBER_JSON, "\"caf\xe9\"", 0, false},
-    {RL_MEMBER_JSON, "1\0", 2, true}, /* two bytes: UTF-16-LE "1" */
-    {RL_MEMBER_INT, " 42\n", 0, true},
-    {RL_MEMBER_INT, "-9223372036854775808", 0, true},
-    {RL_MEMBER_INT, "9223372036854775808", 0, false},
-    {RL_MEMBER_INT, "1_000", 0, true},
-    {RL_MEMBER_INT, "1__000", 0, false},
-    {RL_MEMBER_INT, "seven", 0, false},
-    {RL_MEMBER_INT, "", 0, false},
-    {RL_MEMBER_ANY, "\xff anything", 0, true},
+    {RL_FIELD_JSON, " NaN ", 0, true},
+    {RL_FIELD_JSON, "-Infinity", 0, true},
+    {RL_FIELD_JSON, "\"\\ud800\"", 0, true},      /* a lone surrogate escape */
+    {RL_FIELD_JSON, "\"\xed\xa0\x80\"", 0, true}, /* surrogatepass */
+    {RL_FIELD_JSON, "\xef\xbb\xbf[]", 0, true},   /* utf-8-sig */
+    {RL_FIELD_JSON, "[\0001\0]\0", 6, true},      /* UTF-16-LE */
+    {RL_FIELD_JSON, "\0\0\0001", 4, true},        /* UTF-32-BE */
+    {RL_FIELD_JSON, "", 0, false},
+    {RL_FIELD_JSON, "{\"i\": 6,", 0, false},
+    {RL_FIELD_JSON, "[1,]", 0, false},
+    {RL_FIELD_JSON, "{'a': 1}", 0, false},
+    {RL_FIELD_JSON, "01", 0, false},
+    {RL_FIELD_JSON, "1.", 0, false},
+    {RL_FIELD_JSON, "\"a\tb\"", 0, false}, /* a control character */
+    {RL_FIELD_JSON, "\"\\x41\"", 0, false},
+    {RL_FIELD_JSON, "[1] 2", 0, false},
+    {RL_FIELD_JSON, "\"caf\xe9\"", 0, false},
+    {RL_FIELD_JSON, "1\0", 2, true}, /* two bytes: UTF-16-LE "1" */
+    {RL_FIELD_INT, " 42\n", 0, true},
+    {RL_FIELD_INT, "-9223372036854775808", 0, true},
+    {RL_FIELD_INT, "9223372036854775808", 0, false},
+    {RL_FIELD_INT, "1_000", 0, true},
+    {RL_FIELD_INT, "1__000", 0, false},
+    {RL_FIELD_INT, "seven", 0, false},
+    {RL_FIELD_INT, "", 0, false},
+    {RL_FIELD_ANY, "\xff anything", 0, true},
 };
 
 static rl_view view;
@@ -88,8 +88,8 @@ int main(void)
     for (size_t k = 0; k < sizeof(CASES) / sizeof(CASES[0]); k++) {
         const member_case *c = &CASES[k];
         size_t n = c->len ? c->len : strlen(c->data);
-        int rc = rl_member_check_bytes(c->kind, (const uint8_t *)c->data, n,
-                                       4300, why);
+        int rc = rl_field_check_bytes(c->kind, (const uint8_t *)c->data, n,
+                                      4300, why);
         if ((rc == 0) != c->ok) {
             fprintf(stderr, "case %zu (%s): %d, %s\n", k, c->data, rc, why);
         }
@@ -100,18 +100,16 @@ int main(void)
     for (int d = RL_JSON_MAX_DEPTH; d <= RL_JSON_MAX_DEPTH + 1; d++) {
         memset(deep, '[', (size_t)d);
         memset(deep + d, ']', (size_t)d);
-        int rc = rl_member_check_bytes(RL_MEMBER_JSON, (uint8_t *)deep,
-                                       2 * (size_t)d, 0, why);
+        int rc = rl_field_check_bytes(RL_FIELD_JSON, (uint8_t *)deep,
+                                      2 * (size_t)d, 0, why);
         CHECK_EQ(rc, d == RL_JSON_MAX_DEPTH ? 0 : RL_EFIELD);
     }
     CHECK(strstr(why, "nested deeper than 512") != NULL);
     /* The digit limit: json.loads and int() refuse longer integers. */
+    CHECK_EQ(rl_field_check_bytes(RL_FIELD_JSON, (uint8_t *)"12345", 5, 4, why),
+             RL_EFIELD);
     CHECK_EQ(
-        rl_member_check_bytes(RL_MEMBER_JSON, (uint8_t *)"12345", 5, 4, why),
-        RL_EFIELD);
-    CHECK_EQ(
-        rl_member_check_bytes(RL_MEMBER_JSON, (uint8_t *)"1234.5", 6, 4, why),
-        0);
+        rl_field_check_bytes(RL_FIELD_JSON, (uint8_t *)"1234.5", 6, 4, why), 0);
 
     /* In a pipeline: each sample is a JSON member, then its image. */
     size_t jpeg_len;
@@ -135,9 +133,9 @@ int main(void)
         ext[i] = 0;
         all[i] = i;
     }
-    rl_member_check check = {.at = jat, .len = jlen, .ext = ext, .nexts = 1};
+    rl_field_check check = {.at = jat, .len = jlen, .ext = ext, .nexts = 1};
     check.exts[0] = "json";
-    check.kinds[0] = RL_MEMBER_JSON;
+    check.kinds[0] = RL_FIELD_JSON;
     for (int skip = 0; skip <= 1; skip++) {
         rl_pipeline_config cfg = config((const uint8_t **)bufs, lens);
         cfg.image_at = at;
@@ -166,7 +164,7 @@ int main(void)
             CHECK_EQ(rep.n_replaced, 1);
             CHECK_EQ(rep.replaced[0].id, 6);
             CHECK_EQ(rep.replaced[0].error.status, RL_EFIELD);
-            CHECK(memcmp(rep.extras[5], "{\"i\": 6}", 8) == 0);
+            CHECK(memcmp(rep.fields[5], "{\"i\": 6}", 8) == 0);
             CHECK_EQ(st.skipped, 1);
             CHECK_EQ(st.samples, N); /* no image decoded for sample 5 */
         }
@@ -188,5 +186,5 @@ int main(void)
         free(bufs[i]);
     }
     free(image);
-    PASS("test_member_checks");
+    PASS("test_field_checks");
 }

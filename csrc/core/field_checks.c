@@ -1,8 +1,8 @@
 /*
- * core/members.c - the pipeline's side of core/fields.h's member checks:
+ * core/field_checks.c - the pipeline's side of core/fields.h's field checks:
  * its copy of the config's checks (made at create, freed with the
- * pipeline), and the check a decode job runs on a sample's extra bytes
- * before it decodes the image, so that a member Python could not decode
+ * pipeline), and the check a decode job runs on a sample's field bytes
+ * before it decodes the image, so that a field Python could not decode
  * fails the sample here, where the skip policy can still replace it.
  */
 #define _GNU_SOURCE /* strdup */
@@ -16,7 +16,7 @@
 void rl__checks_free(rl_pipeline *p)
 {
     for (int k = 0; p->checks != NULL && k < p->cfg.nchecks; k++) {
-        rl_member_check *c = &p->checks[k];
+        rl_field_check *c = &p->checks[k];
         free((void *)c->at);
         free((void *)c->len);
         free((void *)c->ext);
@@ -29,12 +29,12 @@ void rl__checks_free(rl_pipeline *p)
 }
 
 /* Copies one check, checking its values; c is zeroed by the caller. */
-static int copy_check(rl_member_check *c, const rl_member_check *from, size_t n,
+static int copy_check(rl_field_check *c, const rl_field_check *from, size_t n,
                       int k, char *msg)
 {
-    if (from->nexts < 1 || from->nexts > RL_MEMBER_MAX_EXTS) {
+    if (from->nexts < 1 || from->nexts > RL_FIELD_MAX_EXTS) {
         snprintf(msg, RL_MSG_MAX, "check %d: %d extensions (1..%d)", k,
-                 from->nexts, RL_MEMBER_MAX_EXTS);
+                 from->nexts, RL_FIELD_MAX_EXTS);
         return RL_ECONFIG;
     }
     int64_t *at = malloc(sizeof(int64_t) * (n ? n : 1));
@@ -47,7 +47,7 @@ static int copy_check(rl_member_check *c, const rl_member_check *from, size_t n,
     for (int e = 0; e < from->nexts; e++) {
         c->kinds[e] = from->kinds[e];
         c->exts[e] = strdup(from->exts[e] != NULL ? from->exts[e] : "");
-        if (c->exts[e] == NULL || from->kinds[e] >= RL_MEMBER_KINDS) {
+        if (c->exts[e] == NULL || from->kinds[e] >= RL_FIELD_KINDS) {
             c->nexts = e + (c->exts[e] != NULL);
             snprintf(msg, RL_MSG_MAX, "check %d: bad extension %d", k, e);
             return c->exts[e] == NULL ? -ENOMEM : RL_ECONFIG;
@@ -75,7 +75,7 @@ static int copy_check(rl_member_check *c, const rl_member_check *from, size_t n,
 int rl__checks_copy(rl_pipeline *p, char *msg)
 {
     int nc = p->cfg.nchecks;
-    const rl_member_check *from = p->cfg.checks;
+    const rl_field_check *from = p->cfg.checks;
     p->cfg.checks = NULL; /* the caller's, until copied */
     if (nc <= 0 || from == NULL) {
         p->cfg.nchecks = 0;
@@ -98,26 +98,26 @@ int rl__checks_copy(rl_pipeline *p, char *msg)
     return 0;
 }
 
-int rl__members_check(rl_pipeline *p, rl__job *j, int64_t id)
+int rl__fields_check(rl_pipeline *p, rl__job *j, int64_t id)
 {
     for (int k = 0; k < p->cfg.nchecks; k++) {
-        const rl_member_check *c = &p->checks[k];
+        const rl_field_check *c = &p->checks[k];
         int64_t at = c->at[id], len = c->len[id];
         int e = c->ext[id];
-        if (at < 0 || c->kinds[e] == RL_MEMBER_ANY) {
+        if (at < 0 || c->kinds[e] == RL_FIELD_ANY) {
             continue;
         }
-        if ((uint64_t)at + (uint64_t)len > j->extra_len) {
+        if ((uint64_t)at + (uint64_t)len > j->fields_len) {
             snprintf(j->msg, RL_MSG_MAX,
                      "its .%s member at %lld..%lld lies outside the %zu "
                      "bytes read",
                      c->exts[e], (long long)at, (long long)(at + len),
-                     j->extra_len);
+                     j->fields_len);
             return -EIO;
         }
         char why[RL_MSG_MAX];
-        if (rl_member_check_bytes(c->kinds[e], j->extra + at, (size_t)len,
-                                  p->cfg.max_int_digits, why) != 0) {
+        if (rl_field_check_bytes(c->kinds[e], j->fields + at, (size_t)len,
+                                 p->cfg.max_int_digits, why) != 0) {
             int k0 =
                 snprintf(j->msg, RL_MSG_MAX, "its .%s member is ", c->exts[e]);
             size_t used = k0 < 0             ? 0

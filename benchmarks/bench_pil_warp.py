@@ -67,7 +67,8 @@ def main() -> None:
     import PIL
     import timm.data.auto_augment as aa
 
-    from ringloader import _core, _timm_ops
+    from ringloader import _core
+    from ringloader.adapt import timm_ops
 
     level = _core.resample_simd(args.simd) if args.simd else _core.resample_simd()
     a = _photo(args.size)
@@ -84,7 +85,7 @@ def main() -> None:
     )
     for func, arg in OPS:
         for fname, resample in FILTERS.items():
-            ops = [_timm_ops.timm_op(func, arg, resample, FILL)]
+            ops = [timm_ops.timm_op(func, arg, resample, FILL)]
             fn = getattr(aa, func)
 
             def ours(ops: list = ops) -> bytes:

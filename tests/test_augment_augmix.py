@@ -38,7 +38,8 @@ from torchvision.transforms import autoaugment as v1_autoaugment
 from torchvision.transforms import v2
 
 import ringloader
-from ringloader import _core, _ops
+from ringloader import _core
+from ringloader.adapt import torchvision_ops
 from ringloader.transforms import compile_transform
 
 import warps
@@ -46,7 +47,7 @@ from draws import same_categories
 from images import KINDS, jpeg_bytes, psnr, write_folder
 
 SEED = 7
-SLOT = _ops._AUGMIX_MAX_KINDS  # sub-op codes: 1 + kind + SLOT * bin
+SLOT = torchvision_ops._AUGMIX_MAX_KINDS  # sub-op codes: 1 + kind + SLOT * bin
 LARGE = 65793  # pixels above which Contrast may be 1 LSB off
 NEAREST = v2.InterpolationMode.NEAREST
 
@@ -96,7 +97,7 @@ IMAGES = _images()
 
 def _space(t) -> list[str]:
     """The sub-ops of t's augmentation space, in the order it draws them."""
-    if _ops._is_v2(t):
+    if torchvision_ops._is_v2(t):
         space = t._AUGMENTATION_SPACE if t.all_ops else t._PARTIAL_AUGMENTATION_SPACE
         return list(space)
     return list(t._augmentation_space(t._PARAMETER_MAX, (8, 8)))
@@ -104,7 +105,7 @@ def _space(t) -> list[str]:
 
 def _table(t, name: str, h: int, w: int):
     """The magnitudes t's forward indexes for sub-op name (None: none)."""
-    if _ops._is_v2(t):
+    if torchvision_ops._is_v2(t):
         entry = t._AUGMENTATION_SPACE[name]
         return entry[0](t._PARAMETER_MAX, h, w), entry[1]
     values, signed = t._augmentation_space(t._PARAMETER_MAX, (h, w))[name]
@@ -140,7 +141,9 @@ def _decode(t, op, params: list[float], h: int, w: int):
             if values is not None:
                 assert b < t.severity
                 magnitude = float(values[b])
-                scale = 255.0 if _ops._is_v2(t) and name == "Solarize" else 1.0
+                scale = (
+                    255.0 if torchvision_ops._is_v2(t) and name == "Solarize" else 1.0
+                )
                 assert args[9 + k * 13 + 3 + b] == scale * magnitude
             else:
                 assert b == 0
@@ -171,12 +174,14 @@ def _v2_kernels(t):
     t itself, or for a v1 class a v2 AugMix with its interpolation and
     fill (ringloader follows v2's kernels for both)."""
     return (
-        t if _ops._is_v2(t) else v2.AugMix(interpolation=t.interpolation, fill=t.fill)
+        t
+        if torchvision_ops._is_v2(t)
+        else v2.AugMix(interpolation=t.interpolation, fill=t.fill)
     )
 
 
 def _sub_op(t, x: torch.Tensor, name: str, magnitude: float) -> torch.Tensor:
-    if not _ops._is_v2(t) and name == "Solarize":
+    if not torchvision_ops._is_v2(t) and name == "Solarize":
         # the v1 table holds thresholds in pixel values
         return v2.functional.solarize(x, threshold=magnitude)
     k = _v2_kernels(t)
@@ -232,7 +237,7 @@ def _forward_with(t, img: np.ndarray, draw, monkeypatch, apply=None) -> np.ndarr
     with monkeypatch.context() as mp:
         mp.setattr(t, "_sample_dirichlet", lambda p: dirichlets.pop(0))
         mp.setattr(torch, "randint", fake_randint)
-        if _ops._is_v2(t):
+        if torchvision_ops._is_v2(t):
             mp.setattr(t, "_apply_image_or_video_transform", sub_op)
         else:
             mp.setattr(v1_autoaugment, "_apply_op", sub_op)
@@ -275,7 +280,7 @@ def test_augmix_equals_torchvision_with_the_drawn_parameters(config):
     seen, depths, cases = set(), set(), 0
     for n, (label, img) in enumerate(IMAGES):
         h, w, _ = img.shape
-        op = _ops.op_of(t, h, w)
+        op = torchvision_ops.op_of(t, h, w)
         for key in range(n * KEYS, (n + 1) * KEYS):
             draw = _draw(t, op, h, w, key)
             ours, ref = _ours(img, op, key), _reference(t, img, draw)
@@ -294,7 +299,7 @@ def test_augmix_large_image_within_tolerance():
     the mix stays identical."""
     t = v2.AugMix()
     img = _image("s444", 300, 260, 9)
-    op = _ops.op_of(t, 300, 260)
+    op = torchvision_ops.op_of(t, 300, 260)
     worst, with_contrast = np.inf, 0
     for key in range(24):
         draw = _draw(t, op, 300, 260, key)
@@ -316,7 +321,7 @@ def test_reference_is_torchvisions_forward(config, monkeypatch):
     t = CONFIGS[config]()
     for n, (label, img) in enumerate(IMAGES[::3]):
         h, w, _ = img.shape
-        op = _ops.op_of(t, h, w)
+        op = torchvision_ops.op_of(t, h, w)
         for key in range(n * 4, n * 4 + 4):
             draw = _draw(t, op, h, w, key)
             ref = _reference(t, img, draw)
@@ -339,7 +344,7 @@ def test_v1_class_against_its_own_kernels(config, monkeypatch):
     worst = np.inf
     for n, (label, img) in enumerate(IMAGES):
         h, w, _ = img.shape
-        op = _ops.op_of(t, h, w)
+        op = torchvision_ops.op_of(t, h, w)
         for key in range(n * 4, n * 4 + 4):
             draw = _draw(t, op, h, w, key)
             ref = _forward_with(t, img, draw, monkeypatch, apply)
@@ -352,7 +357,7 @@ def test_v1_class_against_its_own_kernels(config, monkeypatch):
 def test_mixture_width_zero_is_the_scaled_image():
     t = v2.AugMix(mixture_width=0)
     label, img = IMAGES[0]
-    op = _ops.op_of(t, 224, 224)
+    op = torchvision_ops.op_of(t, 224, 224)
     for key in range(5):
         draw = _draw(t, op, 224, 224, key)
         assert draw[3] == []
@@ -370,15 +375,15 @@ def test_mixture_width_zero_is_the_scaled_image():
     ],
 )
 def test_unfusable_augmix_settings_say_why(t, why):
-    with pytest.raises(_ops.NotFused, match=why):
-        _ops.op_of(t, 32, 32)
+    with pytest.raises(torchvision_ops.NotFused, match=why):
+        torchvision_ops.op_of(t, 32, 32)
 
 
 def test_v1_and_v2_augmix_map_to_the_same_op():
     for kw in ({}, dict(severity=10, all_ops=False, chain_depth=2, fill=[1, 2, 3])):
         one, two = (
-            _ops.op_of(T.AugMix(**kw), 48, 40),
-            _ops.op_of(v2.AugMix(**kw), 48, 40),
+            torchvision_ops.op_of(T.AugMix(**kw), 48, 40),
+            torchvision_ops.op_of(v2.AugMix(**kw), 48, 40),
         )
         assert one[0] == two[0] == "augmix"
         assert np.allclose(one[1], two[1], equal_nan=True), (one, two)
@@ -422,7 +427,7 @@ def _recorded(t, n: int):
     try:
         mp.setattr(t, "_sample_dirichlet", dirichlet)
         mp.setattr(torch, "randint", depth_draw)
-        if _ops._is_v2(t):
+        if torchvision_ops._is_v2(t):
             mp.setattr(t, "_apply_image_or_video_transform", sub_op)
         else:
             mp.setattr(v1_autoaugment, "_apply_op", sub_op)
@@ -439,7 +444,7 @@ def _recorded(t, n: int):
 
 
 def _drawn(t, n: int):
-    op = _ops.op_of(t, H, W)
+    op = torchvision_ops.op_of(t, H, W)
     return [_draw(t, op, H, W, key) for key in range(n)]
 
 

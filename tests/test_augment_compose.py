@@ -27,7 +27,8 @@ from torchvision import transforms as T
 from torchvision.transforms import v2
 
 import ringloader
-from ringloader import _core, _ops
+from ringloader import _core
+from ringloader.adapt import torchvision_ops
 from ringloader.transforms import compile_transform
 
 import rounding
@@ -49,7 +50,7 @@ def _run(fns, img):
 
 
 def _subchains(t, elements, leaf):
-    """The sub-chains t compiles to (as _ops.ops_of makes them, children
+    """The sub-chains t compiles to (as torchvision_ops.ops_of makes them, children
     before their group), each a function that runs t's leaves as the drawn
     decisions say: leaf(transform, op, args, params) makes a leaf's
     function. elements iterates over the chain's (op, args, params)."""
@@ -174,7 +175,7 @@ def _bound(ops):
 def test_composition_equals_torchvision_given_the_draws(name, t):
     img = _photo()
     chw = torch.from_numpy(img.copy()).permute(2, 0, 1)
-    ops = _ops.ops_of(t, H, W)
+    ops = torchvision_ops.ops_of(t, H, W)
     seen = set()
     for key in range(40):
         params = _core.augment_draw(ops, H, W, SEED, 0, key)
@@ -189,8 +190,8 @@ def test_composition_equals_torchvision_given_the_draws(name, t):
 def test_groups_hold_the_elements_before_them():
     """The chain is written children first: each group takes the sub-chains
     right before it, and an op after a group is no child of it."""
-    ops = _ops.ops_of(v2.RandomApply([v2.Grayscale(3)], p=0.5), H, W)
-    ops += _ops.ops_of(v2.RandomInvert(1.0), H, W)
+    ops = torchvision_ops.ops_of(v2.RandomApply([v2.Grayscale(3)], p=0.5), H, W)
+    ops += torchvision_ops.ops_of(v2.RandomInvert(1.0), H, W)
     assert [op for op, _ in ops] == ["grayscale", "random_apply", "invert"]
     img = _photo()
     gray = ours([("grayscale", [1.0])], img, 0)
@@ -219,7 +220,7 @@ def test_groups_hold_the_elements_before_them():
         ),
         ([("invert", [1.0]), ("random_choice", [1.0] + [0.0] * 16)], "sum to 0"),
         (
-            [("erase", _ops.erase_of(v2.RandomErasing(), "float32")[1])]
+            [("erase", torchvision_ops.erase_of(v2.RandomErasing(), "float32")[1])]
             + [("random_apply", [1.0, 0.5])],
             "output op",
         ),
@@ -240,12 +241,15 @@ def test_v1_and_v2_classes_make_the_same_chain():
             p=[3, 1],
         )
 
-    one, two = _ops.ops_of(build(T), H, W), _ops.ops_of(build(v2), H, W)
+    one, two = (
+        torchvision_ops.ops_of(build(T), H, W),
+        torchvision_ops.ops_of(build(v2), H, W),
+    )
     assert [op for op, _ in one] == [op for op, _ in two]
     assert np.allclose([a for _, x in one for a in x], [a for _, x in two for a in x])
     # transforms' RandomApply([]) and RandomOrder([]) do nothing
-    assert _ops.ops_of(T.RandomApply([], p=0.5), H, W) == []
-    assert _ops.ops_of(T.RandomOrder([]), H, W) == []
+    assert torchvision_ops.ops_of(T.RandomApply([], p=0.5), H, W) == []
+    assert torchvision_ops.ops_of(T.RandomOrder([]), H, W) == []
 
 
 # ---- the decisions' distributions against torchvision's classes ----
@@ -290,7 +294,7 @@ def our_runs(build, seed=SEED):
         return op
 
     t = build(leaf)
-    ops = _ops.ops_of(t, 8, 8)
+    ops = torchvision_ops.ops_of(t, 8, 8)
 
     def record(t, op, args, params):
         return lambda log: log + (letters[id(t)],)

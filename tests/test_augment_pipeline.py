@@ -388,10 +388,10 @@ BOTH = [
 def test_v1_and_v2_classes_map_to_the_same_op(name, args, kw):
     """transforms and transforms.v2 name the same op with the same
     arguments (NaN for what is unset), and the op accepts them."""
-    from ringloader import _ops
+    from ringloader.adapt import torchvision_ops
 
-    one = _ops.op_of(getattr(T, name)(*args, **kw), 48, 40)
-    two = _ops.op_of(getattr(v2, name)(*args, **kw), 48, 40)
+    one = torchvision_ops.op_of(getattr(T, name)(*args, **kw), 48, 40)
+    two = torchvision_ops.op_of(getattr(v2, name)(*args, **kw), 48, 40)
     assert one[0] == two[0]
     assert np.allclose(one[1], two[1], equal_nan=True), (one, two)
     _core.augment_draw([one], 48, 40, 0, 0, 0)  # the C check accepts them

@@ -24,13 +24,14 @@ import pytest
 import torch
 from torchvision.transforms import v2
 
-from ringloader import _core, _ops
+from ringloader import _core
+from ringloader.adapt import torchvision_ops
 
 import warps
 from draws import same_categories
 from images import KINDS, jpeg_bytes, psnr
 
-KIND_NAMES = _ops.POLICY_KINDS
+KIND_NAMES = torchvision_ops.POLICY_KINDS
 GEOMETRIC = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
 SEED = 11
 SIZES = [(224, 224), (37, 53), (1, 1), (2, 3), (7, 1)]
@@ -123,14 +124,14 @@ def test_trivial_augment_equals_torchvision(setup):
     seen = set()
     for n, (label, img) in enumerate(IMAGES):
         h, w, _ = img.shape
-        op = _ops.op_of(t, h, w)
+        op = torchvision_ops.op_of(t, h, w)
         for key in range(n * 40, n * 40 + 40):
             ours, p = _run(img, op, key)
             kind, magnitude, b, sign = int(p[0]), p[1], int(p[2]), p[3]
             name = KIND_NAMES[kind]
             seen.add(name)
             ref_m = 0.0
-            if name in _ops._MAG_OPS:
+            if name in torchvision_ops._MAG_OPS:
                 ref_m = _table_value(t, name, 31, h, w, b)
                 if name not in ("Posterize", "Solarize"):
                     ref_m *= sign
@@ -149,7 +150,7 @@ def _pairs(t, params: list[float], n: int, h: int, w: int, bins: int, bin_of):
             continue
         name = KIND_NAMES[kind]
         ref_m = 0.0
-        if name in _ops._MAG_OPS:
+        if name in torchvision_ops._MAG_OPS:
             ref_m = _table_value(t, name, bins, h, w, bin_of(i, params))
             if name not in ("Posterize", "Solarize") and magnitude < 0:
                 ref_m = -ref_m
@@ -163,7 +164,7 @@ def _chain_check(t, op_args, n, bins, bin_of):
     worst = np.inf
     for k, (label, img) in enumerate(IMAGES):
         h, w, _ = img.shape
-        op = _ops.op_of(t, h, w)
+        op = torchvision_ops.op_of(t, h, w)
         for key in range(k * 25, k * 25 + 25):
             ours, p = _run(img, op, key)
             subops = _pairs(t, p, n, h, w, bins, bin_of)
@@ -216,7 +217,7 @@ def _recorded(t, n: int, h: int = 32, w: int = 32) -> list[list[tuple[str, float
 
 
 def _ours(t, n: int, h: int = 32, w: int = 32) -> list[list[float]]:
-    op = _ops.op_of(t, h, w)
+    op = torchvision_ops.op_of(t, h, w)
     return [_core.augment_draw([op], h, w, SEED, 0, key)[0] for key in range(n)]
 
 

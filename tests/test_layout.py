@@ -28,12 +28,13 @@ LAYERS: list[list[str]] = [
     # targets: how a batch's are made; progress: the datasets' bars;
     # _simd: the C kernels' SIMD level, as RINGLOADER_SIMD set it
     ["errors", "datasets.targets", "datasets.progress", "_simd"],
-    ["_steps"],  # the neutral description of a transform (adapters -> compiler)
-    # torchvision's augmentation transforms as C ops; output conversions
-    ["_ops", "_convert", "_pad"],
-    ["_timm_ops"],  # timm's augmentations as C ops (on _ops' packing)
-    # each library's transform classes as _steps, one file a library
-    ["adapt.*"],
+    # the neutral description of a transform (and of a C op's arguments):
+    # all that adapters and the compiler share
+    ["_steps"],
+    # adapt.*: each library's transform classes as _steps, one file a
+    # library (with its helpers); _compiler: _steps to the C spec. One
+    # layer: neither imports the other (transforms, above, wires them)
+    ["adapt.*", "_compiler"],
     ["transforms", "datasets.base", "datasets.presign", "datasets.fields"],
     # timmdata: timm's ImageDataset as files (read by views); urls: what a
     # remote object's name is, and how it is shown (redacted)

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ringloader import _core, _timm_ops
+from ringloader import _core
+from ringloader.adapt import timm_ops
 
 from images import jpeg_bytes, psnr
 from rlbench.randaugment import FILL, M9_WARPS
@@ -73,7 +74,7 @@ def levels():
 
 def _ours(a: np.ndarray, func: str, arg: float, resample: int, fill) -> np.ndarray:
     h, w, _ = a.shape
-    ops = [_timm_ops.timm_op(func, arg, resample, fill)]
+    ops = [timm_ops.timm_op(func, arg, resample, fill)]
     return np.frombuffer(_core.augment(a.tobytes(), h, w, ops, 0, 0, 0), np.uint8)
 
 

@@ -48,8 +48,8 @@ def test_key_layout_is_read_from_the_core():
 
 
 def test_max_side_is_read_from_the_core():
-    copies = [(ln, v) for ln, v in _constants("transforms.py") if v == _core.MAX_SIDE]
-    assert not copies, f"transforms.py repeats the largest side: {copies}"
+    copies = [(ln, v) for ln, v in _constants("_compiler.py") if v == _core.MAX_SIDE]
+    assert not copies, f"_compiler.py repeats the largest side: {copies}"
     # The Python check and the C check agree at the bound.
     T = ringloader.transforms
     ok = T.compile_transform(T.Compose([T.Resize((8, _core.MAX_SIDE))]))
@@ -140,9 +140,9 @@ def _other_libraries_ops():
 
 def _timm_elements():
     """An element of each of timm's C ops (csrc/augment/timm.c), from
-    timm's own objects through _timm_ops, and timm_op."""
+    timm's own objects through timm_ops, and timm_op."""
     aa = pytest.importorskip("timm.data.auto_augment")
-    from ringloader import _timm_ops
+    from ringloader.adapt import timm_ops
 
     hp = dict(translate_const=20, img_mean=(1, 2, 3))
     objects = [
@@ -150,12 +150,12 @@ def _timm_elements():
         aa.auto_augment_transform("v0r-mstd0.5", dict(hp)),
         aa.augment_and_mix_transform("augmix-m4-w3-d2", dict(hp)),
     ]
-    out = [e for t in objects for e in _timm_ops.ops_of(t, 48, 40)]
-    return out + [_timm_ops.timm_op("rotate", 5.0, 2, (4, 5, 6))]
+    out = [e for t in objects for e in timm_ops.ops_of(t, 48, 40)]
+    return out + [timm_ops.timm_op("rotate", 5.0, 2, (4, 5, 6))]
 
 
 def test_op_layouts_are_read_from_the_core():
-    from ringloader import _ops
+    from ringloader.adapt import torchvision_ops
 
     # Python keeps no copy of a count, a size or a limit (the three
     # channels of a fill aside), nor of the kinds' or policies' names
@@ -165,23 +165,23 @@ def test_op_layouts_are_read_from_the_core():
         numbers |= set(limits.values())
     names = set(_core.POLICY_KINDS) - {"Solarize"}
     names |= set(_core.AUTO_AUGMENT_POLICIES)
-    for line, v in _constants("_ops.py"):
+    for line, v in _constants("adapt/torchvision_ops.py"):
         assert not (isinstance(v, int) and v > 3 and v in numbers), (
-            f"_ops.py:{line} repeats a count or limit of the op layouts: {v}"
+            f"adapt/torchvision_ops.py:{line} repeats a count or limit of the op layouts: {v}"
         )
-        assert v not in names, f"_ops.py:{line} repeats the name {v!r}"
-    assert _ops.POLICY_KINDS == _core.POLICY_KINDS
-    assert set(_ops._MAG_OPS) <= set(_core.POLICY_KINDS)
+        assert v not in names, f"adapt/torchvision_ops.py:{line} repeats the name {v!r}"
+    assert torchvision_ops.POLICY_KINDS == _core.POLICY_KINDS
+    assert set(torchvision_ops._MAG_OPS) <= set(_core.POLICY_KINDS)
     timm_names = set(_core.TIMM_KINDS) | set(_core.TIMM_FUNCS)
-    for line, v in _constants("_timm_ops.py"):
+    for line, v in _constants("adapt/timm_ops.py"):
         assert not (isinstance(v, int) and v > 3 and v in numbers), (
-            f"_timm_ops.py:{line} repeats a count or limit of the op layouts: {v}"
+            f"adapt/timm_ops.py:{line} repeats a count or limit of the op layouts: {v}"
         )
-        assert v not in timm_names, f"_timm_ops.py:{line} repeats the name {v!r}"
+        assert v not in timm_names, f"adapt/timm_ops.py:{line} repeats the name {v!r}"
     # Every C op is reached from Python, and each layout is the one C
     # checks the arguments against.
-    groups = {op for op, _ in _ops.ops_of(_composition(), 48, 40)}
-    reached = {op for op, _ in _ops.IMAGE_OPS.values()} | {"erase"} | groups
+    groups = {op for op, _ in torchvision_ops.ops_of(_composition(), 48, 40)}
+    reached = {op for op, _ in torchvision_ops.IMAGE_OPS.values()} | {"erase"} | groups
     reached |= {op for op, _ in _other_libraries_ops()}
     assert set(_core.OP_ARGS) == reached
     for op, fields in _core.OP_ARGS.items():
@@ -219,7 +219,7 @@ def test_op_arguments_are_packed_by_field_name(monkeypatch):
     each transform's arguments follow: Python packs by name, from the
     layout C exports, not by position."""
     v2 = pytest.importorskip("torchvision.transforms.v2")
-    from ringloader import _ops
+    from ringloader.adapt import torchvision_ops
 
     transforms = [
         v2.ColorJitter(0.4, 0.3, 0.2, 0.1),
@@ -240,16 +240,16 @@ def test_op_arguments_are_packed_by_field_name(monkeypatch):
         _composition(),
     ]
     erasing = v2.RandomErasing(0.3, (0.1, 0.2), (0.5, 2.0), value=(1, 2, 3))
-    forward = [e for t in transforms for e in _ops.ops_of(t, 48, 40)]
-    forward.append(_ops.erase_of(erasing, "float32"))
+    forward = [e for t in transforms for e in torchvision_ops.ops_of(t, 48, 40)]
+    forward.append(torchvision_ops.erase_of(erasing, "float32"))
     forward += _other_libraries_ops()
     assert {op for op, _ in forward} == set(_core.OP_ARGS)
     layouts = dict(_core.OP_ARGS)
     monkeypatch.setattr(
         _core, "OP_ARGS", {op: _reversed(f) for op, f in layouts.items()}
     )
-    backward = [e for t in transforms for e in _ops.ops_of(t, 48, 40)]
-    backward.append(_ops.erase_of(erasing, "float32"))
+    backward = [e for t in transforms for e in torchvision_ops.ops_of(t, 48, 40)]
+    backward.append(torchvision_ops.erase_of(erasing, "float32"))
     backward += _other_libraries_ops()
     for (op, args), (_, rev) in zip(forward, backward):
         assert args != rev or len(layouts[op]) == 1, op
@@ -268,10 +268,10 @@ def _offset(op: str, field: str) -> int:
 def test_op_limits_are_the_c_checks():
     """Python refuses to fuse exactly where the C check starts refusing."""
     v2 = pytest.importorskip("torchvision.transforms.v2")
-    from ringloader import _ops
+    from ringloader.adapt import torchvision_ops
 
     most = _core.OP_LIMITS["rand_augment"]["max_num_ops"]
-    bins = _ops._count("trivial_augment", "table", "magnitudes")
+    bins = torchvision_ops._count("trivial_augment", "table", "magnitudes")
     kernel = _core.OP_LIMITS["gaussian_blur"]["max_kernel_size"]
     for fits, over, field, value in [
         (
@@ -293,10 +293,10 @@ def test_op_limits_are_the_c_checks():
             kernel + 2,
         ),
     ]:
-        op, args = _ops.op_of(fits, 16, 16)
+        op, args = torchvision_ops.op_of(fits, 16, 16)
         _core.augment_draw([(op, args)], 16, 16, 0, 0, 0)
-        with pytest.raises(_ops.NotFused):
-            _ops.op_of(over, 16, 16)
+        with pytest.raises(torchvision_ops.NotFused):
+            torchvision_ops.op_of(over, 16, 16)
         args[_offset(op, field)] = float(value)
         with pytest.raises(ValueError, match=op):
             _core.augment_draw([(op, args)], 16, 16, 0, 0, 0)

@@ -18,7 +18,7 @@ identical bytes for every op):
   or out with a fused multiply-add, taking the fill colour).
 
 Then whole policies: the parameters the C op draws for a sample
-(``_core.augment_draw``, decoded by ``_timm_ops.decode_slot``) handed to
+(``_core.augment_draw``, decoded by ``timm_ops.decode_slot``) handed to
 timm's own AugmentOps (their level functions, negation and filter forced
 to the drawn ones), and AugMix's mix computed as timm computes it: at
 least 40 dB or within 1 LSB.
@@ -30,7 +30,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ringloader import _core, _timm_ops
+from ringloader import _core
+from ringloader.adapt import timm_ops
 
 from images import KINDS, jpeg_bytes, psnr
 
@@ -126,7 +127,7 @@ def test_each_op_equals_timms_own_op(func, arg):
     filters = (2, 3) if func in GEO else (3,)
     for name, a in IMAGES:
         for resample in filters:
-            ours = _ours(a, [_timm_ops.timm_op(func, arg, resample, FILL)])
+            ours = _ours(a, [timm_ops.timm_op(func, arg, resample, FILL)])
             ref = _timm_func(a, func, arg, resample)
             _check(ours, ref, func, f"{func}({arg}, resample={resample}) on {name}")
 
@@ -135,7 +136,7 @@ def test_posterize_to_zero_bits_is_black_as_pillow_before_13_gave():
     """timm's RandAugment draws posterize to 0 bits; Pillow 13 refuses it
     (it checks bits), older Pillow gave a black image: so do we."""
     _, a = IMAGES[0]
-    ours = _ours(a, [_timm_ops.timm_op("posterize", 0)])
+    ours = _ours(a, [timm_ops.timm_op("posterize", 0)])
     assert not ours.any()
 
 
@@ -145,7 +146,7 @@ def test_posterize_to_zero_bits_is_black_as_pillow_before_13_gave():
 def _reference_call(t_ops, slot: float, im: Image.Image, monkeypatch) -> Image.Image:
     """timm's AugmentOp for one drawn slot, its magnitude, negation and
     filter forced to the drawn ones."""
-    call = _timm_ops.decode_slot(slot)
+    call = timm_ops.decode_slot(slot)
     if call is None:
         return im
     row, magnitude, filt, negate = call
@@ -195,7 +196,7 @@ def test_policy_equals_timm_with_the_drawn_parameters(
 ):
     hp = dict(HP) if interp == "random" else dict(HP, interpolation=Image.BICUBIC)
     t = _make(kind, config, hp)
-    (element,) = _timm_ops.ops_of(t, 96, 80)
+    (element,) = timm_ops.ops_of(t, 96, 80)
     ops = [op for sp in t.policy for op in sp] if kind == "auto" else list(t.ops)
     for key, (name, a) in enumerate(IMAGES):
         h, w, _ = a.shape
@@ -217,7 +218,7 @@ def test_policy_equals_timm_with_the_drawn_parameters(
 )
 def test_augmix_equals_timm_with_the_drawn_parameters(config, monkeypatch):
     t = aa.augment_and_mix_transform(config, dict(HP))
-    (element,) = _timm_ops.ops_of(t, 96, 80)
+    (element,) = timm_ops.ops_of(t, 96, 80)
     slots = t.depth if t.depth > 0 else 3
     for key, (name, a) in enumerate(IMAGES):
         h, w, _ = a.shape

@@ -40,7 +40,8 @@ from torchvision import datasets as tvd
 from torchvision import transforms as T
 
 import ringloader
-from ringloader import _core, _timm_ops
+from ringloader import _core
+from ringloader.adapt import timm_ops
 from ringloader.transforms import compile_transform
 
 from draws import same_categories
@@ -80,7 +81,7 @@ def _ops(kind: str, t) -> list:
 def _call_of(op, slot: float) -> tuple | None:
     """The call of timm's function that C's slot for op stands for:
     (function, argument or None, filter or None)."""
-    call = _timm_ops.decode_slot(slot)
+    call = timm_ops.decode_slot(slot)
     if call is None:
         return None
     _, magnitude, filt, negate = call
@@ -102,16 +103,14 @@ def _call_of(op, slot: float) -> tuple | None:
 def _ours(kind: str, t, n: int) -> list[list]:
     """n samples of the C op's calls, each a list (a list of chains, plus
     the weights, for AugMix)."""
-    (element,) = _timm_ops.ops_of(t, 64, 64)
+    (element,) = timm_ops.ops_of(t, 64, 64)
     ops = _ops(kind, t)
     out = []
     for key in range(n):
         p = _core.augment_draw([element], 64, 64, SEED_OURS, 0, key)[0]
         if kind == "rand":
             slots = [
-                (ops[_timm_ops.decode_slot(s)[0]], s)
-                for s in p[: t.num_layers]
-                if s > 0
+                (ops[timm_ops.decode_slot(s)[0]], s) for s in p[: t.num_layers] if s > 0
             ]
             calls = [_call_of(op, s) for op, s in slots]
         elif kind == "auto":
@@ -125,7 +124,7 @@ def _ours(kind: str, t, n: int) -> list[list]:
                 chain = p[1 + t.width + c * slots : 1 + t.width + (c + 1) * slots]
                 calls.append(
                     [
-                        _call_of(t.ops[_timm_ops.decode_slot(s)[0]], s)
+                        _call_of(t.ops[timm_ops.decode_slot(s)[0]], s)
                         for s in chain
                         if s > 0
                     ]
@@ -320,8 +319,8 @@ def test_unsupported_settings_are_not_fused_and_say_why():
         ),
     ]
     for t, why in cases:
-        with pytest.raises(_timm_ops.NotFused, match=why):
-            _timm_ops.ops_of(t, 64, 64)
+        with pytest.raises(timm_ops.NotFused, match=why):
+            timm_ops.ops_of(t, 64, 64)
         compiled = compile_transform(T.Compose([T.RandomResizedCrop(64), t]))
         assert why in compiled.reason and compiled.rest[0] is t
 
@@ -385,7 +384,7 @@ def test_batches_identical_across_threads_and_io_backends(root):
 
 
 def _over(element, field: str, value: float):
-    """element with its field `field` set to value, bypassing _timm_ops."""
+    """element with its field `field` set to value, bypassing timm_ops."""
     op, args = element
     at = 0
     for name, count, record in _core.OP_ARGS[op]:
@@ -399,24 +398,22 @@ def _over(element, field: str, value: float):
 
 def test_python_refuses_to_fuse_where_the_c_check_refuses():
     most = _core.OP_LIMITS["timm_rand_augment"]["max_layers"]
-    fits = _timm_ops.ops_of(
+    fits = timm_ops.ops_of(
         aa.rand_augment_transform(f"rand-m9-n{most}", dict(HP)), 8, 8
     )
     _core.augment_draw(fits, 8, 8, 0, 0, 0)
-    with pytest.raises(_timm_ops.NotFused, match="layers"):
-        _timm_ops.ops_of(
+    with pytest.raises(timm_ops.NotFused, match="layers"):
+        timm_ops.ops_of(
             aa.rand_augment_transform(f"rand-m9-n{most + 1}", dict(HP)), 8, 8
         )
     with pytest.raises(ValueError, match="num_layers"):
         _core.augment_draw([_over(fits[0], "num_layers", most + 1)], 8, 8, 0, 0, 0)
     # AugMix: width * (1 + depth) + 1 parameters
-    fits = _timm_ops.ops_of(
+    fits = timm_ops.ops_of(
         aa.augment_and_mix_transform("augmix-m3-w5-d2", dict(HP)), 8, 8
     )
     _core.augment_draw(fits, 8, 8, 0, 0, 0)
-    with pytest.raises(_timm_ops.NotFused, match="width"):
-        _timm_ops.ops_of(
-            aa.augment_and_mix_transform("augmix-m3-w5-d3", dict(HP)), 8, 8
-        )
+    with pytest.raises(timm_ops.NotFused, match="width"):
+        timm_ops.ops_of(aa.augment_and_mix_transform("augmix-m3-w5-d3", dict(HP)), 8, 8)
     with pytest.raises(ValueError, match="width"):
         _core.augment_draw([_over(fits[0], "depth", 3)], 8, 8, 0, 0, 0)

@@ -336,13 +336,13 @@ def test_timm_erase_count_limit_is_the_c_check():
     args[at + 1] = most + 1  # count's max
     with pytest.raises(ValueError, match="count"):
         _core.augment_draw([(name, args)], 8, 8, 0, 0, 0)
-    with pytest.raises(ringloader.transforms._ops.NotFused):
+    with pytest.raises(ringloader._steps.NotFused):
         erase_element(RandomErasing(0.5, max_count=most + 1, device="cpu"))
 
 
 def test_default_train_recipe_is_fused_whole():
     """timm's ImageNet recipe: the crop (random interpolation), the flip,
-    timm's RandAugment (ringloader/_timm_ops.py), the conversion and
+    timm's RandAugment (ringloader/adapt/timm_ops.py), the conversion and
     timm's RandomErasing all fused; nothing left to Python."""
     tf = create_transform(
         224,

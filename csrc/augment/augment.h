@@ -57,7 +57,7 @@ typedef struct rl_op rl_op;
  * ending with RL_OP_END, that lay out args[] in order. A field is `count`
  * doubles, or, with `record`, `count` records each laid out by that list
  * (a row of a table). The module exports every op's list as
- * _core.OP_ARGS, and ringloader/_ops.py packs arguments by these names,
+ * _core.OP_ARGS, and ringloader/_steps.py packs arguments by these names,
  * so an op's layout is written here once.
  *
  * An op's code reads args[] at offsets made from the same list: written as

@@ -4,7 +4,7 @@
  *
  * DESIGN: the chains' sub-ops are the policies' (rl_policy_apply, the very
  * kernels TrivialAugmentWide uses), and, as for the policies, the magnitude
- * tables and the list of sub-ops come from Python (ringloader/_ops.py),
+ * tables and the list of sub-ops come from Python (ringloader/adapt/torchvision_ops.py),
  * made by the transform object's own table functions with the user's
  * torch: this file only indexes them. Which sub-ops the object's
  * augmentation space holds, in its order, and whether each is signed or

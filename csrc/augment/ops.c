@@ -2,7 +2,7 @@
  * augment/ops.c - the tables of built-in augmentation ops.
  *
  * DESIGN: one entry per op, one table per file of ops; Python's transforms
- * compiler (ringloader/_ops.py) names an op and packs its arguments by the
+ * compiler (ringloader/_compiler.py, with _steps.py's pack) names an op and packs its arguments by the
  * field names of the entry's layout (exported as _core.OP_ARGS), they go
  * through the entry's check once, and its draw and apply run per sample
  * (augment/augment.h). The ops follow torchvision's transforms.v2 on uint8

@@ -9,7 +9,7 @@
  * torch.linspace tables whose last bits depend on torch's vector code, and
  * a magnitude one float step off moves a solarize threshold across a pixel
  * value or a rotated pixel to its neighbour. Python makes the tables with
- * the user's torch and the user's transform object (ringloader/_ops.py) and
+ * the user's torch and the user's transform object (ringloader/adapt/torchvision_ops.py) and
  * passes them as the op's arguments (its `table` field, a row per kind with
  * a table); this file indexes them. The kinds' names, and so their
  * numbers, are exported to Python from rl_policy_kinds.

@@ -6,7 +6,7 @@
  *
  * DESIGN: timm builds a policy from AugmentOps, each an op name (a kind,
  * rl_timm_kinds), a probability and a magnitude, sharing hparams. Python
- * (ringloader/_timm_ops.py) passes them as the policy's head and rows
+ * (ringloader/adapt/timm_ops.py) passes them as the policy's head and rows
  * (timm.h) and this file reproduces AugmentOp.__call__ per sample: the
  * probability test, the magnitude noise (Gaussian with magnitude_std,
  * uniform in [0, magnitude] for an infinite one), the clip to [0, upper],

@@ -6,7 +6,7 @@
  * exports the lists as OP_ARGS, each op's named limits as OP_LIMITS, the
  * elements a chain holds (AUGMENT_MAX_OPS: ops and groups), and the
  * policies' sub-op kinds and AutoAugment's policies by number, so that
- * ringloader/_ops.py packs arguments by name and keeps no copy of a
+ * ringloader/_steps.py packs arguments by name and keeps no copy of a
  * position, a count or a limit. Each built-in op's fields are checked
  * against its nargs here, at import: a list that does not add up fails
  * the import, with the op's name.

@@ -3,10 +3,17 @@ of the C core, whatever library it comes from.
 
 A library's adapter (``ringloader/adapt/``: torchvision v1, torchvision v2,
 timm, ringloader's own classes) turns each of its transform objects into
-one :class:`Step` of the vocabulary below; ``transforms.compile_transform``
+one :class:`Step` of the vocabulary below; the compiler (``_compiler``)
 builds the C core's plan from the steps alone, and never looks at a user's
-class. A new library is a new adapter file; a new kind of step is a new
-class here and its case in the compiler.
+class. Adapters and compiler meet here only: neither imports the other
+(``transforms.compile_transform`` hands the one's steps to the other). A
+new library is a new adapter file; a new kind of step is a new class here
+and its case in the compiler.
+
+An augment-stage element (:data:`Element`) is a C op's name and its
+arguments, packed by :func:`pack` from the layout the C op declares
+(``_core.OP_ARGS``); a step that cannot say its elements raises
+:class:`NotFused`.
 
 Every step keeps ``name``, the user's class name, for the messages that say
 what was fused and why the rest was not.
@@ -17,8 +24,45 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
+from . import _core
+
 # One element of the C augment chain: (op name, packed arguments).
 Element = tuple[str, list[float]]
+
+
+class NotFused(ValueError):
+    """This transform cannot run in the C augment stage (the message says
+    why)."""
+
+
+def _pack(fields: tuple, values: dict[str, Any], where: str) -> list[float]:
+    """The numbers laid out by fields, from values by field name: a number,
+    or a sequence of exactly the field's count (of numbers, or of dicts for
+    a field of records)."""
+    unknown = set(values) - {name for name, _, _ in fields}
+    if unknown:
+        raise KeyError(f"{where} has no field {sorted(unknown)}")
+    out: list[float] = []
+    for name, count, record in fields:
+        if name not in values:
+            raise KeyError(f"{where}: field {name} not given")
+        value = values[name]
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        if len(items) != count:
+            raise ValueError(f"{where}.{name}: {count} values, not {len(items)}")
+        for item in items:
+            if record is None:
+                out.append(float(item))
+            else:
+                out += _pack(record, item, f"{where}.{name}")
+    return out
+
+
+def pack(op: str, values: dict[str, Any]) -> list[float]:
+    """The arguments of C op ``op`` from its fields' values, by name (the
+    fields in order, each a count of numbers or of records, as
+    ``_core.OP_ARGS`` declares them)."""
+    return _pack(_core.OP_ARGS[op], values, op)
 
 
 @dataclass(frozen=True)
@@ -65,7 +109,7 @@ class CenterCrop(Step):
 @dataclass(frozen=True)
 class RandomCrop(Step):
     """A window after padding: torchvision's RandomCrop (``fields`` from
-    ``_pad.random_crop_fields``) or, with the C spec's ``window`` field,
+    ``adapt.torchvision_pad.random_crop_fields``) or, with the C spec's ``window`` field,
     timm's CenterCropOrPad or RandomCropOrPad; ``fields`` are the C
     spec's."""
 
@@ -96,7 +140,7 @@ class Flip(Step):
 @dataclass(frozen=True)
 class Ops(Step):
     """Ops of the C augment stage on the 8-bit image: ``make(h, w)`` gives
-    the chain's elements for h x w samples or raises ``_ops.NotFused``."""
+    the chain's elements for h x w samples or raises :class:`NotFused`."""
 
     make: Callable[[int, int], list[Element]] = field(compare=False)
 
@@ -104,7 +148,7 @@ class Ops(Step):
 @dataclass(frozen=True)
 class Convert(Step):
     """An output conversion, folded into one multiply-add and a dtype
-    (``_convert.fold``): ``kind`` is "tensor" (an image to a uint8 tensor,
+    (``_compiler``'s ``fold``): ``kind`` is "tensor" (an image to a uint8 tensor,
     only from uint8), "pure" (a tensor stays one), "dtype" (to ``dtype``,
     scaling 0..255 to 0..1 when ``scale``; ``dtype`` None: not fusable;
     ``from_uint8``: only from a uint8 image, as ToTensor) or "normalize"
@@ -123,7 +167,7 @@ class Convert(Step):
 class Erase(Step):
     """An output op after the conversion (RandomErasing): ``make(dtype)``
     gives its element for an output of that dtype or raises
-    ``_ops.NotFused``."""
+    :class:`NotFused`."""
 
     make: Callable[[str], Element] = field(compare=False)
 

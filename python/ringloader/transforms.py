@@ -27,7 +27,7 @@ Supported (as ringloader objects, or the torchvision ``transforms`` /
 - ``RandomHorizontalFlip(p=0.5)`` and ``RandomVerticalFlip(p=0.5)`` after
   any of the above;
 - then torchvision's augmentation transforms, in the user's order, run by
-  the C augment stage on the 8-bit image (``_ops.CLASSES``): ColorJitter,
+  the C augment stage on the 8-bit image (``adapt.torchvision_ops.CLASSES``): ColorJitter,
   Grayscale(3), RandomGrayscale, GaussianBlur, RandomAutocontrast,
   RandomEqualize, RandomInvert, RandomPosterize, RandomSolarize,
   RandomAdjustSharpness, RandomRotation, RandomAffine, TrivialAugmentWide,
@@ -52,7 +52,7 @@ CenterCropOrPad, RandomCropOrPad, TrimBorder, MaybeToTensor,
 MaybePILToTensor, ToNumpy, RandomErasing) are fused as well: see
 ``ringloader/adapt/timm.py``. Each library's classes are read by its
 adapter (``ringloader/adapt/``) into neutral steps (``_steps``), from which
-:func:`compile_transform` builds the plan.
+:func:`compile_transform` has the compiler (``_compiler``) build the plan.
 
 The output is a batch of a fixed size: uint8 unless a conversion asks for
 floats. The geometry follows
@@ -63,11 +63,11 @@ depend on thread count or timing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
-from . import _core, _ops, _steps, adapt
-from ._convert import fold
+from . import _core, adapt
+from ._compiler import Compiled, compile_steps
 from .errors import UnsupportedTransform
 
 Size = Union[int, Sequence[int]]
@@ -225,79 +225,15 @@ def compile_views(transform: Any) -> list["Compiled"]:
     return out
 
 
-def _pillow_passes() -> int:
-    """The order of the resize's passes torchvision gets from the Pillow
-    installed: Pillow 13 resamples vertically first when the height shrinks
-    by more than twice as many pixels as the width (0), older Pillows always
-    horizontally first (1). The clipping between the passes makes it
-    visible: bicubic across a sharp edge differs by over 20 LSB."""
-    try:
-        from PIL import __version__ as version
-    except ImportError:
-        return 0
-    major = version.split(".")[0]
-    return 0 if not major.isdigit() or int(major) >= 13 else 1
-
-
-@dataclass
-class Compiled:
-    """What :func:`compile_transform` makes of a transform.
-
-    ``spec`` is the C core's geometry; ``dtype``, ``mul`` and ``add`` the
-    output conversion (float value = v * mul[c] + add[c] for the 8-bit v);
-    ``fused`` names the fused transforms; ``rest`` lists the transforms left
-    to run in Python, in order, and ``reason`` says why its first could not
-    be fused; ``spec["ops"]`` lists the C augment stage's ops; ``tensor_out`` says whether the fused part
-    ends in a tensor (a conversion was fused) rather than an image.
-    """
-
-    spec: dict
-    dtype: str = "uint8"
-    mul: tuple = (1.0, 1.0, 1.0)
-    add: tuple = (0.0, 0.0, 0.0)
-    fused: list = field(default_factory=list)
-    rest: list = field(default_factory=list)
-    tensor_out: bool = False
-    reason: str = ""  # why rest[0] was not fused
-
-
-def _out_size(spec: dict, resize: Any, crop: Any) -> Optional[tuple[int, int]]:
-    """The (h, w) every sample has after the geometry so far, or None."""
-    if spec:
-        return spec["out_h"], spec["out_w"]
-    if crop is not None:
-        return crop
-    if resize is not None and resize.keep_longest is None:
-        if not isinstance(resize.size, int):
-            return resize.size
-    return None
-
-
-def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
-    """The spec fields of a Resize step (none: a crop alone, 1:1)."""
-    if resize is None:
-        return {"filter": 0}  # bilinear: a CenterCrop alone resamples 1:1
-    fields: dict[str, Any] = {
-        "filter": resize.filter,
-        "filter_random": int(resize.filter_random),
-    }
-    if isinstance(resize.size, int):
-        fields["resize_short"] = resize.size
-    else:
-        fields["resize_h"], fields["resize_w"] = resize.size
-    if resize.keep_longest is not None:
-        fields.update(keep_ratio=1, keep_longest=resize.keep_longest)
-        fields.update(resize.keep_random)
-    return fields
-
-
 def compile_transform(transform: Any) -> Compiled:
     """Turn a transform (ringloader's, torchvision's or timm's) into the C
     core's plan.
 
-    Each user transform is described by its library's adapter
-    (``ringloader.adapt``) as a neutral step (``ringloader._steps``); the
-    longest prefix of steps that can be fused is fused: geometry (a resize,
+    The one place adapters and compiler meet: the transform is flattened
+    and each user transform described by its library's adapter
+    (``ringloader.adapt``) as a neutral step (``ringloader._steps``), which
+    the compiler (``ringloader._compiler``) reads in order; the longest
+    prefix of steps that can be fused is fused: geometry (a resize,
     a centre or random crop, or a random resized crop), the flips,
     augmentation ops, output conversions, then output ops (RandomErasing).
     What follows is returned in ``rest``, with the ``reason`` its first
@@ -308,168 +244,8 @@ def compile_transform(transform: Any) -> Compiled:
         raise UnsupportedTransform(
             "a MultiView is several transforms: compile each (compile_views)"
         )
-    items = adapt.flatten(transform)
-    spec: dict[str, Any] = {}
-    resize: Optional[_steps.Resize] = None
-    crop: Optional[tuple[int, int]] = None
-    fill = (0, 0, 0)  # a centre crop's padding
-    rcrop: Optional[dict] = None  # RandomCrop's fields
-    flip_p = vflip_p = 0.0
-    trim = 0  # timm's TrimBorder, before everything
-    state: dict[str, Any] = {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
-    ops: list[tuple[str, list[float]]] = []
-    converted = erased = flipped = vflipped = False
-    reason = ""
-    first: Optional[_steps.Step] = None
-    i = 0
-    while i < len(items):
-        step = adapt.describe(items[i])
-        first = first or step
-        name = step.name
-        geometric = (
-            resize is not None or crop is not None or rcrop is not None or bool(spec)
-        )
-        cropped = crop if rcrop is None else (rcrop["out_h"], rcrop["out_w"])
-        if isinstance(step, _steps.Unfused):
-            reason = step.reason
-            break
-        if isinstance(step, _steps.Erase) and converted:
-            try:
-                erase = step.make(state["dtype"])
-            except _ops.NotFused as e:
-                reason = str(e)
-                break
-            if len(ops) >= _core.AUGMENT_MAX_OPS:
-                reason = f"{name}: more than {_core.AUGMENT_MAX_OPS} ops and groups"
-                break
-            ops.append(erase)
-            erased = True
-        elif isinstance(step, _steps.Erase):
-            reason = f"{name} before the conversion to a tensor"
-            break
-        elif isinstance(step, _steps.Convert):
-            if not geometric or erased or not fold(step, state):
-                if erased and geometric:
-                    reason = f"{name} after RandomErasing"
-                else:
-                    reason = f"{name} is not fused at this point"
-                break
-            converted = True
-        elif converted:
-            reason = f"{name} after the conversion to a tensor"
-            break
-        elif isinstance(step, _steps.Ops):
-            size = _out_size(spec, resize, cropped)
-            if size is None:
-                reason = f"{name} needs a fixed image size before it"
-                break
-            try:
-                elements = step.make(*size)
-            except _ops.NotFused as e:
-                reason = str(e)
-                break
-            if len(ops) + len(elements) > _core.AUGMENT_MAX_OPS:
-                reason = f"{name}: more than {_core.AUGMENT_MAX_OPS} ops and groups"
-                break
-            ops += elements
-        elif isinstance(step, _steps.Trim) and i == 0:
-            trim = step.border
-        elif isinstance(step, _steps.Resize) and not geometric:
-            resize = step
-        elif (
-            isinstance(step, (_steps.CenterCrop, _steps.RandomCrop))
-            and crop is None
-            and rcrop is None
-            and not spec
-            and not flipped
-            and not vflipped
-            and not ops
-        ):
-            # (After a flip, an odd margin would put the crop one column
-            # off: torchvision rounds the left edge, not the mirrored one;
-            # a random window is drawn on the unflipped image.)
-            if isinstance(step, _steps.CenterCrop):
-                crop, fill = step.size, step.fill
-            else:
-                rcrop = step.fields
-        elif isinstance(step, _steps.ResizedCrop) and not geometric:
-            h, w = step.size
-            spec = {
-                "kind": "random_crop",
-                "out_h": h,
-                "out_w": w,
-                "scale": step.scale,
-                "ratio": step.ratio,
-                "filter": step.filter,
-                "filter_random": int(step.filter_random),
-            }
-        elif (
-            isinstance(step, _steps.Flip)
-            and not (vflipped if step.vertical else flipped)
-            and geometric
-            and all(op in _ops.FLIP_SAFE for op, _ in ops)
-        ):
-            # The C core flips before the ops: a flip may follow ops that
-            # act on pixels alone, which it commutes with.
-            if step.vertical:
-                vflip_p, vflipped = step.p, True
-            else:
-                flip_p, flipped = step.p, True
-        else:
-            reason = f"{name} is not fused after " + type(items[i - 1]).__name__
-            if isinstance(step, _steps.Flip) and ops:
-                reason += " (the C core flips before the ops; put the flip first)"
-            break
-        i += 1
-
-    if not spec:
-        if resize is None and crop is None and rcrop is None:
-            if isinstance(first, _steps.Unfused) and first.geometry:
-                raise UnsupportedTransform(first.reason)
-            head = type(items[0]).__name__ if items else "no transform"
-            raise UnsupportedTransform(
-                f"the transform starts with {head}, not Resize, CenterCrop or "
-                "RandomResizedCrop: ringloader needs a fixed output size to fuse, "
-                "e.g. Compose([Resize(256), CenterCrop(224)])"
-            )
-        spec = {"kind": "resize_crop", **_resize_fields(resize)}
-        if rcrop is not None:
-            spec.update(kind="resize_random_crop", **rcrop)
-        if resize is not None and isinstance(resize.size, int):
-            if crop is None and rcrop is None:
-                size = resize.size
-                raise UnsupportedTransform(
-                    f"Resize({size}) alone gives images of varying sizes; add "
-                    f"CenterCrop({size}) or use Resize(({size}, {size}))"
-                )
-        elif resize is not None and crop is None and rcrop is None:
-            if resize.keep_longest is not None:
-                raise UnsupportedTransform(
-                    f"{resize.name} alone gives images of varying sizes; add a "
-                    "CenterCrop"
-                )
-            crop = resize.size
-        if rcrop is None:
-            spec["out_h"], spec["out_w"] = crop
-            spec["fill_r"], spec["fill_g"], spec["fill_b"] = fill
-    spec["flip_p"] = flip_p
-    if trim:
-        spec["trim"] = trim
-    if vflip_p:
-        spec["vflip_p"] = vflip_p
-    spec["passes"] = _pillow_passes()
-    if ops:
-        spec["ops"] = ops
-    for key in ("out_h", "out_w"):
-        if not 0 < spec[key] <= _core.MAX_SIDE:
-            raise UnsupportedTransform(f"output size {spec[key]} out of range")
-    return Compiled(
-        spec=spec,
-        dtype=state["dtype"],
-        mul=tuple(state["mul"]),
-        add=tuple(state["add"]),
-        fused=[type(t).__name__ for t in items[:i]],
-        rest=items[i:],
-        tensor_out=converted,
-        reason=reason if i < len(items) else "",
-    )
+    items = adapt.flatten(transform)  # the user's transforms, in order
+    steps = map(adapt.describe, items)  # each one's step, as it is read
+    compiled = compile_steps(steps)  # the longest fused prefix, as the spec
+    compiled.rest = items[len(compiled.fused) :]
+    return compiled

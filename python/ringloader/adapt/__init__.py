@@ -1,6 +1,11 @@
 """The adapters: each library's transform classes, one file a library,
-translated into the neutral steps of ``ringloader._steps`` that
-``transforms.compile_transform`` builds the C core's plan from.
+translated into the neutral steps of ``ringloader._steps`` that the
+compiler (``ringloader._compiler``) builds the C core's plan from. An
+adapter imports ``_steps`` (and ``_core``'s names, ``errors``), never the
+compiler; ``transforms.compile_transform`` hands the steps over.
+The adapters' helpers read a library's objects for them: its augmentations
+as C ops (``torchvision_ops``, ``timm_ops``) and RandomCrop's padding
+(``torchvision_pad``).
 
 An adapter module has:
 

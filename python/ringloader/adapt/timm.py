@@ -28,7 +28,7 @@ torchvision's, described by ``torchvision_v1``). Its own:
   10 tries a box); its normal values match torch's in distribution only.
   ``num_splits`` acts on batches only (timm's PrefetchLoader), not here.
 
-timm's augmentations (RandAugment, AutoAugment, AugMix) are ``_timm_ops``'s
+timm's augmentations (RandAugment, AutoAugment, AugMix) are ``timm_ops``'s
 (see :func:`_augment_step`).
 """
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from .. import _core, _ops, _timm_ops
+from .. import _core
 from .._steps import (
     CenterCrop,
     Convert,
@@ -50,7 +50,9 @@ from .._steps import (
     Trim,
     Unfused,
 )
+from .._steps import Element, NotFused, pack
 from ..errors import UnsupportedTransform
+from . import timm_ops
 from .torchvision_v1 import filter_of, pair
 
 _RANDOM = {"bilinear", "bicubic"}  # timm's _RANDOM_INTERPOLATION
@@ -186,16 +188,16 @@ def _crop_or_pad(t: Any, window: str) -> Step:
 _MODES = {"": 0, "const": 0, "rand": 1, "pixel": 2}
 
 
-def erase_of(t: Any, dtype: str) -> _ops.Element:
+def erase_of(t: Any, dtype: str) -> Element:
     """timm's RandomErasing as the C op timm_erase on an output of dtype;
     raises NotFused."""
     most = _core.OP_LIMITS["timm_erase"]["max_count"]
     if t.mode not in _MODES:
-        raise _ops.NotFused(f"RandomErasing(mode={t.mode!r})")
+        raise NotFused(f"RandomErasing(mode={t.mode!r})")
     if t.max_count > most:
-        raise _ops.NotFused(f"RandomErasing(max_count={t.max_count}): at most {most}")
+        raise NotFused(f"RandomErasing(max_count={t.max_count}): at most {most}")
     if _MODES[t.mode] and dtype == "uint8":
-        raise _ops.NotFused(f"RandomErasing(mode={t.mode!r}) on a uint8 image")
+        raise NotFused(f"RandomErasing(mode={t.mode!r}) on a uint8 image")
     fields = {
         "p": t.probability,
         "area": [t.min_area, t.max_area],
@@ -204,17 +206,17 @@ def erase_of(t: Any, dtype: str) -> _ops.Element:
         "mode": _MODES[t.mode],
     }
     if not all(math.isfinite(v) for v in fields["log_aspect"]):
-        raise _ops.NotFused("RandomErasing with an aspect of 0")
-    return "timm_erase", _ops.pack("timm_erase", fields)
+        raise NotFused("RandomErasing with an aspect of 0")
+    return "timm_erase", pack("timm_erase", fields)
 
 
 def _augment_step(t: Any) -> Optional[Step]:
     """timm's augmentations (RandAugment, AutoAugment, AugMix) as C ops
-    (``_timm_ops``: Pillow's kernels, timm's draws), or None for a class
+    (``timm_ops``: Pillow's kernels, timm's draws), or None for a class
     it does not take."""
-    if not _timm_ops.handles(t):
+    if not timm_ops.handles(t):
         return None
-    return Ops(type(t).__name__, lambda h, w: _timm_ops.ops_of(t, h, w))
+    return Ops(type(t).__name__, lambda h, w: timm_ops.ops_of(t, h, w))
 
 
 def describe(t: Any) -> Step:

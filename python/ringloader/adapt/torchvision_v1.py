@@ -1,7 +1,7 @@
 """torchvision's ``transforms`` (v1) classes as neutral steps.
 
 The geometry (Resize, CenterCrop, RandomResizedCrop, RandomCrop, the
-flips), the augmentation ops (``_ops``: ColorJitter, RandAugment, the
+flips), the augmentation ops (``torchvision_ops``: ColorJitter, RandAugment, the
 composition classes...), the output conversions (ToTensor, PILToTensor,
 ConvertImageDtype, Normalize) and RandomErasing. transforms.v2's classes of
 the same names take the same attributes; ``torchvision_v2`` adds its own
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .. import _core, _ops
-from .._pad import random_crop_fields
+from .. import _core
 from .._steps import (
     CenterCrop,
     Convert,
@@ -27,6 +26,8 @@ from .._steps import (
     Unfused,
 )
 from ..errors import UnsupportedTransform
+from . import torchvision_ops
+from .torchvision_pad import random_crop_fields
 
 # What a resize's interpolation may be called (InterpolationMode's values,
 # Pillow's int codes) -> the place stage's filter (_core.INTERPOLATIONS).
@@ -146,11 +147,11 @@ GEOMETRY = (
 
 
 def _ops_step(t: Any) -> Step:
-    return Ops(type(t).__name__, lambda h, w: _ops.ops_of(t, h, w))
+    return Ops(type(t).__name__, lambda h, w: torchvision_ops.ops_of(t, h, w))
 
 
 def _erase_step(t: Any) -> Step:
-    return Erase(type(t).__name__, lambda dtype: _ops.erase_of(t, dtype))
+    return Erase(type(t).__name__, lambda dtype: torchvision_ops.erase_of(t, dtype))
 
 
 def normalize_step(t: Any) -> Step:
@@ -173,7 +174,7 @@ def describe_common(
             return _geometry(t, resize_filter)
     except UnsupportedTransform as e:
         return Unfused(name, str(e), geometry=True)
-    if name in _ops.CLASSES:
+    if name in torchvision_ops.CLASSES:
         return _ops_step(t)
     if name == "RandomErasing":
         return _erase_step(t)

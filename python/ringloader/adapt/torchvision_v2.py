@@ -2,7 +2,7 @@
 conversions (ToImage, ToPureTensor, ToDtype, with v2's per-type dtypes
 not fused) and, for the classes v1 has too, ``torchvision_v1``'s
 descriptions (the same attributes; v2's RandomCrop pads once and its
-fills may be per type: ``_pad`` tells them apart)."""
+fills may be per type: ``torchvision_pad`` tells them apart)."""
 
 from __future__ import annotations
 

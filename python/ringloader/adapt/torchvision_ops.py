@@ -1,4 +1,6 @@
-"""torchvision's augmentation transforms as ops of the C augment stage.
+"""torchvision's augmentation transforms as ops of the C augment stage
+(the elements of ``_steps.Ops`` and ``_steps.Erase`` steps that the
+torchvision adapters describe).
 
 :func:`op_of` turns one transform object (``torchvision.transforms`` or
 ``transforms.v2``) into ``(name, args)`` for the C op table
@@ -16,9 +18,9 @@ transform object's own table functions, as torchvision makes them per call:
 their last bits depend on torch's vector code, and the C side only indexes
 them.
 
-Each op's arguments are packed by field name from the layout the C op
-declares (``_core.OP_ARGS``: the fields in order, each a count of numbers
-or of records); the sizes, bins and limits come from there and from
+Each op's arguments are packed by field name (``_steps.pack``) from the
+layout the C op declares (``_core.OP_ARGS``: the fields in order, each a
+count of numbers or of records); the sizes, bins and limits come from there and from
 ``_core.OP_LIMITS``, so no position or count is written here twice.
 """
 
@@ -27,29 +29,10 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from . import _core
+from .. import _core
+from .._steps import Element, NotFused, pack
 
 NAN = float("nan")
-
-# Ops that act on each pixel alone (or on the whole image's histogram):
-# they commute with a horizontal flip, so a flip may follow them.
-FLIP_SAFE = {
-    "color_jitter",
-    "grayscale",
-    "gaussian_blur",
-    "autocontrast",
-    "equalize",
-    "invert",
-    "posterize",
-    "solarize",
-    "sharpness",
-    # a group commutes with a flip when its children do, and they are in
-    # the chain with it
-    "random_apply",
-    "random_choice",
-    "random_order",
-    "compose",
-}
 
 # The policies' sub-ops by kind number (csrc/augment/policy.c), and the
 # ones with a magnitude table, in the order of the tables' rows.
@@ -71,42 +54,6 @@ def _count(op: str, *path: str) -> int:
     ``_count("augmix", "space", "magnitudes")`` is AugMix's bins."""
     *records, name = path
     return next(c for n, c, _ in _fields(op, *records) if n == name)
-
-
-def _pack(fields: tuple, values: dict[str, Any], where: str) -> list[float]:
-    """The numbers laid out by fields, from values by field name: a number,
-    or a sequence of exactly the field's count (of numbers, or of dicts for
-    a field of records)."""
-    unknown = set(values) - {name for name, _, _ in fields}
-    if unknown:
-        raise KeyError(f"{where} has no field {sorted(unknown)}")
-    out: list[float] = []
-    for name, count, record in fields:
-        if name not in values:
-            raise KeyError(f"{where}: field {name} not given")
-        value = values[name]
-        items = list(value) if isinstance(value, (list, tuple)) else [value]
-        if len(items) != count:
-            raise ValueError(f"{where}.{name}: {count} values, not {len(items)}")
-        for item in items:
-            if record is None:
-                out.append(float(item))
-            else:
-                out += _pack(record, item, f"{where}.{name}")
-    return out
-
-
-def _args(op: str, values: dict[str, Any]) -> list[float]:
-    """The arguments of C op `op` from its fields' values, by name."""
-    return _pack(_core.OP_ARGS[op], values, op)
-
-
-pack = _args  # for the adapters of other libraries' ops (adapt/)
-
-
-class NotFused(ValueError):
-    """This transform cannot run in the C augment stage (the message says
-    why)."""
 
 
 def _is_v2(t: Any) -> bool:
@@ -152,7 +99,7 @@ def _range(value: Any) -> list[float]:
     return [lo, hi]
 
 
-# An op's maker gives the values of its fields by name (see _args).
+# An op's maker gives the values of its fields by name (see ``_steps.pack``).
 Fields = dict[str, Any]
 
 
@@ -415,7 +362,7 @@ def op_of(t: Any, h: int, w: int) -> tuple[str, list[float]]:
     if name not in IMAGE_OPS:
         raise NotFused(f"{name} has no C op")
     op, make = IMAGE_OPS[name]
-    return op, _args(op, make(t, h, w))
+    return op, pack(op, make(t, h, w))
 
 
 def erase_of(t: Any, dtype: str) -> tuple[str, list[float]]:
@@ -448,7 +395,7 @@ def erase_of(t: Any, dtype: str) -> tuple[str, list[float]]:
         "random": random,
         "value": values,
     }
-    return "erase", _args("erase", fields)
+    return "erase", pack("erase", fields)
 
 
 # ---- the composition classes: groups of the chain (csrc/augment/group.c) ----
@@ -459,7 +406,6 @@ GROUPS = ("RandomApply", "RandomChoice", "RandomOrder")
 # The classes ops_of takes as a step of a pipeline.
 CLASSES = frozenset(IMAGE_OPS) | frozenset(GROUPS)
 
-Element = tuple[str, list[float]]
 _MAX_CHILDREN = _count("random_choice", "weights")
 
 
@@ -469,7 +415,7 @@ def _group(op: str, kids: list[list[Element]], **values: Any) -> list[Element]:
     if len(kids) > _MAX_CHILDREN:
         raise NotFused(f"{len(kids)} transforms in a group: at most {_MAX_CHILDREN}")
     values["children"] = len(kids)
-    return [e for kid in kids for e in kid] + [(op, _args(op, values))]
+    return [e for kid in kids for e in kid] + [(op, pack(op, values))]
 
 
 def _one(t: Any, h: int, w: int) -> list[list[Element]]:

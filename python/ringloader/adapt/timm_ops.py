@@ -6,7 +6,7 @@ augment stage.
 ``auto_augment_transform`` and ``augment_and_mix_transform`` make from
 config strings such as ``rand-m9-mstd0.5-inc1``, ``v0r-mstd0.5`` or
 ``augmix-m5-w4-d2``) into elements of the C chain, in the format of
-``_ops.ops_of``. The C ops (``csrc/augment/timm.c``) reproduce timm's
+``torchvision_ops.ops_of``. The C ops (``csrc/augment/timm.c``) reproduce timm's
 ``AugmentOp`` calls: its probability, magnitude noise and clipping, the
 random negation and resampling filter, its level functions, and its ops on
 Pillow's kernels (``csrc/augment/pil.c``), so the pixels are Pillow's. The
@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from . import _core
-from ._ops import Element, NotFused, _args
+from .. import _core
+from .._steps import Element, NotFused, pack
 
 # timm's classes this module turns into C ops (timm.data.auto_augment).
 CLASSES = frozenset({"RandAugment", "AutoAugment", "AugMixAugment"})
@@ -147,7 +147,7 @@ def _rand_augment(t: Any) -> Element:
             )
         weights[: len(p)] = p
     op = "timm_rand_augment"
-    return op, _args(
+    return op, pack(
         op, {**head, "num_layers": n, "weighted": float(weighted), "weights": weights}
     )
 
@@ -162,7 +162,7 @@ def _auto_augment(t: Any) -> Element:
         raise NotFused(f"AutoAugment: sub-policies of {k} ops (at most {most})")
     head = _head([op for sp in subs for op in sp])
     op = "timm_auto_augment"
-    return op, _args(op, {**head, "n_sub": len(subs), "ops_per_sub": k})
+    return op, pack(op, {**head, "n_sub": len(subs), "ops_per_sub": k})
 
 
 def _augmix(t: Any) -> Element:
@@ -189,7 +189,7 @@ def _augmix(t: Any) -> Element:
         "alpha": alpha,
         "blended": float(t.blended),
     }
-    return op, _args(op, {**head, **values})
+    return op, pack(op, {**head, **values})
 
 
 _MAKERS = {
@@ -222,7 +222,7 @@ def timm_op(
         "resample": resample,
         "fill": fill,
     }
-    return "timm_op", _args("timm_op", values)
+    return "timm_op", pack("timm_op", values)
 
 
 def decode_slot(slot: float) -> tuple[int, float, int, bool] | None:

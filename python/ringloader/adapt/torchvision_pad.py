@@ -1,4 +1,5 @@
-"""RandomCrop's padding as the C core's spec fields.
+"""torchvision's RandomCrop padding as the C core's spec fields (the
+``fields`` of a ``_steps.RandomCrop`` step).
 
 torchvision pads the PIL image a dataset gives (``F.pad``): a constant
 ``fill`` through Pillow's ``ImageOps.expand`` (each value truncated to an
@@ -17,8 +18,8 @@ import math
 import numbers
 from typing import Any
 
-from . import _core
-from .errors import UnsupportedTransform
+from .. import _core
+from ..errors import UnsupportedTransform
 
 _FIELDS = ("pad_left", "pad_top", "pad_right", "pad_bottom")
 

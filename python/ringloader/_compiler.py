@@ -1,0 +1,401 @@
+"""The transform compiler: neutral steps (``_steps``) to the C core's plan.
+
+It reads steps only, never a user's object nor an adapter: whatever
+library a step was described from, the same rules of order hold (a crop
+before a flip, ops once the size is fixed, conversions after them, output
+ops after the conversion). :func:`compile_steps` takes the steps one at a
+time, fusing while it can (:func:`_fuse`, a function per kind of step),
+then writes the spec from what was fused (:func:`_spec`).
+
+The output conversions (``_steps.Convert``: torchvision's ``ToTensor``,
+``PILToTensor``, ``ToImage``, ``ConvertImageDtype``, ``ToDtype``,
+``Normalize``, timm's ``MaybeToTensor`` and the like) fold into one
+per-channel multiply-add and an output dtype (:func:`fold`) that the C
+store stage applies while the sample is in cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from . import _core, _steps
+from ._steps import Element, NotFused, Step
+from .errors import UnsupportedTransform
+
+# Ops that act on each pixel alone (or on the whole image's histogram):
+# they commute with a horizontal flip, so a flip may follow them.
+FLIP_SAFE = {
+    "color_jitter",
+    "grayscale",
+    "gaussian_blur",
+    "autocontrast",
+    "equalize",
+    "invert",
+    "posterize",
+    "solarize",
+    "sharpness",
+    # a group commutes with a flip when its children do, and they are in
+    # the chain with it
+    "random_apply",
+    "random_choice",
+    "random_order",
+    "compose",
+}
+
+_FLOAT_DTYPES = {"float32", "float16", "bfloat16"}
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _channels(values: Any, name: str) -> tuple[float, float, float]:
+    vals = [float(v) for v in (values if hasattr(values, "__len__") else [values])]
+    if len(vals) == 1:
+        vals = vals * 3
+    if len(vals) != 3:
+        raise UnsupportedTransform(
+            f"{name} needs 1 or 3 channel values, got {len(vals)}"
+        )
+    return vals[0], vals[1], vals[2]
+
+
+def fold(step: _steps.Convert, state: dict) -> bool:
+    """Folds a conversion into state (dtype, mul, add); False if it is not
+    one fused at this point (state is then unaltered)."""
+    kind = step.kind
+    if kind == "pure":
+        return True
+    if kind == "tensor":
+        return state["dtype"] == "uint8"
+    if kind == "dtype":
+        if step.dtype is None or (step.from_uint8 and state["dtype"] != "uint8"):
+            return False
+        target = _dtype_name(step.dtype)
+        if target == "uint8":
+            return state["dtype"] == "uint8"
+        if target not in _FLOAT_DTYPES:
+            return False
+        if state["dtype"] == "uint8" and step.scale:
+            state.update(mul=[m / 255.0 for m in state["mul"]])
+        state["dtype"] = target
+        return True
+    if kind == "normalize":
+        if state["dtype"] == "uint8" or step.inplace:
+            return False
+        mean = _channels(step.mean, "Normalize mean")
+        std = _channels(step.std, "Normalize std")
+        if any(s == 0 for s in std):
+            raise UnsupportedTransform("Normalize with a zero std")
+        state["mul"] = [m / s for m, s in zip(state["mul"], std)]
+        state["add"] = [(a - m) / s for a, m, s in zip(state["add"], mean, std)]
+        return True
+    return False
+
+
+@dataclass
+class Compiled:
+    """What the compiler makes of a transform.
+
+    ``spec`` is the C core's geometry; ``dtype``, ``mul`` and ``add`` the
+    output conversion (float value = v * mul[c] + add[c] for the 8-bit v);
+    ``fused`` names the fused transforms; ``rest`` lists the transforms left
+    to run in Python, in order, and ``reason`` says why its first could not
+    be fused; ``spec["ops"]`` lists the C augment stage's ops; ``tensor_out``
+    says whether the fused part ends in a tensor (a conversion was fused)
+    rather than an image.
+    """
+
+    spec: dict
+    dtype: str = "uint8"
+    mul: tuple = (1.0, 1.0, 1.0)
+    add: tuple = (0.0, 0.0, 0.0)
+    fused: list = field(default_factory=list)
+    rest: list = field(default_factory=list)
+    tensor_out: bool = False
+    reason: str = ""  # why rest[0] was not fused
+
+
+@dataclass
+class _Plan:
+    """What the steps fused so far ask of the core."""
+
+    resize: Optional[_steps.Resize] = None
+    crop: Optional[tuple[int, int]] = None  # a centre crop's size
+    fill: tuple[int, int, int] = (0, 0, 0)  # a centre crop's padding
+    rcrop: Optional[dict] = None  # a RandomCrop step's spec fields
+    box: dict = field(default_factory=dict)  # a ResizedCrop's whole spec
+    flip_p: float = 0.0
+    vflip_p: float = 0.0
+    flipped: bool = False
+    vflipped: bool = False
+    trim: int = 0  # timm's TrimBorder, before everything
+    out: dict = field(
+        default_factory=lambda: {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
+    )
+    ops: list[Element] = field(default_factory=list)
+    converted: bool = False
+    erased: bool = False
+    names: list[str] = field(default_factory=list)  # the fused steps
+
+    @property
+    def geometric(self) -> bool:
+        """Whether a resize or crop was fused."""
+        return (
+            self.resize is not None
+            or self.crop is not None
+            or self.rcrop is not None
+            or bool(self.box)
+        )
+
+    def size(self) -> Optional[tuple[int, int]]:
+        """The (h, w) every sample has after the geometry so far, or None."""
+        if self.box:
+            return self.box["out_h"], self.box["out_w"]
+        if self.rcrop is not None:
+            return self.rcrop["out_h"], self.rcrop["out_w"]
+        if self.crop is not None:
+            return self.crop
+        resize = self.resize
+        if resize is not None and resize.keep_longest is None:
+            if not isinstance(resize.size, int):
+                return resize.size
+        return None
+
+
+def _too_many(name: str) -> str:
+    return f"{name}: more than {_core.AUGMENT_MAX_OPS} ops and groups"
+
+
+def _erase(plan: _Plan, step: _steps.Erase) -> Optional[str]:
+    """An output op, after the conversion."""
+    if not plan.converted:
+        return f"{step.name} before the conversion to a tensor"
+    try:
+        element = step.make(plan.out["dtype"])
+    except NotFused as e:
+        return str(e)
+    if len(plan.ops) >= _core.AUGMENT_MAX_OPS:
+        return _too_many(step.name)
+    plan.ops.append(element)
+    plan.erased = True
+    return None
+
+
+def _convert(plan: _Plan, step: _steps.Convert) -> Optional[str]:
+    """An output conversion, after the geometry and before output ops."""
+    geometric = plan.geometric
+    if not geometric or plan.erased or not fold(step, plan.out):
+        if plan.erased and geometric:
+            return f"{step.name} after RandomErasing"
+        return f"{step.name} is not fused at this point"
+    plan.converted = True
+    return None
+
+
+def _augment(plan: _Plan, step: _steps.Ops) -> Optional[str]:
+    """Augment-stage ops, made for the size the geometry gives."""
+    size = plan.size()
+    if size is None:
+        return f"{step.name} needs a fixed image size before it"
+    try:
+        elements = step.make(*size)
+    except NotFused as e:
+        return str(e)
+    if len(plan.ops) + len(elements) > _core.AUGMENT_MAX_OPS:
+        return _too_many(step.name)
+    plan.ops += elements
+    return None
+
+
+def _place(plan: _Plan, step: Step) -> bool:
+    """A trim, resize or crop, in the order the place stage runs them;
+    False where it does not fit."""
+    if isinstance(step, _steps.Trim) and not plan.names:
+        plan.trim = step.border
+    elif isinstance(step, _steps.Resize) and not plan.geometric:
+        plan.resize = step
+    elif (
+        isinstance(step, (_steps.CenterCrop, _steps.RandomCrop))
+        and plan.crop is None
+        and plan.rcrop is None
+        and not plan.box
+        and not plan.flipped
+        and not plan.vflipped
+        and not plan.ops
+    ):
+        # (After a flip, an odd margin would put the crop one column off:
+        # torchvision rounds the left edge, not the mirrored one; a random
+        # window is drawn on the unflipped image.)
+        if isinstance(step, _steps.CenterCrop):
+            plan.crop, plan.fill = step.size, step.fill
+        else:
+            plan.rcrop = step.fields
+    elif isinstance(step, _steps.ResizedCrop) and not plan.geometric:
+        h, w = step.size
+        plan.box = {
+            "kind": "random_crop",
+            "out_h": h,
+            "out_w": w,
+            "scale": step.scale,
+            "ratio": step.ratio,
+            "filter": step.filter,
+            "filter_random": int(step.filter_random),
+        }
+    else:
+        return False
+    return True
+
+
+def _flip(plan: _Plan, step: Step) -> bool:
+    """A flip after the geometry, once of each kind; False where it does
+    not fit. The C core flips before the ops: a flip may follow ops that
+    act on pixels alone, which it commutes with."""
+    if (
+        not isinstance(step, _steps.Flip)
+        or (plan.vflipped if step.vertical else plan.flipped)
+        or not plan.geometric
+        or not all(op in FLIP_SAFE for op, _ in plan.ops)
+    ):
+        return False
+    if step.vertical:
+        plan.vflip_p, plan.vflipped = step.p, True
+    else:
+        plan.flip_p, plan.flipped = step.p, True
+    return True
+
+
+def _fuse(plan: _Plan, step: Step) -> Optional[str]:
+    """Fuses step into plan: None, or why it cannot be fused after the
+    steps before it (plan is then as it was)."""
+    if isinstance(step, _steps.Unfused):
+        return step.reason
+    if isinstance(step, _steps.Erase):
+        return _erase(plan, step)
+    if isinstance(step, _steps.Convert):
+        return _convert(plan, step)
+    if plan.converted:
+        return f"{step.name} after the conversion to a tensor"
+    if isinstance(step, _steps.Ops):
+        return _augment(plan, step)
+    if _place(plan, step) or _flip(plan, step):
+        return None
+    reason = f"{step.name} is not fused after {plan.names[-1] if plan.names else ''}"
+    if isinstance(step, _steps.Flip) and plan.ops:
+        reason += " (the C core flips before the ops; put the flip first)"
+    return reason
+
+
+def _pillow_passes() -> int:
+    """The order of the resize's passes torchvision gets from the Pillow
+    installed: Pillow 13 resamples vertically first when the height shrinks
+    by more than twice as many pixels as the width (0), older Pillows always
+    horizontally first (1). The clipping between the passes makes it
+    visible: bicubic across a sharp edge differs by over 20 LSB."""
+    try:
+        from PIL import __version__ as version
+    except ImportError:
+        return 0
+    major = version.split(".")[0]
+    return 0 if not major.isdigit() or int(major) >= 13 else 1
+
+
+def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
+    """The spec fields of a Resize step (none: a crop alone, 1:1)."""
+    if resize is None:
+        return {"filter": 0}  # bilinear: a CenterCrop alone resamples 1:1
+    fields: dict[str, Any] = {
+        "filter": resize.filter,
+        "filter_random": int(resize.filter_random),
+    }
+    if isinstance(resize.size, int):
+        fields["resize_short"] = resize.size
+    else:
+        fields["resize_h"], fields["resize_w"] = resize.size
+    if resize.keep_longest is not None:
+        fields.update(keep_ratio=1, keep_longest=resize.keep_longest)
+        fields.update(resize.keep_random)
+    return fields
+
+
+def _resize_crop(plan: _Plan, first: Optional[Step]) -> dict:
+    """The spec of a resize and a centre or random crop (no ResizedCrop);
+    raises UnsupportedTransform where the output has no fixed size."""
+    resize, crop, rcrop = plan.resize, plan.crop, plan.rcrop
+    if resize is None and crop is None and rcrop is None:
+        if isinstance(first, _steps.Unfused) and first.geometry:
+            raise UnsupportedTransform(first.reason)
+        head = first.name if first is not None else "no transform"
+        raise UnsupportedTransform(
+            f"the transform starts with {head}, not Resize, CenterCrop or "
+            "RandomResizedCrop: ringloader needs a fixed output size to fuse, "
+            "e.g. Compose([Resize(256), CenterCrop(224)])"
+        )
+    spec = {"kind": "resize_crop", **_resize_fields(resize)}
+    if rcrop is not None:
+        spec.update(kind="resize_random_crop", **rcrop)
+    if resize is not None and isinstance(resize.size, int):
+        if crop is None and rcrop is None:
+            size = resize.size
+            raise UnsupportedTransform(
+                f"Resize({size}) alone gives images of varying sizes; add "
+                f"CenterCrop({size}) or use Resize(({size}, {size}))"
+            )
+    elif resize is not None and crop is None and rcrop is None:
+        if resize.keep_longest is not None:
+            raise UnsupportedTransform(
+                f"{resize.name} alone gives images of varying sizes; add a CenterCrop"
+            )
+        crop = resize.size
+    if rcrop is None:
+        spec["out_h"], spec["out_w"] = crop
+        spec["fill_r"], spec["fill_g"], spec["fill_b"] = plan.fill
+    return spec
+
+
+def _spec(plan: _Plan, first: Optional[Step]) -> dict:
+    """The C core's spec of what plan fused (``first``: the first step,
+    fused or not, for the message when nothing gives a fixed size)."""
+    spec = plan.box or _resize_crop(plan, first)
+    spec["flip_p"] = plan.flip_p
+    if plan.trim:
+        spec["trim"] = plan.trim
+    if plan.vflip_p:
+        spec["vflip_p"] = plan.vflip_p
+    spec["passes"] = _pillow_passes()
+    if plan.ops:
+        spec["ops"] = plan.ops
+    for key in ("out_h", "out_w"):
+        if not 0 < spec[key] <= _core.MAX_SIDE:
+            raise UnsupportedTransform(f"output size {spec[key]} out of range")
+    return spec
+
+
+def compile_steps(steps: Iterable[Step]) -> Compiled:
+    """The C core's plan for a transform's steps, in order: the longest
+    prefix that can be fused is, and the ``reason`` the next step was not.
+    Steps are taken one at a time and none after that one, so a lazy
+    iterable describes no more than the compiler reads. ``rest`` is left
+    empty: the steps' objects are the caller's. Raises
+    :class:`UnsupportedTransform` with a one-line reason when nothing with
+    a fixed output size can be fused."""
+    plan = _Plan()
+    first: Optional[Step] = None
+    reason = ""
+    for step in steps:
+        first = first or step
+        why = _fuse(plan, step)
+        if why is not None:
+            reason = why
+            break
+        plan.names.append(step.name)
+    return Compiled(
+        spec=_spec(plan, first),
+        dtype=plan.out["dtype"],
+        mul=tuple(plan.out["mul"]),
+        add=tuple(plan.out["add"]),
+        fused=plan.names,
+        tensor_out=plan.converted,
+        reason=reason,
+    )

@@ -157,6 +157,11 @@ class StringBlob(Sequence):
     def offsets(self) -> np.ndarray:
         return self._offsets
 
+    @property
+    def prefix(self) -> str:
+        """What every item starts with, kept once (a dataset's root)."""
+        return self._prefix
+
     def __len__(self) -> int:
         return self._n
 

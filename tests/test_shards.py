@@ -335,3 +335,19 @@ def test_compressed_and_non_tar_shards_are_refused(tmp_path):
     (tmp_path / "b.tar").write_bytes(b"hello, not a tar file" * 50)
     with pytest.raises(ShardError, match="b.tar"):
         TarShards(str(tmp_path / "b.tar"))
+
+
+def test_a_shard_set_without_a_sample_is_refused_naming_it(tmp_path):
+    # Shards that exist but hold no image: a data set of 0 samples would
+    # only fail later, far from its cause (a wrong image_key, wrong files).
+    for i in range(2):
+        with tarfile.open(tmp_path / f"e-{i}.tar", "w") as tf:
+            _add(tf, f"k{i}.txt", b"notes")
+            _add(tf, f"k{i}.cls", b"3")
+    pattern = str(tmp_path / "e-*.tar")
+    with pytest.raises(
+        ValueError, match=r"no sample in the 2 shard\(s\) of .*e-\*\.tar"
+    ):
+        TarShards(pattern)
+    with pytest.raises(ValueError, match="webp"):
+        TarShards([str(tmp_path / "e-0.tar")], image_key="webp")

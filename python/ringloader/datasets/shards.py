@@ -106,6 +106,12 @@ def _shard_paths(urls_or_glob: PathLike | Iterable[PathLike]) -> list[str]:
     return paths
 
 
+def _shown(urls_or_glob: PathLike | Iterable[PathLike]) -> str:
+    """The shards as the user named them, for messages (URLs redacted)."""
+    specs = [redact(s) for s in _specs(urls_or_glob)]
+    return repr(specs[0]) if len(specs) == 1 else repr(specs)
+
+
 def _shard_urls(specs: list[str], client: Client) -> list[str]:
     """Remote shard URLs, in order: URLs, brace notation, ``s3://`` globs
     (the prefix listed, sorted). An HTTP server cannot be listed: an
@@ -306,6 +312,12 @@ class TarShards(ImageDataset):
         else:
             self.targets = np.concatenate(parts_tgt).astype(np.int64, copy=False)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        if self.starts[-1] == 0:
+            raise ValueError(
+                f"no sample in the {len(self.shards)} shard(s) of "
+                f"{_shown(urls_or_glob)}: no member has an image extension of "
+                f"{'/'.join(self.image_key)} (image_key)"
+            )
         self.paths = _ShardPaths(self.shards, self.starts)
         # The image member's range (offsets/lengths widen to every field).
         self.image_offsets, self.image_lengths = self.offsets, self.lengths

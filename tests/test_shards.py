@@ -351,3 +351,22 @@ def test_a_shard_set_without_a_sample_is_refused_naming_it(tmp_path):
         TarShards(pattern)
     with pytest.raises(ValueError, match="webp"):
         TarShards([str(tmp_path / "e-0.tar")], image_key="webp")
+
+
+def test_a_shard_gone_at_read_time_fails_its_samples_only(tmp_path):
+    # Indexed, then removed (a node's disk cleaned, a bucket pruned): each
+    # of its samples is an OSError naming the shard, which skip replaces
+    # from the shards still there.
+    for s in range(2):
+        with tarfile.open(tmp_path / f"s-{s}.tar", "w") as tf:
+            for k in range(6):
+                _add(tf, f"{s}-{k}.jpg", jpeg_bytes("baseline", 40, 48, seed=10 * s + k))
+                _add(tf, f"{s}-{k}.cls", str(s).encode())
+    ds = TarShards(str(tmp_path / "s-*.tar"))
+    os.unlink(tmp_path / "s-1.tar")
+    with pytest.raises(OSError, match="s-1.tar"):
+        _load_all(ds)
+    loader = ringloader.Loader(ds, batch_size=4, transform=EVAL, on_error="skip")
+    labels = torch.cat([t for _, t in loader])
+    assert labels.tolist() == [0] * 12  # every replacement from s-0.tar
+    assert loader.stats()["skipped"] == 6

@@ -5,6 +5,7 @@ and a prefix (borrowed, not copied), shards as each one's first sample
 made per sample, and a bad array is refused with an error naming it."""
 
 import os
+import tarfile
 import tracemalloc
 
 import numpy as np
@@ -13,10 +14,12 @@ import torch
 
 import ringloader
 from ringloader import _core
+from ringloader._pipeline import _table
 from ringloader import transforms as T
 from ringloader.datasets.cache import StringBlob
 
 from images import jpeg_bytes
+from test_shards import _add
 
 SPEC = T.compile_transform(T.Compose([T.Resize((8, 8))])).spec
 
@@ -272,3 +275,37 @@ def test_a_million_sample_table_makes_no_python_object_a_sample():
     assert peak < 1 << 20, peak
     p.close()
     q.close()
+
+
+def test_the_loader_hands_shards_and_folders_over_as_arrays(tmp_path):
+    """What _pipeline gives _core.Pipeline for a TarShards (its shards'
+    names as a blob, their starts) and an IndexedImageFolder (its paths'
+    blob, lengths alone): no list a sample; and a Loader reads them."""
+    for s, count in enumerate([2, 3]):
+        with tarfile.open(tmp_path / f"s{s}.tar", "w") as tf:
+            for i in range(count):
+                _add(tf, f"k{s}{i}.jpg", jpeg_bytes("baseline", 24, 20, seed=i))
+                _add(tf, f"k{s}{i}.cls", str(i).encode())
+    ds = ringloader.TarShards(str(tmp_path / "s*.tar"), progress=False)
+    table = _table(ds.ringloader_sources(), None)
+    blob, offsets, prefix = table["paths"]
+    assert table["starts"].tolist() == [0, 2, 5]
+    assert [os.fsdecode(bytes(blob[a:b])) for a, b in zip(offsets, offsets[1:])] == [
+        str(tmp_path / "s0.tar"),
+        str(tmp_path / "s1.tar"),
+    ]
+    loader = ringloader.Loader(ds, batch_size=5, transform=T.Resize((8, 8)))
+    assert next(iter(loader))[0].shape == (5, 3, 8, 8)
+    loader.close()
+
+    tree = tmp_path / "tree" / "cls"
+    tree.mkdir(parents=True)
+    for i in range(3):
+        (tree / f"{i}.jpg").write_bytes(jpeg_bytes("baseline", 24, 20, seed=i))
+    folder = ringloader.IndexedImageFolder(tmp_path / "tree", cache_dir=tmp_path / "c")
+    table = _table(folder.ringloader_sources(), None)
+    assert isinstance(table["paths"], tuple) and table["offsets"] is None
+    assert table["lengths"].dtype == np.int64
+    loader = ringloader.Loader(folder, batch_size=3, transform=T.Resize((8, 8)))
+    assert next(iter(loader))[0].shape == (3, 3, 8, 8)
+    loader.close()

@@ -7,7 +7,8 @@
  * ids and keys. This file reads the keywords, has the transform spec
  * (spec.c), the source (sources.c), the fallback decoder (fallback.c), the
  * fields and parts (sources.c) made, opens the device delivery, and keeps
- * in the new object whatever the core borrows for its lifetime. It does
+ * in the new object whatever the core borrows for its lifetime (the views
+ * of the table's arrays among them, released after the source). It does
  * not make the core pipeline: pipeline.c does, with what this returns.
  */
 #include "python/pipeline.h"

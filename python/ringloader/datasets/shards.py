@@ -495,6 +495,18 @@ class _ShardPaths(Sequence):
         self._shards = shards
         self._starts = [int(s) for s in starts]
         self._n = self._starts[-1]
+        self._starts_array = np.asarray(starts, dtype=np.int64)
+
+    @property
+    def shards(self) -> list[str]:
+        """The shards, in order."""
+        return self._shards
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Each shard's first sample, then the number of samples (int64,
+        shards + 1): the table the C source takes as it is."""
+        return self._starts_array
 
     def __len__(self) -> int:
         return self._n

@@ -19,9 +19,11 @@ Data (made once under ``--dir``, kept between runs):
   DataLoader over a map-style dataset holding the same list (Pillow,
   ``--workers`` workers).
 - **TarShards**: N / 10,000 shards, each a link to one of a few real
-  10,000-sample shards (``KEY.jpg`` + ``KEY.cls``); their index sidecars
-  are written by an untimed first open. Against webdataset (shuffled
-  shards, ``shuffle(1000)``, the same workers).
+  10,000-sample shards (``KEY.jpg`` + ``KEY.cls``), each with links to
+  its real shard's sidecars (as a shard set copied with its sidecars); an
+  untimed first open writes what else the set needs. ``--billion`` adds a
+  simulated 10^9-sample set: 100,000 such links. Against webdataset
+  (shuffled shards, ``shuffle(1000)``, the same workers).
 
 Both sides run the same transform objects (RandomResizedCrop, flip,
 ToDtype, Normalize), shuffled, ``--threads`` decode threads against
@@ -31,8 +33,9 @@ plot (seconds to the first batch, and bytes a sample, against N).
 
 Usage::
 
-    python benchmarks/bench_scale.py [--sizes 1e5 1e6 1e7] [--dir DIR]
-        [--json benchmarks/scale-results.json] [--plot benchmarks/plots/scale.png]
+    python benchmarks/bench_scale.py [--sizes 1e5 1e6 1e7] [--billion]
+        [--dir DIR] [--json benchmarks/scale-results.json]
+        [--plot benchmarks/plots/scale.png]
 
 Not run in CI (the 10^7 sizes take minutes); ``--sizes 1000 --batches 2``
 is a quick check that it runs.
@@ -128,11 +131,24 @@ def make_shards(root: str, n: int) -> str:
                         info.size, info.mode = len(data), 0o644
                         tf.addfile(info, io.BytesIO(data))
         os.rename(real + ".tmp", real)
+    # The real shards' sidecars (written by opening them once), linked
+    # beside every link as a copied shard set carries them.
+    import ringloader
+
+    ringloader.TarShards(f"{real}/*.tar", progress=False)
+    sidecars = [
+        sorted(
+            f[len(f"{r}.tar") :] for f in os.listdir(real) if f.startswith(f"{r}.tar.")
+        )
+        for r in range(REAL_SHARDS)
+    ]
     shards = max(1, n // SHARD_SAMPLES)
     folder = os.path.join(root, f"shards-{shards}")
     os.makedirs(folder, exist_ok=True)
     for i in range(shards):
-        _link(f"{real}/{i % REAL_SHARDS}.tar", f"{folder}/s-{i:06d}.tar")
+        r = i % REAL_SHARDS
+        for suffix in ["", *sidecars[r]]:
+            _link(f"{real}/{r}.tar{suffix}", f"{folder}/s-{i:06d}.tar{suffix}")
     return f"{folder}/s-{{000000..{shards - 1:06d}}}.tar"
 
 
@@ -349,6 +365,11 @@ def main() -> None:
     p.add_argument("--sizes", nargs="+", type=float, default=[1e5, 1e6, 1e7])
     p.add_argument("--kinds", nargs="+", default=["filelist", "tarshards"])
     p.add_argument(
+        "--billion",
+        action="store_true",
+        help="also a simulated 10^9-sample shard set (100,000 links)",
+    )
+    p.add_argument(
         "--dir",
         default=os.path.join(
             os.environ.get("TMPDIR", "/tmp"), "ringloader-bench-scale"
@@ -371,7 +392,10 @@ def main() -> None:
     results: dict = {"machine": machine(), "runs": {}}
     print(json.dumps(results["machine"]))
     for kind in a.kinds:
-        for n in (int(s) for s in a.sizes):
+        sizes = [int(s) for s in a.sizes]
+        if a.billion and kind == "tarshards":
+            sizes.append(10**9)
+        for n in sizes:
             if kind == "tarshards":
                 _prepare(a, n)
             for who in ("ringloader", peer[kind]):

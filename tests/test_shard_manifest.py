@@ -336,15 +336,14 @@ def test_a_million_samples_open_in_under_4_bytes_each(tmp_path):
             _add(tf, f"{i:06d}.jpg", b"j" * (i % 13 + 1))
             _add(tf, f"{i:06d}.cls", str(i % 1000).encode())
     TarShards(str(shard), cache_dir=tmp_path / "cache")  # index and records
-    (records,) = _records(real)
-    suffix = records[len(str(shard)) :]
+    sidecars = glob.glob(glob.escape(str(shard)) + ".*")  # index, records
     links = tmp_path / "links"
     links.mkdir()
     for k in range(100):
         link = links / f"part-{k:03d}.tar"
         os.symlink(shard, link)
-        os.symlink(str(shard) + ".idx.npz", str(link) + ".idx.npz")
-        os.symlink(records, str(link) + suffix)
+        for sidecar in sidecars:
+            os.symlink(sidecar, str(link) + sidecar[len(str(shard)) :])
     pattern = str(links / "*.tar")
     TarShards(pattern, cache_dir=tmp_path / "cache")  # writes the manifest
     tracemalloc.start()

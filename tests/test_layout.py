@@ -44,6 +44,8 @@ LAYERS: list[list[str]] = [
     # remote: the HTTP(S) and S3 client (metadata, ranges, streams, listing)
     ["datasets.cache", "datasets.composed", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex", "datasets.mix"],
+    # a shard set's manifest and its samples read from record files
+    ["datasets.manifest"],
     ["datasets.index", "datasets.shards"],
     ["datasets"],
     # the Loader's parts, one concern each. _keys: the random keys of an

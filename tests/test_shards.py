@@ -148,7 +148,8 @@ def test_index_written_next_to_shards_and_reused(shards, tmp_path, monkeypatch):
         assert file == path + ".idx.npz" and os.path.isfile(file)
         with np.load(file, allow_pickle=False) as z:  # plain arrays only
             assert "offsets" in z.files
-    assert not cache.exists()
+    # The cache directory holds the shard set's manifest only.
+    assert [p.name.startswith("shards-") for p in cache.iterdir()] == [True]
 
     def no_tar(*a, **k):
         raise AssertionError("the tar headers were read again")
@@ -360,7 +361,9 @@ def test_a_shard_gone_at_read_time_fails_its_samples_only(tmp_path):
     for s in range(2):
         with tarfile.open(tmp_path / f"s-{s}.tar", "w") as tf:
             for k in range(6):
-                _add(tf, f"{s}-{k}.jpg", jpeg_bytes("baseline", 40, 48, seed=10 * s + k))
+                _add(
+                    tf, f"{s}-{k}.jpg", jpeg_bytes("baseline", 40, 48, seed=10 * s + k)
+                )
                 _add(tf, f"{s}-{k}.cls", str(s).encode())
     ds = TarShards(str(tmp_path / "s-*.tar"))
     os.unlink(tmp_path / "s-1.tar")

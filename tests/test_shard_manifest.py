@@ -286,8 +286,14 @@ def test_a_manifest_that_miscounts_a_shard_is_refused_naming_it(shard_dir, tmp_p
     assert ds.targets[0] == 0  # shard 0 is as it was
     with pytest.raises(ShardError, match=r"train-001\.tar.*7 samples|train-001\.tar"):
         ds.targets[6]
-    with pytest.raises(ShardError, match=r"train-001\.tar"):
-        ds.ringloader_sources()
+    # The C source reads ranges from the record files: shard 1's samples
+    # fail, naming its record file, the others read.
+    loader = ringloader.Loader(ds, batch_size=1, transform=EVAL, on_error="skip")
+    with pytest.warns(ringloader.DataWarning, match=r"train-001\.tar.*record count"):
+        labels = torch.cat([t for _, t in loader])
+    assert len(labels) == len(ds) and loader.stats()["skipped"] == 8
+    with pytest.raises(OSError, match=r"train-001\.tar.*record count"):
+        list(ringloader.Loader(ds, batch_size=4, transform=EVAL))
     # Never misread: the next open counts again.
     _same_as_truth(TarShards(str(shard_dir / "*.tar"), cache_dir=cache), shard_dir)
 
@@ -366,3 +372,24 @@ def test_an_unwritable_cache_dir_fails_no_open(shard_dir, tmp_path):
     for _ in range(2):
         ds = TarShards(str(shard_dir / "*.tar"), cache_dir=cache)
         _same_as_truth(ds, shard_dir)
+
+
+def test_a_record_file_of_another_shard_is_refused_when_read(shard_dir, tmp_path):
+    # Shards 0 and 3 hold different samples: with 0's record file copied
+    # over 3's (a count made equal), the C source must not read shard 3
+    # at shard 0's offsets: the file's header names another shard (size,
+    # mtime), so shard 3's samples fail naming its record file.
+    _shard(shard_dir / "train-003.tar", 5, first=300)
+    cache = tmp_path / "cache"
+    ds = TarShards(str(shard_dir / "*.tar"), cache_dir=cache)
+    files = _records(shard_dir)
+    with open(files[0], "rb") as f:
+        other = f.read()
+    with open(files[3], "wb") as f:
+        f.write(other)
+    loader = ringloader.Loader(ds, batch_size=1, transform=EVAL)
+    batches = iter(loader)
+    for _ in range(5 + 7 + 3):
+        next(batches)  # shards 0-2 read
+    with pytest.raises(OSError, match=r"train-003\.tar.*another shard"):
+        next(batches)

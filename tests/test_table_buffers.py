@@ -294,6 +294,13 @@ def test_the_loader_hands_shards_and_folders_over_as_arrays(tmp_path):
         str(tmp_path / "s0.tar"),
         str(tmp_path / "s1.tar"),
     ]
+    # Each sample's range is read from its shard's record file as it is
+    # read: no offsets or lengths array.
+    assert "offsets" not in table and "lengths" not in table
+    files, sizes, mtimes, tag = table["records"]
+    assert [os.path.basename(f).split(".")[0] for f in files] == ["s0", "s1"]
+    assert sizes.tolist() == [os.stat(tmp_path / f"s{s}.tar").st_size for s in (0, 1)]
+    assert mtimes.dtype == np.int64 and isinstance(tag, bytes)
     loader = ringloader.Loader(ds, batch_size=5, transform=T.Resize((8, 8)))
     assert next(iter(loader))[0].shape == (5, 3, 8, 8)
     loader.close()

@@ -205,14 +205,17 @@ int rl__py_parse_io(const char *io, rl_io_backend *out);
  * or a sequence of str (packed into a blob here); starts (None, or int64,
  * count + 1: paths are shards, file k holding samples starts[k] ..
  * starts[k + 1] - 1); offsets and lengths (None, or int64, one a sample;
- * lengths alone: from offset 0). The arrays' views are added to held, the
- * source borrowing them. Returns NULL with an exception set (ValueError
- * naming the bad array and entry).
+ * lengths alone: from offset 0); records (None, or for shards instead of
+ * offsets and lengths: (files, sizes, mtimes, tag), each shard's record
+ * file as a sequence of str, the int64 size and mtime_ns each must state
+ * and the bytes its tag starts with: see source/shard_records.h). The
+ * arrays' views are added to held, the source borrowing them. Returns
+ * NULL with an exception set (ValueError naming the bad array and entry).
  */
 rl_source *rl__py_file_source(PyObject *paths, PyObject *starts,
                               PyObject *offsets, PyObject *lengths,
-                              const rl_file_options *opt, rl__py_held *held,
-                              char *msg);
+                              PyObject *records, const rl_file_options *opt,
+                              rl__py_held *held, char *msg);
 
 /* The memory source of a sequence of bytes (with optional names), each
  * appended to keep (a list the caller holds as long as the pipeline).

@@ -47,12 +47,13 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
                              "fields",
                              "parts",
                              "starts",
+                             "records",
                              NULL};
     PyObject *spec, *paths = Py_None, *offsets = Py_None, *lengths = Py_None;
     PyObject *buffers = Py_None, *names = Py_None, *mul = Py_None;
     PyObject *add = Py_None, *allocator = Py_None, *fallback = Py_None;
     PyObject *http = Py_None, *fields = Py_None, *parts = Py_None;
-    PyObject *starts = Py_None;
+    PyObject *starts = Py_None, *records = Py_None;
     const char *dtype = "uint8", *layout = "NCHW", *io = "auto";
     int device = -1, direct_io = 0, skip_errors = 0, max_consecutive = 16;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
@@ -60,11 +61,12 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
     unsigned long long max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOOO", kwlist, &spec, &paths,
+            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOOOO", kwlist, &spec, &paths,
             &offsets, &lengths, &buffers, &names, &nthreads, &layout, &seed,
             &io, &max_pixels, &max_scans, &max_file_bytes, &allow_truncated,
             &dtype, &mul, &add, &device, &allocator, &fallback, &direct_io,
-            &skip_errors, &max_consecutive, &http, &fields, &parts, &starts)) {
+            &skip_errors, &max_consecutive, &http, &fields, &parts, &starts,
+            &records)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -81,6 +83,12 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
                  (PyDict_Check(http) && PyDict_GetItemString(http, "objects"));
     if (table == (buffers != Py_None)) {
         PyErr_SetString(PyExc_TypeError, "give either paths or buffers");
+        return NULL;
+    }
+    if (records != Py_None && (http != Py_None || buffers != Py_None)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "records are for local shards only (not http, not "
+                        "buffers)");
         return NULL;
     }
     if (device >= 0 && !PyCallable_Check(allocator)) {
@@ -113,12 +121,13 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
         cfg.decoders.defs[cfg.decoders.n++] = &self->fallback_def;
     }
     char msg[RL_MSG_MAX] = "";
-    cfg.source =
-        buffers != Py_None ? rl__py_memory_source(buffers, names, self->keep)
-        : http != Py_None  ? rl__py_http_source(paths, starts, offsets, lengths,
-                                                http, max_file_bytes, msg)
-                           : rl__py_file_source(paths, starts, offsets, lengths,
-                                                &fopt, &self->held, msg);
+    cfg.source = buffers != Py_None
+                     ? rl__py_memory_source(buffers, names, self->keep)
+                 : http != Py_None
+                     ? rl__py_http_source(paths, starts, offsets, lengths, http,
+                                          max_file_bytes, msg)
+                     : rl__py_file_source(paths, starts, offsets, lengths,
+                                          records, &fopt, &self->held, msg);
     self->http = http != Py_None ? cfg.source : NULL;
     if (cfg.source == NULL) {
         Py_DECREF(self);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "source/shard_records.h"
 #include "source/source.h"
 
 /* Sequence item i as an int64 (a batch's ids given as a list, a field's
@@ -265,12 +266,78 @@ static int file_ranges(PyObject *offsets, PyObject *lengths, int64_t n,
     return 0;
 }
 
-/* The file source of paths (see file_names), starts, offsets and lengths,
- * their views held in held. */
+/* The record files of a shard table (see rl__py_file_source) into
+ * t->records, over t's starts. 0, or -1 with an exception. */
+static int shard_records(PyObject *records, rl_file_table *t, rl__py_held *held)
+{
+    PyObject *files, *sizes, *mtimes, *tag;
+    if (!PyTuple_Check(records) ||
+        !PyArg_ParseTuple(records, "OOOO", &files, &sizes, &mtimes, &tag) ||
+        !PyBytes_Check(tag)) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError,
+                        "records must be (files, sizes, mtimes, tag bytes)");
+        return -1;
+    }
+    if (t->starts == NULL) {
+        PyErr_SetString(PyExc_ValueError, "records: only for shards (starts)");
+        return -1;
+    }
+    Py_ssize_t k = (Py_ssize_t)t->nfiles;
+    const void *sz, *mt;
+    if (PySequence_Size(files) != k) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_ValueError,
+                         "records: %zd record files for %zd shards",
+                         PySequence_Size(files), k);
+        }
+        return -1;
+    }
+    if (rl__py_hold(held, sizes, "records' sizes", RL_PY_I64, k, &sz, NULL) ||
+        rl__py_hold(held, mtimes, "records' mtimes", RL_PY_I64, k, &mt, NULL)) {
+        return -1;
+    }
+    /* One path a shard (O(shards)), copied by the table. */
+    PyObject **owned = calloc((size_t)(k ? k : 1), sizeof(*owned));
+    const char **paths = calloc((size_t)(k ? k : 1), sizeof(*paths));
+    int rc = -1;
+    if (owned == NULL || paths == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t s = 0; s < k; s++) {
+        PyObject *item = PySequence_GetItem(files, s);
+        int ok = item != NULL && PyUnicode_FSConverter(item, &owned[s]);
+        Py_XDECREF(item);
+        if (!ok) {
+            goto out;
+        }
+        paths[s] = PyBytes_AsString(owned[s]);
+    }
+    t->records = rl_shard_records_new(t->starts, paths, (size_t)k, 0);
+    if (t->records == NULL ||
+        rl_shard_records_expect(t->records, sz, mt,
+                                (const uint8_t *)PyBytes_AsString(tag),
+                                (size_t)PyBytes_Size(tag)) != 0) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    rc = 0;
+out:
+    for (Py_ssize_t s = 0; owned != NULL && s < k; s++) {
+        Py_XDECREF(owned[s]);
+    }
+    free(owned);
+    free(paths);
+    return rc;
+}
+
+/* The file source of paths (see file_names), starts, offsets and lengths
+ * or records, their views held in held. */
 rl_source *rl__py_file_source(PyObject *paths, PyObject *starts,
                               PyObject *offsets, PyObject *lengths,
-                              const rl_file_options *opt, rl__py_held *held,
-                              char *msg)
+                              PyObject *records, const rl_file_options *opt,
+                              rl__py_held *held, char *msg)
 {
     rl_file_table t = {0};
     PyObject *prefix = NULL;
@@ -282,6 +349,13 @@ rl_source *rl__py_file_source(PyObject *paths, PyObject *starts,
         goto out;
     }
     t.starts = st;
+    if (records != Py_None && (rl_file_table_check(&t, msg) != 0 ||
+                               shard_records(records, &t, held) != 0)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, msg);
+        }
+        goto out;
+    }
     if (rl_file_table_check(&t, msg) != 0 ||
         file_ranges(offsets, lengths, rl_file_table_count(&t), held, &t.offsets,
                     &t.lengths) != 0 ||
@@ -298,6 +372,9 @@ rl_source *rl__py_file_source(PyObject *paths, PyObject *starts,
         PyErr_SetString(PyExc_MemoryError, msg);
     }
 out:
+    if (src == NULL) {
+        rl_shard_records_destroy(t.records); /* the source did not take it */
+    }
     Py_XDECREF(prefix);
     return src;
 }

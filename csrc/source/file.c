@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "source/shard_records.h"
 #include "source/source.h"
 
 typedef struct file_source {
@@ -110,11 +111,28 @@ static int fetch_prepare(file_source *f, rl_fetch *x)
     memcpy(path + f->prefix_len, name, len);
     path[need - 1] = '\0';
     x->rd.path = path;
+    x->rd.direct = f->opt.direct;
+    if (f->t.records != NULL) {
+        uint64_t at, bytes;
+        int rc = rl_shard_records_get(f->t.records, x->id, &at, &bytes, NULL,
+                                      x->msg, RL_MSG_MAX);
+        if (rc != 0 || bytes > (uint64_t)INT64_MAX) {
+            free(path);
+            x->rd.path = NULL;
+            if (rc == 0) {
+                snprintf(x->msg, RL_MSG_MAX, "a record of %llu bytes",
+                         (unsigned long long)bytes);
+            }
+            return rc != 0 ? rc : -EBADMSG;
+        }
+        x->rd.offset = at;
+        x->rd.length = (int64_t)bytes;
+        return 0;
+    }
     int64_t n = f->t.lengths != NULL ? f->t.lengths[x->id] : -1;
     x->rd.offset =
         n >= 0 && f->t.offsets != NULL ? (uint64_t)f->t.offsets[x->id] : 0;
     x->rd.length = n >= 0 ? n : -1;
-    x->rd.direct = f->opt.direct;
     return 0;
 }
 
@@ -205,6 +223,7 @@ static void file_destroy(rl_source *s)
 {
     file_source *f = (file_source *)s;
     rl_io_destroy(f->io);
+    rl_shard_records_destroy(f->t.records);
     free(f->prefix);
     free(f);
 }
@@ -267,6 +286,11 @@ int rl_file_table_check(const rl_file_table *t, char *msg)
                  "(starts[0] = %lld; entry %lld is %lld, the next %lld)",
                  (long long)t->starts[0], (long long)k, (long long)t->starts[k],
                  (long long)t->starts[k < t->nfiles ? k + 1 : k]);
+    } else if (t->records != NULL && (t->starts == NULL || t->offsets != NULL ||
+                                      t->lengths != NULL)) {
+        snprintf(msg, RL_MSG_MAX,
+                 "records: only for shards (starts), without offsets or "
+                 "lengths");
     } else {
         int64_t n = rl_file_table_count(t), i = 0;
         while (t->offsets != NULL && t->lengths != NULL && i < n &&

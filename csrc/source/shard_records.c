@@ -39,6 +39,9 @@ struct rl_shard_records {
     slot *slots;
     size_t nslots;
     uint64_t clock;
+    const int64_t *sizes, *mtimes; /* borrowed; NULL: not checked */
+    uint8_t *tag;                  /* copied */
+    size_t tag_len;
 };
 
 static uint64_t le64(const unsigned char *p)
@@ -102,6 +105,49 @@ fail:
     return NULL;
 }
 
+int rl_shard_records_expect(rl_shard_records *t, const int64_t *sizes,
+                            const int64_t *mtimes, const uint8_t *tag,
+                            size_t tag_len)
+{
+    uint8_t *copy = malloc(tag_len ? tag_len : 1);
+    if (copy == NULL)
+        return -ENOMEM;
+    if (tag_len)
+        memcpy(copy, tag, tag_len);
+    free(t->tag);
+    t->tag = copy;
+    t->tag_len = tag_len;
+    t->sizes = sizes;
+    t->mtimes = mtimes;
+    return 0;
+}
+
+/* Why record file f (header h) is not shard s's as rl_shard_records_expect
+ * described it, or NULL. */
+static const char *not_expected(const rl_shard_records *t, size_t s, int f,
+                                const unsigned char *h)
+{
+    if (t->sizes == NULL)
+        return NULL;
+    if ((int64_t)le64(h + 16) != t->sizes[s] ||
+        (int64_t)le64(h + 24) != t->mtimes[s])
+        return "made for another shard, or another state of this one (its "
+               "size or mtime differs)";
+    if (le32(h + 44) < t->tag_len)
+        return "made for another selection of members";
+    uint8_t buf[256];
+    for (size_t done = 0; done < t->tag_len;) {
+        size_t want =
+            t->tag_len - done < sizeof buf ? t->tag_len - done : sizeof buf;
+        ssize_t got =
+            pread(f, buf, want, (off_t)(RL_SHARD_RECORDS_HEAD + done));
+        if (got != (ssize_t)want || memcmp(buf, t->tag + done, want) != 0)
+            return "made for another selection of members";
+        done += want;
+    }
+    return NULL;
+}
+
 /* Opens shard s's record file and checks its header: *fd and *data (where
  * the records start) on success; else -errno and msg. */
 static int open_checked(rl_shard_records *t, size_t s, int *fd, uint64_t *data,
@@ -141,6 +187,8 @@ static int open_checked(rl_shard_records *t, size_t s, int *fd, uint64_t *data,
                  (uint64_t)st.st_size !=
                      head + count * (uint64_t)RL_SHARD_RECORD_BYTES)
             why = "truncated or corrupt (its size is not its header's)";
+        else
+            why = not_expected(t, s, f, h);
     }
     if (why) {
         close(f);
@@ -287,6 +335,7 @@ void rl_shard_records_destroy(rl_shard_records *t)
         free(t->paths[s]);
     free(t->paths);
     free(t->slots);
+    free(t->tag);
     pthread_mutex_destroy(&t->mu);
     free(t);
 }

@@ -47,6 +47,16 @@ rl_shard_records *rl_shard_records_new(const int64_t *starts,
                                        const char *const *paths, size_t nshards,
                                        size_t max_open);
 
+/* What every record file must state besides its count, checked when it
+ * is opened: shard s's size sizes[s] and mtime mtimes[s] (ns; both
+ * borrowed, nshards values each, outliving the table) and a tag that
+ * starts with tag[0..tag_len) (copied). Without this, a record file copied
+ * over from another shard of the same count would be read as this one's.
+ * Call before the first lookup. 0, or -ENOMEM. */
+int rl_shard_records_expect(rl_shard_records *t, const int64_t *sizes,
+                            const int64_t *mtimes, const uint8_t *tag,
+                            size_t tag_len);
+
 /* Sample id's image offset and length (and label, when label is not
  * NULL). 0 on success; else -errno, and msg (msg_len bytes, may be 0)
  * says why, naming the record file: -ERANGE for an id outside

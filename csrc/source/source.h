@@ -113,7 +113,11 @@ typedef struct rl_file_options {
  * are shards: file k holds samples starts[k] .. starts[k + 1] - 1 (found
  * by binary search), count = starts[nfiles]. Sample i is its file from
  * offsets[i] (NULL: 0) for lengths[i] bytes, or the whole file when
- * lengths is NULL or lengths[i] < 0.
+ * lengths is NULL or lengths[i] < 0. With records (shards only, offsets
+ * and lengths NULL), each sample's range is looked up in its shard's record
+ * file when its read is prepared (source/shard_records.h): nothing per
+ * sample in memory; a lookup that fails fails that sample. The source that
+ * is created owns records (and destroys it).
  */
 typedef struct rl_file_table {
     const uint8_t *names; /* the file names' bytes, back to back, no NUL */
@@ -124,6 +128,7 @@ typedef struct rl_file_table {
     const int64_t *starts;
     const int64_t *offsets;
     const int64_t *lengths;
+    struct rl_shard_records *records;
 } rl_file_table;
 
 /* The number of samples of a table (see rl_file_table). */

@@ -361,7 +361,10 @@ def _table(src: Sources, remote: Any) -> dict[str, Any]:
             table["starts"] = paths.starts
         else:
             table["paths"] = paths  # each sample's object, by name
-    if src.offsets is not None:
+    records = getattr(src, "records", None)
+    if records is not None and remote is None and shards:
+        table["records"] = (records[0], _i64(records[1]), _i64(records[2]), records[3])
+    elif src.offsets is not None:
         offsets = src.offsets
         if isinstance(offsets, np.ndarray) and offsets.ndim == 1 and not offsets.any():
             offsets = None  # zeros (often broadcast): the C side's default

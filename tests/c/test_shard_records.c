@@ -238,6 +238,47 @@ static void test_threads(void)
     rl_shard_records_destroy(shared);
 }
 
+/* rl_shard_records_expect: a file stating another shard's size or mtime,
+ * or another selection, is refused; the stated ones read. */
+static void test_expected_shard(void)
+{
+    int64_t sizes[NSHARDS], mtimes[NSHARDS];
+    for (int s = 0; s < NSHARDS; s++) {
+        sizes[s] = 1 << 20; /* what write_records states */
+        mtimes[s] = 1234;
+    }
+    sizes[2] = (1 << 20) + 1; /* shard 2 is not the one its file was for */
+    mtimes[4] = 99;           /* nor is shard 4 */
+    rl_shard_records *t = rl_shard_records_new(starts, path_list(), NSHARDS, 0);
+    CHECK(t != NULL);
+    CHECK_EQ(
+        rl_shard_records_expect(t, sizes, mtimes, (const uint8_t *)"jpg\n", 4),
+        0);
+    check_sample(t, starts[1]);
+    expect_failure(t, starts[2], -EBADMSG, paths[2], "another shard");
+    expect_failure(t, starts[4] + 1, -EBADMSG, paths[4], "another shard");
+    rl_shard_records_destroy(t);
+    /* Another selection: the tag the files start with differs. */
+    t = rl_shard_records_new(starts, path_list(), NSHARDS, 0);
+    CHECK(t != NULL);
+    CHECK_EQ(rl_shard_records_expect(t, NULL, NULL, NULL, 0), 0);
+    check_sample(t, starts[2]); /* nothing expected: not checked */
+    rl_shard_records_destroy(t);
+    t = rl_shard_records_new(starts, path_list(), NSHARDS, 0);
+    CHECK(t != NULL);
+    sizes[2] = 1 << 20;
+    mtimes[4] = 1234;
+    CHECK_EQ(
+        rl_shard_records_expect(t, sizes, mtimes, (const uint8_t *)"png\n", 4),
+        0);
+    expect_failure(t, starts[0], -EBADMSG, paths[0], "another selection");
+    CHECK_EQ(rl_shard_records_expect(t, sizes, mtimes,
+                                     (const uint8_t *)"jpg\ncls\n", 8),
+             0); /* longer than the file's tag */
+    expect_failure(t, starts[1], -EBADMSG, paths[1], "another selection");
+    rl_shard_records_destroy(t);
+}
+
 int main(void)
 {
     CHECK(mkdtemp(dir) != NULL);
@@ -252,6 +293,7 @@ int main(void)
     test_eviction();
     test_bad_files();
     test_threads();
+    test_expected_shard();
     for (int s = 0; s < NSHARDS; s++)
         unlink(paths[s]);
     rmdir(dir);

@@ -91,7 +91,13 @@ class Sources:
     fields; None: each range is the image alone. ``parts`` (int64, each
     part's first sample, then the table's length): the datasets the table
     was made of (:meth:`.composed.Composed.parts`), within which
-    ``on_error="skip"`` replaces a sample; None: one.
+    ``on_error="skip"`` replaces a sample; None: one. ``records``
+    (local tar shards whose per-sample ranges are in record files: each
+    shard's record file, the size and mtime_ns it must state, and the tag
+    it starts with, ``(files, sizes, mtimes, tag)``; see :mod:`.manifest`): the C source looks each sample's range up when it
+    reads it, and ``offsets``/``lengths`` are lazy views for everything
+    else (a Python decode, a composition of datasets); None: the arrays
+    are the table.
     """
 
     paths: Sequence[str]
@@ -101,6 +107,7 @@ class Sources:
     remote: Optional[Remote] = None
     fields: Optional[Any] = None
     parts: Optional[np.ndarray] = None
+    records: Optional[tuple] = None
 
     def __len__(self) -> int:
         return len(self.paths)

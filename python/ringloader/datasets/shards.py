@@ -620,11 +620,16 @@ class TarShards(ImageDataset):
             if self.cache_limit is not None:
                 remote.options["cache_bytes"] = self.cache_limit
                 remote.options["block_bytes"] = CACHE_BLOCK_BYTES
-        offsets, lengths = self.offsets, self.lengths
-        if self._records is not None:
-            # The C core's sources take per-sample arrays: read from the
-            # record files here (csrc/source/shard_records.h is the lookup
-            # that will spare them).
+        offsets, lengths, records = self.offsets, self.lengths, None
+        if self._records is not None and remote is None:
+            # The C source looks each range up in the record files as it
+            # reads (csrc/source/shard_records.h): nothing per sample.
+            store, m = self._records, self._manifest
+            files = [store.file(s) for s in range(len(self.shards))]
+            records = (files, m.sizes, m.mtimes, self._tag)
+        elif self._records is not None:
+            # The HTTP source takes per-sample arrays: read from the
+            # record files here.
             offsets, lengths = self._records.columns(("offset", "length"))
         return Sources(
             paths=self.paths,
@@ -633,6 +638,7 @@ class TarShards(ImageDataset):
             lengths=lengths,
             remote=remote,
             fields=self.field_table,
+            records=records,
         )
 
     def __repr__(self) -> str:

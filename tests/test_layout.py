@@ -50,8 +50,8 @@ LAYERS: list[list[str]] = [
     # epoch's samples; _epoch_iterator: one epoch's iterator (superseded,
     # closed, one thread at a time); _plan: a transform split between the
     # C core and a Python tail; _gpu: device buffers and streams; _meter:
-    # stats
-    ["_keys", "_epoch_iterator", "_plan", "_gpu", "_meter"],
+    # stats; _order: the built-in shuffle, a keyed bijection of [0, n)
+    ["_keys", "_epoch_iterator", "_plan", "_gpu", "_meter", "_order"],
     # which batches each epoch yields: built-in orders, sharding over
     # ranks, the user's samplers (with the random keys they draw)
     ["_sampling"],

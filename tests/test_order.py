@@ -250,3 +250,12 @@ def test_builtin_keys_are_the_samples_once_each():
         assert [i for b, _ in ids_keys for i in b] == [
             k for _, ks in ids_keys for k in ks
         ]
+
+
+def test_keys_leave_indices_outside_the_dataset_to_the_pipeline():
+    """A sampler's index outside [0, n) is not counted (the pipeline
+    rejects it, naming it), and draws nothing else out of step."""
+    keys = Keys(False, 5)
+    assert keys.draw([7, 9]) == [7, 9]
+    assert keys.draw([1, 7, 1]) == [1, 7, 1 + (1 << OCCURRENCE_SHIFT)]
+    assert keys.draw([]) == []

@@ -37,6 +37,8 @@ def rank_among_equal(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     """For each element of ``values``, how many equal ones come before it;
     with the distinct values and how often each comes."""
     n = len(values)
+    if not n:
+        return np.zeros(0, np.int64), values[:0], np.zeros(0, np.int64)
     by = np.argsort(values, kind="stable")
     ordered = values[by]
     first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])

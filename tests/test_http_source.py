@@ -185,9 +185,9 @@ def test_faults_are_retried_and_nothing_is_lost_or_duplicated(name, proxy, local
 def run_gets(ds, batch_size=16, seed=7, epoch=0) -> int:
     """The GETs the runs of an epoch of shuffle="runs" take: per batch, one
     for each stretch of consecutive samples in one shard."""
-    from ringloader._sampling import RunSampler, epoch_seed
+    from ringloader._sampling import RunSampler
 
-    order = list(RunSampler(len(ds), epoch_seed(seed, epoch)))
+    order = list(RunSampler(len(ds), seed, epoch))
     gets = 0
     for b in range(0, len(order), batch_size):
         ids = sorted(order[b : b + batch_size])

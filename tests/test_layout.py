@@ -52,8 +52,9 @@ LAYERS: list[list[str]] = [
     # epoch's samples; _epoch_iterator: one epoch's iterator (superseded,
     # closed, one thread at a time); _plan: a transform split between the
     # C core and a Python tail; _gpu: device buffers and streams; _meter:
-    # stats; _stream_order: the streaming order of a shard set
-    ["_keys", "_epoch_iterator", "_plan", "_gpu", "_meter", "_stream_order"],
+    # stats; _order: the built-in shuffle, a keyed bijection of [0, n);
+    # _stream_order: the streaming order of a shard set
+    ["_keys", "_epoch_iterator", "_plan", "_gpu", "_meter", "_order", "_stream_order"],
     # which batches each epoch yields: built-in orders, sharding over
     # ranks, the user's samplers (with the random keys they draw)
     ["_sampling"],

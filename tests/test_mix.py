@@ -214,6 +214,16 @@ def test_ddp_ranks_take_disjoint_draws(sources):
     assert set().union(*parts) == set(labels.tolist())
 
 
+def rank_positions(n: int, seed: int, epoch: int, rank: int, world: int) -> list:
+    """The positions of the epoch's draws that distributed=True gives
+    ``rank``: its share of the loader's built-in shuffle of them, as
+    DistributedSampler shares out a permutation."""
+    from ringloader._sampling import EpochOrder
+
+    order = EpochOrder(n, seed, epoch, "shuffle", rank, world)
+    return order.indices(np.arange(order.num_samples)).tolist()
+
+
 def test_a_draw_is_augmented_alike_on_any_rank(sources):
     """With replacement a sample comes several times in an epoch, on one
     rank or on several: each draw's random crop and flip are those one
@@ -237,11 +247,7 @@ def test_a_draw_is_augmented_alike_on_any_rank(sources):
     assert len(repeats) >= 10
     for rank in range(2):
         x, y = read(shuffle=True, distributed=True, rank=rank, world_size=2)
-        s = torch.utils.data.DistributedSampler(
-            range(60), num_replicas=2, rank=rank, seed=2
-        )
-        s.set_epoch(1)
-        where = list(s)
+        where = rank_positions(60, 2, 1, rank, 2)
         assert torch.equal(y, labels[where]) and torch.equal(x, images[where])
     # The draws of one sample are augmented each its own way.
     for p in repeats:
@@ -583,7 +589,7 @@ def test_skip_never_reaches_a_weight_0_source(one_bad):
 
 def test_skip_within_a_source_is_alike_with_any_threads_and_rank(one_bad):
     """Replacements are a function of the data: 1, 2 and 3 threads give the
-    same batches, and each DDP rank (a DistributedSampler over the draws)
+    same batches, and each DDP rank (distributed=True over the draws)
     gets exactly its positions of the one-process epoch, replacements
     included, so ranks replace alike (2-process runs: test_mix_ddp.py)."""
     a, b, _ = one_bad
@@ -610,9 +616,5 @@ def test_skip_within_a_source_is_alike_with_any_threads_and_rank(one_bad):
         assert torch.equal(y, labels) and torch.equal(x, images)
     for rank in range(2):
         x, y = read(2, shuffle=True, distributed=True, rank=rank, world_size=2)
-        s = torch.utils.data.DistributedSampler(
-            range(120), num_replicas=2, rank=rank, seed=4
-        )
-        s.set_epoch(1)
-        where = list(s)
+        where = rank_positions(120, 4, 1, rank, 2)
         assert torch.equal(y, labels[where]) and torch.equal(x, images[where])

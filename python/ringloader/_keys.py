@@ -4,7 +4,7 @@ dataset index a key stands for."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -33,14 +33,43 @@ def index_of(key: int) -> int:
     return key & INDEX_MASK
 
 
+def rank_among_equal(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each element of ``values``, how many equal ones come before it;
+    with the distinct values and how often each comes."""
+    n = len(values)
+    if not n:
+        return np.zeros(0, np.int64), values[:0], np.zeros(0, np.int64)
+    by = np.argsort(values, kind="stable")
+    ordered = values[by]
+    first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    sizes = np.diff(np.r_[first, n])
+    rank = np.empty(n, dtype=np.int64)
+    rank[by] = np.arange(n) - np.repeat(first, sizes)
+    return rank, ordered[first], sizes
+
+
 class Keys:
     """Random keys of the samples of one epoch, in the order drawn. With
     ``skip`` (on_error="skip") the C core makes replacement keys from them,
-    which leaves fewer bits for repeats (MAX_DRAWS)."""
+    which leaves fewer bits for repeats (MAX_DRAWS).
 
-    def __init__(self, skip: bool = False) -> None:
-        self.seen: dict[int, int] = {}
+    A draw's occurrence is ``repeats(idx)`` where the order knows it
+    arithmetically (the built-in orders: see Sampling.keys), else counted:
+    ``seen``, one counter per sample of the smallest unsigned type that
+    holds MAX_DRAWS (2 or 4 bytes), allocated on the first draw for the
+    ``n`` samples (grown to the largest index drawn where n is None). An
+    index outside [0, n) is not counted: the pipeline rejects it."""
+
+    def __init__(
+        self,
+        skip: bool = False,
+        n: Optional[int] = None,
+        repeats: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+    ) -> None:
         self.skip = skip
+        self.n = n
+        self.repeats = repeats
+        self.seen: Optional[np.ndarray] = None  # the counters, once drawn
 
     def ids(self, idx: Sequence[int]) -> list[int]:
         """The dataset indices of a batch the samplers gave: the same."""
@@ -50,14 +79,39 @@ class Keys:
         """The keys of the samples idx, drawn in this order. Raises
         ValueError for a sample that would come more than MAX_DRAWS times
         in the epoch: its key would be another draw's."""
-        out = []
+        i = np.asarray(idx, dtype=np.int64).reshape(-1)
+        return self._keys(i, self._repeats(i))
+
+    def _keys(self, samples: np.ndarray, n: np.ndarray) -> list[int]:
+        """The keys of ``samples`` drawn for the ``n``-th time."""
         limit = MAX_DRAWS[self.skip]
-        for i in idx:
-            n = self.seen.get(i, 0)
-            if n >= limit:
-                self._too_many(i, limit)
-            self.seen[i] = n + 1
-            out.append(i + (n << OCCURRENCE_SHIFT))
+        over = np.flatnonzero(n >= limit)
+        if over.size:
+            self._too_many(int(samples[over[0]]), limit)
+        return (samples + (n << OCCURRENCE_SHIFT)).tolist()
+
+    def _repeats(self, idx: np.ndarray) -> np.ndarray:
+        """How many times each of idx was drawn before in this iteration
+        (earlier in idx included); counts these draws."""
+        if self.repeats is not None:
+            return np.asarray(self.repeats(idx), dtype=np.int64)
+        size = len(self.seen) if self.seen is not None else 0
+        if self.n is None and idx.size and idx.max() >= size:
+            size = max(int(idx.max()) + 1, 2 * size)
+        elif self.n is not None:
+            size = self.n
+        if self.seen is None or len(self.seen) < size:
+            grown = np.zeros(size, dtype=np.min_scalar_type(MAX_DRAWS[self.skip]))
+            if self.seen is not None:
+                grown[: len(self.seen)] = self.seen
+            self.seen = grown
+        out = np.zeros(len(idx), dtype=np.int64)
+        counted = (idx >= 0) & (idx < size)
+        mine = idx[counted]
+        rank, distinct, times = rank_among_equal(mine)
+        out[counted] = self.seen[mine] + rank
+        if not (out >= MAX_DRAWS[self.skip]).any():  # else draw raises
+            self.seen[distinct] += times.astype(self.seen.dtype)
         return out
 
     def _too_many(self, i: int, limit: int) -> None:
@@ -80,21 +134,22 @@ class DrawKeys(Keys):
     reads, each rank would count from 0: a sample drawn on two ranks would
     come out identical on both.) A position drawn again in this iteration
     (DistributedSampler's padding, a sampler with replacement) counts on
-    past the sample's draws in the epoch."""
+    past the sample's draws in the epoch: Keys' repeats, of positions."""
 
-    def __init__(self, ids: np.ndarray, skip: bool = False) -> None:
-        super().__init__(skip)
+    def __init__(
+        self,
+        ids: np.ndarray,
+        skip: bool = False,
+        repeats: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+    ) -> None:
         self._ids = np.asarray(ids, dtype=np.int64)
+        super().__init__(skip, len(self._ids), repeats)
         n = len(self._ids)
         self._nth = np.zeros(n, dtype=np.int64)  # rank among the sample's draws
         self._count = np.ones(n, dtype=np.int64)  # the sample's draws
         if n:
-            by = np.argsort(self._ids, kind="stable")
-            ordered = self._ids[by]
-            first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-            sizes = np.diff(np.r_[first, n])
-            self._nth[by] = np.arange(n) - np.repeat(first, sizes)
-            self._count[by] = np.repeat(sizes, sizes)
+            self._nth, distinct, sizes = rank_among_equal(self._ids)
+            self._count = sizes[np.searchsorted(distinct, self._ids)]
 
     def ids(self, idx: Sequence[int]) -> list[int]:
         """The samples drawn at positions idx."""
@@ -102,14 +157,7 @@ class DrawKeys(Keys):
 
     def draw(self, idx: Sequence[int]) -> list[int]:
         """The keys of the draws at positions idx (see the class)."""
-        out = []
-        limit = MAX_DRAWS[self.skip]
-        for p in idx:
-            again = self.seen.get(p, 0)
-            n = int(self._nth[p]) + again * int(self._count[p])
-            i = int(self._ids[p])
-            if n >= limit:
-                self._too_many(i, limit)
-            self.seen[p] = again + 1
-            out.append(i + (n << OCCURRENCE_SHIFT))
-        return out
+        p = np.asarray(idx, dtype=np.int64).reshape(-1)
+        samples = self._ids[p]
+        n = self._nth[p] + self._repeats(p) * self._count[p]
+        return self._keys(samples, n)

@@ -61,24 +61,29 @@ class Position:
         self, sampling: Sampling, epoch: int, skip: bool
     ) -> tuple[Iterator[Any], Keys]:
         """The batches of ``epoch`` still to yield and the keys drawn so
-        far (``skip``: on_error="skip", see Keys). A stateful sampler is saved as it is now, before this epoch
-        draws from it (and prefetching draws ahead of what is yielded):
-        resuming restores this and skips the batches yielded before."""
+        far (``skip``: on_error="skip", see Keys). A built-in order starts
+        at the batch to resume at; a stateful sampler is saved as it is
+        now, before this epoch draws from it (and prefetching draws ahead of what is yielded):
+        resuming restores this and replays the batches yielded before."""
         self.sampler_states = {
             name: s.state_dict()
             for name, s in sampling.user_samplers
             if s is not None and hasattr(s, "state_dict")
         }
         self.sampler_epoch = sampling.sampler_epoch()
-        batches = sampling.batches(epoch)
-        keys = sampling.keys(epoch, skip)
-        skip, self.skip = self.skip, 0
-        for _ in range(skip):  # resuming: these batches were yielded before
-            done = next(batches, None)
-            if done is None:
-                break
-            keys.draw([int(i) for i in done])
-        self.yielded = skip
+        done, self.skip = self.skip, 0  # batches yielded before
+        if sampling.is_builtin:  # resuming: start at the next batch
+            batches = sampling.batches(epoch, start=done)
+            keys = sampling.keys(epoch, skip, batches)
+        else:  # resuming: replay the batches yielded before
+            batches = sampling.batches(epoch)
+            keys = sampling.keys(epoch, skip, batches)
+            for _ in range(done):
+                idx = next(batches, None)
+                if idx is None:
+                    break
+                keys.draw([int(i) for i in idx])
+        self.yielded = done
         self.finished = False
         return batches, keys
 

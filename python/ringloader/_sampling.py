@@ -10,22 +10,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
-import torch
-from torch.utils.data import (
-    BatchSampler,
-    DistributedSampler,
-    RandomSampler,
-    Sampler,
-    SequentialSampler,
-)
+from torch.utils.data import BatchSampler
 
 from ._keys import DrawKeys, Keys
-
-
-def epoch_seed(seed: int, epoch: int) -> int:
-    """A 63-bit generator seed that depends only on (seed, epoch)."""
-    state = np.random.SeedSequence([seed & (2**64 - 1), epoch & (2**64 - 1)])
-    return int(state.generate_state(1, dtype=np.uint64)[0]) >> 1
+from ._order import Shuffle
 
 
 # shuffle="runs": the epoch shuffles runs of this many consecutive samples.
@@ -42,13 +30,133 @@ def shuffle_mode(shuffle: Any) -> tuple[bool, bool]:
     return bool(shuffle), False
 
 
-class RunSampler(Sampler[int]):
-    """The order of ``shuffle="runs"``: the samples cut into runs of
-    RUN_LENGTH consecutive indices, the runs in a random order (seeded by
-    ``seed``), each run's samples in order. With ``world_size`` > 1, the
-    order is padded (from its start) to a multiple of the world size, or cut
-    to one with ``drop_last``, as DistributedSampler does, and rank r takes
-    the r-th contiguous part of it, so runs stay whole. ``shuffled=False``
+class EpochOrder:
+    """A built-in order of one epoch on one rank, computed per batch (see
+    _order.py): memory O(batch), any batch reached directly.
+
+    The epoch's order over ``n`` samples is ``mode``'s: "shuffle" (a
+    :class:`Shuffle` of (seed, epoch)), "runs" (the samples cut into runs
+    of RUN_LENGTH consecutive indices, the runs in the order of a Shuffle
+    over the run count, each run's samples in order; the last run may be
+    short) or "identity". It is padded by repeating it from its start to
+    a multiple of ``world_size``, or cut to one with ``drop_last``, as
+    DistributedSampler does (same num_samples and total_size); rank r
+    takes positions r, r + world_size, ... of it (DistributedSampler's
+    split), or with ``contiguous`` the r-th contiguous part, so runs stay
+    whole. Position g of the padded order is the (g // n)-th draw of its
+    sample in the epoch: :meth:`repeats`, the keys' occurrences."""
+
+    def __init__(
+        self,
+        n: int,
+        seed: int,
+        epoch: int,
+        mode: str,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        contiguous: bool = False,
+    ) -> None:
+        self.n, self.mode, self.contiguous = n, mode, contiguous
+        self.rank, self.world_size = rank, world_size
+        if drop_last and n % world_size:
+            self.num_samples = math.ceil((n - world_size) / world_size)
+        else:
+            self.num_samples = math.ceil(n / world_size)
+        self.total_size = self.num_samples * world_size
+        self._shuffle: Optional[Shuffle] = None
+        if mode == "shuffle":
+            self._shuffle = Shuffle(n, seed, epoch)
+        elif mode == "runs":
+            runs = math.ceil(n / RUN_LENGTH)
+            self._shuffle = Shuffle(runs, seed, epoch)
+            # The short last run (if any) and the slot it lands in: the
+            # runs after it in the order start that much earlier.
+            self._short = n % RUN_LENGTH
+            if self._short:
+                last = np.array([runs - 1], dtype=np.int64)
+                self._short_end = (
+                    int(self._shuffle.inverse(last)[0]) * RUN_LENGTH + self._short
+                )
+        elif mode != "identity":
+            raise ValueError(f"unknown order {mode!r}")
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def positions(self, local: np.ndarray) -> np.ndarray:
+        """The positions in the padded order of this rank's ``local`` ones."""
+        if self.contiguous:
+            return self.rank * self.num_samples + local
+        return local * self.world_size + self.rank
+
+    def indices(self, local: np.ndarray) -> np.ndarray:
+        """The samples at this rank's positions ``local`` (int64)."""
+        q = self.positions(local) % max(self.n, 1)
+        if self.mode == "shuffle":
+            return self._shuffle(q)
+        if self.mode == "runs":
+            if self._short:  # virtual positions, as if every run were full
+                q = q + (q >= self._short_end) * (RUN_LENGTH - self._short)
+            return self._shuffle(q // RUN_LENGTH) * RUN_LENGTH + q % RUN_LENGTH
+        return q
+
+    def repeats(self, local: np.ndarray) -> np.ndarray:
+        """Which draw of its sample in the epoch each position is."""
+        return self.positions(local) // max(self.n, 1)
+
+    def __iter__(self) -> Iterator[int]:
+        for start in range(0, self.num_samples, CHUNK):
+            local = np.arange(start, min(start + CHUNK, self.num_samples))
+            yield from self.indices(local).tolist()
+
+    def batches(self, batch_size: int, drop_last: bool, start: int) -> "OrderBatches":
+        return OrderBatches(self, batch_size, drop_last, start)
+
+
+# Positions computed at once when an EpochOrder is iterated as a sampler.
+CHUNK = 4096
+
+
+class OrderBatches:
+    """The batches of an :class:`EpochOrder` from batch ``start`` on, as
+    BatchSampler cuts them; :meth:`repeats` gives the keys' occurrences of
+    the batch last yielded (Keys.draw follows each batch, in order)."""
+
+    def __init__(
+        self, order: EpochOrder, batch_size: int, drop_last: bool, start: int
+    ) -> None:
+        self.order, self.batch_size = order, batch_size
+        n = order.num_samples
+        self.count = n // batch_size if drop_last else math.ceil(n / batch_size)
+        self.next = start
+        self._drawn = start
+
+    def __iter__(self) -> "OrderBatches":
+        return self
+
+    def __next__(self) -> list[int]:
+        if self.next >= self.count:
+            raise StopIteration
+        self.next += 1
+        return self.order.indices(self._local(self.next - 1)).tolist()
+
+    def _local(self, b: int) -> np.ndarray:
+        end = min((b + 1) * self.batch_size, self.order.num_samples)
+        return np.arange(b * self.batch_size, end)
+
+    def repeats(self, drawn: np.ndarray) -> np.ndarray:
+        """The occurrences of the draws of the next batch Keys draws."""
+        local = self._local(self._drawn)
+        self._drawn += 1
+        if len(local) != len(drawn):
+            raise RuntimeError("keys drawn out of step with the built-in order")
+        return self.order.repeats(local)
+
+
+class RunSampler(EpochOrder):
+    """The order of ``shuffle="runs"`` (see EpochOrder), seeded by (seed,
+    epoch), rank r taking the r-th contiguous part of it. ``shuffled=False``
     keeps the indices in order, only split over the ranks: a Mix's draws,
     which it makes in runs itself."""
 
@@ -56,46 +164,20 @@ class RunSampler(Sampler[int]):
         self,
         n: int,
         seed: int,
+        epoch: int = 0,
         rank: int = 0,
         world_size: int = 1,
         drop_last: bool = False,
         shuffled: bool = True,
     ) -> None:
-        self.n, self.seed, self.shuffled = n, seed, shuffled
-        self.rank, self.world_size = rank, world_size
-        if drop_last:
-            self.num_samples = n // world_size
-        else:
-            self.num_samples = math.ceil(n / world_size)
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-    def __iter__(self) -> Iterator[int]:
-        if self.shuffled:
-            gen = torch.Generator()
-            gen.manual_seed(self.seed)
-            runs = torch.randperm(math.ceil(self.n / RUN_LENGTH), generator=gen)
-            starts = runs.numpy() * RUN_LENGTH
-            order = (starts[:, None] + np.arange(RUN_LENGTH)[None, :]).ravel()
-            order = order[order < self.n]
-        else:  # already in runs (a Mix's draws): only split over the ranks
-            order = np.arange(self.n)
-        total = self.num_samples * self.world_size
-        if total > len(order):
-            order = np.resize(order, total)  # repeats from the start
-        part = order[self.rank * self.num_samples : (self.rank + 1) * self.num_samples]
-        return iter(part.tolist())
+        mode = "runs" if shuffled else "identity"
+        super().__init__(n, seed, epoch, mode, rank, world_size, drop_last, True)
 
 
-def builtin_order(n: int, seed: int, epoch: int, runs: bool) -> Sampler[int]:
+def builtin_order(n: int, seed: int, epoch: int, runs: bool) -> EpochOrder:
     """The built-in shuffle of ``epoch`` over ``n`` samples in one process:
-    a function of (seed, epoch) alone."""
-    if runs:
-        return RunSampler(n, epoch_seed(seed, epoch))
-    gen = torch.Generator()
-    gen.manual_seed(epoch_seed(seed, epoch))
-    return RandomSampler(range(n), generator=gen)
+    a function of (seed, epoch) alone, iterable as a sampler."""
+    return EpochOrder(n, seed, epoch, "runs" if runs else "shuffle")
 
 
 def check_sharded(sampling: "Sampling", asked: Optional[bool]) -> None:
@@ -258,68 +340,61 @@ class Sampling:
             return len(self.batch_sampler)
         if self.sampler is not None:
             n = len(self.sampler)
-        elif self.runs:
-            n = len(self.run_sampler(0))
-        elif self.distributed:
-            n = len(self.distributed_sampler(0))
         else:
-            n = self.n
+            n = self.builtin(0).num_samples
         if self.drop_last:
             return n // self.batch_size
         return math.ceil(n / self.batch_size)
 
-    def distributed_sampler(self, epoch: int) -> DistributedSampler:
-        s = DistributedSampler(
-            range(self.n),
-            num_replicas=self.world_size,
-            rank=self.rank,
-            shuffle=self.shuffle,
-            seed=self.seed,
-            drop_last=self.drop_last,
-        )
-        s.set_epoch(epoch)
-        return s
+    @property
+    def is_builtin(self) -> bool:
+        """Whether the loader draws a built-in order (no sampler of the
+        user's): its batches are computed, any one directly."""
+        return self.sampler is None and self.batch_sampler is None
 
-    def run_sampler(self, epoch: int) -> RunSampler:
-        return RunSampler(
+    def builtin(self, epoch: int) -> EpochOrder:
+        """The built-in order of ``epoch`` on this rank: shuffle="runs"
+        (a Mix draws in runs itself: only split over the ranks), the
+        shuffle or the sequential order, sharded as DistributedSampler
+        shards (a single rank: the whole order)."""
+        if self.runs:
+            mode = "identity" if self.order is not None else "runs"
+        else:
+            mode = "shuffle" if self.shuffle else "identity"
+        return EpochOrder(
             self.n,
-            epoch_seed(self.seed, epoch),
+            self.seed,
+            epoch,
+            mode,
             self.rank,
             self.world_size,
             self.drop_last and self.distributed,
-            # A Mix draws its epoch in runs itself (order(..., RUN_LENGTH)).
-            shuffled=self.order is None,
+            contiguous=self.runs,
         )
 
-    def batches(self, epoch: int) -> Iterator[Any]:
+    def batches(self, epoch: int, start: int = 0) -> Iterator[Any]:
         """The batches of ``epoch``, as the samplers give them: lists of
         dataset indices, or with an ``order`` (a Mix) positions in the
         epoch's draws, which :meth:`keys` maps to the ids drawn there. A
-        sampler of the user's keeps the epoch the user gave it (directly,
-        or through Loader.set_epoch): as with DataLoader, iterating does
-        not change it."""
-        return self._positions(epoch)
-
-    def keys(self, epoch: int, skip: bool) -> Keys:
-        """The keys of the draws of an iteration of ``epoch`` (``skip``:
-        on_error="skip"), which also map the batches to dataset indices
-        (:meth:`Keys.ids`); a Mix's draws are :meth:`draw_epoch`'s."""
-        if self.order is None:
-            return Keys(skip)
-        run = RUN_LENGTH if self.runs else 1
-        return DrawKeys(self.order(self.draw_epoch(epoch), run), skip)
-
-    def _positions(self, epoch: int) -> Iterator[Any]:
+        built-in order starts at batch ``start`` (a sampler of the user's
+        is iterated from its start: ``start`` is for :attr:`is_builtin`
+        orders only). A sampler of the user's keeps the epoch the user
+        gave it (directly, or through Loader.set_epoch): as with
+        DataLoader, iterating does not change it."""
+        if self.is_builtin:
+            return self.builtin(epoch).batches(self.batch_size, self.drop_last, start)
         if self.batch_sampler is not None:
             return iter(self.batch_sampler)
-        if self.sampler is not None:
-            sampler = self.sampler
-        elif self.runs:
-            sampler = self.run_sampler(epoch)
-        elif self.distributed:
-            sampler = self.distributed_sampler(epoch)
-        elif self.shuffle:
-            sampler = builtin_order(self.n, self.seed, epoch, runs=False)
-        else:
-            sampler = SequentialSampler(range(self.n))
-        return iter(BatchSampler(sampler, self.batch_size, self.drop_last))
+        return iter(BatchSampler(self.sampler, self.batch_size, self.drop_last))
+
+    def keys(self, epoch: int, skip: bool, batches: Any = None) -> Keys:
+        """The keys of the draws of an iteration of ``epoch`` (``skip``:
+        on_error="skip"), which also map the batches to dataset indices
+        (:meth:`Keys.ids`); a Mix's draws are :meth:`draw_epoch`'s.
+        ``batches``, from :meth:`batches`: a built-in order's give the
+        draws' occurrences; a user's sampler's are counted."""
+        repeats = batches.repeats if isinstance(batches, OrderBatches) else None
+        if self.order is None:
+            return Keys(skip, self.n, repeats)
+        run = RUN_LENGTH if self.runs else 1
+        return DrawKeys(self.order(self.draw_epoch(epoch), run), skip, repeats)

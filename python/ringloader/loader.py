@@ -92,7 +92,10 @@ class Loader:
             or a ``ringloader.Mix`` of those (its epochs are its draws, in
             the order it draws them, whatever ``shuffle`` says).
         batch_size, shuffle, sampler, batch_sampler, drop_last: as
-            ``DataLoader``; any torch ``Sampler`` works. ``shuffle="runs"``
+            ``DataLoader``; any torch ``Sampler`` works. ``shuffle=True``
+            is ringloader's own shuffle, not torch's ``randperm``: a keyed
+            bijection of the indices computed a batch at a time, with no
+            array of the data set's size. ``shuffle="runs"``
             shuffles runs of 16 consecutive samples instead of samples:
             for remote shards, where a batch's neighbouring samples come in
             one range GET, so that a batch of 64 costs 4 GETs instead of 64
@@ -138,10 +141,11 @@ class Loader:
         direct_io: read with ``O_DIRECT``, bypassing the page cache, for
             data sets larger than RAM on fast storage; where the file system
             refuses it, files are read buffered and this is said once.
-        distributed: shard the data across processes exactly as
+        distributed: shard the data across processes as
             ``DistributedSampler(dataset, world_size, rank, shuffle, seed,
-            drop_last)`` does; rank and world size come from
-            ``torch.distributed`` unless given. Passing a
+            drop_last)`` does (its sizes, padding and split; the order,
+            when shuffled, is the built-in shuffle's); rank and world size
+            come from ``torch.distributed`` unless given. Passing a
             ``DistributedSampler`` as ``sampler`` works too. Left at None
             where ``torch.distributed`` runs several processes and no
             sampler is given, iterating raises ValueError (every rank would
@@ -507,8 +511,8 @@ class Loader:
     def load_state_dict(self, state: dict) -> None:
         """Make the next iteration continue where ``state`` was taken: the
         remaining batches of that epoch, bit-identical (augmentations
-        included) for the built-in shuffle, DistributedSampler sharding and
-        any deterministic sampler."""
+        included) for the built-in orders (started at the batch directly)
+        and any deterministic sampler (replayed up to it)."""
         Position.check(state, self._sampling())
         mix_seed = state.get("mix_seed")
         if mix_seed is not None and hasattr(self._data, "ringloader_order"):

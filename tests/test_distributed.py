@@ -385,8 +385,8 @@ def test_runs_split_across_ranks_keep_runs_whole(jpeg, drop_last):
         assert all(p[0] % run == 0 for p in pieces[1:]), pieces
 
 
-def test_shuffle_must_be_a_bool_or_runs(jpeg):
-    with pytest.raises(ValueError, match='shuffle must be a bool or "runs"'):
+def test_shuffle_must_be_a_bool_runs_or_stream(jpeg):
+    with pytest.raises(ValueError, match='shuffle must be a bool, "runs" or "stream"'):
         ringloader.Loader(Indexed(jpeg), shuffle="yes")
 
 

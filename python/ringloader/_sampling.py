@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 from torch.utils.data import BatchSampler
 
+from ._stream_order import StreamOrder
 from ._keys import DrawKeys, Keys
 from ._order import Shuffle
 
@@ -20,14 +21,21 @@ from ._order import Shuffle
 RUN_LENGTH = 16
 
 
-def shuffle_mode(shuffle: Any) -> tuple[bool, bool]:
-    """(shuffle, runs) of a Loader's ``shuffle`` argument: a bool, or
-    "runs". Raises ValueError for anything else."""
+# The named orders a Loader's ``shuffle`` may be, besides a bool.
+NAMED_ORDERS = ("runs", "stream")
+
+
+def shuffle_mode(shuffle: Any) -> tuple[bool, Optional[str]]:
+    """(shuffle, the named order or None) of a Loader's ``shuffle``
+    argument: a bool, "runs" or "stream". Raises ValueError for anything
+    else."""
     if isinstance(shuffle, str):
-        if shuffle != "runs":
-            raise ValueError(f'shuffle must be a bool or "runs", not {shuffle!r}')
-        return True, True
-    return bool(shuffle), False
+        if shuffle not in NAMED_ORDERS:
+            raise ValueError(
+                f'shuffle must be a bool, "runs" or "stream", not {shuffle!r}'
+            )
+        return True, shuffle
+    return bool(shuffle), None
 
 
 class EpochOrder:
@@ -56,6 +64,7 @@ class EpochOrder:
         world_size: int = 1,
         drop_last: bool = False,
         contiguous: bool = False,
+        shard_starts: Optional[np.ndarray] = None,
     ) -> None:
         self.n, self.mode, self.contiguous = n, mode, contiguous
         self.rank, self.world_size = rank, world_size
@@ -65,7 +74,14 @@ class EpochOrder:
             self.num_samples = math.ceil(n / world_size)
         self.total_size = self.num_samples * world_size
         self._shuffle: Optional[Shuffle] = None
-        if mode == "shuffle":
+        self._stream: Optional[StreamOrder] = None
+        if mode == "stream":
+            assert shard_starts is not None
+            self._stream = StreamOrder(
+                shard_starts, seed, epoch, rank, world_size, drop_last
+            )
+            assert len(self._stream) == self.num_samples
+        elif mode == "shuffle":
             self._shuffle = Shuffle(n, seed, epoch)
         elif mode == "runs":
             runs = math.ceil(n / RUN_LENGTH)
@@ -86,12 +102,16 @@ class EpochOrder:
 
     def positions(self, local: np.ndarray) -> np.ndarray:
         """The positions in the padded order of this rank's ``local`` ones."""
+        if self._stream is not None:
+            raise TypeError("a streaming order has no padded order's positions")
         if self.contiguous:
             return self.rank * self.num_samples + local
         return local * self.world_size + self.rank
 
     def indices(self, local: np.ndarray) -> np.ndarray:
         """The samples at this rank's positions ``local`` (int64)."""
+        if self._stream is not None:
+            return self._stream.at(local)
         q = self.positions(local) % max(self.n, 1)
         if self.mode == "shuffle":
             return self._shuffle(q)
@@ -103,6 +123,8 @@ class EpochOrder:
 
     def repeats(self, local: np.ndarray) -> np.ndarray:
         """Which draw of its sample in the epoch each position is."""
+        if self._stream is not None:
+            return self._stream.draws(local)
         return self.positions(local) // max(self.n, 1)
 
     def __iter__(self) -> Iterator[int]:
@@ -174,10 +196,30 @@ class RunSampler(EpochOrder):
         super().__init__(n, seed, epoch, mode, rank, world_size, drop_last, True)
 
 
-def builtin_order(n: int, seed: int, epoch: int, runs: bool) -> EpochOrder:
-    """The built-in shuffle of ``epoch`` over ``n`` samples in one process:
-    a function of (seed, epoch) alone, iterable as a sampler."""
-    return EpochOrder(n, seed, epoch, "runs" if runs else "shuffle")
+def builtin_order(
+    n: int, seed: int, epoch: int, kind: Optional[str], dataset: Any = None
+) -> EpochOrder:
+    """The built-in shuffle of ``epoch`` over ``n`` samples in one process
+    (``kind``: None, "runs" or "stream", which reads ``dataset``'s
+    shards): a function of (seed, epoch) alone, iterable as a sampler."""
+    if kind == "stream":
+        starts = shard_starts(dataset)
+        return EpochOrder(n, seed, epoch, "stream", shard_starts=starts)
+    return EpochOrder(n, seed, epoch, "runs" if kind == "runs" else "shuffle")
+
+
+def shard_starts(dataset: Any) -> np.ndarray:
+    """The first sample of each shard of ``dataset``, and its length, for
+    shuffle="stream": its ``ringloader_shards()``. Raises ValueError for a
+    dataset that is not read shard by shard."""
+    shards = getattr(dataset, "ringloader_shards", None)
+    if shards is None:
+        raise ValueError(
+            'shuffle="stream" reads a shard set shard by shard (a '
+            f"ringloader.TarShards), and {type(dataset).__name__} has no shards: "
+            'use shuffle=True (or shuffle="runs")'
+        )
+    return np.asarray(shards(), dtype=np.int64)
 
 
 def check_sharded(sampling: "Sampling", asked: Optional[bool]) -> None:
@@ -294,6 +336,9 @@ class Sampling:
     # runs: drawn in runs of RUN_LENGTH, which RunSampler only splits over
     # the ranks). None: positions are the ids.
     order: Optional[Callable[[int, int], np.ndarray]] = None
+    # shuffle="stream": the first sample of each shard of the dataset, and
+    # its length (the streaming order, _stream_order.py). None: not asked.
+    stream: Optional[np.ndarray] = None
 
     @property
     def user_samplers(self) -> tuple[tuple[str, Any], ...]:
@@ -357,6 +402,17 @@ class Sampling:
         (a Mix draws in runs itself: only split over the ranks), the
         shuffle or the sequential order, sharded as DistributedSampler
         shards (a single rank: the whole order)."""
+        if self.stream is not None:
+            return EpochOrder(
+                self.n,
+                self.seed,
+                epoch,
+                "stream",
+                self.rank,
+                self.world_size,
+                self.drop_last and self.distributed,
+                shard_starts=self.stream,
+            )
         if self.runs:
             mode = "identity" if self.order is not None else "runs"
         else:

@@ -117,17 +117,25 @@ class StreamOrder:
             perm = self._perms[key] = gen.permutation(size)
         return perm
 
-    def ids(self, lo: int, hi: Optional[int] = None) -> np.ndarray:
-        """The dataset indices at this rank's positions [lo, hi)."""
-        hi = self.num_samples if hi is None else min(hi, self.num_samples)
-        pos = np.arange(lo, max(lo, hi), dtype=np.int64)
-        s = self._stream(pos) % max(self.n, 1)
+    def at(self, pos: np.ndarray) -> np.ndarray:
+        """The dataset indices at this rank's positions ``pos`` (int64)."""
+        s = self._stream(np.asarray(pos, dtype=np.int64)) % max(self.n, 1)
         shard = np.searchsorted(self._at, s, side="right") - 1
         return self._first[shard] + (s - self._at[shard])
 
-    def occurrences(self, lo: int, hi: Optional[int] = None) -> np.ndarray:
-        """How many times the samples at positions [lo, hi) came before in
+    def draws(self, pos: np.ndarray) -> np.ndarray:
+        """How many times the samples at positions ``pos`` came before in
         this epoch (over all ranks): 0, or the padding's repeat count."""
+        return self._stream(np.asarray(pos, dtype=np.int64)) // max(self.n, 1)
+
+    def _range(self, lo: int, hi: Optional[int]) -> np.ndarray:
         hi = self.num_samples if hi is None else min(hi, self.num_samples)
-        pos = np.arange(lo, max(lo, hi), dtype=np.int64)
-        return self._stream(pos) // max(self.n, 1)
+        return np.arange(lo, max(lo, hi), dtype=np.int64)
+
+    def ids(self, lo: int, hi: Optional[int] = None) -> np.ndarray:
+        """The dataset indices at this rank's positions [lo, hi)."""
+        return self.at(self._range(lo, hi))
+
+    def occurrences(self, lo: int, hi: Optional[int] = None) -> np.ndarray:
+        """:meth:`draws` of the positions [lo, hi)."""
+        return self.draws(self._range(lo, hi))

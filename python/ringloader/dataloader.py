@@ -36,7 +36,7 @@ from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 from torch.utils.data import default_collate
 
 from . import _core, _frameworks
-from ._sampling import Sampling, builtin_order
+from ._sampling import NAMED_ORDERS, Sampling, builtin_order
 from ._plan import TransformPlan, tail_samples
 from .datasets import targets as _targets
 from .datasets.base import FILES_PROTOCOL, provides_sources
@@ -193,9 +193,11 @@ class _BuiltinShuffle(RandomSampler):
     draws from it as torch's RandomSampler does, so a framework shards as
     it would torch's DataLoader. The loader itself does not iterate it."""
 
-    def __init__(self, dataset: Any, seed: int, runs: bool, generator: Any) -> None:
+    def __init__(
+        self, dataset: Any, seed: int, kind: Optional[str], generator: Any
+    ) -> None:
         super().__init__(dataset, generator=generator)
-        self.seed, self.runs, self.epoch = seed, runs, 0
+        self.seed, self.kind, self.epoch = seed, kind, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -204,7 +206,13 @@ class _BuiltinShuffle(RandomSampler):
         if self.generator is not None:
             return super().__iter__()
         return iter(
-            builtin_order(len(self.data_source), self.seed, self.epoch, self.runs)
+            builtin_order(
+                len(self.data_source),
+                self.seed,
+                self.epoch,
+                self.kind,
+                self.data_source,
+            )
         )
 
 
@@ -333,10 +341,11 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
                     f"ringloader cannot read this dataset itself ({reason}), and "
                     f"torch.utils.data.DataLoader has no {', '.join(reshaping)}"
                 )
-            runs = merged.get("shuffle") == "runs"
+            named = merged.get("shuffle")
+            named = named if named in NAMED_ORDERS else None
             warnings.warn(
                 f"ringloader: using torch.utils.data.DataLoader because {reason}"
-                + ('; shuffle="runs" is plain shuffling there' if runs else "")
+                + (f'; shuffle="{named}" is plain shuffling there' if named else "")
                 + (
                     f"; {', '.join(options)} apply to ringloader's pipeline only"
                     if options
@@ -345,9 +354,9 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
                 FallbackWarning,
                 stacklevel=2,
             )
-            if runs and "shuffle" in kwargs:
+            if named and "shuffle" in kwargs:
                 kwargs["shuffle"] = True
-            elif runs:
+            elif named:
                 args = args[:1] + (True,) + args[2:]
             return TorchDataLoader(dataset, *args, **kwargs)
         return super().__new__(cls)
@@ -404,7 +413,7 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         super().__init__(
             dataset,
             batch_size=batch_size,
-            shuffle=shuffle if shuffle == "runs" else bool(shuffle),
+            shuffle=shuffle if shuffle in NAMED_ORDERS else bool(shuffle),
             sampler=sampler,
             batch_sampler=batch_sampler,
             drop_last=drop_last,
@@ -446,7 +455,8 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         # made here stand for the built-in order (see _sampling).
         if sampler is None:
             if self.shuffle:
-                sampler = _BuiltinShuffle(dataset, self.seed, self.runs, generator)
+                kind = "runs" if self.runs else "stream" if self.stream else None
+                sampler = _BuiltinShuffle(dataset, self.seed, kind, generator)
             else:
                 sampler = SequentialSampler(dataset)
             self._own_sampler = sampler

@@ -40,6 +40,7 @@ from ._sampling import (
     check_batching,
     check_sharded,
     sharding,
+    shard_starts,
     shuffle_mode,
 )
 from .datasets import targets as _targets
@@ -99,7 +100,13 @@ class Loader:
             shuffles runs of 16 consecutive samples instead of samples:
             for remote shards, where a batch's neighbouring samples come in
             one range GET, so that a batch of 64 costs 4 GETs instead of 64
-            (local reads gain nothing from it).
+            (local reads gain nothing from it). ``shuffle="stream"`` (a
+            ``TarShards``) reads the shards in a random order, one after
+            another, each rank a contiguous part of them, the samples
+            shuffled within windows of 8,192 (as webdataset's shard shuffle
+            and ``shuffle(n)`` do, but computable from any position: exact
+            resume): for object stores where even runs cost too many
+            requests.
         num_threads: decode threads (default: the CPUs this process may use).
         prefetch: batches decoded ahead of the one being consumed.
         seed: seeds shuffling and augmentations; with ``epoch`` it fixes
@@ -222,7 +229,11 @@ class Loader:
         self._data = resolve(dataset)
         self.batch_size = batch_size
         self.drop_last = drop_last
-        self.shuffle, self.runs = shuffle_mode(shuffle)
+        self.shuffle, kind = shuffle_mode(shuffle)
+        self.runs, self.stream = kind == "runs", kind == "stream"
+        # shuffle="stream": the shards' first samples (ValueError for a
+        # dataset that has none: see _sampling.shard_starts).
+        self._shard_starts = shard_starts(self._data) if self.stream else None
         self.sampler = sampler
         self.batch_sampler = batch_sampler
         self.num_threads = int(num_threads or _default_threads())
@@ -319,6 +330,7 @@ class Loader:
             world_size=self.world_size,
             seed=self.seed,
             order=order,
+            stream=self._shard_starts,
         )
 
     # ---- DataLoader-compatible surface ----

@@ -544,6 +544,11 @@ class TarShards(ImageDataset):
             delay=2.0,
         )
 
+    def ringloader_shards(self) -> np.ndarray:
+        """The first sample of each shard, then the number of samples
+        (int64): what ``shuffle="stream"`` reads shard by shard."""
+        return self.starts
+
     def shard_of(self, index: int) -> int:
         """The position in ``shards`` of the shard holding sample ``index``."""
         return int(np.searchsorted(self.starts, index, side="right")) - 1

@@ -10,6 +10,7 @@ are kept as one UTF-8 blob with offsets rather than as Python objects.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import sys
@@ -176,11 +177,16 @@ class StringBlob(Sequence):
             if paths.ndim != 1:
                 raise ValueError(f"{what}: a 1-D array is needed, not {paths.shape}")
             if paths.dtype.kind in "US":
-                return cls(*_pack_fixed(paths, what))
-            if paths.dtype != object:
+                packed = _pack_fixed(paths, what)
+            elif paths.dtype != object:
                 raise TypeError(f"{what}: an array of str, not of {paths.dtype}")
-            paths = paths.tolist()
-        return cls(*_pack_texts(_texts(paths), what, common=True))
+            else:
+                packed = _pack_texts(paths.tolist(), what, common=True)
+        else:
+            packed = _pack_texts(_texts(paths), what, common=True)
+        if len(packed[0]) >= _TRIM_AFTER:
+            _give_back_freed()
+        return cls(*packed)
 
     @property
     def blob(self) -> np.ndarray:
@@ -240,6 +246,25 @@ class StringBlob(Sequence):
 # How os.fsencode encodes (UTF-8 and surrogateescape on Linux): every
 # name, even one that is not valid UTF-8, round-trips.
 _FS = (sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+
+
+# The temporaries of packing are arrays the size of the text. Those under
+# glibc's mmap threshold (up to 32 MiB) come from the heap and, freed, stay
+# in the process's resident memory; after packing that much text, the free
+# pages are handed back to the system.
+_TRIM_AFTER = 4 << 20
+
+
+def _give_back_freed() -> None:
+    """Return the C heap's free pages to the system (glibc's malloc_trim);
+    nothing where the C library has no such call."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
 
 
 def _texts(items: Any) -> list:

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import ringloader
+from ringloader.datasets.cache import StringBlob
 from ringloader.datasets.filelist import FileList
 from test_filelist import _batches, _same
 
@@ -196,6 +197,7 @@ _READ = """
 import json, sys
 if sys.argv[1] == "absent":
     sys.modules["pyarrow"] = None  # as when pyarrow is not installed
+from ringloader.datasets.cache import StringBlob
 from ringloader.datasets.filelist import FileList
 out = {}
 for name, (path, kw) in json.loads(sys.argv[2]).items():
@@ -275,3 +277,26 @@ def test_a_million_paths_keep_no_python_object_per_sample(form):
     assert kept / n < 40, (kept / n, peak / n)
     # The temporaries are arrays the size of the text, not objects.
     assert peak / n < 200, (kept / n, peak / n)
+
+
+def test_the_common_folder_is_kept_once():
+    many = [f"/a/b/c/{i}.jpg" for i in range(10_000)]
+    odd = many.copy()
+    odd[5_001] = "/a/x/c/odd.jpg"  # between the items a sample looks at
+    cases = [
+        (many, "/a/b/c/"),
+        (odd, "/a/"),
+        (["/a/b/", "/a/b/c.jpg", "/a/b/"], "/a/b/"),  # an item is the folder
+        (["/a/b/x.jpg"], "/a/b/"),
+        (["rel/a.jpg", "rel2/b.jpg"], ""),
+        (["/é/ü/1.jpg", "/é/ü/2.jpg", "/é/v.jpg"], "/é/"),
+        (["", "/a/b.jpg"], ""),
+    ]
+    for items, prefix in cases:
+        for form in (items, np.array(items), np.array(items, dtype=object)):
+            blob = StringBlob.of_paths(form)
+            assert blob.prefix == prefix, (items[:3], type(form))
+            assert list(blob) == items
+            assert len(blob.blob) == sum(len(os.fsencode(s)) for s in items) - len(
+                os.fsencode(prefix)
+            ) * len(items)

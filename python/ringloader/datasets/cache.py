@@ -297,8 +297,7 @@ def _pack_texts(
     del joined
     data = np.frombuffer(raw, dtype=np.uint8)
     seps = np.flatnonzero(data == 0)
-    first_len = int(seps[0]) if len(seps) else len(raw)
-    cut = _common_dir(raw, first_len, n) if common else 0
+    cut = _common_dir(raw, data, seps) if common else 0
     prefix = os.fsdecode(raw[:cut])
     # Taken out: each separator and the prefix after it (and the first
     # item's prefix), marked by toggles whose running xor is 1 inside.
@@ -317,20 +316,30 @@ def _pack_texts(
     return blob, offsets, prefix
 
 
-def _common_dir(raw: bytes, first_len: int, n: int) -> int:
+def _common_dir(raw: bytes, data: np.ndarray, seps: np.ndarray) -> int:
     """The length of the longest directory prefix (ending with a slash)
-    of the first item that all ``n`` items of ``raw`` (joined with NULs,
-    which no item holds) share: one with ``b"\0" + prefix`` n - 1 times
-    in ``raw``, found by bisection over the first item's slashes."""
-    first = raw[:first_len]
-    cuts = [i + 1 for i in range(first_len) if first[i] == 0x2F]
-    lo, hi = 0, len(cuts)  # cuts[:lo] are common, cuts[hi:] are not
+    of the first item that every item of ``raw`` (``data``: the items
+    joined with NULs, which no item holds, at ``seps``) shares: one with
+    ``b"\0" + prefix`` once per separator in ``raw``. A sample of the
+    items rules out the longer candidates first; the longest left is then
+    counted, and the others by bisection when it is not shared."""
+    first = data[: int(seps[0]) if len(seps) else len(data)]
+    cuts = (np.flatnonzero(first == 0x2F) + 1).tolist()
+    if not cuts or not len(seps):
+        return cuts[-1] if cuts else 0
+    starts = seps[:: max(1, len(seps) // 4096)] + 1
+    window = np.take(data, starts[:, None] + np.arange(cuts[-1]), mode="clip")
+    same = (window == first[: cuts[-1]]).all(axis=0)
+    shared = cuts[-1] if same.all() else int(np.argmin(same))
+    cuts = [c for c in cuts if c <= shared]
+    lo, hi = 0, len(cuts)  # cuts[:lo] are shared, cuts[hi:] are not
+    mid = hi
     while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if raw.count(b"\0" + first[: cuts[mid - 1]]) == n - 1:
+        if raw.count(b"\0" + first[: cuts[mid - 1]].tobytes()) == len(seps):
             lo = mid
         else:
             hi = mid - 1
+        mid = (lo + hi + 1) // 2
     return cuts[lo - 1] if lo else 0
 
 

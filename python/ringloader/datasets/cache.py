@@ -30,6 +30,7 @@ __all__ = [
     "StringBlob",
     "cache_name",
     "default_cache_dir",
+    "give_back_freed",
     "load_npz",
     "pack_strings",
     "read_npz",
@@ -185,7 +186,7 @@ class StringBlob(Sequence):
         else:
             packed = _pack_texts(_texts(paths), what, common=True)
         if len(packed[0]) >= _TRIM_AFTER:
-            _give_back_freed()
+            give_back_freed()
         return cls(*packed)
 
     @property
@@ -255,7 +256,7 @@ _FS = (sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
 _TRIM_AFTER = 4 << 20
 
 
-def _give_back_freed() -> None:
+def give_back_freed() -> None:
     """Return the C heap's free pages to the system (glibc's malloc_trim);
     nothing where the C library has no such call."""
     try:

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import base as _base
 from .base import ImageDataset, PairView, PathLike, Sources
-from .cache import StringBlob
+from .cache import StringBlob, give_back_freed
 from .remote import Client
 from .targets import as_targets, item
 from .urls import is_url, redact
@@ -260,6 +260,9 @@ def _read_csv_arrow(
     with open(path, "rb") as f:
         data = f.read()
     names = [f"f{i}" for i in range(k + 1)]
+    # The C heap's (not Arrow's own allocator, which keeps what is freed):
+    # the temporaries of reading are handed back after it.
+    pool = pa.system_memory_pool()
     try:
         table = pacsv.read_csv(
             pa.py_buffer(data),
@@ -275,6 +278,7 @@ def _read_csv_arrow(
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=False,
             ),
+            memory_pool=pool,
         )
     except (pa.ArrowInvalid, pa.ArrowKeyError):
         return None  # rows of other widths, an empty file, not UTF-8, ...
@@ -286,15 +290,20 @@ def _read_csv_arrow(
         except ValueError:  # a header
             cells = [c.slice(1) for c in cells]
     # Blank cells (of blank rows too) parse as no number.
-    labels = _label_columns(cells[1:])
+    labels = _label_columns(cells[1:], pool)
     if labels is None:
-        labels = _label_columns([pc.utf8_trim_whitespace(c) for c in cells[1:]])
+        trimmed = [pc.utf8_trim_whitespace(c, memory_pool=pool) for c in cells[1:]]
+        labels = _label_columns(trimmed, pool)
         if labels is None:
             return None
     files = StringBlob.of_paths(cells[0], "CSV paths")
     if _spaced(files):
-        files = StringBlob.of_paths(pc.utf8_trim_whitespace(cells[0]), "CSV paths")
-    return _resolved(files, base), labels
+        trimmed = pc.utf8_trim_whitespace(cells[0], memory_pool=pool)
+        files = StringBlob.of_paths(trimmed, "CSV paths")
+    del table, cells
+    paths = _resolved(files, base)
+    give_back_freed()
+    return paths, labels
 
 
 # Bytes that may begin or end white space (ASCII's, or a UTF-8 sequence).
@@ -312,7 +321,7 @@ def _spaced(paths: StringBlob) -> bool:
     return bool(_SPACE[blob[start[full]]].any() or _SPACE[blob[end[full] - 1]].any())
 
 
-def _label_columns(columns: list) -> np.ndarray | None:
+def _label_columns(columns: list, pool: Any) -> np.ndarray | None:
     """The labels of CSV columns of text: int64 when all are integers,
     else float64; None when Arrow parses some as neither."""
     import pyarrow as pa
@@ -320,7 +329,7 @@ def _label_columns(columns: list) -> np.ndarray | None:
 
     for kind in (pa.int64(), pa.float64()):
         try:
-            parsed = [pc.cast(c, kind).to_numpy() for c in columns]
+            parsed = [pc.cast(c, kind, memory_pool=pool).to_numpy() for c in columns]
         except pa.ArrowInvalid:
             continue
         return parsed[0] if len(parsed) == 1 else np.column_stack(parsed)

@@ -292,12 +292,12 @@ def _pack_texts(
     except TypeError:  # path-likes or bytes: one call each
         items = [os.fsdecode(p) for p in items]
         joined = "\0".join(items)
-    if joined.count("\0") != n - 1:
-        raise _nul_row(what, next(i for i, s in enumerate(items) if "\0" in s))
     raw = joined.encode(*_FS)
     del joined
     data = np.frombuffer(raw, dtype=np.uint8)
     seps = np.flatnonzero(data == 0)
+    if len(seps) != n - 1:  # more NULs than separators
+        raise _nul_row(what, next(i for i, s in enumerate(items) if "\0" in s))
     cut = _common_dir(raw, data, seps) if common else 0
     prefix = os.fsdecode(raw[:cut])
     # Taken out: each separator and the prefix after it (and the first

@@ -324,4 +324,25 @@ typedef struct rl_limits {
     uint64_t max_decode_bytes;
 } rl_limits;
 
+/*
+ * The run holding i among n runs given by their first entries: starts has
+ * n + 1 entries, never falling, with starts[0] <= i < starts[n]. Returns
+ * the last k with starts[k] <= i (empty runs share their start with the
+ * next one; the last of them holds i), by binary search. Used for a
+ * table's shards (source/file.c) and parts (core/jobs.c).
+ */
+static inline int64_t rl_run_of(const int64_t *starts, int64_t n, int64_t i)
+{
+    int64_t lo = 0, hi = n; /* starts[lo] <= i < starts[hi] */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (starts[mid] <= i) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
 #endif /* RL_H */

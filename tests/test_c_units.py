@@ -2,7 +2,8 @@
 ThreadSanitizer: the pool, I/O, resampler and pipeline without Python, and
 the recipes of docs/ARCHITECTURE.md (a toy source, decoder and op),
 Pillow's affine warp at every SIMD level, and the kernels' bytes at every
-level (test_same_bytes; `make check-aarch64` compares them with aarch64's)."""
+level (test_same_bytes; `make check-aarch64` compares them with aarch64's),
+and the lookups in a shard set's record files (test_shard_records)."""
 
 import os
 import shutil
@@ -39,5 +40,6 @@ def test_c_units(tmp_path, sanitize):
         "test_pil_warp",
         "test_same_bytes",
         "test_decode_buf",
+        "test_shard_records",
     ):
         assert f"{name}: " in proc.stdout

@@ -20,6 +20,7 @@ import tarfile
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 import torchvision.transforms as T
@@ -978,3 +979,33 @@ def test_a_cache_that_cannot_be_written_costs_nothing(nginx, www, local):
     h.update(local[0].numpy().tobytes())
     h.update(local[1].numpy().tobytes())
     assert out.stdout.split() == [h.hexdigest(), "0"]
+
+
+def test_an_http_table_by_starts_or_objects_reads_what_names_read(nginx):
+    """An HTTP table gives each sample's object by the shards' starts or an
+    int64 array, with no name looked up a sample; the same bytes come."""
+    src = remote(nginx.url).ringloader_sources()
+    http = dict(names=list(src.remote.names), urls=src.remote.urls())
+    ids = np.arange(min(len(src.paths), 16), dtype=np.int64)
+
+    def read(**table):
+        p = _core.Pipeline(TF_SPEC, offsets=src.offsets, lengths=src.lengths, **table)
+        try:
+            p.submit(ids, ids, 0)
+            return torch.from_dlpack(p.next(timeout=60).views[0]).clone()
+        finally:
+            p.close()
+
+    starts = src.paths.starts
+    want = read(paths=src.paths, http=http)
+    assert torch.equal(read(starts=starts, http=http), want)
+    objects = np.searchsorted(starts, np.arange(len(src.paths)), side="right") - 1
+    assert torch.equal(read(http=dict(http, objects=objects.astype(np.int64))), want)
+    with pytest.raises(ValueError, match="starts: .*never falling"):
+        read(starts=starts[::-1].copy(), http=http)
+    with pytest.raises(ValueError, match="starts has"):
+        read(starts=starts[:-1].copy(), http=http)
+    with pytest.raises(TypeError, match="one of paths, starts"):
+        read(paths=src.paths, starts=starts, http=http)
+    with pytest.raises(TypeError, match=r"http\['objects'\] must be a 1-d int64"):
+        read(http=dict(http, objects=objects.astype(np.int32)))

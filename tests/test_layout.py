@@ -44,14 +44,16 @@ LAYERS: list[list[str]] = [
     # remote: the HTTP(S) and S3 client (metadata, ranges, streams, listing)
     ["datasets.cache", "datasets.composed", "datasets.remote"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex", "datasets.mix"],
+    # a shard set's manifest and its samples read from record files
+    ["datasets.manifest"],
     ["datasets.index", "datasets.shards"],
     ["datasets"],
     # the Loader's parts, one concern each. _keys: the random keys of an
     # epoch's samples; _epoch_iterator: one epoch's iterator (superseded,
     # closed, one thread at a time); _plan: a transform split between the
     # C core and a Python tail; _gpu: device buffers and streams; _meter:
-    # stats
-    ["_keys", "_epoch_iterator", "_plan", "_gpu", "_meter"],
+    # stats; _stream_order: the streaming order of a shard set
+    ["_keys", "_epoch_iterator", "_plan", "_gpu", "_meter", "_stream_order"],
     # which batches each epoch yields: built-in orders, sharding over
     # ranks, the user's samplers (with the random keys they draw)
     ["_sampling"],

@@ -118,8 +118,8 @@ from ringloader import _core
 # pipeline is made and closed.
 n = 200_000
 paths = ["a.tar"] * n
-offsets = list(range(0, 10 * n, 10))
-lengths = [10] * n
+offsets = np.arange(0, 10 * n, 10, dtype=np.int64)
+lengths = np.full(n, 10, dtype=np.int64)
 http = dict(names=["a.tar"], urls=["http://127.0.0.1:9/a.tar"])
 
 def make():

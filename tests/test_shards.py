@@ -148,7 +148,8 @@ def test_index_written_next_to_shards_and_reused(shards, tmp_path, monkeypatch):
         assert file == path + ".idx.npz" and os.path.isfile(file)
         with np.load(file, allow_pickle=False) as z:  # plain arrays only
             assert "offsets" in z.files
-    assert not cache.exists()
+    # The cache directory holds the shard set's manifest only.
+    assert [p.name.startswith("shards-") for p in cache.iterdir()] == [True]
 
     def no_tar(*a, **k):
         raise AssertionError("the tar headers were read again")
@@ -335,3 +336,40 @@ def test_compressed_and_non_tar_shards_are_refused(tmp_path):
     (tmp_path / "b.tar").write_bytes(b"hello, not a tar file" * 50)
     with pytest.raises(ShardError, match="b.tar"):
         TarShards(str(tmp_path / "b.tar"))
+
+
+def test_a_shard_set_without_a_sample_is_refused_naming_it(tmp_path):
+    # Shards that exist but hold no image: a data set of 0 samples would
+    # only fail later, far from its cause (a wrong image_key, wrong files).
+    for i in range(2):
+        with tarfile.open(tmp_path / f"e-{i}.tar", "w") as tf:
+            _add(tf, f"k{i}.txt", b"notes")
+            _add(tf, f"k{i}.cls", b"3")
+    pattern = str(tmp_path / "e-*.tar")
+    with pytest.raises(
+        ValueError, match=r"no sample in the 2 shard\(s\) of .*e-\*\.tar"
+    ):
+        TarShards(pattern)
+    with pytest.raises(ValueError, match="webp"):
+        TarShards([str(tmp_path / "e-0.tar")], image_key="webp")
+
+
+def test_a_shard_gone_at_read_time_fails_its_samples_only(tmp_path):
+    # Indexed, then removed (a node's disk cleaned, a bucket pruned): each
+    # of its samples is an OSError naming the shard, which skip replaces
+    # from the shards still there.
+    for s in range(2):
+        with tarfile.open(tmp_path / f"s-{s}.tar", "w") as tf:
+            for k in range(6):
+                _add(
+                    tf, f"{s}-{k}.jpg", jpeg_bytes("baseline", 40, 48, seed=10 * s + k)
+                )
+                _add(tf, f"{s}-{k}.cls", str(s).encode())
+    ds = TarShards(str(tmp_path / "s-*.tar"))
+    os.unlink(tmp_path / "s-1.tar")
+    with pytest.raises(OSError, match="s-1.tar"):
+        _load_all(ds)
+    loader = ringloader.Loader(ds, batch_size=4, transform=EVAL, on_error="skip")
+    labels = torch.cat([t for _, t in loader])
+    assert labels.tolist() == [0] * 12  # every replacement from s-0.tar
+    assert loader.stats()["skipped"] == 6

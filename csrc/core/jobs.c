@@ -62,15 +62,7 @@ static void part_of(const rl_pipeline *p, int64_t id, int64_t *first,
         *n = p->cfg.source->count;
         return;
     }
-    int64_t lo = 0, hi = p->cfg.nparts; /* parts[lo] <= id < parts[hi] */
-    while (hi - lo > 1) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (p->parts[mid] <= id) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
+    int64_t lo = rl_run_of(p->parts, p->cfg.nparts, id);
     *first = p->parts[lo];
     *n = p->parts[lo + 1] - p->parts[lo];
 }

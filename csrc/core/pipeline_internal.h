@@ -139,10 +139,11 @@ static inline const char *rl__src_backend(const rl_pipeline *p, bool reason)
     return reason ? s->ops->backend_reason(s) : s->ops->backend(s);
 }
 
-static inline const char *rl__src_where(const rl_pipeline *p, int64_t id)
+static inline void rl__src_where(const rl_pipeline *p, int64_t id, char *buf,
+                                 size_t cap)
 {
     rl__test_unlocked("where");
-    return p->cfg.source->ops->where(p->cfg.source, id);
+    p->cfg.source->ops->where(p->cfg.source, id, buf, cap);
 }
 
 static inline void rl__src_read_one(rl_pipeline *p, rl_fetch *f)

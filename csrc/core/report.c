@@ -43,7 +43,7 @@ static void describe(const rl_pipeline *p, const rl__job *j, rl_sample_error *e)
     e->status = j->status;
     e->pos = j->pos;
     e->id = j->fetch.id;
-    snprintf(e->where, sizeof(e->where), "%s", rl__src_where(p, j->fetch.id));
+    rl__src_where(p, j->fetch.id, e->where, sizeof(e->where));
     snprintf(e->msg, sizeof(e->msg), "%s", j->msg);
 }
 

@@ -141,23 +141,55 @@ int rl__py_stats_init(PyObject *module);
 /* ---- sources.c ---- */
 
 /* Item i of a sequence (a list, a numpy array) as an int64: -1 with an
- * exception set on failure (check PyErr_Occurred). */
+ * exception set on failure (check PyErr_Occurred). For short sequences
+ * only (a batch given as a list, a field's kinds): a table's columns come
+ * through the buffer protocol. */
 int64_t rl__py_item_i64(PyObject *seq, Py_ssize_t i);
+
+/* The element types of the arrays a table is made of. */
+typedef enum { RL_PY_I64, RL_PY_U8, RL_PY_I8 } rl__py_dtype;
+
+/*
+ * obj as a 1-d C-contiguous array of dtype in native order (numpy's, or
+ * any buffer) of `need` entries (need < 0: any number), its view in *view
+ * for the caller to PyBuffer_Release. Returns 0, or -1 with TypeError (not
+ * such an array) or ValueError (another length), naming `what`.
+ */
+int rl__py_array(PyObject *obj, const char *what, rl__py_dtype dtype,
+                 Py_ssize_t need, Py_buffer *view);
+
+/* Views of arrays the core borrows, held by the Pipeline until the core
+ * (its source) is gone. Zeroed: empty. */
+typedef struct rl__py_held {
+    Py_buffer *v;
+    int n, cap;
+} rl__py_held;
+
+/* rl__py_array's view of obj added to h, its data in *data and its entry
+ * count in *len (may be NULL). None: *data NULL, nothing held. Returns 0,
+ * or -1 with an exception. */
+int rl__py_hold(rl__py_held *h, PyObject *obj, const char *what,
+                rl__py_dtype dtype, Py_ssize_t need, const void **data,
+                Py_ssize_t *len);
+/* Releases every view of h; h is empty again. */
+void rl__py_held_release(rl__py_held *h);
 
 /*
  * The fields table of a pipeline (core/pipeline.h's image_at, image_len,
  * refusals, checks, max_int_digits) from the tuple `fields` of them into
- * cfg, whose source is made; nothing when fields is None. Returns 0, or -1
- * with an exception; either way the caller frees what was allocated with
- * rl__py_fields_free, after rl_pipeline_create (which copies it). The
- * strings are borrowed from `fields`. Each check is a tuple (at, len, ext,
- * exts, kinds) of core/fields.h's rl_field_check.
+ * cfg, whose source is made; nothing when fields is None. The int64 and
+ * int8 columns are views added to held (one entry a sample each). Returns
+ * 0, or -1 with an exception; either way the caller frees what was
+ * allocated with rl__py_fields_free, after rl_pipeline_create (which
+ * copies it). The strings are borrowed from `fields`. Each check is a
+ * tuple (at, len, ext, exts, kinds) of core/fields.h's rl_field_check.
  */
-int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg);
+int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg, rl__py_held *held);
 /* The skip policy's parts (core/pipeline.h's parts, nparts) from `parts`,
  * an int64 array (buffer protocol: each part's first id, then the table's
  * length) copied into cfg; nothing when parts is None. Returns 0, or -1
- * with TypeError or MemoryError. The values are the core's to check. */
+ * with TypeError, ValueError or MemoryError. The values are the core's to
+ * check. */
 int rl__py_parts(PyObject *parts, rl_pipeline_config *cfg);
 /* Frees what rl__py_fields and rl__py_parts allocated in cfg. */
 void rl__py_fields_free(rl_pipeline_config *cfg);
@@ -166,10 +198,20 @@ void rl__py_fields_free(rl_pipeline_config *cfg);
  * Returns 0, or -1 with a ValueError. */
 int rl__py_parse_io(const char *io, rl_io_backend *out);
 
-/* The file source of paths (and optional offsets, lengths: sequences of
- * ints). Returns NULL with an exception set. */
-rl_source *rl__py_file_source(PyObject *paths, PyObject *offsets,
-                              PyObject *lengths, const rl_file_options *opt,
+/*
+ * The file source of a table (source/source.h's rl_file_table): paths is
+ * (blob, offsets, prefix), a uint8 array of fs-encoded names back to back,
+ * the int64 array of their count + 1 offsets and a str before each name,
+ * or a sequence of str (packed into a blob here); starts (None, or int64,
+ * count + 1: paths are shards, file k holding samples starts[k] ..
+ * starts[k + 1] - 1); offsets and lengths (None, or int64, one a sample;
+ * lengths alone: from offset 0). The arrays' views are added to held, the
+ * source borrowing them. Returns NULL with an exception set (ValueError
+ * naming the bad array and entry).
+ */
+rl_source *rl__py_file_source(PyObject *paths, PyObject *starts,
+                              PyObject *offsets, PyObject *lengths,
+                              const rl_file_options *opt, rl__py_held *held,
                               char *msg);
 
 /* The memory source of a sequence of bytes (with optional names), each
@@ -178,14 +220,18 @@ rl_source *rl__py_file_source(PyObject *paths, PyObject *offsets,
 rl_source *rl__py_memory_source(PyObject *buffers, PyObject *names,
                                 PyObject *keep);
 
-/* The HTTP(S) source: paths[i] is sample i's object by display name,
- * one of http["names"], fetched from the same position of http["urls"];
- * offsets/lengths as for files (None: whole objects); the dict's other keys
- * are options (retries, timeout, connect_timeout, max_connections, verify,
- * ca_file). Returns NULL with an exception set. */
-rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
-                              PyObject *lengths, PyObject *http,
-                              uint64_t max_file_bytes, char *msg);
+/* The HTTP(S) source: object j is one of http["names"] (display names),
+ * fetched from the same position of http["urls"]; each sample's object is
+ * given by exactly one of starts (int64, objects + 1 entries, as for
+ * files), http["objects"] (int64, one a sample) or paths (one display name
+ * a sample, looked up); offsets/lengths as for files (None: whole
+ * objects); the dict's other keys are options (retries, timeout,
+ * connect_timeout, max_connections, verify, ca_file). The source copies
+ * the table. Returns NULL with an exception set. */
+rl_source *rl__py_http_source(PyObject *paths, PyObject *starts,
+                              PyObject *offsets, PyObject *lengths,
+                              PyObject *http, uint64_t max_file_bytes,
+                              char *msg);
 
 /* Replaces an HTTP source's fetch URLs (a sequence of str, one per
  * object). Returns None (new reference) or NULL with an exception

@@ -53,6 +53,7 @@ static void pipeline_dealloc(rl__py_pipeline *self)
     Py_XDECREF(self->allocator);
     Py_XDECREF(self->owners);
     Py_XDECREF(self->keep); /* after the threads that borrowed from it */
+    rl__py_held_release(&self->held); /* after the source, which reads them */
     ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
     Py_DECREF(tp);
 }
@@ -219,7 +220,7 @@ static PyType_Slot pipeline_slots[] = {
      "allow_truncated=False, dtype='uint8', mul=None, add=None, device=-1, "
      "allocator=None, fallback=None, direct_io=False, "
      "skip_errors=False, max_consecutive_errors=16, http=None, "
-     "fields=None, parts=None)"},
+     "fields=None, parts=None, starts=None)"},
     {0, NULL},
 };
 

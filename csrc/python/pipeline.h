@@ -28,6 +28,7 @@ typedef struct rl__py_pipeline {
     PyObject *owners;      /* device: {ticket: (owner, pointer)} */
     PyObject *keep;        /* what C borrows: the fallback, memory buffers */
     rl_source *http;       /* the HTTP source (owned by p), or NULL */
+    rl__py_held held;      /* the table's arrays the core borrows */
     rl_decoder_def fallback_def;
 } rl__py_pipeline;
 

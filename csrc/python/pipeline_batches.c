@@ -17,12 +17,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One of ids, keys into out (n entries): an int64 array through the
+ * buffer protocol, or a short sequence of ints (a list) item by item. */
+static int parse_column(PyObject *col, const char *what, Py_ssize_t n,
+                        int64_t *out)
+{
+    if (PyObject_CheckBuffer(col)) {
+        Py_buffer v;
+        if (rl__py_array(col, what, RL_PY_I64, n, &v) != 0) {
+            return -1;
+        }
+        memcpy(out, v.buf, sizeof(*out) * (size_t)n);
+        PyBuffer_Release(&v);
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = rl__py_item_i64(col, i);
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ids and keys as int64 arrays (malloc'd into *ids, *keys). 0 or -1. */
 static int parse_ids(PyObject *ids, PyObject *keys, int64_t **out_ids,
                      int64_t **out_keys, Py_ssize_t *n)
 {
-    *n = PySequence_Size(ids);
-    if (*n < 0 || PySequence_Size(keys) != *n || *n < 1 || *n > (1 << 20)) {
+    *n = PyObject_Length(ids);
+    if (*n < 0 || PyObject_Length(keys) != *n || *n < 1 || *n > (1 << 20)) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_ValueError,
                             "ids and keys must be non-empty and of the "
@@ -36,14 +59,10 @@ static int parse_ids(PyObject *ids, PyObject *keys, int64_t **out_ids,
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        (*out_ids)[i] = rl__py_item_i64(ids, i);
-        (*out_keys)[i] = rl__py_item_i64(keys, i);
-        if (PyErr_Occurred()) {
-            return -1;
-        }
-    }
-    return 0;
+    return parse_column(ids, "ids", *n, *out_ids) != 0 ||
+                   parse_column(keys, "keys", *n, *out_keys) != 0
+               ? -1
+               : 0;
 }
 
 /* submit(ids, keys, epoch) -> ticket: queue a batch. */

@@ -7,7 +7,8 @@
  * ids and keys. This file reads the keywords, has the transform spec
  * (spec.c), the source (sources.c), the fallback decoder (fallback.c), the
  * fields and parts (sources.c) made, opens the device delivery, and keeps
- * in the new object whatever the core borrows for its lifetime. It does
+ * in the new object whatever the core borrows for its lifetime (the views
+ * of the table's arrays among them, released after the source). It does
  * not make the core pipeline: pipeline.c does, with what this returns.
  */
 #include "python/pipeline.h"
@@ -45,11 +46,13 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
                              "http",
                              "fields",
                              "parts",
+                             "starts",
                              NULL};
     PyObject *spec, *paths = Py_None, *offsets = Py_None, *lengths = Py_None;
     PyObject *buffers = Py_None, *names = Py_None, *mul = Py_None;
     PyObject *add = Py_None, *allocator = Py_None, *fallback = Py_None;
     PyObject *http = Py_None, *fields = Py_None, *parts = Py_None;
+    PyObject *starts = Py_None;
     const char *dtype = "uint8", *layout = "NCHW", *io = "auto";
     int device = -1, direct_io = 0, skip_errors = 0, max_consecutive = 16;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
@@ -57,11 +60,11 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
     unsigned long long max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOO", kwlist, &spec, &paths,
+            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOOO", kwlist, &spec, &paths,
             &offsets, &lengths, &buffers, &names, &nthreads, &layout, &seed,
             &io, &max_pixels, &max_scans, &max_file_bytes, &allow_truncated,
             &dtype, &mul, &add, &device, &allocator, &fallback, &direct_io,
-            &skip_errors, &max_consecutive, &http, &fields, &parts)) {
+            &skip_errors, &max_consecutive, &http, &fields, &parts, &starts)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -73,7 +76,10 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
         return NULL;
     }
     cfg.sample.views = *views;
-    if ((paths == Py_None) == (buffers == Py_None)) {
+    /* An HTTP table may give its samples' objects by starts alone. */
+    bool table = paths != Py_None || (http != Py_None && starts != Py_None) ||
+                 (PyDict_Check(http) && PyDict_GetItemString(http, "objects"));
+    if (table == (buffers != Py_None)) {
         PyErr_SetString(PyExc_TypeError, "give either paths or buffers");
         return NULL;
     }
@@ -107,18 +113,19 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
         cfg.decoders.defs[cfg.decoders.n++] = &self->fallback_def;
     }
     char msg[RL_MSG_MAX] = "";
-    cfg.source = paths == Py_None
-                     ? rl__py_memory_source(buffers, names, self->keep)
-                 : http != Py_None
-                     ? rl__py_http_source(paths, offsets, lengths, http,
-                                          max_file_bytes, msg)
-                     : rl__py_file_source(paths, offsets, lengths, &fopt, msg);
+    cfg.source =
+        buffers != Py_None ? rl__py_memory_source(buffers, names, self->keep)
+        : http != Py_None  ? rl__py_http_source(paths, starts, offsets, lengths,
+                                                http, max_file_bytes, msg)
+                           : rl__py_file_source(paths, starts, offsets, lengths,
+                                                &fopt, &self->held, msg);
     self->http = http != Py_None ? cfg.source : NULL;
     if (cfg.source == NULL) {
         Py_DECREF(self);
         return NULL;
     }
-    if (rl__py_fields(fields, &cfg) != 0 || rl__py_parts(parts, &cfg) != 0) {
+    if (rl__py_fields(fields, &cfg, &self->held) != 0 ||
+        rl__py_parts(parts, &cfg) != 0) {
         rl__py_fields_free(&cfg);
         rl_source_destroy(cfg.source);
         self->http = NULL;

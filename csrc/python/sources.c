@@ -2,10 +2,17 @@
  * python/sources.c - a dataset's table of samples, made into a source of
  * the core (source/source.h) once, when the Pipeline is created.
  *
- * DESIGN: paths go through the file system encoding (PyUnicode_FSConverter)
- * and are copied by the file source, so nothing of Python's is borrowed by
- * the threads; bytes objects of a memory source are borrowed, and kept
- * alive by the list the Pipeline holds.
+ * DESIGN: the table crosses into C through the buffer protocol, with no
+ * Python object and no C copy per sample: the file names come as one
+ * blob of fs-encoded bytes with their offsets (a prefix, such as the data
+ * set's root, once), shards as their first sample each (starts), and the
+ * byte ranges and field columns as int64 arrays. The file source borrows
+ * these arrays: their views are held by the Pipeline (rl__py_held) until
+ * the source is gone, and released on every path. What the core copies
+ * anyway (the HTTP source's table, the fields) is read from the same
+ * views. A plain sequence of str is still taken: it is packed into a
+ * blob here, one item at a time. Bytes objects of a memory source are
+ * borrowed, and kept alive by the list the Pipeline holds.
  */
 #include "python/module.h"
 
@@ -16,8 +23,8 @@
 
 #include "source/source.h"
 
-/* Sequence item i as an int64 (sequences, numpy arrays). -1 + exception
- * on failure: check PyErr_Occurred. */
+/* Sequence item i as an int64 (a batch's ids given as a list, a field's
+ * few kinds). -1 + exception on failure: check PyErr_Occurred. */
 int64_t rl__py_item_i64(PyObject *seq, Py_ssize_t i)
 {
     PyObject *v = PySequence_GetItem(seq, i);
@@ -27,6 +34,102 @@ int64_t rl__py_item_i64(PyObject *seq, Py_ssize_t i)
     int64_t x = PyLong_AsLongLong(v);
     Py_DECREF(v);
     return x;
+}
+
+/* Whether a buffer's struct format names dtype in native order ("@", "="
+ * or, on a little-endian machine, "<" before it; numpy writes int64 as
+ * "l", or "q" where long is 4 bytes). */
+static bool format_is(const char *f, rl__py_dtype dtype)
+{
+    static const uint16_t one = 1;
+    f = f != NULL ? f : "B";
+    if (f[0] == '@' || f[0] == '=' || (f[0] == '<' && *(const uint8_t *)&one)) {
+        f++;
+    }
+    switch (dtype) {
+    case RL_PY_I64:
+        return strcmp(f, "q") == 0 ||
+               (strcmp(f, "l") == 0 && sizeof(long) == 8);
+    case RL_PY_I8:
+        return strcmp(f, "b") == 0;
+    default:
+        return strcmp(f, "B") == 0;
+    }
+}
+
+int rl__py_array(PyObject *obj, const char *what, rl__py_dtype dtype,
+                 Py_ssize_t need, Py_buffer *view)
+{
+    static const char *names[] = {"int64", "uint8", "int8"};
+    static const Py_ssize_t sizes[] = {8, 1, 1};
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyErr_Clear(); /* said below, with the argument's name */
+        PyErr_Format(PyExc_TypeError,
+                     "%s must be a C-contiguous %s array (numpy.%s), not %S",
+                     what, names[dtype], names[dtype],
+                     (PyObject *)Py_TYPE(obj));
+        return -1;
+    }
+    if (view->ndim != 1 || view->itemsize != sizes[dtype] ||
+        !format_is(view->format, dtype)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s must be a 1-d %s array (numpy.%s), not a %d-d "
+                     "array of format '%s'",
+                     what, names[dtype], names[dtype], view->ndim,
+                     view->format != NULL ? view->format : "B");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (need >= 0 && view->shape[0] != need) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s has %zd entries where %zd are needed", what,
+                     view->shape[0], need);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+int rl__py_hold(rl__py_held *h, PyObject *obj, const char *what,
+                rl__py_dtype dtype, Py_ssize_t need, const void **data,
+                Py_ssize_t *len)
+{
+    *data = NULL;
+    if (len != NULL) {
+        *len = 0;
+    }
+    if (obj == Py_None) {
+        return 0;
+    }
+    if (h->n == h->cap) {
+        int cap = h->cap > 0 ? 2 * h->cap : 8;
+        Py_buffer *v = realloc(h->v, sizeof(*v) * (size_t)cap);
+        if (v == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        h->v = v;
+        h->cap = cap;
+    }
+    if (rl__py_array(obj, what, dtype, need, &h->v[h->n]) != 0) {
+        return -1;
+    }
+    *data = h->v[h->n].buf;
+    if (len != NULL) {
+        *len = h->v[h->n].shape[0];
+    }
+    h->n++;
+    return 0;
+}
+
+void rl__py_held_release(rl__py_held *h)
+{
+    for (int i = 0; i < h->n; i++) {
+        PyBuffer_Release(&h->v[i]);
+    }
+    free(h->v);
+    h->v = NULL;
+    h->n = h->cap = 0;
 }
 
 /* RL_IO_* of "auto", "io_uring" or "pread"; -1 + ValueError. */
@@ -44,59 +147,158 @@ int rl__py_parse_io(const char *s, rl_io_backend *out)
     return -1;
 }
 
-/* The file source of paths (and optional offsets, lengths). */
-rl_source *rl__py_file_source(PyObject *paths, PyObject *offsets,
-                              PyObject *lengths, const rl_file_options *opt,
-                              char *msg)
+/* A sequence of str packed into a blob of fs-encoded names and their
+ * offsets (bytearrays, new references in *blob and *at). 0 or -1. */
+static int pack_paths(PyObject *paths, PyObject **blob, PyObject **at)
 {
-    Py_ssize_t n = PySequence_Size(paths);
-    if (n < 0) {
-        return NULL;
+    Py_ssize_t n = PySequence_Size(paths), used = 0;
+    *blob = n >= 0 ? PyByteArray_FromStringAndSize(NULL, 0) : NULL;
+    *at = *blob != NULL ? PyByteArray_FromStringAndSize(
+                              NULL, (Py_ssize_t)sizeof(int64_t) * (n + 1))
+                        : NULL;
+    if (*at == NULL) {
+        return -1;
     }
-    size_t cnt = n > 0 ? (size_t)n : 1;
-    PyObject **owned = calloc(cnt, sizeof(*owned));
-    const char **cpaths = calloc(cnt, sizeof(*cpaths));
-    uint64_t *offs = offsets != Py_None ? calloc(cnt, sizeof(*offs)) : NULL;
-    int64_t *lens = offsets != Py_None ? calloc(cnt, sizeof(*lens)) : NULL;
-    rl_source *src = NULL;
-    if (!owned || !cpaths || (offsets != Py_None && (!offs || !lens))) {
-        PyErr_NoMemory();
-        goto out_free;
-    }
+    int64_t pos = 0;
+    memcpy(PyByteArray_AsString(*at), &pos, sizeof(pos));
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_GetItem(paths, i);
-        int ok = item != NULL && PyUnicode_FSConverter(item, &owned[i]);
+        PyObject *item = PySequence_GetItem(paths, i), *b = NULL;
+        int ok = item != NULL && PyUnicode_FSConverter(item, &b);
         Py_XDECREF(item);
         if (!ok) {
-            goto out_free;
+            return -1;
         }
-        cpaths[i] = PyBytes_AsString(owned[i]);
-        if ((Py_ssize_t)strlen(cpaths[i]) != PyBytes_Size(owned[i])) {
-            PyErr_SetString(PyExc_ValueError, "embedded NUL in a path");
-            goto out_free;
+        Py_ssize_t len = PyBytes_Size(b);
+        /* bytearray grows by a share of its size: amortised O(1). */
+        ok = PyByteArray_Resize(*blob, used + len) == 0;
+        if (ok) {
+            memcpy(PyByteArray_AsString(*blob) + used, PyBytes_AsString(b),
+                   (size_t)len);
+            used += len;
+            pos = used;
+            memcpy(PyByteArray_AsString(*at) + sizeof(pos) * (size_t)(i + 1),
+                   &pos, sizeof(pos));
         }
-        if (offs != NULL) {
-            offs[i] = (uint64_t)rl__py_item_i64(offsets, i);
-            lens[i] = rl__py_item_i64(lengths, i);
-            if (PyErr_Occurred()) {
-                goto out_free;
-            }
+        Py_DECREF(b);
+        if (!ok) {
+            return -1;
         }
     }
+    return 0;
+}
+
+/* The names of the table (paths: a (blob, offsets, prefix) tuple or a
+ * sequence of str) into t, their views held in held; *prefix is the
+ * fs-encoded prefix (new reference, alive until the source copied it). */
+static int file_names(PyObject *paths, rl__py_held *held, rl_file_table *t,
+                      PyObject **prefix)
+{
+    PyObject *blob = NULL, *at = NULL, *pre = NULL;
+    bool packed = !PyTuple_Check(paths);
+    if (packed) {
+        if (pack_paths(paths, &blob, &at) != 0) {
+            Py_XDECREF(blob);
+            Py_XDECREF(at);
+            return -1;
+        }
+    } else if (!PyArg_ParseTuple(paths,
+                                 "OOU;paths must be (blob, offsets, "
+                                 "prefix) or a sequence of str",
+                                 &blob, &at, &pre)) {
+        return -1;
+    }
+    const void *names, *pos;
+    Py_ssize_t nblob, nat;
+    int rc =
+        rl__py_hold(held, blob, "paths' blob", RL_PY_U8, -1, &names, &nblob);
+    if (rc == 0) {
+        rc = packed ? rl__py_hold(held, at, "paths' offsets", RL_PY_U8, -1,
+                                  &pos, &nat)
+                    : rl__py_hold(held, at, "paths' offsets", RL_PY_I64, -1,
+                                  &pos, &nat);
+        nat /= packed ? (Py_ssize_t)sizeof(int64_t) : 1;
+    }
+    if (packed) {
+        Py_DECREF(blob); /* the held views keep them */
+        Py_DECREF(at);
+    }
+    if (rc != 0) {
+        return -1;
+    }
+    if (nat < 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "paths' offsets need one entry more than the names "
+                        "(count + 1), at least [0]");
+        return -1;
+    }
+    /* FSConverter refuses a NUL in the prefix (ValueError). */
+    if (pre != NULL && !PyUnicode_FSConverter(pre, prefix)) {
+        return -1;
+    }
+    t->names = names;
+    t->names_len = (size_t)nblob;
+    t->at = pos;
+    t->nfiles = nat - 1;
+    t->prefix = *prefix != NULL ? PyBytes_AsString(*prefix) : "";
+    return 0;
+}
+
+/* The int64 arrays offsets and lengths, each with n entries (lengths alone:
+ * offset 0 everywhere), held in held. */
+static int file_ranges(PyObject *offsets, PyObject *lengths, int64_t n,
+                       rl__py_held *held, const int64_t **offs,
+                       const int64_t **lens)
+{
+    if (offsets != Py_None && lengths == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "offsets need lengths");
+        return -1;
+    }
+    const void *o, *l;
+    if (rl__py_hold(held, offsets, "offsets", RL_PY_I64, (Py_ssize_t)n, &o,
+                    NULL) != 0 ||
+        rl__py_hold(held, lengths, "lengths", RL_PY_I64, (Py_ssize_t)n, &l,
+                    NULL) != 0) {
+        return -1;
+    }
+    *offs = o;
+    *lens = l;
+    return 0;
+}
+
+/* The file source of paths (see file_names), starts, offsets and lengths,
+ * their views held in held. */
+rl_source *rl__py_file_source(PyObject *paths, PyObject *starts,
+                              PyObject *offsets, PyObject *lengths,
+                              const rl_file_options *opt, rl__py_held *held,
+                              char *msg)
+{
+    rl_file_table t = {0};
+    PyObject *prefix = NULL;
+    const void *st;
+    rl_source *src = NULL;
+    if (file_names(paths, held, &t, &prefix) != 0 ||
+        rl__py_hold(held, starts, "starts", RL_PY_I64, (Py_ssize_t)t.nfiles + 1,
+                    &st, NULL) != 0) {
+        goto out;
+    }
+    t.starts = st;
+    if (rl_file_table_check(&t, msg) != 0 ||
+        file_ranges(offsets, lengths, rl_file_table_count(&t), held, &t.offsets,
+                    &t.lengths) != 0 ||
+        rl_file_table_check(&t, msg) != 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, msg);
+        }
+        goto out;
+    }
     Py_BEGIN_ALLOW_THREADS
-    src = rl_file_source_create(cpaths, offs, lens, n, opt, msg);
+    src = rl_file_source_create(&t, opt, msg);
     Py_END_ALLOW_THREADS
     if (src == NULL) {
         PyErr_SetString(PyExc_MemoryError, msg);
     }
-out_free:
-    for (Py_ssize_t i = 0; owned != NULL && i < n; i++) {
-        Py_XDECREF(owned[i]);
-    }
-    free(owned);
-    free(cpaths);
-    free(offs);
-    free(lens);
+out:
+    Py_XDECREF(prefix);
     return src;
 }
 
@@ -187,7 +389,7 @@ static int http_options(PyObject *http, uint64_t max_file_bytes,
     static const char *known[] = {
         "names",           "urls",   "retries", "timeout",   "connect_timeout",
         "max_connections", "verify", "ca_file", "cache_dir", "cache_bytes",
-        "block_bytes"};
+        "block_bytes",     "objects"};
     rl_http_options_default(o);
     o->max_file_bytes = max_file_bytes;
     PyObject *key, *v;
@@ -203,8 +405,8 @@ static int http_options(PyObject *http, uint64_t max_file_bytes,
             PyErr_Format(PyExc_TypeError, "unknown http option %R", key);
             return -1;
         }
-        if (v == Py_None || i < 2) {
-            continue;
+        if (v == Py_None || i < 2 || i == 11) {
+            continue; /* the table, not an option */
         }
         if (i == 2 || i == 5) {
             long x = PyLong_AsLong(v);
@@ -243,63 +445,37 @@ static int http_options(PyObject *http, uint64_t max_file_bytes,
     return 0;
 }
 
-/* The HTTP source: paths[i] names sample i's object, one of http["names"]
- * (display names, for messages), fetched from the same position of
- * http["urls"]; offsets/lengths as for files; the other keys of http are
- * its options (retries, timeout, connect_timeout, max_connections, verify,
- * ca_file). */
-rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
-                              PyObject *lengths, PyObject *http,
-                              uint64_t max_file_bytes, char *msg)
+/* Each sample's object by a dict lookup of its display name among
+ * names (held in hold, at positions 0..nobj-1): the form of a table
+ * given as a sequence of names, one a sample. Consecutive samples of one
+ * shard cost one lookup. Returns a malloc'd array of *n entries, or NULL
+ * with an exception. */
+static int64_t *objects_by_name(PyObject *paths, PyObject *hold,
+                                Py_ssize_t nobj, Py_ssize_t *n)
 {
-    PyObject *names =
-        PyDict_Check(http) ? PyDict_GetItemString(http, "names") : NULL;
-    PyObject *urls = names ? PyDict_GetItemString(http, "urls") : NULL;
-    if (urls == NULL) {
-        PyErr_SetString(PyExc_TypeError,
-                        "http must be a dict with names and urls");
-        return NULL;
-    }
-    rl_http_options opt;
-    if (http_options(http, max_file_bytes, &opt) != 0) {
-        return NULL;
-    }
-    Py_ssize_t n = PySequence_Size(paths), nobj, nurl;
-    PyObject *hold = PyList_New(0), *index = PyDict_New();
-    PyObject *prev = NULL; /* consecutive samples of one shard: one lookup */
-    const char **cnames = NULL, **curls = NULL;
-    int64_t *obj = NULL, *lens = NULL;
-    uint64_t *offs = NULL;
-    rl_source *src = NULL;
-    if (n < 0 || hold == NULL || index == NULL ||
-        (cnames = utf8_items(names, hold, &nobj)) == NULL ||
-        (curls = utf8_items(urls, hold, &nurl)) == NULL) {
-        goto out;
-    }
-    if (nurl != nobj) {
-        PyErr_SetString(PyExc_ValueError, "http: one url per name");
-        goto out;
+    PyObject *index = PyDict_New(), *prev = NULL;
+    int64_t *obj = NULL;
+    *n = PySequence_Size(paths);
+    if (index == NULL || *n < 0) {
+        goto out_fail;
     }
     for (Py_ssize_t j = 0; j < nobj; j++) {
         PyObject *jj = PyLong_FromSsize_t(j);
         int rc = jj ? PyDict_SetItem(index, PyList_GetItem(hold, j), jj) : -1;
         Py_XDECREF(jj);
         if (rc < 0) {
-            goto out;
+            goto out_fail;
         }
     }
-    size_t cnt = n > 0 ? (size_t)n : 1;
-    obj = malloc(cnt * sizeof(*obj));
-    offs = offsets != Py_None ? malloc(cnt * sizeof(*offs)) : NULL;
-    lens = offsets != Py_None ? malloc(cnt * sizeof(*lens)) : NULL;
-    if (obj == NULL || (offsets != Py_None && (!offs || !lens))) {
+    obj = malloc(sizeof(*obj) * (size_t)(*n > 0 ? *n : 1));
+    if (obj == NULL) {
         PyErr_NoMemory();
-        goto out;
+        goto out_fail;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < *n; i++) {
         PyObject *p = PySequence_GetItem(paths, i);
         if (p == NULL) {
-            goto out;
+            goto out_fail;
         }
         if (p != prev || i == 0) {
             PyObject *j = PyDict_GetItemWithError(index, p);
@@ -310,7 +486,7 @@ rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
                                  i, p);
                 }
                 Py_DECREF(p);
-                goto out;
+                goto out_fail;
             }
             obj[i] = PyLong_AsLongLong(j);
         } else {
@@ -318,18 +494,129 @@ rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
         }
         Py_XDECREF(prev); /* p holds its own reference */
         prev = p;
-        if (offs != NULL) {
-            offs[i] = (uint64_t)rl__py_item_i64(offsets, i);
-            lens[i] = rl__py_item_i64(lengths, i);
-            if (PyErr_Occurred()) {
-                goto out;
+    }
+    Py_XDECREF(prev);
+    Py_DECREF(index);
+    return obj;
+out_fail:
+    Py_XDECREF(prev);
+    Py_XDECREF(index);
+    free(obj);
+    return NULL;
+}
+
+/* Each sample's object from starts (nobj + 1 entries, from 0, never
+ * falling: object k holds samples starts[k] .. starts[k + 1] - 1), or
+ * from `objects` (an int64 array, one a sample), or by name from paths.
+ * Returns a malloc'd array of *n entries, or NULL with an exception. */
+static int64_t *objects_of(PyObject *paths, PyObject *starts, PyObject *objects,
+                           PyObject *hold, Py_ssize_t nobj, Py_ssize_t *n)
+{
+    if ((starts != Py_None) + (objects != Py_None) + (paths != Py_None) != 1) {
+        PyErr_SetString(PyExc_TypeError,
+                        "an HTTP table gives each sample's object by one of "
+                        "paths, starts or http['objects']");
+        return NULL;
+    }
+    if (paths != Py_None) {
+        return objects_by_name(paths, hold, nobj, n);
+    }
+    Py_buffer v;
+    bool by_start = starts != Py_None;
+    if (rl__py_array(by_start ? starts : objects,
+                     by_start ? "starts" : "http['objects']", RL_PY_I64,
+                     by_start ? nobj + 1 : -1, &v) != 0) {
+        return NULL;
+    }
+    const int64_t *a = v.buf;
+    Py_ssize_t k = 0;
+    while (by_start && k < nobj && a[k] <= a[k + 1]) {
+        k++;
+    }
+    if (by_start && (a[0] != 0 || k < nobj)) {
+        PyErr_Format(PyExc_ValueError,
+                     "starts: each object's first sample, from 0, never "
+                     "falling (starts[0] = %lld; entry %zd is %lld, the "
+                     "next %lld)",
+                     (long long)a[0], k, (long long)a[k],
+                     (long long)a[k < nobj ? k + 1 : k]);
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    *n = by_start ? (Py_ssize_t)a[nobj] : v.shape[0];
+    int64_t *obj = malloc(sizeof(*obj) * (size_t)(*n > 0 ? *n : 1));
+    if (obj == NULL) {
+        PyErr_NoMemory();
+    } else if (by_start) {
+        for (Py_ssize_t j = 0; j < nobj; j++) {
+            for (int64_t i = a[j]; i < a[j + 1]; i++) {
+                obj[i] = j;
             }
+        }
+    } else {
+        memcpy(obj, a, sizeof(*obj) * (size_t)*n);
+    }
+    PyBuffer_Release(&v);
+    return obj;
+}
+
+/* The HTTP source: object j of the table is named http["names"][j]
+ * (display names, for messages) and fetched from http["urls"][j]; each
+ * sample's object comes from objects_of; offsets/lengths as for files
+ * (None: whole objects); the other keys of http are its options
+ * (retries, timeout, connect_timeout, max_connections, verify, ca_file).
+ * The source copies the table: the views are released here. */
+rl_source *rl__py_http_source(PyObject *paths, PyObject *starts,
+                              PyObject *offsets, PyObject *lengths,
+                              PyObject *http, uint64_t max_file_bytes,
+                              char *msg)
+{
+    PyObject *names =
+        PyDict_Check(http) ? PyDict_GetItemString(http, "names") : NULL;
+    PyObject *urls = names ? PyDict_GetItemString(http, "urls") : NULL;
+    PyObject *objects = names ? PyDict_GetItemString(http, "objects") : NULL;
+    if (urls == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "http must be a dict with names and urls");
+        return NULL;
+    }
+    rl_http_options opt;
+    if (http_options(http, max_file_bytes, &opt) != 0) {
+        return NULL;
+    }
+    Py_ssize_t n = 0, nobj, nurl;
+    PyObject *hold = PyList_New(0);
+    const char **cnames = NULL, **curls = NULL;
+    int64_t *obj = NULL;
+    const int64_t *offs = NULL, *lens = NULL;
+    rl__py_held ranges = {0};
+    rl_source *src = NULL;
+    if (hold == NULL || (cnames = utf8_items(names, hold, &nobj)) == NULL ||
+        (curls = utf8_items(urls, hold, &nurl)) == NULL) {
+        goto out;
+    }
+    if (nurl != nobj) {
+        PyErr_SetString(PyExc_ValueError, "http: one url per name");
+        goto out;
+    }
+    obj =
+        objects_of(paths, starts, objects ? objects : Py_None, hold, nobj, &n);
+    if (obj == NULL ||
+        file_ranges(offsets, lengths, n, &ranges, &offs, &lens) != 0) {
+        goto out;
+    }
+    for (Py_ssize_t i = 0; offs != NULL && i < n; i++) {
+        if (offs[i] < 0 && lens[i] >= 0) {
+            PyErr_Format(PyExc_ValueError, "offsets: sample %zd starts at %lld",
+                         i, (long long)offs[i]);
+            goto out;
         }
     }
     int status;
     Py_BEGIN_ALLOW_THREADS
-    src = rl_http_source_create(cnames, curls, nobj, obj, offs, lens, n, &opt,
-                                &status, msg);
+    src =
+        rl_http_source_create(cnames, curls, nobj, obj, (const uint64_t *)offs,
+                              lens, n, &opt, &status, msg);
     Py_END_ALLOW_THREADS
     if (src == NULL) {
         /* RL_ECONFIG a ValueError, -ENOMEM a MemoryError, -errno an
@@ -337,14 +624,11 @@ rl_source *rl__py_http_source(PyObject *paths, PyObject *offsets,
         rl__py_raise(NULL, status, NULL, msg);
     }
 out:
-    Py_XDECREF(prev);
+    rl__py_held_release(&ranges);
     Py_XDECREF(hold);
-    Py_XDECREF(index);
     free(cnames);
     free(curls);
     free(obj);
-    free(offs);
-    free(lens);
     return src;
 }
 
@@ -411,33 +695,35 @@ PyObject *rl__py_http_set_keys(rl_source *src, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* One (at, len, ext, exts, kinds) tuple into c (zeroed, n samples). */
-static int py_check(PyObject *t, Py_ssize_t n, rl_field_check *c)
+/* One (at, len, ext, exts, kinds) tuple into c (zeroed, n samples), the
+ * three columns' views held in held. */
+static int py_check(PyObject *t, Py_ssize_t n, rl__py_held *held,
+                    rl_field_check *c)
 {
     PyObject *at, *len, *ext, *exts, *kinds;
     if (!PyArg_ParseTuple(t, "OOOOO", &at, &len, &ext, &exts, &kinds)) {
         return -1;
     }
     Py_ssize_t ne = PySequence_Length(exts);
-    if (ne < 1 || ne > RL_FIELD_MAX_EXTS || PySequence_Length(kinds) != ne ||
-        PySequence_Length(at) != n || PySequence_Length(len) != n ||
-        PySequence_Length(ext) != n) {
+    if (ne < 1 || ne > RL_FIELD_MAX_EXTS || PySequence_Length(kinds) != ne) {
         PyErr_Clear();
         PyErr_SetString(PyExc_ValueError,
-                        "a check needs at, len and ext one a sample and 1..16 "
-                        "extensions with their kinds");
+                        "a check needs 1..16 extensions with their kinds");
         return -1;
     }
-    int64_t *a = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
-    int64_t *l = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
-    int8_t *e = malloc((size_t)(n ? n : 1));
+    const void *a, *l, *e;
+    if (rl__py_hold(held, at, "a check's at", RL_PY_I64, n, &a, NULL) != 0 ||
+        rl__py_hold(held, len, "a check's len", RL_PY_I64, n, &l, NULL) != 0 ||
+        rl__py_hold(held, ext, "a check's ext", RL_PY_I8, n, &e, NULL) != 0) {
+        return -1;
+    }
+    if (a == NULL || l == NULL || e == NULL) {
+        PyErr_SetString(PyExc_TypeError, "a check needs at, len and ext");
+        return -1;
+    }
     c->at = a;
     c->len = l;
     c->ext = e;
-    if (a == NULL || l == NULL || e == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
     c->nexts = (int)ne;
     for (Py_ssize_t k = 0; k < ne; k++) {
         PyObject *name = PySequence_GetItem(exts, k);
@@ -449,18 +735,11 @@ static int py_check(PyObject *t, Py_ssize_t n, rl_field_check *c)
             return -1;
         }
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        a[i] = rl__py_item_i64(at, i);
-        l[i] = rl__py_item_i64(len, i);
-        e[i] = (int8_t)rl__py_item_i64(ext, i);
-        if (PyErr_Occurred()) {
-            return -1;
-        }
-    }
     return 0;
 }
 
-static int py_checks(PyObject *checks, rl_pipeline_config *cfg)
+static int py_checks(PyObject *checks, rl_pipeline_config *cfg,
+                     rl__py_held *held)
 {
     Py_ssize_t nc = PySequence_Length(checks);
     if (nc < 0) {
@@ -473,9 +752,9 @@ static int py_checks(PyObject *checks, rl_pipeline_config *cfg)
         return -1;
     }
     for (Py_ssize_t k = 0; k < nc; k++) {
-        cfg->nchecks = (int)k + 1; /* what rl__py_fields_free walks */
+        cfg->nchecks = (int)k + 1;
         PyObject *t = PySequence_GetItem(checks, k);
-        int rc = t != NULL ? py_check(t, cfg->source->count, &cs[k]) : -1;
+        int rc = t != NULL ? py_check(t, cfg->source->count, held, &cs[k]) : -1;
         Py_XDECREF(t);
         if (rc != 0) {
             return -1;
@@ -484,7 +763,7 @@ static int py_checks(PyObject *checks, rl_pipeline_config *cfg)
     return 0;
 }
 
-int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg)
+int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg, rl__py_held *held)
 {
     PyObject *image_at, *image_len, *refusals, *checks;
     if (fields == Py_None) {
@@ -494,34 +773,27 @@ int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg)
                           &checks, &cfg->max_int_digits)) {
         return -1;
     }
-    Py_ssize_t n = PySequence_Length(image_at);
+    Py_ssize_t n = (Py_ssize_t)cfg->source->count;
     Py_ssize_t nr = refusals == Py_None ? 0 : PySequence_Length(refusals);
-    if (n < 0 || nr < 0) {
+    const void *at, *len;
+    if (nr < 0 ||
+        rl__py_hold(held, image_at, "image_at", RL_PY_I64, n, &at, NULL) != 0 ||
+        rl__py_hold(held, image_len, "image_len", RL_PY_I64, n, &len, NULL) !=
+            0) {
         return -1;
     }
-    if (n != cfg->source->count || PySequence_Length(image_len) != n) {
-        PyErr_Format(PyExc_ValueError,
-                     "image_at and image_len need %lld entries, one a sample",
-                     (long long)cfg->source->count);
+    if (at == NULL || len == NULL) {
+        PyErr_SetString(PyExc_TypeError, "fields need image_at and image_len");
         return -1;
     }
-    int64_t *at = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
-    int64_t *len = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
     const char **why = calloc((size_t)nr + 1, sizeof(char *));
     cfg->image_at = at;
     cfg->image_len = len;
     cfg->refusals = why;
     cfg->nrefusals = (int)nr;
-    if (at == NULL || len == NULL || why == NULL) {
+    if (why == NULL) {
         PyErr_NoMemory();
         return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        at[i] = rl__py_item_i64(image_at, i);
-        len[i] = rl__py_item_i64(image_len, i);
-        if (PyErr_Occurred()) {
-            return -1;
-        }
     }
     for (Py_ssize_t i = 0; i < nr; i++) {
         PyObject *item = PySequence_GetItem(refusals, i);
@@ -532,7 +804,7 @@ int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg)
             return -1;
         }
     }
-    return checks == Py_None ? 0 : py_checks(checks, cfg);
+    return checks == Py_None ? 0 : py_checks(checks, cfg, held);
 }
 
 int rl__py_parts(PyObject *parts, rl_pipeline_config *cfg)
@@ -541,32 +813,23 @@ int rl__py_parts(PyObject *parts, rl_pipeline_config *cfg)
         return 0;
     }
     Py_buffer b;
-    bool ok =
-        PyObject_GetBuffer(parts, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0;
-    int64_t *copy = NULL;
-    if (ok) {
-        /* int64 in native order, as numpy writes it: "l" or "q" ("@",
-         * "=": native order said). */
-        const char *f = b.format != NULL ? b.format : "B";
-        f += f[0] == '@' || f[0] == '=';
-        ok = b.ndim == 1 && b.itemsize == 8 && b.shape[0] >= 2 &&
-             (strcmp(f, "l") == 0 || strcmp(f, "q") == 0);
-        copy = ok ? malloc((size_t)b.len) : NULL;
-        if (copy != NULL) {
-            memcpy(copy, b.buf, (size_t)b.len);
-            cfg->parts = copy;
-            cfg->nparts = b.shape[0] - 1;
-        }
-        PyBuffer_Release(&b);
-    }
-    if (!ok) {
-        PyErr_Clear(); /* not a buffer: said below */
-        PyErr_SetString(PyExc_TypeError,
-                        "parts must be a 1-d array of at least 2 int64 "
-                        "(numpy.int64): each part's first id, then the "
-                        "table's length");
+    if (rl__py_array(parts, "parts", RL_PY_I64, -1, &b) != 0) {
         return -1;
     }
+    if (b.shape[0] < 2) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError,
+                        "parts needs at least 2 entries: each part's first "
+                        "id, then the table's length");
+        return -1;
+    }
+    int64_t *copy = malloc((size_t)b.len);
+    if (copy != NULL) {
+        memcpy(copy, b.buf, (size_t)b.len);
+        cfg->parts = copy;
+        cfg->nparts = b.shape[0] - 1;
+    }
+    PyBuffer_Release(&b);
     return copy != NULL ? 0 : (PyErr_NoMemory(), -1);
 }
 
@@ -575,16 +838,9 @@ void rl__py_fields_free(rl_pipeline_config *cfg)
     free((void *)cfg->parts);
     cfg->parts = NULL;
     cfg->nparts = 0;
-    free((void *)cfg->image_at);
-    free((void *)cfg->image_len);
     free((void *)cfg->refusals);
-    for (int k = 0; cfg->checks != NULL && k < cfg->nchecks; k++) {
-        free((void *)cfg->checks[k].at);
-        free((void *)cfg->checks[k].len);
-        free((void *)cfg->checks[k].ext);
-    }
     free((void *)cfg->checks);
-    cfg->image_at = cfg->image_len = NULL;
+    cfg->image_at = cfg->image_len = NULL; /* the views, held */
     cfg->refusals = NULL;
     cfg->checks = NULL;
     cfg->nchecks = 0;

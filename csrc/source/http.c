@@ -339,10 +339,11 @@ static const char *http_reason(const rl_source *s)
     return "";
 }
 
-static const char *http_where(const rl_source *src, int64_t id)
+static void http_where(const rl_source *src, int64_t id, char *buf, size_t cap)
 {
     const http_source *s = (const http_source *)src;
-    return id >= 0 && id < src->count ? s->names[s->obj[id]] : "?";
+    snprintf(buf, cap, "%s",
+             id >= 0 && id < src->count ? s->names[s->obj[id]] : "?");
 }
 
 static void http_release(rl_source *s, rl_fetch *f)

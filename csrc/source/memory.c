@@ -32,13 +32,11 @@ static const char *memory_reason(const rl_source *s)
     return "";
 }
 
-static const char *memory_where(const rl_source *s, int64_t id)
+static void memory_where(const rl_source *s, int64_t id, char *buf, size_t cap)
 {
     memory_source *m = (memory_source *)s;
-    if (m->names != NULL && id >= 0 && id < s->count) {
-        return m->names[id];
-    }
-    return "<memory>";
+    bool named = m->names != NULL && id >= 0 && id < s->count;
+    snprintf(buf, cap, "%s", named ? m->names[id] : "<memory>");
 }
 
 static void memory_read_one(rl_source *s, rl_fetch *x)

@@ -60,9 +60,11 @@ typedef struct rl_source_ops {
     const char *(*backend)(const rl_source *s);
     /* Why a better backend is not used ("" when it is). */
     const char *(*backend_reason)(const rl_source *s);
-    /* Where sample id comes from, for error messages: a path or a URL.
-     * Valid as long as the source. */
-    const char *(*where)(const rl_source *s, int64_t id);
+    /* Where sample id comes from, for error messages (a path or a URL),
+     * written into buf (cap > 0 bytes, NUL-terminated, cut to fit): a
+     * table whose names are borrowed holds no NUL-terminated copy to
+     * point at. Thread-safe. */
+    void (*where)(const rl_source *s, int64_t id, char *buf, size_t cap);
     /* Reads every fetch of a batch, calling done(f, arg) once for each as
      * it completes, on the calling (I/O) thread; blocks until all are
      * done. NULL: the source reads with read_one on the workers. */
@@ -101,15 +103,51 @@ typedef struct rl_file_options {
 } rl_file_options;
 
 /*
- * A table of n files, or byte ranges of files: sample i is paths[i] from
- * offsets[i] for lengths[i] bytes, or the whole file when offsets is NULL
- * or lengths[i] < 0. Everything is copied. Returns the source, or NULL with
- * msg (RL_MSG_MAX) saying why (out of memory). On success msg holds "" or
- * why io_uring is not used.
+ * A table of samples that are files or byte ranges of files, borrowed by
+ * the source: every array must stay alive and unchanged until the source
+ * is destroyed (the Python layer holds the buffers it was given). Nothing
+ * is kept per sample beyond what the caller keeps: a file's name is
+ * prefix + names[at[k] .. at[k + 1]), made when its read is prepared.
+ *
+ * starts NULL: file i is sample i (count = nfiles). Otherwise the files
+ * are shards: file k holds samples starts[k] .. starts[k + 1] - 1 (found
+ * by binary search), count = starts[nfiles]. Sample i is its file from
+ * offsets[i] (NULL: 0) for lengths[i] bytes, or the whole file when
+ * lengths is NULL or lengths[i] < 0.
  */
-rl_source *rl_file_source_create(const char *const *paths,
-                                 const uint64_t *offsets,
-                                 const int64_t *lengths, int64_t n,
+typedef struct rl_file_table {
+    const uint8_t *names; /* the file names' bytes, back to back, no NUL */
+    size_t names_len;     /* bytes at names */
+    const int64_t *at;    /* nfiles + 1 positions in names, from 0, rising */
+    int64_t nfiles;
+    const char *prefix; /* before every name ("": none); copied */
+    const int64_t *starts;
+    const int64_t *offsets;
+    const int64_t *lengths;
+} rl_file_table;
+
+/* The number of samples of a table (see rl_file_table). */
+int64_t rl_file_table_count(const rl_file_table *t);
+
+/*
+ * Checks what rl_file_source_create relies on: at has nfiles + 1 entries
+ * from 0 to at most names_len, never falling; no NUL in names or prefix;
+ * starts (when given) from 0, never falling; offsets >= 0 where a length
+ * is given. Only the table's arrays are read (O(nfiles + count)). Returns
+ * 0, or RL_ECONFIG with msg (RL_MSG_MAX) naming the array (as Pipeline's
+ * keywords do: "paths", "starts", "offsets") and the first bad entry.
+ */
+int rl_file_table_check(const rl_file_table *t, char *msg);
+
+/*
+ * A source reading the samples of t (checked by rl_file_table_check),
+ * whose arrays it borrows; the prefix is copied. A sample whose full path
+ * is PATH_MAX bytes or longer fails its read with -ENAMETOOLONG and a
+ * message saying how long. Returns the source, or NULL with msg
+ * (RL_MSG_MAX) saying why (out of memory). On success msg holds "" or why
+ * io_uring is not used.
+ */
+rl_source *rl_file_source_create(const rl_file_table *t,
                                  const rl_file_options *opt, char *msg);
 
 /* ---- the memory source (source/memory.c) ---- */

@@ -336,10 +336,18 @@ class Pipeline:
             ],
         ],
         *,
-        # The table of samples, given once: files (or byte ranges of them)...
-        paths: Optional[Sequence[_Path]] = ...,
-        offsets: Optional[Sequence[int]] = ...,  # with lengths; -1: whole file
-        lengths: Optional[Sequence[int]] = ...,
+        # The table of samples, given once, with nothing made a sample:
+        # files (or byte ranges of them) as (blob, offsets, prefix), file i
+        # being prefix + blob[offsets[i]:offsets[i + 1]] (a uint8 buffer of
+        # fs-encoded names without NUL, the int64 buffer of count + 1
+        # offsets, a str), both borrowed for the pipeline's life; or a
+        # sequence of paths (packed into a blob, one item at a time)...
+        paths: Optional[Union[Tuple[Buffer, Buffer, str], Sequence[_Path]]] = ...,
+        # int64 buffers, one entry a sample, borrowed: sample i is its file
+        # from offsets[i] for lengths[i] bytes (lengths[i] < 0: the whole
+        # file); lengths alone: from offset 0.
+        offsets: Optional[Buffer] = ...,
+        lengths: Optional[Buffer] = ...,
         # ... or bytes in memory (names: what errors call them).
         buffers: Optional[Sequence[bytes]] = ...,
         names: Optional[Sequence[str]] = ...,
@@ -371,8 +379,10 @@ class Pipeline:
         skip_errors: bool = ...,  # replace failed samples (Batch.replaced)
         max_consecutive_errors: int = ...,  # ... up to this many in a row
         # (1..MAX_CONSECUTIVE_ERRORS; each key below 2**KEY_ATTEMPT_SHIFT)
-        # paths name objects on HTTP(S) servers: {"names": [display name of
-        # each object], "urls": [its fetch URL], and options "retries",
+        # The samples' objects on HTTP(S) servers: {"names": [display name
+        # of each object], "urls": [its fetch URL], "objects": None or an
+        # int64 buffer, each sample's object (else starts gives them, or
+        # paths: each sample's object by display name), and options "retries",
         # "timeout" (s without a byte), "connect_timeout", "max_connections",
         # "verify", "ca_file", "cache_dir" and "cache_bytes" (a local cache
         # of the ranges fetched, in an existing folder), "block_bytes" (with
@@ -388,18 +398,32 @@ class Pipeline:
         # (core/fields.h), one tuple a field, (at, len, ext, extensions,
         # kinds), a bad one refusing the sample likewise; max_int_digits:
         # int()'s limit on digits (0: none).
+        # image_at, image_len and each check's at, len (int64) and ext
+        # (int8) are buffers of one entry a sample.
         fields: Optional[
-            Tuple[Sequence[int], Sequence[int], Sequence[str], Sequence[tuple], int]
+            Tuple[
+                Buffer, Buffer, Optional[Sequence[str]], Optional[Sequence[tuple]], int
+            ]
         ] = ...,
         # The table's parts (the datasets it was made of) for skip_errors:
         # an int64 array (buffer protocol), each part's first id, then the
         # table's length; a failed sample is replaced within its part.
         # None: one part, the whole table.
         parts: Optional[Buffer] = ...,
+        # Shards: an int64 buffer of K + 1 entries, borrowed; paths (or the
+        # http objects) are K shards, shard k holding samples starts[k] ..
+        # starts[k + 1] - 1, the table starts[K] samples.
+        starts: Optional[Buffer] = ...,
     ) -> Pipeline: ...
-    def submit(self, ids: Sequence[int], keys: Sequence[int], epoch: int, /) -> int:
+    def submit(
+        self,
+        ids: Union[Buffer, Sequence[int]],
+        keys: Union[Buffer, Sequence[int]],
+        epoch: int,
+        /,
+    ) -> int:
         """Queue a batch of the table's samples ids, each with the key of its
-        randomness; returns its ticket (1, 2, ... in submission order), which
+        randomness (int64 arrays, or lists); returns its ticket (1, 2, ... in submission order), which
         its Batch, or the exception of its failure, carries. With a device,
         the allocator is called for the batch's buffer."""
 

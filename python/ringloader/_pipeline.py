@@ -26,12 +26,14 @@ import time
 import weakref
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
+import numpy as np
 import torch
 
 from . import _core
 from ._gpu import Gpu
 from .datasets.base import Sources
-from .datasets.cache import default_cache_dir
+from .datasets.cache import StringBlob, default_cache_dir
+from .datasets.shards import _ShardPaths
 from .transforms import Compiled
 
 log = logging.getLogger("ringloader")
@@ -98,24 +100,26 @@ class Pipeline:
         output: dict[str, Any] = {}
         if gpu is not None:
             output = dict(device=gpu.index, allocator=gpu.alloc)
-        table: dict[str, Any] = dict(paths=src.paths)
-        if src.offsets is not None:
-            table.update(offsets=src.offsets, lengths=src.lengths)
+        remote = getattr(src, "remote", None)
+        table = _table(src, remote)
         fields = getattr(src, "fields", None)
         if fields is not None:
             # Each range holds the image and the sample's other members.
+            checks = [
+                (_i64(at), _i64(size), np.ascontiguousarray(ext, np.int8), exts, kinds)
+                for at, size, ext, exts, kinds in fields.checks()
+            ]
             table["fields"] = (
-                fields.image_at,
-                fields.image_len,
+                _i64(fields.image_at),
+                _i64(fields.image_len),
                 fields.refusals,
-                fields.checks(),
+                checks,
                 fields.max_int_digits(),
             )
         parts = getattr(src, "parts", None)
         if parts is not None:
             # on_error="skip" replaces a sample within its own dataset.
             table["parts"] = parts
-        remote = getattr(src, "remote", None)
         self._refresh_at: Optional[float] = None
         self._refreshing: Optional[_Background] = None
         self._urls_made = 0.0  # when the URLs in use began to be made
@@ -125,9 +129,7 @@ class Pipeline:
             # Objects over HTTP(S): the C source fetches them from URLs
             # made now (presigned ones are made again before they expire).
             self._urls_made = time.monotonic()
-            table["http"] = dict(
-                remote.options, names=list(remote.names), urls=remote.urls()
-            )
+            table["http"].update(remote.options, urls=remote.urls())
             if remote.options.get("cache_bytes"):
                 # The members fetched, kept for later epochs: a folder of
                 # this pipeline's, removed with it.
@@ -322,6 +324,51 @@ class Pipeline:
         self._c.close()
         if self._fetched is not None:
             self._fetched()  # the cache of fetched members, after its files
+
+
+def _i64(column: Any) -> np.ndarray:
+    """A column of the table as the C core reads it: int64, contiguous (no
+    copy when it already is)."""
+    return np.ascontiguousarray(column, dtype=np.int64)
+
+
+def _names(paths: Any) -> Any:
+    """The file names of a table as ``_core.Pipeline`` takes them: a blob
+    of fs-encoded bytes with its offsets and prefix, borrowed by the C
+    source as they are; a plain sequence of str (an ImageFolder's samples)
+    is packed by the C side."""
+    if isinstance(paths, StringBlob):
+        return (paths.blob, _i64(paths.offsets), paths.prefix)
+    return paths
+
+
+def _table(src: Sources, remote: Any) -> dict[str, Any]:
+    """The keywords of ``_core.Pipeline`` that give the table of samples:
+    nothing in it costs a Python object a sample. Shards go as their
+    names and each one's first sample (``starts``), a remote table's
+    objects by the same starts when its objects are the shards."""
+    paths, table = src.paths, {}
+    shards = isinstance(paths, _ShardPaths)
+    if remote is None:
+        if shards:
+            table["paths"] = _names(StringBlob.from_strings(paths.shards))
+            table["starts"] = paths.starts
+        else:
+            table["paths"] = _names(paths)
+    else:
+        table["http"] = dict(names=list(remote.names))
+        if shards and table["http"]["names"] == list(paths.shards):
+            table["starts"] = paths.starts
+        else:
+            table["paths"] = paths  # each sample's object, by name
+    if src.offsets is not None:
+        offsets = src.offsets
+        if isinstance(offsets, np.ndarray) and offsets.ndim == 1 and not offsets.any():
+            offsets = None  # zeros (often broadcast): the C side's default
+        else:
+            offsets = _i64(offsets)
+        table.update(offsets=offsets, lengths=_i64(src.lengths))
+    return table
 
 
 class _Background:

@@ -34,10 +34,11 @@ static const char *toy_backend_reason(const rl_source *s)
     return "";
 }
 
-static const char *toy_where(const rl_source *s, int64_t id)
+static void toy_where(const rl_source *s, int64_t id, char *buf, size_t cap)
 {
     const toy_source *t = (const toy_source *)s;
-    return id >= 0 && id < s->count ? t->where[id] : "toy://?";
+    snprintf(buf, cap, "%s",
+             id >= 0 && id < s->count ? t->where[id] : "toy://?");
 }
 
 /* Serves a copy of the sample's bytes, so that release has work to do. */

@@ -57,10 +57,10 @@ static const char *ck_backend_reason(const rl_source *s)
     return "";
 }
 
-static const char *ck_where(const rl_source *s, int64_t id)
+static void ck_where(const rl_source *s, int64_t id, char *buf, size_t cap)
 {
     checked_source *c = enter(s, C_WHERE);
-    return c->inner->ops->where(c->inner, id);
+    c->inner->ops->where(c->inner, id, buf, cap);
 }
 
 static void ck_read_one(rl_source *s, rl_fetch *f)

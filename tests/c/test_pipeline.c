@@ -78,13 +78,52 @@ static uint8_t *read_all(const char *path, size_t *len)
     return b;
 }
 
-/* A file source over n paths; the pipeline it is given to owns it. */
+/* The tables the file sources borrow, freed at exit (after the
+ * pipelines that read them). */
+static void **tables;
+static int ntables;
+
+static void free_tables(void)
+{
+    for (int i = 0; i < ntables; i++) {
+        free(tables[i]);
+    }
+    free(tables);
+}
+
+/* A file source over n paths, as one blob of names; the pipeline it is
+ * given to owns it. */
 static rl_source *file_source(const char *const *list, int n, rl_io_backend io)
 {
     rl_file_options opt = {.io = io,
                            .max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES};
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        total += strlen(list[i]);
+    }
+    int64_t *at = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    uint8_t *names = malloc(total + 1);
+    if (ntables == 0) {
+        atexit(free_tables);
+    }
+    tables = realloc(tables, sizeof(void *) * (size_t)(ntables + 2));
+    CHECK(at != NULL && names != NULL && tables != NULL);
+    tables[ntables++] = at;
+    tables[ntables++] = names;
+    at[0] = 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(list[i]);
+        memcpy(names + at[i], list[i], len);
+        at[i + 1] = at[i] + (int64_t)len;
+    }
+    rl_file_table t = {.names = names,
+                       .names_len = total,
+                       .at = at,
+                       .nfiles = n,
+                       .prefix = ""};
     char msg[RL_MSG_MAX];
-    rl_source *src = rl_file_source_create(list, NULL, NULL, n, &opt, msg);
+    CHECK_EQ(rl_file_table_check(&t, msg), 0);
+    rl_source *src = rl_file_source_create(&t, &opt, msg);
     CHECK(src != NULL);
     return src;
 }

@@ -14,6 +14,15 @@ name, byte range and sample, kept in a small ``.npz`` file next to the shard
 or in the cache directory, so later uses read no tar header at all, and a
 truncated or corrupt shard fails when indexed, naming the shard and the
 member, rather than in the middle of an epoch.
+
+Without ``fields``, and with a label extension or no label, the set opens
+in O(shards) time and memory: each shard also gets a record file (24
+bytes a sample: image offset, length, label), the set a manifest in the
+cache directory (:mod:`.manifest`); opening reads the manifest, stats
+every shard (a HEAD request for a remote one), indexes again only the
+shards that changed, and builds no per-sample array: ``offsets``,
+``lengths`` and ``targets`` read the mapped record files on demand. A
+``label_key`` function or ``fields`` build per-sample tables at open.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from .base import ImageDataset, PathLike, Sources
 from .cache import StringBlob, load_npz
 from .folder import IMAGE_KEYS
 from .fields import MAX_FIELD_BYTES, FieldTable, field_table, kind_of, parse_fields
+from .manifest import Manifest, RecordColumn, RecordStore, manifest_path
 from .progress import bar as progress_bar
 from .remote import Client
 from .targets import as_targets, item
@@ -40,9 +50,12 @@ from .tarindex import (
     ShardError,
     key_of,
     remote_shard_index,
+    remote_shard_records,
     select_members,
     select_samples,
+    selection_tag,
     shard_index,
+    shard_records,
 )
 from .urls import has_magic, is_url, redact
 
@@ -104,6 +117,12 @@ def _shard_paths(urls_or_glob: PathLike | Iterable[PathLike]) -> list[str]:
     if not paths:
         raise FileNotFoundError(f"no shard in {urls_or_glob!r}")
     return paths
+
+
+def _shown(urls_or_glob: PathLike | Iterable[PathLike]) -> str:
+    """The shards as the user named them, for messages (URLs redacted)."""
+    specs = [redact(s) for s in _specs(urls_or_glob)]
+    return repr(specs[0]) if len(specs) == 1 else repr(specs)
 
 
 def _shard_urls(specs: list[str], client: Client) -> list[str]:
@@ -193,9 +212,20 @@ class TarShards(ImageDataset):
     mixed in one dataset.
 
     Samples come shard by shard, each in the order its key first appears
-    in the shard. Attributes: ``shards`` (paths or URLs), ``targets`` (int64, or
+    in the shard. Attributes: ``shards`` (paths or URLs), ``starts`` (the
+    first sample of each shard, and the total), ``targets`` (int64, or
     what ``label_key``'s function gives, as an array),
     ``offsets`` and ``lengths`` (the image member's byte range).
+
+    Without ``fields``, with ``label_key`` an extension or None, opening
+    costs O(shards): the set's manifest is read and every shard stat'ed;
+    only shards that changed are indexed again (see :mod:`.manifest`).
+    ``offsets``, ``lengths`` and ``targets`` are then read-only int64
+    views over the shards' record files (``len``, integer, slice, list
+    and integer or boolean array indexing as an ndarray's; ``np.asarray``
+    reads the whole column), not arrays in memory. A ``label_key``
+    function or ``fields`` keep per-sample arrays, built at open (one
+    member index read per shard).
 
     With ``fields`` (or a ``label_key`` of a member that is not an integer:
     ``"json"``, ``"npy"``, read as the field after the image, float or
@@ -274,6 +304,16 @@ class TarShards(ImageDataset):
         by_ext = label_key.lower().lstrip(".") if isinstance(label_key, str) else None
         if self.fields is not None:
             by_ext = None  # labels are a field, or not asked for
+        self.image_offsets: Any
+        self.image_lengths: Any
+        self.field_table: FieldTable | None = None
+        self._records: RecordStore | None = None
+        if self.fields is None and not callable(label_key):
+            self._open_records(by_ext, progress)
+            if self.starts[-1] == 0:
+                raise ValueError(_no_sample(self.shards, urls_or_glob, self.image_key))
+            self.paths = _ShardPaths(self.shards, self.starts)
+            return
         parts_off, parts_len, parts_tgt = [], [], []
         members: list[list] = [[] for _ in alts]
         counts = []
@@ -306,10 +346,11 @@ class TarShards(ImageDataset):
         else:
             self.targets = np.concatenate(parts_tgt).astype(np.int64, copy=False)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        if self.starts[-1] == 0:
+            raise ValueError(_no_sample(self.shards, urls_or_glob, self.image_key))
         self.paths = _ShardPaths(self.shards, self.starts)
         # The image member's range (offsets/lengths widen to every field).
         self.image_offsets, self.image_lengths = self.offsets, self.lengths
-        self.field_table: FieldTable | None = None
         if self.fields is not None:
             per_sample = {}
             if target_transform is not None and label_key in self.fields:
@@ -329,6 +370,123 @@ class TarShards(ImageDataset):
             self.offsets = self.field_table.offsets
             self.lengths = self.field_table.lengths
 
+    def _open_records(self, label_ext: str | None, progress: bool) -> None:
+        """Open the shard set from its manifest and the shards' record
+        files (:mod:`.manifest`): each shard's metadata compared with the
+        manifest's, only the shards that changed (or all, without a
+        manifest) indexed again; ``offsets``, ``lengths`` and ``targets``
+        read records on demand."""
+        remote = self.client is not None
+        tag = selection_tag(self.image_key, label_ext)
+        names = self.shards if remote else [os.path.abspath(p) for p in self.shards]
+        where = manifest_path(names, tag, self.cache_dir)
+        old = Manifest.load(where, names, tag)
+        sizes, mtimes, etags = self._metadata()
+        n = len(self.shards)
+        if old is None:
+            todo = np.arange(n)
+        else:
+            same = (old.sizes == sizes) & (old.mtimes == mtimes)
+            if remote:
+                same &= np.array([a == b for a, b in zip(old.etags, etags)], bool)
+            todo = np.nonzero(~same)[0]
+        if len(todo) == 0 and old is not None:
+            m = old
+        else:
+            m = Manifest(n)
+            m.sizes, m.mtimes, m.etags = sizes, mtimes, etags
+            if old is not None:
+                m.counts = old.counts.copy()
+                m.records, m.indexes = list(old.records), list(old.indexes)
+            else:
+                m.records, m.indexes = [""] * n, [""] * n
+            assert isinstance(m.records, list) and isinstance(m.indexes, list)
+            for s, (file, count, index) in zip(
+                todo, self._records_of(todo, label_ext, m, progress)
+            ):
+                m.records[s], m.counts[s], m.indexes[s] = file, count, index
+            m.save(where, names, tag)
+        self._manifest, self._manifest_file = m, where
+        self._tag, self._label_ext = tag, label_ext
+        self.index_files = list(m.indexes)
+        self.starts = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(m.counts, out=self.starts[1:])
+        self._records = RecordStore(
+            self.shards, self.starts, m.records, self._expect, self._rebuild
+        )
+        self.offsets = RecordColumn(self._records, "offset")
+        self.lengths = RecordColumn(self._records, "length")
+        self.targets = RecordColumn(self._records, "label")
+        self.image_offsets, self.image_lengths = self.offsets, self.lengths
+
+    def _expect(self, s: int) -> tuple[int, int, bytes]:
+        """What shard s's record file must say: size, mtime, selection."""
+        m = self._manifest
+        return int(m.sizes[s]), int(m.mtimes[s]), self._tag + m.etags[s].encode()
+
+    def _rebuild(self, s: int) -> str:
+        """Shard s's record file written anew (its own was missing or did
+        not match); ShardError when the shard changed since opening."""
+        # The manifest may be what is wrong: the next open checks every
+        # shard's record file again.
+        _drop_file(self._manifest_file)
+        m, path = self._manifest, self.shards[s]
+        count = int(m.counts[s])
+        if self.client is not None:
+            meta = (int(m.sizes[s]), m.etags[s])
+            return remote_shard_records(
+                path,
+                self.client,
+                self.image_key,
+                self._label_ext,
+                self.cache_dir,
+                meta,
+                count,
+            )[0]
+        st = os.stat(path)
+        if (st.st_size, st.st_mtime_ns) != (int(m.sizes[s]), int(m.mtimes[s])):
+            raise ShardError(
+                f"{path}: the shard changed since the shard set was opened "
+                "(size or mtime); open the shard set again"
+            )
+        return shard_records(
+            path, self.image_key, self._label_ext, self.cache_dir, st, count
+        )[0]
+
+    def _metadata(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """(sizes, mtimes in ns, ETags) of the shards now: ``os.stat`` of
+        each local shard (mtimes 0 and ETags "" for remote shards, whose
+        metadata a HEAD request gives, a few at a time)."""
+        n = len(self.shards)
+        sizes, mtimes = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        if self.client is None:
+            for s, path in enumerate(self.shards):
+                st = os.stat(path)
+                sizes[s], mtimes[s] = st.st_size, st.st_mtime_ns
+            return sizes, mtimes, [""] * n
+        with ThreadPoolExecutor(_INDEX_THREADS) as pool:
+            heads = list(pool.map(self.client.head, self.shards))
+        for s, (size, _) in enumerate(heads):
+            sizes[s] = size
+        return sizes, mtimes, [etag for _, etag in heads]
+
+    def _records_of(
+        self, todo: np.ndarray, label_ext: str | None, m: Manifest, progress: bool
+    ) -> Iterator[tuple[str, int, str]]:
+        """(record file, count, index file) of the shards ``todo``, in
+        order: local ones one by one, remote ones a few at a time."""
+
+        def one(s: int) -> tuple[str, int, str]:
+            path = self.shards[s]
+            if self.client is None:
+                return shard_records(path, self.image_key, label_ext, self.cache_dir)
+            meta = (int(m.sizes[s]), m.etags[s])
+            return remote_shard_records(
+                path, self.client, self.image_key, label_ext, self.cache_dir, meta
+            )
+
+        yield from self._each(todo, one, progress)
+
     def _index_of(self, shard: int) -> tuple[dict[str, np.ndarray], str, bool]:
         path = self.shards[shard]
         if self.client is not None:
@@ -336,32 +494,36 @@ class TarShards(ImageDataset):
         return shard_index(path, self.cache_dir)
 
     def _indexes(self, progress: bool) -> Iterator[tuple[dict, str]]:
-        """(arrays, index file) of each shard, in order. Local shards are
-        indexed one by one; remote ones a few at a time (the network, not
-        the CPU, is what they wait for)."""
-        bar = self._progress_bar() if progress else None
+        """(arrays, index file) of each shard, in order."""
+        for z, file, _ in self._each(range(len(self.shards)), self._index_of, progress):
+            yield z, file
+
+    def _each(self, todo: Any, one: Callable[[int], Any], progress: bool) -> Iterator:
+        """``one(s)`` for each shard s of ``todo``, in order. Local shards
+        are indexed one by one; remote ones a few at a time (the network,
+        not the CPU, is what they wait for)."""
+        bar = self._progress_bar(len(todo)) if progress else None
         try:
             if self.client is None:
-                for s in range(len(self.shards)):
-                    z, file, reused = self._index_of(s)
-                    if bar is not None and not reused:
+                for s in todo:
+                    out = one(int(s))
+                    if bar is not None:
                         bar.update(1)
-                    yield z, file
+                    yield out
                 return
             with ThreadPoolExecutor(_INDEX_THREADS) as pool:
 
                 def submit(s: int) -> Future:
-                    future = pool.submit(self._index_of, s)
+                    future = pool.submit(one, int(s))
                     if bar is not None:
                         future.add_done_callback(lambda _: bar.update(1))
                     return future
 
                 # A future keeps its result: each is dropped once used.
-                pending = collections.deque(map(submit, range(len(self.shards))))
+                pending = collections.deque(map(submit, todo))
                 try:
                     while pending:
-                        z, file, _ = pending.popleft().result()
-                        yield z, file
+                        yield pending.popleft().result()
                 finally:
                     for future in pending:
                         future.cancel()
@@ -369,13 +531,13 @@ class TarShards(ImageDataset):
             if bar is not None:
                 bar.close()
 
-    def _progress_bar(self) -> Any:
+    def _progress_bar(self, n: int) -> Any:
         """A tqdm bar over the shards still to index, when there are many
         of them (indexing reads every tar header once)."""
-        if len(self.shards) < 16:
+        if n < 16:
             return None
         return progress_bar(
-            len(self.shards),
+            n,
             unit="shard",
             desc="indexing shards",
             leave=False,
@@ -395,7 +557,7 @@ class TarShards(ImageDataset):
         if not 0 <= index < n:
             raise IndexError(f"index {index} out of range for {n} samples")
         s = self.shard_of(index)
-        z = load_npz(self.index_files[s])
+        z = load_npz(self.index_files[s]) if self.index_files[s] else None
         if z is None:
             z = self._index_of(s)[0]
         member = int(np.searchsorted(z["offsets"], self.offsets[index]))
@@ -458,11 +620,17 @@ class TarShards(ImageDataset):
             if self.cache_limit is not None:
                 remote.options["cache_bytes"] = self.cache_limit
                 remote.options["block_bytes"] = CACHE_BLOCK_BYTES
+        offsets, lengths = self.offsets, self.lengths
+        if self._records is not None:
+            # The C core's sources take per-sample arrays: read from the
+            # record files here (csrc/source/shard_records.h is the lookup
+            # that will spare them).
+            offsets, lengths = self._records.columns(("offset", "length"))
         return Sources(
             paths=self.paths,
             targets=self.targets,
-            offsets=self.offsets,
-            lengths=self.lengths,
+            offsets=offsets,
+            lengths=lengths,
             remote=remote,
             fields=self.field_table,
         )
@@ -475,6 +643,22 @@ class TarShards(ImageDataset):
         )
 
 
+def _no_sample(
+    shards: list[str], given: PathLike | Iterable[PathLike], image_key: tuple
+) -> str:
+    return (
+        f"no sample in the {len(shards)} shard(s) of {_shown(given)}: no member "
+        f"has an image extension of {'/'.join(image_key)} (image_key)"
+    )
+
+
+def _drop_file(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 class _ShardPaths(Sequence):
     """The shard path of each sample, from the first sample index of each
     shard: no per-sample memory."""
@@ -483,6 +667,18 @@ class _ShardPaths(Sequence):
         self._shards = shards
         self._starts = [int(s) for s in starts]
         self._n = self._starts[-1]
+        self._starts_array = np.asarray(starts, dtype=np.int64)
+
+    @property
+    def shards(self) -> list[str]:
+        """The shards, in order."""
+        return self._shards
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Each shard's first sample, then the number of samples (int64,
+        shards + 1): the table the C source takes as it is."""
+        return self._starts_array
 
     def __len__(self) -> int:
         return self._n

@@ -25,16 +25,32 @@ size and ETag, and rebuilt when either changes. Tar headers are parsed by
 Python's ``tarfile``; building the index checks that every member lies
 inside the file, so a truncated shard fails there, naming the shard and
 the member.
+
+Derived from the index, for one selection (image extensions in order of
+preference, a label extension or none), a shard's sample records
+(:func:`shard_records`): one 24-byte record a sample (the image member's
+offset and length, the integer label or -1) after a header that names the
+format and member-index versions, the shard's size and mtime (a remote
+shard's ETag), the selection and the count. The record file
+``<shard>.<hash of the selection>.rec`` is written atomically beside the
+shard (in the cache directory when the folder is not writable, and for
+remote shards), read by mapping it (:func:`map_records`), and rebuilt
+from the index whenever its header disagrees with the shard or with what
+the caller expects; finding a valid record file reads no member index.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
+import mmap
 import os
 import re
+import struct
 import tarfile
+import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
@@ -55,12 +71,17 @@ from .remote import Client
 from .urls import local_name, sidecar_url
 
 __all__ = [
+    "RECORD",
     "ShardError",
     "key_of",
+    "map_records",
     "remote_shard_index",
+    "remote_shard_records",
     "select_members",
     "select_samples",
+    "selection_tag",
     "shard_index",
+    "shard_records",
     "split_key",
 ]
 
@@ -435,15 +456,19 @@ def _sidecar_arrays(name: str, client: Client, size: int) -> dict | None:
 
 
 def remote_shard_index(
-    name: str, client: Client, cache_dir: PathLike | None = None
+    name: str,
+    client: Client,
+    cache_dir: PathLike | None = None,
+    meta: tuple[int, str] | None = None,
 ) -> tuple[dict[str, np.ndarray], str, bool]:
     """(arrays, index file, reused) for a remote shard: the cached index
     when the shard's size and ETag are those recorded, else its sidecar
     (``<url>.idx.npz``) when it records the shard's size, else a scan of
     the shard in one streaming pass. A new index is written to the cache
     directory, named after the URL. Raises ShardError for a bad shard,
-    OSError (naming the URL) for one that cannot be read."""
-    size, etag = client.head(name)
+    OSError (naming the URL) for one that cannot be read. ``meta``: the
+    shard's (size, ETag) when a HEAD request just gave them."""
+    size, etag = meta if meta is not None else client.head(name)
     cached = os.path.join(
         default_cache_dir(cache_dir), cache_name("shard", name, local_name(name))
     )
@@ -538,3 +563,194 @@ def select_members(
         best_rank[key_ids[holders]] = r
     sample_keys = key_ids[images]
     return best[sample_keys], best_rank[sample_keys]
+
+
+# ---------------------------------------------------------------------------
+# Sample records: one fixed-width record per sample of a shard, for one
+# selection (image extensions, label extension), derived from the index.
+#
+# A record file is a header, then ``count`` records of 24 bytes, all
+# little-endian:
+#
+#   0  magic "RLSAMPLE" | 8  format version u32 | 12 member-index version u32
+#   16 shard size u64   | 24 shard mtime_ns i64  | 32 count u64
+#   40 header bytes u32 (where the records start, a multiple of 8)
+#   44 tag bytes u32    | 48 tag: the selection ("jpg;png\ncls\n"), then,
+#                          for a remote shard, its ETag; zero padding
+#
+#   record: image member offset u64 | its length u64 | label i64 (-1: none)
+#
+# csrc/source/shard_records.h reads the same layout.
+
+RECORDS_MAGIC = b"RLSAMPLE"
+RECORDS_VERSION = 1
+RECORD = np.dtype([("offset", "<u8"), ("length", "<u8"), ("label", "<i8")])
+_HEAD = struct.Struct("<8sIIQqQII")
+
+
+def selection_tag(image_key: Sequence[str], label_key: str | None) -> bytes:
+    """What a record file's header says it selected: the image extensions
+    in order of preference and the label extension ("" for none)."""
+    return os.fsencode(";".join(image_key) + "\n" + (label_key or "") + "\n")
+
+
+def records_file(
+    path: str, tag: bytes, cache_dir: PathLike | None, remote: bool = False
+) -> tuple[str, str]:
+    """(beside the shard, in the cache directory): where the record file of
+    a shard and a selection goes. A remote shard has only the second (the
+    first is returned empty)."""
+    digest = hashlib.sha256(tag).hexdigest()[:12]
+    ident = path if remote else os.path.abspath(path)
+    label = local_name(path) if remote else os.path.basename(ident)
+    name = cache_name("samples", ident + "\0" + tag.decode("utf-8", "replace"), label)
+    cached = os.path.join(default_cache_dir(cache_dir), name[: -len(".npz")] + ".rec")
+    return ("" if remote else f"{path}.{digest}.rec"), cached
+
+
+def write_records(
+    dest: str, size: int, mtime_ns: int, tag: bytes, table: np.ndarray
+) -> None:
+    """Write record file ``dest`` atomically (a temporary file, then a
+    rename) for a shard of ``size`` bytes and ``mtime_ns``. Raises OSError
+    when its folder is not writable; leaves no temporary file behind."""
+    head_len = (_HEAD.size + len(tag) + 7) // 8 * 8
+    head = _HEAD.pack(
+        RECORDS_MAGIC,
+        RECORDS_VERSION,
+        SHARD_INDEX_VERSION,
+        size,
+        mtime_ns,
+        len(table),
+        head_len,
+        len(tag),
+    )
+    head += tag + b"\0" * (head_len - _HEAD.size - len(tag))
+    fd, tmp = tempfile.mkstemp(
+        prefix=".ringloader-", suffix=".tmp", dir=os.path.dirname(dest) or "."
+    )
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(head)
+            f.write(np.ascontiguousarray(table, dtype=RECORD).tobytes())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def map_records(
+    path: str, size: int, mtime_ns: int, tag: bytes, count: int | None = None
+) -> np.ndarray | None:
+    """The records of record file ``path`` (a read-only array of
+    :data:`RECORD` over a map of the file), when its header says it is of
+    this format, of a shard of ``size`` bytes and ``mtime_ns``, of the
+    selection ``tag``, and (when given) of ``count`` records, and the file
+    holds exactly those; else None (missing, truncated, or another
+    shard's or selection's: the caller rebuilds it)."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_size < _HEAD.size:
+                return None
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+    magic, version, index_version, r_size, r_mtime, n, head_len, tag_len = (
+        _HEAD.unpack_from(mapped)
+    )
+    if not (
+        magic == RECORDS_MAGIC
+        and version == RECORDS_VERSION
+        and index_version == SHARD_INDEX_VERSION
+        and r_size == size
+        and r_mtime == mtime_ns
+        and (count is None or n == count)
+        and head_len % 8 == 0
+        and _HEAD.size + tag_len <= head_len
+        and mapped[_HEAD.size : _HEAD.size + tag_len] == tag
+        and len(mapped) == head_len + n * RECORD.itemsize
+    ):
+        mapped.close()
+        return None
+    # The records themselves are not scanned (that would read the whole
+    # file at each map); a range past the shard's end fails its read,
+    # naming the shard, as a shard truncated after indexing does.
+    return np.frombuffer(mapped, dtype=RECORD, count=n, offset=head_len)
+
+
+def _records_table(path: str, z: dict, image_key: Sequence[str], label_key):
+    images, labels = select_samples(path, z, image_key, label_key)
+    table = np.empty(len(images), dtype=RECORD)
+    table["offset"] = z["offsets"][images]
+    table["length"] = z["sizes"][images]
+    table["label"] = labels
+    return table
+
+
+def shard_records(
+    path: str,
+    image_key: Sequence[str],
+    label_key: str | None,
+    cache_dir: PathLike | None = None,
+    st: os.stat_result | None = None,
+    count: int | None = None,
+) -> tuple[str, int, str]:
+    """(record file, sample count, index file or "") of local shard
+    ``path`` for a selection: the record file beside the shard or in the
+    cache directory when it matches the shard's size and mtime and the
+    selection (no member index read), else one derived from the shard's
+    index (:func:`shard_index`, which builds the index when it is missing
+    or stale), written beside the shard or, when that fails, in the cache
+    directory. ``count``: the sample count a record file found must give
+    (a file that gives another is rebuilt). Raises ShardError for a bad
+    shard or a missing label."""
+    if st is None:
+        st = os.stat(path)
+    tag = selection_tag(image_key, label_key)
+    beside, cached = records_file(path, tag, cache_dir)
+    for candidate in (beside, cached):
+        table = map_records(candidate, st.st_size, st.st_mtime_ns, tag, count)
+        if table is not None:
+            return candidate, len(table), ""
+    z, index_file, _ = shard_index(path, cache_dir)
+    table = _records_table(path, z, image_key, label_key)
+    if os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+        try:
+            write_records(beside, st.st_size, st.st_mtime_ns, tag, table)
+            _drop(cached)
+            return beside, len(table), index_file
+        except OSError as e:
+            log.debug("ringloader: cannot write %s (%s)", beside, e)
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    write_records(cached, st.st_size, st.st_mtime_ns, tag, table)
+    return cached, len(table), index_file
+
+
+def remote_shard_records(
+    name: str,
+    client: Client,
+    image_key: Sequence[str],
+    label_key: str | None,
+    cache_dir: PathLike | None = None,
+    meta: tuple[int, str] | None = None,
+    count: int | None = None,
+) -> tuple[str, int, str]:
+    """(record file, sample count, index file or "") of remote shard
+    ``name`` for a selection, kept in the cache directory with the shard's
+    size and ETag (``meta``, else from a HEAD request): the record file when
+    both match (and it gives ``count`` samples, when given), else one
+    derived from :func:`remote_shard_index`."""
+    size, etag = meta if meta is not None else client.head(name)
+    tag = selection_tag(image_key, label_key) + etag.encode()
+    _, cached = records_file(name, tag, cache_dir, remote=True)
+    table = map_records(cached, size, 0, tag, count)
+    if table is not None:
+        return cached, len(table), ""
+    z, index_file, _ = remote_shard_index(name, client, cache_dir, (size, etag))
+    table = _records_table(name, z, image_key, label_key)
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    write_records(cached, size, 0, tag, table)
+    return cached, len(table), index_file

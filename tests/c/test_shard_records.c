@@ -1,0 +1,259 @@
+/* test_shard_records.c - sample lookups in record files
+ * (source/shard_records.h): lookups across shards, a missing file, a short
+ * and a corrupt file, lookups from 4 threads at once, and more files than
+ * the table keeps open. The record files are written here, in the layout
+ * tarindex.py writes. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "source/shard_records.h"
+
+#define NSHARDS 12
+#define THREADS 4
+
+static char dir[] = "/tmp/rl-shard-records-XXXXXX";
+static char paths[NSHARDS][256];
+static int64_t starts[NSHARDS + 1];
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* What sample id of the set holds: easy to check from the id alone. */
+static uint64_t offset_of(int64_t id)
+{
+    return 512 + (uint64_t)id * 1024;
+}
+
+static uint64_t length_of(int64_t id)
+{
+    return 100 + (uint64_t)id % 7;
+}
+
+static int64_t label_of(int64_t id)
+{
+    return id % 5 == 0 ? -1 : id % 1000;
+}
+
+/* A record file of count records for samples first.., as tarindex.py
+ * writes one (a 5-byte tag, so a padded header of 56 bytes). */
+static void write_records(const char *path, int64_t first, uint64_t count)
+{
+    const char tag[] = "jpg\nc";
+    unsigned char head[56] = {0};
+    memcpy(head, "RLSAMPLE", 8);
+    put32(head + 8, RL_SHARD_RECORDS_VERSION);
+    put32(head + 12, 2);
+    put64(head + 16, 1 << 20);
+    put64(head + 24, 1234);
+    put64(head + 32, count);
+    put32(head + 40, sizeof head);
+    put32(head + 44, sizeof tag - 1);
+    memcpy(head + RL_SHARD_RECORDS_HEAD, tag, sizeof tag - 1);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(fwrite(head, 1, sizeof head, f) == sizeof head);
+    for (uint64_t i = 0; i < count; i++) {
+        unsigned char r[RL_SHARD_RECORD_BYTES];
+        int64_t id = first + (int64_t)i;
+        put64(r, offset_of(id));
+        put64(r + 8, length_of(id));
+        put64(r + 16, (uint64_t)label_of(id));
+        CHECK(fwrite(r, 1, sizeof r, f) == sizeof r);
+    }
+    CHECK(fclose(f) == 0);
+}
+
+static const char *const *path_list(void)
+{
+    static const char *list[NSHARDS];
+    for (int s = 0; s < NSHARDS; s++)
+        list[s] = paths[s];
+    return list;
+}
+
+static void check_sample(rl_shard_records *t, int64_t id)
+{
+    uint64_t off = 0, len = 0;
+    int64_t label = 0;
+    char msg[512] = "";
+    int rc = rl_shard_records_get(t, id, &off, &len, &label, msg, sizeof msg);
+    if (rc != 0)
+        fprintf(stderr, "sample %lld: %s\n", (long long)id, msg);
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(off, offset_of(id));
+    CHECK_EQ(len, length_of(id));
+    CHECK_EQ(label, label_of(id));
+}
+
+static void test_lookups(void)
+{
+    /* Every shard's samples, the first and last of each, an empty shard
+     * (shard 3) in the middle, and ids out of range. */
+    rl_shard_records *t = rl_shard_records_new(starts, path_list(), NSHARDS, 0);
+    CHECK(t != NULL);
+    for (int64_t id = 0; id < starts[NSHARDS]; id++)
+        check_sample(t, id);
+    for (int64_t id = starts[NSHARDS] - 1; id >= 0; id -= 37)
+        check_sample(t, id);
+    uint64_t off, len;
+    char msg[256];
+    CHECK_EQ(rl_shard_records_get(t, -1, &off, &len, NULL, msg, sizeof msg),
+             -ERANGE);
+    CHECK_EQ(rl_shard_records_get(t, starts[NSHARDS], &off, &len, NULL, msg,
+                                  sizeof msg),
+             -ERANGE);
+    CHECK(strstr(msg, "out of range") != NULL);
+    CHECK(rl_shard_records_open_files(t) <= RL_SHARD_RECORDS_OPEN);
+    rl_shard_records_destroy(t);
+    rl_shard_records_destroy(NULL);
+    /* Bad arguments. */
+    int64_t bad[3] = {0, 5, 4};
+    const char *two[2] = {paths[0], paths[1]};
+    CHECK(rl_shard_records_new(bad, two, 2, 0) == NULL);
+    CHECK_EQ(errno, EINVAL);
+}
+
+static void test_eviction(void)
+{
+    /* 3 files kept open for 12 shards: lookups across every shard, twice,
+     * give the same records, and no more than 3 files stay open. */
+    rl_shard_records *t = rl_shard_records_new(starts, path_list(), NSHARDS, 3);
+    CHECK(t != NULL);
+    for (int round = 0; round < 2; round++) {
+        for (int64_t id = 0; id < starts[NSHARDS]; id += 13) {
+            check_sample(t, id);
+            CHECK(rl_shard_records_open_files(t) <= 3);
+        }
+    }
+    CHECK_EQ(rl_shard_records_open_files(t), 3);
+    rl_shard_records_destroy(t);
+}
+
+static void expect_failure(rl_shard_records *t, int64_t id, int want,
+                           const char *path, const char *why)
+{
+    uint64_t off, len;
+    char msg[512] = "";
+    CHECK_EQ(rl_shard_records_get(t, id, &off, &len, NULL, msg, sizeof msg),
+             want);
+    if (strstr(msg, path) == NULL || strstr(msg, why) == NULL)
+        fprintf(stderr, "message: %s\n", msg);
+    CHECK(strstr(msg, path) != NULL);
+    CHECK(strstr(msg, why) != NULL);
+}
+
+static void test_bad_files(void)
+{
+    char gone[300], shortf[300], corrupt[300], count[300], version[300];
+    snprintf(gone, sizeof gone, "%s/gone.rec", dir);
+    snprintf(shortf, sizeof shortf, "%s/short.rec", dir);
+    snprintf(corrupt, sizeof corrupt, "%s/corrupt.rec", dir);
+    snprintf(count, sizeof count, "%s/count.rec", dir);
+    snprintf(version, sizeof version, "%s/version.rec", dir);
+    /* Short: its last record cut. */
+    write_records(shortf, 20, 10);
+    CHECK(truncate(shortf, 56 + 10 * RL_SHARD_RECORD_BYTES - 5) == 0);
+    /* Corrupt: its magic overwritten. */
+    write_records(corrupt, 30, 10);
+    FILE *f = fopen(corrupt, "r+b");
+    CHECK(f != NULL);
+    CHECK(fwrite("XX", 1, 2, f) == 2);
+    CHECK(fclose(f) == 0);
+    /* A record file of 9 samples for a shard of 10. */
+    write_records(count, 40, 9);
+    /* Another format version. */
+    write_records(version, 50, 10);
+    f = fopen(version, "r+b");
+    CHECK(f != NULL);
+    CHECK(fseek(f, 8, SEEK_SET) == 0);
+    CHECK(fputc(9, f) == 9);
+    CHECK(fclose(f) == 0);
+    char good[300];
+    snprintf(good, sizeof good, "%s/good.rec", dir);
+    write_records(good, 0, 10);
+    const char *list[6] = {good, gone, shortf, corrupt, count, version};
+    int64_t st[7] = {0, 10, 20, 30, 40, 50, 60};
+    rl_shard_records *t = rl_shard_records_new(st, list, 6, 2);
+    CHECK(t != NULL);
+    check_sample(t, 3);
+    expect_failure(t, 12, -ENOENT, gone, "cannot open");
+    expect_failure(t, 25, -EBADMSG, shortf, "truncated or corrupt");
+    expect_failure(t, 35, -EBADMSG, corrupt, "not a record file");
+    expect_failure(t, 45, -EBADMSG, count, "record count");
+    expect_failure(t, 55, -EBADMSG, version, "format version");
+    check_sample(t, 9); /* the good file still reads */
+    /* A file cut short after it was opened: the record read fails. */
+    write_records(shortf, 20, 10);
+    check_sample(t, 29);
+    CHECK(truncate(shortf, 56 + 5 * RL_SHARD_RECORD_BYTES) == 0);
+    expect_failure(t, 28, -EBADMSG, shortf, "cut short");
+    rl_shard_records_destroy(t);
+    const char *all[6] = {good, gone, shortf, corrupt, count, version};
+    for (int i = 0; i < 6; i++)
+        unlink(all[i]);
+}
+
+static rl_shard_records *shared;
+
+static void *worker(void *arg)
+{
+    uint64_t x = (uint64_t)(uintptr_t)arg * 0x9e3779b97f4a7c15ULL + 1;
+    for (int i = 0; i < 4000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        check_sample(shared, (int64_t)(x % (uint64_t)starts[NSHARDS]));
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    /* 4 threads on a table keeping 4 of 12 files open: evictions and
+     * reads race, every lookup gives its sample's record. */
+    shared = rl_shard_records_new(starts, path_list(), NSHARDS, 4);
+    CHECK(shared != NULL);
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)i) == 0);
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_join(th[i], NULL) == 0);
+    CHECK(rl_shard_records_open_files(shared) <= 4);
+    rl_shard_records_destroy(shared);
+}
+
+int main(void)
+{
+    CHECK(mkdtemp(dir) != NULL);
+    starts[0] = 0;
+    for (int s = 0; s < NSHARDS; s++) {
+        uint64_t count = s == 3 ? 0 : 50 + (uint64_t)s * 11;
+        snprintf(paths[s], sizeof paths[s], "%s/shard-%02d.rec", dir, s);
+        write_records(paths[s], starts[s], count);
+        starts[s + 1] = starts[s] + (int64_t)count;
+    }
+    test_lookups();
+    test_eviction();
+    test_bad_files();
+    test_threads();
+    for (int s = 0; s < NSHARDS; s++)
+        unlink(paths[s]);
+    rmdir(dir);
+    PASS("test_shard_records");
+}

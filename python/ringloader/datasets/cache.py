@@ -306,8 +306,13 @@ def _pack_texts(
     toggles[[0, cut]] ^= np.uint8(cut > 0)
     toggles[seps] ^= 1
     toggles[seps + (cut + 1)] ^= 1
-    blob = data[np.bitwise_xor.accumulate(toggles[:-1]) == 0]
-    del data, raw, toggles
+    # In place: each temporary the size of the text is fresh memory, and
+    # faulting it in costs as much as the pass that fills it.
+    np.bitwise_xor.accumulate(toggles, out=toggles)
+    keep = toggles.view(bool)[:-1]
+    np.logical_not(keep, out=keep)
+    blob = data[keep]
+    del data, raw, toggles, keep
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
     # Item j >= 1 starts after separator j - 1, less the j - 1 separators

@@ -10,8 +10,10 @@ are kept as one UTF-8 blob with offsets rather than as Python objects.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
+import sys
 import tempfile
 import threading
 import zipfile
@@ -22,11 +24,13 @@ from typing import Any
 import numpy as np
 
 from .base import PathLike
+from .targets import is_arrow
 
 __all__ = [
     "StringBlob",
     "cache_name",
     "default_cache_dir",
+    "give_back_freed",
     "load_npz",
     "pack_strings",
     "read_npz",
@@ -145,9 +149,45 @@ class StringBlob(Sequence):
 
     @classmethod
     def from_strings(cls, items: Iterable[str], prefix: str = "") -> StringBlob:
-        """Pack ``items`` (paths or any text) into a blob."""
-        blob, offsets = pack_strings(os.fsencode(s) for s in items)
+        """Pack ``items`` (paths or any text) into a blob, each item read
+        as ``prefix`` followed by it."""
+        blob, offsets, _ = _pack_texts(_texts(items), "items", common=False)
         return cls(blob, offsets, prefix)
+
+    @classmethod
+    def of_paths(cls, paths: Any, what: str = "paths") -> StringBlob:
+        """Paths (or URLs) packed with no Python loop per item and no Python
+        object kept per item, their longest common directory prefix kept
+        once in ``prefix``.
+
+        ``paths``: a list or tuple of str (or path-like), a numpy array of
+        dtype ``U``, ``S`` (bytes, taken as they are) or object, a pyarrow
+        ``Array`` or ``ChunkedArray`` of string or binary, or any iterable
+        of str. Items go through the file system encoding as
+        :func:`os.fsencode` takes them (surrogate-escaped names round-trip).
+        An Arrow array of one chunk is kept as it is (its data buffer is
+        the blob: no copy; its prefix is not taken out). Raises ValueError
+        naming ``what`` and the row of an item holding a NUL byte or, in an
+        Arrow array, a null; TypeError for an array of another type.
+        """
+        if isinstance(paths, StringBlob):
+            return paths
+        if is_arrow(paths):
+            return cls(*_pack_arrow(paths, what))
+        if isinstance(paths, np.ndarray):
+            if paths.ndim != 1:
+                raise ValueError(f"{what}: a 1-D array is needed, not {paths.shape}")
+            if paths.dtype.kind in "US":
+                packed = _pack_fixed(paths, what)
+            elif paths.dtype != object:
+                raise TypeError(f"{what}: an array of str, not of {paths.dtype}")
+            else:
+                packed = _pack_texts(paths.tolist(), what, common=True)
+        else:
+            packed = _pack_texts(_texts(paths), what, common=True)
+        if len(packed[0]) >= _TRIM_AFTER:
+            give_back_freed()
+        return cls(*packed)
 
     @property
     def blob(self) -> np.ndarray:
@@ -164,6 +204,23 @@ class StringBlob(Sequence):
 
     def __len__(self) -> int:
         return self._n
+
+    def heads(self, width: int, rows: np.ndarray | None = None) -> np.ndarray:
+        """The first ``width`` bytes (the prefix's included) of each item,
+        or of the items ``rows``, zero past an item's end: a uint8 array of
+        a row per item, one gather per byte not in the prefix."""
+        known = os.fsencode(self._prefix)[:width]
+        starts, ends = self._offsets[:-1], self._offsets[1:]
+        if rows is not None:
+            starts, ends = starts[rows], ends[rows]
+        out = np.zeros((len(starts), width), dtype=np.uint8)
+        out[:, : len(known)] = np.frombuffer(known, dtype=np.uint8)
+        blob = self.blob
+        for j in range(len(known), width):
+            at = starts + (j - len(known))
+            got = blob.take(at, mode="clip") if len(blob) else 0
+            out[:, j] = np.where(at < ends, got, 0)
+        return out
 
     def _get(self, i: int) -> str:
         a, b = self._offsets[i], self._offsets[i + 1]
@@ -185,3 +242,193 @@ class StringBlob(Sequence):
 
     def __repr__(self) -> str:
         return f"<{self._n} strings in a {len(self._blob)}-byte blob>"
+
+
+# How os.fsencode encodes (UTF-8 and surrogateescape on Linux): every
+# name, even one that is not valid UTF-8, round-trips.
+_FS = (sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+
+
+# The temporaries of packing are arrays the size of the text. Those under
+# glibc's mmap threshold (up to 32 MiB) come from the heap and, freed, stay
+# in the process's resident memory; after packing that much text, the free
+# pages are handed back to the system.
+_TRIM_AFTER = 4 << 20
+
+
+def give_back_freed() -> None:
+    """Return the C heap's free pages to the system (glibc's malloc_trim);
+    nothing where the C library has no such call."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+
+
+def _texts(items: Any) -> list:
+    """``items`` as a list or tuple (the one given, when it is one)."""
+    return items if isinstance(items, (list, tuple)) else list(items)
+
+
+def _nul_row(what: str, row: int) -> ValueError:
+    return ValueError(f"{what}: row {row} holds a NUL byte, which no path can hold")
+
+
+def _pack_texts(
+    items: list | tuple, what: str, common: bool
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """(blob, offsets, prefix) of a list of str: joined with NULs and
+    encoded in one call each, the items then found by their NULs with
+    numpy; with ``common``, their longest common directory prefix kept
+    once, out of the blob."""
+    n = len(items)
+    if n == 0:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64), ""
+    try:
+        joined = "\0".join(items)
+    except TypeError:  # path-likes or bytes: one call each
+        items = [os.fsdecode(p) for p in items]
+        joined = "\0".join(items)
+    raw = joined.encode(*_FS)
+    del joined
+    data = np.frombuffer(raw, dtype=np.uint8)
+    seps = np.flatnonzero(data == 0)
+    if len(seps) != n - 1:  # more NULs than separators
+        raise _nul_row(what, next(i for i, s in enumerate(items) if "\0" in s))
+    cut = _common_dir(raw, data, seps) if common else 0
+    prefix = os.fsdecode(raw[:cut])
+    # Taken out: each separator and the prefix after it (and the first
+    # item's prefix), marked by toggles whose running xor is 1 inside.
+    toggles = np.zeros(len(data) + 1, dtype=np.uint8)
+    toggles[[0, cut]] ^= np.uint8(cut > 0)
+    toggles[seps] ^= 1
+    toggles[seps + (cut + 1)] ^= 1
+    # In place: each temporary the size of the text is fresh memory, and
+    # faulting it in costs as much as the pass that fills it.
+    np.bitwise_xor.accumulate(toggles, out=toggles)
+    keep = toggles.view(bool)[:-1]
+    np.logical_not(keep, out=keep)
+    blob = data[keep]
+    del data, raw, toggles, keep
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = 0
+    # Item j >= 1 starts after separator j - 1, less the j - 1 separators
+    # and j prefixes before it.
+    offsets[1:n] = seps - np.arange(n - 1) * (cut + 1) - cut
+    offsets[n] = len(blob)
+    return blob, offsets, prefix
+
+
+def _common_dir(raw: bytes, data: np.ndarray, seps: np.ndarray) -> int:
+    """The length of the longest directory prefix (ending with a slash)
+    of the first item that every item of ``raw`` (``data``: the items
+    joined with NULs, which no item holds, at ``seps``) shares: one with
+    ``b"\0" + prefix`` once per separator in ``raw``. A sample of the
+    items rules out the longer candidates first; the longest left is then
+    counted, and the others by bisection when it is not shared."""
+    first = data[: int(seps[0]) if len(seps) else len(data)]
+    cuts = (np.flatnonzero(first == 0x2F) + 1).tolist()
+    if not cuts or not len(seps):
+        return cuts[-1] if cuts else 0
+    starts = seps[:: max(1, len(seps) // 4096)] + 1
+    window = np.take(data, starts[:, None] + np.arange(cuts[-1]), mode="clip")
+    same = (window == first[: cuts[-1]]).all(axis=0)
+    shared = cuts[-1] if same.all() else int(np.argmin(same))
+    cuts = [c for c in cuts if c <= shared]
+    lo, hi = 0, len(cuts)  # cuts[:lo] are shared, cuts[hi:] are not
+    mid = hi
+    while lo < hi:
+        if raw.count(b"\0" + first[: cuts[mid - 1]].tobytes()) == len(seps):
+            lo = mid
+        else:
+            hi = mid - 1
+        mid = (lo + hi + 1) // 2
+    return cuts[lo - 1] if lo else 0
+
+
+def _pack_fixed(arr: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """(blob, offsets, prefix) of a numpy array of str (``U``) or bytes
+    (``S``): as a 2-D array of bytes, its common directory prefix is a
+    band of equal columns and each item a row's first bytes."""
+    n = len(arr)
+    if arr.dtype.kind == "U":
+        if arr.dtype.itemsize == 0 or n == 0:
+            rows = np.zeros((n, 0), np.uint8)
+        else:
+            codes = arr.view(np.uint32).reshape(n, -1)
+            if codes.max() >= 128:  # not ASCII: encoded by Python's codec
+                return _pack_texts(arr.tolist(), what, common=True)
+            rows = codes.astype(np.uint8)
+    else:
+        rows = arr.view(np.uint8).reshape(n, arr.dtype.itemsize)
+    lengths = np.char.str_len(arr).astype(np.int64)
+    if np.count_nonzero(rows) != lengths.sum():  # a NUL inside an item
+        inside = np.count_nonzero(rows, axis=1) != lengths
+        raise _nul_row(what, int(np.argmax(inside)))
+    cut = 0
+    if n:
+        first = rows[0, : lengths[0]]
+        for c in (np.flatnonzero(first == ord("/")) + 1).tolist():
+            if not (rows[:, cut:c] == first[cut:c]).all():
+                break
+            cut = c
+    keep = np.arange(rows.shape[1] - cut) < (lengths - cut)[:, None]
+    blob = rows[:, cut:][keep]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths - cut, out=offsets[1:])
+    prefix = os.fsdecode(rows[0, :cut].tobytes()) if cut else ""
+    return blob, offsets, prefix
+
+
+def _pack_arrow(arr: Any, what: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """(blob, offsets, "") of an Arrow string or binary array: its data
+    buffer and offsets as they are (a slice's offsets from 0); the chunks
+    of a ChunkedArray of several concatenated."""
+    import pyarrow as pa
+
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    blobs, ends, base = [], [np.zeros(1, np.int64)], 0
+    for chunk in chunks:
+        t = chunk.type
+        if pa.types.is_dictionary(t):
+            chunk = chunk.dictionary_decode()
+            t = chunk.type
+        if not (
+            pa.types.is_string(t)
+            or pa.types.is_large_string(t)
+            or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t)
+        ):
+            if not (pa.types.is_string_view(t) or pa.types.is_binary_view(t)):
+                raise TypeError(f"{what}: an Arrow array of strings, not of {t}")
+            chunk = chunk.cast(pa.large_binary())
+            t = chunk.type
+        if chunk.null_count:
+            row = base + int(np.argmax(chunk.is_null().to_numpy(zero_copy_only=False)))
+            raise ValueError(f"{what}: row {row} is null, not a path")
+        wide = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+        _, off_buf, data_buf = chunk.buffers()
+        offs = np.frombuffer(off_buf, np.int64 if wide else np.int32)
+        offs = offs[chunk.offset : chunk.offset + len(chunk) + 1]
+        data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else None
+        lo, hi = (int(offs[0]), int(offs[-1])) if len(offs) else (0, 0)
+        blob = data[lo:hi] if data is not None else np.zeros(0, np.uint8)
+        nul = np.flatnonzero(blob == 0)
+        if len(nul):
+            row = int(np.searchsorted(offs, lo + nul[0], side="right")) - 1
+            raise _nul_row(what, base + row)
+        blobs.append(blob)
+        ends.append(offs[1:].astype(np.int64) + (ends[-1][-1] - lo))
+        base += len(chunk)
+    if len(blobs) == 1:
+        if offs.dtype == np.int64 and offs[0] == 0:
+            return blobs[0], offs, ""  # large_string: its offsets as they are
+        return blobs[0], np.concatenate(ends), ""
+    return (
+        np.concatenate(blobs) if blobs else np.zeros(0, np.uint8),
+        np.concatenate(ends),
+        "",
+    )

@@ -19,12 +19,13 @@ DataLoader over the dataset therefore batches exactly as the loader does.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-__all__ = ["Targets", "as_targets", "batch", "concat", "item", "take"]
+__all__ = ["Targets", "as_targets", "batch", "concat", "is_arrow", "item", "take"]
 
 Targets = Union[np.ndarray, tuple]
 
@@ -63,12 +64,32 @@ def _column(values: Any, n: int, what: str) -> np.ndarray:
     raise TypeError(f"{what}: targets of dtype {arr.dtype} cannot be batched")
 
 
+def is_arrow(x: Any) -> bool:
+    """Whether ``x`` is a pyarrow Array or ChunkedArray (pyarrow is not
+    imported for it: one cannot have been made without it)."""
+    pa = sys.modules.get("pyarrow")
+    return pa is not None and isinstance(x, (pa.Array, pa.ChunkedArray))
+
+
+def _from_arrow(values: Any, what: str) -> np.ndarray:
+    """An Arrow array of targets as numpy (no copy for numbers without
+    nulls); ValueError naming the row of a null."""
+    if values.null_count:
+        nulls = values.is_null().to_numpy(zero_copy_only=False)
+        raise ValueError(f"{what}: row {int(np.argmax(nulls))} is null, not a target")
+    return np.asarray(values.to_numpy(zero_copy_only=False))
+
+
 def as_targets(values: Any, n: int, what: str = "targets") -> Targets:
     """The targets of ``n`` samples from what a user gives: an array (one
     row per sample), a sequence of per-sample values, or a sequence of
     per-sample tuples (kept as a tuple of arrays, one per element). Raises
     ValueError (naming ``what``) when there is not one target per sample
-    or their shapes differ, TypeError for a dtype that cannot be batched."""
+    or their shapes differ, TypeError for a dtype that cannot be batched.
+    A pyarrow array is taken as the numpy array it converts to (a null is
+    refused naming its row)."""
+    if is_arrow(values):
+        values = _from_arrow(values, what)
     if not isinstance(values, np.ndarray):
         values = values if isinstance(values, Sequence) else list(values)
         if len(values) and isinstance(values[0], tuple):

@@ -4,6 +4,7 @@ indexed again, altered files rebuilt or refused, little memory at open."""
 
 from __future__ import annotations
 
+import gc
 import glob
 import io
 import os
@@ -393,3 +394,24 @@ def test_a_record_file_of_another_shard_is_refused_when_read(shard_dir, tmp_path
         next(batches)  # shards 0-2 read
     with pytest.raises(OSError, match=r"train-003\.tar.*another shard"):
         next(batches)
+
+
+def test_batch_lookups_keep_few_record_files_open_and_close_them(
+    shard_dir, tmp_path, monkeypatch
+):
+    # A batch's labels are read from the record files with pread, through
+    # a bounded cache of open files, closed when the dataset goes.
+    from ringloader.datasets import manifest
+
+    monkeypatch.setattr(manifest, "_OPEN_RECORD_FILES", 2)
+    gc.collect()  # files of earlier tests' datasets
+    before = len(os.listdir("/proc/self/fd"))
+    ds = TarShards(str(shard_dir / "*.tar"), cache_dir=tmp_path / "cache")
+    _, _, labels, _ = _truth(shard_dir)
+    idx = np.array([0, 6, 13, 20, 1, 19, 7])  # every shard, back and forth
+    for _ in range(3):
+        assert ds.targets[idx].tolist() == [labels[i] for i in idx]
+        assert len(os.listdir("/proc/self/fd")) <= before + 2
+    del ds
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -25,6 +25,7 @@ import collections
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,7 +33,15 @@ import numpy as np
 
 from .base import PathLike
 from .cache import StringBlob, cache_name, default_cache_dir, load_npz, save_npz
-from .tarindex import RECORDS_VERSION, SHARD_INDEX_VERSION, ShardError, map_records
+from .tarindex import (
+    HEADER_BYTES,
+    RECORD,
+    RECORDS_VERSION,
+    SHARD_INDEX_VERSION,
+    ShardError,
+    map_records,
+    records_head,
+)
 
 __all__ = ["Manifest", "RecordColumn", "RecordStore", "manifest_path"]
 
@@ -43,6 +52,12 @@ MANIFEST_VERSION = 1
 # Record files kept mapped at once (Linux allows about 65,000 maps to a
 # process, and the loader's own maps count too).
 MAPPED_RECORD_FILES = 256
+# Lookups of up to this many samples (a batch) read their records with
+# pread through open record files: a batch drawn from many shards touches
+# each once or twice, where a map and its checks cost more than the reads.
+_PREAD_ROWS = 1024
+# Record files kept open for those reads (least recently used closed).
+_OPEN_RECORD_FILES = 128
 
 
 def manifest_path(shards: Sequence[str], tag: bytes, cache_dir: PathLike | None) -> str:
@@ -183,10 +198,21 @@ class RecordStore:
             collections.OrderedDict()
         )
         self._replaced: dict[int, str] = {}
+        # Record files open for batch lookups (shard -> (fd, where the
+        # records start)), least recently used first: a batch's few
+        # records from many shards are read with pread, not maps.
+        self._open_files()
+
+    def _open_files(self) -> None:
+        """A new (empty) cache of open record files, closed with the store."""
+        self._fds: collections.OrderedDict[int, tuple[int, int]] = (
+            collections.OrderedDict()
+        )
+        self._closer = weakref.finalize(self, _close_all, self._fds)
 
     def __getstate__(self) -> dict:  # maps and locks do not pickle
         state = dict(self.__dict__)
-        for k in ("_lock", "_mapped", "_replaced", "_pid"):
+        for k in ("_lock", "_mapped", "_replaced", "_pid", "_fds", "_closer"):
             del state[k]
         return state
 
@@ -203,10 +229,7 @@ class RecordStore:
 
     def table(self, s: int) -> np.ndarray:
         """Shard s's records (read-only, mapped)."""
-        if self._pid != os.getpid():
-            # A forked child's lock: another thread of the parent may have
-            # held the parent's at the fork (the maps are the child's too).
-            self._pid, self._lock = os.getpid(), threading.Lock()
+        self._forked()
         with self._lock:
             table = self._mapped.get(s)
             if table is not None:
@@ -219,6 +242,66 @@ class RecordStore:
             while len(self._mapped) > self._limit:
                 self._mapped.popitem(last=False)  # unmapped once unused
         return table
+
+    def _few(self, shard: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+        """The records at rows ``rows`` of shards ``shard`` read with pread
+        through open record files, each file's header checked when it is
+        opened (:func:`.tarindex.records_head`); None when a file is not
+        right (the caller maps it: rebuilt, or refused naming the shard)."""
+        size = RECORD.itemsize
+        parts = []
+        self._forked()
+        with self._lock:
+            for s, r in zip(shard.tolist(), rows.tolist()):
+                fd, head = self._open(s)
+                if fd < 0:
+                    return None
+                parts.append(os.pread(fd, size, head + r * size))
+        data = b"".join(parts)
+        if len(data) != len(parts) * size:
+            return None  # cut short since it was opened
+        return np.frombuffer(data, dtype=RECORD)
+
+    def _forked(self) -> None:
+        """In a forked child: its own lock (another thread of the parent
+        may have held the parent's at the fork) and open files (the maps
+        are the child's too)."""
+        if self._pid != os.getpid():
+            self._pid, self._lock = os.getpid(), threading.Lock()
+            self._open_files()
+
+    def _open(self, s: int) -> tuple[int, int]:
+        """(fd, where the records start) of shard s's record file, opened
+        and checked at the first use; (-1, 0) when it is not right. Under
+        the lock."""
+        got = self._fds.get(s)
+        if got is not None:
+            self._fds.move_to_end(s)
+            return got
+        size, mtime_ns, tag = self._expect(s)
+        count = int(self.starts[s + 1] - self.starts[s])
+        try:
+            fd = os.open(self.file(s), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return -1, 0
+        try:
+            head = records_head(
+                os.pread(fd, HEADER_BYTES + len(tag), 0),
+                os.fstat(fd).st_size,
+                size,
+                mtime_ns,
+                tag,
+                count,
+            )
+        except OSError:
+            head = 0
+        if head == 0:
+            os.close(fd)
+            return -1, 0
+        self._fds[s] = (fd, head)
+        while len(self._fds) > _OPEN_RECORD_FILES:
+            os.close(self._fds.popitem(last=False)[1][0])
+        return fd, head
 
     def _map(self, s: int) -> np.ndarray:
         count = int(self.starts[s + 1] - self.starts[s])
@@ -268,6 +351,10 @@ class RecordStore:
             raise IndexError(f"index {bad} out of range for {n} samples")
         out = np.empty(idx.size, dtype=np.int64)
         shard = np.searchsorted(self.starts, idx, side="right") - 1
+        if idx.size <= _PREAD_ROWS:  # a batch: read, not mapped
+            few = self._few(shard, idx - self.starts[shard])
+            if few is not None:
+                return few[field].astype(np.int64).reshape(shape)
         for s in np.unique(shard):
             sel = shard == s
             out[sel] = self.table(int(s))[field][idx[sel] - self.starts[s]]
@@ -284,6 +371,13 @@ class RecordStore:
             np.concatenate(p).astype(np.int64) if p else np.zeros(0, np.int64)
             for p in parts
         ]
+
+
+def _close_all(fds: dict) -> None:
+    """Closes the record files a store kept open (its finalizer)."""
+    for fd, _ in fds.values():
+        os.close(fd)
+    fds.clear()
 
 
 class RecordColumn:

@@ -586,6 +586,8 @@ RECORDS_MAGIC = b"RLSAMPLE"
 RECORDS_VERSION = 1
 RECORD = np.dtype([("offset", "<u8"), ("length", "<u8"), ("label", "<i8")])
 _HEAD = struct.Struct("<8sIIQqQII")
+# A record file's fixed header bytes (the tag follows).
+HEADER_BYTES = _HEAD.size
 
 
 def selection_tag(image_key: Sequence[str], label_key: str | None) -> bytes:
@@ -641,27 +643,25 @@ def write_records(
         raise
 
 
-def map_records(
-    path: str, size: int, mtime_ns: int, tag: bytes, count: int | None = None
-) -> np.ndarray | None:
-    """The records of record file ``path`` (a read-only array of
-    :data:`RECORD` over a map of the file), when its header says it is of
-    this format, of a shard of ``size`` bytes and ``mtime_ns``, of the
-    selection ``tag``, and (when given) of ``count`` records, and the file
-    holds exactly those; else None (missing, truncated, or another
-    shard's or selection's: the caller rebuilds it)."""
-    try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if st.st_size < _HEAD.size:
-                return None
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
-        return None
+def records_head(
+    head: bytes,
+    file_bytes: int,
+    size: int,
+    mtime_ns: int,
+    tag: bytes,
+    count: int | None = None,
+) -> int:
+    """Where the records start in a record file of ``file_bytes`` bytes that
+    begins with ``head`` (at least its header and tag), when the header says
+    the file is of this format, of a shard of ``size`` bytes and
+    ``mtime_ns``, of the selection ``tag``, and (when given) of ``count``
+    records, and the file holds exactly those; else 0."""
+    if len(head) < _HEAD.size:
+        return 0
     magic, version, index_version, r_size, r_mtime, n, head_len, tag_len = (
-        _HEAD.unpack_from(mapped)
+        _HEAD.unpack_from(head)
     )
-    if not (
+    if (
         magic == RECORDS_MAGIC
         and version == RECORDS_VERSION
         and index_version == SHARD_INDEX_VERSION
@@ -670,14 +670,38 @@ def map_records(
         and (count is None or n == count)
         and head_len % 8 == 0
         and _HEAD.size + tag_len <= head_len
-        and mapped[_HEAD.size : _HEAD.size + tag_len] == tag
-        and len(mapped) == head_len + n * RECORD.itemsize
+        and head[_HEAD.size : _HEAD.size + tag_len] == tag
+        and file_bytes == head_len + n * RECORD.itemsize
     ):
+        return head_len
+    return 0
+
+
+def map_records(
+    path: str, size: int, mtime_ns: int, tag: bytes, count: int | None = None
+) -> np.ndarray | None:
+    """The records of record file ``path`` (a read-only array of
+    :data:`RECORD` over a map of the file), when :func:`records_head` finds
+    it right; else None (missing, truncated, or another shard's or
+    selection's: the caller rebuilds it)."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_size < _HEAD.size:
+                return None
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+    head_len = records_head(
+        mapped[: _HEAD.size + len(tag)], len(mapped), size, mtime_ns, tag, count
+    )
+    if head_len == 0:
         mapped.close()
         return None
     # The records themselves are not scanned (that would read the whole
     # file at each map); a range past the shard's end fails its read,
     # naming the shard, as a shard truncated after indexing does.
+    n = (len(mapped) - head_len) // RECORD.itemsize
     return np.frombuffer(mapped, dtype=RECORD, count=n, offset=head_len)
 
 

@@ -407,6 +407,7 @@ def test_batch_lookups_keep_few_record_files_open_and_close_them(
     gc.collect()  # files of earlier tests' datasets
     before = len(os.listdir("/proc/self/fd"))
     ds = TarShards(str(shard_dir / "*.tar"), cache_dir=tmp_path / "cache")
+    ds._records._limit = 2  # more shards than stay mapped: batches read
     _, _, labels, _ = _truth(shard_dir)
     idx = np.array([0, 6, 13, 20, 1, 19, 7])  # every shard, back and forth
     for _ in range(3):

@@ -153,6 +153,10 @@ class OrderBatches:
         self.count = n // batch_size if drop_last else math.ceil(n / batch_size)
         self.next = start
         self._drawn = start
+        # The indices of positions [_lo, _lo + len(_ahead)): computed for
+        # CHUNK positions at once, as numpy's cost is per call, not per
+        # position (a batch of 64 alone spends most of it in overhead).
+        self._lo, self._ahead = 0, np.zeros(0, dtype=np.int64)
 
     def __iter__(self) -> "OrderBatches":
         return self
@@ -161,7 +165,14 @@ class OrderBatches:
         if self.next >= self.count:
             raise StopIteration
         self.next += 1
-        return self.order.indices(self._local(self.next - 1)).tolist()
+        local = self._local(self.next - 1)
+        if len(local) == 0:
+            return []
+        lo, hi = int(local[0]), int(local[-1]) + 1
+        if lo < self._lo or hi > self._lo + len(self._ahead):
+            end = min(max(hi, lo + CHUNK), self.order.num_samples)
+            self._lo, self._ahead = lo, self.order.indices(np.arange(lo, end))
+        return self._ahead[lo - self._lo : hi - self._lo].tolist()
 
     def _local(self, b: int) -> np.ndarray:
         end = min((b + 1) * self.batch_size, self.order.num_samples)

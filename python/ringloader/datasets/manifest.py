@@ -52,9 +52,10 @@ MANIFEST_VERSION = 1
 # Record files kept mapped at once (Linux allows about 65,000 maps to a
 # process, and the loader's own maps count too).
 MAPPED_RECORD_FILES = 256
-# Lookups of up to this many samples (a batch) read their records with
-# pread through open record files: a batch drawn from many shards touches
-# each once or twice, where a map and its checks cost more than the reads.
+# Lookups of up to this many samples (a batch) in a set of more shards
+# than stay mapped read their records with pread through open record
+# files: a batch drawn from many shards touches each once or twice, where
+# a map and its checks cost more than the reads (fewer shards stay mapped).
 _PREAD_ROWS = 1024
 # Record files kept open for those reads (least recently used closed).
 _OPEN_RECORD_FILES = 128
@@ -351,7 +352,8 @@ class RecordStore:
             raise IndexError(f"index {bad} out of range for {n} samples")
         out = np.empty(idx.size, dtype=np.int64)
         shard = np.searchsorted(self.starts, idx, side="right") - 1
-        if idx.size <= _PREAD_ROWS:  # a batch: read, not mapped
+        if idx.size <= _PREAD_ROWS and len(self.starts) - 1 > self._limit:
+            # A batch from a set of more shards than stay mapped: read.
             few = self._few(shard, idx - self.starts[shard])
             if few is not None:
                 return few[field].astype(np.int64).reshape(shape)

@@ -228,10 +228,14 @@ def child(a: argparse.Namespace) -> dict:
         loader = torch.utils.data.DataLoader(
             ds, batch_size=bs, shuffle=True, num_workers=a.workers
         )
-    elif a.who == "ringloader":
+    elif a.who in ("ringloader", "stream"):
         ds = ringloader.TarShards(make_shards(a.dir, n), progress=False)
         loader = ringloader.Loader(
-            ds, batch_size=bs, shuffle=True, num_threads=a.threads, transform=tf
+            ds,
+            batch_size=bs,
+            shuffle=True if a.who == "ringloader" else "stream",
+            num_threads=a.threads,
+            transform=tf,
         )
     else:
         import webdataset as wds
@@ -398,15 +402,18 @@ def main() -> None:
         for n in sizes:
             if kind == "tarshards":
                 _prepare(a, n)
-            for who in ("ringloader", peer[kind]):
+            whos = ["ringloader", peer[kind]]
+            if kind == "tarshards":
+                whos.insert(1, 'ringloader shuffle="stream"')
+            for who in whos:
                 key = f"{kind}: {who}"
-                r = dict(
-                    _run(a, kind, "ringloader" if who == "ringloader" else "peer", n),
-                    n=n,
+                arg = {"ringloader": "ringloader", peer[kind]: "peer"}.get(
+                    who, "stream"
                 )
+                r = dict(_run(a, kind, arg, n), n=n)
                 results["runs"].setdefault(key, []).append(r)
                 print(
-                    f"{key:32} N={n:>12,}  "
+                    f"{key:40} N={n:>12,}  "
                     + (
                         r["error"]
                         if "error" in r

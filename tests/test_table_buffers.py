@@ -16,6 +16,7 @@ import ringloader
 from ringloader import _core
 from ringloader._pipeline import _table
 from ringloader import transforms as T
+from ringloader.datasets.base import Sources
 from ringloader.datasets.cache import StringBlob
 
 from images import jpeg_bytes
@@ -315,4 +316,26 @@ def test_the_loader_hands_shards_and_folders_over_as_arrays(tmp_path):
     assert table["lengths"].dtype == np.int64
     loader = ringloader.Loader(folder, batch_size=3, transform=T.Resize((8, 8)))
     assert next(iter(loader))[0].shape == (3, 3, 8, 8)
+    loader.close()
+
+
+def test_a_tuple_of_paths_is_read_as_a_list_is(tmp_path):
+    # A dataset's own ringloader_sources() may give its paths as a tuple:
+    # the C side's blob form is a tuple too, and must not be taken for it.
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"{i}.jpg"
+        p.write_bytes(jpeg_bytes("baseline", 24, 20, seed=i))
+        paths.append(str(p))
+
+    class Tupled:
+        def __len__(self):
+            return 3
+
+        def ringloader_sources(self):
+            return Sources(paths=tuple(paths), targets=np.arange(3, dtype=np.int64))
+
+    loader = ringloader.Loader(Tupled(), batch_size=3, transform=T.Resize((8, 8)))
+    images, labels = next(iter(loader))
+    assert images.shape == (3, 3, 8, 8) and labels.tolist() == [0, 1, 2]
     loader.close()

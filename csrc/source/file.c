@@ -116,12 +116,17 @@ static int fetch_prepare(file_source *f, rl_fetch *x)
         uint64_t at, bytes;
         int rc = rl_shard_records_get(f->t.records, x->id, &at, &bytes, NULL,
                                       x->msg, RL_MSG_MAX);
-        if (rc != 0 || bytes > (uint64_t)INT64_MAX) {
+        if (rc != 0 || at > (uint64_t)INT64_MAX ||
+            bytes > (uint64_t)INT64_MAX - at) {
             free(path);
             x->rd.path = NULL;
             if (rc == 0) {
-                snprintf(x->msg, RL_MSG_MAX, "a record of %llu bytes",
-                         (unsigned long long)bytes);
+                /* Only a corrupt record file gives one: name the range. */
+                snprintf(x->msg, RL_MSG_MAX,
+                         "its record gives bytes %llu..+%llu, past any file: "
+                         "the shard's record file is corrupt (remove it; "
+                         "opening the shard set again rebuilds it)",
+                         (unsigned long long)at, (unsigned long long)bytes);
             }
             return rc != 0 ? rc : -EBADMSG;
         }

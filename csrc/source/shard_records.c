@@ -133,7 +133,7 @@ static const char *not_expected(const rl_shard_records *t, size_t s, int f,
         (int64_t)le64(h + 24) != t->mtimes[s])
         return "made for another shard, or another state of this one (its "
                "size or mtime differs)";
-    if (le32(h + 44) < t->tag_len)
+    if (le32(h + 44) != t->tag_len)
         return "made for another selection of members";
     uint8_t buf[256];
     for (size_t done = 0; done < t->tag_len;) {
@@ -193,8 +193,8 @@ static int open_checked(rl_shard_records *t, size_t s, int *fd, uint64_t *data,
     if (why) {
         close(f);
         snprintf(msg, msg_len,
-                 "%s: %s (%llu records for %llu samples); rebuild it by "
-                 "opening the shard set again",
+                 "%s: %s (%llu records for %llu samples); remove it, and "
+                 "opening the shard set again rebuilds it",
                  path, why, (unsigned long long)count,
                  (unsigned long long)want);
         return -EBADMSG;

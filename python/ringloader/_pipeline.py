@@ -339,6 +339,8 @@ def _names(paths: Any) -> Any:
     is packed by the C side."""
     if isinstance(paths, StringBlob):
         return (paths.blob, _i64(paths.offsets), paths.prefix)
+    if isinstance(paths, tuple):
+        return list(paths)  # a tuple is the blob form to the C side
     return paths
 
 

@@ -252,13 +252,14 @@ static void test_expected_shard(void)
     rl_shard_records *t = rl_shard_records_new(starts, path_list(), NSHARDS, 0);
     CHECK(t != NULL);
     CHECK_EQ(
-        rl_shard_records_expect(t, sizes, mtimes, (const uint8_t *)"jpg\n", 4),
-        0);
+        rl_shard_records_expect(t, sizes, mtimes, (const uint8_t *)"jpg\nc", 5),
+        0); /* the files' whole tag */
     check_sample(t, starts[1]);
     expect_failure(t, starts[2], -EBADMSG, paths[2], "another shard");
     expect_failure(t, starts[4] + 1, -EBADMSG, paths[4], "another shard");
     rl_shard_records_destroy(t);
-    /* Another selection: the tag the files start with differs. */
+    /* Another selection: the files' tag differs, or is longer or shorter
+     * than the one expected. */
     t = rl_shard_records_new(starts, path_list(), NSHARDS, 0);
     CHECK(t != NULL);
     CHECK_EQ(rl_shard_records_expect(t, NULL, NULL, NULL, 0), 0);
@@ -276,6 +277,10 @@ static void test_expected_shard(void)
                                      (const uint8_t *)"jpg\ncls\n", 8),
              0); /* longer than the file's tag */
     expect_failure(t, starts[1], -EBADMSG, paths[1], "another selection");
+    CHECK_EQ(
+        rl_shard_records_expect(t, sizes, mtimes, (const uint8_t *)"jpg\n", 4),
+        0); /* a prefix of the file's tag */
+    expect_failure(t, starts[5], -EBADMSG, paths[5], "another selection");
     rl_shard_records_destroy(t);
 }
 

@@ -170,11 +170,6 @@ def _number(text: str) -> int | float:
         raise ValueError(text) from None
 
 
-_URL_HEADS = tuple(
-    np.frombuffer(h, dtype=np.uint8) for h in (b"http://", b"https://", b"s3://")
-)
-
-
 # The first bytes of a URL (in any case) read remotely.
 _URL_HEADS = tuple(
     np.frombuffer(h, dtype=np.uint8) for h in (b"http://", b"https://", b"s3://")

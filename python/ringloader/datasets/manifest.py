@@ -257,7 +257,12 @@ class RecordStore:
                 fd, head = self._open(s)
                 if fd < 0:
                     return None
-                parts.append(os.pread(fd, size, head + r * size))
+                try:
+                    parts.append(os.pread(fd, size, head + r * size))
+                except OSError as e:
+                    raise OSError(
+                        e.errno, f"{self.file(s)}: cannot read record {r} ({e})"
+                    ) from None
         data = b"".join(parts)
         if len(data) != len(parts) * size:
             return None  # cut short since it was opened

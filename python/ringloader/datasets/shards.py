@@ -49,6 +49,7 @@ from .targets import as_targets, item
 from .tarindex import (
     ShardError,
     key_of,
+    records_bytes,
     remote_shard_index,
     remote_shard_records,
     select_members,
@@ -381,6 +382,7 @@ class TarShards(ImageDataset):
         names = self.shards if remote else [os.path.abspath(p) for p in self.shards]
         where = manifest_path(names, tag, self.cache_dir)
         old = Manifest.load(where, names, tag)
+        counts: dict[int, int] = {}  # the counts record files found must give
         sizes, mtimes, etags = self._metadata()
         n = len(self.shards)
         if old is None:
@@ -389,6 +391,18 @@ class TarShards(ImageDataset):
             same = (old.sizes == sizes) & (old.mtimes == mtimes)
             if remote:
                 same &= np.array([a == b for a, b in zip(old.etags, etags)], bool)
+            # A record file gone or not of its size since (a stat each; the
+            # C reader would refuse it at every read): made again, and one
+            # found must then hold the manifest's count, else it is derived
+            # from the shard's index anew (which settles which was wrong).
+            for k in np.nonzero(same)[0].tolist():
+                want = records_bytes(tag + old.etags[k].encode(), int(old.counts[k]))
+                try:
+                    same[k] = os.stat(old.records[k]).st_size == want
+                except OSError:
+                    same[k] = False
+                if not same[k]:
+                    counts[k] = int(old.counts[k])
             todo = np.nonzero(~same)[0]
         if len(todo) == 0 and old is not None:
             m = old
@@ -402,7 +416,7 @@ class TarShards(ImageDataset):
                 m.records, m.indexes = [""] * n, [""] * n
             assert isinstance(m.records, list) and isinstance(m.indexes, list)
             for s, (file, count, index) in zip(
-                todo, self._records_of(todo, label_ext, m, progress)
+                todo, self._records_of(todo, label_ext, m, progress, counts)
             ):
                 m.records[s], m.counts[s], m.indexes[s] = file, count, index
             m.save(where, names, tag)
@@ -471,18 +485,33 @@ class TarShards(ImageDataset):
         return sizes, mtimes, [etag for _, etag in heads]
 
     def _records_of(
-        self, todo: np.ndarray, label_ext: str | None, m: Manifest, progress: bool
+        self,
+        todo: np.ndarray,
+        label_ext: str | None,
+        m: Manifest,
+        progress: bool,
+        counts: dict[int, int],
     ) -> Iterator[tuple[str, int, str]]:
         """(record file, count, index file) of the shards ``todo``, in
-        order: local ones one by one, remote ones a few at a time."""
+        order: local ones one by one, remote ones a few at a time. A record
+        file found for a shard in ``counts`` must hold that many samples
+        (else it is derived from the shard's index again)."""
 
         def one(s: int) -> tuple[str, int, str]:
-            path = self.shards[s]
+            path, count = self.shards[s], counts.get(s)
             if self.client is None:
-                return shard_records(path, self.image_key, label_ext, self.cache_dir)
+                return shard_records(
+                    path, self.image_key, label_ext, self.cache_dir, None, count
+                )
             meta = (int(m.sizes[s]), m.etags[s])
             return remote_shard_records(
-                path, self.client, self.image_key, label_ext, self.cache_dir, meta
+                path,
+                self.client,
+                self.image_key,
+                label_ext,
+                self.cache_dir,
+                meta,
+                count,
             )
 
         yield from self._each(todo, one, progress)

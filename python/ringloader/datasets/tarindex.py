@@ -590,6 +590,11 @@ _HEAD = struct.Struct("<8sIIQqQII")
 HEADER_BYTES = _HEAD.size
 
 
+def records_bytes(tag: bytes, count: int) -> int:
+    """The size of a right record file of ``count`` records and ``tag``."""
+    return (_HEAD.size + len(tag) + 7) // 8 * 8 + count * RECORD.itemsize
+
+
 def selection_tag(image_key: Sequence[str], label_key: str | None) -> bytes:
     """What a record file's header says it selected: the image extensions
     in order of preference and the label extension ("" for none)."""
@@ -607,7 +612,9 @@ def records_file(
     label = local_name(path) if remote else os.path.basename(ident)
     name = cache_name("samples", ident + "\0" + tag.decode("utf-8", "replace"), label)
     cached = os.path.join(default_cache_dir(cache_dir), name[: -len(".npz")] + ".rec")
-    return ("" if remote else f"{path}.{digest}.rec"), cached
+    # Absolute: the set's manifest keeps it, and is found again from any
+    # working directory (it is named by the shards' absolute paths).
+    return ("" if remote else f"{ident}.{digest}.rec"), cached
 
 
 def write_records(
@@ -616,7 +623,7 @@ def write_records(
     """Write record file ``dest`` atomically (a temporary file, then a
     rename) for a shard of ``size`` bytes and ``mtime_ns``. Raises OSError
     when its folder is not writable; leaves no temporary file behind."""
-    head_len = (_HEAD.size + len(tag) + 7) // 8 * 8
+    head_len = records_bytes(tag, 0)
     head = _HEAD.pack(
         RECORDS_MAGIC,
         RECORDS_VERSION,
@@ -669,6 +676,7 @@ def records_head(
         and r_mtime == mtime_ns
         and (count is None or n == count)
         and head_len % 8 == 0
+        and tag_len == len(tag)
         and _HEAD.size + tag_len <= head_len
         and head[_HEAD.size : _HEAD.size + tag_len] == tag
         and file_bytes == head_len + n * RECORD.itemsize
@@ -740,6 +748,7 @@ def shard_records(
         if table is not None:
             return candidate, len(table), ""
     z, index_file, _ = shard_index(path, cache_dir)
+    index_file = os.path.abspath(index_file)
     table = _records_table(path, z, image_key, label_key)
     if os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
         try:

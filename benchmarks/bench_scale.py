@@ -8,7 +8,13 @@ For each data set size N it measures, each contender in a fresh process:
   before the dataset's input existed to after that first batch, per sample
   (the input, a list of N paths, is dropped once the dataset holds it: a
   dataset that keeps it pays for it);
-- images a second over the first ``--batches`` batches.
+- images a second over the first ``--batches`` batches;
+- each figure the median of ``--repeat`` runs (RssAnon moves by a few MB
+  from run to run);
+- the loader's fixed cost: the same growth for a set of ``FIXED_N``
+  samples (the median of three runs), which is what the pinned batch
+  slots, the threads and the imports cost whatever N is. The growth beyond
+  it, divided by N, is what each sample costs.
 
 Data (made once under ``--dir``, kept between runs):
 
@@ -23,7 +29,9 @@ Data (made once under ``--dir``, kept between runs):
   its real shard's sidecars (as a shard set copied with its sidecars); an
   untimed first open writes what else the set needs. ``--billion`` adds a
   simulated 10^9-sample set: 100,000 such links. Against webdataset
-  (shuffled shards, ``shuffle(1000)``, the same workers).
+  (shuffled shards, ``shuffle(1000)``, the same workers). The same set is
+  also read over HTTP from nginx on 127.0.0.1 (up to 10^7 samples: its
+  open sends a HEAD request a shard, 100,000 of them at 10^9).
 
 Both sides run the same transform objects (RandomResizedCrop, flip,
 ToDtype, Normalize), shuffled, ``--threads`` decode threads against
@@ -58,6 +66,10 @@ SHARD_SAMPLES = 10_000
 REAL_SHARDS = 4
 POOL = 64
 CROP = 128
+# The size whose growth is taken as a contender's fixed cost: one shard.
+FIXED_N = SHARD_SAMPLES
+# The contender reading the shard set from nginx on 127.0.0.1.
+REMOTE = "ringloader over HTTP"
 
 
 # ---------------------------------------------------------------------------
@@ -152,6 +164,11 @@ def make_shards(root: str, n: int) -> str:
     return f"{folder}/s-{{000000..{shards - 1:06d}}}.tar"
 
 
+def _served_pattern(root: str, n: int) -> str:
+    """make_shards' pattern as a path under ``root``, for a server of it."""
+    return make_shards(root, n)[len(root.rstrip("/")) :]
+
+
 # ---------------------------------------------------------------------------
 # One measurement, in a fresh process
 
@@ -211,6 +228,12 @@ def child(a: argparse.Namespace) -> dict:
 
     tf = _transform()
     n, bs = a.n, a.batch_size
+    if a.who == "remote":
+        # nginx serves the links (its own process: not in this RssAnon).
+        from rlbench.servers import Nginx
+
+        make_shards(a.dir, n)
+        served = Nginx(a.dir)
     base = _rss_anon()
     if a.kind == "filelist":
         paths = file_paths(make_tree(a.dir, n), n)
@@ -228,12 +251,19 @@ def child(a: argparse.Namespace) -> dict:
         loader = torch.utils.data.DataLoader(
             ds, batch_size=bs, shuffle=True, num_workers=a.workers
         )
-    elif a.who in ("ringloader", "stream"):
-        ds = ringloader.TarShards(make_shards(a.dir, n), progress=False)
+    elif a.who in ("ringloader", "stream", "remote"):
+        if a.who == "remote":
+            ds = ringloader.TarShards(
+                served.url + _served_pattern(a.dir, n),
+                cache_dir=os.path.join(a.dir, "remote-cache"),
+                progress=False,
+            )
+        else:
+            ds = ringloader.TarShards(make_shards(a.dir, n), progress=False)
         loader = ringloader.Loader(
             ds,
             batch_size=bs,
-            shuffle=True if a.who == "ringloader" else "stream",
+            shuffle="stream" if a.who == "stream" else True,
             num_threads=a.threads,
             transform=tf,
         )
@@ -257,6 +287,8 @@ def child(a: argparse.Namespace) -> dict:
         images = next(it)[0]
         done += len(images)
     img_s = (done - bs) / max(time.perf_counter() - t1, 1e-9)
+    if a.who == "remote":
+        served.stop()
     return {
         "first_batch_s": first,
         "rss_bytes": rss,
@@ -298,11 +330,45 @@ def _run(a: argparse.Namespace, kind: str, who: str, n: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _median(runs: list[dict]) -> dict:
+    """Each figure's median over the runs that finished (the first error
+    when none did)."""
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[0]
+    return {k: sorted(r[k] for r in ok)[len(ok) // 2] for k in ok[0]}
+
+
+def _fixed_costs(a: argparse.Namespace, kind: str) -> dict:
+    """Each contender's growth at FIXED_N samples, the median of three
+    runs (RssAnon moves by a few MB from run to run)."""
+    if kind == "tarshards":
+        _prepare(a, FIXED_N)
+    whos = ["ringloader", "peer"] + (
+        ["stream", "remote"] if kind == "tarshards" else []
+    )
+    fixed: dict = {}
+    for who in whos:
+        r = _median([_run(a, kind, who, FIXED_N) for _ in range(3)])
+        fixed[who] = r.get("rss_bytes")
+        shown = r["error"] if "error" in r else f"{r['rss_bytes'] / 1e6:.1f} MB"
+        print(f"{kind}: {who} fixed cost (N={FIXED_N:,}): {shown}", flush=True)
+    return fixed
+
+
 def _prepare(a: argparse.Namespace, n: int) -> None:
-    """Writes the shards' sidecars (untimed): an open of the shard set."""
+    """Writes what the set needs beside its shards (untimed): an open of
+    the shard set, from disk and over HTTP (whose record files go to the
+    cache folder)."""
     code = (
-        "import ringloader, sys; from bench_scale import make_shards; "
-        "ringloader.TarShards(make_shards(sys.argv[1], int(sys.argv[2])), progress=True)"
+        "import os, ringloader, sys; from bench_scale import make_shards, "
+        "_served_pattern; from rlbench.servers import Nginx; "
+        "d, n = sys.argv[1], int(sys.argv[2]); "
+        "ringloader.TarShards(make_shards(d, n), progress=True); "
+        "s = Nginx(d) if n <= 10**7 else None; "
+        "s and ringloader.TarShards(s.url + _served_pattern(d, n), "
+        "cache_dir=os.path.join(d, 'remote-cache'), progress=True); "
+        "s and s.stop()"
     )
     subprocess.run(
         [sys.executable, "-c", code, a.dir, str(n)],
@@ -336,7 +402,7 @@ def plot(results: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for key, rows in results["runs"].items():
         ok = [r for r in rows if "error" not in r]
         if not ok:
@@ -344,11 +410,13 @@ def plot(results: dict, path: str) -> None:
         xs = [r["n"] for r in ok]
         axes[0].plot(xs, [r["first_batch_s"] for r in ok], "o-", label=key)
         axes[1].plot(xs, [r["bytes_per_sample"] for r in ok], "o-", label=key)
+        axes[2].plot(xs, [r["rss_bytes"] / 1e6 for r in ok], "o-", label=key)
     for ax, title in zip(
         axes,
         (
             "seconds from construction to the first batch",
             "anonymous resident bytes a sample",
+            "RssAnon growth, MB (flat: nothing grows with N)",
         ),
     ):
         ax.set_xscale("log")
@@ -384,6 +452,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument(
+        "--repeat", type=int, default=3, help="runs of each figure (the median)"
+    )
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None)
     a = p.parse_args()
@@ -396,6 +467,7 @@ def main() -> None:
     results: dict = {"machine": machine(), "runs": {}}
     print(json.dumps(results["machine"]))
     for kind in a.kinds:
+        fixed = _fixed_costs(a, kind)
         sizes = [int(s) for s in a.sizes]
         if a.billion and kind == "tarshards":
             sizes.append(10**9)
@@ -404,13 +476,20 @@ def main() -> None:
                 _prepare(a, n)
             whos = ["ringloader", peer[kind]]
             if kind == "tarshards":
-                whos.insert(1, 'ringloader shuffle="stream"')
+                whos[1:1] = ['ringloader shuffle="stream"'] + (
+                    [REMOTE] if n <= 10**7 else []
+                )
             for who in whos:
                 key = f"{kind}: {who}"
-                arg = {"ringloader": "ringloader", peer[kind]: "peer"}.get(
-                    who, "stream"
-                )
-                r = dict(_run(a, kind, arg, n), n=n)
+                arg = {
+                    "ringloader": "ringloader",
+                    peer[kind]: "peer",
+                    REMOTE: "remote",
+                }.get(who, "stream")
+                r = dict(_median([_run(a, kind, arg, n) for _ in range(a.repeat)]), n=n)
+                if "error" not in r and fixed.get(arg) is not None:
+                    r["fixed_bytes"] = fixed[arg]
+                    r["beyond_fixed_per_sample"] = (r["rss_bytes"] - fixed[arg]) / n
                 results["runs"].setdefault(key, []).append(r)
                 print(
                     f"{key:40} N={n:>12,}  "
@@ -419,6 +498,8 @@ def main() -> None:
                         if "error" in r
                         else f"first batch {r['first_batch_s']:7.2f} s  "
                         f"{r['rss_bytes'] / 1e6:8.1f} MB {r['bytes_per_sample']:8.1f} B/sample  "
+                        f"{r.get('beyond_fixed_per_sample', float('nan')):6.2f} B/sample "
+                        "beyond the fixed cost  "
                         f"{r['img_s']:7.0f} img/s"
                     ),
                     flush=True,

@@ -255,6 +255,24 @@ def test_from_csv_keeps_the_root_once(folder, tmp_path):
     _same(_batches(ours), _batches(FileList(paths, labels)))
 
 
+def test_a_csv_named_relative_to_the_working_folder_keeps_its_folder(
+    folder, tmp_path, monkeypatch
+):
+    """The rows are relative to the CSV's folder, wherever the process
+    goes after the dataset is made (a training script that changes folder
+    into its output directory)."""
+    paths, labels = _reference(folder)
+    rel = [os.path.relpath(p, folder) for p in paths]
+    (pathlib.Path(folder) / "list.csv").write_text(
+        "".join(f"{p},{t}\n" for p, t in zip(rel, labels))
+    )
+    monkeypatch.chdir(folder)
+    ours = FileList.from_csv("list.csv")
+    monkeypatch.chdir(tmp_path)
+    assert list(ours.paths) == paths
+    _same(_batches(ours), _batches(FileList(paths, labels)))
+
+
 @pytest.mark.parametrize("form", ["list", "numpy", "arrow"])
 def test_a_million_paths_keep_no_python_object_per_sample(form):
     n = 1_000_000

@@ -131,7 +131,14 @@ class FileList(ImageDataset):
             raise ValueError(f"label_columns must be >= 1, not {label_columns}")
         k = int(label_columns)
         path = os.fspath(path)
-        base = os.fspath(root) if root is not None else os.path.dirname(path)
+        if root is not None:
+            base = os.fspath(root)
+        elif is_url(path):
+            base = path.rsplit("/", 1)[0]
+        else:
+            # The CSV's folder as it is now: the process may change folder
+            # before the files are read.
+            base = os.path.dirname(os.path.abspath(os.path.expanduser(path)))
         if not is_url(base):
             base = os.path.expanduser(base)
         read = _read_csv_arrow(path, base, k)

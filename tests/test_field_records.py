@@ -10,6 +10,7 @@ import glob
 import io
 import json
 import os
+import pickle
 import shutil
 import tarfile
 import tracemalloc
@@ -127,6 +128,9 @@ def test_label_function_labels_from_records(shard_dir):
     keys = [ds.key(i) for i in range(len(ds))]
     assert not isinstance(ds.targets, np.ndarray)  # a column over record files
     assert np.asarray(ds.targets).tolist() == [_labels(k) for k in keys]
+    copy = pickle.loads(pickle.dumps(ds))  # as a spawned worker gets it
+    assert np.asarray(copy.targets).tolist() == [_labels(k) for k in keys]
+    del copy
     assert [ds[i][1] for i in (0, 5, len(ds) - 1)] == [
         _labels(keys[i]) for i in (0, 5, len(ds) - 1)
     ]

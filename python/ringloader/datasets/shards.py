@@ -407,16 +407,8 @@ class TarShards(ImageDataset):
         if values is not None:
             shutil.rmtree(folder, ignore_errors=True)
             return as_targets(values, len(self), "label_key")
-
-        def gone(s: int) -> str:
-            raise ShardError(
-                f"{self.shards[s]}: the labels label_key gave at open "
-                f"({files[s]}) were removed; open the shard set again"
-            )
-
-        store = RecordStore(
-            self.shards, self.starts, files, lambda s: (0, 0, tag), gone
-        )
+        made = _LabelFiles(self.shards, files, tag)
+        store = RecordStore(self.shards, self.starts, files, made.expect, made.gone)
         return RecordColumn(store, "label")
 
     def _open_records(self, sel: Selection, progress: bool) -> None:
@@ -767,6 +759,24 @@ def _drop_file(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+class _LabelFiles:
+    """What a label function's record files must state, and what a missing
+    one means (a RecordStore's ``expect`` and ``rebuild``): a class, so
+    that the set pickles (a spawned worker reads the same files)."""
+
+    def __init__(self, shards: list[str], files: list[str], tag: bytes) -> None:
+        self.shards, self.files, self.tag = shards, files, tag
+
+    def expect(self, s: int) -> tuple[int, int, bytes]:
+        return 0, 0, self.tag
+
+    def gone(self, s: int) -> str:
+        raise ShardError(
+            f"{self.shards[s]}: the labels label_key gave at open "
+            f"({self.files[s]}) were removed; open the shard set again"
+        )
 
 
 class _ShardPaths(Sequence):

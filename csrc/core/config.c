@@ -9,6 +9,8 @@
  * before any thread starts. After create the pipeline reads only its own
  * copies (p->cfg points at them), and they are freed with it
  * (core/slots.c's last unref). The member checks' copy is core/field_checks.c's.
+ * With field_records the per-sample positions are not copied at all: jobs
+ * read them from the records (core/field_checks.c's rl__fields_at).
  */
 #define _GNU_SOURCE /* strdup */
 #include <errno.h>
@@ -77,33 +79,73 @@ static int views_copy(rl_pipeline *p, const rl_sample_spec *s, char *msg)
     return rl_sample_views_check(p->views, s->nviews, msg);
 }
 
+/* The refusals' messages copied. 0, or -ENOMEM with msg. */
+static int refusals_copy(rl_pipeline *p, char *msg)
+{
+    const rl_pipeline_config *c = &p->cfg;
+    p->refusals = calloc((size_t)c->nrefusals + 1, sizeof(char *));
+    for (int i = 0; p->refusals != NULL && i < c->nrefusals; i++) {
+        if ((p->refusals[i] = strdup(c->refusals[i])) == NULL) {
+            break;
+        }
+    }
+    if (p->refusals == NULL ||
+        (c->nrefusals > 0 && p->refusals[c->nrefusals - 1] == NULL)) {
+        snprintf(msg, RL_MSG_MAX, "out of memory copying refusals");
+        return -ENOMEM;
+    }
+    p->cfg.refusals = (const char *const *)p->refusals;
+    return 0;
+}
+
 static int fields_copy(rl_pipeline *p, char *msg)
 {
     const rl_pipeline_config *c = &p->cfg;
-    if (c->image_at == NULL) {
-        p->cfg.checks = NULL; /* only with image_at */
+    if (c->image_at == NULL && c->field_records == NULL) {
+        p->cfg.checks = NULL; /* only with fields */
         p->cfg.nchecks = 0;
         return 0;
+    }
+    if (c->field_records != NULL) {
+        /* Positions are read from the records as jobs run: only the
+         * messages and the checks' names are copied. */
+        if (c->image_at != NULL || c->image_len != NULL ||
+            c->nchecks > RL_SHARD_RECORDS_MAX_FIELDS) {
+            snprintf(msg, RL_MSG_MAX,
+                     "field_records: without image_at or image_len, and at "
+                     "most %d checks (not %d)",
+                     RL_SHARD_RECORDS_MAX_FIELDS, c->nchecks);
+            p->cfg.checks = NULL;
+            p->cfg.nchecks = 0;
+            return RL_ECONFIG;
+        }
+        int rc = refusals_copy(p, msg);
+        return rc != 0 ? rc : rl__checks_copy(p, msg);
     }
     size_t n = (size_t)c->source->count;
     p->image_at = malloc(sizeof(int64_t) * (n ? n : 1));
     p->image_len = malloc(sizeof(int64_t) * (n ? n : 1));
-    p->refusals = calloc((size_t)c->nrefusals + 1, sizeof(char *));
-    if (p->image_at == NULL || p->image_len == NULL || p->refusals == NULL) {
+    if (p->image_at == NULL || p->image_len == NULL ||
+        c->nchecks > RL_SHARD_RECORDS_MAX_FIELDS) {
+        p->cfg.checks = NULL;
+        p->cfg.nchecks = 0;
+        if (p->image_at != NULL && p->image_len != NULL) {
+            snprintf(msg, RL_MSG_MAX, "at most %d checks, not %d",
+                     RL_SHARD_RECORDS_MAX_FIELDS, c->nchecks);
+            return RL_ECONFIG;
+        }
         snprintf(msg, RL_MSG_MAX,
                  "out of memory copying the fields of %zu samples (%zu "
                  "bytes)",
                  n, 2 * sizeof(int64_t) * n);
         return -ENOMEM;
     }
+    int rc = refusals_copy(p, msg);
+    if (rc != 0) {
+        return rc;
+    }
     memcpy(p->image_at, c->image_at, sizeof(int64_t) * n);
     memcpy(p->image_len, c->image_len, sizeof(int64_t) * n);
-    for (int i = 0; i < c->nrefusals; i++) {
-        if ((p->refusals[i] = strdup(c->refusals[i])) == NULL) {
-            snprintf(msg, RL_MSG_MAX, "out of memory");
-            return -ENOMEM;
-        }
-    }
     for (size_t i = 0; i < n; i++) {
         if (p->image_at[i] < -(int64_t)c->nrefusals || p->image_len[i] < 0) {
             snprintf(msg, RL_MSG_MAX,
@@ -115,7 +157,6 @@ static int fields_copy(rl_pipeline *p, char *msg)
     }
     p->cfg.image_at = p->image_at;
     p->cfg.image_len = p->image_len;
-    p->cfg.refusals = (const char *const *)p->refusals;
     return rl__checks_copy(p, msg);
 }
 

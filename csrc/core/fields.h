@@ -46,11 +46,14 @@ enum {
  * id i, its member lies at at[i] .. at[i] + len[i] of the sample's extra
  * bytes (rl_pipeline_config.image_at; at[i] < 0: nothing to check) and has
  * extension exts[ext[i]], checked as kinds[ext[i]]. The arrays have the
- * source's count of entries; the pipeline copies them at create.
+ * source's count of entries; the pipeline copies them at create. With the
+ * config's field_records instead, at, len and ext are NULL and column
+ * says which of the record's fields (0.. its nfields - 1) holds them.
  */
 typedef struct rl_field_check {
     const int64_t *at, *len;
     const int8_t *ext;
+    int column;
     int nexts;
     const char *exts[RL_FIELD_MAX_EXTS]; /* "txt", for the message */
     uint8_t kinds[RL_FIELD_MAX_EXTS];    /* RL_FIELD_* */

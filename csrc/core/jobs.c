@@ -75,7 +75,11 @@ static void part_of(const rl_pipeline *p, int64_t id, int64_t *first,
 static int split_fields(rl_pipeline *p, rl__job *j, const rl_fetch *f,
                         const uint8_t **img, size_t *ilen)
 {
-    int64_t at = p->image_at[f->id], len = p->image_len[f->id];
+    int rc = rl__fields_at(p, j, f->id);
+    if (rc != 0) {
+        return rc;
+    }
+    int64_t at = j->image_at, len = j->image_len;
     if (at < 0) {
         snprintf(j->msg, RL_MSG_MAX, "%s", p->refusals[-at - 1]);
         return RL_EFIELD;
@@ -164,9 +168,9 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
     size_t ilen = f->len;
     if (status != 0) {
         snprintf(j->msg, RL_MSG_MAX, "%s", f->msg);
-    } else if (p->image_at != NULL &&
+    } else if (rl__has_fields(p) &&
                ((status = split_fields(p, j, f, &img, &ilen)) != 0 ||
-                (status = rl__fields_check(p, j, f->id)) != 0)) {
+                (status = rl__fields_check(p, j)) != 0)) {
         /* j->msg says why */
     } else if (ctx == NULL) {
         status = -ENOMEM;

@@ -111,6 +111,7 @@ out_stop:
     return NULL;
 out_free_stages:
     rl__src_destroy(cfg->source);
+    rl_shard_records_destroy(cfg->field_records);
     rl_deliver_destroy(deliver);
     return NULL;
 }

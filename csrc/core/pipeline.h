@@ -86,6 +86,20 @@ typedef struct rl_pipeline_config {
     const rl_field_check *checks;
     int nchecks;
     int max_int_digits;
+    /* Instead of the image_at/image_len arrays and the checks' per-sample
+     * arrays, for a table of tar shards whose version-2 record files
+     * (source/shard_records.h) hold them: sample i's image_at, image_len
+     * and each check's member are read from its record when its job runs
+     * (one pread), so that nothing per sample is held. image_at and
+     * image_len are then NULL, refusals as above, and each check names
+     * its field's column in the record (rl_field_check.column; its at,
+     * len and ext NULL); at most RL_SHARD_RECORDS_MAX_FIELDS checks. A
+     * record whose values are out of range (a refusal number past
+     * nrefusals, an extension past the check's) fails its sample with
+     * -EBADMSG naming the record file. Owned by the pipeline from create
+     * on, whether create succeeds or not. NULL: the arrays, or no
+     * fields. */
+    struct rl_shard_records *field_records;
 } rl_pipeline_config;
 
 /* A sample that failed: where in its batch, which, and why. */

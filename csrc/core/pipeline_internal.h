@@ -31,6 +31,7 @@
 
 #include "core/pipeline.h"
 #include "core/pool.h"
+#include "source/shard_records.h"
 #include "testing/hooks.h"
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HANDED_OUT, SLOT_COPYING };
@@ -61,6 +62,11 @@ typedef struct rl__job {
     int64_t replaced_by; /* skip policy: the replacement's id, or -1 */
     uint8_t *fields;     /* the sample's field bytes (malloc'd), or NULL */
     size_t fields_len;
+    /* With fields: the sample's image_at and image_len, and each check's
+     * member (at, len, ext by check), read by rl__fields_at. */
+    int64_t image_at, image_len;
+    int64_t at[RL_SHARD_RECORDS_MAX_FIELDS], len[RL_SHARD_RECORDS_MAX_FIELDS];
+    int ext[RL_SHARD_RECORDS_MAX_FIELDS];
     char msg[RL_MSG_MAX];
 } rl__job;
 
@@ -238,8 +244,15 @@ uint64_t rl__now_ns(void);
  * Returns 0, -ENOMEM or RL_ECONFIG with msg; freed by rl__checks_free. */
 int rl__checks_copy(rl_pipeline *p, char *msg);
 void rl__checks_free(rl_pipeline *p);
-/* Sample `id`'s members checked in j->fields. Returns 0, or RL_EFIELD with
+/* Whether samples carry fields (the config's image_at or field_records). */
+bool rl__has_fields(const rl_pipeline *p);
+/* Sample `id`'s image_at, image_len and checked members into j (from the
+ * pipeline's arrays, or its record: core/pipeline.h's field_records).
+ * Returns 0, or -EBADMSG / -errno with j->msg naming the record file.
+ * Thread-safe; may block on a pread. */
+int rl__fields_at(rl_pipeline *p, rl__job *j, int64_t id);
+/* Sample `id`'s members (rl__fields_at's) checked in j->fields. Returns 0, or RL_EFIELD with
  * j->msg naming the member and what is wrong. Thread-safe. */
-int rl__fields_check(rl_pipeline *p, rl__job *j, int64_t id);
+int rl__fields_check(rl_pipeline *p, rl__job *j);
 
 #endif /* RL_CORE_PIPELINE_INTERNAL_H */

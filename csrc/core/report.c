@@ -118,7 +118,7 @@ int rl__report_make(const rl_pipeline *p, rl_batch *b, rl_batch_report *rep)
         rep->error.status = status = b->copy_status;
         snprintf(rep->error.msg, sizeof(rep->error.msg), "%s", b->copy_msg);
     }
-    if (status == 0 && p->image_at != NULL && report_fields(b, rep) != 0) {
+    if (status == 0 && rl__has_fields(p) && report_fields(b, rep) != 0) {
         rl_batch_report_free(rep);
         rep->error.status = status = -ENOMEM;
         snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");

@@ -177,6 +177,7 @@ void rl__pipeline_unref(rl_pipeline *p)
     free(p->refusals);
     free(p->parts);
     rl__checks_free(p);
+    rl_shard_records_destroy(p->cfg.field_records);
     free(p);
 }
 

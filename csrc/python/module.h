@@ -183,6 +183,10 @@ void rl__py_held_release(rl__py_held *h);
  * allocated with rl__py_fields_free, after rl_pipeline_create (which
  * copies it). The strings are borrowed from `fields`. Each check is a
  * tuple (at, len, ext, exts, kinds) of core/fields.h's rl_field_check.
+ * The record form, (records, starts, refusals, checks, max_int_digits)
+ * with records the shards' (files, sizes, mtimes, tag) and each check
+ * (column, exts, kinds), makes cfg->field_records instead of arrays: the
+ * positions are read from the version-2 record files as jobs run.
  */
 int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg, rl__py_held *held);
 /* The skip policy's parts (core/pipeline.h's parts, nparts) from `parts`,

@@ -28,6 +28,7 @@ static PyObject *pipeline_make(PyTypeObject *type, PyObject *args, PyObject *kw,
     Py_BEGIN_ALLOW_THREADS
     self->p = rl_pipeline_create(&cfg, &status, msg);
     Py_END_ALLOW_THREADS
+    cfg.field_records = NULL; /* create's, whether it succeeded or not */
     rl__py_fields_free(&cfg);
     if (self->p == NULL) {
         Py_DECREF(self);

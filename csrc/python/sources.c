@@ -266,9 +266,11 @@ static int file_ranges(PyObject *offsets, PyObject *lengths, int64_t n,
     return 0;
 }
 
-/* The record files of a shard table (see rl__py_file_source) into
- * t->records, over t's starts. 0, or -1 with an exception. */
-static int shard_records(PyObject *records, rl_file_table *t, rl__py_held *held)
+/* A table over the record files of `records`, (files, sizes, mtimes, tag
+ * bytes), for k shards starting at starts (borrowed, k + 1 values); the
+ * sizes' and mtimes' views held in held. NULL with an exception. */
+static rl_shard_records *records_table(PyObject *records, const int64_t *starts,
+                                       Py_ssize_t k, rl__py_held *held)
 {
     PyObject *files, *sizes, *mtimes, *tag;
     if (!PyTuple_Check(records) ||
@@ -277,13 +279,8 @@ static int shard_records(PyObject *records, rl_file_table *t, rl__py_held *held)
         PyErr_Clear();
         PyErr_SetString(PyExc_TypeError,
                         "records must be (files, sizes, mtimes, tag bytes)");
-        return -1;
+        return NULL;
     }
-    if (t->starts == NULL) {
-        PyErr_SetString(PyExc_ValueError, "records: only for shards (starts)");
-        return -1;
-    }
-    Py_ssize_t k = (Py_ssize_t)t->nfiles;
     const void *sz, *mt;
     if (PySequence_Size(files) != k) {
         if (!PyErr_Occurred()) {
@@ -291,16 +288,16 @@ static int shard_records(PyObject *records, rl_file_table *t, rl__py_held *held)
                          "records: %zd record files for %zd shards",
                          PySequence_Size(files), k);
         }
-        return -1;
+        return NULL;
     }
     if (rl__py_hold(held, sizes, "records' sizes", RL_PY_I64, k, &sz, NULL) ||
         rl__py_hold(held, mtimes, "records' mtimes", RL_PY_I64, k, &mt, NULL)) {
-        return -1;
+        return NULL;
     }
     /* One path a shard (O(shards)), copied by the table. */
     PyObject **owned = calloc((size_t)(k ? k : 1), sizeof(*owned));
     const char **paths = calloc((size_t)(k ? k : 1), sizeof(*paths));
-    int rc = -1;
+    rl_shard_records *t = NULL;
     if (owned == NULL || paths == NULL) {
         PyErr_NoMemory();
         goto out;
@@ -314,22 +311,33 @@ static int shard_records(PyObject *records, rl_file_table *t, rl__py_held *held)
         }
         paths[s] = PyBytes_AsString(owned[s]);
     }
-    t->records = rl_shard_records_new(t->starts, paths, (size_t)k, 0);
-    if (t->records == NULL ||
-        rl_shard_records_expect(t->records, sz, mt,
-                                (const uint8_t *)PyBytes_AsString(tag),
-                                (size_t)PyBytes_Size(tag)) != 0) {
+    t = rl_shard_records_new(starts, paths, (size_t)k, 0);
+    if (t == NULL || rl_shard_records_expect(
+                         t, sz, mt, (const uint8_t *)PyBytes_AsString(tag),
+                         (size_t)PyBytes_Size(tag)) != 0) {
+        rl_shard_records_destroy(t);
+        t = NULL;
         PyErr_NoMemory();
-        goto out;
     }
-    rc = 0;
 out:
     for (Py_ssize_t s = 0; owned != NULL && s < k; s++) {
         Py_XDECREF(owned[s]);
     }
     free(owned);
     free(paths);
-    return rc;
+    return t;
+}
+
+/* The record files of a shard table (see rl__py_file_source) into
+ * t->records, over t's starts. 0, or -1 with an exception. */
+static int shard_records(PyObject *records, rl_file_table *t, rl__py_held *held)
+{
+    if (t->starts == NULL) {
+        PyErr_SetString(PyExc_ValueError, "records: only for shards (starts)");
+        return -1;
+    }
+    t->records = records_table(records, t->starts, (Py_ssize_t)t->nfiles, held);
+    return t->records != NULL ? 0 : -1;
 }
 
 /* The file source of paths (see file_names), starts, offsets and lengths
@@ -773,12 +781,16 @@ PyObject *rl__py_http_set_keys(rl_source *src, PyObject *args)
 }
 
 /* One (at, len, ext, exts, kinds) tuple into c (zeroed, n samples), the
- * three columns' views held in held. */
-static int py_check(PyObject *t, Py_ssize_t n, rl__py_held *held,
-                    rl_field_check *c)
+ * three columns' views held in held; by_record: (column, exts, kinds), the
+ * member's place in each sample's record. */
+static int py_check(PyObject *t, Py_ssize_t n, bool by_record,
+                    rl__py_held *held, rl_field_check *c)
 {
-    PyObject *at, *len, *ext, *exts, *kinds;
-    if (!PyArg_ParseTuple(t, "OOOOO", &at, &len, &ext, &exts, &kinds)) {
+    PyObject *at = NULL, *len = NULL, *ext = NULL, *exts, *kinds;
+    int column = -1;
+    if (by_record
+            ? !PyArg_ParseTuple(t, "iOO", &column, &exts, &kinds)
+            : !PyArg_ParseTuple(t, "OOOOO", &at, &len, &ext, &exts, &kinds)) {
         return -1;
     }
     Py_ssize_t ne = PySequence_Length(exts);
@@ -788,13 +800,19 @@ static int py_check(PyObject *t, Py_ssize_t n, rl__py_held *held,
                         "a check needs 1..16 extensions with their kinds");
         return -1;
     }
+    c->column = column;
     const void *a, *l, *e;
-    if (rl__py_hold(held, at, "a check's at", RL_PY_I64, n, &a, NULL) != 0 ||
-        rl__py_hold(held, len, "a check's len", RL_PY_I64, n, &l, NULL) != 0 ||
-        rl__py_hold(held, ext, "a check's ext", RL_PY_I8, n, &e, NULL) != 0) {
+    if (by_record) {
+        a = l = e = NULL; /* read from the records as jobs run */
+    } else if (rl__py_hold(held, at, "a check's at", RL_PY_I64, n, &a, NULL) !=
+                   0 ||
+               rl__py_hold(held, len, "a check's len", RL_PY_I64, n, &l,
+                           NULL) != 0 ||
+               rl__py_hold(held, ext, "a check's ext", RL_PY_I8, n, &e, NULL) !=
+                   0) {
         return -1;
     }
-    if (a == NULL || l == NULL || e == NULL) {
+    if (!by_record && (a == NULL || l == NULL || e == NULL)) {
         PyErr_SetString(PyExc_TypeError, "a check needs at, len and ext");
         return -1;
     }
@@ -831,7 +849,9 @@ static int py_checks(PyObject *checks, rl_pipeline_config *cfg,
     for (Py_ssize_t k = 0; k < nc; k++) {
         cfg->nchecks = (int)k + 1;
         PyObject *t = PySequence_GetItem(checks, k);
-        int rc = t != NULL ? py_check(t, cfg->source->count, held, &cs[k]) : -1;
+        int rc = t != NULL ? py_check(t, cfg->source->count,
+                                      cfg->field_records != NULL, held, &cs[k])
+                           : -1;
         Py_XDECREF(t);
         if (rc != 0) {
             return -1;
@@ -840,32 +860,15 @@ static int py_checks(PyObject *checks, rl_pipeline_config *cfg,
     return 0;
 }
 
-int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg, rl__py_held *held)
+/* The refusals' messages into cfg (borrowed from the caller's sequence,
+ * alive until create copies them). 0, or -1 with an exception. */
+static int py_refusals(PyObject *refusals, rl_pipeline_config *cfg)
 {
-    PyObject *image_at, *image_len, *refusals, *checks;
-    if (fields == Py_None) {
-        return 0;
-    }
-    if (!PyArg_ParseTuple(fields, "OOOOi", &image_at, &image_len, &refusals,
-                          &checks, &cfg->max_int_digits)) {
-        return -1;
-    }
-    Py_ssize_t n = (Py_ssize_t)cfg->source->count;
     Py_ssize_t nr = refusals == Py_None ? 0 : PySequence_Length(refusals);
-    const void *at, *len;
-    if (nr < 0 ||
-        rl__py_hold(held, image_at, "image_at", RL_PY_I64, n, &at, NULL) != 0 ||
-        rl__py_hold(held, image_len, "image_len", RL_PY_I64, n, &len, NULL) !=
-            0) {
-        return -1;
-    }
-    if (at == NULL || len == NULL) {
-        PyErr_SetString(PyExc_TypeError, "fields need image_at and image_len");
+    if (nr < 0) {
         return -1;
     }
     const char **why = calloc((size_t)nr + 1, sizeof(char *));
-    cfg->image_at = at;
-    cfg->image_len = len;
     cfg->refusals = why;
     cfg->nrefusals = (int)nr;
     if (why == NULL) {
@@ -874,12 +877,100 @@ int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg, rl__py_held *held)
     }
     for (Py_ssize_t i = 0; i < nr; i++) {
         PyObject *item = PySequence_GetItem(refusals, i);
-        /* Borrowed from the caller's sequence, alive until create copies. */
         why[i] = item != NULL ? rl__py_utf8(item) : NULL;
         Py_XDECREF(item);
         if (why[i] == NULL) {
             return -1;
         }
+    }
+    return 0;
+}
+
+/* The record form of fields: (records, starts, refusals, checks,
+ * max_int_digits), the positions read from the version-2 record files of
+ * records (files, sizes, mtimes, tag) through a table of the pipeline's
+ * own (core/pipeline.h's field_records). */
+static int py_fields_by_record(PyObject *fields, rl_pipeline_config *cfg,
+                               rl__py_held *held)
+{
+    PyObject *records, *starts, *refusals, *checks;
+    if (!PyArg_ParseTuple(fields, "OOOOi", &records, &starts, &refusals,
+                          &checks, &cfg->max_int_digits)) {
+        return -1;
+    }
+    Py_ssize_t k = PyTuple_Check(records) && PyTuple_Size(records) == 4
+                       ? PySequence_Size(PyTuple_GetItem(records, 0))
+                       : -1;
+    const void *st;
+    if (k < 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError,
+                        "fields' records must be (files, sizes, mtimes, tag)");
+        return -1;
+    }
+    if (rl__py_hold(held, starts, "fields' starts", RL_PY_I64, k + 1, &st,
+                    NULL) != 0) {
+        return -1;
+    }
+    const int64_t *a = st;
+    for (Py_ssize_t s = 0; s < k; s++) {
+        if (a[0] != 0 || a[s + 1] < a[s]) {
+            PyErr_SetString(PyExc_ValueError,
+                            "fields' starts: each shard's first sample, from "
+                            "0, never falling");
+            return -1;
+        }
+    }
+    if (a[k] != cfg->source->count) {
+        PyErr_Format(PyExc_ValueError,
+                     "fields' starts give %lld samples, the table has %lld",
+                     (long long)a[k], (long long)cfg->source->count);
+        return -1;
+    }
+    cfg->field_records = records_table(records, st, k, held);
+    if (cfg->field_records == NULL) {
+        return -1;
+    }
+    /* The pipeline outlives nothing of ours but these: its own starts. */
+    if (rl_shard_records_own_starts(cfg->field_records) != 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (py_refusals(refusals, cfg) != 0) {
+        return -1;
+    }
+    return checks == Py_None ? 0 : py_checks(checks, cfg, held);
+}
+
+int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg, rl__py_held *held)
+{
+    PyObject *image_at, *image_len, *refusals, *checks;
+    if (fields == Py_None) {
+        return 0;
+    }
+    if (PyTuple_Check(fields) && PyTuple_Size(fields) == 5 &&
+        PyTuple_Check(PyTuple_GetItem(fields, 0))) {
+        return py_fields_by_record(fields, cfg, held);
+    }
+    if (!PyArg_ParseTuple(fields, "OOOOi", &image_at, &image_len, &refusals,
+                          &checks, &cfg->max_int_digits)) {
+        return -1;
+    }
+    Py_ssize_t n = (Py_ssize_t)cfg->source->count;
+    const void *at, *len;
+    if (rl__py_hold(held, image_at, "image_at", RL_PY_I64, n, &at, NULL) != 0 ||
+        rl__py_hold(held, image_len, "image_len", RL_PY_I64, n, &len, NULL) !=
+            0) {
+        return -1;
+    }
+    if (at == NULL || len == NULL) {
+        PyErr_SetString(PyExc_TypeError, "fields need image_at and image_len");
+        return -1;
+    }
+    cfg->image_at = at;
+    cfg->image_len = len;
+    if (py_refusals(refusals, cfg) != 0) {
+        return -1;
     }
     return checks == Py_None ? 0 : py_checks(checks, cfg, held);
 }
@@ -921,4 +1012,7 @@ void rl__py_fields_free(rl_pipeline_config *cfg)
     cfg->refusals = NULL;
     cfg->checks = NULL;
     cfg->nchecks = 0;
+    /* Set only when create never took it (pipeline.c clears it after). */
+    rl_shard_records_destroy(cfg->field_records);
+    cfg->field_records = NULL;
 }

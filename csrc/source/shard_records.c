@@ -10,6 +10,11 @@
  * the lookup opens the file for itself and closes it after. Refcounting
  * rather than dup(): a dup per lookup would cost two more syscalls on the
  * hot path and a descriptor per reader.
+ *
+ * Both record versions are read through the same slots: a slot keeps
+ * where its file's records start and how wide they are (the header's),
+ * and rl_shard_records_get reads the 24 bytes every record begins with,
+ * whatever its version.
  */
 #define _GNU_SOURCE
 #include "source/shard_records.h"
@@ -17,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,13 +32,16 @@
 typedef struct slot {
     int64_t shard; /* -1: free */
     int fd;
-    uint64_t data; /* where the records start (the header's bytes) */
-    int refs;      /* lookups reading through fd now */
-    uint64_t used; /* the table's clock at the last lookup (LRU) */
+    uint64_t data;  /* where the records start (the header's bytes) */
+    uint32_t width; /* bytes of a record */
+    int nfields;    /* version 2: field columns; version 1: -1 */
+    int refs;       /* lookups reading through fd now */
+    uint64_t used;  /* the table's clock at the last lookup (LRU) */
 } slot;
 
 struct rl_shard_records {
-    const int64_t *starts; /* borrowed, nshards + 1 */
+    const int64_t *starts; /* borrowed (or own_starts), nshards + 1 */
+    int64_t *own_starts;   /* rl_shard_records_own_starts's copy, or NULL */
     char **paths;          /* copied */
     size_t nshards;
     pthread_mutex_t mu;
@@ -122,10 +131,23 @@ int rl_shard_records_expect(rl_shard_records *t, const int64_t *sizes,
     return 0;
 }
 
-/* Why record file f (header h) is not shard s's as rl_shard_records_expect
- * described it, or NULL. */
+int rl_shard_records_own_starts(rl_shard_records *t)
+{
+    size_t bytes = sizeof(int64_t) * (t->nshards + 1);
+    int64_t *copy = malloc(bytes);
+    if (copy == NULL)
+        return -ENOMEM;
+    memcpy(copy, t->starts, bytes);
+    free(t->own_starts);
+    t->own_starts = copy;
+    t->starts = copy;
+    return 0;
+}
+
+/* Why record file f (header h, its tag at tag_at) is not shard s's as
+ * rl_shard_records_expect described it, or NULL. */
 static const char *not_expected(const rl_shard_records *t, size_t s, int f,
-                                const unsigned char *h)
+                                const unsigned char *h, uint64_t tag_at)
 {
     if (t->sizes == NULL)
         return NULL;
@@ -139,8 +161,7 @@ static const char *not_expected(const rl_shard_records *t, size_t s, int f,
     for (size_t done = 0; done < t->tag_len;) {
         size_t want =
             t->tag_len - done < sizeof buf ? t->tag_len - done : sizeof buf;
-        ssize_t got =
-            pread(f, buf, want, (off_t)(RL_SHARD_RECORDS_HEAD + done));
+        ssize_t got = pread(f, buf, want, (off_t)(tag_at + done));
         if (got != (ssize_t)want || memcmp(buf, t->tag + done, want) != 0)
             return "made for another selection of members";
         done += want;
@@ -148,9 +169,46 @@ static const char *not_expected(const rl_shard_records *t, size_t s, int f,
     return NULL;
 }
 
-/* Opens shard s's record file and checks its header: *fd and *data (where
- * the records start) on success; else -errno and msg. */
-static int open_checked(rl_shard_records *t, size_t s, int *fd, uint64_t *data,
+/* A record file's layout, from its header. */
+typedef struct layout {
+    uint64_t data;  /* where the records start */
+    uint32_t width; /* bytes of a record */
+    int nfields;    /* -1: version 1 */
+} layout;
+
+/* Why header h (got bytes of it read) is not of a version this reader
+ * knows, or NULL with *lay and *tag_at (where its tag starts) set. */
+static const char *version_of(const unsigned char *h, ssize_t got, layout *lay,
+                              uint64_t *tag_at)
+{
+    if (got < RL_SHARD_RECORDS_HEAD || memcmp(h, "RLSAMPLE", 8) != 0)
+        return "not a record file";
+    uint32_t version = le32(h + 8);
+    if (version == RL_SHARD_RECORDS_VERSION) {
+        lay->width = RL_SHARD_RECORD_BYTES;
+        lay->nfields = -1;
+        *tag_at = RL_SHARD_RECORDS_HEAD;
+        return NULL;
+    }
+    if (version != RL_SHARD_RECORDS_FIELDS_VERSION)
+        return "a record file of another format version";
+    if (got < RL_SHARD_RECORDS_FIELDS_HEAD)
+        return "truncated or corrupt (its header is cut short)";
+    uint32_t width = le32(h + 48), nfields = le32(h + 52);
+    /* The width must be the one nfields makes: a file that says otherwise
+     * would be read at the wrong places. */
+    if (nfields > RL_SHARD_RECORDS_MAX_FIELDS ||
+        width != RL_SHARD_FIELDS_RECORD_BYTES + 24 * nfields)
+        return "a record file whose record width is not its field count's";
+    lay->width = width;
+    lay->nfields = (int)nfields;
+    *tag_at = RL_SHARD_RECORDS_FIELDS_HEAD;
+    return NULL;
+}
+
+/* Opens shard s's record file and checks its header: *fd and *lay on
+ * success; else -errno and msg. */
+static int open_checked(rl_shard_records *t, size_t s, int *fd, layout *lay,
                         char *msg, size_t msg_len)
 {
     const char *path = t->paths[s];
@@ -162,7 +220,7 @@ static int open_checked(rl_shard_records *t, size_t s, int *fd, uint64_t *data,
                  strerror(e));
         return -e;
     }
-    unsigned char h[RL_SHARD_RECORDS_HEAD];
+    unsigned char h[RL_SHARD_RECORDS_FIELDS_HEAD];
     struct stat st;
     ssize_t got = pread(f, h, sizeof h, 0);
     const char *why = NULL;
@@ -173,22 +231,18 @@ static int open_checked(rl_shard_records *t, size_t s, int *fd, uint64_t *data,
                  strerror(e));
         return -e;
     }
-    uint64_t count = 0, head = 0;
-    if (got < (ssize_t)sizeof h || memcmp(h, "RLSAMPLE", 8) != 0) {
-        why = "not a record file";
-    } else if (le32(h + 8) != RL_SHARD_RECORDS_VERSION) {
-        why = "a record file of another format version";
-    } else {
+    uint64_t count = 0, head = 0, tag_at = 0;
+    why = version_of(h, got, lay, &tag_at);
+    if (why == NULL) {
         count = le64(h + 32);
         head = le32(h + 40);
         if (count != want)
             why = "a record count other than the shard's";
-        else if (head % 8 || head < RL_SHARD_RECORDS_HEAD ||
-                 (uint64_t)st.st_size !=
-                     head + count * (uint64_t)RL_SHARD_RECORD_BYTES)
+        else if (head % 8 || head < tag_at + le32(h + 44) ||
+                 (uint64_t)st.st_size != head + count * (uint64_t)lay->width)
             why = "truncated or corrupt (its size is not its header's)";
         else
-            why = not_expected(t, s, f, h);
+            why = not_expected(t, s, f, h, tag_at);
     }
     if (why) {
         close(f);
@@ -200,7 +254,7 @@ static int open_checked(rl_shard_records *t, size_t s, int *fd, uint64_t *data,
         return -EBADMSG;
     }
     *fd = f;
-    *data = head;
+    lay->data = head;
     return 0;
 }
 
@@ -220,7 +274,7 @@ static slot *find(rl_shard_records *t, int64_t s)
 /* Puts a freshly opened fd in the least recently used free slot (closing
  * the file it held), with a reference taken; NULL when every slot is in
  * use (the caller then reads through fd and closes it). Under mu. */
-static slot *insert(rl_shard_records *t, int64_t s, int fd, uint64_t data)
+static slot *insert(rl_shard_records *t, int64_t s, int fd, const layout *lay)
 {
     slot *victim = NULL;
     for (size_t i = 0; i < t->nslots; i++) {
@@ -234,15 +288,18 @@ static slot *insert(rl_shard_records *t, int64_t s, int fd, uint64_t data)
         close(victim->fd);
     victim->shard = s;
     victim->fd = fd;
-    victim->data = data;
+    victim->data = lay->data;
+    victim->width = lay->width;
+    victim->nfields = lay->nfields;
     victim->refs = 1;
     victim->used = ++t->clock;
     return victim;
 }
 
-int rl_shard_records_get(rl_shard_records *t, int64_t id, uint64_t *offset,
-                         uint64_t *length, int64_t *label, char *msg,
-                         size_t msg_len)
+/* Reads `bytes` bytes (at most the record's width) of sample id's record
+ * into r, with its file's layout in *lay. 0, or -errno with msg. */
+static int read_record(rl_shard_records *t, int64_t id, unsigned char *r,
+                       size_t bytes, layout *lay, char *msg, size_t msg_len)
 {
     int64_t total = t->starts[t->nshards];
     if (id < 0 || id >= total) {
@@ -264,12 +321,11 @@ int rl_shard_records_get(rl_shard_records *t, int64_t id, uint64_t *offset,
     slot *sl = find(t, (int64_t)s);
     pthread_mutex_unlock(&t->mu);
     int fd = -1;
-    uint64_t data = 0;
     if (sl) {
         fd = sl->fd; /* stable while our reference holds the slot */
-        data = sl->data;
+        *lay = (layout){sl->data, sl->width, sl->nfields};
     } else {
-        int rc = open_checked(t, s, &fd, &data, msg, msg_len);
+        int rc = open_checked(t, s, &fd, lay, msg, msg_len);
         if (rc < 0)
             return rc;
         pthread_mutex_lock(&t->mu);
@@ -277,16 +333,17 @@ int rl_shard_records_get(rl_shard_records *t, int64_t id, uint64_t *offset,
         if (sl) {
             close(fd);
             fd = sl->fd;
-            data = sl->data;
+            *lay = (layout){sl->data, sl->width, sl->nfields};
         } else {
-            sl = insert(t, (int64_t)s, fd, data);
+            sl = insert(t, (int64_t)s, fd, lay);
         }
         pthread_mutex_unlock(&t->mu);
     }
-    unsigned char r[RL_SHARD_RECORD_BYTES];
-    off_t at = (off_t)(data + (uint64_t)(id - t->starts[s]) *
-                                  (uint64_t)RL_SHARD_RECORD_BYTES);
-    ssize_t got = pread(fd, r, sizeof r, at);
+    bool fields = bytes > RL_SHARD_RECORD_BYTES; /* asked for more */
+    if (bytes > lay->width)
+        bytes = lay->width;
+    off_t at = (off_t)(lay->data + (uint64_t)(id - t->starts[s]) * lay->width);
+    ssize_t got = pread(fd, r, bytes, at);
     int e = got < 0 ? errno : 0;
     if (sl) {
         pthread_mutex_lock(&t->mu);
@@ -295,7 +352,7 @@ int rl_shard_records_get(rl_shard_records *t, int64_t id, uint64_t *offset,
     } else {
         close(fd);
     }
-    if (got != (ssize_t)sizeof r) {
+    if (got != (ssize_t)bytes) {
         if (e) {
             snprintf(msg, msg_len, "%s: cannot read record %lld (%s)",
                      t->paths[s], (long long)(id - t->starts[s]), strerror(e));
@@ -307,10 +364,54 @@ int rl_shard_records_get(rl_shard_records *t, int64_t id, uint64_t *offset,
                  t->paths[s], (long long)(id - t->starts[s]));
         return -EBADMSG;
     }
+    if (fields && lay->nfields < 0) {
+        snprintf(msg, msg_len,
+                 "%s: a record file without field columns (version 1) "
+                 "where fields were asked for",
+                 t->paths[s]);
+        return -EBADMSG;
+    }
+    return 0;
+}
+
+int rl_shard_records_get(rl_shard_records *t, int64_t id, uint64_t *offset,
+                         uint64_t *length, int64_t *label, char *msg,
+                         size_t msg_len)
+{
+    unsigned char r[RL_SHARD_RECORD_BYTES];
+    layout lay;
+    int rc = read_record(t, id, r, sizeof r, &lay, msg, msg_len);
+    if (rc != 0)
+        return rc;
     *offset = le64(r);
     *length = le64(r + 8);
     if (label)
         *label = (int64_t)le64(r + 16);
+    return 0;
+}
+
+int rl_shard_records_get_fields(rl_shard_records *t, int64_t id,
+                                rl_shard_fields_record *out, char *msg,
+                                size_t msg_len)
+{
+    unsigned char
+        r[RL_SHARD_FIELDS_RECORD_BYTES + 24 * RL_SHARD_RECORDS_MAX_FIELDS];
+    layout lay;
+    int rc = read_record(t, id, r, sizeof r, &lay, msg, msg_len);
+    if (rc != 0)
+        return rc;
+    out->offset = le64(r);
+    out->length = le64(r + 8);
+    out->label = (int64_t)le64(r + 16);
+    out->image_at = (int64_t)le64(r + 24);
+    out->image_len = (int64_t)le64(r + 32);
+    out->nfields = lay.nfields;
+    for (int k = 0; k < lay.nfields; k++) {
+        const unsigned char *c = r + RL_SHARD_FIELDS_RECORD_BYTES + 24 * k;
+        out->at[k] = (int64_t)le64(c);
+        out->size[k] = (int64_t)le64(c + 8);
+        out->ext[k] = (int64_t)le64(c + 16);
+    }
     return 0;
 }
 
@@ -336,6 +437,7 @@ void rl_shard_records_destroy(rl_shard_records *t)
     free(t->paths);
     free(t->slots);
     free(t->tag);
+    free(t->own_starts);
     pthread_mutex_destroy(&t->mu);
     free(t);
 }

@@ -399,12 +399,12 @@ class Pipeline:
         # kinds), a bad one refusing the sample likewise; max_int_digits:
         # int()'s limit on digits (0: none).
         # image_at, image_len and each check's at, len (int64) and ext
-        # (int8) are buffers of one entry a sample.
-        fields: Optional[
-            Tuple[
-                Buffer, Buffer, Optional[Sequence[str]], Optional[Sequence[tuple]], int
-            ]
-        ] = ...,
+        # (int8) are buffers of one entry a sample. The record form,
+        # ((files, sizes, mtimes, tag), starts, refusals, checks,
+        # max_int_digits), each check (column, extensions, kinds), reads
+        # them from the shards' version-2 record files as each sample's
+        # job runs (csrc/source/shard_records.h): nothing per sample.
+        fields: Optional[tuple] = ...,
         # The table's parts (the datasets it was made of) for skip_errors:
         # an int64 array (buffer protocol), each part's first id, then the
         # table's length; a failed sample is replaced within its part.

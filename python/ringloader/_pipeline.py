@@ -105,17 +105,7 @@ class Pipeline:
         fields = getattr(src, "fields", None)
         if fields is not None:
             # Each range holds the image and the sample's other members.
-            checks = [
-                (_i64(at), _i64(size), np.ascontiguousarray(ext, np.int8), exts, kinds)
-                for at, size, ext, exts, kinds in fields.checks()
-            ]
-            table["fields"] = (
-                _i64(fields.image_at),
-                _i64(fields.image_len),
-                fields.refusals,
-                checks,
-                fields.max_int_digits(),
-            )
+            table["fields"] = _fields(src, fields, "records" in table)
         parts = getattr(src, "parts", None)
         if parts is not None:
             # on_error="skip" replaces a sample within its own dataset.
@@ -374,6 +364,35 @@ def _table(src: Sources, remote: Any) -> dict[str, Any]:
             offsets = _i64(offsets)
         table.update(offsets=offsets, lengths=_i64(src.lengths))
     return table
+
+
+def _fields(src: Sources, fields: Any, by_record: bool) -> tuple:
+    """The ``fields`` keyword of ``_core.Pipeline`` for a FieldTable: where
+    the C source reads the shards' record files (local shards), the
+    record form, whose positions the core reads from the same files as
+    each sample's job runs (core/pipeline.h's field_records), nothing per
+    sample; else (remote shards, whose source takes arrays) the columns
+    read out of the records into arrays."""
+    if by_record:
+        files, sizes, mtimes, tag = src.records  # type: ignore[misc]
+        return (
+            (files, _i64(sizes), _i64(mtimes), tag),
+            _i64(src.paths.starts),  # type: ignore[attr-defined]
+            fields.refusals,
+            fields.checks(),
+            fields.max_int_digits(),
+        )
+    checks = [
+        (_i64(at), _i64(size), np.ascontiguousarray(ext, np.int8), exts, kinds)
+        for at, size, ext, exts, kinds in fields.check_arrays()
+    ]
+    return (
+        _i64(np.asarray(fields.image_at)),
+        _i64(np.asarray(fields.image_len)),
+        fields.refusals,
+        checks,
+        fields.max_int_digits(),
+    )
 
 
 class _Background:

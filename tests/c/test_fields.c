@@ -4,14 +4,21 @@
  * image alone; the other bytes come back with the batch, in position
  * order; a refused sample fails with RL_EFIELD and its message, and the
  * skip policy replaces it, field bytes included; a fetch too short for the
- * image's place fails with -EIO. Run under TSan and ASan too. */
+ * image's place fails with -EIO. The same with the places read from a
+ * version-2 record file (rl_pipeline_config.field_records) rather than
+ * arrays: the same pixels and field bytes, a refusal and a bad member
+ * checked, and a record whose values are out of range failing its sample
+ * (-EBADMSG), never read past. Run under TSan and ASan too. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/fields.h"
 #include "core/pipeline.h"
 #include "check.h"
+#include "source/shard_records.h"
 #include "jpegmake.h"
 
 #define N 12
@@ -53,6 +60,138 @@ static int batch(rl_pipeline *p, const int64_t *ids, int n, uint8_t *out,
         rl_slot_release(s);
     }
     return rc;
+}
+
+/* Little-endian v into p (n bytes). */
+static void put(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        p[i] = (unsigned char)(v >> (8 * i));
+    }
+}
+
+/* A version-2 record file (one field: the bytes before the image, as a
+ * .txt member) of n samples with the image at at[i], len[i] and the
+ * member at 0, head_len[i]; ext[i] its extension. Tag "t", shard size
+ * and mtime 0. */
+static void write_records(const char *path, int n, const int64_t *at,
+                          const int64_t *len, const int64_t *head_len,
+                          const int64_t *ext)
+{
+    unsigned char h[64] = {0}, r[64];
+    memcpy(h, "RLSAMPLE", 8);
+    put(h + 8, RL_SHARD_RECORDS_FIELDS_VERSION, 4);
+    put(h + 12, 2, 4);
+    put(h + 32, (uint64_t)n, 8);
+    put(h + 40, sizeof h, 4);
+    put(h + 44, 1, 4);
+    put(h + 48, sizeof r, 4);
+    put(h + 52, 1, 4);
+    h[RL_SHARD_RECORDS_FIELDS_HEAD] = 't';
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(fwrite(h, 1, sizeof h, f) == sizeof h);
+    for (int i = 0; i < n; i++) {
+        int64_t v[8] = {0, 0, -1, at[i], len[i], 0, head_len[i], ext[i]};
+        for (int k = 0; k < 8; k++) {
+            put(r + 8 * k, (uint64_t)v[k], 8);
+        }
+        CHECK(fwrite(r, 1, sizeof r, f) == sizeof r);
+    }
+    CHECK(fclose(f) == 0);
+}
+
+/* Each position's field bytes: its head, then its tail. */
+static void check_fields(const rl_batch_report *rep, char (*head)[16],
+                         char (*tail)[16])
+{
+    CHECK(rep->fields != NULL);
+    for (int i = 0; i < N; i++) {
+        char want[40];
+        int wl = snprintf(want, sizeof(want), "%s%s", head[i], tail[i]);
+        CHECK_EQ(rep->fields_len[i], wl);
+        CHECK(memcmp(rep->fields[i], want, (size_t)wl) == 0);
+    }
+}
+
+/* The pipeline over bufs with its places in record file path. */
+static rl_pipeline *by_records(const uint8_t **bufs, const size_t *lens,
+                               const char *path, bool skip, char *msg)
+{
+    static int64_t starts[2] = {0, N}, zero[1] = {0};
+    static const char *why[] = {"has no .txt member", "its member is too big"};
+    static rl_field_check check = {
+        .column = 0, .nexts = 1, .exts = {"txt"}, .kinds = {RL_FIELD_UTF8}};
+    rl_pipeline_config cfg =
+        config(rl_memory_source_create(bufs, lens, NULL, N));
+    const char *paths[1] = {path};
+    cfg.field_records = rl_shard_records_new(starts, paths, 1, 0);
+    CHECK(cfg.field_records != NULL);
+    CHECK_EQ(rl_shard_records_expect(cfg.field_records, zero, zero,
+                                     (const uint8_t *)"t", 1),
+             0);
+    cfg.refusals = why;
+    cfg.nrefusals = 2;
+    cfg.checks = &check;
+    cfg.nchecks = 1;
+    cfg.skip_errors = skip;
+    cfg.max_consecutive_errors = 4;
+    return rl_pipeline_create(&cfg, NULL, msg);
+}
+
+static void test_records(const uint8_t **bufs, const size_t *lens,
+                         const int64_t *at, const int64_t *len,
+                         char (*head)[16], char (*tail)[16], const uint8_t *ref,
+                         size_t bytes)
+{
+    char dir[] = "/tmp/rl-fields-XXXXXX", path[64], msg[RL_MSG_MAX];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/s.rec", dir);
+    int64_t a[N], hl[N], ext[N] = {0}, all[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = at[i];
+        hl[i] = (int64_t)strlen(head[i]);
+        all[i] = i;
+    }
+    write_records(path, N, a, len, hl, ext);
+    rl_pipeline *p = by_records(bufs, lens, path, false, msg);
+    CHECK(p != NULL);
+    uint8_t *got = malloc(bytes);
+    rl_batch_report rep;
+    CHECK_EQ(batch(p, all, N, got, &rep), 0);
+    CHECK(memcmp(got, ref, bytes) == 0);
+    check_fields(&rep, head, tail);
+    rl_batch_report_free(&rep);
+    rl_pipeline_destroy(p);
+    /* Refused (3), a member past the bytes read (6), a refusal past the
+     * messages (7), an extension past the field's (8). */
+    a[3] = -2;
+    hl[6] = (int64_t)(strlen(head[6]) + strlen(tail[6])) + 1;
+    a[7] = -3;
+    ext[8] = 1;
+    write_records(path, N, a, len, hl, ext);
+    p = by_records(bufs, lens, path, false, msg);
+    CHECK(p != NULL);
+    int64_t ids[6] = {2, 3, 6, 7, 8, 9};
+    int want[6] = {0, RL_EFIELD, -EIO, -EBADMSG, -EBADMSG, 0};
+    for (int k = 0; k < 6; k++) {
+        CHECK_EQ(batch(p, &ids[k], 1, NULL, &rep), want[k]);
+        if (k == 3 || k == 4) {
+            CHECK(strstr(rep.error.msg, "out of range") != NULL);
+        }
+        rl_batch_report_free(&rep);
+    }
+    rl_pipeline_destroy(p);
+    /* Skipped: 3 replaced by the next that loads, 4. */
+    p = by_records(bufs, lens, path, true, msg);
+    CHECK(p != NULL);
+    CHECK_EQ(batch(p, ids, 3, NULL, &rep), 0);
+    CHECK(rep.n_replaced >= 1 && rep.replaced[0].id == 4);
+    rl_batch_report_free(&rep);
+    rl_pipeline_destroy(p);
+    free(got);
+    unlink(path);
+    rmdir(dir);
 }
 
 int main(void)
@@ -108,12 +247,7 @@ int main(void)
     CHECK_EQ(batch(p, all, N, got, &rep), 0);
     CHECK(memcmp(got, ref, bytes) == 0);
     CHECK(rep.fields != NULL);
-    for (int i = 0; i < N; i++) {
-        char want[40];
-        int wl = snprintf(want, sizeof(want), "%s%s", head[i], tail[i]);
-        CHECK_EQ(rep.fields_len[i], wl);
-        CHECK(memcmp(rep.fields[i], want, (size_t)wl) == 0);
-    }
+    check_fields(&rep, head, tail);
     rl_batch_report_free(&rep);
     /* Batches dropped with their field bytes (cancel, destroy): LeakSanitizer
      * (make check SANITIZE=address) finds any left behind. */
@@ -122,6 +256,8 @@ int main(void)
     rl_pipeline_cancel(p);
     CHECK_EQ(rl_pipeline_submit(p, all, all, N, 2, NULL, NULL), 0);
     rl_pipeline_destroy(p);
+
+    test_records(bufs, whole_len, at, len, head, tail, ref, bytes);
 
     /* Refused (sample 3) and too short for its image (sample 5). */
     at[3] = -2;

@@ -1,8 +1,9 @@
 /* test_shard_records.c - sample lookups in record files
  * (source/shard_records.h): lookups across shards, a missing file, a short
  * and a corrupt file, lookups from 4 threads at once, and more files than
- * the table keeps open. The record files are written here, in the layout
- * tarindex.py writes. */
+ * the table keeps open; version-2 records (with fields) and their
+ * refusals. The record files are written here, in the layout tarindex.py
+ * writes. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -50,20 +51,29 @@ static int64_t label_of(int64_t id)
     return id % 5 == 0 ? -1 : id % 1000;
 }
 
+/* The header fields both versions share: magic, version, member-index
+ * version, shard size and mtime, count, header and tag bytes. */
+static void put_head(unsigned char *head, uint32_t version, uint64_t count,
+                     uint32_t head_bytes, uint32_t tag_len)
+{
+    memcpy(head, "RLSAMPLE", 8);
+    put32(head + 8, version);
+    put32(head + 12, 2);
+    put64(head + 16, 1 << 20);
+    put64(head + 24, 1234);
+    put64(head + 32, count);
+    put32(head + 40, head_bytes);
+    put32(head + 44, tag_len);
+}
+
 /* A record file of count records for samples first.., as tarindex.py
  * writes one (a 5-byte tag, so a padded header of 56 bytes). */
 static void write_records(const char *path, int64_t first, uint64_t count)
 {
     const char tag[] = "jpg\nc";
     unsigned char head[56] = {0};
-    memcpy(head, "RLSAMPLE", 8);
-    put32(head + 8, RL_SHARD_RECORDS_VERSION);
-    put32(head + 12, 2);
-    put64(head + 16, 1 << 20);
-    put64(head + 24, 1234);
-    put64(head + 32, count);
-    put32(head + 40, sizeof head);
-    put32(head + 44, sizeof tag - 1);
+    put_head(head, RL_SHARD_RECORDS_VERSION, count, sizeof head,
+             sizeof tag - 1);
     memcpy(head + RL_SHARD_RECORDS_HEAD, tag, sizeof tag - 1);
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL);
@@ -284,6 +294,117 @@ static void test_expected_shard(void)
     rl_shard_records_destroy(t);
 }
 
+/* A version-2 record file of count samples first.. with nfields fields
+ * (width: the record width the header states; 0: the right one) and tag
+ * "jpg\nf", as tarindex.py writes one for a selection with fields. */
+static void write_fields_records(const char *path, int64_t first,
+                                 uint64_t count, uint32_t nfields,
+                                 uint32_t width)
+{
+    const char tag[] = "jpg\nf";
+    uint32_t right = RL_SHARD_FIELDS_RECORD_BYTES + 24 * nfields;
+    unsigned char head[64] = {0};
+    put_head(head, RL_SHARD_RECORDS_FIELDS_VERSION, count, sizeof head,
+             sizeof tag - 1);
+    put32(head + 48, width ? width : right);
+    put32(head + 52, nfields);
+    memcpy(head + RL_SHARD_RECORDS_FIELDS_HEAD, tag, sizeof tag - 1);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(fwrite(head, 1, sizeof head, f) == sizeof head);
+    for (uint64_t i = 0; i < count; i++) {
+        unsigned char r[RL_SHARD_FIELDS_RECORD_BYTES +
+                        24 * RL_SHARD_RECORDS_MAX_FIELDS] = {0};
+        int64_t id = first + (int64_t)i;
+        put64(r, offset_of(id));
+        put64(r + 8, length_of(id));
+        put64(r + 16, (uint64_t)label_of(id));
+        put64(r + 24, (uint64_t)(id % 4 == 0 ? -2 : id % 50));
+        put64(r + 32, 77 + (uint64_t)id);
+        for (uint32_t k = 0; k < nfields; k++) {
+            unsigned char *c = r + RL_SHARD_FIELDS_RECORD_BYTES + 24 * k;
+            put64(c, (uint64_t)id * 10 + k);
+            put64(c + 8, 5 + k);
+            put64(c + 16, k % 2);
+        }
+        CHECK(fwrite(r, 1, right, f) == right);
+    }
+    CHECK(fclose(f) == 0);
+}
+
+/* Version-2 files: the range and label read as from version 1, the rest
+ * of the record by rl_shard_records_get_fields; a header whose record
+ * width is not its field count's refused, and a version-1 file asked for
+ * fields refused, each naming the file. */
+static void test_fields_records(void)
+{
+    char a[300], b[300], wide[300];
+    snprintf(a, sizeof a, "%s/fields-a.rec", dir);
+    snprintf(b, sizeof b, "%s/fields-b.rec", dir);
+    snprintf(wide, sizeof wide, "%s/fields-wide.rec", dir);
+    int64_t st[3] = {0, 30, 50};
+    write_fields_records(a, 0, 30, 3, 0);
+    write_fields_records(b, 30, 20, 3, 0);
+    const char *two[2] = {a, b};
+    rl_shard_records *t = rl_shard_records_new(st, two, 2, 1);
+    CHECK(t != NULL);
+    CHECK_EQ(rl_shard_records_own_starts(t), 0);
+    st[1] = 999; /* the table reads its own copy now */
+    int64_t sizes[2] = {1 << 20, 1 << 20}, mtimes[2] = {1234, 1234};
+    CHECK_EQ(
+        rl_shard_records_expect(t, sizes, mtimes, (const uint8_t *)"jpg\nf", 5),
+        0);
+    char msg[512] = "";
+    for (int64_t id = 0; id < 50; id++) {
+        check_sample(t, id);
+        rl_shard_fields_record r;
+        CHECK_EQ(rl_shard_records_get_fields(t, id, &r, msg, sizeof msg), 0);
+        CHECK_EQ(r.offset, offset_of(id));
+        CHECK_EQ(r.length, length_of(id));
+        CHECK_EQ(r.label, label_of(id));
+        CHECK_EQ(r.image_at, id % 4 == 0 ? -2 : id % 50);
+        CHECK_EQ(r.image_len, 77 + id);
+        CHECK_EQ(r.nfields, 3);
+        for (int k = 0; k < 3; k++) {
+            CHECK_EQ(r.at[k], id * 10 + k);
+            CHECK_EQ(r.size[k], 5 + k);
+            CHECK_EQ(r.ext[k], k % 2);
+        }
+    }
+    rl_shard_records_destroy(t);
+    /* Another selection's tag (other fields): refused, never read. */
+    st[1] = 30;
+    t = rl_shard_records_new(st, two, 2, 0);
+    CHECK(t != NULL);
+    CHECK_EQ(
+        rl_shard_records_expect(t, sizes, mtimes, (const uint8_t *)"jpg\ng", 5),
+        0);
+    expect_failure(t, 3, -EBADMSG, a, "another selection");
+    rl_shard_records_destroy(t);
+    /* A stated width that is not the field count's. */
+    write_fields_records(wide, 0, 30, 3, 64);
+    const char *bad[2] = {wide, b};
+    t = rl_shard_records_new(st, bad, 2, 0);
+    CHECK(t != NULL);
+    expect_failure(t, 4, -EBADMSG, wide, "record width");
+    rl_shard_records_destroy(t);
+    /* A version-1 file has no field columns. */
+    int64_t one[2] = {0, starts[1]};
+    const char *v1[1] = {paths[0]};
+    t = rl_shard_records_new(one, v1, 1, 0);
+    CHECK(t != NULL);
+    rl_shard_fields_record r;
+    msg[0] = '\0';
+    CHECK_EQ(rl_shard_records_get_fields(t, 1, &r, msg, sizeof msg), -EBADMSG);
+    CHECK(strstr(msg, paths[0]) != NULL &&
+          strstr(msg, "without field columns") != NULL);
+    check_sample(t, 1); /* and still reads as version 1 */
+    rl_shard_records_destroy(t);
+    unlink(a);
+    unlink(b);
+    unlink(wide);
+}
+
 int main(void)
 {
     CHECK(mkdtemp(dir) != NULL);
@@ -299,6 +420,7 @@ int main(void)
     test_bad_files();
     test_threads();
     test_expected_shard();
+    test_fields_records();
     for (int s = 0; s < NSHARDS; s++)
         unlink(paths[s]);
     rmdir(dir);

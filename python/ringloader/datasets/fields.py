@@ -7,7 +7,10 @@ GET) covers them all: the sample's byte range is widened from its image
 member to every member it needs. The C core decodes the image from its
 part of those bytes and hands the rest back with the batch
 (``Batch.fields``: the bytes before the image, then those after it);
-:class:`FieldTable` knows where each member lies in them, and
+:class:`FieldTable` knows where each member lies in them (each sample's
+version-2 record in its shard's record file, written by
+:func:`field_records` when the shard is indexed and read only for the
+samples of a batch: nothing per sample is kept), and
 :meth:`FieldTable.batch` decodes and batches them:
 
 - ``txt``, ``text``, ``caption``, ``transcript`` -> ``str`` (UTF-8, with
@@ -25,7 +28,8 @@ decoded, so that the loader's ``on_error`` applies as to a corrupt image
 (raised naming shard, sample and member, a ``DecodeError`` of kind
 ``"field"``; or under ``"skip"`` the sample replaced by the next one that
 loads, counted, its batch full): missing members and members over
-``max_field_bytes``, known from the index (``refusals``); and, checked on
+``max_field_bytes``, known from the index (``refusals``, numbered in
+the records); and, checked on
 the bytes read (``checks()``, core/fields.h), text that is not UTF-8
 (``errors="strict"``), JSON that ``json.loads`` refuses and integers that
 ``int()`` refuses or int64 cannot hold. What is left to Python alone (an
@@ -47,7 +51,15 @@ import numpy as np
 
 from ..errors import FieldError
 
-__all__ = ["FieldError", "FieldTable", "field_table", "kind_of", "parse_fields"]
+__all__ = [
+    "FieldError",
+    "FieldTable",
+    "field_records",
+    "fields_dtype",
+    "kind_of",
+    "parse_fields",
+    "refusal_messages",
+]
 
 TEXT = ("txt", "text", "caption", "transcript")
 JSON = ("json", "jsn")
@@ -135,53 +147,86 @@ def _collate(values: list) -> Any:
     return torch.tensor(values)
 
 
+def refusal_messages(
+    names: Sequence[str],
+    image: int,
+    exts: list[tuple[str, ...]],
+    max_field_bytes: int,
+) -> list[str]:
+    """Why a sample of these fields may be refused, in the order the
+    refusal codes of its records number them (code k + 1 is message k):
+    each field other than the image, in order, missing then over
+    ``max_field_bytes``; then members too far apart. Fixed by the
+    selection, so that a record file holds a code, never a message."""
+    out = []
+    for f in range(len(names)):
+        if f != image:
+            out.append(
+                f"the sample has no {' or '.join('.' + e for e in exts[f])} "
+                f"member (fields={tuple(names)!r})"
+            )
+            out.append(
+                f"its {names[f]!r} member is over max_field_bytes={max_field_bytes}"
+            )
+    out.append(f"its members are more than {MAX_GAP_BYTES} bytes apart in the shard")
+    return out
+
+
 class FieldTable:
     """Where each field member of each sample lies in the bytes the C core
-    hands back (``at``, ``size`` per field, per sample; -1: none), which
-    extension it has (``ext``: an index into the field's extensions), and
-    how a batch of them is decoded and batched.
+    hands back, which extension it has, and how a batch of them is
+    decoded and batched: read from the shards' record files
+    (``store``, a :class:`.manifest.RecordStore` of version-2 records,
+    :mod:`.tarindex`), one record a sample, only for the samples asked
+    for; nothing per sample is held.
 
     ``names`` are the fields as requested; ``image`` the position of the
-    image field (its column is the images the loader made);
-    ``image_at``/``image_len``/``refusals`` are what the C pipeline reads
-    (core/pipeline.h): the image's place in the sample's bytes, or a
-    refusal. ``per_sample`` maps a field position to a callable run on
-    each value (``target_transform`` on the label field), ``per_batch``
-    one run on the batched column (``field_transforms``)."""
+    image field (its column is the images the loader made); ``image_at``
+    and ``image_len`` (lazy int64 columns over the records) and
+    ``refusals`` are what the C pipeline reads (core/pipeline.h): the
+    image's place in the sample's bytes, or a refusal. ``per_sample``
+    maps a field position to a callable run on each value
+    (``target_transform`` on the label field), ``per_batch`` one run on
+    the batched column (``field_transforms``)."""
 
     def __init__(
         self,
         names: Sequence[str],
         image: int,
         exts: list[tuple[str, ...]],
-        at: list[np.ndarray],
-        size: list[np.ndarray],
-        ext: list[np.ndarray],
-        image_at: np.ndarray,
-        image_len: np.ndarray,
+        store: Any,
         refusals: list[str],
         errors: str = "strict",
         per_sample: Optional[dict[int, Callable]] = None,
-        per_batch: Optional[dict[int, Callable]] = None,
+        per_batch: Optional[dict[str, Callable]] = None,
     ) -> None:
+        from .manifest import RecordColumn
+
+        for name in per_batch or {}:
+            if name not in names:
+                raise ValueError(
+                    f"field_transforms names {name!r}, which is not one of the "
+                    f"fields {tuple(names)!r}"
+                )
+        codecs.lookup_error(errors)  # an unknown handler raises LookupError now
         self.names = tuple(names)
         self.image = image
         self.exts = exts
-        self.at, self.size, self.ext = at, size, ext
-        self.image_at, self.image_len = image_at, image_len
+        self.store = store
         self.refusals = refusals
         self.errors = errors
         self.per_sample = dict(per_sample or {})
-        self.per_batch = dict(per_batch or {})
-        # Each sample's range (its image's when refused): field_table's.
-        self.offsets = np.zeros(0, dtype=np.int64)
-        self.lengths = np.zeros(0, dtype=np.int64)
+        self.per_batch = {self.names.index(k): v for k, v in (per_batch or {}).items()}
+        # Field f's columns in the record: the fields but the image, in order.
+        others = [f for f in range(len(self.names)) if f != image]
+        self.column = {f: k for k, f in enumerate(others)}
+        self.image_at = RecordColumn(store, "image_at")
+        self.image_len = RecordColumn(store, "image_len")
 
-    def value(self, f: int, i: int, data: bytes, describe: Callable) -> Any:
-        """Field ``f`` of sample ``i`` decoded from its field bytes. Raises
-        FieldError naming the sample."""
-        at, size = int(self.at[f][i]), int(self.size[f][i])
-        ext = self.exts[f][int(self.ext[f][i])]
+    def _decode(self, f: int, i: int, rec: Any, data: bytes, describe: Callable) -> Any:
+        k = self.column[f]
+        at, size = int(rec[f"at{k}"]), int(rec[f"size{k}"])
+        ext = self.exts[f][int(rec[f"ext{k}"])]
         kind = kind_of(ext)
         try:
             value = _decode(kind, data[at : at + size], self.errors)
@@ -200,20 +245,40 @@ class FieldTable:
         fn = self.per_sample.get(f)
         return fn(value) if fn is not None else value
 
+    def value(self, f: int, i: int, data: bytes, describe: Callable) -> Any:
+        """Field ``f`` of sample ``i`` decoded from its field bytes (its
+        place read from its record). Raises FieldError naming the
+        sample."""
+        return self._decode(f, i, self.store.rows([i])[0], data, describe)
+
+    def _kinds(self, f: int) -> list[int]:
+        kinds = [CHECKS.get(kind_of(e), 0) for e in self.exts[f]]
+        if self.errors != "strict":  # text always decodes
+            kinds = [0 if k == CHECKS["text"] else k for k in kinds]
+        return kinds
+
     def checks(self) -> list[tuple]:
         """What the C core checks on each sample's bytes before its batch
         is made (core/fields.h's rl_field_check, one a field whose kind
-        it checks): (at, size, ext, extensions, kinds), so that a bad
-        member fails its sample there, replaced under on_error="skip"."""
+        it checks), in the record form: (column, extensions, kinds), the
+        column the field's place in each record, so that a bad member
+        fails its sample there, replaced under on_error="skip"."""
         out = []
         for f in range(len(self.names)):
-            if f == self.image:
-                continue
-            kinds = [CHECKS.get(kind_of(e), 0) for e in self.exts[f]]
-            if self.errors != "strict":  # text always decodes
-                kinds = [0 if k == CHECKS["text"] else k for k in kinds]
-            if any(kinds):
-                out.append((self.at[f], self.size[f], self.ext[f], self.exts[f], kinds))
+            if f != self.image and any(self._kinds(f)):
+                out.append((self.column[f], self.exts[f], self._kinds(f)))
+        return out
+
+    def check_arrays(self) -> list[tuple]:
+        """:meth:`checks` with per-sample arrays (at, size, ext,
+        extensions, kinds), every record read: for a source that cannot
+        read the records as it goes (remote shards)."""
+        out = []
+        for column, exts, kinds in self.checks():
+            at, size, ext = self.store.columns(
+                (f"at{column}", f"size{column}", f"ext{column}")
+            )
+            out.append((at, size, ext.astype(np.int8), exts, kinds))
         return out
 
     @staticmethod
@@ -231,14 +296,17 @@ class FieldTable:
     ) -> tuple:
         """The batch as a tuple in the order of ``names``: the images, then
         each other field decoded and batched, its ``per_batch`` callable
-        run on the column. A field that does not decode raises FieldError
-        naming its sample: the core checked what it could (``checks``),
-        and a batch never comes out shorter than it was made."""
+        run on the column. The batch's records are read once, together.
+        A field that does not decode raises FieldError naming its sample:
+        the core checked what it could (``checks``), and a batch never
+        comes out shorter than it was made."""
         columns: list[list] = [[] for _ in self.names]
-        for i, data in zip(ids, field_bytes):
+        ids = [int(i) for i in ids]
+        recs = self.store.rows(ids) if ids else []
+        for i, rec, data in zip(ids, recs, field_bytes):
             for f in range(len(self.names)):
                 if f != self.image:
-                    columns[f].append(self.value(f, i, data, describe))
+                    columns[f].append(self._decode(f, i, rec, data, describe))
         out: list[Any] = []
         for f in range(len(self.names)):
             col = images if f == self.image else _collate(columns[f])
@@ -247,114 +315,73 @@ class FieldTable:
         return tuple(out)
 
 
-def field_table(
+def fields_dtype(nfields: int) -> np.dtype:
+    """The version-2 record of a selection with ``nfields`` fields beside
+    the image (:mod:`.tarindex`): the range read, the label, the image's
+    place in the range, then each field's place, size and extension."""
+    head = [(n, "<u8") for n in ("offset", "length")]
+    head += [(n, "<i8") for n in ("label", "image_at", "image_len")]
+    for k in range(nfields):
+        head += [(f"at{k}", "<i8"), (f"size{k}", "<i8"), (f"ext{k}", "<i8")]
+    return np.dtype(head)
+
+
+def field_records(
     names: Sequence[str],
     image: int,
     exts: list[tuple[str, ...]],
     image_off: np.ndarray,
     image_len: np.ndarray,
-    members: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]],
-    *,
+    labels: np.ndarray,
+    members: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]],
     max_field_bytes: int,
-    errors: str,
-    per_sample: dict[int, Callable],
-    per_batch: dict[str, Callable],
-) -> FieldTable:
-    """The FieldTable of a data set whose samples have their image at
-    ``image_off``/``image_len`` and, for each other field f, the parts
-    (one per shard) of ``members[f]``: (offset, size, extension rank) of
-    its member per sample, -1 where there is none. Its ``offsets`` and
-    ``lengths`` are each sample's widened range: from its first member to
-    the end of its last. A sample missing a field, with a field over
-    ``max_field_bytes`` or with members over MAX_GAP_BYTES apart keeps
-    its image's range and is refused (``image_at`` < 0)."""
-    for name in per_batch:
-        if name not in names:
-            raise ValueError(
-                f"field_transforms names {name!r}, which is not one of the "
-                f"fields {tuple(names)!r}"
-            )
-    codecs.lookup_error(errors)  # an unknown handler raises LookupError now
+) -> np.ndarray:
+    """The version-2 records of one shard's samples, whose image members
+    lie at ``image_off``/``image_len`` and, for each other field f, whose
+    member is ``members[f]``: (offset, size, extension rank), -1 where
+    there is none. A record's range is the sample's widened one: from its
+    first member to the end of its last. A sample missing a field, with a
+    field over ``max_field_bytes`` or with members over MAX_GAP_BYTES
+    apart keeps its image's range and is refused (``image_at`` < 0, the
+    code of :func:`refusal_messages`)."""
+    others = [f for f in range(len(names)) if f != image]
     n = len(image_off)
+    table = np.zeros(n, dtype=fields_dtype(len(others)))
+    image_off = np.asarray(image_off, dtype=np.int64)
+    image_len = np.asarray(image_len, dtype=np.int64)
     lo = image_off.copy()
     hi = image_off + image_len
     total = image_len.copy()
-    refusal = np.zeros(n, dtype=np.int64)  # 0: none, else 1 + its index
-    refusals: list[str] = []
+    refusal = np.zeros(n, dtype=np.int64)  # 0: none, else its code
 
-    def refuse(where: np.ndarray, message: str) -> None:
-        where = where & (refusal == 0)
-        if where.any():
-            refusals.append(message)
-            refusal[where] = len(refusals)
+    def refuse(where: np.ndarray, code: int) -> None:
+        refusal[where & (refusal == 0)] = code
 
-    at: list[np.ndarray] = []
-    size: list[np.ndarray] = []
-    rank: list[np.ndarray] = []
-    for f in range(len(names)):
-        if f == image:
-            empty = np.zeros(0, dtype=np.int64)
-            at.append(empty)
-            size.append(empty)
-            rank.append(empty)
-            continue
-        parts = members[f]
-        off = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
-        sz = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
-        rk = np.concatenate([p[2] for p in parts]).astype(np.int64, copy=False)
+    for k, f in enumerate(others):
+        off, sz, _ = (np.asarray(a, dtype=np.int64) for a in members[f])
         present = off >= 0
-        refuse(
-            ~present,
-            f"the sample has no {' or '.join('.' + e for e in exts[f])} "
-            f"member (fields={tuple(names)!r})",
-        )
-        refuse(
-            present & (sz > max_field_bytes),
-            f"its {names[f]!r} member is over max_field_bytes={max_field_bytes}",
-        )
+        refuse(~present, 2 * k + 1)
+        refuse(present & (sz > max_field_bytes), 2 * k + 2)
         lo = np.where(present, np.minimum(lo, off), lo)
         hi = np.where(present, np.maximum(hi, off + sz), hi)
         total += np.where(present, sz, 0)
-        at.append(off)
-        size.append(sz)
-        rank.append(rk)
-    refuse(
-        (hi - lo) - total > MAX_GAP_BYTES,
-        f"its members are more than {MAX_GAP_BYTES} bytes apart in the shard",
-    )
+    refuse((hi - lo) - total > MAX_GAP_BYTES, 2 * len(others) + 1)
     ok = refusal == 0
     lo = np.where(ok, lo, image_off)
     hi = np.where(ok, hi, image_off + image_len)
     image_at = np.where(ok, image_off - lo, -refusal)
-    for f in range(len(names)):
-        if f != image:
-            # Where the member lies in the bytes handed back: the sample's
-            # bytes with the image's cut out.
-            rel = at[f] - lo
-            rel = np.where(rel > image_at, rel - image_len, rel)
-            # 9 bytes a field a sample: a refused sample's values are
-            # never read, every other one's fit (its members lie within
-            # MAX_GAP_BYTES plus max_field_bytes each).
-            at[f] = np.where(ok, rel, -1).astype(np.int64)
-            size[f] = np.where(ok, size[f], -1)
-            if len(at[f]) == 0 or max(at[f].max(), size[f].max()) < 2**31:
-                at[f] = at[f].astype(np.int32)
-                size[f] = size[f].astype(np.int32)
-            rank[f] = rank[f].astype(np.int8)
-    table = FieldTable(
-        names,
-        image,
-        exts,
-        at,
-        size,
-        rank,
-        image_at.astype(np.int64),
-        image_len.astype(np.int64, copy=True),
-        refusals,
-        errors=errors,
-        per_sample=per_sample,
-        per_batch={names.index(k): v for k, v in per_batch.items()},
-    )
-    table.offsets = lo.astype(np.int64)
-    table.lengths = (hi - lo).astype(np.int64)
+    for k, f in enumerate(others):
+        off, sz, rank = (np.asarray(a, dtype=np.int64) for a in members[f])
+        # Where the member lies in the bytes handed back: the sample's
+        # bytes with the image's cut out.
+        rel = off - lo
+        rel = np.where(rel > image_at, rel - image_len, rel)
+        table[f"at{k}"] = np.where(ok, rel, -1)
+        table[f"size{k}"] = np.where(ok, sz, -1)
+        table[f"ext{k}"] = rank
+    table["offset"] = lo
+    table["length"] = hi - lo
+    table["label"] = labels
+    table["image_at"] = image_at
+    table["image_len"] = image_len
     return table

@@ -183,10 +183,12 @@ class RecordStore:
         expect: Callable[[int], tuple[int, int, bytes]],
         rebuild: Callable[[int], str],
         limit: int = MAPPED_RECORD_FILES,
+        dtype: np.dtype = RECORD,
     ) -> None:
         self.shards = shards
         self.starts = starts
         self.files = files
+        self.dtype = dtype
         self._expect = expect
         self._rebuild = rebuild
         self._limit = limit
@@ -249,7 +251,7 @@ class RecordStore:
         through open record files, each file's header checked when it is
         opened (:func:`.tarindex.records_head`); None when a file is not
         right (the caller maps it: rebuilt, or refused naming the shard)."""
-        size = RECORD.itemsize
+        size = self.dtype.itemsize
         parts = []
         self._forked()
         with self._lock:
@@ -266,7 +268,7 @@ class RecordStore:
         data = b"".join(parts)
         if len(data) != len(parts) * size:
             return None  # cut short since it was opened
-        return np.frombuffer(data, dtype=RECORD)
+        return np.frombuffer(data, dtype=self.dtype)
 
     def _forked(self) -> None:
         """In a forked child: its own lock (another thread of the parent
@@ -298,6 +300,7 @@ class RecordStore:
                 mtime_ns,
                 tag,
                 count,
+                self.dtype,
             )
         except OSError:
             head = 0
@@ -312,11 +315,11 @@ class RecordStore:
     def _map(self, s: int) -> np.ndarray:
         count = int(self.starts[s + 1] - self.starts[s])
         size, mtime_ns, tag = self._expect(s)
-        table = map_records(self.file(s), size, mtime_ns, tag, count)
+        table = map_records(self.file(s), size, mtime_ns, tag, count, self.dtype)
         if table is not None:
             return table
         path = self._rebuild(s)
-        table = map_records(path, size, mtime_ns, tag, count)
+        table = map_records(path, size, mtime_ns, tag, count, self.dtype)
         if table is None:
             raise ShardError(
                 f"{self.shards[s]}: its record file {path} does not hold the "
@@ -329,7 +332,10 @@ class RecordStore:
 
     def lookup(self, index: Any, field: str) -> Any:
         """``field`` of the samples ``index`` (an int: an np.int64; a slice,
-        a list or an integer or boolean array: an int64 array)."""
+        a list or an integer or boolean array: an int64 array).
+        ``"image_offset"``: where a version-2 record's image member starts
+        in its shard (the range's start plus image_at; the range's start
+        for a refused sample, whose range is its image's)."""
         n = len(self)
         if isinstance(index, (int, np.integer)):
             i = int(index)
@@ -338,7 +344,8 @@ class RecordStore:
             if not 0 <= i < n:
                 raise IndexError(f"index {index} out of range for {n} samples")
             s = int(np.searchsorted(self.starts, i, side="right")) - 1
-            return np.int64(self.table(s)[field][i - int(self.starts[s])])
+            row = self.table(s)[i - int(self.starts[s]) : i - int(self.starts[s]) + 1]
+            return np.int64(_field(row, field)[0])
         if isinstance(index, slice):
             idx = np.arange(*index.indices(n), dtype=np.int64)
         else:
@@ -355,17 +362,24 @@ class RecordStore:
         if idx.size and (idx.min() < 0 or idx.max() >= n):
             bad = idx[(idx < 0) | (idx >= n)][0]
             raise IndexError(f"index {bad} out of range for {n} samples")
-        out = np.empty(idx.size, dtype=np.int64)
+        return _field(self.rows(idx), field).reshape(shape)
+
+    def rows(self, idx: Any) -> np.ndarray:
+        """The whole records of samples ``idx`` (in range, not negative),
+        one structured array of ``dtype``, read together: a batch's from
+        a set of many shards by pread, else from the mapped files."""
+        idx = np.asarray(idx, dtype=np.int64).ravel()
         shard = np.searchsorted(self.starts, idx, side="right") - 1
         if idx.size <= _PREAD_ROWS and len(self.starts) - 1 > self._limit:
             # A batch from a set of more shards than stay mapped: read.
             few = self._few(shard, idx - self.starts[shard])
             if few is not None:
-                return few[field].astype(np.int64).reshape(shape)
+                return few
+        out = np.empty(idx.size, dtype=self.dtype)
         for s in np.unique(shard):
             sel = shard == s
-            out[sel] = self.table(int(s))[field][idx[sel] - self.starts[s]]
-        return out.reshape(shape)
+            out[sel] = self.table(int(s))[idx[sel] - self.starts[s]]
+        return out
 
     def columns(self, fields: Sequence[str]) -> list[np.ndarray]:
         """Whole columns, one int64 array each (every record file read)."""
@@ -373,11 +387,20 @@ class RecordStore:
         for s in range(len(self.starts) - 1):
             table = self.table(s)
             for part, field in zip(parts, fields):
-                part.append(table[field])
+                part.append(_field(table, field))
         return [
             np.concatenate(p).astype(np.int64) if p else np.zeros(0, np.int64)
             for p in parts
         ]
+
+
+def _field(rows: np.ndarray, field: str) -> np.ndarray:
+    """Column ``field`` of records ``rows`` as int64 (``"image_offset"``
+    derived: see :meth:`RecordStore.lookup`)."""
+    if field == "image_offset":
+        at = rows["image_at"].astype(np.int64)
+        return rows["offset"].astype(np.int64) + np.maximum(at, 0)
+    return rows[field].astype(np.int64)
 
 
 def _close_all(fds: dict) -> None:
@@ -416,7 +439,7 @@ class RecordColumn:
 
     def __iter__(self) -> Any:
         for s in range(len(self._store.starts) - 1):
-            yield from self._store.table(s)[self._field].astype(np.int64)
+            yield from _field(self._store.table(s), self._field)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = self._store.columns([self._field])[0]

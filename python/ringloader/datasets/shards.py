@@ -15,14 +15,17 @@ or in the cache directory, so later uses read no tar header at all, and a
 truncated or corrupt shard fails when indexed, naming the shard and the
 member, rather than in the middle of an epoch.
 
-Without ``fields``, and with a label extension or no label, the set opens
-in O(shards) time and memory: each shard also gets a record file (24
-bytes a sample: image offset, length, label), the set a manifest in the
-cache directory (:mod:`.manifest`); opening reads the manifest, stats
-every shard (a HEAD request for a remote one), indexes again only the
-shards that changed, and builds no per-sample array: ``offsets``,
-``lengths`` and ``targets`` read the mapped record files on demand. A
-``label_key`` function or ``fields`` build per-sample tables at open.
+The set opens in O(shards) time and memory: each shard also gets a
+record file (24 bytes a sample: image offset, length, label; with
+``fields``, version 2: the sample's widened range, the image's place in
+it and each field's), the set a manifest in the cache directory
+(:mod:`.manifest`); opening reads the manifest, stats every shard (a
+HEAD request for a remote one), indexes again only the shards that
+changed, and builds no per-sample array: ``offsets``, ``lengths``,
+``targets`` and the fields' places read the record files on demand. A
+``label_key`` function is the exception in time: it is called on every
+sample's key at open, its integer labels written to record files of
+that open's own.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ import collections
 import glob
 import os
 import re
+import shutil
+import tempfile
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
@@ -39,24 +45,32 @@ from typing import Any, Callable
 import numpy as np
 
 from .base import ImageDataset, PathLike, Sources
-from .cache import StringBlob, load_npz
+from .cache import StringBlob, default_cache_dir, load_npz
 from .folder import IMAGE_KEYS
-from .fields import MAX_FIELD_BYTES, FieldTable, field_table, kind_of, parse_fields
+from .fields import (
+    MAX_FIELD_BYTES,
+    FieldTable,
+    kind_of,
+    parse_fields,
+    refusal_messages,
+)
 from .manifest import Manifest, RecordColumn, RecordStore, manifest_path
 from .progress import bar as progress_bar
 from .remote import Client
 from .targets import as_targets, item
 from .tarindex import (
+    RECORD,
+    Selection,
     ShardError,
     key_of,
+    map_records,
     records_bytes,
     remote_shard_index,
     remote_shard_records,
-    select_members,
     select_samples,
-    selection_tag,
     shard_index,
     shard_records,
+    write_records,
 )
 from .urls import has_magic, is_url, redact
 
@@ -218,15 +232,25 @@ class TarShards(ImageDataset):
     what ``label_key``'s function gives, as an array),
     ``offsets`` and ``lengths`` (the image member's byte range).
 
-    Without ``fields``, with ``label_key`` an extension or None, opening
-    costs O(shards): the set's manifest is read and every shard stat'ed;
-    only shards that changed are indexed again (see :mod:`.manifest`).
-    ``offsets``, ``lengths`` and ``targets`` are then read-only int64
-    views over the shards' record files (``len``, integer, slice, list
-    and integer or boolean array indexing as an ndarray's; ``np.asarray``
-    reads the whole column), not arrays in memory. A ``label_key``
-    function or ``fields`` keep per-sample arrays, built at open (one
-    member index read per shard).
+    Opening costs O(shards): the set's manifest is read and every shard
+    stat'ed; only shards that changed are indexed again (see
+    :mod:`.manifest`). ``offsets``, ``lengths`` and ``targets`` are then
+    read-only int64 views over the shards' record files (``len``,
+    integer, slice, list and integer or boolean array indexing as an
+    ndarray's; ``np.asarray`` reads the whole column), not arrays in
+    memory; with ``fields`` the fields' places are read from the same
+    records (version 2, one a sample), a batch's when it is decoded. A
+    record file made for another selection (other fields, another
+    ``max_field_bytes``) is never read as this one's: it is made again.
+
+    A ``label_key`` function costs a call per sample at open (each
+    shard's member index is read for the keys; a few seconds a million
+    samples in Python), and disk, not memory: its integer labels go to
+    record files made for this open only (a temporary folder in the
+    cache directory, removed when the set is collected or the process
+    exits; they are not reused by later opens, as a function cannot be
+    told apart reliably). Labels of another kind (floats, rows, tuples)
+    are kept as arrays in memory.
 
     With ``fields`` (or a ``label_key`` of a member that is not an integer:
     ``"json"``, ``"npy"``, read as the field after the image, float or
@@ -234,7 +258,7 @@ class TarShards(ImageDataset):
     ``offsets`` and ``lengths`` the range read (from the sample's first
     member asked for to the end of its last), ``image_offsets`` and
     ``image_lengths`` the image member's, and ``field_table`` says where
-    each field lies (:mod:`.fields`).
+    each field lies (:mod:`.fields`), read from the records.
     """
 
     def __init__(
@@ -309,76 +333,92 @@ class TarShards(ImageDataset):
         self.image_lengths: Any
         self.field_table: FieldTable | None = None
         self._records: RecordStore | None = None
-        if self.fields is None and not callable(label_key):
-            self._open_records(by_ext, progress)
-            if self.starts[-1] == 0:
-                raise ValueError(_no_sample(self.shards, urls_or_glob, self.image_key))
-            self.paths = _ShardPaths(self.shards, self.starts)
-            return
-        parts_off, parts_len, parts_tgt = [], [], []
-        members: list[list] = [[] for _ in alts]
-        counts = []
-        indexes = self._indexes(progress)
-        try:
-            for path, (z, file) in zip(self.shards, indexes):
-                self.index_files.append(file)
-                images, labels = select_samples(path, z, self.image_key, by_ext)
-                if callable(label_key):
-                    names = StringBlob(z["names_blob"], z["names_offsets"])
-                    labels = [label_key(key_of(names[int(i)])) for i in images]
-                parts_off.append(z["offsets"][images])
-                parts_len.append(z["sizes"][images])
-                parts_tgt.append(labels)
-                counts.append(len(images))
-                for f, exts in enumerate(alts):
-                    if f != image_field:
-                        m, rank = select_members(z, images, exts)
-                        off = np.where(m >= 0, z["offsets"][m], -1)
-                        size = np.where(m >= 0, z["sizes"][m], -1)
-                        members[f].append((off, size, rank))
-        finally:
-            indexes.close()  # on error: cancels the indexing left to do
-        self.offsets = np.concatenate(parts_off).astype(np.int64, copy=False)
-        self.lengths = np.concatenate(parts_len).astype(np.int64, copy=False)
-        if callable(label_key):
-            self.targets = as_targets(
-                [t for part in parts_tgt for t in part], len(self.offsets), "label_key"
-            )
-        else:
-            self.targets = np.concatenate(parts_tgt).astype(np.int64, copy=False)
-        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        if self.starts[-1] == 0:
-            raise ValueError(_no_sample(self.shards, urls_or_glob, self.image_key))
-        self.paths = _ShardPaths(self.shards, self.starts)
-        # The image member's range (offsets/lengths widen to every field).
-        self.image_offsets, self.image_lengths = self.offsets, self.lengths
+        sel = Selection(self.image_key, by_ext)
         if self.fields is not None:
-            per_sample = {}
-            if target_transform is not None and label_key in self.fields:
-                per_sample[self.fields.index(label_key)] = target_transform
-            self.field_table = field_table(
+            sel = Selection(
+                self.image_key,
+                None,
                 self.fields,
                 image_field,
                 alts,
-                self.offsets,
-                self.lengths,
-                members,
-                max_field_bytes=self.max_field_bytes,
+                self.max_field_bytes,
+            )
+        self._open_records(sel, progress)
+        if self.starts[-1] == 0:
+            raise ValueError(_no_sample(self.shards, urls_or_glob, self.image_key))
+        self.paths = _ShardPaths(self.shards, self.starts)
+        if callable(label_key):
+            self.targets = self._call_labels(label_key, progress)
+        if self.fields is not None:
+            assert self._records is not None
+            per_sample = {}
+            if target_transform is not None and label_key in self.fields:
+                per_sample[self.fields.index(label_key)] = target_transform
+            self.field_table = FieldTable(
+                self.fields,
+                image_field,
+                alts,
+                self._records,
+                refusal_messages(self.fields, image_field, alts, self.max_field_bytes),
                 errors=errors,
                 per_sample=per_sample,
                 per_batch=self.field_transforms,
             )
-            self.offsets = self.field_table.offsets
-            self.lengths = self.field_table.lengths
+            # The image member's range (offsets/lengths: the range read).
+            self.image_offsets = RecordColumn(self._records, "image_offset")
+            self.image_lengths = self.field_table.image_len
 
-    def _open_records(self, label_ext: str | None, progress: bool) -> None:
+    def _call_labels(self, label_key: Callable[[str], Any], progress: bool) -> Any:
+        """The targets ``label_key`` gives each sample's key, called shard
+        by shard in sample order. Integer labels are written to record
+        files of their own, made for this open only (a temporary folder
+        in the cache directory, removed when the set is collected or the
+        process exits): the targets are then a lazy column over them,
+        nothing per sample kept. Targets of another kind (floats, rows,
+        tuples) are kept as arrays (:func:`.targets.as_targets`)."""
+        folder = tempfile.mkdtemp(
+            prefix="labels-", dir=_made(default_cache_dir(self.cache_dir))
+        )
+        weakref.finalize(self, shutil.rmtree, folder, True)
+        # A tag no other open shares: these files are this open's alone.
+        tag = b"labels\n" + os.urandom(8).hex().encode() + b"\n"
+        files: list[str] = []
+        values: list[Any] | None = None  # once a label is not an int
+        for s, (z, _) in enumerate(self._indexes(progress)):
+            images, _ = select_samples(self.shards[s], z, self.image_key, None)
+            names = StringBlob(z["names_blob"], z["names_offsets"])
+            got = [label_key(key_of(names[int(i)])) for i in images]
+            if values is None and (not got or isinstance(got[0], (int, np.integer))):
+                try:
+                    labels = np.fromiter(got, dtype=np.int64, count=len(got))
+                except (TypeError, ValueError, OverflowError):
+                    labels = None
+                if labels is not None:
+                    table = np.zeros(len(got), dtype=RECORD)
+                    table["label"] = labels
+                    files.append(os.path.join(folder, f"{s}.rec"))
+                    write_records(files[-1], 0, 0, tag, table)
+                    continue
+            if values is None:  # earlier shards' ints, read back
+                values = []
+                for f in files:
+                    values.extend(map_records(f, 0, 0, tag)["label"].tolist())
+            values.extend(got)
+        if values is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+            return as_targets(values, len(self), "label_key")
+        made = _LabelFiles(self.shards, files, tag)
+        store = RecordStore(self.shards, self.starts, files, made.expect, made.gone)
+        return RecordColumn(store, "label")
+
+    def _open_records(self, sel: Selection, progress: bool) -> None:
         """Open the shard set from its manifest and the shards' record
         files (:mod:`.manifest`): each shard's metadata compared with the
         manifest's, only the shards that changed (or all, without a
         manifest) indexed again; ``offsets``, ``lengths`` and ``targets``
         read records on demand."""
         remote = self.client is not None
-        tag = selection_tag(self.image_key, label_ext)
+        tag = sel.tag
         names = self.shards if remote else [os.path.abspath(p) for p in self.shards]
         where = manifest_path(names, tag, self.cache_dir)
         old = Manifest.load(where, names, tag)
@@ -396,7 +436,9 @@ class TarShards(ImageDataset):
             # found must then hold the manifest's count, else it is derived
             # from the shard's index anew (which settles which was wrong).
             for k in np.nonzero(same)[0].tolist():
-                want = records_bytes(tag + old.etags[k].encode(), int(old.counts[k]))
+                want = records_bytes(
+                    tag + old.etags[k].encode(), int(old.counts[k]), sel.dtype
+                )
                 try:
                     same[k] = os.stat(old.records[k]).st_size == want
                 except OSError:
@@ -416,17 +458,23 @@ class TarShards(ImageDataset):
                 m.records, m.indexes = [""] * n, [""] * n
             assert isinstance(m.records, list) and isinstance(m.indexes, list)
             for s, (file, count, index) in zip(
-                todo, self._records_of(todo, label_ext, m, progress, counts)
+                todo, self._records_of(todo, sel, m, progress, counts)
             ):
                 m.records[s], m.counts[s], m.indexes[s] = file, count, index
             m.save(where, names, tag)
         self._manifest, self._manifest_file = m, where
-        self._tag, self._label_ext = tag, label_ext
+        self._tag, self._label_ext = tag, sel.label_key
+        self._selection = sel
         self.index_files = list(m.indexes)
         self.starts = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(m.counts, out=self.starts[1:])
         self._records = RecordStore(
-            self.shards, self.starts, m.records, self._expect, self._rebuild
+            self.shards,
+            self.starts,
+            m.records,
+            self._expect,
+            self._rebuild,
+            dtype=sel.dtype,
         )
         self.offsets = RecordColumn(self._records, "offset")
         self.lengths = RecordColumn(self._records, "length")
@@ -456,6 +504,7 @@ class TarShards(ImageDataset):
                 self.cache_dir,
                 meta,
                 count,
+                self._selection,
             )[0]
         st = os.stat(path)
         if (st.st_size, st.st_mtime_ns) != (int(m.sizes[s]), int(m.mtimes[s])):
@@ -464,7 +513,13 @@ class TarShards(ImageDataset):
                 "(size or mtime); open the shard set again"
             )
         return shard_records(
-            path, self.image_key, self._label_ext, self.cache_dir, st, count
+            path,
+            self.image_key,
+            self._label_ext,
+            self.cache_dir,
+            st,
+            count,
+            self._selection,
         )[0]
 
     def _metadata(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -487,7 +542,7 @@ class TarShards(ImageDataset):
     def _records_of(
         self,
         todo: np.ndarray,
-        label_ext: str | None,
+        sel: Selection,
         m: Manifest,
         progress: bool,
         counts: dict[int, int],
@@ -501,17 +556,18 @@ class TarShards(ImageDataset):
             path, count = self.shards[s], counts.get(s)
             if self.client is None:
                 return shard_records(
-                    path, self.image_key, label_ext, self.cache_dir, None, count
+                    path, sel.image_key, sel.label_key, self.cache_dir, None, count, sel
                 )
             meta = (int(m.sizes[s]), m.etags[s])
             return remote_shard_records(
                 path,
                 self.client,
-                self.image_key,
-                label_ext,
+                sel.image_key,
+                sel.label_key,
                 self.cache_dir,
                 meta,
                 count,
+                sel,
             )
 
         yield from self._each(todo, one, progress)
@@ -629,11 +685,12 @@ class TarShards(ImageDataset):
         table = self.field_table
         if table is None:
             return image, target
-        at = int(table.image_at[index])
+        rec = table.store.rows([index % len(self)])[0]
+        at = int(rec["image_at"])
         if at < 0:
             raise ShardError(f"{self.describe(index)}: {table.refusals[-at - 1]}")
-        data = self._read(index, int(self.offsets[index]), int(self.lengths[index]))
-        field_bytes = data[:at] + data[at + int(table.image_len[index]) :]
+        data = self._read(index, int(rec["offset"]), int(rec["length"]))
+        field_bytes = data[:at] + data[at + int(rec["image_len"]) :]
         return tuple(
             image
             if f == table.image
@@ -692,11 +749,34 @@ def _no_sample(
     )
 
 
+def _made(folder: str) -> str:
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
 def _drop_file(path: str) -> None:
     try:
         os.unlink(path)
     except OSError:
         pass
+
+
+class _LabelFiles:
+    """What a label function's record files must state, and what a missing
+    one means (a RecordStore's ``expect`` and ``rebuild``): a class, so
+    that the set pickles (a spawned worker reads the same files)."""
+
+    def __init__(self, shards: list[str], files: list[str], tag: bytes) -> None:
+        self.shards, self.files, self.tag = shards, files, tag
+
+    def expect(self, s: int) -> tuple[int, int, bytes]:
+        return 0, 0, self.tag
+
+    def gone(self, s: int) -> str:
+        raise ShardError(
+            f"{self.shards[s]}: the labels label_key gave at open "
+            f"({self.files[s]}) were removed; open the shard set again"
+        )
 
 
 class _ShardPaths(Sequence):

@@ -72,6 +72,7 @@ from .urls import local_name, sidecar_url
 
 __all__ = [
     "RECORD",
+    "Selection",
     "ShardError",
     "key_of",
     "map_records",
@@ -582,17 +583,41 @@ def select_members(
 #
 # csrc/source/shard_records.h reads the same layout.
 
+#
+# Version 2, for a selection with fields (members read beside the image,
+# :mod:`.fields`), has 8 more header bytes before the tag, and wider
+# records whose first 24 bytes are version 1's (the range to read is the
+# sample's widened one):
+#
+#   48 record bytes u32 (40 + 24 * nfields) | 52 nfields u32 | 56 tag...
+#
+#   record: range offset u64 | range length u64 | label i64 | image_at i64
+#           (< 0: refused, -image_at the refusal's code) | image_len i64 |
+#           then per field beside the image: at i64 | size i64 | ext i64
+
 RECORDS_MAGIC = b"RLSAMPLE"
 RECORDS_VERSION = 1
+FIELDS_RECORDS_VERSION = 2
 RECORD = np.dtype([("offset", "<u8"), ("length", "<u8"), ("label", "<i8")])
 _HEAD = struct.Struct("<8sIIQqQII")
-# A record file's fixed header bytes (the tag follows).
-HEADER_BYTES = _HEAD.size
+_HEAD2 = struct.Struct("<8sIIQqQIIII")
+# A record file's fixed header bytes (the tag follows), at most.
+HEADER_BYTES = _HEAD2.size
+# Fields a version-2 record may carry beside the image (the C reader's).
+MAX_RECORD_FIELDS = 16
 
 
-def records_bytes(tag: bytes, count: int) -> int:
-    """The size of a right record file of ``count`` records and ``tag``."""
-    return (_HEAD.size + len(tag) + 7) // 8 * 8 + count * RECORD.itemsize
+def _head_struct(dtype: np.dtype) -> struct.Struct:
+    """The fixed header of record files of ``dtype``: version 1's for
+    :data:`RECORD`, else version 2's."""
+    return _HEAD if dtype == RECORD else _HEAD2
+
+
+def records_bytes(tag: bytes, count: int, dtype: np.dtype = RECORD) -> int:
+    """The size of a right record file of ``count`` records of ``dtype``
+    and ``tag``."""
+    head = _head_struct(dtype).size
+    return (head + len(tag) + 7) // 8 * 8 + count * dtype.itemsize
 
 
 def selection_tag(image_key: Sequence[str], label_key: str | None) -> bytes:
@@ -623,10 +648,11 @@ def write_records(
     """Write record file ``dest`` atomically (a temporary file, then a
     rename) for a shard of ``size`` bytes and ``mtime_ns``. Raises OSError
     when its folder is not writable; leaves no temporary file behind."""
-    head_len = records_bytes(tag, 0)
-    head = _HEAD.pack(
+    dtype = table.dtype
+    head_len = records_bytes(tag, 0, dtype)
+    fixed = (
         RECORDS_MAGIC,
-        RECORDS_VERSION,
+        RECORDS_VERSION if dtype == RECORD else FIELDS_RECORDS_VERSION,
         SHARD_INDEX_VERSION,
         size,
         mtime_ns,
@@ -634,14 +660,19 @@ def write_records(
         head_len,
         len(tag),
     )
-    head += tag + b"\0" * (head_len - _HEAD.size - len(tag))
+    if dtype == RECORD:
+        head = _HEAD.pack(*fixed)
+    else:
+        nfields = (dtype.itemsize - 40) // 24
+        head = _HEAD2.pack(*fixed, dtype.itemsize, nfields)
+    head += tag + b"\0" * (head_len - len(head) - len(tag))
     fd, tmp = tempfile.mkstemp(
         prefix=".ringloader-", suffix=".tmp", dir=os.path.dirname(dest) or "."
     )
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(head)
-            f.write(np.ascontiguousarray(table, dtype=RECORD).tobytes())
+            f.write(np.ascontiguousarray(table, dtype=dtype).tobytes())
         os.chmod(tmp, 0o644)
         os.replace(tmp, dest)
     except BaseException:
@@ -657,51 +688,63 @@ def records_head(
     mtime_ns: int,
     tag: bytes,
     count: int | None = None,
+    dtype: np.dtype = RECORD,
 ) -> int:
     """Where the records start in a record file of ``file_bytes`` bytes that
     begins with ``head`` (at least its header and tag), when the header says
-    the file is of this format, of a shard of ``size`` bytes and
+    the file is of this format (version 1 for :data:`RECORD`, else version
+    2 of records of ``dtype``), of a shard of ``size`` bytes and
     ``mtime_ns``, of the selection ``tag``, and (when given) of ``count``
     records, and the file holds exactly those; else 0."""
-    if len(head) < _HEAD.size:
+    fixed = _head_struct(dtype)
+    if len(head) < fixed.size:
         return 0
-    magic, version, index_version, r_size, r_mtime, n, head_len, tag_len = (
-        _HEAD.unpack_from(head)
-    )
+    values = fixed.unpack_from(head)
+    magic, version, index_version, r_size, r_mtime, n, head_len, tag_len = values[:8]
+    want = RECORDS_VERSION if dtype == RECORD else FIELDS_RECORDS_VERSION
+    if version == FIELDS_RECORDS_VERSION and version == want:
+        if values[8] != dtype.itemsize or values[9] != (dtype.itemsize - 40) // 24:
+            return 0  # records of another width: another selection
     if (
         magic == RECORDS_MAGIC
-        and version == RECORDS_VERSION
+        and version == want
         and index_version == SHARD_INDEX_VERSION
         and r_size == size
         and r_mtime == mtime_ns
         and (count is None or n == count)
         and head_len % 8 == 0
         and tag_len == len(tag)
-        and _HEAD.size + tag_len <= head_len
-        and head[_HEAD.size : _HEAD.size + tag_len] == tag
-        and file_bytes == head_len + n * RECORD.itemsize
+        and fixed.size + tag_len <= head_len
+        and head[fixed.size : fixed.size + tag_len] == tag
+        and file_bytes == head_len + n * dtype.itemsize
     ):
         return head_len
     return 0
 
 
 def map_records(
-    path: str, size: int, mtime_ns: int, tag: bytes, count: int | None = None
+    path: str,
+    size: int,
+    mtime_ns: int,
+    tag: bytes,
+    count: int | None = None,
+    dtype: np.dtype = RECORD,
 ) -> np.ndarray | None:
-    """The records of record file ``path`` (a read-only array of
-    :data:`RECORD` over a map of the file), when :func:`records_head` finds
-    it right; else None (missing, truncated, or another shard's or
-    selection's: the caller rebuilds it)."""
+    """The records of record file ``path`` (a read-only array of ``dtype``
+    over a map of the file), when :func:`records_head` finds it right;
+    else None (missing, truncated, or another shard's or selection's: the
+    caller rebuilds it)."""
+    fixed = _head_struct(dtype).size
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            if st.st_size < _HEAD.size:
+            if st.st_size < fixed:
                 return None
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError):
         return None
     head_len = records_head(
-        mapped[: _HEAD.size + len(tag)], len(mapped), size, mtime_ns, tag, count
+        mapped[: fixed + len(tag)], len(mapped), size, mtime_ns, tag, count, dtype
     )
     if head_len == 0:
         mapped.close()
@@ -709,17 +752,81 @@ def map_records(
     # The records themselves are not scanned (that would read the whole
     # file at each map); a range past the shard's end fails its read,
     # naming the shard, as a shard truncated after indexing does.
-    n = (len(mapped) - head_len) // RECORD.itemsize
-    return np.frombuffer(mapped, dtype=RECORD, count=n, offset=head_len)
+    n = (len(mapped) - head_len) // dtype.itemsize
+    return np.frombuffer(mapped, dtype=dtype, count=n, offset=head_len)
 
 
-def _records_table(path: str, z: dict, image_key: Sequence[str], label_key):
-    images, labels = select_samples(path, z, image_key, label_key)
-    table = np.empty(len(images), dtype=RECORD)
-    table["offset"] = z["offsets"][images]
-    table["length"] = z["sizes"][images]
-    table["label"] = labels
-    return table
+class Selection:
+    """What a shard set's records are made for: the image extensions in
+    order of preference, a label extension or none, and with ``fields``
+    (:mod:`.fields`: the fields as named, the image field's position,
+    each field's extensions, ``max_field_bytes``) version-2 records with
+    each field's place. ``tag`` says all of it, so that a record file of
+    another selection (other fields, another limit) is refused by its
+    header and made again, never read as this one's; ``dtype`` is the
+    record's."""
+
+    def __init__(
+        self,
+        image_key: Sequence[str],
+        label_key: str | None,
+        fields: Sequence[str] | None = None,
+        image: int = 0,
+        exts: Sequence[tuple[str, ...]] = (),
+        max_field_bytes: int = 0,
+    ) -> None:
+        from .fields import MAX_GAP_BYTES, fields_dtype
+
+        self.image_key = tuple(image_key)
+        self.label_key = label_key
+        self.fields = None if fields is None else tuple(fields)
+        self.image = image
+        self.exts = [tuple(e) for e in exts]
+        self.max_field_bytes = int(max_field_bytes)
+        self.tag = selection_tag(self.image_key, label_key)
+        self.dtype = RECORD
+        if self.fields is not None:
+            nfields = len(self.fields) - 1
+            if nfields > MAX_RECORD_FIELDS:
+                raise ValueError(
+                    f"fields {self.fields!r}: at most {MAX_RECORD_FIELDS} fields "
+                    "beside the image"
+                )
+            spec = "|".join(";".join(e) for e in self.exts)
+            self.tag += os.fsencode(
+                f"fields={spec}\nimage={image}\nmax_field_bytes="
+                f"{self.max_field_bytes}\nmax_gap_bytes={MAX_GAP_BYTES}\n"
+            )
+            self.dtype = fields_dtype(nfields)
+
+    def table(self, path: str, z: dict) -> np.ndarray:
+        """The records of shard ``path`` from its member index ``z``."""
+        from .fields import field_records
+
+        images, labels = select_samples(path, z, self.image_key, self.label_key)
+        if self.fields is None:
+            table = np.empty(len(images), dtype=RECORD)
+            table["offset"] = z["offsets"][images]
+            table["length"] = z["sizes"][images]
+            table["label"] = labels
+            return table
+        members = {}
+        for f, exts in enumerate(self.exts):
+            if f != self.image:
+                m, rank = select_members(z, images, exts)
+                off = np.where(m >= 0, z["offsets"][m], -1)
+                size = np.where(m >= 0, z["sizes"][m], -1)
+                members[f] = (off, size, rank)
+        return field_records(
+            self.fields,
+            self.image,
+            self.exts,
+            z["offsets"][images],
+            z["sizes"][images],
+            labels,
+            members,
+            self.max_field_bytes,
+        )
 
 
 def shard_records(
@@ -729,6 +836,7 @@ def shard_records(
     cache_dir: PathLike | None = None,
     st: os.stat_result | None = None,
     count: int | None = None,
+    selection: Selection | None = None,
 ) -> tuple[str, int, str]:
     """(record file, sample count, index file or "") of local shard
     ``path`` for a selection: the record file beside the shard or in the
@@ -738,18 +846,22 @@ def shard_records(
     or stale), written beside the shard or, when that fails, in the cache
     directory. ``count``: the sample count a record file found must give
     (a file that gives another is rebuilt). Raises ShardError for a bad
-    shard or a missing label."""
+    shard or a missing label. ``selection``: what the records are for
+    (with fields: version 2), instead of ``image_key`` and ``label_key``."""
     if st is None:
         st = os.stat(path)
-    tag = selection_tag(image_key, label_key)
+    sel = selection or Selection(image_key, label_key)
+    tag = sel.tag
     beside, cached = records_file(path, tag, cache_dir)
     for candidate in (beside, cached):
-        table = map_records(candidate, st.st_size, st.st_mtime_ns, tag, count)
+        table = map_records(
+            candidate, st.st_size, st.st_mtime_ns, tag, count, sel.dtype
+        )
         if table is not None:
             return candidate, len(table), ""
     z, index_file, _ = shard_index(path, cache_dir)
     index_file = os.path.abspath(index_file)
-    table = _records_table(path, z, image_key, label_key)
+    table = sel.table(path, z)
     if os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
         try:
             write_records(beside, st.st_size, st.st_mtime_ns, tag, table)
@@ -770,6 +882,7 @@ def remote_shard_records(
     cache_dir: PathLike | None = None,
     meta: tuple[int, str] | None = None,
     count: int | None = None,
+    selection: Selection | None = None,
 ) -> tuple[str, int, str]:
     """(record file, sample count, index file or "") of remote shard
     ``name`` for a selection, kept in the cache directory with the shard's
@@ -777,13 +890,14 @@ def remote_shard_records(
     both match (and it gives ``count`` samples, when given), else one
     derived from :func:`remote_shard_index`."""
     size, etag = meta if meta is not None else client.head(name)
-    tag = selection_tag(image_key, label_key) + etag.encode()
+    sel = selection or Selection(image_key, label_key)
+    tag = sel.tag + etag.encode()
     _, cached = records_file(name, tag, cache_dir, remote=True)
-    table = map_records(cached, size, 0, tag, count)
+    table = map_records(cached, size, 0, tag, count, sel.dtype)
     if table is not None:
         return cached, len(table), ""
     z, index_file, _ = remote_shard_index(name, client, cache_dir, (size, etag))
-    table = _records_table(name, z, image_key, label_key)
+    table = sel.table(name, z)
     os.makedirs(os.path.dirname(cached), exist_ok=True)
     write_records(cached, size, 0, tag, table)
     return cached, len(table), index_file

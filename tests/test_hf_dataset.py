@@ -165,6 +165,18 @@ def test_scattered_rows_name_their_file_each(data):
     _same(got, want)
 
 
+def test_a_random_split_of_it(data):
+    ds, files, labels, _ = data
+    hf = ringloader.HFDataset(ds.shuffle(seed=3))
+    part = torch.utils.data.random_split(hf, [16, 8], torch.Generator().manual_seed(0))[
+        1
+    ]
+    rows = hf._rows[part.indices]
+    got, _ = _batches(part, TRAIN, shuffle=True)
+    want, _ = _batches(_files(files, labels, rows), TRAIN, shuffle=True)
+    _same(got, want)
+
+
 def test_distributed_shards_like_file_list(data):
     ds, files, labels, _ = data
     hf = ringloader.HFDataset(ds.shuffle(seed=2))
@@ -198,6 +210,8 @@ def test_dataloader_names_hfdataset_for_a_raw_dataset(data):
     assert not isinstance(loader, ringloader.Loader)
     message = str(caught[0].message)
     assert "ringloader.HFDataset(ds, transform=...)" in message, message
+    with pytest.warns(ringloader.FallbackWarning, match=r"HFDataset\(ds\['test'\]"):
+        ringloader.DataLoader(datasets.DatasetDict({"test": ds}), batch_size=4)
     with pytest.warns(
         ringloader.FallbackWarning, match=r"HFDataset\(ds, image='photo'"
     ):
@@ -240,6 +254,11 @@ def test_targets_of_other_kinds(data, tmp_path):
     )
     hf = ringloader.HFDataset(rows, target="soft")
     assert hf.targets.shape == (4, 2)
+    holed = rows.map(
+        lambda r, i: {"soft": [None, 1.0] if i == 2 else r["soft"]}, with_indices=True
+    )
+    with pytest.raises(ValueError, match="column 'soft': row 2 holds a null"):
+        ringloader.HFDataset(holed, target="soft")
     [(x, y)], _ = _batches(hf, EVAL, batch_size=4)
     assert y.tolist() == [[i, 1.0 - i] for i in range(4)]
     # With a target_transform, batched as default_collate batches its results.
@@ -320,6 +339,12 @@ def test_rows_given_as_paths_read_their_files(data, tmp_path):
     assert hf.describe(1).startswith(files[1])
     assert "mixed.arrow: table row 2" in hf.describe(2)
     assert torch.equal(hf[1][0], ringloader.FileList(files, labels)[1][0])
+    # With fields, a path row's file is measured for the C side.
+    hf = ringloader.HFDataset(mixed, target=None, fields=("label",))
+    assert hf.lengths[1] == os.path.getsize(files[1])
+    (images, got), *_ = ringloader.Loader(hf, batch_size=N, transform=EVAL)
+    want, _ = _batches(_files(files, labels, np.arange(N)), EVAL, batch_size=N)
+    assert torch.equal(images, want[0][0]) and got.tolist() == labels.tolist()
     # Paths only, in memory (no Arrow file is needed for them).
     paths = datasets.Dataset.from_dict(
         {"image": files, "label": labels.tolist()}, features=Features(features)

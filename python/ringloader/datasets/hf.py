@@ -49,9 +49,10 @@ def _datasets_module() -> Any:
 
 def _is_hf(dataset: Any) -> bool:
     hf = _datasets_module()
-    return hf is not None and isinstance(
-        dataset, (hf.Dataset, hf.DatasetDict, hf.IterableDataset)
-    )
+    # A module of another kind may be named datasets: its classes, if any.
+    kinds = ("Dataset", "DatasetDict", "IterableDataset")
+    classes = tuple(getattr(hf, k, None) for k in kinds)
+    return all(isinstance(c, type) for c in classes) and isinstance(dataset, classes)
 
 
 def hf_hint(dataset: Any) -> Optional[str]:
@@ -71,9 +72,16 @@ def hf_hint(dataset: Any) -> Optional[str]:
                 f"indexes row by row; to read its {images[0]!r} column "
                 f"natively, wrap it: ringloader.HFDataset(ds{arg}, transform=...)"
             )
+    if isinstance(dataset, hf.DatasetDict):
+        return (
+            f"{name} is a Hugging Face DatasetDict of splits {list(dataset)}: "
+            "pick one, and to read its images natively wrap it: "
+            f"ringloader.HFDataset(ds[{next(iter(dataset), 'train')!r}], transform=...)"
+        )
     return (
         f"{name} is a Hugging Face dataset (read natively with "
-        "ringloader.HFDataset(ds, transform=...) when it has an image column)"
+        "ringloader.HFDataset(ds, transform=...) when it is not streamed and "
+        "has an image column)"
     )
 
 
@@ -355,6 +363,10 @@ def _targets_of(table: Any, column: str, name: str) -> _targets.Targets:
                 f"{what}: row {int(np.argmax(nulls))} is null, not a target"
             )
         flat = values.flatten()
+        if flat.null_count:
+            inner = int(np.argmax(flat.is_null().to_numpy(zero_copy_only=False)))
+            row = int(np.searchsorted(values.offsets.to_numpy(), inner, "right")) - 1
+            raise ValueError(f"{what}: row {row} holds a null, not a number")
         if pa.types.is_fixed_size_list(t):
             width = t.list_size
         else:

@@ -214,7 +214,6 @@ class _Images:
             np.concatenate(null_rows) if null_rows else np.zeros(0, np.int64)
         ).astype(np.int64)
         rows = np.concatenate(path_rows) if path_rows else np.zeros(0, np.int64)
-        self.path_count = len(rows)
         self.nfiles = len(self.files)
         if len(rows):
             # Each path row is a source of its own: the whole file.

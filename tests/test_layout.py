@@ -47,6 +47,8 @@ LAYERS: list[list[str]] = [
     # a shard set's manifest and its samples read from record files
     ["datasets.manifest"],
     ["datasets.index", "datasets.shards"],
+    # a Hugging Face dataset's Arrow files, as runs of a shard table
+    ["datasets.hf"],
     ["datasets"],
     # the Loader's parts, one concern each. _keys: the random keys of an
     # epoch's samples; _epoch_iterator: one epoch's iterator (superseded,

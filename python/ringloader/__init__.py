@@ -10,6 +10,7 @@ from .errors import DataWarning, FallbackWarning, FieldError
 from .datasets import (
     IMG_EXTENSIONS,
     FileList,
+    HFDataset,
     ImageFolder,
     IndexedImageFolder,
     Mix,
@@ -33,6 +34,7 @@ __all__ = [
     "FallbackWarning",
     "FieldError",
     "FileList",
+    "HFDataset",
     "IMG_EXTENSIONS",
     "ImageFolder",
     "IndexedImageFolder",

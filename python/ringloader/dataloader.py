@@ -40,6 +40,7 @@ from ._sampling import NAMED_ORDERS, Sampling, builtin_order
 from ._plan import TransformPlan, tail_samples
 from .datasets import targets as _targets
 from .datasets.base import FILES_PROTOCOL, provides_sources
+from .datasets.hf import hf_hint
 from .datasets.timmdata import readable
 from .datasets.composed import UnreadableComposition, leaves_of, resolve
 from ._gpu import open_gpu
@@ -69,6 +70,9 @@ def _fusable_leaf(dataset: Any) -> Optional[str]:
     except (ValueError, AttributeError) as e:
         return f"{type(dataset).__name__}: {e}"
     module = type(dataset).__module__
+    hint = hf_hint(dataset)  # a Hugging Face dataset: HFDataset reads it
+    if hint is not None:
+        return hint
     if getattr(dataset, "ringloader_files", None) is not None:
         return None  # a user's dataset that says where its files are
     if module.startswith("ringloader.") and provides_sources(dataset):

@@ -1,17 +1,20 @@
 """The datasets ringloader reads itself, on one base (:mod:`.base`): an
 ImageFolder as torchvision's, the same with a cached index, a list of files,
-and WebDataset tar shards (local, or over HTTP(S) and S3). None of them
+WebDataset tar shards (local, or over HTTP(S) and S3), and Hugging Face
+datasets' Arrow files. None of them
 imports the loader."""
 
 from .base import ImageDataset, Remote, Sources
 from .filelist import FileList
 from .folder import IMG_EXTENSIONS, ImageFolder
+from .hf import HFDataset
 from .index import IndexedImageFolder, build_index
 from .mix import Mix
 from .shards import ShardError, TarShards
 
 __all__ = [
     "FileList",
+    "HFDataset",
     "IMG_EXTENSIONS",
     "ImageDataset",
     "ImageFolder",

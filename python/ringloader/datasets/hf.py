@@ -1,0 +1,725 @@
+"""A Hugging Face ``datasets.Dataset`` read in place: the encoded image
+bytes straight out of the dataset's memory-mapped Arrow files.
+
+A dataset loaded with ``load_dataset`` or ``load_from_disk`` keeps its
+rows in Arrow IPC stream files (``dataset.cache_files``), uncompressed and
+memory-mapped; an ``Image`` column is stored as ``struct<bytes: binary,
+path: string>``. The bytes of row r are a slice of the ``bytes`` child's
+data buffer, at the position its offsets buffer gives, and that buffer
+lies in the file's memory map: its address less the map's start, plus the
+map's offset in the file (the kernel's ``/proc/self/maps`` says which file
+each map is of), is its place in the file. So each row's (file, offset,
+length) comes from the offsets buffers with numpy, a chunk at a time, and
+the table goes to the C file source in the form it reads tar shards in:
+the files with each one's first sample (``starts``, runs of samples of one
+file) and int64 ``offsets``/``lengths``. io_uring then reads the image
+bytes from the Arrow files directly; nothing is kept per row but numpy
+arrays (16 bytes a row, and the targets).
+
+Working from the buffers the dataset has mapped, rather than from the file
+list, follows whatever the dataset's table is: several files, a slice
+(``select`` of a range), columns renamed or removed. An indices mapping
+(``shuffle``, ``select``, ``filter``, ``train_test_split``) is applied by
+gathering the arrays; rows of one file that stay neighbours stay one run.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from . import targets as _targets
+from .base import ImageDataset, Sources, decode_item, read_file
+from .cache import StringBlob
+from .shards import _ShardPaths
+
+__all__ = ["HFDataset", "hf_hint"]
+
+
+def _datasets_module() -> Any:
+    """The ``datasets`` package when it is imported (a Hugging Face dataset
+    cannot exist without it), else None: nothing here imports it."""
+    return sys.modules.get("datasets")
+
+
+def _is_hf(dataset: Any) -> bool:
+    hf = _datasets_module()
+    # A module of another kind may be named datasets: its classes, if any.
+    kinds = ("Dataset", "DatasetDict", "IterableDataset")
+    classes = tuple(getattr(hf, k, None) for k in kinds)
+    return all(isinstance(c, type) for c in classes) and isinstance(dataset, classes)
+
+
+def hf_hint(dataset: Any) -> Optional[str]:
+    """Why ringloader.DataLoader does not read ``dataset`` itself when it is
+    a Hugging Face dataset, naming the way it is read natively; None for
+    any other dataset."""
+    if not _is_hf(dataset):
+        return None
+    hf = _datasets_module()
+    name = type(dataset).__name__
+    if isinstance(dataset, hf.Dataset):
+        images = [k for k, v in dataset.features.items() if isinstance(v, hf.Image)]
+        if images:
+            arg = "" if images[0] == "image" else f", image={images[0]!r}"
+            return (
+                f"{name} is a Hugging Face dataset, which torch's DataLoader "
+                f"indexes row by row; to read its {images[0]!r} column "
+                f"natively, wrap it: ringloader.HFDataset(ds{arg}, transform=...)"
+            )
+    if isinstance(dataset, hf.DatasetDict):
+        return (
+            f"{name} is a Hugging Face DatasetDict of splits {list(dataset)}: "
+            "pick one, and to read its images natively wrap it: "
+            f"ringloader.HFDataset(ds[{next(iter(dataset), 'train')!r}], transform=...)"
+        )
+    return (
+        f"{name} is a Hugging Face dataset (read natively with "
+        "ringloader.HFDataset(ds, transform=...) when it is not streamed and "
+        "has an image column)"
+    )
+
+
+class _Maps:
+    """The file-backed memory maps of this process (``/proc/self/maps``),
+    to find which file, and where in it, an address lies."""
+
+    def __init__(self) -> None:
+        starts, ends, offsets, paths = [], [], [], []
+        with open("/proc/self/maps", "rb") as f:
+            for line in f:
+                parts = line.rstrip(b"\n").split(None, 5)
+                if len(parts) < 6 or not parts[5].startswith(b"/"):
+                    continue
+                lo, hi = parts[0].split(b"-")
+                starts.append(int(lo, 16))
+                ends.append(int(hi, 16))
+                offsets.append(int(parts[2], 16))
+                paths.append(os.fsdecode(parts[5]))
+        order = sorted(range(len(starts)), key=starts.__getitem__)
+        self.starts = [starts[k] for k in order]
+        self.ends = [ends[k] for k in order]
+        self.offsets = [offsets[k] for k in order]
+        self.paths = [paths[k] for k in order]
+
+    def find(self, address: int, size: int) -> Optional[tuple[str, int]]:
+        """(file, offset in it) of ``size`` bytes at ``address``, when they
+        lie in one file-backed map; else None."""
+        k = bisect.bisect_right(self.starts, address) - 1
+        if k < 0 or address + size > self.ends[k]:
+            return None
+        return self.paths[k], self.offsets[k] + address - self.starts[k]
+
+
+def _in_memory(name: str, column: str, row: int) -> ValueError:
+    return ValueError(
+        f"{name}: row {row} of column {column!r} is held in memory, not in an "
+        "Arrow file the loader can read (a dataset made with Dataset.from_dict "
+        "or from_list, loaded with keep_in_memory=True, or mapped without a "
+        "cache file). Save it once and load it back: ds.save_to_disk(folder); "
+        "ds = datasets.load_from_disk(folder); then ringloader.HFDataset(ds, ...)"
+    )
+
+
+class _Images:
+    """Where each row of an image column's bytes is: (source, offset,
+    length) per row, int32/int64/int64, where a source is an Arrow file
+    (``files``) or, for a row whose image is a path, that file
+    (``paths``, after the Arrow files). A null image reads 0 bytes of a
+    file (its sample then fails to decode) and is listed in ``nulls``."""
+
+    def __init__(self, table: Any, column: str, name: str) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        maps = _Maps()
+        n = table.num_rows
+        self.source = np.zeros(n, dtype=np.int32)
+        self.offsets = np.zeros(n, dtype=np.int64)
+        self.lengths = np.zeros(n, dtype=np.int64)
+        self.files: list[str] = []
+        # Per file: one range of it whose bytes the dataset's map holds,
+        # compared with the file's at open (the file a map names is the
+        # one mapped).
+        self.witness: list[tuple[int, bytes]] = []
+        file_ids: dict[str, int] = {}
+        path_rows: list[np.ndarray] = []
+        path_blobs: list[tuple[np.ndarray, np.ndarray]] = []
+        null_rows: list[np.ndarray] = []
+        row = 0
+        for chunk in table.column(column).chunks:
+            m = len(chunk)
+            t = chunk.type
+            if pa.types.is_struct(t):
+                data = chunk.field("bytes")
+                valid = chunk.is_valid()
+                if data.null_count:
+                    valid = pc.and_(valid, data.is_valid())
+                path = chunk.field("path") if t.get_field_index("path") >= 0 else None
+            else:
+                data, valid, path = chunk, chunk.is_valid(), None
+            wide = pa.types.is_large_binary(data.type)
+            _, off_buf, data_buf = data.buffers()
+            offs = np.frombuffer(off_buf, np.int64 if wide else np.int32)
+            offs = offs[data.offset : data.offset + m + 1].astype(np.int64)
+            has = np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)
+            sel = slice(row, row + m)
+            if has.any():
+                lo, hi = int(offs[0]), int(offs[-1])
+                where = None
+                if data_buf is not None:
+                    where = maps.find(data_buf.address + lo, hi - lo)
+                if where is None:
+                    raise _in_memory(name, column, row + int(np.argmax(has)))
+                file, at = where
+                if file.endswith(" (deleted)"):
+                    raise ValueError(
+                        f"{file[: -len(' (deleted)')]}: the Arrow file the dataset "
+                        "mapped was deleted or replaced since it was loaded; "
+                        "load the dataset again"
+                    )
+                f = file_ids.get(file)
+                if f is None:
+                    f = file_ids[file] = len(self.files)
+                    self.files.append(file)
+                    first = int(np.argmax(has))
+                    a, b = int(offs[first]), int(offs[first + 1])
+                    b = min(b, a + 64)
+                    self.witness.append(
+                        (at - lo + a, data_buf.slice(a, b - a).to_pybytes())
+                    )
+                self.source[sel] = f
+                self.offsets[sel] = np.where(has, offs[:-1] - lo + at, 0)
+                self.lengths[sel] = np.where(has, offs[1:] - offs[:-1], 0)
+            if not has.all():
+                miss = ~has
+                if path is not None:
+                    named = miss & np.asarray(
+                        path.is_valid().to_numpy(zero_copy_only=False), dtype=bool
+                    )
+                    if named.any():
+                        at = np.flatnonzero(named)
+                        path_rows.append(at + row)
+                        path_blobs.append(_take_strings(path, at))
+                        miss &= ~named
+                if miss.any():
+                    null_rows.append(np.flatnonzero(miss) + row)
+            row += m
+        self.nulls = (
+            np.concatenate(null_rows) if null_rows else np.zeros(0, np.int64)
+        ).astype(np.int64)
+        rows = np.concatenate(path_rows) if path_rows else np.zeros(0, np.int64)
+        self.nfiles = len(self.files)
+        if len(rows):
+            # Each path row is a source of its own: the whole file.
+            self.source[rows] = self.nfiles + np.arange(len(rows), dtype=np.int32)
+            self.lengths[rows] = -1
+        blob, ends = _concat_strings(path_blobs)
+        self.paths = StringBlob(blob, ends)
+        if len(self.nulls):
+            if self.nfiles == 0 and not len(rows):
+                raise ValueError(
+                    f"{name}: every row of column {column!r} is null: no image"
+                )
+            # 0 bytes of a file that is there: the sample fails to decode.
+            self.source[self.nulls] = 0
+            self.offsets[self.nulls] = 0
+            self.lengths[self.nulls] = 0
+
+    def names(self) -> StringBlob:
+        """The name of every source: the Arrow files, then the path rows'
+        files (UTF-8, as Arrow holds them)."""
+        files = StringBlob.from_strings(self.files)
+        blob, ends = _concat_strings(
+            [(files.blob, files.offsets), (self.paths.blob, self.paths.offsets)]
+        )
+        return StringBlob(blob, ends)
+
+
+def _take_strings(strings: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(blob, offsets) of the rows ``rows`` of an Arrow string array, from
+    its buffers (no Python object a row)."""
+    import pyarrow as pa
+
+    wide = pa.types.is_large_string(strings.type) or pa.types.is_large_binary(
+        strings.type
+    )
+    _, off_buf, data_buf = strings.buffers()
+    offs = np.frombuffer(off_buf, np.int64 if wide else np.int32)
+    offs = offs[strings.offset : strings.offset + len(strings) + 1].astype(np.int64)
+    data = (
+        np.frombuffer(data_buf, np.uint8)
+        if data_buf is not None
+        else np.zeros(0, np.uint8)
+    )
+    return _gather(data, offs, rows)
+
+
+def _gather(
+    blob: np.ndarray, offsets: np.ndarray, ids: np.ndarray, skip: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """(blob, offsets) of the strings ``ids`` of ``(blob, offsets)``, in
+    that order, each less its first ``skip`` bytes, with numpy alone."""
+    starts = offsets[ids] + skip
+    sizes = offsets[ids + 1] - starts
+    ends = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=ends[1:])
+    total = int(ends[-1])
+    if total == 0:
+        return np.zeros(0, np.uint8), ends
+    # Byte j of the result is blob[starts[k] + j - ends[k]] for its item k.
+    shift = np.repeat(starts - ends[:-1], sizes)
+    shift += np.arange(total, dtype=np.int64)
+    return blob[shift], ends
+
+
+def _concat_strings(
+    parts: list[tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray]:
+    if not parts:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    blobs, ends, base = [], [np.zeros(1, np.int64)], 0
+    for blob, offs in parts:
+        blobs.append(np.asarray(blob, dtype=np.uint8))
+        ends.append(np.asarray(offs[1:], dtype=np.int64) - offs[0] + base)
+        base += int(offs[-1] - offs[0])
+    return np.concatenate(blobs), np.concatenate(ends)
+
+
+class _RunPaths(_ShardPaths):
+    """The file of each sample, as runs of samples of one file: run k is
+    ``names[k]`` and holds samples ``starts[k] .. starts[k + 1] - 1``. The
+    shard form of the C file source's table; nothing per sample, the run
+    names one blob (not a list of str)."""
+
+    def __init__(self, names: StringBlob, starts: np.ndarray) -> None:
+        # _ShardPaths' fields, its lookup (a bisection) over the array.
+        self._shards = names  # type: ignore[assignment]
+        self._starts_array = np.asarray(starts, dtype=np.int64)
+        self._starts = self._starts_array  # type: ignore[assignment]
+        self._n = int(self._starts_array[-1])
+
+
+def _table_of(sources: np.ndarray, names: StringBlob) -> Any:
+    """The file of each sample for the C file source: runs of one file
+    (``_RunPaths``) when they are few, else a name a sample (a blob), the
+    one that costs less memory."""
+    n = len(sources)
+    cut = np.flatnonzero(sources[1:] != sources[:-1]) + 1
+    starts = np.concatenate([[0], cut, [n]]).astype(np.int64)
+    run_src = sources[starts[:-1]] if n else np.zeros(0, np.int32)
+    sizes = names.offsets[1:] - names.offsets[:-1]
+    as_runs = len(run_src) * 16 + int(sizes[run_src].sum())
+    per_sample = n * 8 + int(sizes[sources].sum()) if n else 0
+    prefix = _common_dir(names)
+    skip = len(os.fsencode(prefix))
+    if as_runs <= per_sample or n == 0:
+        ids = run_src.astype(np.int64)
+        blob, ends = _gather(names.blob, names.offsets, ids, skip)
+        return _RunPaths(StringBlob(blob, ends, prefix), starts)
+    blob, ends = _gather(names.blob, names.offsets, sources.astype(np.int64), skip)
+    return StringBlob(blob, ends, prefix)
+
+
+def _common_dir(names: StringBlob) -> str:
+    """The directory (with its slash) every name starts with, or ""."""
+    if len(names) == 0:
+        return ""
+    first = names[0]
+    cut = first.rfind("/") + 1
+    heads = names.heads(cut) if cut else None
+    while cut:
+        want = np.frombuffer(os.fsencode(first[:cut]), np.uint8)
+        if heads is not None and (heads[:, : len(want)] == want).all():
+            return first[:cut]
+        cut = first.rfind("/", 0, cut - 1) + 1
+    return ""
+
+
+def _targets_of(table: Any, column: str, name: str) -> _targets.Targets:
+    """A column as targets (:mod:`.targets`): int64 classes (ClassLabel,
+    any integer), floats, bools, rows (a list column whose lists have one
+    length), strings or other objects as they are."""
+    import pyarrow as pa
+
+    values = table.column(column)
+    t = values.type
+    what = f"{name}: column {column!r}"
+    if (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+    ):
+        values = values.combine_chunks()
+        if values.null_count:
+            nulls = values.is_null().to_numpy(zero_copy_only=False)
+            raise ValueError(
+                f"{what}: row {int(np.argmax(nulls))} is null, not a target"
+            )
+        flat = values.flatten()
+        if flat.null_count:
+            inner = int(np.argmax(flat.is_null().to_numpy(zero_copy_only=False)))
+            row = int(np.searchsorted(values.offsets.to_numpy(), inner, "right")) - 1
+            raise ValueError(f"{what}: row {row} holds a null, not a number")
+        if pa.types.is_fixed_size_list(t):
+            width = t.list_size
+        else:
+            sizes = np.diff(np.asarray(values.offsets.to_numpy(), dtype=np.int64))
+            width = int(sizes[0]) if len(sizes) else 0
+            if len(sizes) and (sizes != width).any():
+                raise ValueError(
+                    f"{what}: lists of {width} and of "
+                    f"{int(sizes[np.argmax(sizes != width)])} values: every "
+                    "target must have the same shape"
+                )
+        rows = _targets._from_arrow(flat, what)
+        return rows.reshape(len(values), width)
+    return _targets.as_targets(values, table.num_rows, what)
+
+
+class _ColumnFields:
+    """A dataset's other columns, carried beside the image and target as
+    a tar shard's fields are (the protocol of
+    :class:`~.fields.FieldTable` the loader and the C pipeline read): the
+    C source reads the image alone (``image_at`` 0, ``image_len`` its
+    length, no refusal, nothing checked), and :meth:`batch` takes the
+    columns' values from the Arrow table, a batch at a time."""
+
+    image = 0
+
+    def __init__(self, owner: "HFDataset", lengths: np.ndarray) -> None:
+        self._owner = owner
+        self.names = ("image",) + (
+            ((owner.target,) if owner.target is not None else ()) + owner.fields
+        )
+        # calloc'd zeros: no page touched until the C side copies them.
+        self.image_at = np.zeros(len(lengths), dtype=np.int64)
+        self.image_len = lengths
+        self.refusals: list[str] = []
+
+    @staticmethod
+    def checks() -> list:
+        return []
+
+    @staticmethod
+    def max_int_digits() -> int:
+        return 0
+
+    def value(self, f: int, i: int, data: bytes, describe: Callable) -> Any:
+        """Field ``f`` (a position of ``names``, not the image's) of
+        sample ``i``, as indexing the dataset gives it."""
+        return self._owner._extras(f - 1, [i])[0]
+
+    def batch(self, images: Any, ids: Sequence[int], _bytes: Any, _: Any) -> tuple:
+        """The batch in the order of ``names``: the images, the targets
+        (as without fields), each column's values batched as torch's
+        ``default_collate`` batches them (the C side's field bytes, and
+        the describing function, are not needed)."""
+        from torch.utils.data import default_collate
+
+        owner, ids = self._owner, list(ids)
+        out: list[Any] = [images]
+        for k in range(len(self.names) - 1):
+            if k == 0 and owner.target is not None:
+                tt = owner.target_transform
+                out.append(_targets.batch(owner.targets, ids, tt))
+            else:
+                out.append(default_collate(owner._extras(k, ids)))
+        return tuple(out)
+
+
+class HFDataset(ImageDataset):
+    """A Hugging Face ``datasets.Dataset`` whose image column holds encoded
+    images, for :class:`ringloader.Loader` and ``ringloader.DataLoader``:
+    the image bytes are read by the C file source straight from the
+    dataset's memory-mapped Arrow files, with no Python object per row.
+
+    Args:
+        dataset: one split (``load_dataset(...)["train"]``,
+            ``load_from_disk(folder)``), not a ``DatasetDict``; its image
+            column's bytes must lie in its Arrow files (a dataset loaded
+            from the cache or from disk). A dataset held in memory
+            (``Dataset.from_dict`` not saved, ``keep_in_memory=True``) is
+            refused with a ValueError saying to ``save_to_disk`` it and
+            ``load_from_disk`` it again. An indices mapping (``shuffle``,
+            ``select``, ``filter``, ``train_test_split``) is followed.
+        transform, target_transform: as torchvision's datasets take them
+            (the transform gets an RGB PIL image); the loader uses
+            ``transform`` when it is given none.
+        image: the image column: an ``Image`` feature (``struct<bytes,
+            path>``) or a binary column of encoded images. A row whose
+            ``bytes`` is null and whose ``path`` is set reads that file
+            (as ``imagefolder`` datasets store local files), relative
+            paths from the working directory; a null image fails its
+            sample as an undecodable file does.
+        target: the target column (ClassLabel or integers: int64 classes;
+            floats, bools; lists of one length: a row per sample;
+            strings), or None: no target (labels are -1, as a TarShards
+            without labels).
+        fields: other columns to return beside the image and target: the
+            loader then yields tuples ``(images, targets, *fields)``
+            (``(images, *fields)`` without a target), each field batched
+            as torch's ``default_collate`` batches its values (numbers
+            into a tensor, strings a list), and indexing gives
+            ``(image, target, *values)``.
+
+    Rows of one Arrow file that are neighbours in the dataset's order are
+    one run of the C source's table (a dataset without an indices mapping
+    costs nothing per row beyond 16 bytes of offset and length and its
+    targets); with an indices mapping that scatters the files (a shuffle),
+    each sample names its file, a few dozen bytes a sample in one array
+    (``dataset.flatten_indices()`` writes the rows in the mapped order:
+    runs again).
+
+    Each Arrow file's bytes are compared with what the dataset mapped when
+    this is made, and each file's size and mtime are checked again when a
+    loader takes the table and when a sample is indexed: a file replaced
+    or changed since raises ValueError naming it rather than being
+    misread. ``describe(i)`` names the Arrow file, the row of the
+    dataset's Arrow table (``i`` itself without an indices mapping) and
+    the byte range.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        transform: Callable | None = None,
+        image: str = "image",
+        target: str | None = "label",
+        target_transform: Callable | None = None,
+        fields: Sequence[str] | None = None,
+    ) -> None:
+        hf = _datasets_module()
+        name = type(dataset).__name__
+        if hf is None or not _is_hf(dataset):
+            raise TypeError(
+                f"HFDataset takes a Hugging Face datasets.Dataset, not a {name}"
+            )
+        if isinstance(dataset, hf.DatasetDict):
+            raise TypeError(
+                f"HFDataset takes one split, not a DatasetDict of "
+                f"{list(dataset)}: pick one, HFDataset(ds[{next(iter(dataset), 'train')!r}], ...)"
+            )
+        if not isinstance(dataset, hf.Dataset):
+            raise TypeError(
+                f"HFDataset reads a dataset's Arrow files; a {name} (streaming) "
+                "has none: load it without streaming=True"
+            )
+        if (dataset.format or {}).get("type") == "custom":
+            raise ValueError(
+                "the dataset has a transform set (set_transform or "
+                "with_transform), which HFDataset does not run: give the "
+                "transform to HFDataset(ds, transform=...) and call "
+                "ds.reset_format()"
+            )
+        if isinstance(fields, str):
+            raise TypeError(f"fields is a sequence of column names, not {fields!r}")
+        self.fields = tuple(fields or ())
+        columns = list(dataset.column_names)
+        for what, col in [("image", image), ("target", target)] + [
+            ("field", f) for f in self.fields
+        ]:
+            if col is not None and col not in columns:
+                raise ValueError(
+                    f"{name} has no {what} column {col!r}; its columns are {columns}"
+                )
+        self.dataset = dataset
+        self.image, self.target = image, target
+        self.transform, self.target_transform = transform, target_transform
+        feature = dataset.features[image]
+        mode = getattr(feature, "mode", None)
+        if isinstance(feature, hf.Image) and mode not in (None, "RGB"):
+            raise ValueError(
+                f"column {image!r} is Image(mode={mode!r}); ringloader decodes "
+                "to RGB: cast it to Image() first (ds.cast_column)"
+            )
+        table = dataset.data.table
+        _check_image_type(table.schema.field(image).type, image)
+        images = _Images(table, image, name)
+        rows = None
+        if dataset._indices is not None:
+            mapped = dataset._indices.column(0)
+            rows = np.asarray(mapped.to_numpy(), dtype=np.int64)
+        take = (lambda a: a[rows]) if rows is not None else (lambda a: a)
+        self._rows = rows
+        self._files = images.files
+        self._nfiles = images.nfiles
+        self._names = images.names()
+        self._source = take(images.source)
+        self.offsets = take(images.offsets)
+        self.lengths = take(images.lengths)
+        self._nulls = images.nulls
+        self._stats = [_stat_of(f) for f in self._files]
+        for f, (at, want) in zip(self._files, images.witness):
+            _check_witness(f, at, want)
+        if target is None:
+            self.targets: _targets.Targets = np.full(len(self.lengths), -1, np.int64)
+        else:
+            self.targets = take(_targets_of(table, target, name))
+        self.paths = _table_of(self._source, self._names)
+        self._field_table: Optional[_ColumnFields] = None
+        if self.fields:
+            lengths = self.lengths
+            if (lengths < 0).any():
+                # The C side places the image by its length: a path row's
+                # file is measured now.
+                lengths = lengths.copy()
+                for i in np.flatnonzero(lengths < 0).tolist():
+                    try:
+                        lengths[i] = os.stat(self.paths[i]).st_size
+                    except OSError:
+                        lengths[i] = 0  # its read fails, naming the file
+                self.lengths = lengths
+            self._field_table = _ColumnFields(self, self.lengths)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def _row(self, index: int) -> int:
+        """The row of the dataset's Arrow table holding sample ``index``."""
+        return int(self._rows[index]) if self._rows is not None else int(index)
+
+    def _check_files(self, which: Sequence[int] | None = None) -> None:
+        """ValueError naming an Arrow file (of ``which``, else any) whose
+        size or mtime changed since this was made (it would be misread)."""
+        for k in range(len(self._files)) if which is None else which:
+            if _stat_of(self._files[k]) != self._stats[k]:
+                raise ValueError(_changed(self._files[k]))
+
+    def _index(self, index: int) -> int:
+        n = len(self)
+        i = int(index) + n if index < 0 else int(index)
+        if not 0 <= i < n:
+            raise IndexError(f"index {index} out of range for {n} samples")
+        return i
+
+    def describe(self, index: int) -> str:
+        """Where sample ``index`` is, for messages: its Arrow file, its row
+        and byte range (or the file its row names)."""
+        i = self._index(index)
+        r = self._row(i)
+        src = int(self._source[i])
+        path = self._names[src]
+        k = int(np.searchsorted(self._nulls, r))
+        if k < len(self._nulls) and int(self._nulls[k]) == r:
+            return f"{path}: table row {r}, whose {self.image!r} is null (no image)"
+        if src >= self._nfiles:
+            return f"{path} (the {self.image!r} path of table row {r})"
+        off, size = int(self.offsets[i]), int(self.lengths[i])
+        return f"{path}: table row {r} (bytes {off}..{off + size})"
+
+    def _sample(self, index: int) -> tuple[str, bytes, Any]:
+        i = self._index(index)
+        where = self.describe(i)
+        src = int(self._source[i])
+        path = self._names[src]
+        if src >= self._nfiles:
+            data = read_file(path)
+        else:
+            self._check_files([src])
+            off, size = int(self.offsets[i]), int(self.lengths[i])
+            with open(path, "rb") as f:
+                data = os.pread(f.fileno(), size, off)
+            if len(data) != size:
+                raise OSError(f"{where}: the file is cut short")
+        return where, data, _targets.item(self.targets, i)
+
+    def _extras(self, k: int, ids: Sequence[int]) -> list:
+        """The k-th value beside the image of the samples ``ids``: the
+        target (``target_transform`` applied) when there is one, then
+        each of ``fields``' columns, as Arrow gives them to Python."""
+        if self.target is not None:
+            if k == 0:
+                tt = self.target_transform or (lambda t: t)
+                return [tt(_targets.item(self.targets, i)) for i in ids]
+            k -= 1
+        rows = [self._row(i) for i in ids]
+        column = self.dataset.data.table.column(self.fields[k])
+        return column.take(rows).to_pylist()
+
+    def __getitem__(self, index: int) -> Any:
+        """(image, target), or with ``fields`` (image, target, *values)
+        (no target without a target column): the full image as a uint8
+        CHW tensor, or what ``transform`` makes of the RGB PIL image."""
+        where, data, target = self._sample(int(index))
+        image, target = decode_item(
+            where, data, target, self.transform, self.target_transform
+        )
+        if not self.fields:
+            return image, target
+        i = self._index(index)
+        extras = len(self.fields) + (self.target is not None)
+        return (image,) + tuple(self._extras(k, [i])[0] for k in range(extras))
+
+    def ringloader_sources(self) -> Sources:
+        """The Arrow files (and files of path rows) as runs of samples,
+        with each sample's byte range; with ``fields``, the columns
+        carried beside (see :class:`_ColumnFields`)."""
+        self._check_files()
+        return Sources(
+            paths=self.paths,
+            targets=self.targets,
+            offsets=self.offsets,
+            lengths=self.lengths,
+            fields=self._field_table,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ringloader.HFDataset({len(self)} rows in {self._nfiles} Arrow "
+            f"file(s), image={self.image!r}, target={self.target!r}"
+            + (f", fields={self.fields!r})" if self.fields else ")")
+        )
+
+
+def _check_image_type(t: Any, column: str) -> None:
+    """TypeError for an image column that holds no encoded bytes."""
+    import pyarrow as pa
+
+    def binary(x: Any) -> bool:
+        return pa.types.is_binary(x) or pa.types.is_large_binary(x)
+
+    if binary(t):
+        return
+    if pa.types.is_struct(t) and t.get_field_index("bytes") >= 0:
+        if binary(t.field("bytes").type):
+            return
+    raise TypeError(
+        f"column {column!r} holds {t}, not images: HFDataset reads an Image "
+        "feature (struct<bytes: binary, path: string>) or a binary column of "
+        "encoded images (name it with image=...)"
+    )
+
+
+def _stat_of(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def _changed(path: str) -> str:
+    return (
+        f"{path}: the Arrow file changed (size or mtime) since the dataset was "
+        "wrapped; load the dataset again and make a new HFDataset"
+    )
+
+
+def _check_witness(path: str, at: int, want: bytes) -> None:
+    """ValueError when ``path`` does not hold, at ``at``, the bytes the
+    dataset's map of it holds: the file was replaced since it was loaded."""
+    try:
+        with open(path, "rb") as f:
+            got = os.pread(f.fileno(), len(want), at)
+    except OSError as e:
+        raise ValueError(
+            f"{path}: the dataset's Arrow file cannot be read ({e})"
+        ) from None
+    if got != want:
+        raise ValueError(
+            f"{path}: the file differs from the one the dataset mapped (it was "
+            "replaced since the dataset was loaded); load the dataset again"
+        )

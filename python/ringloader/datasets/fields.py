@@ -200,8 +200,6 @@ class FieldTable:
         per_sample: Optional[dict[int, Callable]] = None,
         per_batch: Optional[dict[str, Callable]] = None,
     ) -> None:
-        from .manifest import RecordColumn
-
         for name in per_batch or {}:
             if name not in names:
                 raise ValueError(
@@ -220,8 +218,8 @@ class FieldTable:
         # Field f's columns in the record: the fields but the image, in order.
         others = [f for f in range(len(self.names)) if f != image]
         self.column = {f: k for k, f in enumerate(others)}
-        self.image_at = RecordColumn(store, "image_at")
-        self.image_len = RecordColumn(store, "image_len")
+        self.image_at = store.column("image_at")
+        self.image_len = store.column("image_len")
 
     def _decode(self, f: int, i: int, rec: Any, data: bytes, describe: Callable) -> Any:
         k = self.column[f]

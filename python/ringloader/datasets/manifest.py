@@ -381,6 +381,10 @@ class RecordStore:
             out[sel] = self.table(int(s))[idx[sel] - self.starts[s]]
         return out
 
+    def column(self, field: str) -> RecordColumn:
+        """One field of every record as a lazy int64 column."""
+        return RecordColumn(self, field)
+
     def columns(self, fields: Sequence[str]) -> list[np.ndarray]:
         """Whole columns, one int64 array each (every record file read)."""
         parts: list[list[np.ndarray]] = [[] for _ in fields]

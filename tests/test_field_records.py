@@ -11,7 +11,10 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
+import subprocess
+import sys
 import tarfile
 import tracemalloc
 
@@ -21,7 +24,7 @@ import ringloader
 import torch
 from images import jpeg_bytes
 from ringloader import transforms as T
-from ringloader.datasets.shards import TarShards
+from ringloader.datasets.shards import ShardError, TarShards
 
 EVAL = T.Compose([T.Resize(24), T.CenterCrop(16)])
 FIELDS = ("jpg", "txt", "json", "cls")
@@ -191,3 +194,166 @@ def test_an_open_keeps_nothing_per_sample(tmp_path, kind):
     # Per-sample tables cost tens of bytes a sample: 2700 more samples
     # would keep 100 KiB and more.
     assert sizes[3000] - sizes[300] < 24 << 10, sizes
+
+
+def _copied(shard_dir, tmp_path) -> str:
+    """The shards copied without their record files and indexes."""
+    root = tmp_path / "shards"
+    shutil.copytree(shard_dir, root)
+    for f in glob.glob(str(root / "*.rec")) + glob.glob(str(root / "*.npz")):
+        os.unlink(f)
+    return str(root / "*.tar")
+
+
+def _records(ds, s: int) -> tuple[str, int, np.dtype]:
+    """Shard s's record file, where its records start, and their dtype."""
+    store = ds.field_table.store
+    path, count = store.file(s), int(store.starts[s + 1] - store.starts[s])
+    return path, os.path.getsize(path) - count * store.dtype.itemsize, store.dtype
+
+
+def _poke(path: str, head: int, dtype: np.dtype, row: int, **values) -> None:
+    recs = np.memmap(path, dtype=dtype, mode="r+", offset=head)
+    for k, v in values.items():
+        recs[row][k] = v
+    recs.flush()
+    del recs
+
+
+def test_a_record_file_cut_short_in_use_is_made_again_not_read_past(
+    shard_dir, tmp_path
+):
+    """A record file cut short while the set is in use (another process
+    rewriting it, a full disk) is checked again and made anew: before, its
+    records were read through a map, and the next batch past the cut
+    killed the process (SIGBUS) or read zeros as places."""
+    code = f"""
+import os, sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+from test_field_records import FIELDS, _records
+from ringloader.datasets.shards import ShardError, TarShards
+ds = TarShards({_copied(shard_dir, tmp_path)!r}, fields=FIELDS, progress=False)
+want = [ds[i][1:] for i in range(len(ds))]
+path, head, dtype = _records(ds, 0)
+os.truncate(path, head + 2 * dtype.itemsize)
+got = [ds[i][1:] for i in range(len(ds))]
+print("same" if got == want else f"differ: {{got[:4]}} {{want[:4]}}")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "same"
+
+
+def test_a_corrupt_record_is_refused_naming_its_file(shard_dir, tmp_path):
+    ds = TarShards(_copied(shard_dir, tmp_path), fields=FIELDS, progress=False)
+    want = ds[3]
+    path, head, dtype = _records(ds, 0)
+    _poke(path, head, dtype, 3, ext0=5)  # txt's extension: out of range
+    with pytest.raises(ringloader.DecodeError, match=re.escape(path)):
+        ds[3]
+    _poke(path, head, dtype, 3, ext0=0, at0=-5)  # txt's place: before the bytes
+    with pytest.raises(ringloader.DecodeError, match=re.escape(path)):
+        ds[3]
+    _poke(path, head, dtype, 3, at0=0, size0=1 << 40)  # past the bytes
+    with pytest.raises(ringloader.DecodeError, match=re.escape(path)):
+        ds[3]
+    _poke(path, head, dtype, 3, size0=len(want[1].encode()), image_at=-1000)
+    with pytest.raises(ShardError, match=re.escape(path)):
+        ds[3]
+    # The C core's check of the record names the file too.
+    _poke(path, head, dtype, 3, image_at=0, ext0=99)
+    loader = ringloader.Loader(ds, batch_size=4, transform=EVAL, num_threads=1)
+    with pytest.raises(OSError, match=re.escape(path)):
+        list(loader)
+    loader.close()
+
+
+def _odd_shard(path) -> str:
+    with tarfile.open(path, "w") as tf:
+        members = {
+            "jpg": jpeg_bytes("baseline", 24, 20, seed=1),
+            "a": b"A",
+            "b|c": b"BC",
+            "a|b": b"AB",
+            "c": b"C",
+        }
+        for ext, data in members.items():
+            info = tarfile.TarInfo(f"k000000.{ext}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_selections_whose_extensions_join_alike_do_not_share_records(tmp_path):
+    """("a|b", "c") and ("a", "b|c") read the same text when joined with
+    "|": their record files were one, and the second read the first's."""
+    shard = _odd_shard(tmp_path / "odd.tar")
+    a = TarShards(shard, fields=("jpg", "a|b", "c"), progress=False)
+    assert a[0][1:] == (b"AB", b"C")
+    b = TarShards(shard, fields=("jpg", "a", "b|c"), progress=False)
+    assert b[0][1:] == (b"A", b"BC")
+
+
+def test_a_label_function_without_a_writable_cache_keeps_labels_in_memory(
+    shard_dir, tmp_path
+):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    ds = TarShards(
+        str(shard_dir / "*.tar"),
+        label_key=_labels,
+        cache_dir=blocker / "cache",
+        progress=False,
+    )
+    keys = [ds.key(i) for i in range(len(ds))]
+    assert np.asarray(ds.targets).tolist() == [_labels(k) for k in keys]
+
+
+def test_label_files_last_as_long_as_what_reads_them(shard_dir):
+    ds = TarShards(str(shard_dir / "*.tar"), label_key=_labels, progress=False)
+    want = np.asarray(ds.targets).tolist()
+    folder = os.path.dirname(ds.targets._store.files[0])
+    targets = ds.targets
+    copy = pickle.loads(pickle.dumps(ds))
+    pid = os.fork()
+    if pid == 0:  # a forked child whose exit runs the folder's finalizer
+        try:
+            targets._store._expect.__self__.folder.remove()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.path.isdir(folder)
+    del ds
+    gc.collect()
+    assert np.asarray(targets).tolist() == want
+    del targets
+    gc.collect()
+    assert np.asarray(copy.targets).tolist() == want
+    del copy
+    gc.collect()
+    assert not os.path.exists(folder)
+
+
+def test_a_killed_process_label_folder_is_swept(shard_dir, tmp_path):
+    cache = tmp_path / "cache"
+    code = f"""
+import os, sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+from test_field_records import _labels
+from ringloader.datasets.shards import ShardError, TarShards
+ds = TarShards({str(shard_dir / "*.tar")!r}, label_key=_labels,
+               cache_dir={str(cache)!r}, progress=False)
+print(os.path.dirname(ds.targets._store.files[0]), flush=True)
+os._exit(0)  # as a kill: no finalizer runs
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    left = done.stdout.strip()
+    assert done.returncode == 0 and os.path.isdir(left), done.stderr[-2000:]
+    TarShards(
+        str(shard_dir / "*.tar"), label_key=_labels, cache_dir=cache, progress=False
+    )
+    assert not os.path.exists(left)

@@ -101,6 +101,14 @@ def test_second_open_reads_the_manifest_not_the_indexes(shard_dir, tmp_path):
         first.read(i) for i in range(len(first))
     ]
     assert glob.glob(str(shard_dir / "*.idx.npz")) == []
+    # A set opened from its manifest pickles, as a spawned worker or a
+    # framework's copy gets it (its record files' names were a blob whose
+    # memoryview did not pickle: "cannot pickle memoryview objects").
+    copy = pickle.loads(pickle.dumps(again))
+    assert [copy.read(i) for i in range(len(copy))] == [
+        first.read(i) for i in range(len(first))
+    ]
+    assert np.array_equal(copy.targets, first.targets)
 
 
 def test_same_samples_labels_and_batches_as_per_sample_tables(shard_dir, tmp_path):

@@ -151,11 +151,12 @@ static int record_at(rl_pipeline *p, rl__job *j, int64_t id)
         j->ext[k] = (int)e;
     }
     if (bad != NULL) {
+        const char *file = rl_shard_records_path(p->cfg.field_records, id);
         snprintf(j->msg, RL_MSG_MAX,
-                 "sample %lld: its record holds %s out of range (a corrupt "
-                 "record file; remove it, and opening the shard set again "
-                 "rebuilds it)",
-                 (long long)id, bad);
+                 "sample %lld: its record in %s holds %s out of range (a "
+                 "corrupt record file; remove it, and opening the shard set "
+                 "again rebuilds it)",
+                 (long long)id, file ? file : "?", bad);
         return -EBADMSG;
     }
     j->image_at = r.image_at;

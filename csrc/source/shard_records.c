@@ -296,6 +296,28 @@ static slot *insert(rl_shard_records *t, int64_t s, int fd, const layout *lay)
     return victim;
 }
 
+/* The shard of sample id, in [0, starts[nshards]): the last shard whose
+ * start is <= id (empty shards are skipped). */
+static size_t shard_of(const rl_shard_records *t, int64_t id)
+{
+    size_t lo = 0, hi = t->nshards;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->starts[mid] <= id)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+const char *rl_shard_records_path(const rl_shard_records *t, int64_t id)
+{
+    if (t == NULL || id < 0 || id >= t->starts[t->nshards])
+        return NULL;
+    return t->paths[shard_of(t, id)];
+}
+
 /* Reads `bytes` bytes (at most the record's width) of sample id's record
  * into r, with its file's layout in *lay. 0, or -errno with msg. */
 static int read_record(rl_shard_records *t, int64_t id, unsigned char *r,
@@ -307,16 +329,7 @@ static int read_record(rl_shard_records *t, int64_t id, unsigned char *r,
                  (long long)id, (long long)total);
         return -ERANGE;
     }
-    /* The last shard whose start is <= id (empty shards are skipped). */
-    size_t lo = 0, hi = t->nshards;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (t->starts[mid] <= id)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    size_t s = lo;
+    size_t s = shard_of(t, id);
     pthread_mutex_lock(&t->mu);
     slot *sl = find(t, (int64_t)s);
     pthread_mutex_unlock(&t->mu);

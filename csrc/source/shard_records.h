@@ -114,6 +114,10 @@ int rl_shard_records_get_fields(rl_shard_records *t, int64_t id,
                                 rl_shard_fields_record *r, char *msg,
                                 size_t msg_len);
 
+/* The record file that holds sample id's record (the table's copy of its
+ * path), or NULL for an id outside [0, starts[nshards]). For messages. */
+const char *rl_shard_records_path(const rl_shard_records *t, int64_t id);
+
 /* Copies starts (nshards + 1 values) into the table, so that the caller's
  * array need not outlive it (the copy is freed with the table). 0, or
  * -ENOMEM (the table keeps borrowing the caller's). Call before the first

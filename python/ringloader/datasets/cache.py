@@ -147,6 +147,11 @@ class StringBlob(Sequence):
         self._prefix = prefix
         self._n = len(self._offsets) - 1
 
+    def __reduce__(self) -> tuple:
+        # A memoryview does not pickle: the blob goes as its array (a
+        # spawned worker, a framework's copy of the dataset).
+        return StringBlob, (self.blob, self._offsets, self._prefix)
+
     @classmethod
     def from_strings(cls, items: Iterable[str], prefix: str = "") -> StringBlob:
         """Pack ``items`` (paths or any text) into a blob, each item read

@@ -223,8 +223,18 @@ class FieldTable:
 
     def _decode(self, f: int, i: int, rec: Any, data: bytes, describe: Callable) -> Any:
         k = self.column[f]
-        at, size = int(rec[f"at{k}"]), int(rec[f"size{k}"])
-        ext = self.exts[f][int(rec[f"ext{k}"])]
+        at, size, e = int(rec[f"at{k}"]), int(rec[f"size{k}"]), int(rec[f"ext{k}"])
+        if not (0 <= e < len(self.exts[f]) and at >= 0 and 0 <= size <= len(data) - at):
+            # The C core checks the fields whose kind it checks; these are
+            # read here first: a corrupt record is never read as a place.
+            raise FieldError(
+                f"{describe(i)}: its record in {self.store.file_of(i)} gives its "
+                f"{self.names[f]!r} member a place or extension out of range "
+                "(a corrupt record file: remove it and open the shard set again)",
+                i,
+                self.names[f],
+            )
+        ext = self.exts[f][e]
         kind = kind_of(ext)
         try:
             value = _decode(kind, data[at : at + size], self.errors)

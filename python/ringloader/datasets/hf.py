@@ -407,6 +407,10 @@ class _ColumnFields:
         return []
 
     @staticmethod
+    def check_arrays() -> list:
+        return []
+
+    @staticmethod
     def max_int_digits() -> int:
         return 0
 

@@ -12,10 +12,13 @@ shards that changed or are new; the sample offsets of the shards
 (``starts``) come from the counts, and no per-sample array is built.
 
 :class:`RecordStore` then finds sample i by a binary search of ``starts``
-and reads its record from the shard's record file, mapped read-only; at
-most ``limit`` files stay mapped (the least recently used is unmapped),
-so that a set of 100,000 shards stays far below the kernel's limit on
-maps. :class:`RecordColumn` is one field of the records seen as a
+and reads its record from the shard's record file with ``pread``, through
+a small cache of open files (the least recently used closed), so that a
+set of 100,000 shards needs neither 100,000 descriptors nor memory per
+sample. The files are read, never mapped: a record file cut short while
+the set is in use gives a short read (the file is checked again, and made
+anew or refused naming the shard), where a map would kill the process
+with SIGBUS. :class:`RecordColumn` is one field of the records seen as a
 read-only int64 array (``len``, integer and integer-array indexing).
 """
 
@@ -39,7 +42,6 @@ from .tarindex import (
     RECORDS_VERSION,
     SHARD_INDEX_VERSION,
     ShardError,
-    map_records,
     records_head,
 )
 
@@ -49,13 +51,8 @@ log = logging.getLogger("ringloader")
 
 # The manifest's format: 1, the first.
 MANIFEST_VERSION = 1
-# Record files kept mapped at once (Linux allows about 65,000 maps to a
-# process, and the loader's own maps count too).
-MAPPED_RECORD_FILES = 256
-# Lookups of up to this many samples (a batch) in a set of more shards
-# than stay mapped read their records with pread through open record
-# files: a batch drawn from many shards touches each once or twice, where
-# a map and its checks cost more than the reads (fewer shards stay mapped).
+# Lookups of up to this many samples (a batch) read their records one by
+# one with pread; larger ones read each shard's records whole.
 _PREAD_ROWS = 1024
 # Record files kept open for those reads (least recently used closed).
 _OPEN_RECORD_FILES = 128
@@ -182,7 +179,6 @@ class RecordStore:
         files: Sequence[str],
         expect: Callable[[int], tuple[int, int, bytes]],
         rebuild: Callable[[int], str],
-        limit: int = MAPPED_RECORD_FILES,
         dtype: np.dtype = RECORD,
     ) -> None:
         self.shards = shards
@@ -191,15 +187,11 @@ class RecordStore:
         self.dtype = dtype
         self._expect = expect
         self._rebuild = rebuild
-        self._limit = limit
         self._new_state()
 
     def _new_state(self) -> None:
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._mapped: collections.OrderedDict[int, np.ndarray] = (
-            collections.OrderedDict()
-        )
         self._replaced: dict[int, str] = {}
         # Record files open for batch lookups (shard -> (fd, where the
         # records start)), least recently used first: a batch's few
@@ -213,9 +205,9 @@ class RecordStore:
         )
         self._closer = weakref.finalize(self, _close_all, self._fds)
 
-    def __getstate__(self) -> dict:  # maps and locks do not pickle
+    def __getstate__(self) -> dict:  # open files and locks do not pickle
         state = dict(self.__dict__)
-        for k in ("_lock", "_mapped", "_replaced", "_pid", "_fds", "_closer"):
+        for k in ("_lock", "_replaced", "_pid", "_fds", "_closer"):
             del state[k]
         return state
 
@@ -230,27 +222,80 @@ class RecordStore:
         """Shard s's record file (the rebuilt one, once rebuilt)."""
         return self._replaced.get(s, self.files[s])
 
+    def file_of(self, i: int) -> str:
+        """The record file that holds sample i's record."""
+        return self.file(int(np.searchsorted(self.starts, i, side="right")) - 1)
+
     def table(self, s: int) -> np.ndarray:
-        """Shard s's records (read-only, mapped)."""
+        """Shard s's records, read whole (a copy)."""
+        count = int(self.starts[s + 1] - self.starts[s])
+        return self._checked([s], lambda: self._whole(s, count))
+
+    def _checked(self, shards: Any, read: Callable[[], Any]) -> Any:
+        """``read()``; when it finds a record file not right (None), each
+        of ``shards`` checked again, made anew where it is not right, and
+        read once more; a file still not right is refused naming its
+        shard."""
+        got = read()
+        if got is not None:
+            return got
+        for s in shards:
+            self._renew(int(s))
+        got = read()
+        if got is None:
+            bad = [int(s) for s in shards if self._fd_of(int(s)) < 0]
+            raise ShardError(self._not_right(bad[0] if bad else int(shards[0])))
+        return got
+
+    def _not_right(self, s: int) -> str:
+        count = int(self.starts[s + 1] - self.starts[s])
+        return (
+            f"{self.shards[s]}: its record file {self.file(s)} does not hold the "
+            f"{count} samples the shard set's manifest gives it; open the "
+            "shard set again"
+        )
+
+    def _fd_of(self, s: int) -> int:
         self._forked()
         with self._lock:
-            table = self._mapped.get(s)
-            if table is not None:
-                self._mapped.move_to_end(s)
-                return table
-        table = self._map(s)
+            return self._open(s)[0]
+
+    def _renew(self, s: int) -> None:
+        """Shard s's record file checked again (its open file closed), and
+        made anew when it is not right."""
+        self._forked()
         with self._lock:
-            self._mapped[s] = table
-            self._mapped.move_to_end(s)
-            while len(self._mapped) > self._limit:
-                self._mapped.popitem(last=False)  # unmapped once unused
-        return table
+            got = self._fds.pop(s, None)
+            if got is not None:
+                os.close(got[0])
+            if self._open(s)[0] >= 0:
+                return
+        path = self._rebuild(s)
+        with self._lock:
+            self._replaced[s] = path
+
+    def _whole(self, s: int, count: int) -> np.ndarray | None:
+        """Shard s's ``count`` records read with one pread; None when its
+        file is not right or was cut short."""
+        size = self.dtype.itemsize
+        self._forked()
+        with self._lock:
+            fd, head = self._open(s)
+            if fd < 0:
+                return None
+            try:
+                data = os.pread(fd, size * count, head)
+            except OSError as e:
+                raise OSError(e.errno, f"{self.file(s)}: cannot read ({e})") from None
+        if len(data) != size * count:
+            return None
+        return np.frombuffer(data, dtype=self.dtype)
 
     def _few(self, shard: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
         """The records at rows ``rows`` of shards ``shard`` read with pread
         through open record files, each file's header checked when it is
         opened (:func:`.tarindex.records_head`); None when a file is not
-        right (the caller maps it: rebuilt, or refused naming the shard)."""
+        right or was cut short since it was opened."""
         size = self.dtype.itemsize
         parts = []
         self._forked()
@@ -312,24 +357,6 @@ class RecordStore:
             os.close(self._fds.popitem(last=False)[1][0])
         return fd, head
 
-    def _map(self, s: int) -> np.ndarray:
-        count = int(self.starts[s + 1] - self.starts[s])
-        size, mtime_ns, tag = self._expect(s)
-        table = map_records(self.file(s), size, mtime_ns, tag, count, self.dtype)
-        if table is not None:
-            return table
-        path = self._rebuild(s)
-        table = map_records(path, size, mtime_ns, tag, count, self.dtype)
-        if table is None:
-            raise ShardError(
-                f"{self.shards[s]}: its record file {path} does not hold the "
-                f"{count} samples the shard set's manifest gives it; open the "
-                "shard set again"
-            )
-        with self._lock:
-            self._replaced[s] = path
-        return table
-
     def lookup(self, index: Any, field: str) -> Any:
         """``field`` of the samples ``index`` (an int: an np.int64; a slice,
         a list or an integer or boolean array: an int64 array).
@@ -343,9 +370,7 @@ class RecordStore:
                 i += n
             if not 0 <= i < n:
                 raise IndexError(f"index {index} out of range for {n} samples")
-            s = int(np.searchsorted(self.starts, i, side="right")) - 1
-            row = self.table(s)[i - int(self.starts[s]) : i - int(self.starts[s]) + 1]
-            return np.int64(_field(row, field)[0])
+            return np.int64(_field(self.rows(np.array([i])), field)[0])
         if isinstance(index, slice):
             idx = np.arange(*index.indices(n), dtype=np.int64)
         else:
@@ -366,15 +391,13 @@ class RecordStore:
 
     def rows(self, idx: Any) -> np.ndarray:
         """The whole records of samples ``idx`` (in range, not negative),
-        one structured array of ``dtype``, read together: a batch's from
-        a set of many shards by pread, else from the mapped files."""
+        one structured array of ``dtype``: a batch's read record by record,
+        more than that shard by shard."""
         idx = np.asarray(idx, dtype=np.int64).ravel()
         shard = np.searchsorted(self.starts, idx, side="right") - 1
-        if idx.size <= _PREAD_ROWS and len(self.starts) - 1 > self._limit:
-            # A batch from a set of more shards than stay mapped: read.
-            few = self._few(shard, idx - self.starts[shard])
-            if few is not None:
-                return few
+        if idx.size <= _PREAD_ROWS:
+            rows = idx - self.starts[shard]
+            return self._checked(np.unique(shard), lambda: self._few(shard, rows))
         out = np.empty(idx.size, dtype=self.dtype)
         for s in np.unique(shard):
             sel = shard == s

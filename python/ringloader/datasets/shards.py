@@ -33,9 +33,11 @@ from __future__ import annotations
 import bisect
 import collections
 import glob
+import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -75,6 +77,8 @@ from .tarindex import (
 from .urls import has_magic, is_url, redact
 
 __all__ = ["IMAGE_KEYS", "ShardError", "TarShards"]
+
+log = logging.getLogger("ringloader")
 
 # Remote shards indexed at once (each waits on the network).
 _INDEX_THREADS = 8
@@ -208,7 +212,8 @@ class TarShards(ImageDataset):
             -> str, json -> object, cls/index/id -> int, npy -> tensor,
             other -> bytes) and batched as WebDataset's ``batched()``
             (ints into a tensor, tensors stacked, others a list). See
-            :mod:`ringloader.datasets.fields`. None: ``(image, label)``.
+            :mod:`ringloader.datasets.fields`. At most 16 fields beside
+            the image (ValueError). None: ``(image, label)``.
         field_transforms: ``{field: callable}`` run once per batch on the
             field's batched column (a tokenizer taking a list of str).
         errors: how text that is not UTF-8 is decoded (``"strict"``: the
@@ -372,42 +377,46 @@ class TarShards(ImageDataset):
         """The targets ``label_key`` gives each sample's key, called shard
         by shard in sample order. Integer labels are written to record
         files of their own, made for this open only (a temporary folder
-        in the cache directory, removed when the set is collected or the
-        process exits): the targets are then a lazy column over them,
-        nothing per sample kept. Targets of another kind (floats, rows,
-        tuples) are kept as arrays (:func:`.targets.as_targets`)."""
-        folder = tempfile.mkdtemp(
-            prefix="labels-", dir=_made(default_cache_dir(self.cache_dir))
-        )
-        weakref.finalize(self, shutil.rmtree, folder, True)
+        in the cache directory, removed when nothing reads the labels any
+        more, or at exit; one left by a process that was killed is removed
+        by the next open on the same machine): the targets are then a lazy
+        column over them, nothing per sample kept. Targets of another kind
+        (floats, rows, tuples), or integer ones when the cache directory
+        cannot be written, are kept as arrays (:func:`.targets.as_targets`)."""
+        try:
+            folder: _LabelFolder | None = _LabelFolder.make(
+                default_cache_dir(self.cache_dir)
+            )
+        except OSError as e:
+            log.debug("ringloader: label_key's labels kept in memory (%s)", e)
+            folder = None
         # A tag no other open shares: these files are this open's alone.
         tag = b"labels\n" + os.urandom(8).hex().encode() + b"\n"
         files: list[str] = []
-        values: list[Any] | None = None  # once a label is not an int
-        for s, (z, _) in enumerate(self._indexes(progress)):
-            images, _ = select_samples(self.shards[s], z, self.image_key, None)
-            names = StringBlob(z["names_blob"], z["names_offsets"])
-            got = [label_key(key_of(names[int(i)])) for i in images]
-            if values is None and (not got or isinstance(got[0], (int, np.integer))):
-                try:
-                    labels = np.fromiter(got, dtype=np.int64, count=len(got))
-                except (TypeError, ValueError, OverflowError):
-                    labels = None
-                if labels is not None:
-                    table = np.zeros(len(got), dtype=RECORD)
-                    table["label"] = labels
-                    files.append(os.path.join(folder, f"{s}.rec"))
-                    write_records(files[-1], 0, 0, tag, table)
-                    continue
-            if values is None:  # earlier shards' ints, read back
-                values = []
-                for f in files:
-                    values.extend(map_records(f, 0, 0, tag)["label"].tolist())
-            values.extend(got)
-        if values is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-            return as_targets(values, len(self), "label_key")
-        made = _LabelFiles(self.shards, files, tag)
+        values: list[Any] | None = None  # once the labels are kept in memory
+        indexes = self._indexes(progress)
+        try:
+            for s, (z, _) in enumerate(indexes):
+                images, _ = select_samples(self.shards[s], z, self.image_key, None)
+                names = StringBlob(z["names_blob"], z["names_offsets"])
+                got = [label_key(key_of(names[int(i)])) for i in images]
+                if values is None and folder is not None:
+                    path = os.path.join(folder.path, f"{s}.rec")
+                    if _write_labels(path, tag, got):
+                        files.append(path)
+                        continue
+                if values is None:  # earlier shards' ints, read back
+                    values = []
+                    for f in files:
+                        values.extend(map_records(f, 0, 0, tag)["label"].tolist())
+                values.extend(got)
+        finally:
+            indexes.close()
+        if values is not None or folder is None:
+            if folder is not None:
+                folder.remove()
+            return as_targets(values or [], len(self), "label_key")
+        made = _LabelFiles(self.shards, files, tag, folder)
         store = RecordStore(self.shards, self.starts, files, made.expect, made.gone)
         return RecordColumn(store, "label")
 
@@ -686,11 +695,17 @@ class TarShards(ImageDataset):
         if table is None:
             return image, target
         rec = table.store.rows([index % len(self)])[0]
-        at = int(rec["image_at"])
+        at, size = int(rec["image_at"]), int(rec["image_len"])
+        if not -len(table.refusals) <= at or size < 0:
+            raise ShardError(
+                f"{self.describe(index)}: its record in "
+                f"{table.store.file_of(index % len(self))} is out of range (a "
+                "corrupt record file: remove it and open the shard set again)"
+            )
         if at < 0:
             raise ShardError(f"{self.describe(index)}: {table.refusals[-at - 1]}")
         data = self._read(index, int(rec["offset"]), int(rec["length"]))
-        field_bytes = data[:at] + data[at + int(rec["image_len"]) :]
+        field_bytes = data[:at] + data[at + size :]
         return tuple(
             image
             if f == table.image
@@ -761,13 +776,108 @@ def _drop_file(path: str) -> None:
         pass
 
 
+def _write_labels(path: str, tag: bytes, got: list) -> bool:
+    """A label function's labels of one shard written to ``path`` as
+    records; False when they are not all integers or cannot be written
+    (the caller keeps them in memory)."""
+    if got and not isinstance(got[0], (int, np.integer)):
+        return False
+    try:
+        labels = np.fromiter(got, dtype=np.int64, count=len(got))
+    except (TypeError, ValueError, OverflowError):
+        return False
+    table = np.zeros(len(got), dtype=RECORD)
+    table["label"] = labels
+    try:
+        write_records(path, 0, 0, tag, table)
+    except OSError as e:
+        log.debug("ringloader: label_key's labels kept in memory (%s)", e)
+        return False
+    return True
+
+
+# The label folders of this process, by path: a copy of a shard set made
+# here (pickle, deepcopy) shares its folder, and so its lifetime.
+_LABEL_FOLDERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _label_folder(path: str) -> _LabelFolder:
+    """The folder at ``path`` when this process made it; else (a worker
+    that unpickled the set) a reference that removes nothing."""
+    return _LABEL_FOLDERS.get(path) or _LabelFolder(path, owner=False)
+
+
+class _LabelFolder:
+    """The temporary folder of a label function's record files: removed
+    when the last reader of the labels is collected, or at exit, by the
+    process that made it only (a forked child exiting leaves it)."""
+
+    PREFIX = "labels-"
+
+    def __init__(self, path: str, owner: bool) -> None:
+        self.path = path
+        if owner:
+            _LABEL_FOLDERS[path] = self
+            self._finalizer = weakref.finalize(
+                self, _remove_label_folder, path, os.getpid()
+            )
+
+    @classmethod
+    def make(cls, cache_dir: str) -> _LabelFolder:
+        """A new folder in ``cache_dir``, named by this machine and process
+        (the folders of processes of this machine that are gone removed)."""
+        where = _made(cache_dir)
+        mine = f"{cls.PREFIX}{socket.gethostname()}-"
+        _sweep_label_folders(where, mine)
+        return cls(tempfile.mkdtemp(prefix=f"{mine}{os.getpid()}-", dir=where), True)
+
+    def remove(self) -> None:
+        """Removes the folder now."""
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+
+    def __reduce__(self) -> tuple:
+        return _label_folder, (self.path,)
+
+
+def _remove_label_folder(path: str, pid: int) -> None:
+    if os.getpid() == pid:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _sweep_label_folders(where: str, mine: str) -> None:
+    """Removes the label folders in ``where`` of this machine's processes
+    that no longer run (killed before they could remove them)."""
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(mine):
+            continue
+        pid = name[len(mine) :].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(where, name), ignore_errors=True)
+        except OSError:
+            pass  # alive, another user's
+
+
 class _LabelFiles:
     """What a label function's record files must state, and what a missing
     one means (a RecordStore's ``expect`` and ``rebuild``): a class, so
-    that the set pickles (a spawned worker reads the same files)."""
+    that the set pickles (a spawned worker reads the same files). It holds
+    the files' folder, which lasts as long as something reads them."""
 
-    def __init__(self, shards: list[str], files: list[str], tag: bytes) -> None:
+    def __init__(
+        self, shards: list[str], files: list[str], tag: bytes, folder: _LabelFolder
+    ) -> None:
         self.shards, self.files, self.tag = shards, files, tag
+        self.folder = folder
 
     def expect(self, s: int) -> tuple[int, int, bytes]:
         return 0, 0, self.tag

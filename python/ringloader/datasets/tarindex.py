@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import logging
 import mmap
 import os
@@ -792,7 +793,9 @@ class Selection:
                     f"fields {self.fields!r}: at most {MAX_RECORD_FIELDS} fields "
                     "beside the image"
                 )
-            spec = "|".join(";".join(e) for e in self.exts)
+            # JSON: no two selections write the same text (a "|" or ";"
+            # inside an extension cannot join two of them).
+            spec = json.dumps(self.exts)
             self.tag += os.fsencode(
                 f"fields={spec}\nimage={image}\nmax_field_bytes="
                 f"{self.max_field_bytes}\nmax_gap_bytes={MAX_GAP_BYTES}\n"

@@ -267,13 +267,16 @@ static int file_ranges(PyObject *offsets, PyObject *lengths, int64_t n,
 }
 
 /* The record files of a shard table (see rl__py_file_source) into
- * t->records, over t's starts. 0, or -1 with an exception. */
+ * t->records, over t's starts. tag None (remote shards, whose record
+ * files each carry their shard's ETag in the tag): no size, mtime or tag
+ * is checked, sizes and mtimes are not read. 0, or -1 with an
+ * exception. */
 static int shard_records(PyObject *records, rl_file_table *t, rl__py_held *held)
 {
     PyObject *files, *sizes, *mtimes, *tag;
     if (!PyTuple_Check(records) ||
         !PyArg_ParseTuple(records, "OOOO", &files, &sizes, &mtimes, &tag) ||
-        !PyBytes_Check(tag)) {
+        (!PyBytes_Check(tag) && tag != Py_None)) {
         PyErr_Clear();
         PyErr_SetString(PyExc_TypeError,
                         "records must be (files, sizes, mtimes, tag bytes)");
@@ -293,8 +296,10 @@ static int shard_records(PyObject *records, rl_file_table *t, rl__py_held *held)
         }
         return -1;
     }
-    if (rl__py_hold(held, sizes, "records' sizes", RL_PY_I64, k, &sz, NULL) ||
-        rl__py_hold(held, mtimes, "records' mtimes", RL_PY_I64, k, &mt, NULL)) {
+    if (tag != Py_None &&
+        (rl__py_hold(held, sizes, "records' sizes", RL_PY_I64, k, &sz, NULL) ||
+         rl__py_hold(held, mtimes, "records' mtimes", RL_PY_I64, k, &mt,
+                     NULL))) {
         return -1;
     }
     /* One path a shard (O(shards)), copied by the table. */
@@ -316,9 +321,10 @@ static int shard_records(PyObject *records, rl_file_table *t, rl__py_held *held)
     }
     t->records = rl_shard_records_new(t->starts, paths, (size_t)k, 0);
     if (t->records == NULL ||
-        rl_shard_records_expect(t->records, sz, mt,
-                                (const uint8_t *)PyBytes_AsString(tag),
-                                (size_t)PyBytes_Size(tag)) != 0) {
+        (tag != Py_None &&
+         rl_shard_records_expect(t->records, sz, mt,
+                                 (const uint8_t *)PyBytes_AsString(tag),
+                                 (size_t)PyBytes_Size(tag)) != 0)) {
         PyErr_NoMemory();
         goto out;
     }
@@ -637,6 +643,49 @@ static int64_t *objects_of(PyObject *paths, PyObject *starts, PyObject *objects,
     return obj;
 }
 
+/* The HTTP source over shards with record files: starts (held, the
+ * source borrowing it) and the record table (the source's once made). */
+static rl_source *http_shards(const char **names, const char **urls,
+                              Py_ssize_t nobj, PyObject *starts,
+                              PyObject *records, const rl_http_options *opt,
+                              rl__py_held *held, char *msg)
+{
+    rl_file_table t = {0};
+    const void *st;
+    if (starts == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "records: only for shards (starts)");
+        return NULL;
+    }
+    if (rl__py_hold(held, starts, "starts", RL_PY_I64, nobj + 1, &st, NULL)) {
+        return NULL;
+    }
+    t.starts = st;
+    t.nfiles = nobj;
+    for (Py_ssize_t k = 0; k < nobj; k++) {
+        if (t.starts[k] > t.starts[k + 1] || t.starts[0] != 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "starts: each shard's first sample, from 0, never "
+                         "falling (entry %zd)",
+                         k);
+            return NULL;
+        }
+    }
+    if (shard_records(records, &t, held) != 0) {
+        return NULL;
+    }
+    int status;
+    rl_source *src;
+    Py_BEGIN_ALLOW_THREADS
+    src = rl_http_source_create_shards(names, urls, nobj, t.starts, t.records,
+                                       opt, &status, msg);
+    Py_END_ALLOW_THREADS
+    if (src == NULL) {
+        rl_shard_records_destroy(t.records); /* the source did not take it */
+        rl__py_raise(NULL, status, NULL, msg);
+    }
+    return src;
+}
+
 /* The HTTP source: object j of the table is named http["names"][j]
  * (display names, for messages) and fetched from http["urls"][j]; each
  * sample's object comes from objects_of; offsets/lengths as for files
@@ -645,7 +694,8 @@ static int64_t *objects_of(PyObject *paths, PyObject *starts, PyObject *objects,
  * The source copies the table: the views are released here. */
 rl_source *rl__py_http_source(PyObject *paths, PyObject *starts,
                               PyObject *offsets, PyObject *lengths,
-                              PyObject *http, uint64_t max_file_bytes,
+                              PyObject *records, PyObject *http,
+                              uint64_t max_file_bytes, rl__py_held *held,
                               char *msg)
 {
     PyObject *names =
@@ -674,6 +724,11 @@ rl_source *rl__py_http_source(PyObject *paths, PyObject *starts,
     }
     if (nurl != nobj) {
         PyErr_SetString(PyExc_ValueError, "http: one url per name");
+        goto out;
+    }
+    if (records != Py_None) {
+        src =
+            http_shards(cnames, curls, nobj, starts, records, &opt, held, msg);
         goto out;
     }
     obj =

@@ -655,16 +655,19 @@ class TarShards(ImageDataset):
                 remote.options["cache_bytes"] = self.cache_limit
                 remote.options["block_bytes"] = CACHE_BLOCK_BYTES
         offsets, lengths, records = self.offsets, self.lengths, None
-        if self._records is not None and remote is None:
-            # The C source looks each range up in the record files as it
-            # reads (csrc/source/shard_records.h): nothing per sample.
+        if self._records is not None:
+            # The C source (file or HTTP) looks each range up in the record
+            # files as it reads (csrc/source/shard_records.h): nothing per
+            # sample. A local shard's record file must state the shard's
+            # size, mtime and selection (_expect); a remote shard's states
+            # its ETag too, which one tag for all shards cannot give, so the
+            # C side checks a remote one's format, record count and file
+            # size only (tag None), the open having matched its name (made
+            # from the URL, selection and ETag) and its size to the manifest.
             store, m = self._records, self._manifest
             files = [store.file(s) for s in range(len(self.shards))]
-            records = (files, m.sizes, m.mtimes, self._tag)
-        elif self._records is not None:
-            # The HTTP source takes per-sample arrays: read from the
-            # record files here.
-            offsets, lengths = self._records.columns(("offset", "length"))
+            tag = self._tag if remote is None else None
+            records = (files, m.sizes, m.mtimes, tag)
         return Sources(
             paths=self.paths,
             targets=self.targets,

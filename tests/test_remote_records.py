@@ -254,3 +254,48 @@ def test_a_record_file_that_no_longer_fits_fails_its_samples_naming_it(
             local.targets[i].item() for i in range(len(local)) if local.shard_of(i) != 2
         }
         assert {int(y) for _, y in got} <= truth
+
+
+def test_a_table_out_of_offset_order_reads_right_with_blocks(nginx, tmp_path):
+    """Blocks step from a sample to ids i - 1, i + 1 of its object, which a
+    record file gives in offset order (a shard's samples are runs of
+    members, numbered in member order); a per-sample table in another
+    order (here each shard's samples reversed) must still read each
+    sample's own bytes: a step out of order ends the block."""
+    ds = _remote("http", nginx, None, tmp_path / "idx")
+    src = ds.ringloader_sources()
+    starts = np.asarray(ds.starts)
+    n = len(ds)
+    order = np.concatenate(
+        [np.arange(starts[k + 1] - 1, starts[k] - 1, -1) for k in range(SHARDS)]
+    )
+    objects = np.searchsorted(starts, order, side="right") - 1
+    offsets = np.array([ds.offsets[i] for i in order], np.int64)
+    lengths = np.array([ds.lengths[i] for i in order], np.int64)
+    (tmp_path / "fetched").mkdir()
+    http = dict(
+        names=list(src.remote.names),
+        urls=src.remote.urls(),
+        objects=objects.astype(np.int64),
+        cache_dir=str(tmp_path / "fetched"),
+        cache_bytes=1 << 30,
+        block_bytes=1 << 20,
+    )
+    ids = np.arange(n, dtype=np.int64)
+
+    def read(**table):
+        p = _core.Pipeline(SPEC, **table)
+        try:
+            out = []
+            for _ in range(2):  # the second from the cache
+                p.submit(ids, ids, 0)
+                out.append(torch.from_dlpack(p.next(timeout=60).views[0]).clone())
+            return out
+        finally:
+            p.close()
+
+    got = read(offsets=offsets, lengths=lengths, http=http)
+    want = read(**http_table(src))
+    for g in got:
+        assert torch.equal(g, want[0][torch.from_numpy(order)])
+    assert torch.equal(want[0], want[1])

@@ -19,11 +19,11 @@
  * by stepping to the samples before and after it in its object (ids
  * i - 1, i + 1, ...: a tar shard's members are in offset order in its
  * record file; a step that finds a member out of order, BLOCK_GAP or more
- * away, cached or being fetched ends the block there). A member not yet cached
- * whose block fits in the cache's free room is fetched with its whole
- * block in one range GET, written into the object's file as it arrives;
- * the batch's other members of that block wait for it and are then read
- * from the file. This turns an epoch over
+ * away, cached, being fetched or past the cache's free room ends the
+ * block there). A member not yet cached is fetched with its block (of two
+ * members at least) in one range GET, written into the object's file as
+ * it arrives; the batch's other members of that block wait for it and
+ * are then read from the file. This turns an epoch over
  * data the cache can hold into a few large GETs instead of one per member
  * (object stores charge, throttle and spend CPU per request), at the price
  * of fetching members another rank or a later epoch will read. Blocks are
@@ -349,7 +349,8 @@ static int64_t block_slot(http_source *s)
  * is [w, w + block_bytes), now spanning [*first, *end): the next sample
  * (after) starting at or after *end, the previous one ending at or
  * before *first, within BLOCK_GAP, starting inside the window, the block
- * then spanning at most block_bytes, neither cached nor being fetched
+ * then spanning at most block_bytes and fitting in the cache's free room,
+ * neither cached nor being fetched
  * (so that no byte is fetched twice). If so, the block grows to hold it. */
 static bool block_joins(http_source *s, int64_t j, int64_t id, bool after,
                         uint64_t w, uint64_t *first, uint64_t *end)
@@ -367,6 +368,10 @@ static bool block_joins(http_source *s, int64_t j, int64_t id, bool after,
               : e > *first || *first - e > BLOCK_GAP ||
                     *end - off > s->opt.block_bytes) {
         return false;
+    }
+    if (s->ctotal + ((after ? e : *end) - (after ? *first : off)) >
+        s->opt.cache_bytes) {
+        return false; /* no room for it: a full cache steps no further */
     }
     if (spans_hold(&s->cspans[j], off, e) || block_busy(s, j, off, e) >= 0) {
         return false;
@@ -403,7 +408,7 @@ int64_t rl__http_block_of(http_source *s, const xfer *x)
     }
     if (members < 2 || s->ctotal + (end - first) > s->opt.cache_bytes ||
         (b = block_slot(s)) < 0) {
-        return -1; /* one member alone gains nothing; no room */
+        return -1; /* one member alone gains nothing; no room for two */
     }
     s->blks[b] = (rl_http_block){j, first, end, B_IDLE};
     return b;

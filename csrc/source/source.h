@@ -188,8 +188,8 @@ typedef struct rl_http_options {
     uint64_t cache_bytes;
     /* With the cache: a member not yet cached is fetched with the members
      * next to it in its object that start in the same aligned window of
-     * block_bytes, up to block_bytes in one range GET, while the cache has
-     * room for the whole block; 0: one member at a time. */
+     * block_bytes, up to block_bytes in one range GET, as far as the
+     * cache has room; 0: one member at a time. */
     uint64_t block_bytes;
 } rl_http_options;
 

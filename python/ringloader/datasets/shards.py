@@ -659,14 +659,37 @@ class TarShards(ImageDataset):
             # The C source (file or HTTP) looks each range up in the record
             # files as it reads (csrc/source/shard_records.h): nothing per
             # sample. A local shard's record file must state the shard's
-            # size, mtime and selection (_expect); a remote shard's states
-            # its ETag too, which one tag for all shards cannot give, so the
-            # C side checks a remote one's format, record count and file
-            # size only (tag None), the open having matched its name (made
-            # from the URL, selection and ETag) and its size to the manifest.
+            # size, mtime and selection (_expect), checked in C when opened.
+            # A remote shard's states its ETag too, one tag a shard, which
+            # the C table's single tag cannot give: each is checked here
+            # against _expect instead (a header read a shard), one that
+            # does not fit made anew, and the C side checks its format,
+            # record count and size (tag None).
             store, m = self._records, self._manifest
             files = [store.file(s) for s in range(len(self.shards))]
-            tag = self._tag if remote is None else None
+            tag = self._tag
+            if remote is not None:
+                from .tarindex import records_head
+
+                for s, path in enumerate(files):
+                    size, mtime_ns, want = self._expect(s)
+                    count = int(self.starts[s + 1] - self.starts[s])
+                    try:
+                        with open(path, "rb") as f:
+                            head = f.read(records_bytes(want, 0))
+                            fits = records_head(
+                                head,
+                                os.fstat(f.fileno()).st_size,
+                                size,
+                                mtime_ns,
+                                want,
+                                count,
+                            )
+                    except OSError:
+                        fits = 0
+                    if not fits:
+                        files[s] = self._rebuild(s)
+                tag = None
             records = (files, m.sizes, m.mtimes, tag)
         return Sources(
             paths=self.paths,

@@ -274,18 +274,21 @@ def test_a_record_file_of_another_remote_shard_is_made_anew(nginx, local, tmp_pa
         assert torch.equal(wx, gx) and torch.equal(wy, gy)
 
 
-def test_a_table_out_of_offset_order_reads_right_with_blocks(nginx, tmp_path):
+@pytest.mark.parametrize("reverse", [False, True], ids=["in_order", "reversed"])
+def test_a_per_sample_table_reads_right_with_blocks(nginx, tmp_path, reverse):
     """Blocks step from a sample to ids i - 1, i + 1 of its object, which a
     record file gives in offset order (a shard's samples are runs of
-    members, numbered in member order); a per-sample table in another
-    order (here each shard's samples reversed) must still read each
-    sample's own bytes: a step out of order ends the block."""
+    members, numbered in member order). The per-sample form (object,
+    offset, length a sample) steps the same way; in another order (here
+    each shard's samples reversed) each sample must still get its own
+    bytes: a step out of order ends the block."""
     ds = _remote("http", nginx, None, tmp_path / "idx")
     src = ds.ringloader_sources()
     starts = np.asarray(ds.starts)
     n = len(ds)
+    step = -1 if reverse else 1
     order = np.concatenate(
-        [np.arange(starts[k + 1] - 1, starts[k] - 1, -1) for k in range(SHARDS)]
+        [np.arange(starts[k], starts[k + 1])[::step] for k in range(SHARDS)]
     )
     objects = np.searchsorted(starts, order, side="right") - 1
     offsets = np.array([ds.offsets[i] for i in order], np.int64)
@@ -301,6 +304,8 @@ def test_a_table_out_of_offset_order_reads_right_with_blocks(nginx, tmp_path):
     )
     ids = np.arange(n, dtype=np.int64)
 
+    requests = []
+
     def read(**table):
         p = _core.Pipeline(SPEC, **table)
         try:
@@ -308,6 +313,7 @@ def test_a_table_out_of_offset_order_reads_right_with_blocks(nginx, tmp_path):
             for _ in range(2):  # the second from the cache
                 p.submit(ids, ids, 0)
                 out.append(torch.from_dlpack(p.next(timeout=60).views[0]).clone())
+            requests.append(p.stats()["http_requests"])
             return out
         finally:
             p.close()
@@ -317,3 +323,5 @@ def test_a_table_out_of_offset_order_reads_right_with_blocks(nginx, tmp_path):
     for g in got:
         assert torch.equal(g, want[0][torch.from_numpy(order)])
     assert torch.equal(want[0], want[1])
+    # In order: a block a shard (each under 1 MiB); reversed: one a member.
+    assert requests[0] == (n if reverse else SHARDS)

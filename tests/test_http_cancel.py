@@ -18,6 +18,7 @@ from test_shards import _add
 import ringloader
 from ringloader import _core
 from rlbench.servers import Nginx
+from remote_table import http_table
 
 TF_SPEC = ringloader.transforms.compile_transform(
     T.Compose([T.Resize(32), T.CenterCrop(32), T.PILToTensor()])
@@ -69,10 +70,7 @@ def test_close_ends_a_replacement_get_in_flight(proxy, where):
     )
     p = _core.Pipeline(
         TF_SPEC,
-        paths=src.paths,
-        offsets=src.offsets,
-        lengths=src.lengths,
-        http=http,
+        **http_table(src, **http),
         skip_errors=True,
         max_consecutive_errors=4,
     )

@@ -21,6 +21,7 @@ from test_shards import _add
 import ringloader
 from ringloader import _core
 from rlbench.servers import Nginx
+from remote_table import http_table
 
 TF = T.Compose([T.Resize(32), T.CenterCrop(32), T.PILToTensor()])
 TF_SPEC = ringloader.transforms.compile_transform(TF).spec
@@ -108,13 +109,7 @@ def c_read(index_base: str, url: str, cert: str, **http):
     src = ringloader.TarShards(f"{index_base}/s0.tar", progress=False)
     srcs = src.ringloader_sources()
     opts = dict(names=[url], urls=[url], ca_file=cert, retries=0, timeout=5.0)
-    p = _core.Pipeline(
-        TF_SPEC,
-        paths=[url] * len(srcs.paths),
-        offsets=srcs.offsets,
-        lengths=srcs.lengths,
-        http={**opts, **http},
-    )
+    p = _core.Pipeline(TF_SPEC, **http_table(srcs, **opts, **http))
     try:
         p.submit([0], [0], 0)
         try:

@@ -26,6 +26,7 @@ import torch
 import torchvision.transforms as T
 from faultproxy import FaultProxy
 from images import KINDS, jpeg_bytes
+from remote_table import http_table
 from test_shards import _add
 
 import ringloader
@@ -312,13 +313,7 @@ def test_connection_refused_is_retried_then_reported(nginx, tmp_path):
     dead = nginx.url.rsplit(":", 1)[0] + ":9"
     src = ds.ringloader_sources()
     urls = [u.replace(nginx.url, dead) for u in src.remote.urls()]
-    p = _core.Pipeline(
-        TF_SPEC,
-        paths=src.paths,
-        offsets=src.offsets,
-        lengths=src.lengths,
-        http=dict(names=list(src.remote.names), urls=urls, retries=1),
-    )
+    p = _core.Pipeline(TF_SPEC, **http_table(src, urls=urls, retries=1))
     try:
         p.submit([0, 1], [0, 1], 0)
         with pytest.raises(ConnectionRefusedError) as e:
@@ -348,13 +343,7 @@ def test_close_abandons_requests_in_flight_promptly(proxy, where, tmp_path):
     http = dict(names=list(src.remote.names), urls=src.remote.urls(), timeout=60.0)
     if where == "stalled block":  # GETs of blocks into the cache
         http.update(cache_dir=str(tmp_path), cache_bytes=1 << 30, block_bytes=1 << 20)
-    p = _core.Pipeline(
-        TF_SPEC,
-        paths=src.paths,
-        offsets=src.offsets,
-        lengths=src.lengths,
-        http=http,
-    )
+    p = _core.Pipeline(TF_SPEC, **http_table(src, **http))
     ids = list(range(16))
     p.submit(ids, ids, 0)
     kind = "slow" if where == "no response" else "stall"
@@ -600,13 +589,7 @@ def test_https_verifies_the_certificate_and_speaks_http2(tls_nginx, local, monke
 
     # Without the certificate's CA the C source refuses the server.
     options = dict(src.remote.options, ca_file=None, retries=0)
-    p = _core.Pipeline(
-        TF_SPEC,
-        paths=src.paths,
-        offsets=src.offsets,
-        lengths=src.lengths,
-        http=dict(options, names=list(src.remote.names), urls=src.remote.urls()),
-    )
+    p = _core.Pipeline(TF_SPEC, **http_table(src, **options))
     try:
         p.submit([0], [0], 0)
         with pytest.raises(PermissionError) as e:
@@ -893,8 +876,9 @@ def test_a_failed_block_leaves_only_cached_members_on_disk(big_www, tmp_path):
     limit = span_b + m + 1024
     # In this order, one sample a batch: B0 brings all of s1 in a block;
     # A0 comes alone (s0's block does not fit beside s1's); C0 comes alone
-    # and its room evicts s1; A1 finds room for s0's block, whose GET is
-    # cut short, so A1 comes alone; A0 is then read from the cache.
+    # and its room evicts s1; A1 finds room for s0's block (A1 to A3, beside
+    # the cached A0), whose GET is cut short, so A1 comes alone; A0 is then
+    # read from the cache.
     order = [4, 0, 16, 1, 0]
     assert span_b + span_a > limit and a[0][1] + c[0][1] > m + 1024
     assert a[0][1] + c[0][1] + span_a <= limit
@@ -933,7 +917,8 @@ def test_a_failed_block_leaves_only_cached_members_on_disk(big_www, tmp_path):
     assert rule.applied == 1 and stats["errors"] == 0
     cut = [r for r in s0 if r.fault is not None]
     first, last = (int(v) for v in cut[0].range.split("=")[1].split("-"))
-    assert (first, last + 1) == (a[0][0], a[0][0] + span_a)  # s0's block
+    # s0's block, from A1: A0, cached, is not fetched again
+    assert (first, last + 1) == (a[1][0], a[0][0] + span_a)
     assert [r.range for r in s0 if r.fault is None] == [
         f"bytes={off}-{off + n - 1}" for off, n in (a[0], a[1])
     ]  # A0 and A1 alone; A0 read again from the cache
@@ -984,12 +969,16 @@ def test_a_cache_that_cannot_be_written_costs_nothing(nginx, www, local):
 def test_an_http_table_by_starts_or_objects_reads_what_names_read(nginx):
     """An HTTP table gives each sample's object by the shards' starts or an
     int64 array, with no name looked up a sample; the same bytes come."""
-    src = remote(nginx.url).ringloader_sources()
+    ds = remote(nginx.url)
+    src = ds.ringloader_sources()
     http = dict(names=list(src.remote.names), urls=src.remote.urls())
     ids = np.arange(min(len(src.paths), 16), dtype=np.int64)
+    # The per-sample form: each sample's range as an array.
+    offsets = np.array([ds.offsets[i] for i in range(len(ds))], np.int64)
+    lengths = np.array([ds.lengths[i] for i in range(len(ds))], np.int64)
 
     def read(**table):
-        p = _core.Pipeline(TF_SPEC, offsets=src.offsets, lengths=src.lengths, **table)
+        p = _core.Pipeline(TF_SPEC, offsets=offsets, lengths=lengths, **table)
         try:
             p.submit(ids, ids, 0)
             return torch.from_dlpack(p.next(timeout=60).views[0]).clone()

@@ -234,10 +234,15 @@ rl_source *rl__py_memory_source(PyObject *buffers, PyObject *names,
  * a sample, looked up); offsets/lengths as for files (None: whole
  * objects); the dict's other keys are options (retries, timeout,
  * connect_timeout, max_connections, verify, ca_file). The source copies
- * the table. Returns NULL with an exception set. */
+ * that table. Or, with records (as for files; tag None: no size, mtime
+ * or tag checked), starts gives the shards and each sample's range is
+ * read from its record file when it is fetched: nothing per sample;
+ * starts' view is added to held, the source borrowing it. Returns NULL
+ * with an exception set. */
 rl_source *rl__py_http_source(PyObject *paths, PyObject *starts,
                               PyObject *offsets, PyObject *lengths,
-                              PyObject *http, uint64_t max_file_bytes,
+                              PyObject *records, PyObject *http,
+                              uint64_t max_file_bytes, rl__py_held *held,
                               char *msg);
 
 /* Replaces an HTTP source's fetch URLs (a sequence of str, one per

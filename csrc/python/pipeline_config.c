@@ -85,10 +85,11 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
         PyErr_SetString(PyExc_TypeError, "give either paths or buffers");
         return NULL;
     }
-    if (records != Py_None && (http != Py_None || buffers != Py_None)) {
+    if (records != Py_None &&
+        (buffers != Py_None || (paths != Py_None && http != Py_None))) {
         PyErr_SetString(PyExc_ValueError,
-                        "records are for local shards only (not http, not "
-                        "buffers)");
+                        "records are for shards (not buffers; http shards "
+                        "given by starts)");
         return NULL;
     }
     if (device >= 0 && !PyCallable_Check(allocator)) {
@@ -121,13 +122,13 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
         cfg.decoders.defs[cfg.decoders.n++] = &self->fallback_def;
     }
     char msg[RL_MSG_MAX] = "";
-    cfg.source = buffers != Py_None
-                     ? rl__py_memory_source(buffers, names, self->keep)
-                 : http != Py_None
-                     ? rl__py_http_source(paths, starts, offsets, lengths, http,
-                                          max_file_bytes, msg)
-                     : rl__py_file_source(paths, starts, offsets, lengths,
-                                          records, &fopt, &self->held, msg);
+    cfg.source =
+        buffers != Py_None ? rl__py_memory_source(buffers, names, self->keep)
+        : http != Py_None
+            ? rl__py_http_source(paths, starts, offsets, lengths, records, http,
+                                 max_file_bytes, &self->held, msg)
+            : rl__py_file_source(paths, starts, offsets, lengths, records,
+                                 &fopt, &self->held, msg);
     self->http = http != Py_None ? cfg.source : NULL;
     if (cfg.source == NULL) {
         Py_DECREF(self);

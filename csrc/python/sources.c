@@ -267,21 +267,24 @@ static int file_ranges(PyObject *offsets, PyObject *lengths, int64_t n,
 }
 
 /* A table over the record files of `records`, (files, sizes, mtimes, tag
- * bytes), for k shards starting at starts (borrowed, k + 1 values); the
- * sizes' and mtimes' views held in held. NULL with an exception. */
+ * bytes or None), for k shards starting at starts (borrowed, k + 1
+ * values); the sizes' and mtimes' views held in held. tag None (remote
+ * shards, whose record files each carry their shard's ETag in the tag):
+ * no size, mtime or tag is checked, sizes and mtimes are not read. NULL
+ * with an exception. */
 static rl_shard_records *records_table(PyObject *records, const int64_t *starts,
                                        Py_ssize_t k, rl__py_held *held)
 {
     PyObject *files, *sizes, *mtimes, *tag;
     if (!PyTuple_Check(records) ||
         !PyArg_ParseTuple(records, "OOOO", &files, &sizes, &mtimes, &tag) ||
-        !PyBytes_Check(tag)) {
+        (!PyBytes_Check(tag) && tag != Py_None)) {
         PyErr_Clear();
         PyErr_SetString(PyExc_TypeError,
                         "records must be (files, sizes, mtimes, tag bytes)");
         return NULL;
     }
-    const void *sz, *mt;
+    const void *sz = NULL, *mt = NULL;
     if (PySequence_Size(files) != k) {
         if (!PyErr_Occurred()) {
             PyErr_Format(PyExc_ValueError,
@@ -290,8 +293,10 @@ static rl_shard_records *records_table(PyObject *records, const int64_t *starts,
         }
         return NULL;
     }
-    if (rl__py_hold(held, sizes, "records' sizes", RL_PY_I64, k, &sz, NULL) ||
-        rl__py_hold(held, mtimes, "records' mtimes", RL_PY_I64, k, &mt, NULL)) {
+    if (tag != Py_None &&
+        (rl__py_hold(held, sizes, "records' sizes", RL_PY_I64, k, &sz, NULL) ||
+         rl__py_hold(held, mtimes, "records' mtimes", RL_PY_I64, k, &mt,
+                     NULL))) {
         return NULL;
     }
     /* One path a shard (O(shards)), copied by the table. */
@@ -312,9 +317,11 @@ static rl_shard_records *records_table(PyObject *records, const int64_t *starts,
         paths[s] = PyBytes_AsString(owned[s]);
     }
     t = rl_shard_records_new(starts, paths, (size_t)k, 0);
-    if (t == NULL || rl_shard_records_expect(
-                         t, sz, mt, (const uint8_t *)PyBytes_AsString(tag),
-                         (size_t)PyBytes_Size(tag)) != 0) {
+    if (t == NULL ||
+        (tag != Py_None &&
+         rl_shard_records_expect(t, sz, mt,
+                                 (const uint8_t *)PyBytes_AsString(tag),
+                                 (size_t)PyBytes_Size(tag)) != 0)) {
         rl_shard_records_destroy(t);
         t = NULL;
         PyErr_NoMemory();
@@ -645,6 +652,49 @@ static int64_t *objects_of(PyObject *paths, PyObject *starts, PyObject *objects,
     return obj;
 }
 
+/* The HTTP source over shards with record files: starts (held, the
+ * source borrowing it) and the record table (the source's once made). */
+static rl_source *http_shards(const char **names, const char **urls,
+                              Py_ssize_t nobj, PyObject *starts,
+                              PyObject *records, const rl_http_options *opt,
+                              rl__py_held *held, char *msg)
+{
+    rl_file_table t = {0};
+    const void *st;
+    if (starts == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "records: only for shards (starts)");
+        return NULL;
+    }
+    if (rl__py_hold(held, starts, "starts", RL_PY_I64, nobj + 1, &st, NULL)) {
+        return NULL;
+    }
+    t.starts = st;
+    t.nfiles = nobj;
+    for (Py_ssize_t k = 0; k < nobj; k++) {
+        if (t.starts[k] > t.starts[k + 1] || t.starts[0] != 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "starts: each shard's first sample, from 0, never "
+                         "falling (entry %zd)",
+                         k);
+            return NULL;
+        }
+    }
+    if (shard_records(records, &t, held) != 0) {
+        return NULL;
+    }
+    int status;
+    rl_source *src;
+    Py_BEGIN_ALLOW_THREADS
+    src = rl_http_source_create_shards(names, urls, nobj, t.starts, t.records,
+                                       opt, &status, msg);
+    Py_END_ALLOW_THREADS
+    if (src == NULL) {
+        rl_shard_records_destroy(t.records); /* the source did not take it */
+        rl__py_raise(NULL, status, NULL, msg);
+    }
+    return src;
+}
+
 /* The HTTP source: object j of the table is named http["names"][j]
  * (display names, for messages) and fetched from http["urls"][j]; each
  * sample's object comes from objects_of; offsets/lengths as for files
@@ -653,7 +703,8 @@ static int64_t *objects_of(PyObject *paths, PyObject *starts, PyObject *objects,
  * The source copies the table: the views are released here. */
 rl_source *rl__py_http_source(PyObject *paths, PyObject *starts,
                               PyObject *offsets, PyObject *lengths,
-                              PyObject *http, uint64_t max_file_bytes,
+                              PyObject *records, PyObject *http,
+                              uint64_t max_file_bytes, rl__py_held *held,
                               char *msg)
 {
     PyObject *names =
@@ -682,6 +733,11 @@ rl_source *rl__py_http_source(PyObject *paths, PyObject *starts,
     }
     if (nurl != nobj) {
         PyErr_SetString(PyExc_ValueError, "http: one url per name");
+        goto out;
+    }
+    if (records != Py_None) {
+        src =
+            http_shards(cnames, curls, nobj, starts, records, &opt, held, msg);
         goto out;
     }
     obj =

@@ -23,6 +23,13 @@
  * the rest (404, 403, 416, certificate failures) fail at once. "Timeout"
  * means no byte for timeout_s seconds, not a deadline on the whole body.
  *
+ * The table is either copied per sample (object, offset, length) or, for
+ * tar shards with record files, the shards' first samples (borrowed) and
+ * the record files: a sample's object is found by binary search and its
+ * range looked up when its fetch is prepared, and the runs and the
+ * cache's blocks step from a sample to its neighbours (ids i - 1, i + 1
+ * in its shard), so that nothing is kept per sample.
+ *
  * The fetch URLs (presigned URLs expire) can be replaced while the
  * pipeline runs (rl_http_source_set_urls, under mu), and so can the keys
  * that S3 GETs from plain URLs are signed with per request
@@ -52,6 +59,58 @@
 #include <stdlib.h>
 #include <string.h>
 #include "source/http_xfer.h"
+#include "source/shard_records.h"
+
+/* ---- the table: per sample, or shards with record files ---- */
+
+int64_t rl__http_obj_of(const http_source *s, int64_t id)
+{
+    return s->records != NULL ? rl_run_of(s->starts, s->nobj, id) : s->obj[id];
+}
+
+int64_t rl__http_next_of(const http_source *s, int64_t id)
+{
+    int64_t j = rl__http_obj_of(s, id);
+    bool same =
+        id + 1 < s->base.count &&
+        (s->records != NULL ? id + 1 < s->starts[j + 1] : s->obj[id + 1] == j);
+    return same ? id + 1 : -1;
+}
+
+int64_t rl__http_prev_of(const http_source *s, int64_t id)
+{
+    int64_t j = rl__http_obj_of(s, id);
+    bool same = id > 0 && (s->records != NULL ? id - 1 >= s->starts[j]
+                                              : s->obj[id - 1] == j);
+    return same ? id - 1 : -1;
+}
+
+int rl__http_range_of(http_source *s, int64_t id, uint64_t *off, int64_t *want,
+                      char *msg)
+{
+    msg[0] = '\0';
+    if (s->records == NULL) {
+        *off = s->offsets[id];
+        *want = s->lengths[id];
+        return 0;
+    }
+    uint64_t at = 0, bytes = 0;
+    int rc = rl_shard_records_get(s->records, id, &at, &bytes, NULL, msg,
+                                  RL_MSG_MAX);
+    if (rc == 0 &&
+        (at > (uint64_t)INT64_MAX || bytes > (uint64_t)INT64_MAX - at)) {
+        /* Only a corrupt record file gives one: name the range. */
+        snprintf(msg, RL_MSG_MAX,
+                 "its record gives bytes %llu..+%llu, past any object: the "
+                 "shard's record file is corrupt (remove it; opening the "
+                 "shard set again rebuilds it)",
+                 (unsigned long long)at, (unsigned long long)bytes);
+        rc = -EBADMSG;
+    }
+    *off = at;
+    *want = (int64_t)bytes;
+    return rc;
+}
 
 /* ---- the I/O thread: a batch through the multi handle ---- */
 
@@ -115,8 +174,9 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
     int left = n, running = 0, waiting = 0, holding = 0, next = 0, nr = 0;
     for (int i = 0; i < n; i++) {
         xfer *x = &xs[i];
-        rl__http_xfer_init(s, x, fs[i]);
-        if (x->want == 0) {
+        if (rl__http_xfer_init(s, x, fs[i]) != 0) {
+            rl__http_finish(x, V_FAIL); /* its record: the lookup failed */
+        } else if (x->want == 0) {
             rl__http_finish(x, V_OK); /* an empty member: nothing to ask */
         } else if (rl__http_cache_read(s, x)) {
             /* a hit: cached before this batch asked (not by its block) */
@@ -127,7 +187,7 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
         left--;
         done(x->f, arg);
     }
-    if (s->bof == NULL) { /* with blocks, the cache does better */
+    if (!rl__http_blocks_on(s)) { /* with blocks, the cache does better */
         nr = rl__http_runs_plan(s, xs, n, rf);
         for (int i = 0; i < n; i++) {
             holding += xs[i].state == X_HOLD;
@@ -189,7 +249,8 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
             if (x->state != X_NEW) {
                 continue; /* done at the start, or waiting for its run */
             }
-            if ((b = rl__http_block_of(s, x)) >= 0 && s->bstate[b] == B_BUSY) {
+            if ((b = rl__http_block_of(s, x)) >= 0 &&
+                s->blks[b].state == B_BUSY) {
                 x->state = X_HOLD; /* its block is on the way */
                 x->blk = b;
                 holding++;
@@ -243,7 +304,7 @@ static void http_read_batch(rl_source *src, rl_fetch **fs, int n,
         for (int i = 0; holding > 0 && i < n; i++) {
             xfer *x = &xs[i];
             if (x->state != X_HOLD || x->blk < 0 ||
-                s->bstate[x->blk] == B_BUSY) {
+                s->blks[x->blk].state == B_BUSY) {
                 continue;
             }
             holding--;
@@ -287,7 +348,10 @@ static void http_read_one(rl_source *src, rl_fetch *f)
     uint64_t rng = rl__http_now_ns() ^ (uint64_t)f->id;
     xfer x;
     memset(&x, 0, sizeof(x)); /* no headers to free yet */
-    rl__http_xfer_init(s, &x, f);
+    if (rl__http_xfer_init(s, &x, f) != 0) {
+        rl__http_finish(&x, V_FAIL);
+        return;
+    }
     if (x.want == 0) {
         rl__http_finish(&x, V_OK);
         return;
@@ -343,7 +407,8 @@ static void http_where(const rl_source *src, int64_t id, char *buf, size_t cap)
 {
     const http_source *s = (const http_source *)src;
     snprintf(buf, cap, "%s",
-             id >= 0 && id < src->count ? s->names[s->obj[id]] : "?");
+             id >= 0 && id < src->count ? s->names[rl__http_obj_of(s, id)]
+                                        : "?");
 }
 
 static void http_release(rl_source *s, rl_fetch *f)
@@ -389,6 +454,7 @@ static void http_destroy(rl_source *src)
     free(s->obj);
     free(s->offsets);
     free(s->lengths);
+    rl_shard_records_destroy(s->records);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -440,39 +506,31 @@ void rl_http_options_default(rl_http_options *o)
     o->backoff_max_s = 10;
 }
 
-rl_source *rl_http_source_create(const char *const *names,
-                                 const char *const *urls, int64_t nobj,
-                                 const int64_t *obj, const uint64_t *offsets,
-                                 const int64_t *lengths, int64_t n,
-                                 const rl_http_options *opt, int *status,
-                                 char *msg)
+/* The source's parts but its table (names, URLs, the multi handle), for
+ * a table of n samples on nobj objects that keeps table_bytes; *nomem
+ * gets the message for a failure to allocate. NULL with msg and *status
+ * (libcurl unusable, out of memory). */
+static http_source *http_new(const char *const *names, const char *const *urls,
+                             int64_t nobj, int64_t n, uint64_t table_bytes,
+                             const rl_http_options *opt, char *nomem,
+                             int *status, char *msg)
 {
     msg[0] = '\0';
     *status = RL_ECONFIG;
     if (!rl__http_global_init(msg)) {
         return NULL;
     }
-    for (int64_t i = 0; i < n; i++) {
-        if (obj[i] < 0 || obj[i] >= nobj) {
-            snprintf(msg, RL_MSG_MAX, "sample %lld names no object",
-                     (long long)i);
-            return NULL;
-        }
-    }
-    /* What the copies below take, for the message when they fail. */
-    char nomem[RL_MSG_MAX];
-    snprintf(nomem, sizeof(nomem),
+    /* What the allocations take, for the message when they fail. */
+    snprintf(nomem, RL_MSG_MAX,
              "out of memory for an HTTP source of %lld samples on %lld "
              "objects (its table: %llu bytes)",
-             (long long)n, (long long)nobj,
-             (unsigned long long)(24 * (uint64_t)(n > 0 ? n : 1)));
+             (long long)n, (long long)nobj, (unsigned long long)table_bytes);
     *status = -ENOMEM;
     http_source *s = calloc(1, sizeof(*s));
     if (s == NULL) {
         snprintf(msg, RL_MSG_MAX, "%s", nomem);
         return NULL;
     }
-    size_t cnt = (size_t)(n > 0 ? n : 1);
     pthread_mutex_init(&s->mu, NULL);
     s->epfd = s->evfd = -1;
     s->base.ops = &http_ops;
@@ -487,12 +545,8 @@ rl_source *rl_http_source_create(const char *const *names,
     s->names = copy_strings(names, nobj);
     s->urls = copy_strings(urls, nobj);
     s->s3 = calloc((size_t)(nobj > 0 ? nobj : 1), sizeof(*s->s3));
-    s->obj = malloc(cnt * sizeof(*s->obj));
-    s->offsets = malloc(cnt * sizeof(*s->offsets));
-    s->lengths = malloc(cnt * sizeof(*s->lengths));
     s->multi = curl_multi_init();
-    if (!s->names || !s->urls || !s->s3 || !s->obj || !s->offsets ||
-        !s->lengths || !s->multi) {
+    if (!s->names || !s->urls || !s->s3 || !s->multi) {
         http_destroy(&s->base);
         snprintf(msg, RL_MSG_MAX, "%s", nomem);
         return NULL;
@@ -500,11 +554,15 @@ rl_source *rl_http_source_create(const char *const *names,
     for (int64_t j = 0; j < nobj; j++) {
         s->s3[j] = strncmp(names[j], "s3://", 5) == 0;
     }
-    for (int64_t i = 0; i < n; i++) {
-        s->obj[i] = obj[i];
-        s->offsets[i] = offsets != NULL ? offsets[i] : 0;
-        s->lengths[i] = lengths != NULL ? lengths[i] : -1;
-    }
+    return s;
+}
+
+/* The rest of s once its table is in: the cache, the epoll set, the
+ * multi handle's options. The source, or NULL (s destroyed) with msg and
+ * *status. */
+static rl_source *http_ready(http_source *s, const char *nomem, int *status,
+                             char *msg)
+{
     if (!rl__http_cache_init(s)) {
         http_destroy(&s->base);
         snprintf(msg, RL_MSG_MAX, "%.200s (and its cache's)", nomem);
@@ -527,6 +585,78 @@ rl_source *rl_http_source_create(const char *const *names,
     curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS,
                       (long)s->opt.max_inflight);
     return &s->base;
+}
+
+rl_source *rl_http_source_create(const char *const *names,
+                                 const char *const *urls, int64_t nobj,
+                                 const int64_t *obj, const uint64_t *offsets,
+                                 const int64_t *lengths, int64_t n,
+                                 const rl_http_options *opt, int *status,
+                                 char *msg)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (obj[i] < 0 || obj[i] >= nobj) {
+            *status = RL_ECONFIG;
+            snprintf(msg, RL_MSG_MAX, "sample %lld names no object",
+                     (long long)i);
+            return NULL;
+        }
+    }
+    char nomem[RL_MSG_MAX];
+    size_t cnt = (size_t)(n > 0 ? n : 1);
+    http_source *s = http_new(names, urls, nobj, n, 24 * (uint64_t)cnt, opt,
+                              nomem, status, msg);
+    if (s == NULL) {
+        return NULL;
+    }
+    s->obj = malloc(cnt * sizeof(*s->obj));
+    s->offsets = malloc(cnt * sizeof(*s->offsets));
+    s->lengths = malloc(cnt * sizeof(*s->lengths));
+    if (!s->obj || !s->offsets || !s->lengths) {
+        http_destroy(&s->base);
+        snprintf(msg, RL_MSG_MAX, "%s", nomem);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        s->obj[i] = obj[i];
+        s->offsets[i] = offsets != NULL ? offsets[i] : 0;
+        s->lengths[i] = lengths != NULL ? lengths[i] : -1;
+    }
+    return http_ready(s, nomem, status, msg);
+}
+
+rl_source *rl_http_source_create_shards(const char *const *names,
+                                        const char *const *urls, int64_t nobj,
+                                        const int64_t *starts,
+                                        struct rl_shard_records *records,
+                                        const rl_http_options *opt, int *status,
+                                        char *msg)
+{
+    int64_t k = 0;
+    while (nobj >= 0 && k < nobj && starts[k] <= starts[k + 1]) {
+        k++;
+    }
+    if (nobj < 0 || starts[0] != 0 || k < nobj || records == NULL) {
+        *status = RL_ECONFIG;
+        snprintf(msg, RL_MSG_MAX,
+                 "starts: each shard's first sample, from 0, never falling, "
+                 "and a record table (entry %lld)",
+                 (long long)k);
+        return NULL;
+    }
+    char nomem[RL_MSG_MAX];
+    http_source *s =
+        http_new(names, urls, nobj, starts[nobj], 8 * (uint64_t)(nobj + 1), opt,
+                 nomem, status, msg);
+    if (s == NULL) {
+        return NULL;
+    }
+    rl_source *src = http_ready(s, nomem, status, msg);
+    if (src != NULL) {
+        s->starts = starts; /* from here on, records is the source's */
+        s->records = records;
+    }
+    return src;
 }
 
 int rl_http_source_set_urls(rl_source *src, const char *const *urls,

@@ -65,7 +65,7 @@ int rl__http_runs_plan(http_source *s, xfer *xs, int n, rl_fetch *rf)
     int m = 0, nr = 0;
     for (int i = 0; i < n; i++) {
         if (xs[i].state == X_NEW && xs[i].want > 0) {
-            v[m++] = (rl_http_place){s->obj[xs[i].f->id], i, xs[i].off};
+            v[m++] = (rl_http_place){xs[i].obj, i, xs[i].off};
         }
     }
     qsort(v, (size_t)m, sizeof(*v), rl__http_place_cmp);
@@ -88,10 +88,9 @@ int rl__http_runs_plan(http_source *s, xfer *xs, int n, rl_fetch *rf)
         }
         if (z - a > 1) {
             xfer *rx = &xs[n + nr];
-            rf[nr].id = xs[v[a].key].f->id; /* for its object */
-            rl__http_xfer_init(s, rx, &rf[nr]);
-            rx->off = first;
-            rx->want = (int64_t)(end - first);
+            rf[nr].id = xs[v[a].key].f->id; /* for where() */
+            rl__http_xfer_setup(s, rx, &rf[nr], v[a].obj, first,
+                                (int64_t)(end - first));
             for (int t = a; t < z; t++) {
                 xs[v[t].key].state = X_HOLD;
                 xs[v[t].key].run = nr;

@@ -248,7 +248,7 @@ bool rl__http_attempt_prepare(xfer *x, CURL *e)
         }
     }
     free_headers(x);
-    int64_t j = s->obj[x->f->id];
+    int64_t j = x->obj;
     /* An S3 key's path goes as it is: "a/./b" and "a/../b" name objects
      * of their own, which dot-segment removal would turn into others. */
     curl_easy_setopt(e, CURLOPT_PATH_AS_IS, s->s3[j] ? 1L : 0L);
@@ -508,14 +508,30 @@ bool rl__http_after_attempt(xfer *x, CURLcode rc, uint64_t *rng)
     return true;
 }
 
-void rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f)
+int rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f)
+{
+    uint64_t off = 0;
+    int64_t want = 0;
+    char why[RL_MSG_MAX];
+    int rc = rl__http_range_of(s, f->id, &off, &want, why);
+    rl__http_xfer_setup(s, x, f, rl__http_obj_of(s, f->id), off, want);
+    if (rc != 0) {
+        f->status = rc;
+        snprintf(f->msg, RL_MSG_MAX, "%s", why);
+    }
+    return rc;
+}
+
+void rl__http_xfer_setup(http_source *s, xfer *x, rl_fetch *f, int64_t obj,
+                         uint64_t off, int64_t want)
 {
     free_headers(x);
     memset(x, 0, sizeof(*x));
     x->s = s;
     x->f = f;
-    x->off = s->offsets[f->id];
-    x->want = s->lengths[f->id];
+    x->obj = obj;
+    x->off = off;
+    x->want = want;
     x->blk = -1;
     x->sink_fd = -1;
     x->run = -1;

@@ -29,6 +29,20 @@ typedef struct rl_http_keys {
     char *sigv4, *access, *secret, *token;
 } rl_http_keys;
 
+/* The byte ranges [v[2t], v[2t + 1]) of one cache file, sorted, apart
+ * (neither overlapping nor touching), n of them in room for cap. */
+typedef struct rl_http_spans {
+    uint64_t *v;
+    size_t n, cap;
+} rl_http_spans;
+
+/* A block being fetched: bytes off .. end of object obj. */
+typedef struct rl_http_block {
+    int64_t obj;
+    uint64_t off, end;
+    uint8_t state;
+} rl_http_block;
+
 typedef struct http_source {
     rl_source base;
     rl_http_options opt;
@@ -38,9 +52,16 @@ typedef struct http_source {
     bool *s3;           /* per object: its display name is s3:// */
     rl_http_keys *keys; /* S3 GETs signed with these, guarded by mu; NULL */
     rl_http_one *ones;  /* the read_one calls in progress, guarded by mu */
-    int64_t *obj;       /* object of each sample */
+    /* The table, in one of two forms (source/source.h): per sample its
+     * object, offset and length (-1: the whole object), copied; or, with
+     * records (owned), the first sample of each object (borrowed, nobj +
+     * 1 entries) and the record files that give each sample's range. The
+     * other form's pointers are NULL. */
+    int64_t *obj;
     uint64_t *offsets;
-    int64_t *lengths; /* -1: the whole object */
+    int64_t *lengths;
+    const int64_t *starts;
+    struct rl_shard_records *records;
     pthread_mutex_t mu;
     CURLM *multi;   /* the I/O thread's */
     CURL *idle[64]; /* easy handles to reuse (I/O thread) */
@@ -56,28 +77,27 @@ typedef struct http_source {
     uint64_t jitter; /* the I/O thread's random state */
     char ua[64];
     /* The local cache of fetched bytes (http_cache.c), the I/O thread's:
-     * per object its cache file, bytes held and last use; per sample
-     * whether its bytes are there. */
+     * per object its cache file, bytes held, last use and the byte ranges
+     * its file holds (nothing per sample). */
     int *cfd;
     uint64_t *cbytes, *cused;
-    uint8_t *cached;
+    rl_http_spans *cspans;
     uint64_t ctotal, ctick;
     /* rl_source_counters (read from any thread): cache hits, attempts,
      * retries, body bytes received. */
     atomic_uint_fast64_t chits, nreq, nretry, nbytes;
     /* The blocks of neighbouring members fetched in one GET into the cache
-     * (opt.block_bytes): per sample its block (-1: none); per block its
-     * byte range, its samples (bids[bat[b]] .. bids[bat[b + 1]]) and
-     * whether it is being fetched (B_BUSY) or fell back to members
-     * (B_OFF); per object the blocks being fetched into its file. */
+     * (opt.block_bytes), planned when one is needed: nblk slots, each a
+     * block being fetched (B_BUSY) or free (B_IDLE); per object the
+     * blocks being fetched into its file, and whether a block of it
+     * failed (its members are then fetched one at a time). */
     int64_t nblk;
-    int64_t *bof, *bids, *bat;
-    uint64_t *boff, *bend;
-    uint8_t *bstate;
+    rl_http_block *blks;
     int *cbusy;
+    uint8_t *boffobj;
 } http_source;
 
-enum { B_IDLE, B_BUSY, B_OFF };
+enum { B_IDLE, B_BUSY };
 
 enum { X_NEW, X_WAIT, X_RUN, X_HOLD, X_DONE };
 
@@ -86,8 +106,11 @@ typedef struct xfer {
     http_source *s;
     rl_fetch *f;
     CURL *easy;
+    int64_t obj; /* the object of f's sample (of a run: its members') */
     uint64_t off;
-    int64_t want; /* bytes asked for, -1: the whole object */
+    int64_t want;  /* bytes asked for, -1: the whole object */
+    uint64_t moff; /* blk's GET: its member's own range, for after it */
+    int64_t mwant;
     int64_t blk;  /* the block this attempt fetches into the cache, or the
                    * block an X_HOLD fetch waits for; -1: none */
     int sink_fd;  /* blk's GET: the cache file its body is written into,
@@ -122,9 +145,30 @@ uint64_t rl__http_now_ns(void);
  * only). NULL when out of memory. */
 CURL *rl__http_easy_new(http_source *s);
 
-/* x for fetch f of s: its range from the table; f emptied. x is zeroed
- * or a transfer that ended (its headers are freed). */
-void rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f);
+/* x for fetch f of s: its object and range from the table (a record
+ * file's lookup with records); f emptied. x is zeroed or a transfer that
+ * ended (its headers are freed). Returns 0, or the status the lookup
+ * failed with, with f->status and f->msg set (x is then to be ended with
+ * rl__http_finish(x, V_FAIL)). */
+int rl__http_xfer_init(http_source *s, xfer *x, rl_fetch *f);
+
+/* x for fetch f of bytes off .. off + want of object obj (-1: all of it),
+ * without looking at the table; otherwise as rl__http_xfer_init. */
+void rl__http_xfer_setup(http_source *s, xfer *x, rl_fetch *f, int64_t obj,
+                         uint64_t off, int64_t want);
+
+/* The object of sample id (a binary search on starts with records). */
+int64_t rl__http_obj_of(const http_source *s, int64_t id);
+
+/* Sample id's byte range: 0 with *off and *want (-1: the whole object),
+ * or -errno with msg (RL_MSG_MAX) naming the record file. Thread-safe. */
+int rl__http_range_of(http_source *s, int64_t id, uint64_t *off, int64_t *want,
+                      char *msg);
+
+/* The sample after id in id's object (id + 1 when it is there), or -1;
+ * the one before it (id - 1), or -1. */
+int64_t rl__http_next_of(const http_source *s, int64_t id);
+int64_t rl__http_prev_of(const http_source *s, int64_t id);
 
 /* Points e at x's next attempt (URL and signing keys under s->mu, Range,
  * callbacks, the protocols a redirect may go to: https only from an https
@@ -263,13 +307,23 @@ bool rl__http_cache_read(http_source *s, xfer *x);
  * stay within opt.cache_bytes. Failures (a full disk) only skip it. */
 void rl__http_cache_store(http_source *s, const xfer *x);
 
-/* The block to fetch for x's member: -1 when blocks are off, x's sample
- * has none, or the cache lacks room for it. */
+/* Whether members not yet cached are fetched in blocks. */
+bool rl__http_blocks_on(const http_source *s);
+
+/* The block for x's member: a block being fetched that holds it (B_BUSY:
+ * x waits for it), or a new one planned around x's member over the
+ * samples before and after it in its object that lie in the same window
+ * of block_bytes, in offset order, not cached (B_IDLE:
+ * rl__http_block_begin must come next). -1 when
+ * blocks are off or failed for x's object, no neighbour fits, or the
+ * cache lacks room; then x is fetched alone. Looks up the ranges of at
+ * most one window's members (and one more each way); allocates only
+ * block slots. */
 int64_t rl__http_block_of(http_source *s, const xfer *x);
 
 /* Turns x into the GET of block b, which is written into the cache file
- * as it arrives; its room in the cache is taken now. false (x unchanged)
- * when the cache file cannot be opened. */
+ * as it arrives; its room in the cache is taken now. false (x unchanged,
+ * the slot freed) when the cache file cannot be opened. */
 bool rl__http_block_begin(http_source *s, xfer *x, int64_t b);
 
 /* After x's block GET ended (x->f->status 0: all of it arrived): its

@@ -187,8 +187,9 @@ typedef struct rl_http_options {
     char cache_dir[1024];
     uint64_t cache_bytes;
     /* With the cache: a member not yet cached is fetched with the members
-     * next to it in its object, up to block_bytes in one range GET, while
-     * the cache has room for the whole block; 0: one member at a time. */
+     * next to it in its object that start in the same aligned window of
+     * block_bytes, up to block_bytes in one range GET, as far as the
+     * cache has room; 0: one member at a time. */
     uint64_t block_bytes;
 } rl_http_options;
 
@@ -201,7 +202,10 @@ void rl_http_options_default(rl_http_options *o);
  * lengths[i] < 0 (offsets and lengths NULL: every sample whole). Object j
  * is fetched from urls[j] (http:// or https://; a presigned URL is fine,
  * or a plain S3 URL signed per request: rl_http_source_set_keys) and
- * named names[j] in messages. Everything is copied. Returns the
+ * named names[j] in messages. Everything is copied: this per-sample form
+ * keeps 24 bytes a sample, for tables that have nothing else (one object
+ * a sample, tests); shards with record files take
+ * rl_http_source_create_shards. Returns the
  * source, or NULL with msg (RL_MSG_MAX) saying why and *status the kind:
  * RL_ECONFIG (a sample naming no object, libcurl unusable), -ENOMEM (the
  * message says for what, how large), -errno (the epoll set). Statuses of
@@ -217,6 +221,27 @@ rl_source *rl_http_source_create(const char *const *names,
                                  const int64_t *lengths, int64_t n,
                                  const rl_http_options *opt, int *status,
                                  char *msg);
+
+/*
+ * The same source over tar shards with record files, holding nothing per
+ * sample: object k (a shard, urls[k] and names[k], copied) holds samples
+ * starts[k] .. starts[k + 1] - 1 (nobj + 1 entries, from 0, never falling;
+ * borrowed: the caller keeps the array alive and unchanged until the
+ * source is destroyed), found by binary search; each sample's byte range
+ * is looked up in its shard's record file (source/shard_records.h, a
+ * table over the same starts) when its fetch is prepared, and a lookup
+ * that fails fails that sample with -errno and the lookup's message,
+ * which names the record file. count = starts[nobj]. On success the
+ * source owns records (and destroys it); on failure the caller still
+ * does. Returns and fails as rl_http_source_create (RL_ECONFIG for
+ * starts that do not start at 0 or fall).
+ */
+rl_source *rl_http_source_create_shards(const char *const *names,
+                                        const char *const *urls, int64_t nobj,
+                                        const int64_t *starts,
+                                        struct rl_shard_records *records,
+                                        const rl_http_options *opt, int *status,
+                                        char *msg);
 
 /* libcurl's version line, with its TLS and HTTP/2 libraries. */
 const char *rl_http_library(void);

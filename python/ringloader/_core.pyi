@@ -414,13 +414,18 @@ class Pipeline:
         # http objects) are K shards, shard k holding samples starts[k] ..
         # starts[k + 1] - 1, the table starts[K] samples.
         starts: Optional[Buffer] = ...,
-        # Local shards (with starts) whose samples' ranges are in record
-        # files, instead of offsets and lengths: (files, sizes, mtimes,
-        # tag), each shard's record file, the int64 size and mtime_ns it
-        # must state (buffers, borrowed), and the bytes its tag starts with
-        # (csrc/source/shard_records.h). Each read looks its sample up; a
+        # Shards (with starts: local paths, or http objects given by
+        # starts) whose samples' ranges are in record files, instead of
+        # offsets and lengths: (files, sizes, mtimes, tag), each shard's
+        # record file, the int64 size and mtime_ns it must state (buffers,
+        # borrowed), and the bytes its tag starts with
+        # (csrc/source/shard_records.h); tag None: only each file's format,
+        # record count and size are checked (remote shards, whose files
+        # each state their own ETag). Each read looks its sample up; a
         # record file that disagrees fails that sample, naming it.
-        records: Optional[tuple[Sequence[str], Buffer, Buffer, bytes]] = ...,
+        records: Optional[
+            tuple[Sequence[str], Optional[Buffer], Optional[Buffer], Optional[bytes]]
+        ] = ...,
     ) -> Pipeline: ...
     def submit(
         self,

@@ -354,8 +354,10 @@ def _table(src: Sources, remote: Any) -> dict[str, Any]:
         else:
             table["paths"] = paths  # each sample's object, by name
     records = getattr(src, "records", None)
-    if records is not None and remote is None and shards:
-        table["records"] = (records[0], _i64(records[1]), _i64(records[2]), records[3])
+    if records is not None and shards and (remote is None or "starts" in table):
+        # Local shards, or remote ones by starts: ranges from record files.
+        files, sizes, mtimes, tag = records
+        table["records"] = (files, _i64(sizes), _i64(mtimes), tag)
     elif src.offsets is not None:
         offsets = src.offsets
         if isinstance(offsets, np.ndarray) and offsets.ndim == 1 and not offsets.any():

@@ -92,12 +92,16 @@ class Sources:
     part's first sample, then the table's length): the datasets the table
     was made of (:meth:`.composed.Composed.parts`), within which
     ``on_error="skip"`` replaces a sample; None: one. ``records``
-    (local tar shards whose per-sample ranges are in record files: each
-    shard's record file, the size and mtime_ns it must state, and the tag
-    it starts with, ``(files, sizes, mtimes, tag)``; see :mod:`.manifest`): the C source looks each sample's range up when it
-    reads it, and ``offsets``/``lengths`` are lazy views for everything
-    else (a Python decode, a composition of datasets); None: the arrays
-    are the table.
+    (tar shards, local or remote, whose per-sample ranges are in record
+    files: each shard's record file, the size and mtime_ns it must state,
+    and the tag it starts with, ``(files, sizes, mtimes, tag)``, tag None
+    for remote shards, whose files each state their own ETag: checked in
+    Python when the sources are made, their format and count in C; see
+    :mod:`.manifest`): the C source (file or HTTP) looks each sample's
+    range up when it reads it,
+    and ``offsets``/``lengths`` are lazy views for everything else (a
+    Python decode, a composition of datasets); None: the arrays are the
+    table.
     """
 
     paths: Sequence[str]

@@ -727,16 +727,42 @@ class TarShards(ImageDataset):
                 remote.options["cache_bytes"] = self.cache_limit
                 remote.options["block_bytes"] = CACHE_BLOCK_BYTES
         offsets, lengths, records = self.offsets, self.lengths, None
-        if self._records is not None and remote is None:
-            # The C source looks each range up in the record files as it
-            # reads (csrc/source/shard_records.h): nothing per sample.
+        if self._records is not None:
+            # The C source (file or HTTP) looks each range up in the record
+            # files as it reads (csrc/source/shard_records.h): nothing per
+            # sample. A local shard's record file must state the shard's
+            # size, mtime and selection (_expect), checked in C when opened.
+            # A remote shard's states its ETag too, one tag a shard, which
+            # the C table's single tag cannot give: each is checked here
+            # against _expect instead (a header read a shard), one that
+            # does not fit made anew, and the C side checks its format,
+            # record count and size (tag None).
             store, m = self._records, self._manifest
             files = [store.file(s) for s in range(len(self.shards))]
-            records = (files, m.sizes, m.mtimes, self._tag)
-        elif self._records is not None:
-            # The HTTP source takes per-sample arrays: read from the
-            # record files here.
-            offsets, lengths = self._records.columns(("offset", "length"))
+            tag = self._tag
+            if remote is not None:
+                from .tarindex import records_head
+
+                for s, path in enumerate(files):
+                    size, mtime_ns, want = self._expect(s)
+                    count = int(self.starts[s + 1] - self.starts[s])
+                    try:
+                        with open(path, "rb") as f:
+                            head = f.read(records_bytes(want, 0))
+                            fits = records_head(
+                                head,
+                                os.fstat(f.fileno()).st_size,
+                                size,
+                                mtime_ns,
+                                want,
+                                count,
+                            )
+                    except OSError:
+                        fits = 0
+                    if not fits:
+                        files[s] = self._rebuild(s)
+                tag = None
+            records = (files, m.sizes, m.mtimes, tag)
         return Sources(
             paths=self.paths,
             targets=self.targets,

@@ -317,11 +317,10 @@ static rl_shard_records *records_table(PyObject *records, const int64_t *starts,
         paths[s] = PyBytes_AsString(owned[s]);
     }
     t = rl_shard_records_new(starts, paths, (size_t)k, 0);
-    if (t == NULL ||
-        (tag != Py_None &&
-         rl_shard_records_expect(t, sz, mt,
-                                 (const uint8_t *)PyBytes_AsString(tag),
-                                 (size_t)PyBytes_Size(tag)) != 0)) {
+    if (t == NULL || (tag != Py_None &&
+                      rl_shard_records_expect(
+                          t, sz, mt, (const uint8_t *)PyBytes_AsString(tag),
+                          (size_t)PyBytes_Size(tag)) != 0)) {
         rl_shard_records_destroy(t);
         t = NULL;
         PyErr_NoMemory();

@@ -43,7 +43,8 @@
  * with an easy handle and a multi handle of its own, with the same checks
  * and retries; cancel() also wakes each read_one's wait, so a transfer or
  * a backoff in progress ends with RL_ECLOSED at once. One
- * transfer's code (options, callbacks, verdicts, backoff) is in
+ * transfer's code (options, callbacks, verdicts, backoff) and the
+ * table's lookups (a sample's object, range and neighbours) are in
  * source/http_xfer.c, the optional local cache of fetched byte ranges in
  * source/http_cache.c (with it, a member not yet cached is fetched with
  * its neighbours in one GET of a block while the cache has room; the
@@ -60,57 +61,6 @@
 #include <string.h>
 #include "source/http_xfer.h"
 #include "source/shard_records.h"
-
-/* ---- the table: per sample, or shards with record files ---- */
-
-int64_t rl__http_obj_of(const http_source *s, int64_t id)
-{
-    return s->records != NULL ? rl_run_of(s->starts, s->nobj, id) : s->obj[id];
-}
-
-int64_t rl__http_next_of(const http_source *s, int64_t id)
-{
-    int64_t j = rl__http_obj_of(s, id);
-    bool same =
-        id + 1 < s->base.count &&
-        (s->records != NULL ? id + 1 < s->starts[j + 1] : s->obj[id + 1] == j);
-    return same ? id + 1 : -1;
-}
-
-int64_t rl__http_prev_of(const http_source *s, int64_t id)
-{
-    int64_t j = rl__http_obj_of(s, id);
-    bool same = id > 0 && (s->records != NULL ? id - 1 >= s->starts[j]
-                                              : s->obj[id - 1] == j);
-    return same ? id - 1 : -1;
-}
-
-int rl__http_range_of(http_source *s, int64_t id, uint64_t *off, int64_t *want,
-                      char *msg)
-{
-    msg[0] = '\0';
-    if (s->records == NULL) {
-        *off = s->offsets[id];
-        *want = s->lengths[id];
-        return 0;
-    }
-    uint64_t at = 0, bytes = 0;
-    int rc = rl_shard_records_get(s->records, id, &at, &bytes, NULL, msg,
-                                  RL_MSG_MAX);
-    if (rc == 0 &&
-        (at > (uint64_t)INT64_MAX || bytes > (uint64_t)INT64_MAX - at)) {
-        /* Only a corrupt record file gives one: name the range. */
-        snprintf(msg, RL_MSG_MAX,
-                 "its record gives bytes %llu..+%llu, past any object: the "
-                 "shard's record file is corrupt (remove it; opening the "
-                 "shard set again rebuilds it)",
-                 (unsigned long long)at, (unsigned long long)bytes);
-        rc = -EBADMSG;
-    }
-    *off = at;
-    *want = (int64_t)bytes;
-    return rc;
-}
 
 /* ---- the I/O thread: a batch through the multi handle ---- */
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "source/http_xfer.h"
+#include "source/shard_records.h"
 #include "testing/hooks.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -547,4 +548,55 @@ void rl__http_fail_closed(xfer *x)
     x->f->status = RL_ECLOSED;
     snprintf(x->f->msg, RL_MSG_MAX, "closed");
     rl__http_finish(x, V_FAIL);
+}
+
+/* ---- the table: per sample, or shards with record files ---- */
+
+int64_t rl__http_obj_of(const http_source *s, int64_t id)
+{
+    return s->records != NULL ? rl_run_of(s->starts, s->nobj, id) : s->obj[id];
+}
+
+int64_t rl__http_next_of(const http_source *s, int64_t id)
+{
+    int64_t j = rl__http_obj_of(s, id);
+    bool same =
+        id + 1 < s->base.count &&
+        (s->records != NULL ? id + 1 < s->starts[j + 1] : s->obj[id + 1] == j);
+    return same ? id + 1 : -1;
+}
+
+int64_t rl__http_prev_of(const http_source *s, int64_t id)
+{
+    int64_t j = rl__http_obj_of(s, id);
+    bool same = id > 0 && (s->records != NULL ? id - 1 >= s->starts[j]
+                                              : s->obj[id - 1] == j);
+    return same ? id - 1 : -1;
+}
+
+int rl__http_range_of(http_source *s, int64_t id, uint64_t *off, int64_t *want,
+                      char *msg)
+{
+    msg[0] = '\0';
+    if (s->records == NULL) {
+        *off = s->offsets[id];
+        *want = s->lengths[id];
+        return 0;
+    }
+    uint64_t at = 0, bytes = 0;
+    int rc = rl_shard_records_get(s->records, id, &at, &bytes, NULL, msg,
+                                  RL_MSG_MAX);
+    if (rc == 0 &&
+        (at > (uint64_t)INT64_MAX || bytes > (uint64_t)INT64_MAX - at)) {
+        /* Only a corrupt record file gives one: name the range. */
+        snprintf(msg, RL_MSG_MAX,
+                 "its record gives bytes %llu..+%llu, past any object: the "
+                 "shard's record file is corrupt (remove it; opening the "
+                 "shard set again rebuilds it)",
+                 (unsigned long long)at, (unsigned long long)bytes);
+        rc = -EBADMSG;
+    }
+    *off = at;
+    *want = (int64_t)bytes;
+    return rc;
 }

@@ -407,6 +407,11 @@ class _ColumnFields:
         return []
 
     @staticmethod
+    def check_arrays() -> list:
+        """:meth:`checks` as per-sample arrays: none either."""
+        return []
+
+    @staticmethod
     def max_int_digits() -> int:
         return 0
 

@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from . import targets as _targets
+from . import timmdata
 from .base import ImageDataset, Sources, decode_item, read_file
 from .cache import StringBlob
 from .shards import _ShardPaths
@@ -728,3 +729,40 @@ def _check_witness(path: str, at: int, want: bytes) -> None:
             f"{path}: the file differs from the one the dataset mapped (it was "
             "replaced since the dataset was loaded); load the dataset again"
         )
+
+
+def _from_timm_reader(reader: Any) -> HFDataset:
+    """timm's ``ReaderHfds`` (``create_dataset("hfds/...")``) as an
+    HFDataset over the dataset it loaded, with its image and label
+    columns, each label as the reader's ``_get_target`` makes it (its
+    class_map applied). ValueError naming what it cannot read: targets
+    made of several columns, a label path into a nested column, labels a
+    class_map maps to other than class indices."""
+    if getattr(reader, "target_keys", None):
+        raise ValueError(
+            f"its targets are made of the columns {list(reader.target_keys)}"
+        )
+    try:
+        ds = HFDataset(reader.dataset, image=reader.image_key, target=reader.label_key)
+    except TypeError as e:
+        raise ValueError(str(e)) from None
+    if getattr(reader, "remap_class", False):
+        t = ds.targets
+        if not (isinstance(t, np.ndarray) and t.ndim == 1 and t.dtype == np.int64):
+            raise ValueError("its class_map remaps labels that are not class indices")
+        labels, where = np.unique(t, return_inverse=True)
+        mapped = []
+        for label in labels.tolist():
+            try:
+                mapped.append(reader._get_target({reader.label_key: label}))
+            except (KeyError, IndexError):
+                raise ValueError(
+                    f"its class_map has no class for label {label}"
+                ) from None
+        if not all(isinstance(m, int) for m in mapped):
+            raise ValueError("its class_map maps labels to other than class indices")
+        ds.targets = np.asarray(mapped, dtype=np.int64)[where]
+    return ds
+
+
+timmdata.register_reader("ReaderHfds", _from_timm_reader)

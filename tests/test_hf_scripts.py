@@ -8,6 +8,13 @@ no network), and ``ringloader.timm.create_loader`` reads it natively
 through HFDataset: timm's own loader's labels in its order and its images
 (within 1 LSB of the 8-bit value where timm's transform resamples), with
 no FallbackWarning.
+
+transformers' image-classification example: its ``with_transform``
+dataset becomes ``HFDataset(split, transform=<its Compose>,
+as_dict="pixel_values")`` and its DataLoader ringloader's; its
+``collate_fn`` then gets dict items as the example's function makes them,
+and its batches are those of torch's DataLoader over the example's own
+dataset (within the drop-in's eval promise, the same labels).
 """
 
 from __future__ import annotations
@@ -185,3 +192,171 @@ def test_hfds_without_resampling_bit_exact(tmp_path):
     (tx, ty) = batches(timm_create_loader(dataset(), **kwargs))
     assert torch.equal(y, ty)
     assert torch.equal((x * 255).round().byte(), (tx * 255).round().byte())
+
+
+# transformers' image-classification example (run_image_classification*.py):
+# its transforms and functions as it builds them (torchvision v1, the
+# image column's PIL image converted to RGB, "pixel_values" added to the
+# batch of rows), rewritten here by what they do. Its one-line change:
+#     train_dataset = dataset["train"].with_transform(preprocess_train)
+# becomes
+#     train_dataset = ringloader.HFDataset(
+#         dataset["train"], transform=train_transforms, as_dict="pixel_values")
+# with ringloader's DataLoader in place of torch's; collate_fn unchanged.
+MEAN, DEV = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)  # a ViT image processor's
+
+
+def example(size, image_column="image", label_column="label"):
+    """(train_transforms, val_transforms, preprocess_train,
+    preprocess_val, collate_fn) as the example makes them."""
+    from torchvision.transforms import (
+        CenterCrop,
+        Compose,
+        Normalize,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+        Resize,
+        ToTensor,
+    )
+
+    norm = Normalize(mean=MEAN, std=DEV)
+    train_tf = Compose(
+        [RandomResizedCrop(size), RandomHorizontalFlip(), ToTensor(), norm]
+    )
+    val_tf = Compose([Resize(size), CenterCrop(size), ToTensor(), norm])
+
+    def with_pixels(tf):
+        def preprocess(rows):
+            images = rows[image_column]
+            rows["pixel_values"] = [tf(im.convert("RGB")) for im in images]
+            return rows
+
+        return preprocess
+
+    def collate_fn(examples):
+        return {
+            "pixel_values": torch.stack([e["pixel_values"] for e in examples]),
+            "labels": torch.tensor([e[label_column] for e in examples]),
+        }
+
+    return train_tf, val_tf, with_pixels(train_tf), with_pixels(val_tf), collate_fn
+
+
+@pytest.fixture(scope="module")
+def dataset(hub):
+    """``load_dataset(name)`` as the example calls it: a DatasetDict of
+    the Parquet dataset's splits, in Arrow files of the cache."""
+    name, root = hub
+    return datasets.load_dataset(name[len("hfds/") :], cache_dir=root)
+
+
+def close(ours, ref):
+    """Within ringloader's eval promise against torchvision's PIL path
+    (under 4.5 LSB RMS, as test_frontdoor measures it), per image."""
+    assert ours.shape == ref.shape and ours.dtype == ref.dtype == torch.float32
+    for x, y in zip(ours, ref):
+        rms = ((x - y) * DEV[0]).pow(2).mean().sqrt()
+        assert rms.item() * 255 < 4.5, rms.item() * 255
+
+
+def test_example_eval_dataloader_with_the_one_line_change(dataset):
+    _, val_tf, _, preprocess_val, collate_fn = example(32)
+    theirs = torch.utils.data.DataLoader(
+        dataset["validation"].with_transform(preprocess_val),
+        collate_fn=collate_fn,
+        batch_size=4,
+    )
+    eval_dataset = ringloader.HFDataset(
+        dataset["validation"], transform=val_tf, as_dict="pixel_values"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ringloader.FallbackWarning)
+        ours = ringloader.DataLoader(eval_dataset, collate_fn=collate_fn, batch_size=4)
+        assert type(ours) is ringloader.DataLoader
+        got = list(ours)
+    ref = list(theirs)
+    assert len(got) == len(ref) == 3
+    for a, b in zip(got, ref):
+        assert set(a) == set(b) == {"pixel_values", "labels"}
+        assert torch.equal(a["labels"], b["labels"])
+        close(a["pixel_values"], b["pixel_values"])
+
+
+def test_example_train_loop(dataset):
+    """The example's training loop (shuffle=True, its collate_fn,
+    ``model(**batch)`` with a loss): every sample once an epoch, in
+    another order the next, the dict batches on ringloader's path."""
+    train_tf, _, _, _, collate_fn = example(32)
+    train_dataset = ringloader.HFDataset(
+        dataset["train"], transform=train_tf, as_dict="pixel_values"
+    )
+
+    class Model(torch.nn.Module):  # a classifier as transformers' take args
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(3 * 32 * 32, 3)
+
+        def forward(self, pixel_values, labels):
+            logits = self.head(pixel_values.flatten(1))
+            return torch.nn.functional.cross_entropy(logits, labels)
+
+    torch.manual_seed(0)
+    model = Model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ringloader.FallbackWarning)
+        loader = ringloader.DataLoader(
+            train_dataset, shuffle=True, collate_fn=collate_fn, batch_size=6
+        )
+        orders = []
+        for _ in range(2):
+            seen = []
+            for batch in loader:
+                assert batch["pixel_values"].shape == (6, 3, 32, 32)
+                loss = model(**batch)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                assert torch.isfinite(loss)
+                seen += batch["labels"].tolist()
+            orders.append(seen)
+    labels = dataset["train"]["label"]
+    assert all(sorted(o) == sorted(labels) for o in orders)
+    assert orders[0] != orders[1]
+
+
+def test_as_dict_items_and_batches_as_torch_gives_them(dataset):
+    """Indexing gives the dict; without a collate_fn the loader yields the
+    dict default_collate makes of those (torch's DataLoader over the same
+    HFDataset, which indexes it)."""
+    _, val_tf, _, _, _ = example(32)
+    ds = ringloader.HFDataset(
+        dataset["validation"], transform=val_tf, as_dict="pixel_values"
+    )
+    item = ds[4]
+    assert set(item) == {"pixel_values", "label"} and item["label"] == 1
+    assert item["pixel_values"].shape == (3, 32, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ringloader.FallbackWarning)
+        ours = list(ringloader.DataLoader(ds, batch_size=5))
+    ref = list(torch.utils.data.DataLoader(ds, batch_size=5))
+    assert len(ours) == len(ref) == 2
+    for a, b in zip(ours, ref):
+        assert set(a) == set(b) == {"pixel_values", "label"}
+        assert a["label"].dtype == torch.int64 and torch.equal(a["label"], b["label"])
+        close(a["pixel_values"], b["pixel_values"])
+    with pytest.raises(ValueError, match="as_dict='label' is also the name"):
+        ringloader.HFDataset(dataset["validation"], as_dict="label")
+
+
+def test_a_with_transform_dataset_names_the_change(dataset):
+    """The example's dataset as it is (with_transform): torch's
+    DataLoader, the warning naming the change; HFDataset over it says the
+    same."""
+    _, _, _, preprocess_val, collate_fn = example(32)
+    formatted = dataset["validation"].with_transform(preprocess_val)
+    with pytest.warns(ringloader.FallbackWarning, match="as_dict='pixel_values'"):
+        loader = ringloader.DataLoader(formatted, collate_fn=collate_fn, batch_size=4)
+    assert next(iter(loader))["pixel_values"].shape == (4, 3, 32, 32)
+    with pytest.raises(ValueError, match="as_dict='pixel_values'"):
+        ringloader.HFDataset(formatted)

@@ -91,6 +91,13 @@ def batches(loader):
 )
 def test_eval_loader_gives_timms_batches(request, where, prefetcher, recipe):
     root = request.getfixturevalue(where)
+    compare_eval(lambda: create_dataset("", root=root), prefetcher, recipe)
+
+
+def compare_eval(make_dataset, prefetcher, recipe):
+    """ringloader's eval loader and timm's, each over a dataset of
+    ``make_dataset()``: the same labels, the same images within 1 LSB of
+    the 8-bit value, no FallbackWarning. Returns the labels."""
     kwargs = dict(
         input_size=SIZE,
         batch_size=4,
@@ -102,14 +109,15 @@ def test_eval_loader_gives_timms_batches(request, where, prefetcher, recipe):
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", ringloader.FallbackWarning)
-        ours = create_loader(create_dataset("", root=root), **kwargs)
-    theirs = timm_create_loader(create_dataset("", root=root), **kwargs)
+        ours = create_loader(make_dataset(), **kwargs)
+    theirs = timm_create_loader(make_dataset(), **kwargs)
     assert len(ours) == len(theirs)
     (x, y), (tx, ty) = batches(ours), batches(theirs)
     assert torch.equal(y, ty)
     assert x.shape == tx.shape and x.dtype == tx.dtype == torch.float32
     # within 1 LSB of the 8-bit value, in normalised units
     assert float(((x - tx).abs() * STD * 255).max()) <= 1.0 + 1e-3
+    return y
 
 
 def test_train_loader_draws_and_normalises(folder):

@@ -11,10 +11,13 @@ collate_fn under the prefetcher, ``create_loader`` with train.py's
 ``common_loader_kwargs`` and ``train_loader_kwargs`` (and its scheduled-size
 arguments, unset), then a few steps of train.py's loop on a tiny timm model
 on the CPU (mixup switched off as train.py does at ``mixup_off_epoch``),
-and validate.py's loader and top-1 loop.
+and validate.py's loader and top-1 loop. The same with ``--dataset
+hfds/<folder>`` (a Hugging Face dataset of Parquet files, loaded into the
+cache ``--data-dir`` names), which ringloader reads through HFDataset.
 """
 
 import math
+import os
 import warnings
 
 import pytest
@@ -23,6 +26,7 @@ import torch
 import ringloader
 from ringloader.timm import create_loader
 
+from test_hf_scripts import to_parquet
 from test_timm_loader import make_folder
 
 timm = pytest.importorskip("timm")
@@ -40,7 +44,18 @@ def data_dir(tmp_path_factory):
     return str(root)
 
 
-def train_loaders(data_dir, model, prefetcher):
+@pytest.fixture(scope="module")
+def sources(data_dir, tmp_path_factory):
+    """(dataset name, data dir) as train.py takes them (--dataset,
+    --data-dir): the image folders, or the same images as a Hugging Face
+    dataset of Parquet files, loaded into a cache folder."""
+    tmp = tmp_path_factory.mktemp("timmhf")
+    splits = {s: os.path.join(data_dir, s) for s in ("train", "validation")}
+    src = to_parquet(splits, str(tmp / "src"))
+    return {"folder": ("", data_dir), "hfds": (f"hfds/{src}", str(tmp / "cache"))}
+
+
+def train_loaders(data_dir, model, prefetcher, name=""):
     """train.py's datasets and loaders (its argument defaults; mixup and
     cutmix on, random erasing 0.25 as the ImageNet recipes set them)."""
     args = dict(
@@ -66,7 +81,7 @@ def train_loaders(data_dir, model, prefetcher):
     )
     data_config = resolve_data_config({"input_size": (3, 32, 32)}, model=model)
     dataset_train = create_dataset(
-        "",
+        name,
         root=data_dir,
         split="train",
         is_training=True,
@@ -82,7 +97,7 @@ def train_loaders(data_dir, model, prefetcher):
         trust_remote_code=False,
     )
     dataset_eval = create_dataset(
-        "",
+        name,
         root=data_dir,
         split="validation",
         is_training=False,
@@ -169,12 +184,12 @@ def train_loaders(data_dir, model, prefetcher):
     return loader_train, loader_eval, collate_fn
 
 
-def validate_loader(data_dir, model):
+def validate_loader(data_dir, model, name=""):
     """validate.py's dataset and loader (its argument defaults)."""
     data_config = resolve_data_config({"input_size": (3, 32, 32)}, model=model)
     dataset = create_dataset(
         root=data_dir,
-        name="",
+        name=name,
         split="validation",
         download=False,
         load_bytes=False,
@@ -215,16 +230,18 @@ def top1(model, loader):
     return right / seen, seen
 
 
+@pytest.mark.parametrize("source", ["folder", "hfds"])
 @pytest.mark.parametrize("prefetcher", [True, False])
-def test_train_and_validate_flow(data_dir, prefetcher):
+def test_train_and_validate_flow(sources, source, prefetcher):
+    name, data_dir = sources[source]
     torch.manual_seed(0)
     model = timm.create_model("test_efficientnet", num_classes=3)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ringloader.FallbackWarning)
         loader_train, loader_eval, collate_fn = train_loaders(
-            data_dir, model, prefetcher
+            data_dir, model, prefetcher, name
         )
-        loader_validate = validate_loader(data_dir, model)
+        loader_validate = validate_loader(data_dir, model, name)
     assert len(loader_train) == 18 // 4  # drop_last for training
     loss_fn = SoftTargetCrossEntropy() if collate_fn else torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)

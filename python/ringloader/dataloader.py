@@ -497,7 +497,9 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         target), the image a view of the batch (a list of views for a
         MultiView), the target as the dataset gives it (an int for a class),
         target_transform applied; for a shard's fields, the tuple of the
-        sample's fields (without field_transforms, which take a batch)."""
+        sample's fields (without field_transforms, which take a batch), or
+        what the field table's ``item`` makes of them (an HFDataset's
+        dicts)."""
         n = len(taken.idx)
         images = [
             [v[k] for v in views] if self._multi else views[0][k] for k in range(n)
@@ -505,8 +507,9 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         fields = getattr(src, "fields", None)
         if fields is not None:
             describe = getattr(self._data, "describe", None) or str
+            item = getattr(fields, "item", tuple)
             items = [
-                tuple(
+                item(
                     images[k] if f == fields.image else fields.value(f, i, x, describe)
                     for f in range(len(fields.names))
                 )

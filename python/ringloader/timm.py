@@ -41,7 +41,10 @@ host samples, and timm's PrefetchLoader moves its batches.
 The dataset is one of timm's ``create_dataset`` makes over local files:
 ``ImageDataset`` with its folder reader, or with its tar reader (a .tar of
 images, or a folder of .tar files, tars inside tars included), each image
-read from its byte range. What ringloader cannot do (another reader, an
+read from its byte range, or with its Hugging Face reader
+(``create_dataset("hfds/...")``), read through ``ringloader.HFDataset``
+from the Arrow files ``load_dataset`` made (its image and label columns,
+its class_map applied). What ringloader cannot do (another reader, an
 ``IterableImageDataset``, ``num_aug_splits``, scheduled input sizes, TF
 preprocessing), it says once (a :class:`FallbackWarning`) and returns
 timm's own loader; a transform step it cannot fuse runs in Python, as
@@ -332,6 +335,7 @@ def create_loader(
         args.pop(name)
     args.update(scheduled)
     why = _unsupported(num_aug_splits, tf_preprocessing, scheduled)
+    images = None
     try:
         images = TimmImages(dataset) if why is None else None
     except (ValueError, AttributeError) as e:

@@ -28,12 +28,13 @@ from __future__ import annotations
 import bisect
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional
 
 import numpy as np
 
 from . import targets as _targets
+from . import timmdata
 from .base import ImageDataset, Sources, decode_item, read_file
 from .cache import StringBlob
 from .shards import _ShardPaths
@@ -67,6 +68,16 @@ def hf_hint(dataset: Any) -> Optional[str]:
         images = [k for k, v in dataset.features.items() if isinstance(v, hf.Image)]
         if images:
             arg = "" if images[0] == "image" else f", image={images[0]!r}"
+            if (dataset.format or {}).get("type") == "custom":
+                return (
+                    f"{name} is a Hugging Face dataset whose transform (set by "
+                    "with_transform or set_transform) runs in Python row by "
+                    f"row; to read its {images[0]!r} column natively, give "
+                    "the image transform to ringloader.HFDataset over the "
+                    f"dataset without it: ringloader.HFDataset(ds{arg}, "
+                    "transform=..., as_dict='pixel_values'), whose items are "
+                    "dicts of the image under that key and the label column"
+                )
             return (
                 f"{name} is a Hugging Face dataset, which torch's DataLoader "
                 f"indexes row by row; to read its {images[0]!r} column "
@@ -388,7 +399,10 @@ class _ColumnFields:
     :class:`~.fields.FieldTable` the loader and the C pipeline read): the
     C source reads the image alone (``image_at`` 0, ``image_len`` its
     length, no refusal, nothing checked), and :meth:`batch` takes the
-    columns' values from the Arrow table, a batch at a time."""
+    columns' values from the Arrow table, a batch at a time. With the
+    owner's ``as_dict``, a batch and each sample handed to a collate_fn
+    (:meth:`item`) are dicts keyed by the image's key and the columns'
+    names."""
 
     image = 0
 
@@ -397,6 +411,8 @@ class _ColumnFields:
         self.names = ("image",) + (
             ((owner.target,) if owner.target is not None else ()) + owner.fields
         )
+        # The keys of a dict item (as_dict): the image's, then the columns'.
+        self.keys = ((owner.as_dict,) + self.names[1:]) if owner.as_dict else None
         # calloc'd zeros: no page touched until the C side copies them.
         self.image_at = np.zeros(len(lengths), dtype=np.int64)
         self.image_len = lengths
@@ -408,6 +424,7 @@ class _ColumnFields:
 
     @staticmethod
     def check_arrays() -> list:
+        """:meth:`checks` as per-sample arrays: none either."""
         return []
 
     @staticmethod
@@ -419,11 +436,19 @@ class _ColumnFields:
         sample ``i``, as indexing the dataset gives it."""
         return self._owner._extras(f - 1, [i])[0]
 
-    def batch(self, images: Any, ids: Sequence[int], _bytes: Any, _: Any) -> tuple:
+    def item(self, values: Iterable[Any]) -> Any:
+        """A sample as indexing gives it, from its values in the order of
+        ``names``: their tuple, or with ``as_dict`` their dict."""
+        if self.keys is None:
+            return tuple(values)
+        return dict(zip(self.keys, values))
+
+    def batch(self, images: Any, ids: Sequence[int], _bytes: Any, _: Any) -> Any:
         """The batch in the order of ``names``: the images, the targets
         (as without fields), each column's values batched as torch's
         ``default_collate`` batches them (the C side's field bytes, and
-        the describing function, are not needed)."""
+        the describing function, are not needed); with ``as_dict``, the
+        dict ``default_collate`` makes of the dict items."""
         from torch.utils.data import default_collate
 
         owner, ids = self._owner, list(ids)
@@ -434,7 +459,7 @@ class _ColumnFields:
                 out.append(_targets.batch(owner.targets, ids, tt))
             else:
                 out.append(default_collate(owner._extras(k, ids)))
-        return tuple(out)
+        return self.item(out)
 
 
 class HFDataset(ImageDataset):
@@ -471,6 +496,13 @@ class HFDataset(ImageDataset):
             as torch's ``default_collate`` batches its values (numbers
             into a tensor, strings a list), and indexing gives
             ``(image, target, *values)``.
+        as_dict: the key of the image in dict items (``"pixel_values"``,
+            as a ``with_transform`` function of a transformers example
+            makes them): indexing gives ``{as_dict: image, <target
+            column>: target, <each field>: value}``, a ``collate_fn`` gets
+            those dicts, and without one the loader yields the dict
+            ``default_collate`` makes of them (the images one tensor, the
+            targets another, under the same keys). None: tuples.
 
     Rows of one Arrow file that are neighbours in the dataset's order are
     one run of the C source's table (a dataset without an indices mapping
@@ -497,6 +529,7 @@ class HFDataset(ImageDataset):
         target: str | None = "label",
         target_transform: Callable | None = None,
         fields: Sequence[str] | None = None,
+        as_dict: str | None = None,
     ) -> None:
         hf = _datasets_module()
         name = type(dataset).__name__
@@ -518,12 +551,27 @@ class HFDataset(ImageDataset):
             raise ValueError(
                 "the dataset has a transform set (set_transform or "
                 "with_transform), which HFDataset does not run: give the "
-                "transform to HFDataset(ds, transform=...) and call "
-                "ds.reset_format()"
+                "image transform to HFDataset(ds, transform=...) over the "
+                "dataset without it (ds.reset_format()); as_dict='pixel_values' "
+                "makes its items dicts, as such a transform does"
             )
         if isinstance(fields, str):
             raise TypeError(f"fields is a sequence of column names, not {fields!r}")
         self.fields = tuple(fields or ())
+        if as_dict is not None and not isinstance(as_dict, str):
+            raise TypeError(f"as_dict is the image's key (a str), not {as_dict!r}")
+        taken = [c for c in (target, *self.fields) if c is not None]
+        if as_dict is not None and as_dict in taken:
+            raise ValueError(
+                f"as_dict={as_dict!r} is also the name of a column the items "
+                "hold: give the image another key"
+            )
+        if as_dict is not None and len(set(taken)) != len(taken):
+            raise ValueError(
+                f"a column is named twice in target and fields {taken}: a "
+                "dict item holds each key once"
+            )
+        self.as_dict = as_dict
         columns = list(dataset.column_names)
         for what, col in [("image", image), ("target", target)] + [
             ("field", f) for f in self.fields
@@ -567,7 +615,7 @@ class HFDataset(ImageDataset):
             self.targets = take(_targets_of(table, target, name))
         self.paths = _table_of(self._source, self._names)
         self._field_table: Optional[_ColumnFields] = None
-        if self.fields:
+        if self.fields or as_dict is not None:
             lengths = self.lengths
             if (lengths < 0).any():
                 # The C side places the image by its length: a path row's
@@ -648,17 +696,19 @@ class HFDataset(ImageDataset):
 
     def __getitem__(self, index: int) -> Any:
         """(image, target), or with ``fields`` (image, target, *values)
-        (no target without a target column): the full image as a uint8
-        CHW tensor, or what ``transform`` makes of the RGB PIL image."""
+        (no target without a target column), or with ``as_dict`` the dict
+        of those: the full image as a uint8 CHW tensor, or what
+        ``transform`` makes of the RGB PIL image."""
         where, data, target = self._sample(int(index))
         image, target = decode_item(
             where, data, target, self.transform, self.target_transform
         )
-        if not self.fields:
+        if self._field_table is None:
             return image, target
         i = self._index(index)
         extras = len(self.fields) + (self.target is not None)
-        return (image,) + tuple(self._extras(k, [i])[0] for k in range(extras))
+        values = (image,) + tuple(self._extras(k, [i])[0] for k in range(extras))
+        return self._field_table.item(values)
 
     def ringloader_sources(self) -> Sources:
         """The Arrow files (and files of path rows) as runs of samples,
@@ -677,7 +727,8 @@ class HFDataset(ImageDataset):
         return (
             f"ringloader.HFDataset({len(self)} rows in {self._nfiles} Arrow "
             f"file(s), image={self.image!r}, target={self.target!r}"
-            + (f", fields={self.fields!r})" if self.fields else ")")
+            + (f", fields={self.fields!r}" if self.fields else "")
+            + (f", as_dict={self.as_dict!r})" if self.as_dict else ")")
         )
 
 
@@ -727,3 +778,40 @@ def _check_witness(path: str, at: int, want: bytes) -> None:
             f"{path}: the file differs from the one the dataset mapped (it was "
             "replaced since the dataset was loaded); load the dataset again"
         )
+
+
+def _from_timm_reader(reader: Any) -> HFDataset:
+    """timm's ``ReaderHfds`` (``create_dataset("hfds/...")``) as an
+    HFDataset over the dataset it loaded, with its image and label
+    columns, each label as the reader's ``_get_target`` makes it (its
+    class_map applied). ValueError naming what it cannot read: targets
+    made of several columns, a label path into a nested column, labels a
+    class_map maps to other than class indices."""
+    if getattr(reader, "target_keys", None):
+        raise ValueError(
+            f"its targets are made of the columns {list(reader.target_keys)}"
+        )
+    try:
+        ds = HFDataset(reader.dataset, image=reader.image_key, target=reader.label_key)
+    except TypeError as e:
+        raise ValueError(str(e)) from None
+    if getattr(reader, "remap_class", False):
+        t = ds.targets
+        if not (isinstance(t, np.ndarray) and t.ndim == 1 and t.dtype == np.int64):
+            raise ValueError("its class_map remaps labels that are not class indices")
+        labels, where = np.unique(t, return_inverse=True)
+        mapped = []
+        for label in labels.tolist():
+            try:
+                mapped.append(reader._get_target({reader.label_key: label}))
+            except (KeyError, IndexError):
+                raise ValueError(
+                    f"its class_map has no class for label {label}"
+                ) from None
+        if not all(isinstance(m, int) for m in mapped):
+            raise ValueError("its class_map maps labels to other than class indices")
+        ds.targets = np.asarray(mapped, dtype=np.int64)[where]
+    return ds
+
+
+timmdata.register_reader("ReaderHfds", _from_timm_reader)

@@ -3,7 +3,11 @@ files) as a dataset the loader reads: :class:`TimmImages` gives the files
 of its folder reader, or the byte ranges of its tar reader, as
 :class:`~.base.Sources`. Used by ``ringloader.timm.create_loader`` and by
 the loader itself, given timm's dataset as it is (:func:`readable`). Never
-imports timm: a timm dataset exists only where timm is imported."""
+imports timm: a timm dataset exists only where timm is imported.
+
+A reader whose data a higher layer reads (timm's ``ReaderHfds``: a Hugging
+Face dataset, read by :mod:`.hf`) is registered there with
+:func:`register_reader`: this module, below it, does not import it."""
 
 from __future__ import annotations
 
@@ -15,7 +19,19 @@ import numpy as np
 
 from .base import ImageDataset, Sources
 
-__all__ = ["TimmImages", "is_timm_images", "readable"]
+__all__ = ["TimmImages", "is_timm_images", "readable", "register_reader"]
+
+# timm reader class name -> what makes, of such a reader, a dataset giving
+# ``ringloader_sources()`` and ``describe(index)`` (register_reader).
+_READERS: dict[str, Callable[[Any], Any]] = {}
+
+
+def register_reader(kind: str, make: Callable[[Any], Any]) -> None:
+    """Read timm's readers of class ``kind`` through ``make(reader)``: a
+    dataset with ``ringloader_sources()`` (called each time the loader
+    takes the table) and ``describe(index)``; ``make`` raises ValueError
+    naming what it cannot read."""
+    _READERS[kind] = make
 
 
 class TimmImages(ImageDataset):
@@ -39,7 +55,10 @@ class TimmImages(ImageDataset):
             raise ValueError("the dataset gives additional features")
         self._reader = dataset.reader
         self._samples = getattr(dataset.reader, "samples", None)
-        self._sources = _sources_of(dataset.reader)
+        make = _READERS.get(type(dataset.reader).__name__)
+        # A registered reader's dataset (an HFDataset): its own table.
+        self._inner = make(dataset.reader) if make is not None else None
+        self._sources = _sources_of(dataset.reader) if self._inner is None else None
 
     @property  # type: ignore[override]
     def transform(self) -> Optional[Callable]:
@@ -58,9 +77,20 @@ class TimmImages(ImageDataset):
         self.dataset.target_transform = value
 
     def ringloader_sources(self) -> Sources:
+        if self._inner is not None:
+            return self._inner.ringloader_sources()
         return self._sources
 
+    @property
+    def describe(self) -> Optional[Callable[[int], str]]:
+        """How a registered reader's dataset names sample i (a Hugging
+        Face dataset's Arrow file, row and byte range); None for a folder
+        or tar reader (the file names it)."""
+        return getattr(self._inner, "describe", None)
+
     def __len__(self) -> int:
+        if self._inner is not None:
+            return len(self._inner)
         return len(self._sources)
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:

@@ -1,0 +1,57 @@
+"""benchmarks/bench_hf.py's quick mode: every contender (transformers'
+example, row indexing, ringloader.Loader and ringloader.DataLoader over
+HFDataset) reads a saved Hugging Face dataset to the end of its batches,
+and the results file and plot are written, so the benchmark keeps working
+as HFDataset and the libraries under it change."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("datasets")
+pytest.importorskip("psutil")
+pytest.importorskip("matplotlib")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONTENDERS = ["hf example", "hf rows", "ringloader.Loader", "ringloader.DataLoader"]
+
+
+def test_quick_mode_runs_every_contender(tmp_path):
+    out, png = tmp_path / "hf.json", tmp_path / "hf.png"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "bench_hf.py"),
+            "--quick",
+            f"--dir={tmp_path / 'data'}",
+            f"--json={out}",
+            f"--plot={png}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    versions = ("python", "torch", "torchvision", "datasets", "pyarrow")
+    for key in ("cpu", "cores") + versions:
+        assert results["machine"][key], key
+    assert sorted(results["throughput"]) == ["eval", "train"]
+    for by in results["throughput"].values():
+        assert sorted(by) == sorted(CONTENDERS)
+        for who, r in by.items():
+            assert "error" not in r, (who, r)
+            assert r["img_s"] > 0 and r["rows"] == results["images"], (who, r)
+        for peer in ("hf example", "hf rows"):
+            assert set(by[peer]["ratios"]) == set(CONTENDERS[2:]), by[peer]
+    for who in CONTENDERS:
+        rows = [r.get("rows") for r in results["memory"][who]]
+        assert rows == results["rows"], (who, results["memory"][who])
+    # The table names every contender of every row.
+    assert proc.stdout.count("| ringloader.Loader |") == 4, proc.stdout[-3000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

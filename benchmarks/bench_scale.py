@@ -5,7 +5,8 @@ For each data set size N it measures, each contender in a fresh process:
 - the time from constructing the dataset to the first batch (the dataset,
   the loader, ``iter``, the first ``next``);
 - the anonymous resident memory (``RssAnon``) the process gained from
-  before the dataset's input existed to after that first batch, per sample
+  before the dataset's input existed to after the ``--batches`` batches
+  (and, as ``rss_first_bytes``, to the first batch), per sample
   (the input, a list of N paths, is dropped once the dataset holds it: a
   dataset that keeps it pays for it);
 - images a second over the first ``--batches`` batches;
@@ -287,12 +288,17 @@ def child(a: argparse.Namespace) -> dict:
         images = next(it)[0]
         done += len(images)
     img_s = (done - bs) / max(time.perf_counter() - t1, 1e-9)
+    # After the batches every batch slot and buffer has been touched: the
+    # growth no longer depends on how far the threads ran ahead of the
+    # first batch (which moved the figure at the first batch by MBs).
+    steady = _rss_anon() - base
     if a.who == "remote":
         served.stop()
     return {
         "first_batch_s": first,
-        "rss_bytes": rss,
-        "bytes_per_sample": rss / n,
+        "rss_first_bytes": rss,
+        "rss_bytes": steady,
+        "bytes_per_sample": steady / n,
         "img_s": img_s,
     }
 

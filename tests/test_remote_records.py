@@ -325,3 +325,46 @@ def test_a_per_sample_table_reads_right_with_blocks(nginx, tmp_path, reverse):
     assert torch.equal(want[0], want[1])
     # In order: a block a shard (each under 1 MiB); reversed: one a member.
     assert requests[0] == (n if reverse else SHARDS)
+
+
+def test_a_record_giving_a_range_over_the_limit_fails_before_a_byte_is_asked(
+    nginx, tmp_path
+):
+    """A ranged fetch's buffer is allocated at its length before the body
+    comes: a record file giving a member terabytes fails that sample over
+    max_file_bytes, naming the record file, instead of allocating it."""
+    ds = _remote("http", nginx, None, tmp_path)
+    path = ds.ringloader_sources().records[0][0]
+    head = os.path.getsize(path) - PER_SHARD * 24
+    recs = np.memmap(path, dtype="<u8", mode="r+", offset=head)
+    recs[3 * 1 + 1] = 1 << 40  # sample 1's length
+    recs.flush()
+    del recs
+    loader = ringloader.Loader(ds, batch_size=1, transform=EVAL, num_threads=1)
+    try:
+        batches = iter(loader)
+        next(batches)  # sample 0
+        with pytest.raises(ringloader.DecodeError) as e:  # as a file over it
+            next(batches)
+        assert "max_file_bytes" in str(e.value), str(e.value)
+        assert os.path.basename(path) in str(e.value), str(e.value)
+    finally:
+        loader.close()
+
+
+def test_a_remote_fields_set_keeps_its_record_files(nginx, tmp_path):
+    """With fields the records are version 2: checked as such when the
+    sources are made, not remade (with the manifest dropped) each time."""
+    ds = _remote("http", nginx, None, tmp_path, fields=("jpg", "cls"))
+    files = list(ds.ringloader_sources().records[0])
+    stamps = [os.stat(f).st_mtime_ns for f in files]
+    manifests = sorted(glob.glob(str(tmp_path / "**" / "shards-*"), recursive=True))
+    assert manifests
+    again = list(ds.ringloader_sources().records[0])
+    assert again == files
+    assert [os.stat(f).st_mtime_ns for f in again] == stamps
+    assert sorted(glob.glob(str(tmp_path / "**" / "shards-*"), recursive=True)) == (
+        manifests
+    )
+    out, stats = _epochs(ds, True, epochs=1)
+    assert stats["errors"] == 0 and sum(len(y) for _, y in out[0]) == len(ds)

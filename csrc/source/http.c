@@ -92,6 +92,12 @@ static bool start(http_source *s, xfer *x)
         if (e != NULL) {
             curl_easy_cleanup(e);
         }
+        if (x->blk >= 0) {
+            /* Its block ends here, or the members held for it would wait
+             * for it for ever: they are fetched alone. */
+            x->f->status = -ENOMEM;
+            rl__http_block_end(s, x);
+        }
         x->f->status = -ENOMEM;
         snprintf(x->f->msg, RL_MSG_MAX, "out of memory");
         rl__http_finish(x, V_FAIL);

@@ -152,6 +152,11 @@ bool rl__http_cache_init(http_source *s)
     }
     size_t nobj = (size_t)(s->nobj > 0 ? s->nobj : 1);
     s->cfd = malloc(nobj * sizeof(*s->cfd));
+    /* -1 before anything else can fail: the cleanup below closes the
+     * descriptors it finds. */
+    for (size_t j = 0; s->cfd != NULL && j < nobj; j++) {
+        s->cfd[j] = -1;
+    }
     s->cbytes = calloc(nobj, sizeof(*s->cbytes));
     s->cused = calloc(nobj, sizeof(*s->cused));
     s->cspans = calloc(nobj, sizeof(*s->cspans));
@@ -161,9 +166,6 @@ bool rl__http_cache_init(http_source *s)
         !s->boffobj) {
         rl__http_cache_free(s);
         return false;
-    }
-    for (size_t j = 0; j < nobj; j++) {
-        s->cfd[j] = -1;
     }
     return true;
 }

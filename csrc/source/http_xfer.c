@@ -574,6 +574,25 @@ int64_t rl__http_prev_of(const http_source *s, int64_t id)
     return same ? id - 1 : -1;
 }
 
+/* A ranged fetch's buffer is allocated at its full length before the
+ * body comes: a length over max_file_bytes (a corrupt index or record
+ * file) fails the sample, as an object over it does, before a byte is
+ * asked for. 0, or RL_ETOOBIG with msg naming where the range came from
+ * (the record file; "": the table). */
+static int range_fits(const http_source *s, int64_t want, const char *from,
+                      char *msg)
+{
+    if (want <= 0 || (uint64_t)want <= s->opt.max_file_bytes) {
+        return 0;
+    }
+    snprintf(msg, RL_MSG_MAX,
+             "its range of %lld bytes%s%s is over the %llu-byte limit "
+             "(max_file_bytes)",
+             (long long)want, *from ? ", from " : "", from,
+             (unsigned long long)s->opt.max_file_bytes);
+    return RL_ETOOBIG;
+}
+
 int rl__http_range_of(http_source *s, int64_t id, uint64_t *off, int64_t *want,
                       char *msg)
 {
@@ -581,7 +600,7 @@ int rl__http_range_of(http_source *s, int64_t id, uint64_t *off, int64_t *want,
     if (s->records == NULL) {
         *off = s->offsets[id];
         *want = s->lengths[id];
-        return 0;
+        return range_fits(s, *want, "", msg);
     }
     uint64_t at = 0, bytes = 0;
     int rc = rl_shard_records_get(s->records, id, &at, &bytes, NULL, msg,
@@ -598,5 +617,8 @@ int rl__http_range_of(http_source *s, int64_t id, uint64_t *off, int64_t *want,
     }
     *off = at;
     *want = (int64_t)bytes;
+    if (rc == 0) {
+        rc = range_fits(s, *want, rl_shard_records_path(s->records, id), msg);
+    }
     return rc;
 }

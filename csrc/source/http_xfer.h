@@ -161,7 +161,8 @@ void rl__http_xfer_setup(http_source *s, xfer *x, rl_fetch *f, int64_t obj,
 int64_t rl__http_obj_of(const http_source *s, int64_t id);
 
 /* Sample id's byte range: 0 with *off and *want (-1: the whole object),
- * or -errno with msg (RL_MSG_MAX) naming the record file. Thread-safe. */
+ * or -errno with msg (RL_MSG_MAX) naming the record file; RL_ETOOBIG for
+ * a range over opt.max_file_bytes. Thread-safe. */
 int rl__http_range_of(http_source *s, int64_t id, uint64_t *off, int64_t *want,
                       char *msg);
 

@@ -743,12 +743,13 @@ class TarShards(ImageDataset):
             if remote is not None:
                 from .tarindex import records_head
 
+                dtype = store.dtype  # version 2 with fields
                 for s, path in enumerate(files):
                     size, mtime_ns, want = self._expect(s)
                     count = int(self.starts[s + 1] - self.starts[s])
                     try:
                         with open(path, "rb") as f:
-                            head = f.read(records_bytes(want, 0))
+                            head = f.read(records_bytes(want, 0, dtype))
                             fits = records_head(
                                 head,
                                 os.fstat(f.fileno()).st_size,
@@ -756,6 +757,7 @@ class TarShards(ImageDataset):
                                 mtime_ns,
                                 want,
                                 count,
+                                dtype,
                             )
                     except OSError:
                         fits = 0

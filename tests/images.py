@@ -145,6 +145,13 @@ def jpeg_bytes(
     return buf.getvalue()
 
 
+def png_bytes(h: int, w: int, seed: int = 0) -> bytes:
+    """A photo-like RGB PNG."""
+    buf = io.BytesIO()
+    Image.fromarray(photo_like(h, w, seed)).save(buf, "PNG")
+    return buf.getvalue()
+
+
 def write_folder(
     root: str, n_per_class: int = 6, classes: int = 3, seed: int = 0
 ) -> str:

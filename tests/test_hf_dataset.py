@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 import pytest
 import ringloader
+from batches import same_batches
 import torch
 from ringloader import transforms as T
 
@@ -97,13 +98,6 @@ def _batches(dataset, transform=EVAL, **kw):
     return out, stats
 
 
-def _same(a, b):
-    assert len(a) == len(b)
-    for (xa, ya), (xb, yb) in zip(a, b):
-        assert torch.equal(ya, yb)
-        assert torch.equal(xa, xb)
-
-
 def _files(files, labels, rows):
     return ringloader.FileList([files[r] for r in rows], labels[rows])
 
@@ -118,7 +112,7 @@ def test_batches_equal_file_list_in_any_order(data):
         for transform in (EVAL, TRAIN):
             got, stats = _batches(hf, transform, shuffle=shuffle)
             want, _ = _batches(ref, transform, shuffle=shuffle)
-            _same(got, want)
+            same_batches(got, want)
     assert stats["decodes_png"] and stats["decodes_jpeg"]
     # Three Arrow files, read as three runs: nothing per row but arrays.
     assert len(ds.cache_files) == 3
@@ -144,7 +138,7 @@ def test_indices_mappings_are_followed(data):
         for shuffle in (False, True):
             got, _ = _batches(hf, TRAIN, shuffle=shuffle)
             want, _ = _batches(_files(files, labels, rows), TRAIN, shuffle=shuffle)
-            _same(got, want)
+            same_batches(got, want)
         # Indexing gives what FileList's gives.
         k = len(rows) // 2
         x, y = hf[k]
@@ -162,7 +156,7 @@ def test_scattered_rows_name_their_file_each(data):
     assert hf.paths[1] == ds.cache_files[1]["filename"]
     got, _ = _batches(hf, EVAL)
     want, _ = _batches(_files(files, labels, rows), EVAL)
-    _same(got, want)
+    same_batches(got, want)
 
 
 def test_a_random_split_of_it(data):
@@ -174,7 +168,7 @@ def test_a_random_split_of_it(data):
     rows = hf._rows[part.indices]
     got, _ = _batches(part, TRAIN, shuffle=True)
     want, _ = _batches(_files(files, labels, rows), TRAIN, shuffle=True)
-    _same(got, want)
+    same_batches(got, want)
 
 
 def test_distributed_shards_like_file_list(data):
@@ -186,7 +180,7 @@ def test_distributed_shards_like_file_list(data):
         kw = dict(shuffle=True, distributed=True, rank=rank, world_size=2)
         got, _ = _batches(hf, TRAIN, **kw)
         want, _ = _batches(_files(files, labels, rows), TRAIN, **kw)
-        _same(got, want)
+        same_batches(got, want)
         seen += torch.cat([y for _, y in got]).tolist()
     assert sorted(seen) == sorted(labels[rows].tolist())
 
@@ -200,7 +194,7 @@ def test_dataloader_reads_it_natively(data):
     assert isinstance(loader, ringloader.DataLoader)
     got = [(x.clone(), y.clone()) for x, y in loader]
     want, _ = _batches(_files(files, labels, np.arange(N)), EVAL, batch_size=6)
-    _same(got, want)
+    same_batches(got, want)
 
 
 def test_dataloader_names_hfdataset_for_a_raw_dataset(data):
@@ -335,7 +329,7 @@ def test_rows_given_as_paths_read_their_files(data, tmp_path):
     for transform in (EVAL, TRAIN):
         got, _ = _batches(hf, transform, shuffle=True)
         want, _ = _batches(_files(files, labels, np.arange(N)), transform, shuffle=True)
-        _same(got, want)
+        same_batches(got, want)
     assert hf.describe(1).startswith(files[1])
     assert "mixed.arrow: table row 2" in hf.describe(2)
     assert torch.equal(hf[1][0], ringloader.FileList(files, labels)[1][0])
@@ -352,7 +346,7 @@ def test_rows_given_as_paths_read_their_files(data, tmp_path):
     got, _ = _batches(ringloader.HFDataset(paths.shuffle(seed=4)), EVAL)
     rows = paths.shuffle(seed=4)._indices.column(0).to_numpy()
     want, _ = _batches(_files(files, labels, rows), EVAL)
-    _same(got, want)
+    same_batches(got, want)
 
 
 def test_a_binary_column_of_encoded_images(data, tmp_path):
@@ -366,7 +360,7 @@ def test_a_binary_column_of_encoded_images(data, tmp_path):
     hf = ringloader.HFDataset(raw, image="jpg", target="cls")
     got, _ = _batches(hf, TRAIN, shuffle=True)
     want, _ = _batches(_files(files, labels, np.arange(N)), TRAIN, shuffle=True)
-    _same(got, want)
+    same_batches(got, want)
 
 
 def test_a_bad_row_names_its_arrow_file_and_row(data, tmp_path):

@@ -1,7 +1,7 @@
 """The datasets ringloader reads itself, on one base (:mod:`.base`): an
 ImageFolder as torchvision's, the same with a cached index, a list of files,
-WebDataset tar shards (local, or over HTTP(S) and S3), and Hugging Face
-datasets' Arrow files. None of them
+WebDataset tar shards (local, or over HTTP(S) and S3), Hugging Face
+datasets' Arrow files, and LitData's optimized chunks. None of them
 imports the loader."""
 
 from .base import ImageDataset, Remote, Sources
@@ -9,6 +9,7 @@ from .filelist import FileList
 from .folder import IMG_EXTENSIONS, ImageFolder
 from .hf import HFDataset
 from .index import IndexedImageFolder, build_index
+from .litchunks import LitData
 from .mix import Mix
 from .shards import ShardError, TarShards
 
@@ -19,6 +20,7 @@ __all__ = [
     "ImageDataset",
     "ImageFolder",
     "IndexedImageFolder",
+    "LitData",
     "Mix",
     "Remote",
     "ShardError",

@@ -35,6 +35,7 @@ __all__ = [
     "pack_strings",
     "read_npz",
     "save_npz",
+    "write_atomic",
 ]
 
 
@@ -67,11 +68,19 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     directory, then a rename), so a reader never sees half a file and
     concurrent writers of the same index do not corrupt it. Raises OSError
     when the directory is not writable; leaves no temporary file behind."""
+    write_atomic(path, lambda f: np.savez(f, **arrays))
+
+
+def write_atomic(path: str, write: Any) -> None:
+    """Make the file ``path`` with ``write(f)`` (``f`` a binary file),
+    atomically: a temporary file in the same directory, then a rename.
+    Raises OSError when the directory is not writable; leaves no
+    temporary file behind."""
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".ringloader-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            write(f)
         os.chmod(tmp, 0o644)  # readable by the other users of a shared dataset
         os.replace(tmp, path)
     except BaseException:

@@ -462,7 +462,76 @@ class _ColumnFields:
         return self.item(out)
 
 
-class HFDataset(ImageDataset):
+class ColumnDataset(ImageDataset):
+    """What a dataset of columns (an image column, maybe a target column,
+    other columns as ``fields``) shares: indexing, and each sample's
+    values beside the image. A subclass sets ``fields``, ``target``,
+    ``targets``, ``_field_table`` (a :class:`_ColumnFields` or None) and
+    ``_sample``, and gives the fields' values with ``_column_values``."""
+
+    fields: tuple = ()
+    target: Optional[str] = None
+    offsets: np.ndarray
+    lengths: np.ndarray
+    _field_table: Optional[_ColumnFields] = None
+
+    def _index(self, index: int) -> int:
+        n = len(self)
+        i = int(index) + n if index < 0 else int(index)
+        if not 0 <= i < n:
+            raise IndexError(f"index {index} out of range for {n} samples")
+        return i
+
+    def _column_values(self, k: int, ids: Sequence[int]) -> list:
+        """The values of ``fields[k]`` for the samples ``ids``."""
+        raise NotImplementedError
+
+    def _extras(self, k: int, ids: Sequence[int]) -> list:
+        """The k-th value beside the image of the samples ``ids``: the
+        target (``target_transform`` applied) when there is one, then
+        each of ``fields``' columns."""
+        if self.target is not None:
+            if k == 0:
+                tt = self.target_transform or (lambda t: t)
+                return [tt(_targets.item(self.targets, i)) for i in ids]
+            k -= 1
+        return self._column_values(k, ids)
+
+    def _check_files(self, which: Sequence[int] | None = None) -> None:
+        """Raise ValueError for a file changed since the dataset was made
+        (of ``which``, else any): by default, nothing is checked."""
+
+    def ringloader_sources(self) -> Sources:
+        """The files as runs of samples (or a file a sample), with each
+        sample's byte range; with ``fields``, the columns carried beside
+        (see :class:`_ColumnFields`). The files are checked first."""
+        self._check_files()
+        return Sources(
+            paths=self.paths,
+            targets=self.targets,
+            offsets=self.offsets,
+            lengths=self.lengths,
+            fields=self._field_table,
+        )
+
+    def __getitem__(self, index: int) -> Any:
+        """(image, target), or with ``fields`` (image, target, *values)
+        (no target without a target column), or with ``as_dict`` the dict
+        of those: the full image as a uint8 CHW tensor, or what
+        ``transform`` makes of the RGB PIL image."""
+        where, data, target = self._sample(int(index))
+        image, target = decode_item(
+            where, data, target, self.transform, self.target_transform
+        )
+        if self._field_table is None:
+            return image, target
+        i = self._index(index)
+        extras = len(self.fields) + (self.target is not None)
+        values = (image,) + tuple(self._extras(k, [i])[0] for k in range(extras))
+        return self._field_table.item(values)
+
+
+class HFDataset(ColumnDataset):
     """A Hugging Face ``datasets.Dataset`` whose image column holds encoded
     images, for :class:`ringloader.Loader` and ``ringloader.DataLoader``:
     the image bytes are read by the C file source straight from the
@@ -643,13 +712,6 @@ class HFDataset(ImageDataset):
             if _stat_of(self._files[k]) != self._stats[k]:
                 raise ValueError(_changed(self._files[k]))
 
-    def _index(self, index: int) -> int:
-        n = len(self)
-        i = int(index) + n if index < 0 else int(index)
-        if not 0 <= i < n:
-            raise IndexError(f"index {index} out of range for {n} samples")
-        return i
-
     def describe(self, index: int) -> str:
         """Where sample ``index`` is, for messages: its Arrow file, its row
         and byte range (or the file its row names)."""
@@ -681,47 +743,12 @@ class HFDataset(ImageDataset):
                 raise OSError(f"{where}: the file is cut short")
         return where, data, _targets.item(self.targets, i)
 
-    def _extras(self, k: int, ids: Sequence[int]) -> list:
-        """The k-th value beside the image of the samples ``ids``: the
-        target (``target_transform`` applied) when there is one, then
-        each of ``fields``' columns, as Arrow gives them to Python."""
-        if self.target is not None:
-            if k == 0:
-                tt = self.target_transform or (lambda t: t)
-                return [tt(_targets.item(self.targets, i)) for i in ids]
-            k -= 1
+    def _column_values(self, k: int, ids: Sequence[int]) -> list:
+        """Column ``fields[k]`` of the samples ``ids``, as Arrow gives
+        them to Python."""
         rows = [self._row(i) for i in ids]
         column = self.dataset.data.table.column(self.fields[k])
         return column.take(rows).to_pylist()
-
-    def __getitem__(self, index: int) -> Any:
-        """(image, target), or with ``fields`` (image, target, *values)
-        (no target without a target column), or with ``as_dict`` the dict
-        of those: the full image as a uint8 CHW tensor, or what
-        ``transform`` makes of the RGB PIL image."""
-        where, data, target = self._sample(int(index))
-        image, target = decode_item(
-            where, data, target, self.transform, self.target_transform
-        )
-        if self._field_table is None:
-            return image, target
-        i = self._index(index)
-        extras = len(self.fields) + (self.target is not None)
-        values = (image,) + tuple(self._extras(k, [i])[0] for k in range(extras))
-        return self._field_table.item(values)
-
-    def ringloader_sources(self) -> Sources:
-        """The Arrow files (and files of path rows) as runs of samples,
-        with each sample's byte range; with ``fields``, the columns
-        carried beside (see :class:`_ColumnFields`)."""
-        self._check_files()
-        return Sources(
-            paths=self.paths,
-            targets=self.targets,
-            offsets=self.offsets,
-            lengths=self.lengths,
-            fields=self._field_table,
-        )
 
     def __repr__(self) -> str:
         return (

@@ -319,3 +319,44 @@ def test_raw_pixels_are_refused_with_what_to_do(tmp_path):
         match=r"column 'image' holds raw PIL pixels \(data format 'pil'\).*JpegImageFile",
     ):
         ringloader.LitData(folder)
+
+
+def test_arrow_rows_with_compressed_buffers(data, tmp_path):
+    """Rows whose text outweighs the image bytes: litdata compresses the
+    Arrow rows' buffers (zstd), which are inflated into the cache."""
+    files, labels, _, _ = data
+    long = [f"{i} " + "words " * 2000 for i in range(N)]
+    rows = [
+        {"image": open(p, "rb").read(), "label": int(y), "text": t}
+        for p, y, t in zip(files, labels, long)
+    ]
+    folder = _write(tmp_path / "ipc", rows, compression="zstd")
+    index = json.load(open(os.path.join(folder, "index.json")))
+    assert index["config"]["ipc_compression"] == "zstd"
+    lit = ringloader.LitData(folder, fields=("text",), cache_dir=tmp_path / "cache")
+    assert len(os.listdir(tmp_path / "cache" / "litdata")) == 5
+    got, _ = _batches(lit, TRAIN, shuffle=True)
+    same_batches(
+        got, _batches(ringloader.FileList(files, labels), TRAIN, shuffle=True)[0]
+    )
+    assert lit[9][1:] == (labels[9], long[9])
+
+
+def test_tuple_rows_and_a_changed_chunk(data, tmp_path):
+    files, labels, _, _ = data
+    with_files = [(Image.open(p), int(y)) for p, y in zip(files, labels)]
+    folder = _write(tmp_path / "tuples", with_files)
+    for im, _ in with_files:
+        im.close()
+    with pytest.raises(ValueError, match=r"its columns are \['0', '1'\]"):
+        ringloader.LitData(folder)
+    lit = ringloader.LitData(folder, image="0", target="1")
+    got, _ = _batches(lit, EVAL)
+    same_batches(got, _batches(ringloader.FileList(files, labels))[0])
+    # A chunk rewritten after the dataset was made is not misread.
+    chunk = os.path.join(folder, "chunk-0-1.bin")
+    os.utime(chunk, ns=(0, 0))
+    with pytest.raises(ValueError, match="chunk-0-1.bin: the chunk file changed"):
+        lit[5]
+    with pytest.raises(ValueError, match="chunk-0-1.bin: the chunk file changed"):
+        ringloader.Loader(lit, batch_size=4, transform=EVAL)

@@ -40,7 +40,7 @@ import numpy as np
 from . import targets as _targets
 from .base import PathLike
 from .cache import StringBlob, default_cache_dir, write_atomic
-from .hf import ColumnDataset, _ColumnFields, _table_of
+from .hf import ColumnDataset, _ColumnFields, _stat_of, _table_of
 from .litarrow import Compressed, arrow_footer, arrow_ranges, inflate_arrow
 
 __all__ = ["LitData"]
@@ -351,7 +351,7 @@ class LitData(ColumnDataset):
         compression = config.get("compression")
         level = config.get("compression_level") or "chunk"
         col = self._col
-        files, counts, starts, sizes, targets = [], [], [], [], []
+        files, counts, starts, sizes, targets, stats = [], [], [], [], [], []
         field_at: dict[str, list] = {f: [] for f in self.fields}
         for entry in chunks:
             name = os.path.join(root, entry["filename"])
@@ -377,6 +377,7 @@ class LitData(ColumnDataset):
                     f"first chunk's are {self._kinds}"
                 )
             files.append(path)
+            stats.append(_stat_of(path))
             counts.append(len(chunk.sizes))
             starts.append(chunk.starts[:, col[image]])
             sizes.append(chunk.sizes[:, col[image]])
@@ -389,6 +390,7 @@ class LitData(ColumnDataset):
             del chunk
         self._chunk_names = [os.path.join(root, e["filename"]) for e in chunks]
         self._files = files
+        self._stats = stats
         n = int(sum(counts))
         self._source = np.repeat(np.arange(len(files), dtype=np.int32), counts)
         self._first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -447,8 +449,19 @@ class LitData(ColumnDataset):
             raise OSError(f"{self.describe(i)}: the file is cut short")
         return data
 
+    def _check_files(self, which: Sequence[int] | None = None) -> None:
+        """ValueError naming a chunk file (of ``which``, else any) whose
+        size or mtime changed since this was made: it would be misread."""
+        for k in range(len(self._files)) if which is None else which:
+            if _stat_of(self._files[k]) != self._stats[k]:
+                raise ValueError(
+                    f"{self._files[k]}: the chunk file changed (size or mtime) "
+                    "since the LitData was made; make a new LitData"
+                )
+
     def _sample(self, index: int) -> tuple[str, bytes, Any]:
         i = self._index(index)
+        self._check_files([int(self._source[i])])
         data = self._read(i, self.offsets, self.lengths)
         return self.describe(i), data, _targets.item(self.targets, i)
 

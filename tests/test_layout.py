@@ -49,6 +49,8 @@ LAYERS: list[list[str]] = [
     ["datasets.index", "datasets.shards"],
     # a Hugging Face dataset's Arrow files, as runs of a shard table
     ["datasets.hf"],
+    # Parquet files' image columns extracted once, read as HFDataset reads
+    ["datasets.parquet"],
     ["datasets"],
     # the Loader's parts, one concern each. _keys: the random keys of an
     # epoch's samples; _epoch_iterator: one epoch's iterator (superseded,

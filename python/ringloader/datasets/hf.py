@@ -145,8 +145,6 @@ class _Images:
     file (its sample then fails to decode) and is listed in ``nulls``."""
 
     def __init__(self, table: Any, column: str, name: str) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         maps = _Maps()
         n = table.num_rows
@@ -165,20 +163,7 @@ class _Images:
         row = 0
         for chunk in table.column(column).chunks:
             m = len(chunk)
-            t = chunk.type
-            if pa.types.is_struct(t):
-                data = chunk.field("bytes")
-                valid = chunk.is_valid()
-                if data.null_count:
-                    valid = pc.and_(valid, data.is_valid())
-                path = chunk.field("path") if t.get_field_index("path") >= 0 else None
-            else:
-                data, valid, path = chunk, chunk.is_valid(), None
-            wide = pa.types.is_large_binary(data.type)
-            _, off_buf, data_buf = data.buffers()
-            offs = np.frombuffer(off_buf, np.int64 if wide else np.int32)
-            offs = offs[data.offset : data.offset + m + 1].astype(np.int64)
-            has = np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)
+            data_buf, offs, has, path = _image_chunk(chunk)
             sel = slice(row, row + m)
             if has.any():
                 lo, hi = int(offs[0]), int(offs[-1])
@@ -250,6 +235,30 @@ class _Images:
             [(files.blob, files.offsets), (self.paths.blob, self.paths.offsets)]
         )
         return StringBlob(blob, ends)
+
+
+def _image_chunk(chunk: Any) -> tuple[Any, np.ndarray, np.ndarray, Any]:
+    """An image column's Arrow array (a struct of bytes and path, or
+    binary) as (the bytes' data buffer, its m + 1 offsets as int64, which
+    rows have bytes (bool), the path array or None)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_struct(chunk.type):
+        data = chunk.field("bytes")
+        valid = chunk.is_valid()
+        if data.null_count:
+            valid = pc.and_(valid, data.is_valid())
+        has_path = chunk.type.get_field_index("path") >= 0
+        path = chunk.field("path") if has_path else None
+    else:
+        data, valid, path = chunk, chunk.is_valid(), None
+    wide = pa.types.is_large_binary(data.type)
+    _, off_buf, data_buf = data.buffers()
+    offs = np.frombuffer(off_buf, np.int64 if wide else np.int32)
+    offs = offs[data.offset : data.offset + len(chunk) + 1].astype(np.int64)
+    has = np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)
+    return data_buf, offs, has, path
 
 
 def _take_strings(strings: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -406,7 +415,7 @@ class _ColumnFields:
 
     image = 0
 
-    def __init__(self, owner: "HFDataset", lengths: np.ndarray) -> None:
+    def __init__(self, owner: "_ColumnDataset", lengths: np.ndarray) -> None:
         self._owner = owner
         self.names = ("image",) + (
             ((owner.target,) if owner.target is not None else ()) + owner.fields
@@ -462,7 +471,102 @@ class _ColumnFields:
         return self.item(out)
 
 
-class HFDataset(ImageDataset):
+class _ColumnDataset(ImageDataset):
+    """What a dataset of table rows shares (HFDataset, Parquet): an image
+    column read by the C source at ``offsets``/``lengths`` (a length < 0:
+    the whole file ``paths[i]``), a ``target`` column or None, ``fields``
+    carried beside (:class:`_ColumnFields`, ``as_dict``). A subclass sets
+    those and gives :meth:`_sample` and :meth:`_column_values`."""
+
+    target: Optional[str]
+    fields: tuple[str, ...]
+    as_dict: Optional[str]
+    offsets: np.ndarray
+    lengths: np.ndarray
+    _field_table: Optional["_ColumnFields"] = None
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def _index(self, index: int) -> int:
+        n = len(self)
+        i = int(index) + n if index < 0 else int(index)
+        if not 0 <= i < n:
+            raise IndexError(f"index {index} out of range for {n} samples")
+        return i
+
+    def _column_values(self, column: str, ids: Sequence[int]) -> list:
+        """The values of ``column`` at samples ``ids``, as Arrow gives
+        them to Python."""
+        raise NotImplementedError
+
+    def _carry_fields(self) -> None:
+        """Set ``_field_table``; a path row's file is measured now, since
+        the C side places the image by its length."""
+        lengths = self.lengths
+        if (lengths < 0).any():
+            lengths = lengths.copy()
+            for i in np.flatnonzero(lengths < 0).tolist():
+                try:
+                    lengths[i] = os.stat(self.paths[i]).st_size
+                except OSError:
+                    lengths[i] = 0  # its read fails, naming the file
+            self.lengths = lengths
+        self._field_table = _ColumnFields(self, self.lengths)
+
+    def _check_files(self) -> None:
+        """ValueError naming a file the C source would misread (changed
+        since this was made)."""
+        raise NotImplementedError
+
+    def ringloader_sources(self) -> Sources:
+        """The files (and files of path rows) as runs of samples, with
+        each sample's byte range; with ``fields``, the columns carried
+        beside (see :class:`_ColumnFields`)."""
+        self._check_files()
+        return Sources(
+            paths=self.paths,
+            targets=self.targets,
+            offsets=self.offsets,
+            lengths=self.lengths,
+            fields=self._field_table,
+        )
+
+    def _repr_tail(self, fields: str) -> str:
+        """The end of the repr: the fields (called ``fields``) and as_dict."""
+        return (f", {fields}={self.fields!r}" if self.fields else "") + (
+            f", as_dict={self.as_dict!r})" if self.as_dict else ")"
+        )
+
+    def _extras(self, k: int, ids: Sequence[int]) -> list:
+        """The k-th value beside the image of the samples ``ids``: the
+        target (``target_transform`` applied) when there is one, then
+        each of ``fields``' columns, as Arrow gives them to Python."""
+        if self.target is not None:
+            if k == 0:
+                tt = self.target_transform or (lambda t: t)
+                return [tt(_targets.item(self.targets, i)) for i in ids]
+            k -= 1
+        return self._column_values(self.fields[k], ids)
+
+    def __getitem__(self, index: int) -> Any:
+        """(image, target), or with ``fields`` (image, target, *values)
+        (no target without a target column), or with ``as_dict`` the dict
+        of those: the full image as a uint8 CHW tensor, or what
+        ``transform`` makes of the RGB PIL image."""
+        where, data, target = self._sample(int(index))
+        image, target = decode_item(
+            where, data, target, self.transform, self.target_transform
+        )
+        if self._field_table is None:
+            return image, target
+        i = self._index(index)
+        extras = len(self.fields) + (self.target is not None)
+        values = (image,) + tuple(self._extras(k, [i])[0] for k in range(extras))
+        return self._field_table.item(values)
+
+
+class HFDataset(_ColumnDataset):
     """A Hugging Face ``datasets.Dataset`` whose image column holds encoded
     images, for :class:`ringloader.Loader` and ``ringloader.DataLoader``:
     the image bytes are read by the C file source straight from the
@@ -616,21 +720,7 @@ class HFDataset(ImageDataset):
         self.paths = _table_of(self._source, self._names)
         self._field_table: Optional[_ColumnFields] = None
         if self.fields or as_dict is not None:
-            lengths = self.lengths
-            if (lengths < 0).any():
-                # The C side places the image by its length: a path row's
-                # file is measured now.
-                lengths = lengths.copy()
-                for i in np.flatnonzero(lengths < 0).tolist():
-                    try:
-                        lengths[i] = os.stat(self.paths[i]).st_size
-                    except OSError:
-                        lengths[i] = 0  # its read fails, naming the file
-                self.lengths = lengths
-            self._field_table = _ColumnFields(self, self.lengths)
-
-    def __len__(self) -> int:
-        return len(self.lengths)
+            self._carry_fields()
 
     def _row(self, index: int) -> int:
         """The row of the dataset's Arrow table holding sample ``index``."""
@@ -642,13 +732,6 @@ class HFDataset(ImageDataset):
         for k in range(len(self._files)) if which is None else which:
             if _stat_of(self._files[k]) != self._stats[k]:
                 raise ValueError(_changed(self._files[k]))
-
-    def _index(self, index: int) -> int:
-        n = len(self)
-        i = int(index) + n if index < 0 else int(index)
-        if not 0 <= i < n:
-            raise IndexError(f"index {index} out of range for {n} samples")
-        return i
 
     def describe(self, index: int) -> str:
         """Where sample ``index`` is, for messages: its Arrow file, its row
@@ -681,59 +764,23 @@ class HFDataset(ImageDataset):
                 raise OSError(f"{where}: the file is cut short")
         return where, data, _targets.item(self.targets, i)
 
-    def _extras(self, k: int, ids: Sequence[int]) -> list:
-        """The k-th value beside the image of the samples ``ids``: the
-        target (``target_transform`` applied) when there is one, then
-        each of ``fields``' columns, as Arrow gives them to Python."""
-        if self.target is not None:
-            if k == 0:
-                tt = self.target_transform or (lambda t: t)
-                return [tt(_targets.item(self.targets, i)) for i in ids]
-            k -= 1
+    def _column_values(self, column: str, ids: Sequence[int]) -> list:
         rows = [self._row(i) for i in ids]
-        column = self.dataset.data.table.column(self.fields[k])
-        return column.take(rows).to_pylist()
-
-    def __getitem__(self, index: int) -> Any:
-        """(image, target), or with ``fields`` (image, target, *values)
-        (no target without a target column), or with ``as_dict`` the dict
-        of those: the full image as a uint8 CHW tensor, or what
-        ``transform`` makes of the RGB PIL image."""
-        where, data, target = self._sample(int(index))
-        image, target = decode_item(
-            where, data, target, self.transform, self.target_transform
-        )
-        if self._field_table is None:
-            return image, target
-        i = self._index(index)
-        extras = len(self.fields) + (self.target is not None)
-        values = (image,) + tuple(self._extras(k, [i])[0] for k in range(extras))
-        return self._field_table.item(values)
-
-    def ringloader_sources(self) -> Sources:
-        """The Arrow files (and files of path rows) as runs of samples,
-        with each sample's byte range; with ``fields``, the columns
-        carried beside (see :class:`_ColumnFields`)."""
-        self._check_files()
-        return Sources(
-            paths=self.paths,
-            targets=self.targets,
-            offsets=self.offsets,
-            lengths=self.lengths,
-            fields=self._field_table,
-        )
+        return self.dataset.data.table.column(column).take(rows).to_pylist()
 
     def __repr__(self) -> str:
         return (
             f"ringloader.HFDataset({len(self)} rows in {self._nfiles} Arrow "
             f"file(s), image={self.image!r}, target={self.target!r}"
-            + (f", fields={self.fields!r}" if self.fields else "")
-            + (f", as_dict={self.as_dict!r})" if self.as_dict else ")")
+            + self._repr_tail("fields")
         )
 
 
-def _check_image_type(t: Any, column: str) -> None:
-    """TypeError for an image column that holds no encoded bytes."""
+def _check_image_type(
+    t: Any, column: str, where: str = "", reader: str = "HFDataset"
+) -> None:
+    """TypeError for an image column that holds no encoded bytes (``where``:
+    the file, with its colon, that says so; ``reader``: who reads it)."""
     import pyarrow as pa
 
     def binary(x: Any) -> bool:
@@ -745,7 +792,7 @@ def _check_image_type(t: Any, column: str) -> None:
         if binary(t.field("bytes").type):
             return
     raise TypeError(
-        f"column {column!r} holds {t}, not images: HFDataset reads an Image "
+        f"{where}column {column!r} holds {t}, not images: {reader} reads an Image "
         "feature (struct<bytes: binary, path: string>) or a binary column of "
         "encoded images (name it with image=...)"
     )

@@ -1,0 +1,390 @@
+"""Parquet files, as the Hugging Face Hub stores data sets, read by the C
+file source.
+
+A Parquet file's pages are compressed (snappy, zstd, gzip) and encoded, so
+an image's bytes have no fixed place in it that a read could reach. Each
+file's image column is therefore decompressed once, a row group at a time
+with pyarrow (which releases the GIL while it works), and its bytes are
+written back to back into an *extract* file in ringloader's cache
+directory, beside an ``.npz`` index (each row's offset, the rows that name
+a file instead, the null rows, the row groups' first rows). From then on
+the loader reads the extract as HFDataset reads an Arrow file: a byte range
+per sample, io_uring, no Python object per row. Only one row group is
+resident while a file is extracted; the extract is made once per file (its
+path, size, mtime and column name its cache entry) and reused by later
+runs and by every rank.
+
+Since the extract is read in place, every order the loader knows works on
+it: ``shuffle=True`` is an exact global shuffle, ``shuffle="stream"``
+shuffles the row groups and the rows within a bounded window
+(:mod:`.._stream_order`; each row group is one of its shards), DDP
+sharding and resuming are the loader's own. The target and ``fields``
+columns (small: numbers, captions) are read into memory with pyarrow.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+
+from . import targets as _targets
+from .base import PathLike, read_file
+from .cache import (
+    StringBlob,
+    atomic_file,
+    cache_name,
+    default_cache_dir,
+    load_npz,
+    save_npz,
+)
+from .hf import (
+    _check_image_type,
+    _ColumnDataset,
+    _concat_strings,
+    _image_chunk,
+    _table_of,
+    _take_strings,
+    _targets_of,
+)
+
+__all__ = ["Parquet"]
+
+# Bumped when the extract's layout changes: old entries are then unused.
+_FORMAT = 1
+# Row kinds in an extract's index.
+_BYTES, _PATH, _NULL = 0, 1, 2
+# Files extracted at once.
+_WORKERS = 4
+
+
+def _expand(files: Union[PathLike, Sequence[PathLike]]) -> list[str]:
+    """The Parquet files named by a path, a glob, a folder (its ``*.parquet``
+    files, recursively) or a list of those, in order."""
+    items = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+    if not items:
+        raise ValueError("Parquet needs at least one file")
+    out: list[str] = []
+    for item in items:
+        path = os.path.expanduser(os.fspath(item))
+        if os.path.isdir(path):
+            found = sorted(
+                _glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True)
+            )
+            if not found:
+                raise FileNotFoundError(f"{path}: a folder with no .parquet file")
+            out += found
+        elif _glob.has_magic(path):
+            found = sorted(_glob.glob(path, recursive=True))
+            if not found:
+                raise FileNotFoundError(f"{path}: no file matches this pattern")
+            out += found
+        elif not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such Parquet file")
+        else:
+            out.append(path)
+    return [os.path.abspath(p) for p in out]
+
+
+def _open(path: str) -> Any:
+    """pyarrow's ParquetFile of ``path``; ValueError naming the file when
+    its footer cannot be read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(
+            f"{path}: not a readable Parquet file ({e}); the file is damaged "
+            "or not Parquet: download it again"
+        ) from None
+
+
+def _check_columns(path: str, schema: Any, image: str, others: Sequence[str]) -> None:
+    """ValueError for a missing column (naming those there are), TypeError
+    for an image column that holds no encoded bytes."""
+
+    names = list(schema.names)
+    for what, col in [("image", image)] + [("target or field", c) for c in others]:
+        if col not in names:
+            raise ValueError(
+                f"{path} has no {what} column {col!r}; its columns are {names}"
+            )
+    _check_image_type(schema.field(image).type, image, f"{path}: ", "Parquet")
+
+
+def _row_group(pf: Any, path: str, g: int, image: str) -> Any:
+    """The image column of row group ``g``, decompressed (one Arrow array
+    per chunk); ValueError naming file and row group when its pages are
+    damaged."""
+    import pyarrow as pa
+
+    try:
+        return pf.read_row_group(g, columns=[image]).column(0).chunks
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(
+            f"{path}: row group {g} cannot be read ({e}); the file is "
+            "damaged: download it again"
+        ) from None
+
+
+class _Extract:
+    """One Parquet file's image column as an extract (see the module):
+    ``offsets`` (int64, rows + 1) into ``bin``, ``kinds`` (int8 a row:
+    bytes, a path, null), the path rows' names (``paths``, a StringBlob in
+    the order of those rows) and ``groups`` (the row groups' first rows,
+    then the row count)."""
+
+    def __init__(self, path: str, image: str, cache_dir: Optional[PathLike]) -> None:
+        st = os.stat(path)
+        ident = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{image}\0{_FORMAT}"
+        folder = default_cache_dir(cache_dir)
+        os.makedirs(folder, exist_ok=True)
+        index = os.path.join(
+            folder, cache_name("parquet", ident, os.path.basename(path))
+        )
+        self.path, self.index = path, index
+        self.bin = index[: -len(".npz")] + ".bin"
+        arrays = load_npz(index)
+        if arrays is None or not self._fits(arrays):
+            arrays = self._make(image)
+        self.offsets = arrays["offsets"]
+        self.kinds = arrays["kinds"]
+        self.groups = arrays["groups"]
+        self.paths = StringBlob(arrays["path_blob"], arrays["path_offsets"])
+
+    def _fits(self, arrays: dict) -> bool:
+        try:
+            return os.path.getsize(self.bin) == int(arrays["offsets"][-1])
+        except (OSError, KeyError, IndexError):
+            return False
+
+    def _make(self, image: str) -> dict:
+        """Write the extract and its index, one row group resident at a
+        time; nothing is left behind on failure."""
+        pf = _open(self.path)
+        _check_columns(self.path, pf.schema_arrow, image, ())
+        n = pf.metadata.num_rows
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        kinds = np.zeros(n, dtype=np.int8)
+        groups = [0]
+        blobs: list[tuple[np.ndarray, np.ndarray]] = []
+        row, at = 0, 0
+        with atomic_file(self.bin) as out:
+            for g in range(pf.num_row_groups):
+                for chunk in _row_group(pf, self.path, g, image):
+                    m = len(chunk)
+                    data_buf, offs, has, names = _image_chunk(chunk)
+                    lo, hi = int(offs[0]), int(offs[-1])
+                    if hi > lo:
+                        out.write(memoryview(data_buf)[lo:hi])
+                    offsets[row + 1 : row + m + 1] = offs[1:] - lo + at
+                    at += hi - lo
+                    kinds[row : row + m] = np.where(has, _BYTES, _NULL)
+                    if names is not None and not has.all():
+                        valid = names.is_valid().to_numpy(zero_copy_only=False)
+                        named = ~has & np.asarray(valid, dtype=bool)
+                        where = np.flatnonzero(named)
+                        if len(where):
+                            kinds[row + where] = _PATH
+                            blobs.append(_take_strings(names, where))
+                    row += m
+                groups.append(row)
+            if row != n:
+                raise ValueError(
+                    f"{self.path}: its footer says {n} rows, its row groups "
+                    f"hold {row}; the file is damaged: download it again"
+                )
+        blob, ends = _concat_strings(blobs)
+        arrays = {
+            "offsets": offsets,
+            "kinds": kinds,
+            "groups": np.asarray(groups, dtype=np.int64),
+            "path_blob": blob,
+            "path_offsets": ends,
+        }
+        save_npz(self.index, arrays)
+        return arrays
+
+
+class Parquet(_ColumnDataset):
+    """Parquet files whose image column holds encoded images (as the Hugging
+    Face Hub stores data sets), for :class:`ringloader.Loader` and
+    ``ringloader.DataLoader``.
+
+    Args:
+        files: a Parquet file, a glob (``"data/train-*.parquet"``), a folder
+            (its ``*.parquet`` files) or a list of those, local; their rows
+            in that order.
+        transform, target_transform: as torchvision's datasets take them
+            (the transform gets an RGB PIL image); the loader uses
+            ``transform`` when it is given none.
+        image: the image column: an ``Image`` feature (``struct<bytes:
+            binary, path: string>``) or a binary column of encoded images.
+            A row whose bytes are null and whose path is set reads that
+            file (relative paths from the working directory); a null image
+            fails its sample as an undecodable file does.
+        target: the target column (integers or ClassLabel: int64 classes;
+            floats, bools; lists of one length: a row per sample; strings),
+            or None: labels are -1.
+        columns: other columns to return beside the image and target: the
+            loader yields ``(images, targets, *columns)`` (``(images,
+            *columns)`` without a target), each batched as torch's
+            ``default_collate`` does (numbers into a tensor, strings a list).
+        as_dict: the image's key in dict items (``"pixel_values"``), as
+            :class:`ringloader.HFDataset` takes it; None: tuples.
+        cache_dir: where the extracts go (default: ringloader's cache
+            directory, ``$RINGLOADER_CACHE_DIR``).
+
+    The first use of a file decompresses its image column once, one row
+    group at a time, into an extract in the cache directory (about the
+    column's size on disk: encoded images hardly compress); later uses,
+    and the other ranks, read that. ``ringloader_shards()`` gives the row
+    groups, so ``shuffle="stream"`` reads them in a shuffled order.
+    ``describe(i)`` names the file, the row group and the row.
+    """
+
+    def __init__(
+        self,
+        files: Union[PathLike, Sequence[PathLike]],
+        transform: Optional[Callable] = None,
+        image: str = "image",
+        target: Optional[str] = "label",
+        columns: Optional[Sequence[str]] = None,
+        target_transform: Optional[Callable] = None,
+        as_dict: Optional[str] = None,
+        cache_dir: Optional[PathLike] = None,
+    ) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if isinstance(columns, str):
+            raise TypeError(f"columns is a sequence of column names, not {columns!r}")
+        if as_dict is not None and not isinstance(as_dict, str):
+            raise TypeError(f"as_dict is the image's key (a str), not {as_dict!r}")
+        self.files = _expand(files)
+        self.image, self.target = image, target
+        self.fields = tuple(columns or ())
+        self.as_dict = as_dict
+        self.transform, self.target_transform = transform, target_transform
+        others = [c for c in (target, *self.fields) if c is not None]
+        if as_dict is not None and as_dict in others:
+            raise ValueError(
+                f"as_dict={as_dict!r} is also the name of a column the items "
+                "hold: give the image another key"
+            )
+        if len(set(others)) != len(others):
+            raise ValueError(f"a column is named twice in target and columns {others}")
+        for path in self.files:
+            _check_columns(path, _open(path).schema_arrow, image, others)
+        # Files are extracted side by side (pyarrow decompresses without
+        # the GIL): a row group of each in memory at a time.
+        with ThreadPoolExecutor(min(_WORKERS, len(self.files))) as pool:
+            extracts = list(
+                pool.map(lambda p: _Extract(p, image, cache_dir), self.files)
+            )
+        self._extracts = extracts
+        self._first = np.cumsum([0] + [len(e.kinds) for e in extracts])
+        n = int(self._first[-1])
+        self._kinds = np.concatenate([e.kinds for e in extracts]) if n else np.zeros(0)
+        self._groups = np.concatenate(
+            [e.groups[:-1] + f for e, f in zip(extracts, self._first)] + [[n]]
+        ).astype(np.int64)
+        # Sources: each extract, then each path row's file.
+        source = np.zeros(n, dtype=np.int32)
+        self.offsets = np.zeros(n, dtype=np.int64)
+        self.lengths = np.zeros(n, dtype=np.int64)
+        names = StringBlob.from_strings([e.bin for e in extracts])
+        blobs = [(names.blob, names.offsets)]
+        next_source = len(extracts)
+        for k, (e, f) in enumerate(zip(extracts, self._first)):
+            sel = slice(int(f), int(f) + len(e.kinds))
+            source[sel] = k
+            self.offsets[sel] = e.offsets[:-1]
+            self.lengths[sel] = np.where(
+                e.kinds == _BYTES, e.offsets[1:] - e.offsets[:-1], 0
+            )
+            rows = np.flatnonzero(e.kinds == _PATH)
+            if len(rows):
+                source[rows + f] = next_source + np.arange(len(rows), dtype=np.int32)
+                self.offsets[rows + f] = 0
+                self.lengths[rows + f] = -1
+                next_source += len(rows)
+                blobs.append((e.paths.blob, e.paths.offsets))
+        self._source = source
+        blob, ends = _concat_strings(blobs)
+        self._names = StringBlob(blob, ends)
+        self.paths = _table_of(source, self._names)
+        self._table: Any = None
+        if others:
+            self._table = pa.concat_tables(
+                [pq.read_table(p, columns=others) for p in self.files]
+            )
+        if target is None:
+            self.targets: _targets.Targets = np.full(n, -1, np.int64)
+        else:
+            self.targets = _targets_of(self._table, target, self.files[0])
+        if self.fields or as_dict is not None:
+            self._carry_fields()
+
+    def describe(self, index: int) -> str:
+        """Sample ``index`` as the files know it: its Parquet file, row
+        group and row (and the file a path row names)."""
+        i = self._index(index)
+        k = int(np.searchsorted(self._first, i, side="right")) - 1
+        g = int(np.searchsorted(self._groups, i, side="right")) - 1
+        row = i - int(self._first[k])
+        where = (
+            f"{self.files[k]}: row group {g - self._group_base(k)}, row "
+            f"{i - int(self._groups[g])} (file row {row})"
+        )
+        kind = int(self._kinds[i])
+        if kind == _NULL:
+            return f"{where}, whose {self.image!r} is null (no image)"
+        if kind == _PATH:
+            return f"{where}, the file {self._names[int(self._source[i])]}"
+        return where
+
+    def _group_base(self, k: int) -> int:
+        """The global number of file k's first row group."""
+        return int(np.searchsorted(self._groups, self._first[k], side="left"))
+
+    def _sample(self, index: int) -> tuple[str, bytes, Any]:
+        i = self._index(index)
+        where = self.describe(i)
+        name = self._names[int(self._source[i])]
+        if int(self._kinds[i]) == _PATH:
+            data = read_file(name)
+        else:
+            off, size = int(self.offsets[i]), int(self.lengths[i])
+            with open(name, "rb") as f:
+                data = os.pread(f.fileno(), size, off)
+        return where, data, _targets.item(self.targets, i)
+
+    def _column_values(self, column: str, ids: Sequence[int]) -> list:
+        return self._table.column(column).take([int(i) for i in ids]).to_pylist()
+
+    def ringloader_shards(self) -> np.ndarray:
+        """The first row of each row group, then the row count (int64):
+        what ``shuffle="stream"`` reads group by group."""
+        return self._groups
+
+    def _check_files(self) -> None:
+        for e in self._extracts:
+            if not e._fits({"offsets": e.offsets}):
+                raise ValueError(
+                    f"{e.bin}: the extract of {e.path} is gone or changed; "
+                    "make the Parquet dataset again"
+                )
+
+    def __repr__(self) -> str:
+        return (
+            f"ringloader.Parquet({len(self)} rows in {len(self.files)} file(s), "
+            f"{len(self._groups) - 1} row groups, image={self.image!r}, "
+            f"target={self.target!r}" + self._repr_tail("columns")
+        )

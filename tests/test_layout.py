@@ -49,7 +49,9 @@ LAYERS: list[list[str]] = [
     ["datasets.index", "datasets.shards"],
     # a Hugging Face dataset's Arrow files, as runs of a shard table
     ["datasets.hf"],
-    # Parquet files' image columns extracted once, read as HFDataset reads
+    # Parquet files' image columns extracted once, read as HFDataset reads;
+    # parquet_remote: a remote Parquet file as a file of range GETs
+    ["datasets.parquet_remote"],
     ["datasets.parquet"],
     ["datasets"],
     # the Loader's parts, one concern each. _keys: the random keys of an

@@ -24,6 +24,7 @@ columns (small: numbers, captions) are read into memory with pyarrow.
 
 from __future__ import annotations
 
+import fcntl
 import glob as _glob
 import os
 from collections.abc import Sequence
@@ -42,6 +43,9 @@ from .cache import (
     load_npz,
     save_npz,
 )
+from .parquet_remote import RemoteFile, expand_url
+from .remote import Client
+from .urls import is_url, local_name, redact
 from .hf import (
     _check_image_type,
     _ColumnDataset,
@@ -62,16 +66,19 @@ _BYTES, _PATH, _NULL = 0, 1, 2
 _WORKERS = 4
 
 
-def _expand(files: Union[PathLike, Sequence[PathLike]]) -> list[str]:
+def _expand(files: Union[PathLike, Sequence[PathLike]], client: Client) -> list[str]:
     """The Parquet files named by a path, a glob, a folder (its ``*.parquet``
-    files, recursively) or a list of those, in order."""
+    files, recursively), a URL (an ``s3://`` glob) or a list of those, in
+    order."""
     items = [files] if isinstance(files, (str, os.PathLike)) else list(files)
     if not items:
         raise ValueError("Parquet needs at least one file")
     out: list[str] = []
     for item in items:
         path = os.path.expanduser(os.fspath(item))
-        if os.path.isdir(path):
+        if is_url(path):
+            out += expand_url(path, client)
+        elif os.path.isdir(path):
             found = sorted(
                 _glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True)
             )
@@ -86,22 +93,33 @@ def _expand(files: Union[PathLike, Sequence[PathLike]]) -> list[str]:
         elif not os.path.isfile(path):
             raise FileNotFoundError(f"{path}: no such Parquet file")
         else:
-            out.append(path)
-    return [os.path.abspath(p) for p in out]
+            out.append(os.path.abspath(path))
+    return out
 
 
-def _open(path: str) -> Any:
-    """pyarrow's ParquetFile of ``path``; ValueError naming the file when
-    its footer cannot be read."""
+def _stamp(path: str, client: Client) -> str:
+    """What changes when the file does: a local file's size and mtime, a
+    remote object's size and ETag."""
+    if is_url(path):
+        size, validator = client.head(path)
+        return f"{size}\0{validator}"
+    st = os.stat(path)
+    return f"{st.st_size}\0{st.st_mtime_ns}"
+
+
+def _open(path: str, client: Client) -> Any:
+    """pyarrow's ParquetFile of ``path`` (a remote one read by range GETs);
+    ValueError naming the file when its footer cannot be read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    source = RemoteFile(client, path) if is_url(path) else path
     try:
-        return pq.ParquetFile(path, page_checksum_verification=True)
+        return pq.ParquetFile(source, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as e:
         raise ValueError(
-            f"{path}: not a readable Parquet file ({e}); the file is damaged "
-            "or not Parquet: download it again"
+            f"{redact(path)}: not a readable Parquet file ({e}); the file is "
+            "damaged or not Parquet: download it again"
         ) from None
 
 
@@ -113,9 +131,9 @@ def _check_columns(path: str, schema: Any, image: str, others: Sequence[str]) ->
     for what, col in [("image", image)] + [("target or field", c) for c in others]:
         if col not in names:
             raise ValueError(
-                f"{path} has no {what} column {col!r}; its columns are {names}"
+                f"{redact(path)} has no {what} column {col!r}; its columns are {names}"
             )
-    _check_image_type(schema.field(image).type, image, f"{path}: ", "Parquet")
+    _check_image_type(schema.field(image).type, image, f"{redact(path)}: ", "Parquet")
 
 
 def _row_group(pf: Any, path: str, g: int, image: str) -> Any:
@@ -128,7 +146,7 @@ def _row_group(pf: Any, path: str, g: int, image: str) -> Any:
         return pf.read_row_group(g, columns=[image]).column(0).chunks
     except (pa.ArrowException, OSError) as e:
         raise ValueError(
-            f"{path}: row group {g} cannot be read ({e}); the file is "
+            f"{redact(path)}: row group {g} cannot be read ({e}); the file is "
             "damaged: download it again"
         ) from None
 
@@ -140,19 +158,24 @@ class _Extract:
     the order of those rows) and ``groups`` (the row groups' first rows,
     then the row count)."""
 
-    def __init__(self, path: str, image: str, cache_dir: Optional[PathLike]) -> None:
-        st = os.stat(path)
-        ident = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{image}\0{_FORMAT}"
+    def __init__(
+        self, path: str, image: str, cache_dir: Optional[PathLike], client: Client
+    ) -> None:
+        ident = f"{path}\0{_stamp(path, client)}\0{image}\0{_FORMAT}"
         folder = default_cache_dir(cache_dir)
         os.makedirs(folder, exist_ok=True)
-        index = os.path.join(
-            folder, cache_name("parquet", ident, os.path.basename(path))
-        )
-        self.path, self.index = path, index
+        index = os.path.join(folder, cache_name("parquet", ident, local_name(path)))
+        self.path, self.index, self.client = path, index, client
         self.bin = index[: -len(".npz")] + ".bin"
         arrays = load_npz(index)
         if arrays is None or not self._fits(arrays):
-            arrays = self._make(image)
+            # One process extracts (the ranks of a job start together);
+            # the others wait for it, then read its extract.
+            with open(index[: -len(".npz")] + ".lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                arrays = load_npz(index)
+                if arrays is None or not self._fits(arrays):
+                    arrays = self._make(image)
         self.offsets = arrays["offsets"]
         self.kinds = arrays["kinds"]
         self.groups = arrays["groups"]
@@ -167,7 +190,7 @@ class _Extract:
     def _make(self, image: str) -> dict:
         """Write the extract and its index, one row group resident at a
         time; nothing is left behind on failure."""
-        pf = _open(self.path)
+        pf = _open(self.path, self.client)
         _check_columns(self.path, pf.schema_arrow, image, ())
         n = pf.metadata.num_rows
         offsets = np.zeros(n + 1, dtype=np.int64)
@@ -197,7 +220,7 @@ class _Extract:
                 groups.append(row)
             if row != n:
                 raise ValueError(
-                    f"{self.path}: its footer says {n} rows, its row groups "
+                    f"{redact(self.path)}: its footer says {n} rows, its row groups "
                     f"hold {row}; the file is damaged: download it again"
                 )
         blob, ends = _concat_strings(blobs)
@@ -240,6 +263,9 @@ class Parquet(_ColumnDataset):
             :class:`ringloader.HFDataset` takes it; None: tuples.
         cache_dir: where the extracts go (default: ringloader's cache
             directory, ``$RINGLOADER_CACHE_DIR``).
+        retries, timeout, s3_client: for files given as ``http(s)://`` or
+            ``s3://`` URLs (an ``s3://`` glob is listed), read by range
+            GETs while they are extracted, as TarShards takes them.
 
     The first use of a file decompresses its image column once, one row
     group at a time, into an extract in the cache directory (about the
@@ -259,15 +285,18 @@ class Parquet(_ColumnDataset):
         target_transform: Optional[Callable] = None,
         as_dict: Optional[str] = None,
         cache_dir: Optional[PathLike] = None,
+        retries: int = 5,
+        timeout: float = 30.0,
+        s3_client: Any = None,
     ) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         if isinstance(columns, str):
             raise TypeError(f"columns is a sequence of column names, not {columns!r}")
         if as_dict is not None and not isinstance(as_dict, str):
             raise TypeError(f"as_dict is the image's key (a str), not {as_dict!r}")
-        self.files = _expand(files)
+        self.client = Client(retries=retries, timeout=timeout, s3_client=s3_client)
+        self.files = _expand(files, self.client)
         self.image, self.target = image, target
         self.fields = tuple(columns or ())
         self.as_dict = as_dict
@@ -281,12 +310,14 @@ class Parquet(_ColumnDataset):
         if len(set(others)) != len(others):
             raise ValueError(f"a column is named twice in target and columns {others}")
         for path in self.files:
-            _check_columns(path, _open(path).schema_arrow, image, others)
+            _check_columns(path, _open(path, self.client).schema_arrow, image, others)
         # Files are extracted side by side (pyarrow decompresses without
         # the GIL): a row group of each in memory at a time.
         with ThreadPoolExecutor(min(_WORKERS, len(self.files))) as pool:
             extracts = list(
-                pool.map(lambda p: _Extract(p, image, cache_dir), self.files)
+                pool.map(
+                    lambda p: _Extract(p, image, cache_dir, self.client), self.files
+                )
             )
         self._extracts = extracts
         self._first = np.cumsum([0] + [len(e.kinds) for e in extracts])
@@ -323,7 +354,7 @@ class Parquet(_ColumnDataset):
         self._table: Any = None
         if others:
             self._table = pa.concat_tables(
-                [pq.read_table(p, columns=others) for p in self.files]
+                [_open(p, self.client).read(columns=others) for p in self.files]
             )
         if target is None:
             self.targets: _targets.Targets = np.full(n, -1, np.int64)
@@ -340,7 +371,7 @@ class Parquet(_ColumnDataset):
         g = int(np.searchsorted(self._groups, i, side="right")) - 1
         row = i - int(self._first[k])
         where = (
-            f"{self.files[k]}: row group {g - self._group_base(k)}, row "
+            f"{redact(self.files[k])}: row group {g - self._group_base(k)}, row "
             f"{i - int(self._groups[g])} (file row {row})"
         )
         kind = int(self._kinds[i])
@@ -378,7 +409,7 @@ class Parquet(_ColumnDataset):
         for e in self._extracts:
             if not e._fits({"offsets": e.offsets}):
                 raise ValueError(
-                    f"{e.bin}: the extract of {e.path} is gone or changed; "
+                    f"{e.bin}: the extract of {redact(e.path)} is gone or changed; "
                     "make the Parquet dataset again"
                 )
 

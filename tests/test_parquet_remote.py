@@ -12,6 +12,7 @@ import pytest
 import ringloader
 import torch
 from batches import assert_same, collect
+from faultproxy import FaultProxy
 from images import mixed_images
 from ringloader import transforms as T
 from rlbench.servers import MotoS3, Nginx
@@ -95,6 +96,35 @@ def test_http_gives_the_local_batches(www, nginx, tmp_path):
 def test_a_missing_object_is_named(nginx):
     with pytest.raises(FileNotFoundError, match="nope.parquet"):
         ringloader.Parquet(f"{nginx.url}/nope.parquet", retries=0)
+
+
+def test_a_failed_fetch_names_object_and_row_group_and_leaves_nothing(nginx, tmp_path):
+    """A GET that fails while the image column is fetched is the network's
+    OSError naming the object and the row group (not a damaged file), and
+    no part of an extract stays behind."""
+    url = "/train-0.parquet"
+    nginx.clear_requests()
+    ringloader.Parquet(nginx.url + url, cache_dir=tmp_path / "counted")
+    gets = sum(r[0] == "GET" for r in nginx.requests())
+    cache = tmp_path / "cache"
+    with FaultProxy(nginx.url) as proxy:
+        # The last GET of a whole construction: the last row group's chunk.
+        proxy.fail("status", status=503, method="GET", every=gets)
+        with pytest.raises(OSError) as e:
+            ringloader.Parquet(proxy.url + url, cache_dir=cache, retries=0)
+    assert not isinstance(e.value, ValueError)
+    assert f"{proxy.url}{url}: row group 2 could not be read" in str(e.value)
+    assert not [f for f in os.listdir(cache) if not f.endswith(".lock")]
+
+
+def test_an_empty_file_is_refused(tmp_path):
+    path = str(tmp_path / "empty.parquet")
+    pq.write_table(
+        pa.table({"image": pa.array([], IMAGE), "label": pa.array([], pa.int64())}),
+        path,
+    )
+    with pytest.raises(ValueError, match="empty.parquet'\\]: no rows in the files"):
+        ringloader.Parquet(path)
 
 
 def test_s3_glob_gives_the_local_batches(www):

@@ -29,6 +29,7 @@ import glob as _glob
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -107,20 +108,43 @@ def _stamp(path: str, client: Client) -> str:
     return f"{st.st_size}\0{st.st_mtime_ns}"
 
 
-def _open(path: str, client: Client) -> Any:
-    """pyarrow's ParquetFile of ``path`` (a remote one read by range GETs);
-    ValueError naming the file when its footer cannot be read."""
+def _read(path: str, what: str, read: Callable[[], Any], remote: Any) -> Any:
+    """``read()``, a pyarrow read of ``what`` of the file ``path``: a
+    failed fetch of a remote file (``remote``, its RemoteFile, None for a
+    local one) is raised as the client's OSError naming the object and
+    ``what``; anything else pyarrow raises is a ValueError naming them
+    (the file is damaged)."""
     import pyarrow as pa
+
+    try:
+        return read()
+    except (pa.ArrowException, OSError) as e:
+        failure = getattr(remote, "failure", None)
+        if failure is not None:
+            remote.failure = None
+            raise type(failure)(
+                f"{redact(path)}: {what} could not be read ({failure}); "
+                "nothing was extracted: try again"
+            ) from None
+        raise ValueError(
+            f"{redact(path)}: {what} cannot be read ({e}); the file is damaged "
+            "or not Parquet: download it again"
+        ) from None
+
+
+def _open(path: str, client: Client) -> Any:
+    """pyarrow's ParquetFile of ``path`` (a remote one read by range GETs,
+    its RemoteFile as ``ringloader_remote``); errors as :func:`_read`'s."""
     import pyarrow.parquet as pq
 
-    source = RemoteFile(client, path) if is_url(path) else path
-    try:
-        return pq.ParquetFile(source, page_checksum_verification=True)
-    except (pa.ArrowException, OSError) as e:
-        raise ValueError(
-            f"{redact(path)}: not a readable Parquet file ({e}); the file is "
-            "damaged or not Parquet: download it again"
-        ) from None
+    remote = RemoteFile(client, path) if is_url(path) else None
+
+    def footer() -> Any:
+        return pq.ParquetFile(remote or path, page_checksum_verification=True)
+
+    pf = _read(path, "its footer", footer, remote)
+    pf.ringloader_remote = remote
+    return pf
 
 
 def _check_columns(path: str, schema: Any, image: str, others: Sequence[str]) -> None:
@@ -134,21 +158,6 @@ def _check_columns(path: str, schema: Any, image: str, others: Sequence[str]) ->
                 f"{redact(path)} has no {what} column {col!r}; its columns are {names}"
             )
     _check_image_type(schema.field(image).type, image, f"{redact(path)}: ", "Parquet")
-
-
-def _row_group(pf: Any, path: str, g: int, image: str) -> Any:
-    """The image column of row group ``g``, decompressed (one Arrow array
-    per chunk); ValueError naming file and row group when its pages are
-    damaged."""
-    import pyarrow as pa
-
-    try:
-        return pf.read_row_group(g, columns=[image]).column(0).chunks
-    except (pa.ArrowException, OSError) as e:
-        raise ValueError(
-            f"{redact(path)}: row group {g} cannot be read ({e}); the file is "
-            "damaged: download it again"
-        ) from None
 
 
 class _Extract:
@@ -200,7 +209,13 @@ class _Extract:
         row, at = 0, 0
         with atomic_file(self.bin) as out:
             for g in range(pf.num_row_groups):
-                for chunk in _row_group(pf, self.path, g, image):
+                table = _read(
+                    self.path,
+                    f"row group {g}",
+                    partial(pf.read_row_group, g, columns=[image]),
+                    pf.ringloader_remote,
+                )
+                for chunk in table.column(0).chunks:
                     m = len(chunk)
                     data_buf, offs, has, names = _image_chunk(chunk)
                     lo, hi = int(offs[0]), int(offs[-1])
@@ -309,8 +324,21 @@ class Parquet(_ColumnDataset):
             )
         if len(set(others)) != len(others):
             raise ValueError(f"a column is named twice in target and columns {others}")
+        # The target and columns first (small), then the image column.
+        tables = []
         for path in self.files:
-            _check_columns(path, _open(path, self.client).schema_arrow, image, others)
+            pf = _open(path, self.client)
+            _check_columns(path, pf.schema_arrow, image, others)
+            if others:
+                tables.append(
+                    _read(
+                        path,
+                        f"the columns {others}",
+                        partial(pf.read, columns=others),
+                        pf.ringloader_remote,
+                    )
+                )
+        self._table: Any = pa.concat_tables(tables) if others else None
         # Files are extracted side by side (pyarrow decompresses without
         # the GIL): a row group of each in memory at a time.
         with ThreadPoolExecutor(min(_WORKERS, len(self.files))) as pool:
@@ -322,6 +350,8 @@ class Parquet(_ColumnDataset):
         self._extracts = extracts
         self._first = np.cumsum([0] + [len(e.kinds) for e in extracts])
         n = int(self._first[-1])
+        if n == 0:
+            raise ValueError(f"{[redact(f) for f in self.files]}: no rows in the files")
         self._kinds = np.concatenate([e.kinds for e in extracts]) if n else np.zeros(0)
         self._groups = np.concatenate(
             [e.groups[:-1] + f for e, f in zip(extracts, self._first)] + [[n]]
@@ -351,11 +381,6 @@ class Parquet(_ColumnDataset):
         blob, ends = _concat_strings(blobs)
         self._names = StringBlob(blob, ends)
         self.paths = _table_of(source, self._names)
-        self._table: Any = None
-        if others:
-            self._table = pa.concat_tables(
-                [_open(p, self.client).read(columns=others) for p in self.files]
-            )
         if target is None:
             self.targets: _targets.Targets = np.full(n, -1, np.int64)
         else:

@@ -7,7 +7,7 @@ range each: only the columns read cross the network."""
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, Optional
 
 from .remote import Client
 from .urls import has_magic, redact
@@ -17,13 +17,17 @@ __all__ = ["RemoteFile", "expand_url"]
 
 class RemoteFile(io.RawIOBase):
     """An object read by range GETs, as a read-only seekable file; its size
-    and validator (ETag) from a HEAD when it is made."""
+    and validator (ETag) from a HEAD when it is made. ``failure``: the
+    client's error of the last fetch that failed, None if none did."""
 
     def __init__(self, client: Client, name: str) -> None:
         super().__init__()
         self.client, self.name = client, name
         self.size, self.validator = client.head(name)
         self._pos = 0
+        # The last fetch that failed (pyarrow passes its error on as its
+        # own): what the caller reports, naming the object.
+        self.failure: Optional[OSError] = None
 
     def readable(self) -> bool:
         return True
@@ -47,7 +51,11 @@ class RemoteFile(io.RawIOBase):
         end = min(self._pos + len(view), self.size)
         if end <= self._pos:
             return 0
-        data = self.client.get(self.name, self._pos, end)
+        try:
+            data = self.client.get(self.name, self._pos, end)
+        except OSError as e:
+            self.failure = e
+            raise
         view[: len(data)] = data
         self._pos += len(data)
         return len(data)

@@ -362,3 +362,25 @@ def test_pyarrow_is_imported_only_when_parquet_is_used():
     code = "import sys, ringloader; print('pyarrow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "False"
+
+
+def _halve(image):
+    """A transform ringloader cannot fuse: torch's DataLoader runs it."""
+    return image.resize((image.width // 2, image.height // 2)).crop((0, 0, 16, 16))
+
+
+def test_a_transform_it_cannot_fuse_runs_in_torchs_workers(data, tmp_path):
+    """ringloader.DataLoader falls back to torch's, whose worker processes
+    get the dataset pickled and index it (the extract, read in Python)."""
+    from torchvision.transforms import v2
+
+    tmp, files = data
+    path = _write(tmp_path / "d.parquet", _images())
+    tf = v2.Compose([_halve, v2.PILToTensor()])
+    ds = ringloader.Parquet(path, transform=tf, columns=("label",), target=None)
+    with pytest.warns(ringloader.FallbackWarning):
+        loader = ringloader.DataLoader(ds, batch_size=N, num_workers=2)
+    images, labels = next(iter(loader))
+    ref = ringloader.FileList(files, LABELS, transform=tf)
+    assert labels.tolist() == LABELS.tolist()
+    assert torch.equal(images, torch.stack([ref[i][0] for i in range(N)]))

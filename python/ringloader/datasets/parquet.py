@@ -11,8 +11,9 @@ a file instead, the null rows, the row groups' first rows). From then on
 the loader reads the extract as HFDataset reads an Arrow file: a byte range
 per sample, io_uring, no Python object per row. Only one row group is
 resident while a file is extracted; the extract is made once per file (its
-path, size, mtime and column name its cache entry) and reused by later
-runs and by every rank.
+path, size, mtime (a remote file's ETag) and column name its cache entry)
+and reused by later runs and by every rank. A remote file is read by range
+GETs (:mod:`.parquet_remote`).
 
 Since the extract is read in place, every order the loader knows works on
 it: ``shuffle=True`` is an exact global shuffle, ``shuffle="stream"``
@@ -47,7 +48,7 @@ from .cache import (
 from .parquet_remote import RemoteFile, expand_url
 from .remote import Client
 from .urls import is_url, local_name, redact
-from .hf import (
+from .columns import (
     _check_image_type,
     _ColumnDataset,
     _concat_strings,
@@ -160,6 +161,13 @@ def _check_columns(path: str, schema: Any, image: str, others: Sequence[str]) ->
     _check_image_type(schema.field(image).type, image, f"{redact(path)}: ", "Parquet")
 
 
+def _miscounted(path: str, n: int) -> ValueError:
+    return ValueError(
+        f"{redact(path)}: its row groups do not hold the {n} rows its footer "
+        "says; the file is damaged: download it again"
+    )
+
+
 class _Extract:
     """One Parquet file's image column as an extract (see the module):
     ``offsets`` (int64, rows + 1) into ``bin``, ``kinds`` (int8 a row:
@@ -217,6 +225,8 @@ class _Extract:
                 )
                 for chunk in table.column(0).chunks:
                     m = len(chunk)
+                    if row + m > n:
+                        raise _miscounted(self.path, n)
                     data_buf, offs, has, names = _image_chunk(chunk)
                     lo, hi = int(offs[0]), int(offs[-1])
                     if hi > lo:
@@ -234,10 +244,7 @@ class _Extract:
                     row += m
                 groups.append(row)
             if row != n:
-                raise ValueError(
-                    f"{redact(self.path)}: its footer says {n} rows, its row groups "
-                    f"hold {row}; the file is damaged: download it again"
-                )
+                raise _miscounted(self.path, n)
         blob, ends = _concat_strings(blobs)
         arrays = {
             "offsets": offsets,
@@ -257,8 +264,9 @@ class Parquet(_ColumnDataset):
 
     Args:
         files: a Parquet file, a glob (``"data/train-*.parquet"``), a folder
-            (its ``*.parquet`` files) or a list of those, local; their rows
-            in that order.
+            (its ``*.parquet`` files), an ``http(s)://`` or ``s3://`` URL
+            (an ``s3://`` glob) or a list of those; their rows in that
+            order.
         transform, target_transform: as torchvision's datasets take them
             (the transform gets an RGB PIL image); the loader uses
             ``transform`` when it is given none.

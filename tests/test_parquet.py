@@ -384,3 +384,29 @@ def test_a_transform_it_cannot_fuse_runs_in_torchs_workers(data, tmp_path):
     ref = ringloader.FileList(files, LABELS, transform=tf)
     assert labels.tolist() == LABELS.tolist()
     assert torch.equal(images, torch.stack([ref[i][0] for i in range(N)]))
+
+
+def test_a_bar_counts_the_row_groups_extracted(tmp_path, monkeypatch):
+    from ringloader.datasets import parquet
+
+    bars = []
+
+    class Bar:
+        def __init__(self, total, **kw):
+            self.total, self.done, self.closed, self.kw = total, 0, False, kw
+            bars.append(self)
+
+        def update(self, k):
+            self.done += k
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(parquet, "progress_bar", Bar)
+    path = _write(tmp_path / "d.parquet", _images())
+    for _ in range(2):  # extracted, then read from the cache
+        ringloader.Parquet([path, path])
+    assert [(b.total, b.done, b.closed) for b in bars] == [(14, 14, True)] * 2
+    assert bars[0].kw["unit"] == "row group"
+    ringloader.Parquet(path, progress=False)
+    assert len(bars) == 2

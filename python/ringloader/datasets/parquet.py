@@ -46,6 +46,7 @@ from .cache import (
     save_npz,
 )
 from .parquet_remote import RemoteFile, expand_url
+from .progress import bar as progress_bar
 from .remote import Client
 from .urls import is_url, local_name, redact
 from .columns import (
@@ -176,23 +177,30 @@ class _Extract:
     then the row count)."""
 
     def __init__(
-        self, path: str, image: str, cache_dir: Optional[PathLike], client: Client
+        self,
+        path: str,
+        image: str,
+        cache_dir: Optional[PathLike],
+        client: Client,
+        step: Callable[[int], None],
     ) -> None:
         ident = f"{path}\0{_stamp(path, client)}\0{image}\0{_FORMAT}"
         folder = default_cache_dir(cache_dir)
         os.makedirs(folder, exist_ok=True)
         index = os.path.join(folder, cache_name("parquet", ident, local_name(path)))
-        self.path, self.index, self.client = path, index, client
+        self.path, self.index, self.client, self._step = path, index, client, step
         self.bin = index[: -len(".npz")] + ".bin"
-        arrays = load_npz(index)
+        arrays, made = load_npz(index), False
         if arrays is None or not self._fits(arrays):
-            # One process extracts (the ranks of a job start together);
-            # the others wait for it, then read its extract.
+            # One process (or thread) extracts (the ranks of a job start
+            # together); the others wait for it, then read its extract.
             with open(index[: -len(".npz")] + ".lock", "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 arrays = load_npz(index)
                 if arrays is None or not self._fits(arrays):
-                    arrays = self._make(image)
+                    arrays, made = self._make(image), True
+        if not made:  # _make counts its row groups as it goes
+            step(len(arrays["groups"]) - 1)
         self.offsets = arrays["offsets"]
         self.kinds = arrays["kinds"]
         self.groups = arrays["groups"]
@@ -243,6 +251,7 @@ class _Extract:
                             blobs.append(_take_strings(names, where))
                     row += m
                 groups.append(row)
+                self._step(1)
             if row != n:
                 raise _miscounted(self.path, n)
         blob, ends = _concat_strings(blobs)
@@ -289,6 +298,8 @@ class Parquet(_ColumnDataset):
         retries, timeout, s3_client: for files given as ``http(s)://`` or
             ``s3://`` URLs (an ``s3://`` glob is listed), read by range
             GETs while they are extracted, as TarShards takes them.
+        progress: a bar over the row groups while files are extracted
+            (after 2 s, on the first rank, where tqdm is installed).
 
     The first use of a file decompresses its image column once, one row
     group at a time, into an extract in the cache directory (about the
@@ -311,6 +322,7 @@ class Parquet(_ColumnDataset):
         retries: int = 5,
         timeout: float = 30.0,
         s3_client: Any = None,
+        progress: bool = True,
     ) -> None:
         import pyarrow as pa
 
@@ -333,9 +345,10 @@ class Parquet(_ColumnDataset):
         if len(set(others)) != len(others):
             raise ValueError(f"a column is named twice in target and columns {others}")
         # The target and columns first (small), then the image column.
-        tables = []
+        tables, groups = [], 0
         for path in self.files:
             pf = _open(path, self.client)
+            groups += pf.num_row_groups
             _check_columns(path, pf.schema_arrow, image, others)
             if others:
                 tables.append(
@@ -349,12 +362,19 @@ class Parquet(_ColumnDataset):
         self._table: Any = pa.concat_tables(tables) if others else None
         # Files are extracted side by side (pyarrow decompresses without
         # the GIL): a row group of each in memory at a time.
-        with ThreadPoolExecutor(min(_WORKERS, len(self.files))) as pool:
-            extracts = list(
-                pool.map(
-                    lambda p: _Extract(p, image, cache_dir, self.client), self.files
+        bar = self._progress_bar(groups) if progress else None
+        step = bar.update if bar is not None else (lambda k: None)
+        try:
+            with ThreadPoolExecutor(min(_WORKERS, len(self.files))) as pool:
+                extracts = list(
+                    pool.map(
+                        lambda p: _Extract(p, image, cache_dir, self.client, step),
+                        self.files,
+                    )
                 )
-            )
+        finally:
+            if bar is not None:
+                bar.close()
         self._extracts = extracts
         self._first = np.cumsum([0] + [len(e.kinds) for e in extracts])
         n = int(self._first[-1])
@@ -437,6 +457,16 @@ class Parquet(_ColumnDataset):
         """The first row of each row group, then the row count (int64):
         what ``shuffle="stream"`` reads group by group."""
         return self._groups
+
+    @staticmethod
+    def _progress_bar(groups: int) -> Any:
+        return progress_bar(
+            groups,
+            unit="row group",
+            desc="extracting Parquet images",
+            leave=False,
+            delay=2.0,
+        )
 
     def _check_files(self) -> None:
         for e in self._extracts:

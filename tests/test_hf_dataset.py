@@ -8,7 +8,6 @@ bytes to the same pipeline: bit-exact."""
 from __future__ import annotations
 
 import gc
-import io
 import os
 import tracemalloc
 import warnings
@@ -21,7 +20,8 @@ from ringloader import transforms as T
 
 datasets = pytest.importorskip("datasets")
 from datasets import ClassLabel, Features, Image, Value  # noqa: E402
-from images import jpeg_bytes, photo_like  # noqa: E402
+from batches import assert_same, collect  # noqa: E402
+from images import mixed_images  # noqa: E402
 from PIL import Image as PILImage  # noqa: E402
 
 N = 24
@@ -29,19 +29,8 @@ EVAL = T.Compose([T.Resize(40), T.CenterCrop(32)])
 TRAIN = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()])
 
 
-def _png(h: int, w: int, seed: int) -> bytes:
-    buf = io.BytesIO()
-    PILImage.fromarray(photo_like(h, w, seed)).save(buf, "PNG")
-    return buf.getvalue()
-
-
 def _images() -> list[bytes]:
-    return [
-        _png(30 + i, 44 + i, i)
-        if i % 3 == 0
-        else jpeg_bytes("baseline", 50 + i, 40 + 2 * i, seed=i)
-        for i in range(N)
-    ]
+    return mixed_images(N)
 
 
 def _save(tmp, name, columns, features, shards=3):
@@ -87,21 +76,11 @@ def data(tmp_path_factory):
 
 
 def _batches(dataset, transform=EVAL, **kw):
-    kw.setdefault("batch_size", 5)
-    loader = ringloader.Loader(
-        dataset, transform=transform, num_threads=2, seed=3, **kw
-    )
-    out = [(x.clone(), y.clone()) for x, y in loader]
-    stats = loader.stats()
-    loader.close()
-    return out, stats
+    return collect(dataset, transform, **kw)
 
 
 def _same(a, b):
-    assert len(a) == len(b)
-    for (xa, ya), (xb, yb) in zip(a, b):
-        assert torch.equal(ya, yb)
-        assert torch.equal(xa, xb)
+    assert_same(a, b)
 
 
 def _files(files, labels, rows):

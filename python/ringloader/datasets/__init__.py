@@ -1,7 +1,7 @@
 """The datasets ringloader reads itself, on one base (:mod:`.base`): an
 ImageFolder as torchvision's, the same with a cached index, a list of files,
 WebDataset tar shards (local, or over HTTP(S) and S3), and Hugging Face
-datasets' Arrow files. None of them
+datasets' Arrow files and Parquet files. None of them
 imports the loader."""
 
 from .base import ImageDataset, Remote, Sources
@@ -10,6 +10,7 @@ from .folder import IMG_EXTENSIONS, ImageFolder
 from .hf import HFDataset
 from .index import IndexedImageFolder, build_index
 from .mix import Mix
+from .parquet import Parquet
 from .shards import ShardError, TarShards
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "ImageFolder",
     "IndexedImageFolder",
     "Mix",
+    "Parquet",
     "Remote",
     "ShardError",
     "Sources",

@@ -19,7 +19,14 @@ contender, each figure in a fresh process:
   num_threads=--threads)``;
 - ``ringloader.DataLoader``: ``DataLoader(HFDataset(ds, transform=...),
   batch_size=..., shuffle=True, num_workers=--threads)``, as the Hugging
-  Face guide writes it.
+  Face guide writes it;
+- ``parquet example``: the same data set as one Parquet file (the Hub's
+  form, ``Dataset.to_parquet``), read as transformers' example reads a
+  Hub data set: ``load_dataset("parquet", data_files=...)`` (which
+  converts it to Arrow files in its cache, once), then as ``hf example``;
+- ``ringloader.Parquet``: ``DataLoader(Parquet(file, transform=...),
+  batch_size=..., shuffle=True, num_workers=--threads)`` over that file,
+  as the Parquet guide writes it.
 
 Every contender gets the same torchvision transform objects: ``train``,
 the transformers example's (RandomResizedCrop(224), RandomHorizontalFlip,
@@ -66,8 +73,9 @@ from typing import Any, Iterator
 
 import bench_scale  # beside this file: the same machine record and RssAnon
 
-CONTENDERS = ("hf example", "hf rows", "ringloader.Loader", "ringloader.DataLoader")
-PEERS = ("hf example", "hf rows")
+PEERS = ("hf example", "hf rows", "parquet example")
+OURS = ("ringloader.Loader", "ringloader.DataLoader", "ringloader.Parquet")
+CONTENDERS = PEERS + OURS
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 POOL = 64
 
@@ -138,6 +146,18 @@ def _small_jpegs() -> list[bytes]:
         Image.fromarray(x).resize((96, 96), Image.BILINEAR).save(buf, "JPEG")
         out.append(buf.getvalue())
     return out
+
+
+def as_parquet(folder: str) -> str:
+    """The data set saved in ``folder`` as one Parquet file beside it
+    (``Dataset.to_parquet``: the Hub's form; written once)."""
+    path = folder + ".parquet"
+    if not os.path.isfile(path):
+        import datasets
+
+        datasets.load_from_disk(folder).to_parquet(path + ".tmp")
+        os.rename(path + ".tmp", path)
+    return path
 
 
 def small(root: str, rows: int, shards: int) -> str:
@@ -249,9 +269,24 @@ def child(a: argparse.Namespace) -> dict:
     import ringloader
 
     tf = transform(a.transform)
+    parquet = a.data + ".parquet"
     base = bench_scale._rss_anon()
     t0 = time.perf_counter()
-    ds = datasets.load_from_disk(a.data)
+    if a.who == "parquet example":
+        cache = os.path.join(os.path.dirname(a.data), "hf-cache")
+        ds = datasets.load_dataset(
+            "parquet", data_files=parquet, split="train", cache_dir=cache
+        )
+        loader = _example_loader(ds, tf, a)
+    elif a.who == "ringloader.Parquet":
+        ds = ringloader.Parquet(
+            parquet, transform=tf, cache_dir=os.path.join(os.path.dirname(a.data))
+        )
+        loader = ringloader.DataLoader(
+            ds, batch_size=a.batch_size, shuffle=True, num_workers=a.threads
+        )
+    else:  # the saved data set's contenders
+        ds = datasets.load_from_disk(a.data)
     if a.who == "hf example":
         loader = _example_loader(ds, tf, a)
     elif a.who == "hf rows":
@@ -266,7 +301,7 @@ def child(a: argparse.Namespace) -> dict:
             num_threads=a.threads,
             transform=tf,
         )
-    else:
+    elif a.who == "ringloader.DataLoader":
         loader = ringloader.DataLoader(
             ringloader.HFDataset(ds, transform=tf),
             batch_size=a.batch_size,
@@ -350,14 +385,14 @@ def _pair(by: dict) -> None:
     within a round (the two ran minutes apart at most, under the same
     other load), and the median of those."""
     for peer in PEERS:
-        r = by[peer]
+        r = by.get(peer, {"error": "not run"})
         if "error" in r:
             continue
         r["ratios"], r["ratio_runs"] = {}, {}
-        for ours in CONTENDERS[2:]:
+        for ours in OURS:
             runs = [
                 round(o / p, 2)
-                for o, p in zip(by[ours].get("img_s_runs", []), r["img_s_runs"])
+                for o, p in zip(by.get(ours, {}).get("img_s_runs", []), r["img_s_runs"])
                 if o and p
             ]
             r["ratio_runs"][ours] = runs
@@ -406,16 +441,22 @@ def plot(results: dict, path: str) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.4))
     tfs = list(results["throughput"])
-    width = 0.8 / len(CONTENDERS)
-    colors = ("#555555", "#aaaaaa", "#1f77b4", "#6baed6")
+    names = results["contenders"]
+    width = 0.8 / len(names)
+    colors = dict(
+        zip(
+            CONTENDERS,
+            ("#555555", "#aaaaaa", "#888888", "#1f77b4", "#6baed6", "#2ca02c"),
+        )
+    )
     for ax, key, fmt, label in (
         (axes[0], "img_s", "%.0f", "images/s (median; higher is better)"),
         (axes[1], "cpu_ms_per_image", "%.2f", "CPU ms an image, workers included"),
     ):
-        for k, who in enumerate(CONTENDERS):
-            xs = [i + (k - (len(CONTENDERS) - 1) / 2) * width for i in range(len(tfs))]
+        for k, who in enumerate(names):
+            xs = [i + (k - (len(names) - 1) / 2) * width for i in range(len(tfs))]
             ys = [results["throughput"][t][who].get(key, 0) for t in tfs]
-            bars = ax.bar(xs, ys, width, label=who, color=colors[k])
+            bars = ax.bar(xs, ys, width, label=who, color=colors[who])
             ax.bar_label(bars, fmt=fmt, fontsize=7)
         ax.set_xticks(range(len(tfs)), [f"{t} transform" for t in tfs])
         ax.set_ylabel(label)
@@ -426,14 +467,14 @@ def plot(results: dict, path: str) -> None:
         ax.legend(fontsize=8)
     mem = results["memory"]
     sizes = sorted({r["rows"] for rows in mem.values() for r in rows if "rows" in r})
-    for k, who in enumerate(CONTENDERS):
+    for who in names:
         ok = [r for r in mem[who] if "error" not in r]
         axes[2].plot(
             [r["rows"] for r in ok],
             [(r["rss_bytes"] + r["workers_uss_bytes"]) / 1e6 for r in ok],
             "o-",
             label=who,
-            color=colors[k],
+            color=colors[who],
         )
     axes[2].set_xscale("log")
     axes[2].minorticks_off()
@@ -452,23 +493,28 @@ def plot(results: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _ratio(x: Any) -> str:
+    """A ratio cell: blank for a contender not run (or that failed)."""
+    return f"{x:.2f}x" if x else ""
+
+
 def table(results: dict) -> str:
     """The results as a Markdown table (HF.md's)."""
     out = [
         "| data | transform | contender | img/s | Loader ÷ it "
-        "| DataLoader ÷ it "
+        "| DataLoader ÷ it | Parquet ÷ it "
         "| CPU ms/img | first batch | RssAnon growth | workers' USS |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def row(data: str, tf: str, who: str, r: dict, by: dict) -> None:
         if "error" in r:
-            out.append(f"| {data} | {tf} | {who} | {r['error']} | | | | | | |")
+            out.append(f"| {data} | {tf} | {who} | {r['error']} | | | | | | | |")
             return
         ratios = (
-            " | ".join(f"{r['ratios'][o] or float('nan'):.2f}x" for o in CONTENDERS[2:])
+            " | ".join(_ratio(r["ratios"].get(o)) for o in OURS)
             if who in PEERS
-            else " | "
+            else " |  | "
         )
         out.append(
             f"| {data} | {tf} | {who} | {r['img_s']:,.0f} | {ratios} "
@@ -478,12 +524,12 @@ def table(results: dict) -> str:
         )
 
     for tf, by in results["throughput"].items():
-        for who in CONTENDERS:
+        for who in results["contenders"]:
             row(f"{results['images']:,} ImageNet-like", tf, who, by[who], by)
     mem = results["memory"]
     for k, n in enumerate(results["rows"]):
-        by = {who: mem[who][k] for who in CONTENDERS}
-        for who in CONTENDERS:
+        by = {who: mem[who][k] for who in results["contenders"]}
+        for who in results["contenders"]:
             row(f"{n:,} small", "train", who, by[who], by)
     return "\n".join(out)
 
@@ -527,6 +573,9 @@ def main() -> None:
         default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ringloader-bench-hf"),
     )
     run_flags(p, batches=40)
+    p.add_argument(
+        "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS
+    )
     a = p.parse_args()
     a.inline = False
     if a.child:
@@ -549,25 +598,29 @@ def main() -> None:
         "workers": a.workers,
         "repeat": a.repeat,
         "rows": a.rows,
+        "contenders": list(a.contenders),
     }
     print(json.dumps(results), flush=True)
     data = imagenet_like(a.dir, a.images, a.shards)
-    jobs = [(who, data, tf) for tf in a.transforms for who in CONTENDERS]
+    sets = [small(a.dir, n, a.shards) for n in a.rows]
+    names = results["contenders"]
+    for folder in [data, *sets]:
+        as_parquet(folder)
+    jobs = [(who, data, tf) for tf in a.transforms for who in names]
     res = _rounds(a, jobs)
     results["throughput"] = {
-        tf: {who: res[k * len(CONTENDERS) + j] for j, who in enumerate(CONTENDERS)}
+        tf: {who: res[k * len(names) + j] for j, who in enumerate(names)}
         for k, tf in enumerate(a.transforms)
     }
     for by in results["throughput"].values():
         _pair(by)
-    sets = [small(a.dir, n, a.shards) for n in a.rows]
-    res = _rounds(a, [(who, d, "train") for d in sets for who in CONTENDERS])
+    res = _rounds(a, [(who, d, "train") for d in sets for who in names])
     results["memory"] = {
-        who: [res[k * len(CONTENDERS) + j] for k in range(len(sets))]
-        for j, who in enumerate(CONTENDERS)
+        who: [res[k * len(names) + j] for k in range(len(sets))]
+        for j, who in enumerate(names)
     }
     for k in range(len(sets)):
-        _pair({who: results["memory"][who][k] for who in CONTENDERS})
+        _pair({who: results["memory"][who][k] for who in names})
     finish(results, a, table, plot)
 
 

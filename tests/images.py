@@ -152,6 +152,18 @@ def png_bytes(h: int, w: int, seed: int = 0) -> bytes:
     return buf.getvalue()
 
 
+def mixed_images(n: int) -> list[bytes]:
+    """n encoded images of sizes that differ: every third a PNG, the others
+    baseline JPEGs (what a table of encoded images, such as a Hugging Face
+    data set's image column, holds)."""
+    return [
+        png_bytes(30 + i, 44 + i, i)
+        if i % 3 == 0
+        else jpeg_bytes("baseline", 50 + i, 40 + 2 * i, seed=i)
+        for i in range(n)
+    ]
+
+
 def write_folder(
     root: str, n_per_class: int = 6, classes: int = 3, seed: int = 0
 ) -> str:

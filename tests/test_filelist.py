@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import ringloader
-from batches import same_batches
+from batches import assert_same
 import torch
 from ringloader import transforms as T
 from ringloader.datasets.filelist import FileList
@@ -33,7 +33,7 @@ def test_paths_and_labels_match_image_folder(folder):
     assert list(ours.samples) == ref.samples
     assert ours.targets.dtype == np.int64
     for shuffle in (False, True):
-        same_batches(_batches(ours, shuffle=shuffle), _batches(ref, shuffle=shuffle))
+        assert_same(_batches(ours, shuffle=shuffle), _batches(ref, shuffle=shuffle))
 
 
 def test_any_order_and_labels(folder):
@@ -63,7 +63,7 @@ def test_from_csv(folder, tmp_path):
     )
     ours = FileList.from_csv(other, root=folder)
     assert list(ours.samples) == ref.samples
-    same_batches(_batches(ours), _batches(ref))
+    assert_same(_batches(ours), _batches(ref))
     # Absolute paths are kept as they are.
     absolute = tmp_path / "abs.csv"
     absolute.write_text("\n".join(f"{p},{t}" for p, t in ref.samples))

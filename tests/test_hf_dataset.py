@@ -8,7 +8,6 @@ bytes to the same pipeline: bit-exact."""
 from __future__ import annotations
 
 import gc
-import io
 import os
 import tracemalloc
 import warnings
@@ -16,13 +15,13 @@ import warnings
 import numpy as np
 import pytest
 import ringloader
-from batches import same_batches
 import torch
 from ringloader import transforms as T
 
 datasets = pytest.importorskip("datasets")
 from datasets import ClassLabel, Features, Image, Value  # noqa: E402
-from images import jpeg_bytes, photo_like  # noqa: E402
+from batches import assert_same, collect  # noqa: E402
+from images import mixed_images  # noqa: E402
 from PIL import Image as PILImage  # noqa: E402
 
 N = 24
@@ -30,19 +29,8 @@ EVAL = T.Compose([T.Resize(40), T.CenterCrop(32)])
 TRAIN = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()])
 
 
-def _png(h: int, w: int, seed: int) -> bytes:
-    buf = io.BytesIO()
-    PILImage.fromarray(photo_like(h, w, seed)).save(buf, "PNG")
-    return buf.getvalue()
-
-
 def _images() -> list[bytes]:
-    return [
-        _png(30 + i, 44 + i, i)
-        if i % 3 == 0
-        else jpeg_bytes("baseline", 50 + i, 40 + 2 * i, seed=i)
-        for i in range(N)
-    ]
+    return mixed_images(N)
 
 
 def _save(tmp, name, columns, features, shards=3):
@@ -88,14 +76,11 @@ def data(tmp_path_factory):
 
 
 def _batches(dataset, transform=EVAL, **kw):
-    kw.setdefault("batch_size", 5)
-    loader = ringloader.Loader(
-        dataset, transform=transform, num_threads=2, seed=3, **kw
-    )
-    out = [(x.clone(), y.clone()) for x, y in loader]
-    stats = loader.stats()
-    loader.close()
-    return out, stats
+    return collect(dataset, transform, **kw)
+
+
+def _same(a, b):
+    assert_same(a, b)
 
 
 def _files(files, labels, rows):
@@ -112,7 +97,7 @@ def test_batches_equal_file_list_in_any_order(data):
         for transform in (EVAL, TRAIN):
             got, stats = _batches(hf, transform, shuffle=shuffle)
             want, _ = _batches(ref, transform, shuffle=shuffle)
-            same_batches(got, want)
+            _same(got, want)
     assert stats["decodes_png"] and stats["decodes_jpeg"]
     # Three Arrow files, read as three runs: nothing per row but arrays.
     assert len(ds.cache_files) == 3
@@ -138,7 +123,7 @@ def test_indices_mappings_are_followed(data):
         for shuffle in (False, True):
             got, _ = _batches(hf, TRAIN, shuffle=shuffle)
             want, _ = _batches(_files(files, labels, rows), TRAIN, shuffle=shuffle)
-            same_batches(got, want)
+            _same(got, want)
         # Indexing gives what FileList's gives.
         k = len(rows) // 2
         x, y = hf[k]
@@ -156,7 +141,7 @@ def test_scattered_rows_name_their_file_each(data):
     assert hf.paths[1] == ds.cache_files[1]["filename"]
     got, _ = _batches(hf, EVAL)
     want, _ = _batches(_files(files, labels, rows), EVAL)
-    same_batches(got, want)
+    _same(got, want)
 
 
 def test_a_random_split_of_it(data):
@@ -168,7 +153,7 @@ def test_a_random_split_of_it(data):
     rows = hf._rows[part.indices]
     got, _ = _batches(part, TRAIN, shuffle=True)
     want, _ = _batches(_files(files, labels, rows), TRAIN, shuffle=True)
-    same_batches(got, want)
+    _same(got, want)
 
 
 def test_distributed_shards_like_file_list(data):
@@ -180,7 +165,7 @@ def test_distributed_shards_like_file_list(data):
         kw = dict(shuffle=True, distributed=True, rank=rank, world_size=2)
         got, _ = _batches(hf, TRAIN, **kw)
         want, _ = _batches(_files(files, labels, rows), TRAIN, **kw)
-        same_batches(got, want)
+        _same(got, want)
         seen += torch.cat([y for _, y in got]).tolist()
     assert sorted(seen) == sorted(labels[rows].tolist())
 
@@ -194,7 +179,7 @@ def test_dataloader_reads_it_natively(data):
     assert isinstance(loader, ringloader.DataLoader)
     got = [(x.clone(), y.clone()) for x, y in loader]
     want, _ = _batches(_files(files, labels, np.arange(N)), EVAL, batch_size=6)
-    same_batches(got, want)
+    _same(got, want)
 
 
 def test_dataloader_names_hfdataset_for_a_raw_dataset(data):
@@ -329,7 +314,7 @@ def test_rows_given_as_paths_read_their_files(data, tmp_path):
     for transform in (EVAL, TRAIN):
         got, _ = _batches(hf, transform, shuffle=True)
         want, _ = _batches(_files(files, labels, np.arange(N)), transform, shuffle=True)
-        same_batches(got, want)
+        _same(got, want)
     assert hf.describe(1).startswith(files[1])
     assert "mixed.arrow: table row 2" in hf.describe(2)
     assert torch.equal(hf[1][0], ringloader.FileList(files, labels)[1][0])
@@ -346,7 +331,7 @@ def test_rows_given_as_paths_read_their_files(data, tmp_path):
     got, _ = _batches(ringloader.HFDataset(paths.shuffle(seed=4)), EVAL)
     rows = paths.shuffle(seed=4)._indices.column(0).to_numpy()
     want, _ = _batches(_files(files, labels, rows), EVAL)
-    same_batches(got, want)
+    _same(got, want)
 
 
 def test_a_binary_column_of_encoded_images(data, tmp_path):
@@ -360,7 +345,7 @@ def test_a_binary_column_of_encoded_images(data, tmp_path):
     hf = ringloader.HFDataset(raw, image="jpg", target="cls")
     got, _ = _batches(hf, TRAIN, shuffle=True)
     want, _ = _batches(_files(files, labels, np.arange(N)), TRAIN, shuffle=True)
-    same_batches(got, want)
+    _same(got, want)
 
 
 def test_a_bad_row_names_its_arrow_file_and_row(data, tmp_path):

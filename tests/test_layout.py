@@ -48,8 +48,15 @@ LAYERS: list[list[str]] = [
     # a shard set's manifest and its samples read from record files
     ["datasets.manifest"],
     ["datasets.index", "datasets.shards"],
+    # what datasets of table rows share: an image column's chunks as byte
+    # ranges, the file table, targets and fields from columns
+    ["datasets.columns"],
     # a Hugging Face dataset's Arrow files, as runs of a shard table
     ["datasets.hf"],
+    # Parquet files' image columns extracted once, read as HFDataset reads;
+    # parquet_remote: a remote Parquet file as a file of range GETs
+    ["datasets.parquet_remote"],
+    ["datasets.parquet"],
     # LitData's optimized chunks, as runs of the same table
     ["datasets.litchunks"],
     ["datasets"],

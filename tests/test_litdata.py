@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 import ringloader
-from batches import same_batches
+from batches import assert_same, collect
 import torch
 from ringloader import transforms as T
 
@@ -69,14 +69,7 @@ def data(tmp_path_factory):
 
 
 def _batches(dataset, transform=EVAL, **kw):
-    kw.setdefault("batch_size", 5)
-    loader = ringloader.Loader(
-        dataset, transform=transform, num_threads=2, seed=3, **kw
-    )
-    out = [(x.clone(), y.clone()) for x, y, *_ in loader]
-    stats = loader.stats()
-    loader.close()
-    return out, stats
+    return collect(dataset, transform, **kw)
 
 
 def test_batches_equal_file_list(data):
@@ -92,7 +85,7 @@ def test_batches_equal_file_list(data):
         for transform in (EVAL, TRAIN):
             got, stats = _batches(lit, transform, shuffle=shuffle)
             want, _ = _batches(ref, transform, shuffle=shuffle)
-            same_batches(got, want)
+            assert_same(got, want)
     assert stats["decodes_jpeg"] == N
 
 
@@ -107,13 +100,13 @@ def test_zstd_chunks_are_inflated_once_into_the_cache(data, tmp_path, level):
     assert "inflated to" in lit.describe(0)
     got, _ = _batches(lit, TRAIN, shuffle=True)
     want, _ = _batches(ringloader.FileList(files, labels), TRAIN, shuffle=True)
-    same_batches(got, want)
+    assert_same(got, want)
     # A second dataset reuses the inflated chunks.
     mtimes = [os.stat(cache / "litdata" / f).st_mtime_ns for f in inflated]
     again = ringloader.LitData(folder, cache_dir=cache)
     assert sorted(os.listdir(cache / "litdata")) == inflated
     assert [os.stat(cache / "litdata" / f).st_mtime_ns for f in inflated] == mtimes
-    same_batches(
+    assert_same(
         _batches(again, EVAL)[0], _batches(ringloader.FileList(files, labels))[0]
     )
 
@@ -134,7 +127,7 @@ def test_png_and_encoded_bytes(data, tmp_path):
     ]
     lit = ringloader.LitData(_write(tmp_path / "image", rows))
     got, stats = _batches(lit, TRAIN, shuffle=True)
-    same_batches(got, want)
+    assert_same(got, want)
     assert stats["decodes_png"] == 8 and stats["decodes_jpeg"] == N - 8
     rows = [
         {"image": open(p, "rb").read(), "label": int(y), "caption": f"c{y}"}
@@ -146,7 +139,7 @@ def test_png_and_encoded_bytes(data, tmp_path):
         assert head.endswith(b"LDARW01\0")  # the Arrow rows' layout
         lit = ringloader.LitData(folder, fields=("caption",), cache_dir=tmp_path)
         got, _ = _batches(lit, TRAIN, shuffle=True)
-        same_batches(got, want)
+        assert_same(got, want)
         assert lit[4][1:] == (labels[4], f"c{labels[4]}")
 
 
@@ -181,7 +174,7 @@ def test_shuffle_is_deterministic_and_resumes_exactly(data):
     lit = ringloader.LitData(write("order"))
     a, _ = _batches(lit, TRAIN, shuffle=True)
     b, _ = _batches(lit, TRAIN, shuffle=True)
-    same_batches(a, b)
+    assert_same(a, b)
     assert torch.cat([y for _, y in a]).tolist() != labels.tolist()
     first = ringloader.Loader(lit, batch_size=5, transform=TRAIN, shuffle=True, seed=3)
     it = iter(first)
@@ -195,7 +188,7 @@ def test_shuffle_is_deterministic_and_resumes_exactly(data):
     resumed.load_state_dict(state)
     rest = [(x.clone(), y.clone()) for x, y in resumed]
     resumed.close()
-    same_batches(rest, a[2:])
+    assert_same(rest, a[2:])
 
 
 def test_distributed_ranks_split_like_file_list(data):
@@ -207,7 +200,7 @@ def test_distributed_ranks_split_like_file_list(data):
         kw = dict(shuffle=True, distributed=True, rank=rank, world_size=2)
         got, _ = _batches(lit, TRAIN, **kw)
         want, _ = _batches(ref, TRAIN, **kw)
-        same_batches(got, want)
+        assert_same(got, want)
         seen += torch.cat([y for _, y in got]).tolist()
     assert sorted(seen) == sorted(labels.tolist())
 
@@ -224,7 +217,7 @@ def test_dataloader_reads_it_natively(data):
     ref = ringloader.FileList(files, labels, transform=EVAL)
     want = [(x.clone(), y.clone()) for x, y in ringloader.DataLoader(ref, batch_size=6)]
     loader = ringloader.DataLoader(lit, batch_size=6)
-    same_batches([(x.clone(), y.clone()) for x, y in loader], want)
+    assert_same([(x.clone(), y.clone()) for x, y in loader], want)
 
 
 def test_a_sample_that_is_not_an_image(data, tmp_path):
@@ -336,7 +329,7 @@ def test_arrow_rows_with_compressed_buffers(data, tmp_path):
     lit = ringloader.LitData(folder, fields=("text",), cache_dir=tmp_path / "cache")
     assert len(os.listdir(tmp_path / "cache" / "litdata")) == 5
     got, _ = _batches(lit, TRAIN, shuffle=True)
-    same_batches(
+    assert_same(
         got, _batches(ringloader.FileList(files, labels), TRAIN, shuffle=True)[0]
     )
     assert lit[9][1:] == (labels[9], long[9])
@@ -352,7 +345,7 @@ def test_tuple_rows_and_a_changed_chunk(data, tmp_path):
         ringloader.LitData(folder)
     lit = ringloader.LitData(folder, image="0", target="1")
     got, _ = _batches(lit, EVAL)
-    same_batches(got, _batches(ringloader.FileList(files, labels))[0])
+    assert_same(got, _batches(ringloader.FileList(files, labels))[0])
     # A chunk rewritten after the dataset was made is not misread.
     chunk = os.path.join(folder, "chunk-0-1.bin")
     os.utime(chunk, ns=(0, 0))

@@ -293,7 +293,7 @@ def test_file_list_of_urls(nginx, s3, www, data, tmp_path):  # noqa: F811
         fl = FileList(urls, range(len(urls)), **kw)
         src = fl.ringloader_sources()
         assert list(src.paths) == urls and src.offsets is None
-        assert src.remote.names == urls and len(src.remote.urls()) == len(urls)
+        assert list(src.remote.names) == urls and len(src.remote.urls()) == len(urls)
         assert [fl._sample(i)[1] for i in range(len(fl))] == blobs
         image, label = fl[1]
         assert label == 1 and image.shape[0] == 3

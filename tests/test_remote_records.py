@@ -9,12 +9,9 @@ mocks."""
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import glob
 import os
 import tarfile
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -24,7 +21,7 @@ from images import jpeg_bytes
 from rlbench.servers import MotoS3, Nginx
 from ringloader import _core
 from ringloader.datasets.shards import TarShards
-from remote_table import http_table
+from remote_table import hand_over_costs, http_table
 from test_shards import EVAL, _add
 
 SHARDS = 4
@@ -141,35 +138,6 @@ def _shards(root, count, per_shard):
     return root
 
 
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        )
-    ]
-
-
-def _malloc_in_use() -> int:
-    """Bytes malloc has handed out on this thread's arena (small chunks and
-    mapped large ones): what a C table of the pipeline's takes."""
-    libc = ctypes.CDLL(None)
-    if not hasattr(libc, "mallinfo2"):
-        pytest.fail("glibc 2.33 or later is needed (mallinfo2)")
-    libc.mallinfo2.restype = _Mallinfo2
-    m = libc.mallinfo2()
-    return int(m.uordblks) + int(m.hblkhd)
-
-
 def test_a_remote_set_costs_nothing_a_sample_to_hand_over(tmp_path):
     """ringloader_sources() and the pipeline's construction of a remote set
     ten times as large take no more memory: before, the record files were
@@ -192,21 +160,7 @@ def test_a_remote_set_costs_nothing_a_sample_to_hand_over(tmp_path):
                 label_key=None,
             )
             assert len(ds) == n
-            gc.collect()
-            tracemalloc.start()
-            try:
-                src = ds.ringloader_sources()
-                table = http_table(src)
-                peak = tracemalloc.get_traced_memory()[1]
-            finally:
-                tracemalloc.stop()
-            gc.collect()
-            before = _malloc_in_use()
-            p = _core.Pipeline(SPEC, **table)
-            try:
-                built = _malloc_in_use() - before
-            finally:
-                p.close()
+            _, peak, built = hand_over_costs(ds.ringloader_sources, SPEC)
             costs[name] = (peak, built)
     grew = [b - a for a, b in zip(costs["small"], costs["big"])]
     per_sample = [g / (big - small) for g in grew]

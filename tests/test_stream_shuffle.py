@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import ringloader
 import torch
+from batches import assert_resumes
 from images import jpeg_bytes
 from ringloader import transforms as T
 from ringloader._stream_order import StreamOrder
@@ -87,19 +88,7 @@ def test_resuming_continues_the_epoch_exactly(shards):
             ds, batch_size=4, shuffle="stream", seed=9, transform=EVAL
         )
 
-    whole = [(x.clone(), t.clone()) for x, t in make()]
-    loader = make()
-    it = iter(loader)
-    for _ in range(3):
-        next(it)
-    state = loader.state_dict()
-    loader.close()
-    fresh = make()
-    fresh.load_state_dict(state)
-    rest = list(fresh)
-    assert len(rest) == len(whole) - 3
-    for (x, t), (wx, wt) in zip(rest, whole[3:]):
-        assert torch.equal(t, wt) and torch.equal(x, wx)
+    assert_resumes(make)
 
 
 def test_a_dataset_without_shards_is_refused_naming_it(jpeg_folder_list):

@@ -198,6 +198,25 @@ int rl__py_parts(PyObject *parts, rl_pipeline_config *cfg);
 /* Frees what rl__py_fields and rl__py_parts allocated in cfg. */
 void rl__py_fields_free(rl_pipeline_config *cfg);
 
+/* Strings (source/source.h's rl_strings) from a (blob, offsets, prefix)
+ * tuple (uint8 blob of fs-encoded strings back to back, their int64 count
+ * + 1 offsets, a str before each) or a sequence of str (packed into a
+ * blob here), the views added to held, t borrowing them; *prefix gets the
+ * fs-encoded prefix (new reference, or NULL: t->prefix is then ""), to
+ * keep until t's prefix was copied. `what` names the argument in errors.
+ * Returns 0, or -1 with an exception. */
+int rl__py_strings(PyObject *strings, const char *what, rl__py_held *held,
+                   rl_strings *t, PyObject **prefix);
+/* The int64 arrays offsets and lengths, n entries each (None: not given;
+ * offsets alone refused), their views held in held. 0 or -1. */
+int rl__py_file_ranges(PyObject *offsets, PyObject *lengths, int64_t n,
+                       rl__py_held *held, const int64_t **offs,
+                       const int64_t **lens);
+/* The record files of a shard table (see rl__py_file_source) into
+ * t->records, over t's starts. 0, or -1 with an exception. */
+int rl__py_shard_records(PyObject *records, rl_file_table *t,
+                         rl__py_held *held);
+
 /* The file backend named by io ("auto", "io_uring", "pread") into *out.
  * Returns 0, or -1 with a ValueError. */
 int rl__py_parse_io(const char *io, rl_io_backend *out);
@@ -227,28 +246,34 @@ rl_source *rl__py_file_source(PyObject *paths, PyObject *starts,
 rl_source *rl__py_memory_source(PyObject *buffers, PyObject *names,
                                 PyObject *keep);
 
-/* The HTTP(S) source: object j is one of http["names"] (display names),
- * fetched from the same position of http["urls"]; each sample's object is
- * given by exactly one of starts (int64, objects + 1 entries, as for
- * files), http["objects"] (int64, one a sample) or paths (one display name
- * a sample, looked up); offsets/lengths as for files (None: whole
- * objects); the dict's other keys are options (retries, timeout,
- * connect_timeout, max_connections, verify, ca_file). The source copies
- * that table. Or, with records (as for files; tag None: no size, mtime
- * or tag checked), starts gives the shards and each sample's range is
- * read from its record file when it is fetched: nothing per sample;
- * starts' view is added to held, the source borrowing it. Returns NULL
- * with an exception set. */
+/* The HTTP(S) source (python/http_table.c): object j is string j of
+ * http["names"] (display names: a (blob, offsets, prefix) tuple, borrowed,
+ * or a sequence of str), fetched from its URL: http["urls"] a dict
+ * {bucket: base URL} (made from the name: http(s) names are their URL,
+ * s3://bucket/key the bucket's base and the key, percent-encoded), or one
+ * string an object in either form (copied); each sample's object is given
+ * by exactly one of starts (int64, objects + 1 entries, as for files),
+ * http["objects"] (int64, one a sample; None: object j is sample j) or
+ * paths (one display name a sample, looked up); offsets/lengths as for
+ * files (None: whole objects); the dict's other keys are options
+ * (retries, timeout, connect_timeout, max_connections, verify, ca_file).
+ * Or, with records (as for files; tag None: no size, mtime or tag
+ * checked), starts gives the shards and each sample's range is read from
+ * its record file when it is fetched: nothing per sample. The views of
+ * the names and starts are added to held, the source borrowing them.
+ * Returns NULL with an exception set. */
 rl_source *rl__py_http_source(PyObject *paths, PyObject *starts,
                               PyObject *offsets, PyObject *lengths,
                               PyObject *records, PyObject *http,
                               uint64_t max_file_bytes, rl__py_held *held,
                               char *msg);
 
-/* Replaces an HTTP source's fetch URLs (a sequence of str, one per
- * object). Returns None (new reference) or NULL with an exception
- * (TypeError when src is NULL: not an HTTP pipeline). */
+/* Replaces an HTTP source's fetch URLs (as http["urls"] gives them).
+ * Returns None (new reference) or NULL with an exception (TypeError when
+ * src is NULL: not an HTTP pipeline; ValueError naming what is wrong). */
 PyObject *rl__py_http_set_urls(rl_source *src, PyObject *urls);
+/* _core.object_ids(blob, offsets): see python/http_table.c. */
+PyObject *rl__py_object_ids(PyObject *module, PyObject *args);
 /* Pipeline.set_keys(region, access, secret, token=None) or (None): the
  * keys an HTTP source signs S3 GETs with. New reference (None), or NULL
  * with TypeError (src NULL), ValueError (a field unusable, not named),

@@ -9,8 +9,8 @@
  * byte ranges and field columns as int64 arrays. The file source borrows
  * these arrays: their views are held by the Pipeline (rl__py_held) until
  * the source is gone, and released on every path. What the core copies
- * anyway (the HTTP source's table, the fields) is read from the same
- * views. A plain sequence of str is still taken: it is packed into a
+ * anyway (the fields) is read from the same views; the HTTP source's
+ * table is python/http_table.c's, over the same helpers. A plain sequence of str is still taken: it is packed into a
  * blob here, one item at a time. Bytes objects of a memory source are
  * borrowed, and kept alive by the list the Pipeline holds.
  */
@@ -188,35 +188,40 @@ static int pack_paths(PyObject *paths, PyObject **blob, PyObject **at)
     return 0;
 }
 
-/* The names of the table (paths: a (blob, offsets, prefix) tuple or a
- * sequence of str) into t, their views held in held; *prefix is the
- * fs-encoded prefix (new reference, alive until the source copied it). */
-static int file_names(PyObject *paths, rl__py_held *held, rl_file_table *t,
-                      PyObject **prefix)
+/* Strings (what: "paths", "http['names']", "urls"; a (blob, offsets,
+ * prefix) tuple or a sequence of str) into t, their views held in held;
+ * *prefix is the fs-encoded prefix (new reference, alive until the
+ * source copied it). */
+int rl__py_strings(PyObject *paths, const char *what, rl__py_held *held,
+                   rl_strings *t, PyObject **prefix)
 {
     PyObject *blob = NULL, *at = NULL, *pre = NULL;
     bool packed = !PyTuple_Check(paths);
+    char wb[64], wa[64];
+    snprintf(wb, sizeof(wb), "%s' blob", what);
+    snprintf(wa, sizeof(wa), "%s' offsets", what);
     if (packed) {
         if (pack_paths(paths, &blob, &at) != 0) {
             Py_XDECREF(blob);
             Py_XDECREF(at);
             return -1;
         }
-    } else if (!PyArg_ParseTuple(paths,
-                                 "OOU;paths must be (blob, offsets, "
-                                 "prefix) or a sequence of str",
-                                 &blob, &at, &pre)) {
+    } else if (PyTuple_Size(paths) != 3 ||
+               !PyUnicode_Check(pre = PyTuple_GetItem(paths, 2))) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s must be (blob, offsets, prefix) or a sequence of str",
+                     what);
         return -1;
+    } else {
+        blob = PyTuple_GetItem(paths, 0);
+        at = PyTuple_GetItem(paths, 1);
     }
     const void *names, *pos;
     Py_ssize_t nblob, nat;
-    int rc =
-        rl__py_hold(held, blob, "paths' blob", RL_PY_U8, -1, &names, &nblob);
+    int rc = rl__py_hold(held, blob, wb, RL_PY_U8, -1, &names, &nblob);
     if (rc == 0) {
-        rc = packed ? rl__py_hold(held, at, "paths' offsets", RL_PY_U8, -1,
-                                  &pos, &nat)
-                    : rl__py_hold(held, at, "paths' offsets", RL_PY_I64, -1,
-                                  &pos, &nat);
+        rc = packed ? rl__py_hold(held, at, wa, RL_PY_U8, -1, &pos, &nat)
+                    : rl__py_hold(held, at, wa, RL_PY_I64, -1, &pos, &nat);
         nat /= packed ? (Py_ssize_t)sizeof(int64_t) : 1;
     }
     if (packed) {
@@ -227,26 +232,43 @@ static int file_names(PyObject *paths, rl__py_held *held, rl_file_table *t,
         return -1;
     }
     if (nat < 1) {
-        PyErr_SetString(PyExc_ValueError,
-                        "paths' offsets need one entry more than the names "
-                        "(count + 1), at least [0]");
+        PyErr_Format(PyExc_ValueError,
+                     "%s' offsets need one entry more than the names "
+                     "(count + 1), at least [0]",
+                     what);
         return -1;
     }
     /* FSConverter refuses a NUL in the prefix (ValueError). */
     if (pre != NULL && !PyUnicode_FSConverter(pre, prefix)) {
         return -1;
     }
-    t->names = names;
-    t->names_len = (size_t)nblob;
+    t->bytes = names;
+    t->len = (size_t)nblob;
     t->at = pos;
-    t->nfiles = nat - 1;
+    t->n = nat - 1;
     t->prefix = *prefix != NULL ? PyBytes_AsString(*prefix) : "";
+    return 0;
+}
+
+/* The names of the file table (see rl__py_strings) into t. */
+static int file_names(PyObject *paths, rl__py_held *held, rl_file_table *t,
+                      PyObject **prefix)
+{
+    rl_strings v;
+    if (rl__py_strings(paths, "paths", held, &v, prefix) != 0) {
+        return -1;
+    }
+    t->names = v.bytes;
+    t->names_len = v.len;
+    t->at = v.at;
+    t->nfiles = v.n;
+    t->prefix = v.prefix;
     return 0;
 }
 
 /* The int64 arrays offsets and lengths, each with n entries (lengths alone:
  * offset 0 everywhere), held in held. */
-static int file_ranges(PyObject *offsets, PyObject *lengths, int64_t n,
+int rl__py_file_ranges(PyObject *offsets, PyObject *lengths, int64_t n,
                        rl__py_held *held, const int64_t **offs,
                        const int64_t **lens)
 {
@@ -336,7 +358,7 @@ out:
 
 /* The record files of a shard table (see rl__py_file_source) into
  * t->records, over t's starts. 0, or -1 with an exception. */
-static int shard_records(PyObject *records, rl_file_table *t, rl__py_held *held)
+int rl__py_shard_records(PyObject *records, rl_file_table *t, rl__py_held *held)
 {
     if (t->starts == NULL) {
         PyErr_SetString(PyExc_ValueError, "records: only for shards (starts)");
@@ -364,15 +386,15 @@ rl_source *rl__py_file_source(PyObject *paths, PyObject *starts,
     }
     t.starts = st;
     if (records != Py_None && (rl_file_table_check(&t, msg) != 0 ||
-                               shard_records(records, &t, held) != 0)) {
+                               rl__py_shard_records(records, &t, held) != 0)) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_ValueError, msg);
         }
         goto out;
     }
     if (rl_file_table_check(&t, msg) != 0 ||
-        file_ranges(offsets, lengths, rl_file_table_count(&t), held, &t.offsets,
-                    &t.lengths) != 0 ||
+        rl__py_file_ranges(offsets, lengths, rl_file_table_count(&t), held,
+                           &t.offsets, &t.lengths) != 0 ||
         rl_file_table_check(&t, msg) != 0) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_ValueError, msg);
@@ -444,395 +466,6 @@ out_free:
     free(len);
     free(cnames);
     return src;
-}
-
-/* UTF-8 pointers to the items of a sequence of str, alive as long as hold
- * (a list they are appended to). NULL + exception on failure; free() the
- * array. */
-static const char **utf8_items(PyObject *seq, PyObject *hold, Py_ssize_t *n)
-{
-    *n = PySequence_Size(seq);
-    if (*n < 0) {
-        return NULL;
-    }
-    const char **out = calloc((size_t)(*n > 0 ? *n : 1), sizeof(*out));
-    if (out == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        PyObject *s = PySequence_GetItem(seq, i);
-        out[i] =
-            s != NULL && PyList_Append(hold, s) == 0 ? rl__py_utf8(s) : NULL;
-        Py_XDECREF(s);
-        if (out[i] == NULL) {
-            free(out);
-            return NULL;
-        }
-    }
-    return out;
-}
-
-/* The options of an http dict (see rl__py_http_source) into o. */
-static int http_options(PyObject *http, uint64_t max_file_bytes,
-                        rl_http_options *o)
-{
-    static const char *known[] = {
-        "names",           "urls",   "retries", "timeout",   "connect_timeout",
-        "max_connections", "verify", "ca_file", "cache_dir", "cache_bytes",
-        "block_bytes",     "objects"};
-    rl_http_options_default(o);
-    o->max_file_bytes = max_file_bytes;
-    PyObject *key, *v;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(http, &pos, &key, &v)) {
-        const char *k = PyUnicode_Check(key) ? rl__py_utf8(key) : NULL;
-        size_t i = 0;
-        while (k != NULL && i < sizeof(known) / sizeof(*known) &&
-               strcmp(k, known[i]) != 0) {
-            i++;
-        }
-        if (k == NULL || i == sizeof(known) / sizeof(*known)) {
-            PyErr_Format(PyExc_TypeError, "unknown http option %R", key);
-            return -1;
-        }
-        if (v == Py_None || i < 2 || i == 11) {
-            continue; /* the table, not an option */
-        }
-        if (i == 2 || i == 5) {
-            long x = PyLong_AsLong(v);
-            *(i == 2 ? &o->retries : &o->max_inflight) = (int)x;
-        } else if (i == 3 || i == 4) {
-            double x = PyFloat_AsDouble(v);
-            *(i == 3 ? &o->timeout_s : &o->connect_timeout_s) = x;
-        } else if (i == 6) {
-            int t = PyObject_IsTrue(v);
-            o->verify = t > 0;
-            if (t < 0) {
-                return -1;
-            }
-        } else if (i == 9 || i == 10) {
-            *(i == 9 ? &o->cache_bytes : &o->block_bytes) =
-                PyLong_AsUnsignedLongLong(v);
-        } else {
-            const char *s = rl__py_utf8(v);
-            if (s == NULL) {
-                return -1;
-            }
-            char *dst = i == 7 ? o->ca_file : o->cache_dir;
-            snprintf(dst, sizeof(o->ca_file), "%s", s);
-        }
-        if (PyErr_Occurred()) {
-            return -1;
-        }
-    }
-    if (o->retries < 0 || o->timeout_s <= 0 || o->connect_timeout_s <= 0 ||
-        o->max_inflight < 1) {
-        PyErr_SetString(PyExc_ValueError,
-                        "http options: retries >= 0, timeout > 0, "
-                        "connect_timeout > 0, max_connections >= 1");
-        return -1;
-    }
-    return 0;
-}
-
-/* Each sample's object by a dict lookup of its display name among
- * names (held in hold, at positions 0..nobj-1): the form of a table
- * given as a sequence of names, one a sample. Consecutive samples of one
- * shard cost one lookup. Returns a malloc'd array of *n entries, or NULL
- * with an exception. */
-static int64_t *objects_by_name(PyObject *paths, PyObject *hold,
-                                Py_ssize_t nobj, Py_ssize_t *n)
-{
-    PyObject *index = PyDict_New(), *prev = NULL;
-    int64_t *obj = NULL;
-    *n = PySequence_Size(paths);
-    if (index == NULL || *n < 0) {
-        goto out_fail;
-    }
-    for (Py_ssize_t j = 0; j < nobj; j++) {
-        PyObject *jj = PyLong_FromSsize_t(j);
-        int rc = jj ? PyDict_SetItem(index, PyList_GetItem(hold, j), jj) : -1;
-        Py_XDECREF(jj);
-        if (rc < 0) {
-            goto out_fail;
-        }
-    }
-    obj = malloc(sizeof(*obj) * (size_t)(*n > 0 ? *n : 1));
-    if (obj == NULL) {
-        PyErr_NoMemory();
-        goto out_fail;
-    }
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        PyObject *p = PySequence_GetItem(paths, i);
-        if (p == NULL) {
-            goto out_fail;
-        }
-        if (p != prev || i == 0) {
-            PyObject *j = PyDict_GetItemWithError(index, p);
-            if (j == NULL) {
-                if (!PyErr_Occurred()) {
-                    PyErr_Format(PyExc_ValueError,
-                                 "sample %zd: %R is not among the http names",
-                                 i, p);
-                }
-                Py_DECREF(p);
-                goto out_fail;
-            }
-            obj[i] = PyLong_AsLongLong(j);
-        } else {
-            obj[i] = obj[i - 1];
-        }
-        Py_XDECREF(prev); /* p holds its own reference */
-        prev = p;
-    }
-    Py_XDECREF(prev);
-    Py_DECREF(index);
-    return obj;
-out_fail:
-    Py_XDECREF(prev);
-    Py_XDECREF(index);
-    free(obj);
-    return NULL;
-}
-
-/* Each sample's object from starts (nobj + 1 entries, from 0, never
- * falling: object k holds samples starts[k] .. starts[k + 1] - 1), or
- * from `objects` (an int64 array, one a sample), or by name from paths.
- * Returns a malloc'd array of *n entries, or NULL with an exception. */
-static int64_t *objects_of(PyObject *paths, PyObject *starts, PyObject *objects,
-                           PyObject *hold, Py_ssize_t nobj, Py_ssize_t *n)
-{
-    if ((starts != Py_None) + (objects != Py_None) + (paths != Py_None) != 1) {
-        PyErr_SetString(PyExc_TypeError,
-                        "an HTTP table gives each sample's object by one of "
-                        "paths, starts or http['objects']");
-        return NULL;
-    }
-    if (paths != Py_None) {
-        return objects_by_name(paths, hold, nobj, n);
-    }
-    Py_buffer v;
-    bool by_start = starts != Py_None;
-    if (rl__py_array(by_start ? starts : objects,
-                     by_start ? "starts" : "http['objects']", RL_PY_I64,
-                     by_start ? nobj + 1 : -1, &v) != 0) {
-        return NULL;
-    }
-    const int64_t *a = v.buf;
-    Py_ssize_t k = 0;
-    while (by_start && k < nobj && a[k] <= a[k + 1]) {
-        k++;
-    }
-    if (by_start && (a[0] != 0 || k < nobj)) {
-        PyErr_Format(PyExc_ValueError,
-                     "starts: each object's first sample, from 0, never "
-                     "falling (starts[0] = %lld; entry %zd is %lld, the "
-                     "next %lld)",
-                     (long long)a[0], k, (long long)a[k],
-                     (long long)a[k < nobj ? k + 1 : k]);
-        PyBuffer_Release(&v);
-        return NULL;
-    }
-    *n = by_start ? (Py_ssize_t)a[nobj] : v.shape[0];
-    int64_t *obj = malloc(sizeof(*obj) * (size_t)(*n > 0 ? *n : 1));
-    if (obj == NULL) {
-        PyErr_NoMemory();
-    } else if (by_start) {
-        for (Py_ssize_t j = 0; j < nobj; j++) {
-            for (int64_t i = a[j]; i < a[j + 1]; i++) {
-                obj[i] = j;
-            }
-        }
-    } else {
-        memcpy(obj, a, sizeof(*obj) * (size_t)*n);
-    }
-    PyBuffer_Release(&v);
-    return obj;
-}
-
-/* The HTTP source over shards with record files: starts (held, the
- * source borrowing it) and the record table (the source's once made). */
-static rl_source *http_shards(const char **names, const char **urls,
-                              Py_ssize_t nobj, PyObject *starts,
-                              PyObject *records, const rl_http_options *opt,
-                              rl__py_held *held, char *msg)
-{
-    rl_file_table t = {0};
-    const void *st;
-    if (starts == Py_None) {
-        PyErr_SetString(PyExc_ValueError, "records: only for shards (starts)");
-        return NULL;
-    }
-    if (rl__py_hold(held, starts, "starts", RL_PY_I64, nobj + 1, &st, NULL)) {
-        return NULL;
-    }
-    t.starts = st;
-    t.nfiles = nobj;
-    for (Py_ssize_t k = 0; k < nobj; k++) {
-        if (t.starts[k] > t.starts[k + 1] || t.starts[0] != 0) {
-            PyErr_Format(PyExc_ValueError,
-                         "starts: each shard's first sample, from 0, never "
-                         "falling (entry %zd)",
-                         k);
-            return NULL;
-        }
-    }
-    if (shard_records(records, &t, held) != 0) {
-        return NULL;
-    }
-    int status;
-    rl_source *src;
-    Py_BEGIN_ALLOW_THREADS
-    src = rl_http_source_create_shards(names, urls, nobj, t.starts, t.records,
-                                       opt, &status, msg);
-    Py_END_ALLOW_THREADS
-    if (src == NULL) {
-        rl_shard_records_destroy(t.records); /* the source did not take it */
-        rl__py_raise(NULL, status, NULL, msg);
-    }
-    return src;
-}
-
-/* The HTTP source: object j of the table is named http["names"][j]
- * (display names, for messages) and fetched from http["urls"][j]; each
- * sample's object comes from objects_of; offsets/lengths as for files
- * (None: whole objects); the other keys of http are its options
- * (retries, timeout, connect_timeout, max_connections, verify, ca_file).
- * The source copies the table: the views are released here. */
-rl_source *rl__py_http_source(PyObject *paths, PyObject *starts,
-                              PyObject *offsets, PyObject *lengths,
-                              PyObject *records, PyObject *http,
-                              uint64_t max_file_bytes, rl__py_held *held,
-                              char *msg)
-{
-    PyObject *names =
-        PyDict_Check(http) ? PyDict_GetItemString(http, "names") : NULL;
-    PyObject *urls = names ? PyDict_GetItemString(http, "urls") : NULL;
-    PyObject *objects = names ? PyDict_GetItemString(http, "objects") : NULL;
-    if (urls == NULL) {
-        PyErr_SetString(PyExc_TypeError,
-                        "http must be a dict with names and urls");
-        return NULL;
-    }
-    rl_http_options opt;
-    if (http_options(http, max_file_bytes, &opt) != 0) {
-        return NULL;
-    }
-    Py_ssize_t n = 0, nobj, nurl;
-    PyObject *hold = PyList_New(0);
-    const char **cnames = NULL, **curls = NULL;
-    int64_t *obj = NULL;
-    const int64_t *offs = NULL, *lens = NULL;
-    rl__py_held ranges = {0};
-    rl_source *src = NULL;
-    if (hold == NULL || (cnames = utf8_items(names, hold, &nobj)) == NULL ||
-        (curls = utf8_items(urls, hold, &nurl)) == NULL) {
-        goto out;
-    }
-    if (nurl != nobj) {
-        PyErr_SetString(PyExc_ValueError, "http: one url per name");
-        goto out;
-    }
-    if (records != Py_None) {
-        src =
-            http_shards(cnames, curls, nobj, starts, records, &opt, held, msg);
-        goto out;
-    }
-    obj =
-        objects_of(paths, starts, objects ? objects : Py_None, hold, nobj, &n);
-    if (obj == NULL ||
-        file_ranges(offsets, lengths, n, &ranges, &offs, &lens) != 0) {
-        goto out;
-    }
-    for (Py_ssize_t i = 0; offs != NULL && i < n; i++) {
-        if (offs[i] < 0 && lens[i] >= 0) {
-            PyErr_Format(PyExc_ValueError, "offsets: sample %zd starts at %lld",
-                         i, (long long)offs[i]);
-            goto out;
-        }
-    }
-    int status;
-    Py_BEGIN_ALLOW_THREADS
-    src =
-        rl_http_source_create(cnames, curls, nobj, obj, (const uint64_t *)offs,
-                              lens, n, &opt, &status, msg);
-    Py_END_ALLOW_THREADS
-    if (src == NULL) {
-        /* RL_ECONFIG a ValueError, -ENOMEM a MemoryError, -errno an
-         * OSError: no decode status, which alone needs the module's. */
-        rl__py_raise(NULL, status, NULL, msg);
-    }
-out:
-    rl__py_held_release(&ranges);
-    Py_XDECREF(hold);
-    free(cnames);
-    free(curls);
-    free(obj);
-    return src;
-}
-
-/* Pipeline.set_urls: new fetch URLs for an HTTP source. */
-PyObject *rl__py_http_set_urls(rl_source *src, PyObject *urls)
-{
-    if (src == NULL) {
-        PyErr_SetString(PyExc_TypeError, "not an HTTP pipeline");
-        return NULL;
-    }
-    PyObject *hold = PyList_New(0);
-    Py_ssize_t n;
-    const char **curls = hold ? utf8_items(urls, hold, &n) : NULL;
-    int rc = curls ? rl_http_source_set_urls(src, curls, n) : 0;
-    free(curls);
-    Py_XDECREF(hold);
-    if (curls == NULL) {
-        return NULL;
-    }
-    if (rc == -ENOMEM) {
-        return PyErr_NoMemory();
-    }
-    if (rc != 0) {
-        PyErr_SetString(PyExc_ValueError, "set_urls: one url per object");
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-PyObject *rl__py_http_set_keys(rl_source *src, PyObject *args)
-{
-    if (src == NULL) {
-        PyErr_SetString(PyExc_TypeError, "not an HTTP pipeline");
-        return NULL;
-    }
-    const char *region = NULL, *access = NULL, *secret = NULL, *token = NULL;
-    if (!PyArg_ParseTuple(args, "z|ssz:set_keys", &region, &access, &secret,
-                          &token)) {
-        return NULL;
-    }
-    if (region != NULL && (access == NULL || secret == NULL)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "set_keys(region, access_key, secret_key, token)");
-        return NULL;
-    }
-    int rc = rl_http_source_set_keys(src, region, access, secret, token);
-    if (rc == -ENOMEM) {
-        return PyErr_NoMemory();
-    }
-    if (rc == -ENOTSUP) {
-        PyErr_Format(PyExc_NotImplementedError,
-                     "libcurl %s cannot sign requests (SigV4 needs 7.75)",
-                     rl_http_library());
-        return NULL;
-    }
-    if (rc != 0) {
-        /* The values are not named: they are credentials. */
-        PyErr_SetString(PyExc_ValueError,
-                        "set_keys: a region, access key, secret or token "
-                        "that is empty, too long or holds a control "
-                        "character (or ':' in the region or access key)");
-        return NULL;
-    }
-    Py_RETURN_NONE;
 }
 
 /* One (at, len, ext, exts, kinds) tuple into c (zeroed, n samples), the

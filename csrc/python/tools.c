@@ -392,6 +392,10 @@ PyMethodDef rl__py_tool_methods[] = {
     {"http_library", py_http_library, METH_NOARGS,
      "http_library() -> the HTTP source's libcurl, with its TLS and HTTP/2 "
      "libraries ('libcurl/7.88.1 OpenSSL/3.0.20 nghttp2/1.52.0')."},
+    {"object_ids", rl__py_object_ids, METH_VARARGS,
+     "object_ids(blob, offsets) -> None when the strings of a blob are "
+     "all different, else bytes of an int64 a string: the id of its first "
+     "occurrence, ids given in order of first occurrence."},
     {"http_sigv4", py_http_sigv4, METH_NOARGS,
      "http_sigv4() -> whether the HTTP source's libcurl signs requests "
      "with AWS SigV4 (7.75 or later)."},

@@ -23,15 +23,18 @@
  * the rest (404, 403, 416, certificate failures) fail at once. "Timeout"
  * means no byte for timeout_s seconds, not a deadline on the whole body.
  *
- * The table is either copied per sample (object, offset, length) or, for
+ * The table is either the per-sample arrays given (object, offset,
+ * length; none for one whole object a sample, a remote file list) or, for
  * tar shards with record files, the shards' first samples (borrowed) and
  * the record files: a sample's object is found by binary search and its
  * range looked up when its fetch is prepared, and the runs and the
  * cache's blocks step from a sample to its neighbours (ids i - 1, i + 1
  * in its shard), so that nothing is kept per sample.
  *
- * The fetch URLs (presigned URLs expire) can be replaced while the
- * pipeline runs (rl_http_source_set_urls, under mu), and so can the keys
+ * The objects' names are a borrowed blob and their fetch URLs are made
+ * from them when a request is prepared (source/http_urls.c), or taken
+ * from a blob of presigned URLs, which expire and can be replaced while
+ * the pipeline runs (rl_http_source_set_urls, under mu), and so can the keys
  * that S3 GETs from plain URLs are signed with per request
  * (rl_http_source_set_keys, source/http_sign.c); messages name the
  * object by its display name (s3://bucket/key), never by a URL that may
@@ -362,9 +365,11 @@ static const char *http_reason(const rl_source *s)
 static void http_where(const rl_source *src, int64_t id, char *buf, size_t cap)
 {
     const http_source *s = (const http_source *)src;
-    snprintf(buf, cap, "%s",
-             id >= 0 && id < src->count ? s->names[rl__http_obj_of(s, id)]
-                                        : "?");
+    if (id >= 0 && id < src->count) {
+        rl__http_name(s, rl__http_obj_of(s, id), buf, cap);
+    } else {
+        snprintf(buf, cap, "?");
+    }
 }
 
 static void http_release(rl_source *s, rl_fetch *f)
@@ -384,14 +389,6 @@ static void http_cancel(rl_source *src)
     rl__http_one_wake_all(s);
 }
 
-static void free_strings(char **v, int64_t n)
-{
-    for (int64_t i = 0; v != NULL && i < n; i++) {
-        free(v[i]);
-    }
-    free(v);
-}
-
 static void http_destroy(rl_source *src)
 {
     http_source *s = (http_source *)src;
@@ -403,10 +400,9 @@ static void http_destroy(rl_source *src)
         curl_multi_cleanup(s->multi);
     }
     rl__http_wait_free(s);
-    free_strings(s->names, s->nobj);
-    free_strings(s->urls, s->nobj);
+    free(s->names_prefix);
+    rl__http_urls_free(s->urls);
     rl__http_keys_free(s->keys);
-    free(s->s3);
     free(s->obj);
     free(s->offsets);
     free(s->lengths);
@@ -437,18 +433,6 @@ static const rl_source_ops http_ops = {
     .counters = http_counters,
 };
 
-static char **copy_strings(const char *const *v, int64_t n)
-{
-    char **out = calloc((size_t)(n > 0 ? n : 1), sizeof(*out));
-    for (int64_t i = 0; out != NULL && i < n; i++) {
-        if ((out[i] = strdup(v[i])) == NULL) {
-            free_strings(out, n);
-            return NULL;
-        }
-    }
-    return out;
-}
-
 void rl_http_options_default(rl_http_options *o)
 {
     memset(o, 0, sizeof(*o));
@@ -463,17 +447,25 @@ void rl_http_options_default(rl_http_options *o)
 }
 
 /* The source's parts but its table (names, URLs, the multi handle), for
- * a table of n samples on nobj objects that keeps table_bytes; *nomem
- * gets the message for a failure to allocate. NULL with msg and *status
- * (libcurl unusable, out of memory). */
-static http_source *http_new(const char *const *names, const char *const *urls,
-                             int64_t nobj, int64_t n, uint64_t table_bytes,
+ * a table of n samples on the objects names that keeps table_bytes;
+ * *nomem gets the message for a failure to allocate. NULL with msg and
+ * *status (names or URLs out of shape, libcurl unusable, out of memory). */
+static http_source *http_new(const rl_strings *names, const rl_http_urls *urls,
+                             int64_t n, uint64_t table_bytes,
                              const rl_http_options *opt, char *nomem,
                              int *status, char *msg)
 {
     msg[0] = '\0';
     *status = RL_ECONFIG;
-    if (!rl__http_global_init(msg)) {
+    int64_t nobj = names->n;
+    if (rl__http_strings_check(names, "names", msg) != 0 ||
+        !rl__http_global_init(msg)) {
+        return NULL;
+    }
+    rl_http_url_set *made = NULL;
+    int rc = rl__http_urls_make(names, urls, &made, msg);
+    if (rc != 0) {
+        *status = rc;
         return NULL;
     }
     /* What the allocations take, for the message when they fail. */
@@ -484,9 +476,11 @@ static http_source *http_new(const char *const *names, const char *const *urls,
     *status = -ENOMEM;
     http_source *s = calloc(1, sizeof(*s));
     if (s == NULL) {
+        rl__http_urls_free(made);
         snprintf(msg, RL_MSG_MAX, "%s", nomem);
         return NULL;
     }
+    s->urls = made;
     pthread_mutex_init(&s->mu, NULL);
     s->epfd = s->evfd = -1;
     s->base.ops = &http_ops;
@@ -498,17 +492,14 @@ static http_source *http_new(const char *const *names, const char *const *urls,
     atomic_init(&s->gen, 0);
     snprintf(s->ua, sizeof(s->ua), "ringloader libcurl/%s",
              curl_version_info(CURLVERSION_NOW)->version);
-    s->names = copy_strings(names, nobj);
-    s->urls = copy_strings(urls, nobj);
-    s->s3 = calloc((size_t)(nobj > 0 ? nobj : 1), sizeof(*s->s3));
+    s->names = *names;
+    s->names_prefix = strdup(names->prefix != NULL ? names->prefix : "");
+    s->names.prefix = s->names_prefix;
     s->multi = curl_multi_init();
-    if (!s->names || !s->urls || !s->s3 || !s->multi) {
+    if (!s->names_prefix || !s->multi) {
         http_destroy(&s->base);
         snprintf(msg, RL_MSG_MAX, "%s", nomem);
         return NULL;
-    }
-    for (int64_t j = 0; j < nobj; j++) {
-        s->s3[j] = strncmp(names[j], "s3://", 5) == 0;
     }
     return s;
 }
@@ -543,15 +534,29 @@ static rl_source *http_ready(http_source *s, const char *nomem, int *status,
     return &s->base;
 }
 
-rl_source *rl_http_source_create(const char *const *names,
-                                 const char *const *urls, int64_t nobj,
-                                 const int64_t *obj, const uint64_t *offsets,
+/* A copy of n int64s (NULL: none given), into *out; false when out of
+ * memory. */
+static bool copy_i64(const void *v, int64_t n, void *out)
+{
+    void **to = out;
+    size_t bytes = sizeof(int64_t) * (size_t)(n > 0 ? n : 1);
+    *to = v != NULL ? malloc(bytes) : NULL;
+    if (*to != NULL) {
+        memcpy(*to, v, sizeof(int64_t) * (size_t)n);
+    }
+    return v == NULL || *to != NULL;
+}
+
+rl_source *rl_http_source_create(const rl_strings *names,
+                                 const rl_http_urls *urls, const int64_t *obj,
+                                 const uint64_t *offsets,
                                  const int64_t *lengths, int64_t n,
                                  const rl_http_options *opt, int *status,
                                  char *msg)
 {
-    for (int64_t i = 0; i < n; i++) {
-        if (obj[i] < 0 || obj[i] >= nobj) {
+    int64_t nobj = names->n;
+    for (int64_t i = 0; i < n && (obj != NULL || n != nobj); i++) {
+        if (obj == NULL || obj[i] < 0 || obj[i] >= nobj) {
             *status = RL_ECONFIG;
             snprintf(msg, RL_MSG_MAX, "sample %lld names no object",
                      (long long)i);
@@ -559,36 +564,35 @@ rl_source *rl_http_source_create(const char *const *names,
         }
     }
     char nomem[RL_MSG_MAX];
-    size_t cnt = (size_t)(n > 0 ? n : 1);
-    http_source *s = http_new(names, urls, nobj, n, 24 * (uint64_t)cnt, opt,
-                              nomem, status, msg);
+    uint64_t per = 8 * ((obj != NULL) + (offsets != NULL) + (lengths != NULL));
+    http_source *s =
+        http_new(names, urls, n, per * (uint64_t)n, opt, nomem, status, msg);
     if (s == NULL) {
         return NULL;
     }
-    s->obj = malloc(cnt * sizeof(*s->obj));
-    s->offsets = malloc(cnt * sizeof(*s->offsets));
-    s->lengths = malloc(cnt * sizeof(*s->lengths));
-    if (!s->obj || !s->offsets || !s->lengths) {
+    if (!copy_i64(obj, n, &s->obj) || !copy_i64(offsets, n, &s->offsets) ||
+        !copy_i64(lengths, n, &s->lengths)) {
         http_destroy(&s->base);
         snprintf(msg, RL_MSG_MAX, "%s", nomem);
         return NULL;
     }
-    for (int64_t i = 0; i < n; i++) {
-        s->obj[i] = obj[i];
-        s->offsets[i] = offsets != NULL ? offsets[i] : 0;
-        s->lengths[i] = lengths != NULL ? lengths[i] : -1;
+    if (s->offsets != NULL && s->lengths == NULL) {
+        /* offsets alone: each from its offset to the object's end, which
+         * the table's form cannot say (as before, whole objects). */
+        free(s->offsets);
+        s->offsets = NULL;
     }
     return http_ready(s, nomem, status, msg);
 }
 
-rl_source *rl_http_source_create_shards(const char *const *names,
-                                        const char *const *urls, int64_t nobj,
+rl_source *rl_http_source_create_shards(const rl_strings *names,
+                                        const rl_http_urls *urls,
                                         const int64_t *starts,
                                         struct rl_shard_records *records,
                                         const rl_http_options *opt, int *status,
                                         char *msg)
 {
-    int64_t k = 0;
+    int64_t nobj = names->n, k = 0;
     while (nobj >= 0 && k < nobj && starts[k] <= starts[k + 1]) {
         k++;
     }
@@ -602,7 +606,7 @@ rl_source *rl_http_source_create_shards(const char *const *names,
     }
     char nomem[RL_MSG_MAX];
     http_source *s =
-        http_new(names, urls, nobj, starts[nobj], 8 * (uint64_t)(nobj + 1), opt,
+        http_new(names, urls, starts[nobj], 8 * (uint64_t)(nobj + 1), opt,
                  nomem, status, msg);
     if (s == NULL) {
         return NULL;
@@ -615,22 +619,23 @@ rl_source *rl_http_source_create_shards(const char *const *names,
     return src;
 }
 
-int rl_http_source_set_urls(rl_source *src, const char *const *urls,
-                            int64_t nobj)
+int rl_http_source_set_urls(rl_source *src, const rl_http_urls *urls, char *msg)
 {
     http_source *s = (http_source *)src;
-    if (src == NULL || src->ops != &http_ops || nobj != s->nobj) {
+    if (src == NULL || src->ops != &http_ops) {
+        snprintf(msg, RL_MSG_MAX, "not an HTTP source");
         return -EINVAL;
     }
-    char **fresh = copy_strings(urls, nobj);
-    if (fresh == NULL) {
-        return -ENOMEM;
+    rl_http_url_set *fresh = NULL;
+    int rc = rl__http_urls_make(&s->names, urls, &fresh, msg);
+    if (rc != 0) {
+        return rc == -ENOMEM ? rc : -EINVAL;
     }
     pthread_mutex_lock(&s->mu);
-    char **old = s->urls;
+    rl_http_url_set *old = s->urls;
     s->urls = fresh;
     pthread_mutex_unlock(&s->mu);
-    free_strings(old, nobj);
+    rl__http_urls_free(old);
     return 0;
 }
 

@@ -250,14 +250,22 @@ bool rl__http_attempt_prepare(xfer *x, CURL *e)
     }
     free_headers(x);
     int64_t j = x->obj;
+    bool s3 = rl__http_is_s3(s, j);
     /* An S3 key's path goes as it is: "a/./b" and "a/../b" name objects
      * of their own, which dot-segment removal would turn into others. */
-    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, s->s3[j] ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, s3 ? 1L : 0L);
     pthread_mutex_lock(&s->mu);
-    const char *url = s->urls[j];
+    /* Made now (from the name, or the blob set_urls may replace): libcurl
+     * copies it. */
+    char *url = rl__http_url(s, j);
+    if (url == NULL) {
+        pthread_mutex_unlock(&s->mu);
+        return false;
+    }
     x->https = strncasecmp(url, "https:", 6) == 0;
     CURLcode rc = curl_easy_setopt(e, CURLOPT_URL, url);
-    bool sign = s->keys != NULL && s->s3[j] && strchr(url, '?') == NULL;
+    bool sign = s->keys != NULL && s3 && strchr(url, '?') == NULL;
+    free(url);
     /* A test build may leave an unsigned attempt's handle as the pool of
      * idle handles left it, to show that the pool keeps no key. */
     bool as_pooled =
@@ -554,23 +562,27 @@ void rl__http_fail_closed(xfer *x)
 
 int64_t rl__http_obj_of(const http_source *s, int64_t id)
 {
-    return s->records != NULL ? rl_run_of(s->starts, s->nobj, id) : s->obj[id];
+    if (s->records != NULL) {
+        return rl_run_of(s->starts, s->nobj, id);
+    }
+    return s->obj != NULL ? s->obj[id] : id;
 }
 
 int64_t rl__http_next_of(const http_source *s, int64_t id)
 {
     int64_t j = rl__http_obj_of(s, id);
-    bool same =
-        id + 1 < s->base.count &&
-        (s->records != NULL ? id + 1 < s->starts[j + 1] : s->obj[id + 1] == j);
+    bool same = id + 1 < s->base.count &&
+                (s->records != NULL ? id + 1 < s->starts[j + 1]
+                                    : s->obj != NULL && s->obj[id + 1] == j);
     return same ? id + 1 : -1;
 }
 
 int64_t rl__http_prev_of(const http_source *s, int64_t id)
 {
     int64_t j = rl__http_obj_of(s, id);
-    bool same = id > 0 && (s->records != NULL ? id - 1 >= s->starts[j]
-                                              : s->obj[id - 1] == j);
+    bool same =
+        id > 0 && (s->records != NULL ? id - 1 >= s->starts[j]
+                                      : s->obj != NULL && s->obj[id - 1] == j);
     return same ? id - 1 : -1;
 }
 
@@ -598,8 +610,8 @@ int rl__http_range_of(http_source *s, int64_t id, uint64_t *off, int64_t *want,
 {
     msg[0] = '\0';
     if (s->records == NULL) {
-        *off = s->offsets[id];
-        *want = s->lengths[id];
+        *off = s->offsets != NULL ? s->offsets[id] : 0;
+        *want = s->lengths != NULL ? s->lengths[id] : -1;
         return range_fits(s, *want, "", msg);
     }
     uint64_t at = 0, bytes = 0;

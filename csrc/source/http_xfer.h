@@ -43,20 +43,35 @@ typedef struct rl_http_block {
     uint8_t state;
 } rl_http_block;
 
+/* The fetch URLs of the objects (rl_http_urls, copied): n URLs in one
+ * blob (bytes, at, prefix), or at NULL: made from the names, an s3:// one
+ * from its bucket's base. Replaced whole, never changed in place. */
+typedef struct rl_http_url_set {
+    uint8_t *bytes;
+    int64_t *at;
+    char *prefix;
+    int64_t n;
+    int64_t nbases;
+    char **buckets, **bases;
+} rl_http_url_set;
+
 typedef struct http_source {
     rl_source base;
     rl_http_options opt;
     int64_t nobj;
-    char **names;       /* display name of each object */
-    char **urls;        /* fetch URL of each object, guarded by mu */
-    bool *s3;           /* per object: its display name is s3:// */
-    rl_http_keys *keys; /* S3 GETs signed with these, guarded by mu; NULL */
-    rl_http_one *ones;  /* the read_one calls in progress, guarded by mu */
+    /* The display name of each object: borrowed but the prefix (owned, in
+     * names_prefix). */
+    rl_strings names;
+    char *names_prefix;
+    rl_http_url_set *urls; /* the fetch URLs, guarded by mu */
+    rl_http_keys *keys;    /* S3 GETs signed with these, guarded by mu; NULL */
+    rl_http_one *ones;     /* the read_one calls in progress, guarded by mu */
     /* The table, in one of two forms (source/source.h): per sample its
      * object, offset and length (-1: the whole object), copied; or, with
      * records (owned), the first sample of each object (borrowed, nobj +
      * 1 entries) and the record files that give each sample's range. The
-     * other form's pointers are NULL. */
+     * other form's pointers are NULL; so are obj (sample i is object i)
+     * and offsets and lengths (whole objects) when the table has none. */
     int64_t *obj;
     uint64_t *offsets;
     int64_t *lengths;
@@ -135,6 +150,31 @@ typedef struct xfer {
 } xfer;
 
 enum { V_OK, V_RETRY, V_FAIL };
+
+/* ---- names and URLs (http_urls.c) ---- */
+
+/* Whether t is well formed (rl_strings); RL_ECONFIG with msg naming
+ * `what` and the first bad entry, or 0. */
+int rl__http_strings_check(const rl_strings *t, const char *what, char *msg);
+
+/* Object j's display name into buf (cap > 0 bytes), cut to fit. */
+void rl__http_name(const http_source *s, int64_t j, char *buf, size_t cap);
+
+/* Whether object j's display name is s3://... */
+bool rl__http_is_s3(const http_source *s, int64_t j);
+
+/* Object j's fetch URL (s->urls: under mu), malloc'd; NULL when out of
+ * memory. */
+char *rl__http_url(const http_source *s, int64_t j);
+
+/* The fetch URLs `in` of the objects `names`, copied into *out: 0,
+ * RL_ECONFIG (out of shape, not one an object, an S3 name with no key or
+ * no base for its bucket) or -ENOMEM, with msg. */
+int rl__http_urls_make(const rl_strings *names, const rl_http_urls *in,
+                       rl_http_url_set **out, char *msg);
+
+/* Frees a set of URLs; accepts NULL. */
+void rl__http_urls_free(rl_http_url_set *u);
 
 /* Initialises libcurl once per process. false with msg on failure. */
 bool rl__http_global_init(char *msg);

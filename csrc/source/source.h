@@ -197,47 +197,85 @@ typedef struct rl_http_options {
 void rl_http_options_default(rl_http_options *o);
 
 /*
- * A table of n samples on nobj objects: sample i is bytes offsets[i] ..
- * offsets[i] + lengths[i] of object obj[i], or the whole object when
- * lengths[i] < 0 (offsets and lengths NULL: every sample whole). Object j
- * is fetched from urls[j] (http:// or https://; a presigned URL is fine,
- * or a plain S3 URL signed per request: rl_http_source_set_keys) and
- * named names[j] in messages. Everything is copied: this per-sample form
- * keeps 24 bytes a sample, for tables that have nothing else (one object
- * a sample, tests); shards with record files take
- * rl_http_source_create_shards. Returns the
- * source, or NULL with msg (RL_MSG_MAX) saying why and *status the kind:
- * RL_ECONFIG (a sample naming no object, libcurl unusable), -ENOMEM (the
- * message says for what, how large), -errno (the epoll set). Statuses of
- * fetches:
+ * Strings kept back to back: string k is prefix + bytes[at[k] .. at[k + 1])
+ * (n + 1 positions from 0, never falling, at most len; no NUL). The
+ * names of a remote table's objects come so (the Python side's
+ * StringBlob: one blob and its offsets), as file names do in
+ * rl_file_table.
+ */
+typedef struct rl_strings {
+    const uint8_t *bytes;
+    size_t len;
+    const int64_t *at;
+    int64_t n;
+    const char *prefix; /* "" or NULL: none */
+} rl_strings;
+
+/*
+ * The fetch URLs of an HTTP table's nobj objects. With urls.n == nobj,
+ * object j is fetched from string j (presigned URLs, one an object by
+ * nature); with urls.at == NULL they are made from the objects' names
+ * when a request is prepared, nothing kept per object: an http(s):// name
+ * is its URL, and s3://bucket/key is fetched from bases[b] (the URL of
+ * the GETs of buckets[b], "https://bucket.s3.region.amazonaws.com/" or
+ * "http://host:port/bucket/") followed by the key, leading slashes
+ * dropped, each byte but A-Z a-z 0-9 - . _ ~ / percent-encoded (S3's
+ * canonical path, which per-request signing signs as it is). Copied.
+ */
+typedef struct rl_http_urls {
+    rl_strings urls;
+    int64_t nbases;
+    const char *const *buckets;
+    const char *const *bases;
+} rl_http_urls;
+
+/*
+ * A table of n samples on nobj = names->n objects: sample i is bytes
+ * offsets[i] .. offsets[i] + lengths[i] of object obj[i] (obj NULL:
+ * object i, n == nobj), or the whole object when lengths[i] < 0 (offsets
+ * and lengths NULL: every sample whole). Object j is named names' string
+ * j in messages (display names: http://host/a.jpg, s3://bucket/key) and
+ * fetched from its URL (rl_http_urls; a presigned URL is fine, or a plain
+ * S3 URL signed per request: rl_http_source_set_keys). The names are
+ * borrowed (kept alive and unchanged by the caller until the source is
+ * destroyed; the prefix is copied); obj, offsets and lengths are copied
+ * when given (8 bytes a sample each); urls as rl_http_urls says. A table
+ * of one object a sample, whole, keeps nothing per object but its URL
+ * when that is presigned; shards with record files take
+ * rl_http_source_create_shards. Returns the source, or NULL with msg
+ * (RL_MSG_MAX) saying why and *status the kind: RL_ECONFIG (a sample
+ * naming no object, names or URLs out of shape, an S3 name with no key
+ * or whose bucket has no base, libcurl unusable), -ENOMEM (the message
+ * says for what, how large), -errno (the epoll set). Statuses of fetches:
  * -ENOENT (404), -EACCES (401/403, certificate), -EIO (5xx, 429, other
  * HTTP), -ETIMEDOUT, -ECONNREFUSED, -ECONNRESET, -EPROTO (truncated or
  * wrong bodies, Range ignored), RL_ETOOBIG, RL_ECLOSED (cancelled); the
  * message says which HTTP status or libcurl error, and how many attempts.
  */
-rl_source *rl_http_source_create(const char *const *names,
-                                 const char *const *urls, int64_t nobj,
-                                 const int64_t *obj, const uint64_t *offsets,
+rl_source *rl_http_source_create(const rl_strings *names,
+                                 const rl_http_urls *urls, const int64_t *obj,
+                                 const uint64_t *offsets,
                                  const int64_t *lengths, int64_t n,
                                  const rl_http_options *opt, int *status,
                                  char *msg);
 
 /*
  * The same source over tar shards with record files, holding nothing per
- * sample: object k (a shard, urls[k] and names[k], copied) holds samples
- * starts[k] .. starts[k + 1] - 1 (nobj + 1 entries, from 0, never falling;
- * borrowed: the caller keeps the array alive and unchanged until the
- * source is destroyed), found by binary search; each sample's byte range
- * is looked up in its shard's record file (source/shard_records.h, a
- * table over the same starts) when its fetch is prepared, and a lookup
- * that fails fails that sample with -errno and the lookup's message,
- * which names the record file. count = starts[nobj]. On success the
- * source owns records (and destroys it); on failure the caller still
- * does. Returns and fails as rl_http_source_create (RL_ECONFIG for
- * starts that do not start at 0 or fall).
+ * sample: object k (a shard, named names' string k, fetched from its URL)
+ * holds samples starts[k] .. starts[k + 1] - 1 (nobj + 1 entries, from 0,
+ * never falling; borrowed, as the names are: the caller keeps them alive
+ * and unchanged until the source is destroyed), found by binary search;
+ * each sample's byte range is looked up in its shard's record file
+ * (source/shard_records.h, a table over the same starts) when its fetch
+ * is prepared, and a lookup that fails fails that sample with -errno and
+ * the lookup's message, which names the record file. count =
+ * starts[nobj]. On success the source owns records (and destroys it); on
+ * failure the caller still does. Returns and fails as
+ * rl_http_source_create (RL_ECONFIG for starts that do not start at 0 or
+ * fall).
  */
-rl_source *rl_http_source_create_shards(const char *const *names,
-                                        const char *const *urls, int64_t nobj,
+rl_source *rl_http_source_create_shards(const rl_strings *names,
+                                        const rl_http_urls *urls,
                                         const int64_t *starts,
                                         struct rl_shard_records *records,
                                         const rl_http_options *opt, int *status,
@@ -247,13 +285,14 @@ rl_source *rl_http_source_create_shards(const char *const *names,
 const char *rl_http_library(void);
 
 /*
- * Replaces the fetch URLs of the nobj objects (presigned URLs made anew
- * before the old ones expire); requests already sent keep theirs.
- * Thread-safe. Returns 0, -EINVAL (not an HTTP source, another count) or
- * -ENOMEM (the old URLs are kept).
+ * Replaces the fetch URLs of the objects (presigned URLs made anew before
+ * the old ones expire), copied as rl_http_source_create copies them;
+ * requests already sent keep theirs. Thread-safe. Returns 0, -EINVAL
+ * (not an HTTP source; URLs out of shape or not one an object, an S3 name
+ * whose bucket has no base: msg, RL_MSG_MAX, says which) or -ENOMEM (the
+ * old URLs are kept).
  */
-int rl_http_source_set_urls(rl_source *s, const char *const *urls,
-                            int64_t nobj);
+int rl_http_source_set_urls(rl_source *s, const rl_http_urls *urls, char *msg);
 
 /* Whether the libcurl in use signs requests with AWS Signature Version 4
  * (CURLOPT_AWS_SIGV4: built against and running 7.75 or later). */

@@ -33,6 +33,7 @@ from . import _core
 from ._gpu import Gpu
 from .datasets.base import Sources
 from .datasets.cache import StringBlob, default_cache_dir
+from .datasets.presign import FromNames
 from .datasets.shards import _ShardPaths
 from .transforms import Compiled
 
@@ -119,7 +120,7 @@ class Pipeline:
             # Objects over HTTP(S): the C source fetches them from URLs
             # made now (presigned ones are made again before they expire).
             self._urls_made = time.monotonic()
-            table["http"].update(remote.options, urls=remote.urls())
+            table["http"].update(remote.options, urls=fetch_urls(remote.urls()))
             if remote.options.get("cache_bytes"):
                 # The members fetched, kept for later epochs: a folder of
                 # this pipeline's, removed with it.
@@ -271,7 +272,7 @@ class Pipeline:
                 took,
                 refresh_s,
             )
-        self._c.set_urls(urls)
+        self._c.set_urls(fetch_urls(urls))
         self._urls_made = made
         self._refresh_at = made + refresh_s
 
@@ -334,6 +335,16 @@ def _names(paths: Any) -> Any:
     return paths
 
 
+def fetch_urls(urls: Sequence[str]) -> Any:
+    """A remote's fetch URLs as ``_core.Pipeline`` takes them: plain ones
+    made from the names (``FromNames``) as their buckets' bases, which the
+    C source makes each URL from; others (presigned) as they are, which
+    it packs into one blob."""
+    if isinstance(urls, FromNames):
+        return dict(urls.bases)
+    return _names(urls)
+
+
 def _table(src: Sources, remote: Any) -> dict[str, Any]:
     """The keywords of ``_core.Pipeline`` that give the table of samples:
     nothing in it costs a Python object a sample. Shards go as their
@@ -348,8 +359,13 @@ def _table(src: Sources, remote: Any) -> dict[str, Any]:
         else:
             table["paths"] = _names(paths)
     else:
-        table["http"] = dict(names=list(remote.names))
-        if shards and table["http"]["names"] == list(paths.shards):
+        names = remote.names
+        table["http"] = dict(names=_names(names))
+        if names is paths:
+            table["http"]["objects"] = None  # one object a sample
+        elif remote.objects is not None:
+            table["http"]["objects"] = _i64(remote.objects)
+        elif shards and list(names) == list(paths.shards):
             table["starts"] = paths.starts
         else:
             table["paths"] = paths  # each sample's object, by name

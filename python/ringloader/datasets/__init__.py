@@ -1,8 +1,8 @@
 """The datasets ringloader reads itself, on one base (:mod:`.base`): an
 ImageFolder as torchvision's, the same with a cached index, a list of files,
 WebDataset tar shards (local, or over HTTP(S) and S3), Hugging Face
-datasets' Arrow files, and LitData's optimized chunks. None of them
-imports the loader."""
+datasets' Arrow files, Parquet files, and LitData's optimized chunks. None
+of them imports the loader."""
 
 from .base import ImageDataset, Remote, Sources
 from .filelist import FileList
@@ -11,6 +11,7 @@ from .hf import HFDataset
 from .index import IndexedImageFolder, build_index
 from .litchunks import LitData
 from .mix import Mix
+from .parquet import Parquet
 from .shards import ShardError, TarShards
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "IndexedImageFolder",
     "LitData",
     "Mix",
+    "Parquet",
     "Remote",
     "ShardError",
     "Sources",

@@ -53,11 +53,18 @@ class Remote:
     """How the objects of a remote dataset (HTTP(S) or S3) are fetched.
 
     ``names`` are the objects' display names (``http://host/a.tar``,
-    ``s3://bucket/key``, never a presigned URL): each of
-    ``Sources.paths`` is one of them. ``urls()`` gives the fetch URL of
-    each, in the same order (the URL itself; for S3 a plain URL that the
-    C source signs per request with ``keys()``, or a presigned GET URL),
-    made afresh at each call. ``keys()`` (None: nothing is signed in C)
+    ``s3://bucket/key``, never a presigned URL), each once: a sequence of
+    str, or a :class:`~.cache.StringBlob` (a FileList's: no Python object
+    per name). Each of ``Sources.paths`` is one of them; ``objects``
+    (int64, one a sample, or None) gives each sample's by its position in
+    ``names``, and ``names`` that are ``Sources.paths`` themselves name
+    one object a sample. ``urls()`` gives the fetch URL of each, in the
+    same order (the URL itself; for S3 a plain URL that the C source signs
+    per request with ``keys()``, or a presigned GET URL), made afresh at
+    each call: a sequence of str, which for plain URLs is
+    :class:`~.presign.FromNames` (made from the names, in C, by the
+    pipeline: nothing kept per object; presigned URLs are one string an
+    object by nature). ``keys()`` (None: nothing is signed in C)
     gives the (region, access key, secret key, session token or None)
     that S3 GETs without a query string are signed with. Every
     ``refresh_s`` seconds (None: never) ``keys()`` is called again, and
@@ -69,11 +76,12 @@ class Remote:
     """
 
     names: Sequence[str]
-    urls: Callable[[], list[str]]
+    urls: Callable[[], Sequence[str]]
     refresh_s: Optional[float]
     options: dict
     keys: Optional[Callable[[], tuple[str, str, str, Optional[str]]]] = None
     urls_expire: bool = True
+    objects: Optional[np.ndarray] = None
 
 
 @dataclass

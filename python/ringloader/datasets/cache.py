@@ -10,6 +10,7 @@ are kept as one UTF-8 blob with offsets rather than as Python objects.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -28,6 +29,7 @@ from .targets import is_arrow
 
 __all__ = [
     "StringBlob",
+    "atomic_file",
     "cache_name",
     "default_cache_dir",
     "give_back_freed",
@@ -35,7 +37,6 @@ __all__ = [
     "pack_strings",
     "read_npz",
     "save_npz",
-    "write_atomic",
 ]
 
 
@@ -63,24 +64,18 @@ def cache_name(kind: str, ident: str, label: str) -> str:
     return f"{kind}-{safe}-{digest[:20]}.npz"
 
 
-def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` to ``path`` atomically (a temporary file in the same
-    directory, then a rename), so a reader never sees half a file and
-    concurrent writers of the same index do not corrupt it. Raises OSError
-    when the directory is not writable; leaves no temporary file behind."""
-    write_atomic(path, lambda f: np.savez(f, **arrays))
-
-
-def write_atomic(path: str, write: Any) -> None:
-    """Make the file ``path`` with ``write(f)`` (``f`` a binary file),
-    atomically: a temporary file in the same directory, then a rename.
-    Raises OSError when the directory is not writable; leaves no
-    temporary file behind."""
+@contextlib.contextmanager
+def atomic_file(path: str) -> Iterator[Any]:
+    """A binary file object whose content becomes ``path`` at once when the
+    block ends without error (a temporary file in the same directory, then
+    a rename), so a reader never sees half a file and concurrent writers
+    of the same file do not corrupt it. Raises OSError when the directory
+    is not writable; leaves no temporary file behind on any path."""
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".ringloader-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            write(f)
+            yield f
         os.chmod(tmp, 0o644)  # readable by the other users of a shared dataset
         os.replace(tmp, path)
     except BaseException:
@@ -89,6 +84,12 @@ def write_atomic(path: str, write: Any) -> None:
         except OSError:
             pass
         raise
+
+
+def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` to ``path`` atomically (:func:`atomic_file`)."""
+    with atomic_file(path) as f:
+        np.savez(f, **arrays)
 
 
 # numpy reads each array's header with ast.literal_eval. Before 3.11.8 and

@@ -19,6 +19,7 @@ Only torch's own classes are resolved: a subclass that overrides
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -276,7 +277,9 @@ def _merge_remote(remotes: list[Optional[Remote]]) -> Optional[Remote]:
         )
     parts = [r for r in remotes if r is not None]
     if len(parts) == 1:
-        return parts[0]
+        # The composition's samples find their objects by name: the
+        # leaf's objects array numbers the leaf's own samples.
+        return dataclasses.replace(parts[0], objects=None)
     where: dict[str, int] = {}
     positions = []
     for r in parts:

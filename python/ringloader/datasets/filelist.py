@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
+from .. import _core
 from . import base as _base
 from .base import ImageDataset, PairView, PathLike, Sources
 from .cache import StringBlob, give_back_freed
@@ -149,9 +150,11 @@ class FileList(ImageDataset):
         """The files, whole, and their int64 labels."""
         if self.client is None:
             return Sources(paths=self.paths, targets=self.targets)
-        names = list(dict.fromkeys(self.paths))  # each object once
+        names, objects = _objects(self.paths)
         return Sources(
-            paths=self.paths, targets=self.targets, remote=self.client.remote(names)
+            paths=self.paths,
+            targets=self.targets,
+            remote=self.client.remote(names, objects),
         )
 
     def _sample(self, index: int) -> tuple[str, bytes, Any]:
@@ -163,6 +166,33 @@ class FileList(ImageDataset):
     def __repr__(self) -> str:
         where = "" if self.client is None else " over HTTP/S3"
         return f"ringloader.FileList({len(self)} files{where})"
+
+
+def _objects(paths: StringBlob) -> tuple[StringBlob, np.ndarray | None]:
+    """The objects of remote paths, each once, and each path's object:
+    (the paths themselves, None) when no path repeats, else (the distinct
+    paths in order of first use, as a blob, and an int64 array of each
+    path's place among them). Found in C over the blob: no Python object
+    a path."""
+    ids = _core.object_ids(paths.blob, paths.offsets)
+    if ids is None:
+        return paths, None
+    objects = np.frombuffer(ids, dtype=np.int64)
+    # Ids come in order of first use: a path is its object's first where
+    # the largest id so far grows.
+    first = np.flatnonzero(np.diff(np.maximum.accumulate(objects), prepend=-1) > 0)
+    return _take(paths, first), objects
+
+
+def _take(paths: StringBlob, rows: np.ndarray) -> StringBlob:
+    """The strings ``rows`` of a blob, as a blob of their own (the same
+    prefix), gathered with numpy."""
+    starts, ends = paths.offsets[rows], paths.offsets[rows + 1]
+    lengths = ends - starts
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    at = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+    return StringBlob(paths.blob[at], offsets, paths.prefix)
 
 
 def _number(text: str) -> int | float:

@@ -28,16 +28,25 @@ from __future__ import annotations
 import bisect
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 import numpy as np
 
 from . import targets as _targets
 from . import timmdata
-from .base import ImageDataset, Sources, decode_item, read_file
+from .base import read_file
 from .cache import StringBlob
-from .shards import _ShardPaths
+from .columns import (
+    _check_image_type,
+    _ColumnDataset,
+    _ColumnFields,
+    _concat_strings,
+    _image_chunk,
+    _table_of,
+    _take_strings,
+    _targets_of,
+)
 
 __all__ = ["HFDataset", "hf_hint"]
 
@@ -145,8 +154,6 @@ class _Images:
     file (its sample then fails to decode) and is listed in ``nulls``."""
 
     def __init__(self, table: Any, column: str, name: str) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         maps = _Maps()
         n = table.num_rows
@@ -165,20 +172,7 @@ class _Images:
         row = 0
         for chunk in table.column(column).chunks:
             m = len(chunk)
-            t = chunk.type
-            if pa.types.is_struct(t):
-                data = chunk.field("bytes")
-                valid = chunk.is_valid()
-                if data.null_count:
-                    valid = pc.and_(valid, data.is_valid())
-                path = chunk.field("path") if t.get_field_index("path") >= 0 else None
-            else:
-                data, valid, path = chunk, chunk.is_valid(), None
-            wide = pa.types.is_large_binary(data.type)
-            _, off_buf, data_buf = data.buffers()
-            offs = np.frombuffer(off_buf, np.int64 if wide else np.int32)
-            offs = offs[data.offset : data.offset + m + 1].astype(np.int64)
-            has = np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)
+            data_buf, offs, has, path = _image_chunk(chunk)
             sel = slice(row, row + m)
             if has.any():
                 lo, hi = int(offs[0]), int(offs[-1])
@@ -252,286 +246,7 @@ class _Images:
         return StringBlob(blob, ends)
 
 
-def _take_strings(strings: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(blob, offsets) of the rows ``rows`` of an Arrow string array, from
-    its buffers (no Python object a row)."""
-    import pyarrow as pa
-
-    wide = pa.types.is_large_string(strings.type) or pa.types.is_large_binary(
-        strings.type
-    )
-    _, off_buf, data_buf = strings.buffers()
-    offs = np.frombuffer(off_buf, np.int64 if wide else np.int32)
-    offs = offs[strings.offset : strings.offset + len(strings) + 1].astype(np.int64)
-    data = (
-        np.frombuffer(data_buf, np.uint8)
-        if data_buf is not None
-        else np.zeros(0, np.uint8)
-    )
-    return _gather(data, offs, rows)
-
-
-def _gather(
-    blob: np.ndarray, offsets: np.ndarray, ids: np.ndarray, skip: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """(blob, offsets) of the strings ``ids`` of ``(blob, offsets)``, in
-    that order, each less its first ``skip`` bytes, with numpy alone."""
-    starts = offsets[ids] + skip
-    sizes = offsets[ids + 1] - starts
-    ends = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=ends[1:])
-    total = int(ends[-1])
-    if total == 0:
-        return np.zeros(0, np.uint8), ends
-    # Byte j of the result is blob[starts[k] + j - ends[k]] for its item k.
-    shift = np.repeat(starts - ends[:-1], sizes)
-    shift += np.arange(total, dtype=np.int64)
-    return blob[shift], ends
-
-
-def _concat_strings(
-    parts: list[tuple[np.ndarray, np.ndarray]],
-) -> tuple[np.ndarray, np.ndarray]:
-    if not parts:
-        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
-    blobs, ends, base = [], [np.zeros(1, np.int64)], 0
-    for blob, offs in parts:
-        blobs.append(np.asarray(blob, dtype=np.uint8))
-        ends.append(np.asarray(offs[1:], dtype=np.int64) - offs[0] + base)
-        base += int(offs[-1] - offs[0])
-    return np.concatenate(blobs), np.concatenate(ends)
-
-
-class _RunPaths(_ShardPaths):
-    """The file of each sample, as runs of samples of one file: run k is
-    ``names[k]`` and holds samples ``starts[k] .. starts[k + 1] - 1``. The
-    shard form of the C file source's table; nothing per sample, the run
-    names one blob (not a list of str)."""
-
-    def __init__(self, names: StringBlob, starts: np.ndarray) -> None:
-        # _ShardPaths' fields, its lookup (a bisection) over the array.
-        self._shards = names  # type: ignore[assignment]
-        self._starts_array = np.asarray(starts, dtype=np.int64)
-        self._starts = self._starts_array  # type: ignore[assignment]
-        self._n = int(self._starts_array[-1])
-
-
-def _table_of(sources: np.ndarray, names: StringBlob) -> Any:
-    """The file of each sample for the C file source: runs of one file
-    (``_RunPaths``) when they are few, else a name a sample (a blob), the
-    one that costs less memory."""
-    n = len(sources)
-    cut = np.flatnonzero(sources[1:] != sources[:-1]) + 1
-    starts = np.concatenate([[0], cut, [n]]).astype(np.int64)
-    run_src = sources[starts[:-1]] if n else np.zeros(0, np.int32)
-    sizes = names.offsets[1:] - names.offsets[:-1]
-    as_runs = len(run_src) * 16 + int(sizes[run_src].sum())
-    per_sample = n * 8 + int(sizes[sources].sum()) if n else 0
-    prefix = _common_dir(names)
-    skip = len(os.fsencode(prefix))
-    if as_runs <= per_sample or n == 0:
-        ids = run_src.astype(np.int64)
-        blob, ends = _gather(names.blob, names.offsets, ids, skip)
-        return _RunPaths(StringBlob(blob, ends, prefix), starts)
-    blob, ends = _gather(names.blob, names.offsets, sources.astype(np.int64), skip)
-    return StringBlob(blob, ends, prefix)
-
-
-def _common_dir(names: StringBlob) -> str:
-    """The directory (with its slash) every name starts with, or ""."""
-    if len(names) == 0:
-        return ""
-    first = names[0]
-    cut = first.rfind("/") + 1
-    heads = names.heads(cut) if cut else None
-    while cut:
-        want = np.frombuffer(os.fsencode(first[:cut]), np.uint8)
-        if heads is not None and (heads[:, : len(want)] == want).all():
-            return first[:cut]
-        cut = first.rfind("/", 0, cut - 1) + 1
-    return ""
-
-
-def _targets_of(table: Any, column: str, name: str) -> _targets.Targets:
-    """A column as targets (:mod:`.targets`): int64 classes (ClassLabel,
-    any integer), floats, bools, rows (a list column whose lists have one
-    length), strings or other objects as they are."""
-    import pyarrow as pa
-
-    values = table.column(column)
-    t = values.type
-    what = f"{name}: column {column!r}"
-    if (
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-    ):
-        values = values.combine_chunks()
-        if values.null_count:
-            nulls = values.is_null().to_numpy(zero_copy_only=False)
-            raise ValueError(
-                f"{what}: row {int(np.argmax(nulls))} is null, not a target"
-            )
-        flat = values.flatten()
-        if flat.null_count:
-            inner = int(np.argmax(flat.is_null().to_numpy(zero_copy_only=False)))
-            row = int(np.searchsorted(values.offsets.to_numpy(), inner, "right")) - 1
-            raise ValueError(f"{what}: row {row} holds a null, not a number")
-        if pa.types.is_fixed_size_list(t):
-            width = t.list_size
-        else:
-            sizes = np.diff(np.asarray(values.offsets.to_numpy(), dtype=np.int64))
-            width = int(sizes[0]) if len(sizes) else 0
-            if len(sizes) and (sizes != width).any():
-                raise ValueError(
-                    f"{what}: lists of {width} and of "
-                    f"{int(sizes[np.argmax(sizes != width)])} values: every "
-                    "target must have the same shape"
-                )
-        rows = _targets._from_arrow(flat, what)
-        return rows.reshape(len(values), width)
-    return _targets.as_targets(values, table.num_rows, what)
-
-
-class _ColumnFields:
-    """A dataset's other columns, carried beside the image and target as
-    a tar shard's fields are (the protocol of
-    :class:`~.fields.FieldTable` the loader and the C pipeline read): the
-    C source reads the image alone (``image_at`` 0, ``image_len`` its
-    length, no refusal, nothing checked), and :meth:`batch` takes the
-    columns' values from the Arrow table, a batch at a time. With the
-    owner's ``as_dict``, a batch and each sample handed to a collate_fn
-    (:meth:`item`) are dicts keyed by the image's key and the columns'
-    names."""
-
-    image = 0
-
-    def __init__(self, owner: "HFDataset", lengths: np.ndarray) -> None:
-        self._owner = owner
-        self.names = ("image",) + (
-            ((owner.target,) if owner.target is not None else ()) + owner.fields
-        )
-        # The keys of a dict item (as_dict): the image's, then the columns'.
-        self.keys = ((owner.as_dict,) + self.names[1:]) if owner.as_dict else None
-        # calloc'd zeros: no page touched until the C side copies them.
-        self.image_at = np.zeros(len(lengths), dtype=np.int64)
-        self.image_len = lengths
-        self.refusals: list[str] = []
-
-    @staticmethod
-    def checks() -> list:
-        return []
-
-    @staticmethod
-    def check_arrays() -> list:
-        """:meth:`checks` as per-sample arrays: none either."""
-        return []
-
-    @staticmethod
-    def max_int_digits() -> int:
-        return 0
-
-    def value(self, f: int, i: int, data: bytes, describe: Callable) -> Any:
-        """Field ``f`` (a position of ``names``, not the image's) of
-        sample ``i``, as indexing the dataset gives it."""
-        return self._owner._extras(f - 1, [i])[0]
-
-    def item(self, values: Iterable[Any]) -> Any:
-        """A sample as indexing gives it, from its values in the order of
-        ``names``: their tuple, or with ``as_dict`` their dict."""
-        if self.keys is None:
-            return tuple(values)
-        return dict(zip(self.keys, values))
-
-    def batch(self, images: Any, ids: Sequence[int], _bytes: Any, _: Any) -> Any:
-        """The batch in the order of ``names``: the images, the targets
-        (as without fields), each column's values batched as torch's
-        ``default_collate`` batches them (the C side's field bytes, and
-        the describing function, are not needed); with ``as_dict``, the
-        dict ``default_collate`` makes of the dict items."""
-        from torch.utils.data import default_collate
-
-        owner, ids = self._owner, list(ids)
-        out: list[Any] = [images]
-        for k in range(len(self.names) - 1):
-            if k == 0 and owner.target is not None:
-                tt = owner.target_transform
-                out.append(_targets.batch(owner.targets, ids, tt))
-            else:
-                out.append(default_collate(owner._extras(k, ids)))
-        return self.item(out)
-
-
-class ColumnDataset(ImageDataset):
-    """What a dataset of columns (an image column, maybe a target column,
-    other columns as ``fields``) shares: indexing, and each sample's
-    values beside the image. A subclass sets ``fields``, ``target``,
-    ``targets``, ``_field_table`` (a :class:`_ColumnFields` or None) and
-    ``_sample``, and gives the fields' values with ``_column_values``."""
-
-    fields: tuple = ()
-    target: Optional[str] = None
-    offsets: np.ndarray
-    lengths: np.ndarray
-    _field_table: Optional[_ColumnFields] = None
-
-    def _index(self, index: int) -> int:
-        n = len(self)
-        i = int(index) + n if index < 0 else int(index)
-        if not 0 <= i < n:
-            raise IndexError(f"index {index} out of range for {n} samples")
-        return i
-
-    def _column_values(self, k: int, ids: Sequence[int]) -> list:
-        """The values of ``fields[k]`` for the samples ``ids``."""
-        raise NotImplementedError
-
-    def _extras(self, k: int, ids: Sequence[int]) -> list:
-        """The k-th value beside the image of the samples ``ids``: the
-        target (``target_transform`` applied) when there is one, then
-        each of ``fields``' columns."""
-        if self.target is not None:
-            if k == 0:
-                tt = self.target_transform or (lambda t: t)
-                return [tt(_targets.item(self.targets, i)) for i in ids]
-            k -= 1
-        return self._column_values(k, ids)
-
-    def _check_files(self, which: Sequence[int] | None = None) -> None:
-        """Raise ValueError for a file changed since the dataset was made
-        (of ``which``, else any): by default, nothing is checked."""
-
-    def ringloader_sources(self) -> Sources:
-        """The files as runs of samples (or a file a sample), with each
-        sample's byte range; with ``fields``, the columns carried beside
-        (see :class:`_ColumnFields`). The files are checked first."""
-        self._check_files()
-        return Sources(
-            paths=self.paths,
-            targets=self.targets,
-            offsets=self.offsets,
-            lengths=self.lengths,
-            fields=self._field_table,
-        )
-
-    def __getitem__(self, index: int) -> Any:
-        """(image, target), or with ``fields`` (image, target, *values)
-        (no target without a target column), or with ``as_dict`` the dict
-        of those: the full image as a uint8 CHW tensor, or what
-        ``transform`` makes of the RGB PIL image."""
-        where, data, target = self._sample(int(index))
-        image, target = decode_item(
-            where, data, target, self.transform, self.target_transform
-        )
-        if self._field_table is None:
-            return image, target
-        i = self._index(index)
-        extras = len(self.fields) + (self.target is not None)
-        values = (image,) + tuple(self._extras(k, [i])[0] for k in range(extras))
-        return self._field_table.item(values)
-
-
-class HFDataset(ColumnDataset):
+class HFDataset(_ColumnDataset):
     """A Hugging Face ``datasets.Dataset`` whose image column holds encoded
     images, for :class:`ringloader.Loader` and ``ringloader.DataLoader``:
     the image bytes are read by the C file source straight from the
@@ -685,21 +400,7 @@ class HFDataset(ColumnDataset):
         self.paths = _table_of(self._source, self._names)
         self._field_table: Optional[_ColumnFields] = None
         if self.fields or as_dict is not None:
-            lengths = self.lengths
-            if (lengths < 0).any():
-                # The C side places the image by its length: a path row's
-                # file is measured now.
-                lengths = lengths.copy()
-                for i in np.flatnonzero(lengths < 0).tolist():
-                    try:
-                        lengths[i] = os.stat(self.paths[i]).st_size
-                    except OSError:
-                        lengths[i] = 0  # its read fails, naming the file
-                self.lengths = lengths
-            self._field_table = _ColumnFields(self, self.lengths)
-
-    def __len__(self) -> int:
-        return len(self.lengths)
+            self._carry_fields()
 
     def _row(self, index: int) -> int:
         """The row of the dataset's Arrow table holding sample ``index``."""
@@ -743,39 +444,16 @@ class HFDataset(ColumnDataset):
                 raise OSError(f"{where}: the file is cut short")
         return where, data, _targets.item(self.targets, i)
 
-    def _column_values(self, k: int, ids: Sequence[int]) -> list:
-        """Column ``fields[k]`` of the samples ``ids``, as Arrow gives
-        them to Python."""
+    def _column_values(self, column: str, ids: Sequence[int]) -> list:
         rows = [self._row(i) for i in ids]
-        column = self.dataset.data.table.column(self.fields[k])
-        return column.take(rows).to_pylist()
+        return self.dataset.data.table.column(column).take(rows).to_pylist()
 
     def __repr__(self) -> str:
         return (
             f"ringloader.HFDataset({len(self)} rows in {self._nfiles} Arrow "
             f"file(s), image={self.image!r}, target={self.target!r}"
-            + (f", fields={self.fields!r}" if self.fields else "")
-            + (f", as_dict={self.as_dict!r})" if self.as_dict else ")")
+            + self._repr_tail("fields")
         )
-
-
-def _check_image_type(t: Any, column: str) -> None:
-    """TypeError for an image column that holds no encoded bytes."""
-    import pyarrow as pa
-
-    def binary(x: Any) -> bool:
-        return pa.types.is_binary(x) or pa.types.is_large_binary(x)
-
-    if binary(t):
-        return
-    if pa.types.is_struct(t) and t.get_field_index("bytes") >= 0:
-        if binary(t.field("bytes").type):
-            return
-    raise TypeError(
-        f"column {column!r} holds {t}, not images: HFDataset reads an Image "
-        "feature (struct<bytes: binary, path: string>) or a binary column of "
-        "encoded images (name it with image=...)"
-    )
 
 
 def _stat_of(path: str) -> tuple[int, int]:

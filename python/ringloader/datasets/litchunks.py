@@ -15,7 +15,7 @@ is its leaves' sizes (u32 each) then the leaves' bytes one after another.
 So every sample's image is a byte range of a chunk file: it is found with
 numpy from the headers (a gather over a memory map, nothing per sample in
 Python), and the C file source reads it in place, the chunk files as runs
-of samples (``hf._table_of``).
+of samples (``columns._table_of``).
 
 Compressed folders (``compression="zstd"``) are inflated once per chunk
 into the cache folder (:func:`.cache.default_cache_dir`, ``litdata/``),
@@ -39,8 +39,9 @@ import numpy as np
 
 from . import targets as _targets
 from .base import PathLike
-from .cache import StringBlob, default_cache_dir, write_atomic
-from .hf import ColumnDataset, _ColumnFields, _stat_of, _table_of
+from .cache import StringBlob, atomic_file, default_cache_dir
+from .columns import _ColumnDataset, _table_of
+from .hf import _stat_of
 from .litarrow import Compressed, arrow_footer, arrow_ranges, inflate_arrow
 
 __all__ = ["LitData"]
@@ -205,7 +206,8 @@ def _cached_chunk(path: str, level: str, cache_dir: Optional[PathLike]) -> str:
     with open(path, "rb") as f:
         data = _unframe(f.read(), path, level)
     os.makedirs(folder, exist_ok=True)
-    write_atomic(out, lambda f: f.write(data))
+    with atomic_file(out) as f:
+        f.write(data)
     return out
 
 
@@ -277,7 +279,7 @@ class _Chunk:
         return data.view(dtype).reshape(-1).copy()
 
 
-class LitData(ColumnDataset):
+class LitData(_ColumnDataset):
     """A folder written by ``litdata.optimize`` (or litdata's
     ``BinaryWriter``), for :class:`ringloader.Loader` and
     ``ringloader.DataLoader``: each image's bytes are read in place from
@@ -405,7 +407,8 @@ class LitData(ColumnDataset):
             for f, v in field_at.items()
         }
         self.paths = _table_of(self._source, StringBlob.from_strings(files))
-        self._field_table = _ColumnFields(self, self.lengths) if self.fields else None
+        if self.fields:
+            self._carry_fields()
 
     def _check_kinds(self, root: str) -> None:
         """ValueError for a column whose values cannot be what it is used
@@ -425,9 +428,6 @@ class LitData(ColumnDataset):
                     f"{root}: {what} column {col!r} holds {kind}, which LitData "
                     f"cannot read as its {what}"
                 )
-
-    def __len__(self) -> int:
-        return len(self.lengths)
 
     def describe(self, index: int) -> str:
         """Sample ``index`` for messages: its chunk file, the item in the
@@ -474,8 +474,8 @@ class LitData(ColumnDataset):
             return np.frombuffer(data, kind)[0].item()
         return data
 
-    def _column_values(self, k: int, ids: Sequence[int]) -> list:
-        return [self._value(self.fields[k], int(i)) for i in ids]
+    def _column_values(self, column: str, ids: Sequence[int]) -> list:
+        return [self._value(column, int(i)) for i in ids]
 
     def __repr__(self) -> str:
         return (

@@ -7,7 +7,9 @@ A plain URL is the key, percent-encoded as S3's canonical request has it
 (every byte but ``A-Z a-z 0-9 - . _ ~ /``), after the part of the URL
 boto3 sends a GET of that bucket to (its endpoint, region, virtual-host
 or path-style addressing), found once per bucket by presigning a made-up
-key: about 3 µs per object, made once. A presigned URL takes boto3
+key. Plain URLs are not kept: :class:`FromNames` holds the names and
+each bucket's base, and the C source makes an object's URL when it
+prepares its request (Python makes one only when asked for it). A presigned URL takes boto3
 0.13 to 0.21 ms of Python, and with temporary credentials all of
 them are made again every 5 minutes, on a thread of the loader's own
 (``_pipeline.py``) which hands the GIL back after each URL here: they are
@@ -17,6 +19,7 @@ user's ``s3_client`` whose credentials cannot be read).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -26,8 +29,10 @@ from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 from .progress import bar as progress_bar
 
 __all__ = [
+    "FromNames",
     "Keys",
     "Urls",
+    "buckets_of",
     "client_credentials",
     "long_term",
     "plain",
@@ -100,22 +105,77 @@ def key_path(key: str) -> str:
     return quote(key, safe="/~")
 
 
-def plain(names: Sequence[str], client: Any) -> list[str]:
+def plain(names: Sequence[str], client: Any) -> FromNames:
     """The plain (unsigned) fetch URL of each object: HTTP(S) URLs as they
     are, S3 objects at their bucket's ``url_base`` (one boto3 call per
-    bucket) plus their ``key_path``."""
-    bases: dict[str, str] = {}
-    out = []
+    bucket) plus their ``key_path``; made from the names when read (in C
+    by the pipeline), nothing kept per object."""
+    return FromNames(names, {b: url_base(client, b)[0] for b in buckets_of(names)})
+
+
+# The bucket of an s3:// name: up to the first /, ? or # (as urlsplit
+# ends the netloc), then its key's first byte after the slashes.
+_S3_NAME = re.compile(r"s3://([^/?#]*)/*(.?)", re.S)
+
+
+def buckets_of(names: Sequence[str]) -> list[str]:
+    """The buckets of the ``s3://`` names, each once, in order. ``names``
+    may be a blob of them (``blob``, ``offsets`` and ``prefix``, a
+    StringBlob): when its prefix names the bucket and the start of every
+    key, nothing is read per name. Raises ValueError for an S3 name with
+    no bucket or key, as ``split_s3`` does."""
+    prefix = getattr(names, "prefix", None)
+    if isinstance(prefix, str) and hasattr(names, "offsets") and len(names):
+        if not prefix.startswith("s3://"[: len(prefix)]):
+            return []  # "http://...": none is S3's
+        m = _S3_NAME.match(prefix)
+        if m and m.group(1) and m.group(2):
+            return [m.group(1)]
+    out: dict[str, None] = {}
     for name in names:
+        if name.startswith("s3://"):
+            out.setdefault(split_s3(name)[0])
+    return list(out)
+
+
+class FromNames(Sequence):
+    """Plain fetch URLs, made from the objects' names when read: an
+    HTTP(S) name is its URL, ``s3://bucket/key`` is ``bases[bucket]``
+    and the key's ``key_path``. The pipeline hands the C source the
+    names and ``bases`` alone, which makes each URL as it prepares a
+    request: nothing is kept per object. Compares equal to a sequence of
+    the same URLs."""
+
+    def __init__(self, names: Sequence[str], bases: dict[str, str]) -> None:
+        self.names = names
+        self.bases = bases
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def _url(self, name: str) -> str:
         if not name.startswith("s3://"):
-            out.append(name)
-            continue
+            return name
         bucket, key = split_s3(name)
-        base = bases.get(bucket)
-        if base is None:
-            base = bases[bucket] = url_base(client, bucket)[0]
-        out.append(base + key_path(key))
-    return out
+        return self.bases[bucket] + key_path(key)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._url(n) for n in self.names[index]]
+        return self._url(self.names[index])
+
+    def __iter__(self) -> Any:
+        return (self._url(n) for n in self.names)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<plain fetch URLs of {len(self.names)} objects>"
 
 
 def signs(client: Any) -> bool:
@@ -228,12 +288,12 @@ class Urls:
     """``Remote.urls``: ``fetch(names, signed)`` at each call (plain URLs
     when ``signed``: the C source signs them)."""
 
-    def __init__(self, fetch: Callable, names: list[str], signed: bool) -> None:
+    def __init__(self, fetch: Callable, names: Sequence[str], signed: bool) -> None:
         self._fetch = fetch
         self._names = names
         self._signed = signed
 
-    def __call__(self) -> list[str]:
+    def __call__(self) -> Sequence[str]:
         return self._fetch(self._names, self._signed)
 
     def __repr__(self) -> str:

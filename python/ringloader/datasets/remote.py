@@ -33,6 +33,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
+import numpy as np
+
 from . import presign
 from .base import Remote
 from .presign import split_s3 as _s3_split
@@ -242,20 +244,30 @@ class Client:
         s3 = self.s3()
         return self._creds if self._user_s3 is None else presign.client_credentials(s3)
 
-    def fetch_urls(self, names: Sequence[str], signed: bool = False) -> list[str]:
+    def fetch_urls(self, names: Sequence[str], signed: bool = False) -> Sequence[str]:
         """The fetch URL of each object: HTTP(S) URLs as they are, S3 objects
-        plain when ``signed`` (in C) or anonymous, else presigned by boto3."""
-        s3 = any(n.startswith("s3://") for n in names)
-        if signed or (s3 and not presign.signs(self.s3())):
+        plain when ``signed`` (in C) or anonymous, else presigned by boto3.
+        Plain URLs are a ``presign.FromNames``: made from the names when
+        read, nothing kept per object."""
+        buckets = presign.buckets_of(names)
+        if signed or not buckets or not presign.signs(self.s3()):
+            if not buckets:
+                return presign.FromNames(names, {})  # no boto3 needed
             return presign.plain(names, self.s3())
         return presign.presigned(names, self.s3, lambda: self._long_term, self.progress)
 
-    def remote(self, names: Sequence[str]) -> Remote:
-        """``Sources.remote`` for objects ``names`` (display names); S3's
-        keys are read again every minute if refreshable, presigned URLs
-        made again daily for long-term keys, else every 5 minutes."""
-        names = list(names)
-        bucket = next((_s3_split(n)[0] for n in names if n.startswith("s3://")), "")
+    def remote(
+        self, names: Sequence[str], objects: Optional[np.ndarray] = None
+    ) -> Remote:
+        """``Sources.remote`` for objects ``names`` (display names, each
+        once: a sequence, or a blob of them kept as it is) and, if given,
+        each sample's object (``Remote.objects``); S3's keys are read again
+        every minute if refreshable, presigned URLs made again daily for
+        long-term keys, else every 5 minutes."""
+        if not hasattr(names, "offsets"):
+            names = list(names)
+        buckets = presign.buckets_of(names)
+        bucket = buckets[0] if buckets else ""
         keys, refresh = self.keys(bucket) if bucket else None, None
         if keys is not None:
             refresh = presign.KEYS_REFRESH_S if keys.refreshed else None
@@ -269,6 +281,7 @@ class Client:
             options=self.options(bool(bucket)),
             keys=keys,
             urls_expire=keys is None,
+            objects=objects,
         )
 
     # -- metadata and bytes -----------------------------------------------

@@ -346,7 +346,13 @@ def _run(a: argparse.Namespace, who: str, data: str, tf: str) -> dict:
         b = argparse.Namespace(**vars(a))
         b.who, b.data, b.transform = who, data, tf
         return child(b)
-    cmd = [sys.executable, __file__, "--child", who, data, tf]
+    return run_child(__file__, [who, data, tf], a)
+
+
+def run_child(script: str, args: list, a: argparse.Namespace) -> dict:
+    """``script --child *args`` in a fresh Python with ``a``'s batch
+    settings: the dict its last line prints, or {"error": why}."""
+    cmd = [sys.executable, script, "--child", *args]
     for flag in ("batch_size", "batches", "warmup", "threads", "workers"):
         cmd += [f"--{flag.replace('_', '-')}", str(getattr(a, flag))]
     try:
@@ -528,6 +534,33 @@ def table(results: dict) -> str:
     return "\n".join(out)
 
 
+def finish(results: dict, a: argparse.Namespace, table: Any, plot: Any) -> None:
+    """The run's end: the load average after it, the table printed, the
+    results and plot written where ``a`` says."""
+    results["load_after"] = os.getloadavg()
+    print(table(results))
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(json.dumps(results, indent=1) + "\n")
+    if a.plot:
+        plot(results, a.plot)
+
+
+def run_flags(p: argparse.ArgumentParser, batches: int) -> None:
+    """The flags of a run a side-by-side benchmark shares: batches,
+    threads and workers, rounds, the quick check, where results go."""
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batches", type=int, default=batches)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--quick", action="store_true", help="a check that it runs")
+    p.add_argument("--json", default=None)
+    p.add_argument("--plot", default=None)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--child", nargs=3, metavar=("WHO", "DATA", "TRANSFORM"))
@@ -539,19 +572,10 @@ def main() -> None:
         "--dir",
         default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ringloader-bench-hf"),
     )
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--batches", type=int, default=40)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--quick", action="store_true", help="a check that it runs")
+    run_flags(p, batches=40)
     p.add_argument(
         "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS
     )
-    p.add_argument("--json", default=None)
-    p.add_argument("--plot", default=None)
     a = p.parse_args()
     a.inline = False
     if a.child:
@@ -597,13 +621,7 @@ def main() -> None:
     }
     for k in range(len(sets)):
         _pair({who: results["memory"][who][k] for who in names})
-    results["load_after"] = os.getloadavg()
-    print(table(results))
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(json.dumps(results, indent=1) + "\n")
-    if a.plot:
-        plot(results, a.plot)
+    finish(results, a, table, plot)
 
 
 if __name__ == "__main__":

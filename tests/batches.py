@@ -10,13 +10,14 @@ import torch
 
 
 def collect(dataset, transform, **kw) -> tuple[list, dict]:
-    """(the (images, targets) batches of one epoch, cloned; the loader's
-    stats), 2 threads, seed 3, batches of 5 unless ``kw`` says."""
+    """(the (images, targets) batches of one epoch, cloned, without the
+    fields a dataset's batches carry beside; the loader's stats), 2
+    threads, seed 3, batches of 5 unless ``kw`` says."""
     kw.setdefault("batch_size", 5)
     loader = ringloader.Loader(
         dataset, transform=transform, num_threads=2, seed=3, **kw
     )
-    out = [(x.clone(), y.clone()) for x, y in loader]
+    out = [(x.clone(), y.clone()) for x, y, *_ in loader]
     stats = loader.stats()
     loader.close()
     return out, stats

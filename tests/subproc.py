@@ -37,3 +37,27 @@ def run_python(
             f"{proc.stderr[-4000:]}"
         )
     return proc
+
+
+def run_bench_quick(script: str, tmp_path, name: str) -> tuple:
+    """``benchmarks/<script> --quick`` writing its data, results and plot
+    under ``tmp_path``: (its output, the results as a dict, the plot's
+    path), after checking that it exited 0."""
+    import json
+
+    out, png = tmp_path / f"{name}.json", tmp_path / f"{name}.png"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(os.path.dirname(HERE), "benchmarks", script),
+            "--quick",
+            f"--dir={tmp_path / 'data'}",
+            f"--json={out}",
+            f"--plot={png}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, json.loads(out.read_text()), png

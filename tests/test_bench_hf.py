@@ -7,40 +7,20 @@ as HFDataset and the libraries under it change."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from subproc import run_bench_quick
 
 pytest.importorskip("datasets")
 pytest.importorskip("psutil")
 pytest.importorskip("matplotlib")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = ["hf example", "hf rows", "parquet example"]
 OURS = ["ringloader.Loader", "ringloader.DataLoader", "ringloader.Parquet"]
 CONTENDERS = PEERS + OURS
 
 
 def test_quick_mode_runs_every_contender(tmp_path):
-    out, png = tmp_path / "hf.json", tmp_path / "hf.png"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "benchmarks", "bench_hf.py"),
-            "--quick",
-            f"--dir={tmp_path / 'data'}",
-            f"--json={out}",
-            f"--plot={png}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(out.read_text())
+    proc, results, png = run_bench_quick("bench_hf.py", tmp_path, "hf")
     versions = ("python", "torch", "torchvision", "datasets", "pyarrow")
     for key in ("cpu", "cores") + versions:
         assert results["machine"][key], key

@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import ringloader
+from batches import assert_same
 import torch
 from ringloader import transforms as T
 from ringloader.datasets.filelist import FileList
@@ -24,13 +25,6 @@ def _batches(dataset, **kw):
     return out
 
 
-def _same(a, b):
-    assert len(a) == len(b)
-    for (xa, ya), (xb, yb) in zip(a, b):
-        assert torch.equal(ya, yb)
-        assert torch.equal(xa, xb)
-
-
 def test_paths_and_labels_match_image_folder(folder):
     ref = ringloader.ImageFolder(folder)
     paths = [p for p, _ in ref.samples]
@@ -39,7 +33,7 @@ def test_paths_and_labels_match_image_folder(folder):
     assert list(ours.samples) == ref.samples
     assert ours.targets.dtype == np.int64
     for shuffle in (False, True):
-        _same(_batches(ours, shuffle=shuffle), _batches(ref, shuffle=shuffle))
+        assert_same(_batches(ours, shuffle=shuffle), _batches(ref, shuffle=shuffle))
 
 
 def test_any_order_and_labels(folder):
@@ -69,7 +63,7 @@ def test_from_csv(folder, tmp_path):
     )
     ours = FileList.from_csv(other, root=folder)
     assert list(ours.samples) == ref.samples
-    _same(_batches(ours), _batches(ref))
+    assert_same(_batches(ours), _batches(ref))
     # Absolute paths are kept as they are.
     absolute = tmp_path / "abs.csv"
     absolute.write_text("\n".join(f"{p},{t}" for p, t in ref.samples))

@@ -37,8 +37,9 @@ LAYERS: list[list[str]] = [
     ["adapt.*", "_compiler"],
     ["transforms", "datasets.base", "datasets.presign", "datasets.fields"],
     # timmdata: timm's ImageDataset as files (read by views); urls: what a
-    # remote object's name is, and how it is shown (redacted)
-    ["datasets.timmdata", "datasets.urls"],
+    # remote object's name is, and how it is shown (redacted); litarrow: a
+    # LitData chunk's Arrow rows as byte ranges of the chunk
+    ["datasets.timmdata", "datasets.urls", "datasets.litarrow"],
     # a remote store's failures as OSErrors naming the object
     ["datasets.remote_errors"],
     # remote: the HTTP(S) and S3 client (metadata, ranges, streams, listing)
@@ -56,6 +57,8 @@ LAYERS: list[list[str]] = [
     # parquet_remote: a remote Parquet file as a file of range GETs
     ["datasets.parquet_remote"],
     ["datasets.parquet"],
+    # LitData's optimized chunks, as runs of the same table
+    ["datasets.litchunks"],
     ["datasets"],
     # the Loader's parts, one concern each. _keys: the random keys of an
     # epoch's samples; _epoch_iterator: one epoch's iterator (superseded,

@@ -12,6 +12,7 @@ import tarfile
 import numpy as np
 import pytest
 import ringloader
+from batches import assert_same
 import torch
 from images import jpeg_bytes, write_jpegs
 from ringloader import transforms as T
@@ -48,13 +49,6 @@ def _run(loader) -> list[tuple[torch.Tensor, torch.Tensor]]:
     out = [(x.clone(), y.clone()) for x, y in loader]
     loader.close()
     return out
-
-
-def _same(a, b) -> None:
-    assert len(a) == len(b)
-    for (xa, ya), (xb, yb) in zip(a, b):
-        assert torch.equal(ya, yb)
-        assert torch.equal(xa, xb)
 
 
 @pytest.mark.parametrize("replacement", [True, False])
@@ -113,8 +107,8 @@ def test_same_batches_whatever_the_threads_and_epochs_differ(sources):
         )
         for t in (1, 2, 4)
     ]
-    _same(runs[0], runs[1])
-    _same(runs[0], runs[2])
+    assert_same(runs[0], runs[1])
+    assert_same(runs[0], runs[2])
     loader = ringloader.Loader(
         mix, batch_size=16, transform=TRAIN, num_threads=2, seed=3
     )
@@ -143,7 +137,7 @@ def test_exact_resume(sources):
     first.close()
     resumed = make()
     resumed.load_state_dict(state)
-    _same(_run(resumed), reference[4:])
+    assert_same(_run(resumed), reference[4:])
 
 
 def test_resuming_with_another_mix_seed_is_refused(sources):
@@ -443,7 +437,7 @@ def test_remote_sources_share_one_pipeline(tmp_path):
             runs.append([(x.clone(), y.clone()) for x, y in loader])
             requests = loader.stats()["http_requests"]
             loader.close()
-        _same(runs[0], runs[1])
+        assert_same(runs[0], runs[1])
         # A GET per sample at most (batches' neighbours share one), to
         # both sets of shards, from the one pipeline.
         assert 4 <= requests <= 48

@@ -1,14 +1,15 @@
 """The datasets ringloader reads itself, on one base (:mod:`.base`): an
 ImageFolder as torchvision's, the same with a cached index, a list of files,
-WebDataset tar shards (local, or over HTTP(S) and S3), and Hugging Face
-datasets' Arrow files and Parquet files. None of them
-imports the loader."""
+WebDataset tar shards (local, or over HTTP(S) and S3), Hugging Face
+datasets' Arrow files, Parquet files, and LitData's optimized chunks. None
+of them imports the loader."""
 
 from .base import ImageDataset, Remote, Sources
 from .filelist import FileList
 from .folder import IMG_EXTENSIONS, ImageFolder
 from .hf import HFDataset
 from .index import IndexedImageFolder, build_index
+from .litchunks import LitData
 from .mix import Mix
 from .parquet import Parquet
 from .shards import ShardError, TarShards
@@ -20,6 +21,7 @@ __all__ = [
     "ImageDataset",
     "ImageFolder",
     "IndexedImageFolder",
+    "LitData",
     "Mix",
     "Parquet",
     "Remote",

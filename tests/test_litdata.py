@@ -1,0 +1,355 @@
+"""LitData: folders written by litdata's own writer (BinaryWriter, what
+litdata.optimize runs in each worker) read in place by the C file source.
+The same JPEG and PNG files are written as files; a FileList of them must
+give the same batches to the same pipeline: bit-exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+import ringloader
+from batches import assert_same, collect
+import torch
+from ringloader import transforms as T
+
+litdata = pytest.importorskip("litdata")
+from images import jpeg_bytes, photo_like, png_bytes  # noqa: E402
+from litdata.streaming.writer import BinaryWriter  # noqa: E402
+from PIL import Image  # noqa: E402
+
+N = 22
+EVAL = T.Compose([T.Resize(40), T.CenterCrop(32)])
+TRAIN = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()])
+
+
+def _write(folder, rows, chunk_size=5, **kw):
+    """A LitData folder of ``rows`` (dicts), written by litdata's writer."""
+    os.makedirs(folder, exist_ok=True)
+    w = BinaryWriter(str(folder), chunk_size=chunk_size, **kw)
+    for i, row in enumerate(rows):
+        w[i] = row
+    w.done()
+    w.merge()
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """(the JPEG files, labels, captions, a function writing them as a
+    LitData folder with the writer's options)."""
+    tmp = tmp_path_factory.mktemp("litdata")
+    files = []
+    for i in range(N):
+        path = os.path.join(str(tmp), f"img{i:02d}.jpg")
+        with open(path, "wb") as f:
+            f.write(jpeg_bytes("baseline", 40 + i, 36 + 2 * i, seed=i))
+        files.append(path)
+    labels = np.array([(7 * i) % 5 for i in range(N)])
+    captions = [f"caption {i}" for i in range(N)]
+
+    def write(name, **kw):
+        # The JPEGs as opened: litdata's "jpeg" encoding keeps the file's bytes.
+        opened = [Image.open(p) for p in files]
+        rows = [
+            {"image": im, "label": int(y), "caption": c}
+            for im, y, c in zip(opened, labels, captions)
+        ]
+        try:
+            return _write(os.path.join(str(tmp), name), rows, **kw)
+        finally:
+            for im in opened:
+                im.close()
+
+    return files, labels, captions, write
+
+
+def _batches(dataset, transform=EVAL, **kw):
+    return collect(dataset, transform, **kw)
+
+
+def test_batches_equal_file_list(data):
+    files, labels, _, write = data
+    lit = ringloader.LitData(write("plain"))
+    index = json.load(open(os.path.join(lit.root, "index.json")))
+    assert index["config"]["data_format"] == ["jpeg", "int", "str"]
+    assert len(lit) == N and lit.targets.tolist() == labels.tolist()
+    # The chunk files as runs of samples: nothing per sample but arrays.
+    assert len(lit.paths.shards) == 5 and lit.paths.starts.tolist()[-1] == N
+    ref = ringloader.FileList(files, labels)
+    for shuffle in (False, True):
+        for transform in (EVAL, TRAIN):
+            got, stats = _batches(lit, transform, shuffle=shuffle)
+            want, _ = _batches(ref, transform, shuffle=shuffle)
+            assert_same(got, want)
+    assert stats["decodes_jpeg"] == N
+
+
+@pytest.mark.parametrize("level", ["chunk", "batch", "sample"])
+def test_zstd_chunks_are_inflated_once_into_the_cache(data, tmp_path, level):
+    files, labels, _, write = data
+    folder = write(f"zstd-{level}", compression="zstd", compression_level=level)
+    cache = tmp_path / "cache"
+    lit = ringloader.LitData(folder, cache_dir=cache)
+    inflated = sorted(os.listdir(cache / "litdata"))
+    assert len(inflated) == 5
+    assert "inflated to" in lit.describe(0)
+    got, _ = _batches(lit, TRAIN, shuffle=True)
+    want, _ = _batches(ringloader.FileList(files, labels), TRAIN, shuffle=True)
+    assert_same(got, want)
+    # A second dataset reuses the inflated chunks.
+    mtimes = [os.stat(cache / "litdata" / f).st_mtime_ns for f in inflated]
+    again = ringloader.LitData(folder, cache_dir=cache)
+    assert sorted(os.listdir(cache / "litdata")) == inflated
+    assert [os.stat(cache / "litdata" / f).st_mtime_ns for f in inflated] == mtimes
+    assert_same(
+        _batches(again, EVAL)[0], _batches(ringloader.FileList(files, labels))[0]
+    )
+
+
+def test_png_and_encoded_bytes(data, tmp_path):
+    """PNG and JPEG as litdata.Image (the file's bytes, "image:png") and
+    as plain bytes (which litdata keeps as Arrow rows after the items)."""
+    files, labels, _, _ = data
+    paths = list(files)
+    for i in range(0, N, 3):
+        paths[i] = os.path.join(str(tmp_path), f"img{i:02d}.png")
+        with open(paths[i], "wb") as f:
+            f.write(png_bytes(30 + i, 44 + i, i))
+    ref = ringloader.FileList(paths, labels)
+    want, _ = _batches(ref, TRAIN, shuffle=True)
+    rows = [
+        {"image": litdata.Image(path=p), "label": int(y)} for p, y in zip(paths, labels)
+    ]
+    lit = ringloader.LitData(_write(tmp_path / "image", rows))
+    got, stats = _batches(lit, TRAIN, shuffle=True)
+    assert_same(got, want)
+    assert stats["decodes_png"] == 8 and stats["decodes_jpeg"] == N - 8
+    rows = [
+        {"image": open(p, "rb").read(), "label": int(y), "caption": f"c{y}"}
+        for p, y in zip(paths, labels)
+    ]
+    for name, kw in (("bytes", {}), ("zbytes", {"compression": "zstd"})):
+        folder = _write(tmp_path / name, rows, **kw)
+        head = open(os.path.join(folder, "chunk-0-0.bin"), "rb").read()
+        assert head.endswith(b"LDARW01\0")  # the Arrow rows' layout
+        lit = ringloader.LitData(folder, fields=("caption",), cache_dir=tmp_path)
+        got, _ = _batches(lit, TRAIN, shuffle=True)
+        assert_same(got, want)
+        assert lit[4][1:] == (labels[4], f"c{labels[4]}")
+
+
+def test_fields_and_indexing(data):
+    files, labels, captions, write = data
+    lit = ringloader.LitData(write("fields"), fields=("caption",))
+    x, y, c = lit[7]
+    assert (y, c) == (labels[7], captions[7]) and x.shape == (3, 40 + 7, 36 + 14)
+    loader = ringloader.Loader(
+        lit, transform=EVAL, batch_size=4, num_threads=2, shuffle=True, seed=1
+    )
+    seen = []
+    for images, y, caps in loader:
+        assert images.shape[1:] == (3, 32, 32) and len(caps) == len(y)
+        for label, cap in zip(y.tolist(), caps):
+            i = captions.index(cap)
+            assert labels[i] == label
+            seen.append(i)
+    loader.close()
+    assert sorted(seen) == list(range(N)) and seen != list(range(N))
+    plain = ringloader.LitData(write("fields"), target=None)
+    assert plain.targets.tolist() == [-1] * N
+    full, _ = plain[3]
+    with Image.open(files[3]) as im:
+        want = torch.from_numpy(np.array(im.convert("RGB"))).permute(2, 0, 1)
+    assert full.shape == want.shape
+    assert (full.int() - want.int()).abs().max() <= 1  # libjpeg-turbo vs Pillow's
+
+
+def test_shuffle_is_deterministic_and_resumes_exactly(data):
+    files, labels, _, write = data
+    lit = ringloader.LitData(write("order"))
+    a, _ = _batches(lit, TRAIN, shuffle=True)
+    b, _ = _batches(lit, TRAIN, shuffle=True)
+    assert_same(a, b)
+    assert torch.cat([y for _, y in a]).tolist() != labels.tolist()
+    first = ringloader.Loader(lit, batch_size=5, transform=TRAIN, shuffle=True, seed=3)
+    it = iter(first)
+    for _ in range(2):
+        next(it)
+    state = first.state_dict()
+    first.close()
+    resumed = ringloader.Loader(
+        lit, batch_size=5, transform=TRAIN, shuffle=True, seed=0
+    )
+    resumed.load_state_dict(state)
+    rest = [(x.clone(), y.clone()) for x, y in resumed]
+    resumed.close()
+    assert_same(rest, a[2:])
+
+
+def test_distributed_ranks_split_like_file_list(data):
+    files, labels, _, write = data
+    lit = ringloader.LitData(write("ddp"))
+    ref = ringloader.FileList(files, labels)
+    seen = []
+    for rank in range(2):
+        kw = dict(shuffle=True, distributed=True, rank=rank, world_size=2)
+        got, _ = _batches(lit, TRAIN, **kw)
+        want, _ = _batches(ref, TRAIN, **kw)
+        assert_same(got, want)
+        seen += torch.cat([y for _, y in got]).tolist()
+    assert sorted(seen) == sorted(labels.tolist())
+
+
+def test_dataloader_reads_it_natively(data):
+    files, labels, _, write = data
+    lit = ringloader.LitData(write("dataloader"), transform=EVAL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ringloader.FallbackWarning)
+        loader = ringloader.DataLoader(lit, batch_size=6, shuffle=True, num_workers=2)
+    assert isinstance(loader, ringloader.DataLoader)
+    got = [(x.clone(), y.clone()) for x, y in loader]
+    assert sorted(torch.cat([y for _, y in got]).tolist()) == sorted(labels.tolist())
+    ref = ringloader.FileList(files, labels, transform=EVAL)
+    want = [(x.clone(), y.clone()) for x, y in ringloader.DataLoader(ref, batch_size=6)]
+    loader = ringloader.DataLoader(lit, batch_size=6)
+    assert_same([(x.clone(), y.clone()) for x, y in loader], want)
+
+
+def test_a_sample_that_is_not_an_image(data, tmp_path):
+    files, labels, _, _ = data
+    rows = []
+    for i in range(8):
+        b = open(files[i], "rb").read() if i != 6 else b"this is not an image"
+        rows.append({"image": litdata.Image(bytes=b), "label": i})
+    folder = _write(tmp_path / "bad", rows, chunk_size=4)
+    lit = ringloader.LitData(folder)
+    loader = ringloader.Loader(lit, batch_size=4, transform=EVAL, num_threads=2)
+    with pytest.raises(ringloader.DecodeError) as e:
+        list(loader)
+    loader.close()
+    assert "chunk-0-1.bin: sample 2 of the chunk" in str(e.value)
+    with pytest.warns(ringloader.DataWarning):
+        got, stats = _batches(lit, EVAL, batch_size=4, on_error="skip")
+    assert stats["skipped"] == 1
+    assert torch.cat([y for _, y in got]).tolist() == [0, 1, 2, 3, 4, 5, 7, 7]
+
+
+def _copy(folder, tmp_path, name):
+    out = tmp_path / name
+    shutil.copytree(folder, out)
+    return out
+
+
+def test_bad_folders_are_refused_clearly(data, tmp_path):
+    _, _, _, write = data
+    folder = write("good")
+    with pytest.raises(
+        ValueError,
+        match=r"no image column 'img'; its columns are \['image', 'label', 'caption'\]",
+    ):
+        ringloader.LitData(folder, image="img")
+    with pytest.raises(ValueError, match="no field column 'text'"):
+        ringloader.LitData(folder, fields=("text",))
+    with pytest.raises(
+        ValueError, match="target column 'caption' has data format 'str'"
+    ):
+        ringloader.LitData(folder, target="caption")
+    with pytest.raises(ValueError, match="index.json: no such file"):
+        ringloader.LitData(tmp_path)
+    # A chunk cut short.
+    cut = _copy(folder, tmp_path, "cut")
+    chunk = cut / "chunk-0-2.bin"
+    data_ = chunk.read_bytes()
+    chunk.write_bytes(data_[: len(data_) - 100])
+    with pytest.raises(
+        ValueError,
+        match=r"chunk-0-2.bin: \d+ bytes where its item table ends at \d+: the chunk is cut short",
+    ):
+        ringloader.LitData(cut)
+    chunk.write_bytes(data_[:10])
+    with pytest.raises(
+        ValueError,
+        match="chunk-0-2.bin: 10 bytes, cut short within its table of 5 items",
+    ):
+        ringloader.LitData(cut)
+    # An index that disagrees with the files.
+    wrong = _copy(folder, tmp_path, "wrong")
+    index = json.loads((wrong / "index.json").read_text())
+    index["chunks"][1]["chunk_size"] = 7
+    (wrong / "index.json").write_text(json.dumps(index))
+    with pytest.raises(
+        ValueError, match="chunk-0-1.bin: holds 5 items where index.json says 7"
+    ):
+        ringloader.LitData(wrong)
+    os.unlink(wrong / "chunk-0-3.bin")
+    index["chunks"][1]["chunk_size"] = 5
+    (wrong / "index.json").write_text(json.dumps(index))
+    with pytest.raises(
+        ValueError,
+        match="chunk-0-3.bin: index.json lists this chunk but the file is not there",
+    ):
+        ringloader.LitData(wrong)
+    (wrong / "index.json").write_text('{"chunks": [], "config": null}')
+    with pytest.raises(ValueError, match="index.json: the folder holds no chunks"):
+        ringloader.LitData(wrong)
+    (wrong / "index.json").write_text("{not json")
+    with pytest.raises(ValueError, match="index.json: not a LitData index"):
+        ringloader.LitData(wrong)
+
+
+def test_raw_pixels_are_refused_with_what_to_do(tmp_path):
+    rows = [
+        {"image": Image.fromarray(photo_like(20, 24, i)), "label": i} for i in range(3)
+    ]
+    folder = _write(tmp_path / "pil", rows)
+    with pytest.raises(
+        ValueError,
+        match=r"column 'image' holds raw PIL pixels \(data format 'pil'\).*JpegImageFile",
+    ):
+        ringloader.LitData(folder)
+
+
+def test_arrow_rows_with_compressed_buffers(data, tmp_path):
+    """Rows whose text outweighs the image bytes: litdata compresses the
+    Arrow rows' buffers (zstd), which are inflated into the cache."""
+    files, labels, _, _ = data
+    long = [f"{i} " + "words " * 2000 for i in range(N)]
+    rows = [
+        {"image": open(p, "rb").read(), "label": int(y), "text": t}
+        for p, y, t in zip(files, labels, long)
+    ]
+    folder = _write(tmp_path / "ipc", rows, compression="zstd")
+    index = json.load(open(os.path.join(folder, "index.json")))
+    assert index["config"]["ipc_compression"] == "zstd"
+    lit = ringloader.LitData(folder, fields=("text",), cache_dir=tmp_path / "cache")
+    assert len(os.listdir(tmp_path / "cache" / "litdata")) == 5
+    got, _ = _batches(lit, TRAIN, shuffle=True)
+    assert_same(
+        got, _batches(ringloader.FileList(files, labels), TRAIN, shuffle=True)[0]
+    )
+    assert lit[9][1:] == (labels[9], long[9])
+
+
+def test_tuple_rows_and_a_changed_chunk(data, tmp_path):
+    files, labels, _, _ = data
+    with_files = [(Image.open(p), int(y)) for p, y in zip(files, labels)]
+    folder = _write(tmp_path / "tuples", with_files)
+    for im, _ in with_files:
+        im.close()
+    with pytest.raises(ValueError, match=r"its columns are \['0', '1'\]"):
+        ringloader.LitData(folder)
+    lit = ringloader.LitData(folder, image="0", target="1")
+    got, _ = _batches(lit, EVAL)
+    assert_same(got, _batches(ringloader.FileList(files, labels))[0])
+    # A chunk rewritten after the dataset was made is not misread.
+    chunk = os.path.join(folder, "chunk-0-1.bin")
+    os.utime(chunk, ns=(0, 0))
+    with pytest.raises(ValueError, match="chunk-0-1.bin: the chunk file changed"):
+        lit[5]
+    with pytest.raises(ValueError, match="chunk-0-1.bin: the chunk file changed"):
+        ringloader.Loader(lit, batch_size=4, transform=EVAL)

@@ -221,6 +221,11 @@ def resample_simd_env() -> Tuple[Optional[str], Optional[str]]:
     the level it caps at (None where it names none: unset, empty or not a
     level's name, and then nothing is capped)."""
 
+def object_ids(blob: Buffer, offsets: Buffer, /) -> Optional[bytes]:
+    """None when the strings of (blob, offsets) are all different; else one
+    int64 a string (bytes): the id of its first occurrence among the
+    distinct strings, numbered in the order they first come."""
+
 def http_library() -> str:
     """The HTTP source's libcurl with its TLS and HTTP/2 libraries, e.g.
     'libcurl/7.88.1 OpenSSL/3.0.20 nghttp2/1.52.0'."""
@@ -379,9 +384,14 @@ class Pipeline:
         skip_errors: bool = ...,  # replace failed samples (Batch.replaced)
         max_consecutive_errors: int = ...,  # ... up to this many in a row
         # (1..MAX_CONSECUTIVE_ERRORS; each key below 2**KEY_ATTEMPT_SHIFT)
-        # The samples' objects on HTTP(S) servers: {"names": [display name
-        # of each object], "urls": [its fetch URL], "objects": None or an
-        # int64 buffer, each sample's object (else starts gives them, or
+        # The samples' objects on HTTP(S) servers: {"names": the display
+        # name of each object, a sequence of str or (blob, offsets, prefix)
+        # as StringBlob keeps them, "urls": their fetch URLs, a sequence of
+        # str or (blob, offsets, prefix) (presigned: one an object), or
+        # {bucket: base} (made in C from the names: an http(s) name is its
+        # URL, s3://bucket/key is base + the key percent-encoded),
+        # "objects": an int64 buffer of each sample's object, or None when
+        # object j is sample j (without the key, starts gives them, or
         # paths: each sample's object by display name), and options "retries",
         # "timeout" (s without a byte), "connect_timeout", "max_connections",
         # "verify", "ca_file", "cache_dir" and "cache_bytes" (a local cache
@@ -464,9 +474,13 @@ class Pipeline:
         ValueError for unusable values (not named: they are credentials),
         NotImplementedError when libcurl is older than 7.75."""
 
-    def set_urls(self, urls: Sequence[str], /) -> None:
-        """New fetch URLs of an HTTP source's objects (same order and count
-        as http["urls"]); requests already sent keep theirs."""
+    def set_urls(
+        self, urls: Union[Sequence[str], Tuple[Any, Any, str], Dict[str, str]], /
+    ) -> None:
+        """New fetch URLs of an HTTP source's objects, in any form
+        http["urls"] takes (one an object: same order and count); requests
+        already sent keep theirs. A close() from another thread meanwhile
+        waits for it."""
 
     def cancel(self) -> None:
         """Drop every batch in flight (HTTP requests are abandoned)."""

@@ -315,7 +315,7 @@ def test_views_merge_remote_leaves(nginx, s3, local, tmp_path):
     )
     both = torch_data.ConcatDataset([a, torch_data.Subset(b, [4, 0]), a])
     src = Composed(both).ringloader_sources()
-    assert src.remote.names == a.shards + b.shards
+    assert list(src.remote.names) == a.shards + b.shards
     # The S3 leaf is signed in C with its client's long-term keys.
     assert src.remote.refresh_s is None and src.remote.keys is not None
     urls = src.remote.urls()

@@ -132,6 +132,48 @@ def test_a_composition_of_remote_file_lists_costs_no_python_object_an_object(
     assert per[2] < 12, (small, big, per)
 
 
+def test_a_composition_of_local_file_lists_names_its_samples_in_a_blob():
+    """Local files too: a Subset and a ConcatDataset of FileLists name
+    each sample in one blob (its bytes and an 8-byte offset) beside the
+    composition's map (16 bytes), where they made a str a sample (about
+    90 bytes), the same names in the same order."""
+    import gc
+    import tracemalloc
+
+    def make(n, tag):
+        return ringloader.FileList(
+            [f"/data/{tag}/{i:07d}.jpg" for i in range(n)], [0] * n
+        )
+
+    figures = {}
+    for kind in ("subset", "concat"):
+        kept = []
+        for n in (SMALL, BIG):
+            composed = resolve(_composition(kind, make, n))
+            composed.ringloader_sources()  # what is made once, made
+            gc.collect()
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                src = composed.ringloader_sources()
+                gc.collect()
+                kept.append(tracemalloc.get_traced_memory()[0] - base)
+            finally:
+                tracemalloc.stop()
+            if kind == "subset":
+                rows = composed.dataset.indices
+                leaf = composed.dataset.dataset
+                assert list(src.paths) == [leaf.paths[i] for i in rows]
+            else:
+                leaves = composed.dataset.datasets
+                assert list(src.paths) == [p for d in leaves for p in d.paths]
+        figures[kind] = (kept, (kept[1] - kept[0]) / (BIG - SMALL))
+    name = len(make(1, "a").paths[0])
+    for kind, (_, per) in figures.items():
+        # The map, the targets' int64, a name's bytes and offset, slack.
+        assert per < 16 + 8 + name + 8 + 4, (kind, figures)
+
+
 def test_parts_naming_one_object_fetch_it_once():
     """Objects named in two parts of a ConcatDataset are one object (the
     first part's), each sample fetching its own."""
@@ -207,12 +249,18 @@ def test_a_file_list_with_repeats_reads_each_sample_its_object(www):
                 assert torch.equal(lx, rx) and torch.equal(ly, ry)
         assert [int(y) for _, ys in got[3] for y in ys] == [order[r] for r in rows]
         missing = ringloader.FileList([f"{server.url}/{i}.jpg" for i in (0, 9)], [0, 9])
-        loader = ringloader.Loader(missing, batch_size=2, transform=_EVAL)
-        try:
-            with pytest.raises(FileNotFoundError, match=f"{server.url}/9.jpg"):
-                list(loader)
-        finally:
-            loader.close()
+        other = ringloader.FileList([f"{server.url}/{i}.jpg" for i in (1, 2)], [1, 2])
+        for ds in (
+            missing,
+            torch.utils.data.Subset(missing, [1, 0]),
+            torch.utils.data.ConcatDataset([other, missing]),
+        ):
+            loader = ringloader.Loader(ds, batch_size=2, transform=_EVAL)
+            try:
+                with pytest.raises(FileNotFoundError, match=f"{server.url}/9.jpg"):
+                    list(loader)
+            finally:
+                loader.close()
 
 
 def test_names_and_urls_out_of_shape_are_refused_naming_them():

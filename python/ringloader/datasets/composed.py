@@ -27,6 +27,7 @@ import numpy as np
 from ..transforms import UnsupportedTransform, compile_views
 from . import targets as _targets
 from .base import Remote, Sources, provides_sources, sources_of
+from .cache import StringBlob, join_blobs
 from .remote_parts import objects_of
 from .timmdata import readable
 
@@ -207,13 +208,20 @@ class Composed:
         remote = _merge_remote([s.remote for s in by_leaf.values()])
         if remote is not None:
             # Each sample's object by index arrays: no str a sample.
-            unique = list(by_leaf)
-            which = np.array([unique.index(id(leaf)) for leaf in self.leaves])
-            got = objects_of(list(by_leaf.values()), which, self._part, self._index)
+            got = objects_of(
+                list(by_leaf.values()), self._which(), self._part, self._index
+            )
             remote = dataclasses.replace(
                 remote, names=got.names, objects=got.objects, urls=got.urls
             )
             paths: Any = got.paths
+        elif all(isinstance(s.paths, StringBlob) for s in by_leaf.values()):
+            # Local files named in blobs: each sample's gathered into one.
+            blobs = [s.paths for s in by_leaf.values()]
+            begins = np.cumsum([0] + [len(b) for b in blobs])
+            paths = (blobs[0] if len(blobs) == 1 else join_blobs(blobs)).take(
+                begins[self._which()][self._part] + self._index
+            )
         elif len(srcs) == 1:
             names = srcs[0].paths
             paths = [names[i] for i in self._index.tolist()]
@@ -244,6 +252,11 @@ class Composed:
             remote=remote,
             parts=parts,
         )
+
+    def _which(self) -> np.ndarray:
+        """Each of ``leaves``' place among the leaves each once."""
+        place = {id(leaf): k for k, leaf in enumerate(self._unique)}
+        return np.array([place[id(leaf)] for leaf in self.leaves], dtype=np.intp)
 
     def _describe(self, index: int) -> str:
         """Sample ``index`` as its leaf describes it (by its path when the

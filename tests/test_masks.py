@@ -419,6 +419,7 @@ def rle(counts, size=(10, 12)):
         (rle([60, 70]), ValueError, "count 1 is 70 where 60 pixels are left"),
         (rle([60, -5, 65]), ValueError, "count 1 is -5"),
         (rle([60, "x"]), TypeError, "RLE count 1 must be an int"),
+        (rle([60, 2**64]), ValueError, "RLE count 1 is 18446744073709551616, beyond"),
         (
             rle([60, 60], size=(12, 10)),
             ValueError,

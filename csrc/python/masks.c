@@ -253,10 +253,16 @@ static int copy_counts(PyObject *counts, segmentation *g)
         PyObject *item = rl__py_fast_item(seq, i);
         long long v = PyLong_AsLongLong(item);
         if (v == -1 && PyErr_Occurred()) {
+            int big = PyErr_ExceptionMatches(PyExc_OverflowError);
             PyErr_Clear();
-            PyErr_Format(PyExc_TypeError,
-                         "RLE count %zd must be an int, not %S", i,
-                         (PyObject *)Py_TYPE(item));
+            if (big) {
+                PyErr_Format(PyExc_ValueError,
+                             "RLE count %zd is %R, beyond any image", i, item);
+            } else {
+                PyErr_Format(PyExc_TypeError,
+                             "RLE count %zd must be an int, not %S", i,
+                             (PyObject *)Py_TYPE(item));
+            }
             rc = -1;
         }
         g->counts[i] = v;

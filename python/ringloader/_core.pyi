@@ -216,6 +216,34 @@ def http_sigv4() -> bool:
     """Whether the HTTP source's libcurl signs requests with AWS SigV4
     (CURLOPT_AWS_SIGV4: libcurl 7.75 or later)."""
 
+def mask_from_polygons(
+    polygons: Sequence[Sequence[float]],
+    height: int,
+    width: int,
+    row_map: Buffer,
+    col_map: Buffer,
+    fill: int = 0,
+) -> bytes:
+    """A COCO polygon segmentation (a list of [x0, y0, x1, y1, ...], OR'd)
+    rasterized exactly as pycocotools does on a height x width image, taken
+    at rows row_map and columns col_map (1-d int32 arrays; -1: fill):
+    len(row_map) * len(col_map) bytes, row-major, 0/1 or fill. ValueError
+    for a polygon of fewer than 3 points, a coordinate not finite or beyond
+    1048576 px, a map entry outside the image."""
+
+def mask_from_rle(
+    rle: Dict[str, Any],
+    height: int,
+    width: int,
+    row_map: Buffer,
+    col_map: Buffer,
+    fill: int = 0,
+) -> bytes:
+    """A COCO RLE {"size": [h, w], "counts": ...} (counts a str or bytes,
+    compressed, or a list of ints) decoded and sampled as
+    mask_from_polygons does. ValueError for a size other than (height,
+    width), a malformed string, counts that do not sum to height * width."""
+
 def resample_simd_env() -> Tuple[Optional[str], Optional[str]]:
     """(value, cap): RINGLOADER_SIMD as the C core read it (None: unset) and
     the level it caps at (None where it names none: unset, empty or not a

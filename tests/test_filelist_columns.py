@@ -18,7 +18,8 @@ import pytest
 import ringloader
 from ringloader.datasets.cache import StringBlob
 from ringloader.datasets.filelist import FileList
-from test_filelist import _batches, _same
+from batches import assert_same as _same
+from test_filelist import _batches
 
 
 def _reference(folder):

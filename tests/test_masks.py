@@ -17,6 +17,12 @@ from torchvision.transforms.v2 import functional as F
 
 from ringloader import _core
 
+# pycocotools' own numpy 2 deprecation (np.array(..., copy=False) on its
+# RLE objects), once a call: not about what is tested.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
+)
+
 # --- the reference: pycocotools' mask, torchvision's geometry ---
 
 

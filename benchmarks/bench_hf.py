@@ -26,7 +26,12 @@ contender, each figure in a fresh process:
   converts it to Arrow files in its cache, once), then as ``hf example``;
 - ``ringloader.Parquet``: ``DataLoader(Parquet(file, transform=...),
   batch_size=..., shuffle=True, num_workers=--threads)`` over that file,
-  as the Parquet guide writes it.
+  as the Parquet guide writes it, its extract made in a fresh cache
+  directory each run (the first batch includes it);
+- ``ringloader.Parquet (HTTP)``: the same over that file's URL, served by
+  nginx on 127.0.0.1 (hf_http.py: the extract made by range GETs), with
+  its img/s and first batch over the local reader's within a round; not
+  run where nginx is not installed.
 
 Every contender gets the same torchvision transform objects: ``train``,
 the transformers example's (RandomResizedCrop(224), RandomHorizontalFlip,
@@ -68,14 +73,16 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Iterator
 
 import bench_scale  # beside this file: the same machine record and RssAnon
+import hf_http  # beside this file: the Parquet-over-HTTP contender
 
 PEERS = ("hf example", "hf rows", "parquet example")
 OURS = ("ringloader.Loader", "ringloader.DataLoader", "ringloader.Parquet")
-CONTENDERS = PEERS + OURS
+CONTENDERS = PEERS + OURS + (hf_http.HTTP,)
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 POOL = 64
 
@@ -263,13 +270,20 @@ def _example_loader(ds: Any, tf: Any, a: argparse.Namespace) -> Any:
 
 def child(a: argparse.Namespace) -> dict:
     """One contender on one dataset: the figures, as a dict."""
+    tf = transform(a.transform)
+    parquet = a.data + ".parquet"
+    with tempfile.TemporaryDirectory(prefix="ringloader-bench-cache-") as cache:
+        return _measure(a, tf, parquet, cache)
+
+
+def _measure(a: argparse.Namespace, tf: Any, parquet: str, cache: str) -> dict:
+    """child's measurement, ringloader.Parquet's extract made in ``cache``
+    (an empty folder)."""
     import datasets
     import torch
 
     import ringloader
 
-    tf = transform(a.transform)
-    parquet = a.data + ".parquet"
     base = bench_scale._rss_anon()
     t0 = time.perf_counter()
     if a.who == "parquet example":
@@ -278,10 +292,8 @@ def child(a: argparse.Namespace) -> dict:
             "parquet", data_files=parquet, split="train", cache_dir=cache
         )
         loader = _example_loader(ds, tf, a)
-    elif a.who == "ringloader.Parquet":
-        ds = ringloader.Parquet(
-            parquet, transform=tf, cache_dir=os.path.join(os.path.dirname(a.data))
-        )
+    elif a.who in (hf_http.LOCAL, hf_http.HTTP):  # a URL for HTTP (_run)
+        ds = ringloader.Parquet(parquet, transform=tf, cache_dir=cache)
         loader = ringloader.DataLoader(
             ds, batch_size=a.batch_size, shuffle=True, num_workers=a.threads
         )
@@ -342,6 +354,8 @@ def child(a: argparse.Namespace) -> dict:
 
 
 def _run(a: argparse.Namespace, who: str, data: str, tf: str) -> dict:
+    if who == hf_http.HTTP:
+        data = hf_http.url_of(a.url, data)
     if a.inline:
         b = argparse.Namespace(**vars(a))
         b.who, b.data, b.transform = who, data, tf
@@ -375,6 +389,9 @@ def _median(runs: list[dict]) -> dict:
     if "error" not in med:
         med["img_s_runs"] = [
             None if "error" in r else round(r["img_s"], 1) for r in runs
+        ]
+        med["first_batch_s_runs"] = [
+            None if "error" in r else round(r["first_batch_s"], 3) for r in runs
         ]
     return med
 
@@ -414,7 +431,7 @@ def _rounds(a: argparse.Namespace, jobs: list[tuple[str, str, str]]) -> list[dic
                 f"RssAnon +{res['rss_bytes'] / 1e6:6.1f} MB (workers {res['workers_uss_bytes'] / 1e6:6.1f} MB)"
             )
             rows = os.path.basename(data)
-            print(f"round {r + 1}: {who:22} {tf:5} {rows:24} {shown}", flush=True)
+            print(f"round {r + 1}: {who:25} {tf:5} {rows:24} {shown}", flush=True)
     return [_median(x) for x in runs]
 
 
@@ -446,7 +463,15 @@ def plot(results: dict, path: str) -> None:
     colors = dict(
         zip(
             CONTENDERS,
-            ("#555555", "#aaaaaa", "#888888", "#1f77b4", "#6baed6", "#2ca02c"),
+            (
+                "#555555",
+                "#aaaaaa",
+                "#888888",
+                "#1f77b4",
+                "#6baed6",
+                "#2ca02c",
+                "#98df8a",
+            ),
         )
     )
     for ax, key, fmt, label in (
@@ -539,6 +564,8 @@ def finish(results: dict, a: argparse.Namespace, table: Any, plot: Any) -> None:
     results and plot written where ``a`` says."""
     results["load_after"] = os.getloadavg()
     print(table(results))
+    if hf_http.HTTP in results["contenders"]:
+        print(hf_http.table(results))
     if a.json:
         with open(a.json, "w") as f:
             f.write(json.dumps(results, indent=1) + "\n")
@@ -559,6 +586,29 @@ def run_flags(p: argparse.ArgumentParser, batches: int) -> None:
     p.add_argument("--quick", action="store_true", help="a check that it runs")
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None)
+
+
+def _measure_all(a: argparse.Namespace, results: dict, data: str, sets: list) -> None:
+    """Every contender on the throughput set, then on the memory sets,
+    into ``results``, with their ratios."""
+    names = results["contenders"]
+    jobs = [(who, data, tf) for tf in a.transforms for who in names]
+    res = _rounds(a, jobs)
+    results["throughput"] = {
+        tf: {who: res[k * len(names) + j] for j, who in enumerate(names)}
+        for k, tf in enumerate(a.transforms)
+    }
+    res = _rounds(a, [(who, d, "train") for d in sets for who in names])
+    results["memory"] = {
+        who: [res[k * len(names) + j] for k in range(len(sets))]
+        for j, who in enumerate(names)
+    }
+    pairs = list(results["throughput"].values()) + [
+        {who: results["memory"][who][k] for who in names} for k in range(len(sets))
+    ]
+    for by in pairs:
+        _pair(by)
+        hf_http.pair(by)
 
 
 def main() -> None:
@@ -585,6 +635,13 @@ def main() -> None:
     if a.quick:
         a.images, a.rows, a.repeat, a.inline = 160, [200, 400], 1, True
         a.batch_size, a.batches, a.warmup = 16, 2, 1
+    need = (1 + a.warmup + a.batches) * a.batch_size
+    if need > min([a.images, *a.rows]):
+        p.error(
+            f"the first batch, --warmup {a.warmup} and --batches {a.batches} of "
+            f"{a.batch_size} read {need} rows in one epoch: give --images and "
+            "--rows at least that many"
+        )
     os.makedirs(a.dir, exist_ok=True)
     results: dict = {
         "machine": machine(),
@@ -606,21 +663,8 @@ def main() -> None:
     names = results["contenders"]
     for folder in [data, *sets]:
         as_parquet(folder)
-    jobs = [(who, data, tf) for tf in a.transforms for who in names]
-    res = _rounds(a, jobs)
-    results["throughput"] = {
-        tf: {who: res[k * len(names) + j] for j, who in enumerate(names)}
-        for k, tf in enumerate(a.transforms)
-    }
-    for by in results["throughput"].values():
-        _pair(by)
-    res = _rounds(a, [(who, d, "train") for d in sets for who in names])
-    results["memory"] = {
-        who: [res[k * len(names) + j] for k in range(len(sets))]
-        for j, who in enumerate(names)
-    }
-    for k in range(len(sets)):
-        _pair({who: results["memory"][who][k] for who in names})
+    with hf_http.serving(a.dir, names) as a.url:  # takes HTTP out without nginx
+        _measure_all(a, results, data, sets)
     finish(results, a, table, plot)
 
 

@@ -1,13 +1,15 @@
 """benchmarks/bench_hf.py's quick mode: every contender (transformers'
 example over the saved data set and over its Parquet file, row indexing,
 ringloader.Loader and ringloader.DataLoader over HFDataset,
-ringloader.Parquet) reads a saved Hugging Face dataset to the end of its batches,
-and the results file and plot are written, so the benchmark keeps working
-as HFDataset and the libraries under it change."""
+ringloader.Parquet, and ringloader.Parquet over HTTP from nginx) reads a
+saved Hugging Face dataset to the end of its batches, and the results file
+and plot are written, so the benchmark keeps working as HFDataset and the
+libraries under it change."""
 
 from __future__ import annotations
 
 import pytest
+from rlbench.servers import find_nginx
 from subproc import run_bench_quick
 
 pytest.importorskip("datasets")
@@ -16,7 +18,10 @@ pytest.importorskip("matplotlib")
 
 PEERS = ["hf example", "hf rows", "parquet example"]
 OURS = ["ringloader.Loader", "ringloader.DataLoader", "ringloader.Parquet"]
-CONTENDERS = PEERS + OURS
+HTTP = "ringloader.Parquet (HTTP)"
+# nginx serves the HTTP contender's files; without it the benchmark says so
+# and leaves that contender out.
+CONTENDERS = PEERS + OURS + ([HTTP] if find_nginx() else [])
 
 
 def test_quick_mode_runs_every_contender(tmp_path):
@@ -38,4 +43,26 @@ def test_quick_mode_runs_every_contender(tmp_path):
     # The table names every contender of every row.
     assert proc.stdout.count("| ringloader.Loader |") == 4, proc.stdout[-3000:]
     assert proc.stdout.count("| ringloader.Parquet |") == 4, proc.stdout[-3000:]
+    if HTTP not in CONTENDERS:
+        assert f"nginx is not installed (apt-get install nginx): {HTTP} not run" in (
+            proc.stdout
+        )
+        assert results["contenders"] == PEERS + OURS
+        return
+    # Over HTTP against the local file, round by round: img/s and the first
+    # batch (each run's extract made anew), in the results and a table.
+    assert proc.stdout.count(f"| {HTTP} |") == 4, proc.stdout[-3000:]
+    pairs = list(results["throughput"].values()) + [
+        {who: results["memory"][who][k] for who in CONTENDERS}
+        for k in range(len(results["rows"]))
+    ]
+    for by in pairs:
+        v = by[HTTP]["vs_local"]
+        for key in ("img_s", "first_batch_s"):
+            want = by[HTTP][key] / by["ringloader.Parquet"][key]
+            # (the runs are rounded: 0.1 img/s, 1 ms)
+            assert v[key] == pytest.approx(want, rel=0.06), (key, by)
+            assert len(v[f"{key}_runs"]) == results["repeat"]
+    for column in ("img/s HTTP ÷ local", "first batch HTTP ÷ local"):
+        assert proc.stdout.count(f"| {column} |") == 1, proc.stdout[-3000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import ringloader
 from batches import assert_same, collect
+from subproc import run_python
 import torch
 from ringloader import transforms as T
 
@@ -49,7 +52,10 @@ def data(tmp_path_factory):
         with open(path, "wb") as f:
             f.write(jpeg_bytes("baseline", 40 + i, 36 + 2 * i, seed=i))
         files.append(path)
-    labels = np.array([(7 * i) % 5 for i in range(N)])
+    # Unique labels (a permutation of 0..N-1): a sample read twice or
+    # missed shows in the sorted labels of an epoch.
+    labels = np.array([(7 * i) % N for i in range(N)])
+    assert sorted(labels.tolist()) == list(range(N))
     captions = [f"caption {i}" for i in range(N)]
 
     def write(name, **kw):
@@ -95,7 +101,7 @@ def test_zstd_chunks_are_inflated_once_into_the_cache(data, tmp_path, level):
     folder = write(f"zstd-{level}", compression="zstd", compression_level=level)
     cache = tmp_path / "cache"
     lit = ringloader.LitData(folder, cache_dir=cache)
-    inflated = sorted(os.listdir(cache / "litdata"))
+    inflated = _inflated(cache)
     assert len(inflated) == 5
     assert "inflated to" in lit.describe(0)
     got, _ = _batches(lit, TRAIN, shuffle=True)
@@ -103,12 +109,105 @@ def test_zstd_chunks_are_inflated_once_into_the_cache(data, tmp_path, level):
     assert_same(got, want)
     # A second dataset reuses the inflated chunks.
     mtimes = [os.stat(cache / "litdata" / f).st_mtime_ns for f in inflated]
+    sizes = [os.path.getsize(cache / "litdata" / f) for f in inflated]
     again = ringloader.LitData(folder, cache_dir=cache)
-    assert sorted(os.listdir(cache / "litdata")) == inflated
+    assert _inflated(cache) == inflated
     assert [os.stat(cache / "litdata" / f).st_mtime_ns for f in inflated] == mtimes
-    assert_same(
-        _batches(again, EVAL)[0], _batches(ringloader.FileList(files, labels))[0]
+    want = _batches(ringloader.FileList(files, labels))[0]
+    assert_same(_batches(again, EVAL)[0], want)
+    _damage(cache, inflated)
+    assert_same(_batches(ringloader.LitData(folder, cache_dir=cache), EVAL)[0], want)
+    assert [os.path.getsize(cache / "litdata" / f) for f in inflated] == sizes
+
+
+def _inflated(cache) -> list[str]:
+    """The inflated chunks in ``cache`` (beside them, their lock files)."""
+    return sorted(
+        f for f in os.listdir(os.path.join(cache, "litdata")) if f.endswith(".bin")
     )
+
+
+def _damage(cache, inflated) -> None:
+    """What a crash may leave of inflated chunks: one cut short, one
+    zero-filled (its size kept), one empty."""
+    path = [os.path.join(cache, "litdata", f) for f in inflated]
+    with open(path[0], "r+b") as f:
+        f.truncate(os.path.getsize(path[0]) - 100)
+    size = os.path.getsize(path[1])
+    with open(path[1], "wb") as f:
+        f.write(bytes(size))
+    open(path[2], "wb").close()
+
+
+# One rank of a job. Each round it waits for the start file, then makes
+# a LitData of the round's folder into the round's (cold) cache: the ranks
+# inflate the same chunks at once. When the other rank is done too, it
+# reads an epoch of each with a DataLoader and saves the batches.
+_RANK = """
+import os, sys, time
+import ringloader, torch
+from ringloader import transforms as T
+
+def wait(*paths):
+    while not all(os.path.exists(p) for p in paths):
+        time.sleep(0.0005)
+
+rank, tmp, *folders = sys.argv[1:]
+made = []
+for j, folder in enumerate(folders):
+    open(f"{tmp}/ready{j}.{rank}", "w").close()
+    wait(f"{tmp}/go{j}")
+    made.append(ringloader.LitData(folder, cache_dir=f"{tmp}/cache{j}",
+                                   transform=T.Resize((16, 16))))
+open(f"{tmp}/built.{rank}", "w").close()
+wait(f"{tmp}/built.0", f"{tmp}/built.1")
+epochs = []
+for lit in made:
+    loader = ringloader.DataLoader(lit, batch_size=4, num_workers=2)
+    epochs.append([(x.clone(), y.clone()) for x, y in loader])
+torch.save(epochs, f"{tmp}/rank{rank}.pt")
+"""
+
+
+def _wait_for(*paths, timeout=120.0):
+    end = time.monotonic() + timeout
+    while not all(os.path.exists(p) for p in paths):
+        assert time.monotonic() < end, f"{paths}: not made in {timeout} s"
+        time.sleep(0.001)
+
+
+def test_ranks_starting_together_share_one_cold_cache(data, tmp_path):
+    """Two processes inflate the same zstd chunks into one cache at the
+    same moment (four rounds, a fresh cache each): neither replaces a
+    chunk the other already uses, and both read every sample once."""
+    files, labels, _, _ = data
+    # Items of ~1 MB inflate for some milliseconds: the ranks overlap.
+    pad = np.random.default_rng(0).integers(0, 4, 1 << 20, np.uint8).tobytes()
+    folders = []
+    for level in ("chunk", "sample"):
+        opened = [Image.open(p) for p in files]
+        rows = [
+            {"image": im, "label": int(y), "pad": pad} for im, y in zip(opened, labels)
+        ]
+        kw = dict(compression="zstd", compression_level=level)
+        folders.append(_write(tmp_path / level, rows, **kw))
+        for im in opened:
+            im.close()
+    folders *= 2
+    tmp = str(tmp_path)
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(run_python, _RANK, str(r), tmp, *folders) for r in range(2)]
+        for j in range(len(folders)):
+            _wait_for(f"{tmp}/ready{j}.0", f"{tmp}/ready{j}.1")
+            open(f"{tmp}/go{j}", "w").close()
+        procs = [r.result() for r in runs]
+    for proc in procs:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    got = [torch.load(f"{tmp}/rank{r}.pt") for r in range(2)]
+    for j in range(len(folders)):
+        assert_same(got[0][j], got[1][j])
+        assert sorted(torch.cat([y for _, y in got[0][j]]).tolist()) == list(range(N))
+        assert len(_inflated(os.path.join(tmp, f"cache{j}"))) == 5
 
 
 def test_png_and_encoded_bytes(data, tmp_path):
@@ -202,7 +301,7 @@ def test_distributed_ranks_split_like_file_list(data):
         want, _ = _batches(ref, TRAIN, **kw)
         assert_same(got, want)
         seen += torch.cat([y for _, y in got]).tolist()
-    assert sorted(seen) == sorted(labels.tolist())
+    assert sorted(seen) == list(range(N))
 
 
 def test_dataloader_reads_it_natively(data):
@@ -213,7 +312,7 @@ def test_dataloader_reads_it_natively(data):
         loader = ringloader.DataLoader(lit, batch_size=6, shuffle=True, num_workers=2)
     assert isinstance(loader, ringloader.DataLoader)
     got = [(x.clone(), y.clone()) for x, y in loader]
-    assert sorted(torch.cat([y for _, y in got]).tolist()) == sorted(labels.tolist())
+    assert sorted(torch.cat([y for _, y in got]).tolist()) == list(range(N))
     ref = ringloader.FileList(files, labels, transform=EVAL)
     want = [(x.clone(), y.clone()) for x, y in ringloader.DataLoader(ref, batch_size=6)]
     loader = ringloader.DataLoader(lit, batch_size=6)
@@ -327,12 +426,20 @@ def test_arrow_rows_with_compressed_buffers(data, tmp_path):
     index = json.load(open(os.path.join(folder, "index.json")))
     assert index["config"]["ipc_compression"] == "zstd"
     lit = ringloader.LitData(folder, fields=("text",), cache_dir=tmp_path / "cache")
-    assert len(os.listdir(tmp_path / "cache" / "litdata")) == 5
+    inflated = _inflated(tmp_path / "cache")
+    assert len(inflated) == 5
     got, _ = _batches(lit, TRAIN, shuffle=True)
-    assert_same(
-        got, _batches(ringloader.FileList(files, labels), TRAIN, shuffle=True)[0]
-    )
+    want = _batches(ringloader.FileList(files, labels), TRAIN, shuffle=True)[0]
+    assert_same(got, want)
     assert lit[9][1:] == (labels[9], long[9])
+    # Inflated chunks a crash damaged are inflated again.
+    sizes = [os.path.getsize(tmp_path / "cache" / "litdata" / f) for f in inflated]
+    _damage(tmp_path / "cache", inflated)
+    again = ringloader.LitData(folder, fields=("text",), cache_dir=tmp_path / "cache")
+    assert_same(_batches(again, TRAIN, shuffle=True)[0], want)
+    assert [
+        os.path.getsize(tmp_path / "cache" / "litdata" / f) for f in inflated
+    ] == sizes
 
 
 def test_tuple_rows_and_a_changed_chunk(data, tmp_path):

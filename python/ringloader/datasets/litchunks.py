@@ -28,6 +28,7 @@ in the inflated bytes, a table of frames) or each item on its own
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -190,24 +191,52 @@ def _header_of(data: Any, path: str) -> tuple[int, np.ndarray]:
     return n, np.frombuffer(data, "<u4", n + 1, 4).astype(np.int64)
 
 
-def _cached_chunk(path: str, level: str, cache_dir: Optional[PathLike]) -> str:
-    """The uncompressed copy of the compressed chunk ``path`` in the cache
-    folder, made once (written to a temporary file, then renamed) and
-    named by the file's path, size and mtime: a changed chunk is inflated
-    again."""
+def _whole(path: str, want: int) -> bool:
+    """Whether the inflated chunk ``path`` is all there: ``want`` items
+    and as many bytes as its item table (and its Arrow rows) say. A file
+    left zero-filled or cut short by a crash is not."""
+    try:
+        if os.path.getsize(path) < 8:
+            return False
+        mm = np.memmap(path, np.uint8, "r")
+    except (OSError, ValueError):
+        return False
+    try:
+        n, offsets = _header_of(mm, path)
+    except ValueError:
+        return False
+    footer = arrow_footer(mm)
+    end = footer[0] if footer is not None else len(mm)
+    return n == want and int(offsets[-1]) == end
+
+
+def _cached_chunk(
+    path: str, level: str, cache_dir: Optional[PathLike], want: int
+) -> str:
+    """The uncompressed copy of the compressed chunk ``path`` (``want``
+    items) in the cache folder, named by the file's path, size and mtime
+    (a changed chunk is inflated again). One process inflates it, under a
+    lock of its own: the ranks of a job starting together wait for it and
+    then use its copy, and a copy that is whole is never replaced (another
+    process may be reading it). A copy that is not whole (a crash) is
+    inflated again."""
     st = os.stat(path)
     ident = f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{level}"
     digest = hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()[:20]
     folder = os.path.join(default_cache_dir(cache_dir), "litdata")
     base = os.path.basename(path).split(".")[0]
     out = os.path.join(folder, f"{base}-{digest}.bin")
-    if os.path.exists(out):
+    if _whole(out, want):
         return out
-    with open(path, "rb") as f:
-        data = _unframe(f.read(), path, level)
     os.makedirs(folder, exist_ok=True)
-    with atomic_file(out) as f:
-        f.write(data)
+    with open(out[: -len(".bin")] + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _whole(out, want):  # another process inflated it meanwhile
+            return out
+        with open(path, "rb") as f:
+            data = _unframe(f.read(), path, level)
+        with atomic_file(out) as f:
+            f.write(data)
     return out
 
 
@@ -362,13 +391,16 @@ class LitData(_ColumnDataset):
                     f"{name}: index.json lists this chunk but the file is not "
                     "there: the index disagrees with the files"
                 )
-            path = _cached_chunk(name, level, cache_dir) if compression else name
             want = int(entry["chunk_size"])
+            if compression:
+                path = _cached_chunk(name, level, cache_dir, want)
+            else:
+                path = name
             try:
                 chunk = _Chunk(path, name, want, columns)
             except Compressed:
                 # Arrow rows with compressed buffers: written out plain.
-                path = _cached_chunk(path, "arrow", cache_dir)
+                path = _cached_chunk(path, "arrow", cache_dir, want)
                 chunk = _Chunk(path, name, want, columns)
             if not files:
                 self._kinds = chunk.kinds

@@ -142,3 +142,29 @@ def test_s3_glob_gives_the_local_batches(www):
         (np.arange(N) % 5).tolist()
     )
     assert not os.environ.get("AWS_ENDPOINT_URL_S3")
+
+
+def test_an_object_replaced_while_read_fails_not_mixes(www, nginx, monkeypatch):
+    """The object replaced (as many rows, other images and labels) after
+    its footer and labels were read, before its row groups are: the range
+    GETs carry its ETag (If-Match), so the error names the URL instead of
+    pairing the first labels with the second images."""
+    import shutil
+
+    from ringloader.datasets import parquet as P
+
+    swap = www / "swap.parquet"
+    shutil.copyfile(www / "train-0.parquet", swap)
+    made = P._Extract.__init__
+
+    def replace_first(self, path, *args, **kw):
+        shutil.copyfile(www / "train-1.parquet", swap)
+        os.utime(swap, (1, 2_000_000_000))  # another ETag (mtime-size)
+        made(self, path, *args, **kw)
+
+    monkeypatch.setattr(P._Extract, "__init__", replace_first)
+    try:
+        with pytest.raises(OSError, match="swap.parquet: the object changed"):
+            ringloader.Parquet(f"{nginx.url}/swap.parquet", retries=0)
+    finally:
+        swap.unlink()

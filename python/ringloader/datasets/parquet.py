@@ -118,6 +118,20 @@ def _stamp(path: str) -> str:
     return f"{st.st_size}\0{st.st_mtime_ns}"
 
 
+def _unchanged(
+    path: str, stamp: str, version: Optional[tuple[int, str]], client: Client
+) -> bool:
+    """Whether the file still has the stamp its targets were read at. A
+    remote object read with a strong ETag needs no look: every GET asked
+    for that version (If-Match); one without is asked again (a HEAD)."""
+    if version is None:
+        return _stamp(path) == stamp
+    if version[1].startswith('"'):
+        return True
+    size, validator = client.head(path)
+    return f"{size}\0{validator}" == stamp
+
+
 def _changed(path: str) -> ValueError:
     return ValueError(
         f"{redact(path)} changed while it was read; make the Parquet again"
@@ -320,7 +334,7 @@ class _Extract:
                 self._step(1)
             if row != n:
                 raise _miscounted(self.path, n)
-            if self.version is None and _stamp(self.path) != self.stamp:
+            if not _unchanged(self.path, self.stamp, self.version, self.client):
                 raise _changed(self.path)  # kept under its first stamp: not saved
         blob, ends = concat_strings(blobs)
         arrays = {
@@ -453,8 +467,8 @@ class Parquet(_ColumnDataset):
         finally:
             if bar is not None:
                 bar.close()
-        for path, (stamp, _, _) in zip(self.files, versions):
-            if not is_url(path) and _stamp(path) != stamp:
+        for path, (stamp, version, _) in zip(self.files, versions):
+            if not _unchanged(path, stamp, version, self.client):
                 raise _changed(path)
         self._extracts = extracts
         self._first = np.cumsum([0] + [len(e.kinds) for e in extracts])

@@ -58,8 +58,9 @@ LAYERS: list[list[str]] = [
     # a Hugging Face dataset's Arrow files, as runs of a shard table
     ["datasets.hf"],
     # Parquet files' image columns extracted once, read as HFDataset reads;
-    # parquet_remote: a remote Parquet file as a file of range GETs
-    ["datasets.parquet_remote"],
+    # parquet_remote: a remote Parquet file as a file of range GETs;
+    # parquet_tables: the files' target and columns tables as one
+    ["datasets.parquet_remote", "datasets.parquet_tables"],
     ["datasets.parquet"],
     # LitData's optimized chunks, as runs of the same table
     ["datasets.litchunks"],

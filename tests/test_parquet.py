@@ -129,8 +129,8 @@ def test_several_files_a_glob_and_dataloader(data, tmp_path):
 
 
 def test_stream_order_by_row_group_deterministic_and_exactly_once(data, tmp_path):
-    path = _write(tmp_path / "d.parquet", _images(), group=2)
-    ds = ringloader.Parquet(path)
+    path = _write(tmp_path / "d.parquet", _images(), group=2, uid=list(range(N)))
+    ds = ringloader.Parquet(path, target="uid")  # a unique id a sample
 
     def order(epoch, seed=3):
         loader = ringloader.Loader(
@@ -142,7 +142,7 @@ def test_stream_order_by_row_group_deterministic_and_exactly_once(data, tmp_path
         return ids
 
     a = order(0)
-    assert sorted(a) == sorted(LABELS.tolist())
+    assert sorted(a) == list(range(N))
     assert order(0) == a
     assert order(1) != a or order(2) != a
     assert order(0, seed=4) != a
@@ -150,7 +150,8 @@ def test_stream_order_by_row_group_deterministic_and_exactly_once(data, tmp_path
 
 def test_distributed_split(data, tmp_path):
     tmp, files = data
-    ds = ringloader.Parquet(_write(tmp_path / "d.parquet", _images()))
+    path = _write(tmp_path / "d.parquet", _images(), uid=list(range(N)))
+    ds = ringloader.Parquet(path)
     seen = []
     for rank in range(2):
         kw = dict(shuffle=True, distributed=True, rank=rank, world_size=2)
@@ -159,12 +160,13 @@ def test_distributed_split(data, tmp_path):
         _same(got, want)
         seen += torch.cat([y for _, y in got]).tolist()
     assert sorted(seen) == sorted(LABELS.tolist())
+    by_id = ringloader.Parquet(path, target="uid")  # a unique id a sample
     streamed = []
     for rank in range(2):
         kw = dict(shuffle="stream", distributed=True, rank=rank, world_size=2)
-        got, _ = _batches(ds, TRAIN, **kw)
+        got, _ = _batches(by_id, TRAIN, **kw)
         streamed += torch.cat([y for _, y in got]).tolist()
-    assert sorted(streamed) == sorted(LABELS.tolist())
+    assert sorted(streamed) == list(range(N))
 
 
 @pytest.mark.parametrize("shuffle", [True, "stream"])
@@ -410,3 +412,118 @@ def test_a_bar_counts_the_row_groups_extracted(tmp_path, monkeypatch):
     assert bars[0].kw["unit"] == "row group"
     ringloader.Parquet(path, progress=False)
     assert len(bars) == 2
+
+
+def _tiny(path, labels, ltype=None):
+    """A file of len(labels) rows (the first images) with those labels."""
+    images = _images()[: len(labels)]
+    column = pa.array([{"bytes": b, "path": None} for b in images], IMAGE)
+    label = pa.array(labels, ltype) if ltype is not None else labels
+    pq.write_table(pa.table({"image": column, "label": label}), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("rows", [2, 3])
+def test_a_file_changed_while_read_is_refused_not_mispaired(
+    tmp_path, monkeypatch, rows
+):
+    """A file rewritten after its labels were read and before its images
+    are extracted: an error naming it, never labels paired with the other
+    revision's images (fewer rows, or as many with another mtime)."""
+    from ringloader.datasets import parquet as P
+
+    a = _tiny(tmp_path / "a.parquet", [1, 2, 3])
+    b = _tiny(tmp_path / "b.parquet", [10, 11, 12])
+    made = P._Extract.__init__
+
+    def rewrite_b_first(self, path, *args, **kw):
+        if path.endswith("b.parquet"):
+            _tiny(b, list(range(20, 20 + rows)))
+            os.utime(b, ns=(1, 10**18 + rows))
+        made(self, path, *args, **kw)
+
+    monkeypatch.setattr(P._Extract, "__init__", rewrite_b_first)
+    with pytest.raises(ValueError, match="b.parquet.*changed while it was read"):
+        ringloader.Parquet([a, b])
+
+
+def test_a_stale_temporary_of_a_dead_process_is_removed(tmp_path):
+    """A process killed while it wrote an extract leaves its temporary
+    (named after the extract and its pid); the next making removes it."""
+    path = _tiny(tmp_path / "d.parquet", [0, 1, 2])
+    extract = ringloader.Parquet(path)._extracts[0]
+    os.unlink(extract.bin)
+    os.unlink(extract.index)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = f"{extract.bin}.{dead.pid}.tmp"
+    with open(stale, "wb") as f:
+        f.write(b"x" * 1000)
+    assert len(ringloader.Parquet(path)) == 3
+    assert not os.path.exists(stale)
+    assert not [f for f in os.listdir(tmp_path / "cache") if f.endswith(".tmp")]
+
+
+def test_a_null_label_is_named_in_its_own_file_and_row(tmp_path):
+    a = _tiny(tmp_path / "a.parquet", [0, 1, 2])
+    b = _tiny(tmp_path / "b.parquet", [3, None])
+    with pytest.raises(ValueError, match=r"b.parquet: column 'label': row 1 is null"):
+        ringloader.Parquet([a, b])
+
+
+def test_compatible_schemas_are_promoted_others_name_both_files(tmp_path):
+    a = _tiny(tmp_path / "a.parquet", [0, 1, 2])
+    b = _tiny(tmp_path / "b.parquet", [3, 4], pa.int32())
+    ds = ringloader.Parquet([a, b])
+    assert ds.targets.tolist() == [0, 1, 2, 3, 4]
+    c = _tiny(tmp_path / "c.parquet", ["x", "y"])
+    with pytest.raises(ValueError, match=r"a.parquet.*c.parquet.*'label'"):
+        ringloader.Parquet([a, c])
+
+
+def test_a_full_disk_names_the_file_and_the_cache(tmp_path, monkeypatch):
+    import errno
+
+    from ringloader.datasets import parquet as P
+
+    def full(path):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(P, "atomic_file", full)
+    path = _tiny(tmp_path / "d.parquet", [0, 1])
+    with pytest.raises(OSError, match=r"d.parquet.*cache.*No space left") as e:
+        ringloader.Parquet(path)
+    assert e.value.errno == errno.ENOSPC
+
+
+def test_an_empty_row_group_does_not_shift_the_next_files_groups(tmp_path):
+    first = str(tmp_path / "e1.parquet")
+    table = pa.table({"image": pa.array(_images()[:2], pa.binary()), "label": [0, 1]})
+    with pq.ParquetWriter(first, table.schema) as w:
+        w.write_table(table)
+        w.write_table(table.slice(0, 0))  # an empty row group
+    second = _tiny(tmp_path / "e2.parquet", [5, 6])
+    ds = ringloader.Parquet([first, second])
+    assert ds.ringloader_shards().tolist() == [0, 2, 2, 4]
+    assert "e2.parquet: row group 0, row 0 (file row 0)" in ds.describe(2)
+
+
+def test_a_relative_glob_and_folder_give_absolute_paths(tmp_path, monkeypatch):
+    _tiny(tmp_path / "d.parquet", [0, 1])
+    monkeypatch.chdir(tmp_path)
+    for spec in ("*.parquet", "."):
+        assert ringloader.Parquet(spec).files == [str(tmp_path / "d.parquet")]
+
+
+def test_a_cache_without_locks_extracts_with_a_warning(tmp_path, monkeypatch, caplog):
+    import errno
+
+    from ringloader.datasets import parquet as P
+
+    def no_lock(fd, op):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(P.fcntl, "flock", no_lock)
+    path = _tiny(tmp_path / "d.parquet", [0, 1, 2])
+    assert ringloader.Parquet(path).targets.tolist() == [0, 1, 2]
+    assert "no lock on the cache" in caplog.text

@@ -142,3 +142,56 @@ def test_s3_glob_gives_the_local_batches(www):
         (np.arange(N) % 5).tolist()
     )
     assert not os.environ.get("AWS_ENDPOINT_URL_S3")
+
+
+def _revision(path, images, labels):
+    """A file of these rows, whose size depends only on the images' sizes
+    (no compression, no dictionary, no statistics): its rows reversed is
+    another revision of the same size."""
+    table = pa.table(
+        {"image": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())}
+    )
+    pq.write_table(
+        table,
+        str(path),
+        compression="none",
+        use_dictionary=False,
+        write_statistics=False,
+    )
+
+
+@pytest.mark.parametrize("weak", [False, True])
+def test_an_object_replaced_while_read_fails_not_mixes(www, nginx, monkeypatch, weak):
+    """The object replaced (as many rows and bytes, images and labels in
+    another order) after its footer and labels were read, before its row
+    groups are: the range GETs carry its ETag (If-Match), so the error
+    names the URL instead of pairing the first labels with the second
+    images. A weak ETag cannot be sent as If-Match: the object's validator
+    is checked again once it is extracted."""
+    from ringloader.datasets import parquet as P
+    from ringloader.datasets.remote import Client
+
+    if weak:
+        head = Client.head
+        monkeypatch.setattr(
+            Client, "head", lambda c, n: (lambda s, v: (s, "W/" + v))(*head(c, n))
+        )
+    swap = www / "swap.parquet"
+    images = mixed_images(4)
+    _revision(swap, images, [0, 1, 2, 3])
+    size = swap.stat().st_size
+    made = P._Extract.__init__
+
+    def replace_first(self, path, *args, **kw):
+        _revision(swap, images[::-1], [3, 2, 1, 0])
+        assert swap.stat().st_size == size
+        os.utime(swap, (1, 2_000_000_000))  # another ETag (mtime-size)
+        made(self, path, *args, **kw)
+
+    monkeypatch.setattr(P._Extract, "__init__", replace_first)
+    try:
+        changed = "swap.parquet changed while" if weak else "swap.parquet: the object"
+        with pytest.raises((OSError, ValueError), match=changed):
+            ringloader.Parquet(f"{nginx.url}/swap.parquet", retries=0)
+    finally:
+        swap.unlink()

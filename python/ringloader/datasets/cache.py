@@ -36,6 +36,7 @@ __all__ = [
     "load_npz",
     "pack_strings",
     "read_npz",
+    "remove_stale_temporaries",
     "save_npz",
 ]
 
@@ -70,9 +71,13 @@ def atomic_file(path: str) -> Iterator[Any]:
     block ends without error (a temporary file in the same directory, then
     a rename), so a reader never sees half a file and concurrent writers
     of the same file do not corrupt it. Raises OSError when the directory
-    is not writable; leaves no temporary file behind on any path."""
+    is not writable; leaves no temporary file behind on any path it runs
+    to the end of. The temporary is named after ``path`` and this process
+    (``<path>.<pid>.<random>.tmp``): one a killed process left behind is
+    found and removed by :func:`remove_stale_temporaries`."""
     directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".ringloader-", suffix=".tmp", dir=directory)
+    prefix = f"{os.path.basename(path)}.{os.getpid()}."
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -84,6 +89,35 @@ def atomic_file(path: str) -> Iterator[Any]:
         except OSError:
             pass
         raise
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: str) -> None:
+    """Remove the temporaries of ``path`` (:func:`atomic_file`'s) whose
+    process is gone (killed while it wrote them). Call it where no other
+    host writes ``path`` at once (under the lock that makes it): a pid is
+    only known to be dead on this machine."""
+    directory, base = os.path.split(path)
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return
+    for name in names:
+        if not (name.startswith(base + ".") and name.endswith(".tmp")):
+            continue
+        pid = name[len(base) + 1 :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
 
 
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:

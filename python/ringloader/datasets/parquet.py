@@ -25,8 +25,10 @@ columns (small: numbers, captions) are read into memory with pyarrow.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob as _glob
+import logging
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,9 +46,11 @@ from .cache import (
     cache_name,
     default_cache_dir,
     load_npz,
+    remove_stale_temporaries,
     save_npz,
 )
 from .parquet_remote import RemoteFile, expand_url
+from .parquet_tables import concat_tables, targets_by_file
 from .progress import bar as progress_bar
 from .remote import Client
 from .urls import is_url, local_name, redact
@@ -56,10 +60,11 @@ from .columns import (
     _image_chunk,
     _table_of,
     _take_strings,
-    _targets_of,
 )
 
 __all__ = ["Parquet"]
+
+log = logging.getLogger("ringloader")
 
 # Bumped when the extract's layout changes: old entries are then unused.
 _FORMAT = 1
@@ -83,13 +88,16 @@ def _expand(files: Union[PathLike, Sequence[PathLike]], client: Client) -> list[
             out += expand_url(path, client)
         elif os.path.isdir(path):
             found = sorted(
-                _glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True)
+                os.path.abspath(p)
+                for p in _glob.glob(
+                    os.path.join(path, "**", "*.parquet"), recursive=True
+                )
             )
             if not found:
                 raise FileNotFoundError(f"{path}: a folder with no .parquet file")
             out += found
         elif _glob.has_magic(path):
-            found = sorted(_glob.glob(path, recursive=True))
+            found = sorted(os.path.abspath(p) for p in _glob.glob(path, recursive=True))
             if not found:
                 raise FileNotFoundError(f"{path}: no file matches this pattern")
             out += found
@@ -100,14 +108,50 @@ def _expand(files: Union[PathLike, Sequence[PathLike]], client: Client) -> list[
     return out
 
 
-def _stamp(path: str, client: Client) -> str:
-    """What changes when the file does: a local file's size and mtime, a
-    remote object's size and ETag."""
-    if is_url(path):
-        size, validator = client.head(path)
-        return f"{size}\0{validator}"
-    st = os.stat(path)
+def _stamp(path: str) -> str:
+    """What changes when a local file does: its size and mtime ("" when it
+    is gone)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
     return f"{st.st_size}\0{st.st_mtime_ns}"
+
+
+def _unchanged(
+    path: str, stamp: str, version: Optional[tuple[int, str]], client: Client
+) -> bool:
+    """Whether the file still has the stamp its targets were read at. A
+    remote object read with a strong ETag needs no look: every GET asked
+    for that version (If-Match); one without is asked again (a HEAD)."""
+    if version is None:
+        return _stamp(path) == stamp
+    if version[1].startswith('"'):
+        return True
+    size, validator = client.head(path)
+    return f"{size}\0{validator}" == stamp
+
+
+def _changed(path: str) -> ValueError:
+    return ValueError(
+        f"{redact(path)} changed while it was read; make the Parquet again"
+    )
+
+
+@contextlib.contextmanager
+def _writing(path: str, folder: str) -> Any:
+    """A failure to write ``path``'s extract into the cache ``folder`` (a
+    full disk, no permission) as an OSError naming both."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno is None:  # a fetch's failure, not the disk's
+            raise
+        raise OSError(
+            e.errno,
+            f"{redact(path)}: its extract cannot be written to the cache {folder} "
+            f"({e.strerror or e}); free space there or give another cache_dir",
+        ) from None
 
 
 def _read(path: str, what: str, read: Callable[[], Any], remote: Any) -> Any:
@@ -134,12 +178,13 @@ def _read(path: str, what: str, read: Callable[[], Any], remote: Any) -> Any:
         ) from None
 
 
-def _open(path: str, client: Client) -> Any:
-    """pyarrow's ParquetFile of ``path`` (a remote one read by range GETs,
-    its RemoteFile as ``ringloader_remote``); errors as :func:`_read`'s."""
+def _open(path: str, client: Client, version: Optional[tuple[int, str]] = None) -> Any:
+    """pyarrow's ParquetFile of ``path`` (a remote one read by range GETs
+    of ``version``, else of the version a HEAD finds, its RemoteFile as
+    ``ringloader_remote``); errors as :func:`_read`'s."""
     import pyarrow.parquet as pq
 
-    remote = RemoteFile(client, path) if is_url(path) else None
+    remote = RemoteFile(client, path, version) if is_url(path) else None
 
     def footer() -> Any:
         return pq.ParquetFile(remote or path, page_checksum_verification=True)
@@ -174,37 +219,72 @@ class _Extract:
     ``offsets`` (int64, rows + 1) into ``bin``, ``kinds`` (int8 a row:
     bytes, a path, null), the path rows' names (``paths``, a StringBlob in
     the order of those rows) and ``groups`` (the row groups' first rows,
-    then the row count)."""
+    then the row count).
+
+    ``stamp`` is the file's version as its targets were read (a local
+    file's size and mtime, a remote object's size and ETag, ``version``,
+    which every GET asks for): the extract is keyed by it, made of that
+    version only, and must hold ``rows`` rows."""
 
     def __init__(
         self,
         path: str,
+        stamp: str,
+        version: Optional[tuple[int, str]],
+        rows: int,
         image: str,
         cache_dir: Optional[PathLike],
         client: Client,
         step: Callable[[int], None],
     ) -> None:
-        ident = f"{path}\0{_stamp(path, client)}\0{image}\0{_FORMAT}"
+        ident = f"{path}\0{stamp}\0{image}\0{_FORMAT}"
         folder = default_cache_dir(cache_dir)
-        os.makedirs(folder, exist_ok=True)
         index = os.path.join(folder, cache_name("parquet", ident, local_name(path)))
         self.path, self.index, self.client, self._step = path, index, client, step
+        self.stamp, self.version = stamp, version
         self.bin = index[: -len(".npz")] + ".bin"
         arrays, made = load_npz(index), False
         if arrays is None or not self._fits(arrays):
-            # One process (or thread) extracts (the ranks of a job start
-            # together); the others wait for it, then read its extract.
-            with open(index[: -len(".npz")] + ".lock", "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                arrays = load_npz(index)
-                if arrays is None or not self._fits(arrays):
-                    arrays, made = self._make(image), True
+            with _writing(path, folder):
+                os.makedirs(folder, exist_ok=True)
+                arrays, made = self._make_locked(image)
         if not made:  # _make counts its row groups as it goes
             step(len(arrays["groups"]) - 1)
+        if len(arrays["kinds"]) != rows:
+            raise _changed(path)
         self.offsets = arrays["offsets"]
         self.kinds = arrays["kinds"]
         self.groups = arrays["groups"]
         self.paths = StringBlob(arrays["path_blob"], arrays["path_offsets"])
+
+    def release(self) -> None:
+        """Drop the per-row arrays (the dataset holds its own copy), keeping
+        the extract's size, which :meth:`Parquet._check_files` checks."""
+        self.offsets = self.offsets[-1:].copy()
+        self.kinds = self.kinds[:0]
+        self.paths = StringBlob.from_strings([])
+
+    def _make_locked(self, image: str) -> tuple[dict, bool]:
+        """The extract, made under a lock: one process (or thread) makes
+        it (the ranks of a job start together), the others wait, then read
+        it. Where the file system has no locks, each makes its own (the
+        rename makes the last one the extract)."""
+        with open(self.index[: -len(".npz")] + ".lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            except OSError as e:
+                log.warning(
+                    "ringloader: %s: no lock on the cache (%s); extracting without one",
+                    self.index,
+                    e.strerror or e,
+                )
+            else:
+                remove_stale_temporaries(self.bin)
+                remove_stale_temporaries(self.index)
+            arrays = load_npz(self.index)
+            if arrays is not None and self._fits(arrays):
+                return arrays, False
+            return self._make(image), True
 
     def _fits(self, arrays: dict) -> bool:
         try:
@@ -215,7 +295,7 @@ class _Extract:
     def _make(self, image: str) -> dict:
         """Write the extract and its index, one row group resident at a
         time; nothing is left behind on failure."""
-        pf = _open(self.path, self.client)
+        pf = _open(self.path, self.client, self.version)
         _check_columns(self.path, pf.schema_arrow, image, ())
         n = pf.metadata.num_rows
         offsets = np.zeros(n + 1, dtype=np.int64)
@@ -254,6 +334,8 @@ class _Extract:
                 self._step(1)
             if row != n:
                 raise _miscounted(self.path, n)
+            if not _unchanged(self.path, self.stamp, self.version, self.client):
+                raise _changed(self.path)  # kept under its first stamp: not saved
         blob, ends = concat_strings(blobs)
         arrays = {
             "offsets": offsets,
@@ -324,8 +406,6 @@ class Parquet(_ColumnDataset):
         s3_client: Any = None,
         progress: bool = True,
     ) -> None:
-        import pyarrow as pa
-
         if isinstance(columns, str):
             raise TypeError(f"columns is a sequence of column names, not {columns!r}")
         if as_dict is not None and not isinstance(as_dict, str):
@@ -344,10 +424,17 @@ class Parquet(_ColumnDataset):
             )
         if len(set(others)) != len(others):
             raise ValueError(f"a column is named twice in target and columns {others}")
-        # The target and columns first (small), then the image column.
-        tables, groups = [], 0
+        # The target and columns first (small), then the image column, of
+        # the same version of each file (its stamp, taken first).
+        tables, groups, versions = [], 0, []
         for path in self.files:
+            stamp = "" if is_url(path) else _stamp(path)
             pf = _open(path, self.client)
+            remote = pf.ringloader_remote
+            version = None if remote is None else (remote.size, remote.validator)
+            if remote is not None:
+                stamp = f"{remote.size}\0{remote.validator}"
+            versions.append((stamp, version, pf.metadata.num_rows))
             groups += pf.num_row_groups
             _check_columns(path, pf.schema_arrow, image, others)
             if others:
@@ -356,10 +443,12 @@ class Parquet(_ColumnDataset):
                         path,
                         f"the columns {others}",
                         partial(pf.read, columns=others),
-                        pf.ringloader_remote,
+                        remote,
                     )
                 )
-        self._table: Any = pa.concat_tables(tables) if others else None
+                if len(tables[-1]) != pf.metadata.num_rows:
+                    raise _miscounted(path, pf.metadata.num_rows)
+        self._table: Any = concat_tables(self.files, tables, others) if others else None
         # Files are extracted side by side (pyarrow decompresses without
         # the GIL): a row group of each in memory at a time.
         bar = self._progress_bar(groups) if progress else None
@@ -368,19 +457,28 @@ class Parquet(_ColumnDataset):
             with ThreadPoolExecutor(min(_WORKERS, len(self.files))) as pool:
                 extracts = list(
                     pool.map(
-                        lambda p: _Extract(p, image, cache_dir, self.client, step),
+                        lambda p, v: _Extract(
+                            p, *v, image, cache_dir, self.client, step
+                        ),
                         self.files,
+                        versions,
                     )
                 )
         finally:
             if bar is not None:
                 bar.close()
+        for path, (stamp, version, _) in zip(self.files, versions):
+            if not _unchanged(path, stamp, version, self.client):
+                raise _changed(path)
         self._extracts = extracts
         self._first = np.cumsum([0] + [len(e.kinds) for e in extracts])
         n = int(self._first[-1])
         if n == 0:
             raise ValueError(f"{[redact(f) for f in self.files]}: no rows in the files")
         self._kinds = np.concatenate([e.kinds for e in extracts]) if n else np.zeros(0)
+        # Each file's first row group's global number (an empty row group
+        # shares its first row with the next: rows cannot tell them).
+        self._group_first = np.cumsum([0] + [len(e.groups) - 1 for e in extracts])
         self._groups = np.concatenate(
             [e.groups[:-1] + f for e, f in zip(extracts, self._first)] + [[n]]
         ).astype(np.int64)
@@ -409,10 +507,14 @@ class Parquet(_ColumnDataset):
         blob, ends = concat_strings(blobs)
         self._names = StringBlob(blob, ends)
         self.paths = _table_of(source, self._names)
+        for e in extracts:
+            e.release()  # their rows now live in the dataset's arrays
         if target is None:
             self.targets: _targets.Targets = np.full(n, -1, np.int64)
         else:
-            self.targets = _targets_of(self._table, target, self.files[0])
+            self.targets = targets_by_file(self.files, tables, self._table, target)
+        if len(self.targets) != n:  # each file's extract has its rows
+            raise AssertionError(f"{len(self.targets)} targets for {n} rows")
         if self.fields or as_dict is not None:
             self._carry_fields()
 
@@ -436,7 +538,7 @@ class Parquet(_ColumnDataset):
 
     def _group_base(self, k: int) -> int:
         """The global number of file k's first row group."""
-        return int(np.searchsorted(self._groups, self._first[k], side="left"))
+        return int(self._group_first[k])
 
     def _sample(self, index: int) -> tuple[str, bytes, Any]:
         i = self._index(index)

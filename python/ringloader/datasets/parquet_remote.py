@@ -16,14 +16,19 @@ __all__ = ["RemoteFile", "expand_url"]
 
 
 class RemoteFile(io.RawIOBase):
-    """An object read by range GETs, as a read-only seekable file; its size
-    and validator (ETag) from a HEAD when it is made. ``failure``: the
-    client's error of the last fetch that failed, None if none did."""
+    """An object read by range GETs, as a read-only seekable file: the
+    version ``version`` (its size and validator, ETag) or, without one, the
+    version a HEAD finds when it is made. Every GET carries the validator
+    (If-Match), so a replaced object fails ("the object changed") rather
+    than mixes two versions. ``failure``: the client's error of the last
+    fetch that failed, None if none did."""
 
-    def __init__(self, client: Client, name: str) -> None:
+    def __init__(
+        self, client: Client, name: str, version: Optional[tuple[int, str]] = None
+    ) -> None:
         super().__init__()
         self.client, self.name = client, name
-        self.size, self.validator = client.head(name)
+        self.size, self.validator = version or client.head(name)
         self._pos = 0
         # The last fetch that failed (pyarrow passes its error on as its
         # own): what the caller reports, naming the object.
@@ -52,7 +57,7 @@ class RemoteFile(io.RawIOBase):
         if end <= self._pos:
             return 0
         try:
-            data = self.client.get(self.name, self._pos, end)
+            data = self.client.get(self.name, self._pos, end, self.validator)
         except OSError as e:
             self.failure = e
             raise

@@ -305,18 +305,27 @@ class Client:
             raise OSError(f"{name}: the server gives no size (no Content-Length)")
         return int(size), r.headers.get("ETag") or r.headers.get("Last-Modified", "")
 
-    def get(self, name: str, start: int = 0, end: Optional[int] = None) -> bytes:
+    def get(
+        self, name: str, start: int = 0, end: Optional[int] = None, if_match: str = ""
+    ) -> bytes:
         """Bytes ``start..end`` of an object (to its end when ``end`` is
-        None). Raises OSError when fewer come back."""
+        None), of the version whose ETag is ``if_match`` when one is given
+        (another version fails with 412, "the object changed"). Raises
+        OSError when fewer come back."""
+        # If-Match compares strongly: a weak ETag would never match.
+        strong = if_match if if_match.startswith('"') else ""
         if name.startswith("s3://"):
             bucket, key = _s3_split(name)
             args: dict[str, Any] = {"Bucket": bucket, "Key": key}
             if start or end is not None:
                 args["Range"] = _range(start, end)
+            if strong:
+                args["IfMatch"] = strong
             body = self._s3_call(name, "get_object", **args)["Body"]
             data = s3_guarded(name, lambda: body.read())
         else:
-            r = self._http_request(name, "GET", start, end)
+            headers = {"If-Match": strong} if strong else {}
+            r = self._http_request(name, "GET", start, end, headers)
             if r.status == 200 and (start or end is not None):
                 raise OSError(
                     f"{name}: the server ignores Range requests (answered 200); "

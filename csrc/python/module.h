@@ -11,7 +11,8 @@
  * pipeline.h; owners.c (device buffers in flight), stats.c (the counters
  * as a dict), batch.c (the Batch type), sources.c (the table of samples),
  * fallback.c (a Python decoder registered with the decode stage), tools.c
- * (stateless functions); testing/py_testing.c in test builds.
+ * (stateless functions), boxes.c (targets/boxes.h's private binding);
+ * testing/py_testing.c in test builds.
  */
 #ifndef RL_PY_MODULE_H
 #define RL_PY_MODULE_H
@@ -332,6 +333,10 @@ PyObject *rl__py_pop_owner(PyObject *owners, uint64_t ticket);
 /* ---- tools.c ---- */
 
 extern PyMethodDef rl__py_tool_methods[];
+
+/* ---- boxes.c: targets/boxes.h's private binding ---- */
+
+extern PyMethodDef rl__py_boxes_methods[];
 
 /* ---- testing/py_testing.c (test builds) ---- */
 

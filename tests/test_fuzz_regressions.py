@@ -9,6 +9,8 @@ corpus (made by tests/fuzz/make_corpus.py) through what it fuzzes:
 - fuzz_http.c (regressions_http): the HTTP response checks, through the
   harness itself built with the system's C compiler (ASan + UBSan where it
   has them) and replay_main.c instead of libFuzzer.
+- fuzz_masks.c (regressions_masks): the mask raster's parsers and polygon
+  scan conversion, through the harness built the same way.
 - fuzz_tar.py (regressions_tar): the shard index's tar walk, through the
   harness's own checks without atheris.
 - fuzz_fields.py (regressions_fields): the core's member checks against
@@ -89,14 +91,14 @@ def test_fuzz_regressions_and_seeds_replay(tmp_path):
     assert proc.stdout.strip() == str(len(paths))
 
 
-def test_http_check_regressions_and_seeds_replay(tmp_path):
-    paths = inputs("regressions_http", tmp_path / "seeds", "http")
-    assert len(paths) > 30
+def _replay_c(tmp_path, harness: str, sources: list, paths: list) -> None:
+    """Builds a libFuzzer harness with replay_main.c (ASan + UBSan where
+    the compiler has them) and runs every input through it."""
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     assert cc is not None, "a C compiler is needed to build the harness"
-    exe = str(tmp_path / "fuzz_http")
-    srcs = [os.path.join(FUZZ, f) for f in ("fuzz_http.c", "replay_main.c")]
-    srcs.append(os.path.join(HERE, "..", "csrc", "source", "http_resp.c"))
+    exe = str(tmp_path / harness)
+    srcs = [os.path.join(FUZZ, f) for f in (harness + ".c", "replay_main.c")]
+    srcs += [os.path.join(HERE, "..", "csrc", s) for s in sources]
     base = [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"]
     base += ["-I", os.path.join(HERE, "..", "csrc"), "-o", exe, *srcs, "-lm"]
     san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
@@ -108,6 +110,24 @@ def test_http_check_regressions_and_seeds_replay(tmp_path):
     proc = subprocess.run([exe, *paths], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.strip() == str(len(paths))
+
+
+def test_http_check_regressions_and_seeds_replay(tmp_path):
+    paths = inputs("regressions_http", tmp_path / "seeds", "http")
+    assert len(paths) > 30
+    _replay_c(tmp_path, "fuzz_http", [os.path.join("source", "http_resp.c")], paths)
+
+
+def test_mask_regressions_and_seeds_replay(tmp_path):
+    paths = inputs("regressions_masks", tmp_path / "seeds", "masks")
+    assert len(paths) > 15
+    targets = os.path.join(HERE, "..", "csrc", "targets")
+    sources = [
+        os.path.join("targets", f)
+        for f in sorted(os.listdir(targets))
+        if f.endswith(".c")
+    ]
+    _replay_c(tmp_path, "fuzz_masks", sources, paths)
 
 
 def _replay_atheris(target: str, paths: list) -> None:

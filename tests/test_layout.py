@@ -43,7 +43,11 @@ LAYERS: list[list[str]] = [
     # a remote store's failures as OSErrors naming the object
     ["datasets.remote_errors"],
     # remote: the HTTP(S) and S3 client (metadata, ranges, streams, listing)
-    ["datasets.cache", "datasets.composed", "datasets.remote"],
+    ["datasets.cache", "datasets.remote"],
+    # remote_parts: the objects of a composition's remote datasets, as
+    # one table; composed: Subset and ConcatDataset as a table of files
+    ["datasets.remote_parts"],
+    ["datasets.composed"],
     ["datasets.folder", "datasets.filelist", "datasets.tarindex", "datasets.mix"],
     # a shard set's manifest and its samples read from record files
     ["datasets.manifest"],

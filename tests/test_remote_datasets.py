@@ -315,12 +315,17 @@ def test_views_merge_remote_leaves(nginx, s3, local, tmp_path):
     )
     both = torch_data.ConcatDataset([a, torch_data.Subset(b, [4, 0]), a])
     src = Composed(both).ringloader_sources()
-    assert src.remote.names == a.shards + b.shards
+    assert list(src.remote.names) == a.shards + b.shards
     # The S3 leaf is signed in C with its client's long-term keys.
     assert src.remote.refresh_s is None and src.remote.keys is not None
     urls = src.remote.urls()
     assert urls[:2] == a.shards and urls[2].endswith("/train-002.tar")
     assert src.paths[len(a)] == b.shards[0]
+    # Each sample's object by its part's: the shard of each, a named once.
+    shard_of = [a.shards[0]] * int(a.starts[1]) + [a.shards[1]] * int(
+        a.starts[2] - a.starts[1]
+    )
+    assert list(src.paths) == shard_of + b.shards * 2 + shard_of
     assert src.offsets[len(a)] == b.offsets[4]
     with pytest.raises(UnreadableComposition, match="not supported yet"):
         Composed(torch_data.ConcatDataset([a, local])).ringloader_sources()

@@ -230,6 +230,13 @@ static int64_t *objects_of(PyObject *paths, PyObject *starts, PyObject *objects,
         PyBuffer_Release(&v);
         return NULL;
     }
+    if (by_start && (uint64_t)a[nobj] > (uint64_t)(PY_SSIZE_T_MAX / 8)) {
+        PyErr_Format(PyExc_ValueError,
+                     "starts: %lld samples are more than memory can hold",
+                     (long long)a[nobj]);
+        PyBuffer_Release(&v);
+        return NULL;
+    }
     *n = by_start ? (Py_ssize_t)a[nobj] : v.shape[0];
     int64_t *obj = malloc(sizeof(*obj) * (size_t)(*n > 0 ? *n : 1));
     if (obj == NULL) {
@@ -376,6 +383,11 @@ rl_source *rl__py_http_source(PyObject *paths, PyObject *starts,
     rl_source *src = NULL;
     if (rl__py_strings(names, "http['names']", held, &cnames, &prefix) != 0 ||
         py_urls_of(urls, &u) != 0) {
+        goto out;
+    }
+    /* Checked before anything reads the names (objects found by name). */
+    if (rl_strings_check(&cnames, "http['names']", msg) != 0) {
+        PyErr_SetString(PyExc_ValueError, msg);
         goto out;
     }
     if (records != Py_None) {

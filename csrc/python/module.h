@@ -11,7 +11,8 @@
  * pipeline.h; owners.c (device buffers in flight), stats.c (the counters
  * as a dict), batch.c (the Batch type), sources.c (the table of samples),
  * fallback.c (a Python decoder registered with the decode stage), tools.c
- * (stateless functions), boxes.c (targets/boxes.h's private binding);
+ * (stateless functions), masks.c (a segmentation's mask raster), boxes.c
+ * (targets/boxes.h's private binding);
  * testing/py_testing.c in test builds.
  */
 #ifndef RL_PY_MODULE_H
@@ -148,7 +149,7 @@ int rl__py_stats_init(PyObject *module);
 int64_t rl__py_item_i64(PyObject *seq, Py_ssize_t i);
 
 /* The element types of the arrays a table is made of. */
-typedef enum { RL_PY_I64, RL_PY_U8, RL_PY_I8 } rl__py_dtype;
+typedef enum { RL_PY_I64, RL_PY_U8, RL_PY_I8, RL_PY_I32 } rl__py_dtype;
 
 /*
  * obj as a 1-d C-contiguous array of dtype in native order (numpy's, or
@@ -329,6 +330,12 @@ PyObject *rl__py_device_buffer(PyObject *allocator, size_t nbytes,
  * reference); NULL when there is none (no exception set then) or with an
  * exception set. */
 PyObject *rl__py_pop_owner(PyObject *owners, uint64_t ticket);
+
+/* ---- masks.c ---- */
+
+/* Adds mask_from_polygons and mask_from_rle (targets/mask.h) to the
+ * module. 0 or -1. */
+int rl__py_masks_init(PyObject *module);
 
 /* ---- tools.c ---- */
 

@@ -159,8 +159,15 @@ static PyObject *pipeline_get_closed(rl__py_pipeline *self, void *closure)
 /* The HTTP source's URLs and keys (a TypeError for another source). */
 static PyObject *pipeline_set_urls(rl__py_pipeline *self, PyObject *urls)
 {
-    return rl__py_check_open(self) ? NULL
-                                   : rl__py_http_set_urls(self->http, urls);
+    if (rl__py_check_open(self)) {
+        return NULL;
+    }
+    /* The URLs are copied with the GIL released: a close() meanwhile
+     * waits for this call (busy) before it frees the source. */
+    rl__py_busy_enter(self);
+    PyObject *r = rl__py_http_set_urls(self->http, urls);
+    rl__py_busy_leave(self);
+    return r;
 }
 
 static PyObject *pipeline_set_keys(rl__py_pipeline *self, PyObject *args)

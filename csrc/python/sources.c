@@ -53,6 +53,9 @@ static bool format_is(const char *f, rl__py_dtype dtype)
                (strcmp(f, "l") == 0 && sizeof(long) == 8);
     case RL_PY_I8:
         return strcmp(f, "b") == 0;
+    case RL_PY_I32:
+        return strcmp(f, "i") == 0 ||
+               (strcmp(f, "l") == 0 && sizeof(long) == 4);
     default:
         return strcmp(f, "B") == 0;
     }
@@ -61,8 +64,8 @@ static bool format_is(const char *f, rl__py_dtype dtype)
 int rl__py_array(PyObject *obj, const char *what, rl__py_dtype dtype,
                  Py_ssize_t need, Py_buffer *view)
 {
-    static const char *names[] = {"int64", "uint8", "int8"};
-    static const Py_ssize_t sizes[] = {8, 1, 1};
+    static const char *names[] = {"int64", "uint8", "int8", "int32"};
+    static const Py_ssize_t sizes[] = {8, 1, 1, 4};
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
         PyErr_Clear(); /* said below, with the argument's name */
         PyErr_Format(PyExc_TypeError,

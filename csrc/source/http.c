@@ -458,7 +458,7 @@ static http_source *http_new(const rl_strings *names, const rl_http_urls *urls,
     msg[0] = '\0';
     *status = RL_ECONFIG;
     int64_t nobj = names->n;
-    if (rl__http_strings_check(names, "names", msg) != 0 ||
+    if (rl_strings_check(names, "names", msg) != 0 ||
         !rl__http_global_init(msg)) {
         return NULL;
     }

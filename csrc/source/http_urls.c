@@ -22,7 +22,7 @@
 static const char S3[] = "s3://";
 #define S3_LEN (sizeof(S3) - 1)
 
-int rl__http_strings_check(const rl_strings *t, const char *what, char *msg)
+int rl_strings_check(const rl_strings *t, const char *what, char *msg)
 {
     if (t->n < 0 || t->at == NULL || (t->bytes == NULL && t->len > 0)) {
         snprintf(msg, RL_MSG_MAX, "%s: no strings", what);
@@ -237,7 +237,7 @@ int rl__http_urls_make(const rl_strings *names, const rl_http_urls *in,
     *out = NULL;
     msg[0] = '\0';
     if (in->urls.at != NULL) {
-        int rc = rl__http_strings_check(&in->urls, "urls", msg);
+        int rc = rl_strings_check(&in->urls, "urls", msg);
         if (rc == 0 && in->urls.n != names->n) {
             snprintf(msg, RL_MSG_MAX, "urls: %lld for %lld objects (one each)",
                      (long long)in->urls.n, (long long)names->n);

@@ -153,10 +153,6 @@ enum { V_OK, V_RETRY, V_FAIL };
 
 /* ---- names and URLs (http_urls.c) ---- */
 
-/* Whether t is well formed (rl_strings); RL_ECONFIG with msg naming
- * `what` and the first bad entry, or 0. */
-int rl__http_strings_check(const rl_strings *t, const char *what, char *msg);
-
 /* Object j's display name into buf (cap > 0 bytes), cut to fit. */
 void rl__http_name(const http_source *s, int64_t j, char *buf, size_t cap);
 

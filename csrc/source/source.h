@@ -211,6 +211,11 @@ typedef struct rl_strings {
     const char *prefix; /* "" or NULL: none */
 } rl_strings;
 
+/* Whether t is well formed (offsets from 0, never falling, within len, no
+ * NUL); RL_ECONFIG with msg (RL_MSG_MAX) naming `what` and the first bad
+ * entry, or 0. (source/http_urls.c) */
+int rl_strings_check(const rl_strings *t, const char *what, char *msg);
+
 /*
  * The fetch URLs of an HTTP table's nobj objects. With urls.n == nobj,
  * object j is fetched from string j (presigned URLs, one an object by

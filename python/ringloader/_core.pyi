@@ -259,10 +259,43 @@ def http_sigv4() -> bool:
     """Whether the HTTP source's libcurl signs requests with AWS SigV4
     (CURLOPT_AWS_SIGV4: libcurl 7.75 or later)."""
 
+def mask_from_polygons(
+    polygons: Sequence[Sequence[float]],
+    height: int,
+    width: int,
+    row_map: Buffer,
+    col_map: Buffer,
+    fill: int = 0,
+) -> bytes:
+    """A COCO polygon segmentation (a list of [x0, y0, x1, y1, ...], OR'd)
+    rasterized exactly as pycocotools does on a height x width image, taken
+    at rows row_map and columns col_map (1-d int32 arrays; -1: fill):
+    len(row_map) * len(col_map) bytes, row-major, 0/1 or fill. ValueError
+    for a polygon of fewer than 3 points, a coordinate not finite or beyond
+    1048576 px, a map entry outside the image."""
+
+def mask_from_rle(
+    rle: Dict[str, Any],
+    height: int,
+    width: int,
+    row_map: Buffer,
+    col_map: Buffer,
+    fill: int = 0,
+) -> bytes:
+    """A COCO RLE {"size": [h, w], "counts": ...} (counts a str or bytes,
+    compressed, or a list of ints) decoded and sampled as
+    mask_from_polygons does. ValueError for a size other than (height,
+    width), a malformed string, counts that do not sum to height * width."""
+
 def resample_simd_env() -> Tuple[Optional[str], Optional[str]]:
     """(value, cap): RINGLOADER_SIMD as the C core read it (None: unset) and
     the level it caps at (None where it names none: unset, empty or not a
     level's name, and then nothing is capped)."""
+
+def object_ids(blob: Buffer, offsets: Buffer, /) -> Optional[bytes]:
+    """None when the strings of (blob, offsets) are all different; else one
+    int64 a string (bytes): the id of its first occurrence among the
+    distinct strings, numbered in the order they first come."""
 
 def http_library() -> str:
     """The HTTP source's libcurl with its TLS and HTTP/2 libraries, e.g.
@@ -422,9 +455,14 @@ class Pipeline:
         skip_errors: bool = ...,  # replace failed samples (Batch.replaced)
         max_consecutive_errors: int = ...,  # ... up to this many in a row
         # (1..MAX_CONSECUTIVE_ERRORS; each key below 2**KEY_ATTEMPT_SHIFT)
-        # The samples' objects on HTTP(S) servers: {"names": [display name
-        # of each object], "urls": [its fetch URL], "objects": None or an
-        # int64 buffer, each sample's object (else starts gives them, or
+        # The samples' objects on HTTP(S) servers: {"names": the display
+        # name of each object, a sequence of str or (blob, offsets, prefix)
+        # as StringBlob keeps them, "urls": their fetch URLs, a sequence of
+        # str or (blob, offsets, prefix) (presigned: one an object), or
+        # {bucket: base} (made in C from the names: an http(s) name is its
+        # URL, s3://bucket/key is base + the key percent-encoded),
+        # "objects": an int64 buffer of each sample's object, or None when
+        # object j is sample j (without the key, starts gives them, or
         # paths: each sample's object by display name), and options "retries",
         # "timeout" (s without a byte), "connect_timeout", "max_connections",
         # "verify", "ca_file", "cache_dir" and "cache_bytes" (a local cache
@@ -507,9 +545,13 @@ class Pipeline:
         ValueError for unusable values (not named: they are credentials),
         NotImplementedError when libcurl is older than 7.75."""
 
-    def set_urls(self, urls: Sequence[str], /) -> None:
-        """New fetch URLs of an HTTP source's objects (same order and count
-        as http["urls"]); requests already sent keep theirs."""
+    def set_urls(
+        self, urls: Union[Sequence[str], Tuple[Any, Any, str], Dict[str, str]], /
+    ) -> None:
+        """New fetch URLs of an HTTP source's objects, in any form
+        http["urls"] takes (one an object: same order and count); requests
+        already sent keep theirs. A close() from another thread meanwhile
+        waits for it."""
 
     def cancel(self) -> None:
         """Drop every batch in flight (HTTP requests are abandoned)."""

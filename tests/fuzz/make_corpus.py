@@ -5,7 +5,8 @@ interlacing (tests/pngmake.py) with PngSuite (tests/data), and WebPs
 lossy, lossless, with alpha and animated, whole and cut; for fuzz_http.c
 ("http"), HTTP response header blocks; for fuzz_tar.py ("tar"), tar
 shards; for fuzz_fields.py ("fields"), captions, JSON documents (in
-UTF-8, -16 and -32) and integers, good and bad.
+UTF-8, -16 and -32) and integers, good and bad; for fuzz_masks.c
+("masks"), COCO strings, counts and polygons (see mask_seeds).
 
 Each file is an 8-byte header that fuzz_decode.c reads as the transform
 choice (kind, output size, resize, flip, layout, sample index), followed by
@@ -21,7 +22,7 @@ numbers past 64 bits. A fuzz_tar.py seed is a whole tar shard as
 tarindex.py reads them: WebDataset members, directories and links, long
 names (GNU and pax), no end-of-archive block, cut short, and compressed.
 
-Usage: python3 make_corpus.py OUT_DIR [decode|png|webp|http|tar|fields]
+Usage: python3 make_corpus.py OUT_DIR [decode|png|webp|http|tar|fields|masks]
 """
 
 from __future__ import annotations
@@ -350,6 +351,54 @@ def field_seeds() -> list[bytes]:
     )
 
 
+def mask_seeds() -> list[bytes]:
+    """fuzz_masks.c inputs: 6 header bytes (what follows: 0 a COCO string,
+    1 counts, 2 polygons; height; width; sampled height and width; how
+    many polygons), then the payload. Strings pycocotools wrote, counts that
+    fit and miss, and polygons inside, across and far outside the image,
+    with NaN and infinite coordinates."""
+
+    def head(what: int, h: int, w: int, parts: int = 0) -> bytes:
+        return bytes([what, h, w, 17, 23, parts])
+
+    def poly(*xy: float) -> bytes:
+        out = b""
+        for v in xy:
+            if isinstance(v, float) and (v != v or abs(v) > 4000):
+                out += b"\xff" + struct.pack("<d", v)
+            else:
+                out += struct.pack("<h", int(v * 8))
+        return out
+
+    strings = [
+        b"733000;",
+        b"8252N00O1O>",
+        b"2420O11O000000",
+        b"",
+        b"1P",
+        b"@",
+        b"02017",
+    ]
+    return (
+        [head(0, 6, 6) + s for s in strings[:1]]
+        + [head(0, 7, 8) + strings[1], head(0, 6, 7) + strings[2]]
+        + [head(0, 3, 4) + s for s in strings[3:]]
+        + [head(1, 3, 4) + bytes([0, 2, 0, 3, 7]), head(1, 5, 5) + bytes([25])]
+        + [head(1, 4, 4) + bytes([3, 20]), head(1, 0, 4) + b"\x04"]
+        + [
+            head(2, 6, 6) + poly(1, 1, 4, 1, 4, 4, 1, 4),
+            head(2, 7, 8) + poly(0.5, 0.5, 6.5, 1.5, 2.5, 5.5),
+            head(2, 6, 7, 1) + poly(-3, 2, 9, 2, 4, 12, 1, 1, 3, 1, 3, 3),
+            head(2, 40, 30) + poly(-4000, -100, 3000, 20.125, 15.5, 2000),
+            head(2, 9, 9, 2) + poly(1, 1, 3, 3, 2, 7, 8, 1, 2, 1, 8, 8),
+            head(2, 9, 9) + poly(1, 1, 3, float("nan"), 2, 7),
+            head(2, 9, 9) + poly(1, 1, float("inf"), 3, 2, 7),
+            head(2, 9, 9) + poly(1, 1, 1e300, 3, 2, 7),
+            head(2, 9, 9) + poly(1, 1, 5, 5),
+        ]
+    )
+
+
 def write(root: str, blobs: list[bytes]) -> int:
     os.makedirs(root, exist_ok=True)
     for blob in blobs:
@@ -362,10 +411,14 @@ def write(root: str, blobs: list[bytes]) -> int:
 def main() -> None:
     root = sys.argv[1] if len(sys.argv) > 1 else "seeds"
     kind = sys.argv[2] if len(sys.argv) > 2 else "decode"
-    if kind in ("http", "tar", "fields"):
-        n = write(
-            root, {"http": http_seeds, "tar": tar_seeds, "fields": field_seeds}[kind]()
-        )
+    if kind in ("http", "tar", "fields", "masks"):
+        makers = {
+            "http": http_seeds,
+            "tar": tar_seeds,
+            "fields": field_seeds,
+            "masks": mask_seeds,
+        }
+        n = write(root, makers[kind]())
         print(f"{n} {kind} seeds in {root}")
         return
     os.makedirs(root, exist_ok=True)

@@ -237,6 +237,10 @@ class StringBlob(Sequence):
             out[:, j] = np.where(at < ends, got, 0)
         return out
 
+    def take(self, rows: np.ndarray) -> StringBlob:
+        """The strings ``rows`` as a blob of their own (the same prefix)."""
+        return StringBlob(*gather_strings(self.blob, self._offsets, rows), self._prefix)
+
     def _get(self, i: int) -> str:
         a, b = self._offsets[i], self._offsets[i + 1]
         return self._prefix + os.fsdecode(bytes(self._blob[a:b]))
@@ -257,6 +261,92 @@ class StringBlob(Sequence):
 
     def __repr__(self) -> str:
         return f"<{self._n} strings in a {len(self._blob)}-byte blob>"
+
+
+# Strings gathered this many at a time: the per-byte index arrays of a
+# gather stay a few MB whatever the number of strings.
+_GATHER_ROWS = 1024
+
+
+def _fill(
+    out: np.ndarray,
+    ends: np.ndarray,
+    blob: np.ndarray,
+    starts: np.ndarray,
+    sizes: np.ndarray,
+    head: bytes = b"",
+) -> None:
+    """Write ``head`` and then ``blob[starts[m]:starts[m] + sizes[m]]`` as
+    string m of ``out``, which ends at ``ends[m + 1]`` (``ends``: one more
+    than the strings, from where the first begins)."""
+    k = len(head)
+    for j, byte in enumerate(head):
+        out[ends[:-1] + j] = byte
+    for a in range(0, len(sizes), _GATHER_ROWS):
+        sz = sizes[a : a + _GATHER_ROWS]
+        lead = np.cumsum(sz) - sz  # each string's first byte in the chunk
+        at = np.arange(int(lead[-1] + sz[-1]), dtype=np.int64)
+        # Byte t of the chunk is byte t - lead[m] of its string m.
+        dst = np.repeat(ends[a : a + len(sz)] + k - lead, sz) + at
+        out[dst] = blob[np.repeat(starts[a : a + _GATHER_ROWS] - lead, sz) + at]
+
+
+def gather_strings(
+    blob: np.ndarray, offsets: np.ndarray, ids: np.ndarray, skip: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """(blob, offsets) of the strings ``ids`` of ``(blob, offsets)``, in
+    that order, each less its first ``skip`` bytes, with numpy alone, a
+    few thousand strings at a time."""
+    ids = np.asarray(ids, dtype=np.int64)
+    starts = offsets[ids] + skip
+    sizes = offsets[ids + 1] - starts
+    ends = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=ends[1:])
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
+    _fill(out, ends, np.asarray(blob), starts, sizes)
+    return out, ends
+
+
+def concat_strings(
+    parts: list[tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """(blob, offsets) of the strings of several, one after another."""
+    if not parts:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    blobs, ends, base = [], [np.zeros(1, np.int64)], 0
+    for blob, offs in parts:
+        blobs.append(np.asarray(blob, dtype=np.uint8)[offs[0] : offs[-1]])
+        ends.append(np.asarray(offs[1:], dtype=np.int64) - offs[0] + base)
+        base += int(offs[-1] - offs[0])
+    return np.concatenate(blobs), np.concatenate(ends)
+
+
+def join_blobs(blobs: list[StringBlob]) -> StringBlob:
+    """The strings of ``blobs``, one after another, as one blob whose
+    prefix is what their prefixes share (the rest of a blob's prefix goes
+    before each of its strings), written once: no Python object a string,
+    no copy but the result's."""
+    common = os.path.commonprefix([b.prefix for b in blobs]) if blobs else ""
+    heads = [os.fsencode(b.prefix[len(common) :]) for b in blobs]
+    ends = np.zeros(sum(len(b) for b in blobs) + 1, dtype=np.int64)
+    at = 0
+    for b, head in zip(blobs, heads):
+        sizes = ends[at + 1 : at + 1 + len(b)]
+        np.subtract(b.offsets[1:], b.offsets[:-1], out=sizes)
+        sizes += len(head)
+        at += len(b)
+    np.cumsum(ends, out=ends)
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
+    at = 0
+    for b, head in zip(blobs, heads):
+        mine = ends[at : at + len(b) + 1]
+        if not head:  # the strings as they lie: one copy
+            out[mine[0] : mine[-1]] = b.blob[b.offsets[0] : b.offsets[-1]]
+        elif len(b):
+            sizes = np.diff(b.offsets)
+            _fill(out, mine, b.blob, b.offsets[:-1], sizes, head)
+        at += len(b)
+    return StringBlob(out, ends, common)
 
 
 # How os.fsencode encodes (UTF-8 and surrogateescape on Linux): every

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import targets as _targets
 from .base import ImageDataset, Sources, decode_item
-from .cache import StringBlob
+from .cache import StringBlob, gather_strings
 from .shards import _ShardPaths
 
 __all__ = ["_ColumnDataset", "_ColumnFields"]
@@ -65,38 +65,7 @@ def _take_strings(strings: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarra
         if data_buf is not None
         else np.zeros(0, np.uint8)
     )
-    return _gather(data, offs, rows)
-
-
-def _gather(
-    blob: np.ndarray, offsets: np.ndarray, ids: np.ndarray, skip: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """(blob, offsets) of the strings ``ids`` of ``(blob, offsets)``, in
-    that order, each less its first ``skip`` bytes, with numpy alone."""
-    starts = offsets[ids] + skip
-    sizes = offsets[ids + 1] - starts
-    ends = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=ends[1:])
-    total = int(ends[-1])
-    if total == 0:
-        return np.zeros(0, np.uint8), ends
-    # Byte j of the result is blob[starts[k] + j - ends[k]] for its item k.
-    shift = np.repeat(starts - ends[:-1], sizes)
-    shift += np.arange(total, dtype=np.int64)
-    return blob[shift], ends
-
-
-def _concat_strings(
-    parts: list[tuple[np.ndarray, np.ndarray]],
-) -> tuple[np.ndarray, np.ndarray]:
-    if not parts:
-        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
-    blobs, ends, base = [], [np.zeros(1, np.int64)], 0
-    for blob, offs in parts:
-        blobs.append(np.asarray(blob, dtype=np.uint8))
-        ends.append(np.asarray(offs[1:], dtype=np.int64) - offs[0] + base)
-        base += int(offs[-1] - offs[0])
-    return np.concatenate(blobs), np.concatenate(ends)
+    return gather_strings(data, offs, rows)
 
 
 class _RunPaths(_ShardPaths):
@@ -128,9 +97,11 @@ def _table_of(sources: np.ndarray, names: StringBlob) -> Any:
     skip = len(os.fsencode(prefix))
     if as_runs <= per_sample or n == 0:
         ids = run_src.astype(np.int64)
-        blob, ends = _gather(names.blob, names.offsets, ids, skip)
+        blob, ends = gather_strings(names.blob, names.offsets, ids, skip)
         return _RunPaths(StringBlob(blob, ends, prefix), starts)
-    blob, ends = _gather(names.blob, names.offsets, sources.astype(np.int64), skip)
+    blob, ends = gather_strings(
+        names.blob, names.offsets, sources.astype(np.int64), skip
+    )
     return StringBlob(blob, ends, prefix)
 
 

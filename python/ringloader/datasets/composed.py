@@ -27,6 +27,8 @@ import numpy as np
 from ..transforms import UnsupportedTransform, compile_views
 from . import targets as _targets
 from .base import Remote, Sources, provides_sources, sources_of
+from .cache import StringBlob, join_blobs
+from .remote_parts import objects_of
 from .timmdata import readable
 
 __all__ = ["UnreadableComposition", "Composed", "leaves_of", "resolve", "samples_stamp"]
@@ -204,12 +206,30 @@ class Composed:
                 "select the shards in the TarShards itself"
             )
         remote = _merge_remote([s.remote for s in by_leaf.values()])
-        part, index = self._part.tolist(), self._index.tolist()
-        if len(srcs) == 1:
+        if remote is not None:
+            # Each sample's object by index arrays: no str a sample.
+            got = objects_of(
+                list(by_leaf.values()), self._which(), self._part, self._index
+            )
+            remote = dataclasses.replace(
+                remote, names=got.names, objects=got.objects, urls=got.urls
+            )
+            paths: Any = got.paths
+        elif all(isinstance(s.paths, StringBlob) for s in by_leaf.values()):
+            # Local files named in blobs: each sample's gathered into one.
+            blobs = [s.paths for s in by_leaf.values()]
+            begins = np.cumsum([0] + [len(b) for b in blobs])
+            paths = (blobs[0] if len(blobs) == 1 else join_blobs(blobs)).take(
+                begins[self._which()][self._part] + self._index
+            )
+        elif len(srcs) == 1:
             names = srcs[0].paths
-            paths = [names[i] for i in index]
+            paths = [names[i] for i in self._index.tolist()]
         else:
-            paths = [srcs[p].paths[i] for p, i in zip(part, index)]
+            paths = [
+                srcs[p].paths[i]
+                for p, i in zip(self._part.tolist(), self._index.tolist())
+            ]
         targets = _targets.concat(
             [s.targets for s in srcs],
             self._part,
@@ -232,6 +252,11 @@ class Composed:
             remote=remote,
             parts=parts,
         )
+
+    def _which(self) -> np.ndarray:
+        """Each of ``leaves``' place among the leaves each once."""
+        place = {id(leaf): k for k, leaf in enumerate(self._unique)}
+        return np.array([place[id(leaf)] for leaf in self.leaves], dtype=np.intp)
 
     def _describe(self, index: int) -> str:
         """Sample ``index`` as its leaf describes it (by its path when the
@@ -261,9 +286,10 @@ class Composed:
 
 
 def _merge_remote(remotes: list[Optional[Remote]]) -> Optional[Remote]:
-    """One ``Remote`` for the remote leaves of a composition: their
-    objects, each once (a shard in two leaves is fetched by the first
-    leaf's URL), refreshed as often as the most often refreshed leaf,
+    """One ``Remote`` for the remote leaves of a composition, less its
+    objects (:func:`.remote_parts.objects_of` gives them, each once: a
+    shard in two leaves is fetched by the first leaf's URL): refreshed
+    as often as the most often refreshed leaf,
     with the most patient numeric options. Raises UnreadableComposition for local and
     remote leaves together (not supported yet) and for leaves whose
     certificate options differ."""
@@ -277,13 +303,7 @@ def _merge_remote(remotes: list[Optional[Remote]]) -> Optional[Remote]:
         )
     parts = [r for r in remotes if r is not None]
     if len(parts) == 1:
-        # The composition's samples find their objects by name: the
-        # leaf's objects array numbers the leaf's own samples.
-        return dataclasses.replace(parts[0], objects=None)
-    where: dict[str, int] = {}
-    positions = []
-    for r in parts:
-        positions.append([where.setdefault(n, len(where)) for n in r.names])
+        return parts[0]
     options = dict(parts[0].options)
     for r in parts[1:]:
         for k, v in r.options.items():
@@ -307,35 +327,15 @@ def _merge_remote(remotes: list[Optional[Remote]]) -> Optional[Remote]:
             "the remote parts read S3 with different credentials or regions; "
             "give them one s3_client, or load them apart"
         )
+    # The objects, their URLs and each sample's: remote_parts.objects_of.
     return Remote(
-        names=list(where),
-        urls=_MergedUrls([r.urls for r in parts], positions, len(where)),
+        names=(),
+        urls=list,
         refresh_s=min(refresh) if refresh else None,
         options=options,
         keys=keys[0] if keys else None,
         urls_expire=any(r.urls_expire for r in parts if r.refresh_s is not None),
     )
-
-
-class _MergedUrls:
-    """The fetch URLs of merged remote leaves: each leaf's ``urls()``,
-    placed at its objects' positions (the first leaf naming one wins)."""
-
-    def __init__(self, parts: list, positions: list[list[int]], n: int) -> None:
-        self._parts = parts
-        self._positions = positions
-        self._n = n
-
-    def __call__(self) -> list[str]:
-        out: list[Optional[str]] = [None] * self._n
-        for urls, positions in zip(self._parts, self._positions):
-            for p, url in zip(positions, urls()):
-                if out[p] is None:
-                    out[p] = url
-        return out  # type: ignore[return-value]
-
-    def __repr__(self) -> str:
-        return f"<fetch URLs of {self._n} objects>"
 
 
 def _gather(arrays: list, part: np.ndarray, index: np.ndarray) -> np.ndarray:

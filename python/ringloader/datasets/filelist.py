@@ -181,18 +181,7 @@ def _objects(paths: StringBlob) -> tuple[StringBlob, np.ndarray | None]:
     # Ids come in order of first use: a path is its object's first where
     # the largest id so far grows.
     first = np.flatnonzero(np.diff(np.maximum.accumulate(objects), prepend=-1) > 0)
-    return _take(paths, first), objects
-
-
-def _take(paths: StringBlob, rows: np.ndarray) -> StringBlob:
-    """The strings ``rows`` of a blob, as a blob of their own (the same
-    prefix), gathered with numpy."""
-    starts, ends = paths.offsets[rows], paths.offsets[rows + 1]
-    lengths = ends - starts
-    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    at = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-    return StringBlob(paths.blob[at], offsets, paths.prefix)
+    return paths.take(first), objects
 
 
 def _number(text: str) -> int | float:

@@ -36,12 +36,11 @@ import numpy as np
 from . import targets as _targets
 from . import timmdata
 from .base import read_file
-from .cache import StringBlob
+from .cache import StringBlob, concat_strings
 from .columns import (
     _check_image_type,
     _ColumnDataset,
     _ColumnFields,
-    _concat_strings,
     _image_chunk,
     _table_of,
     _take_strings,
@@ -224,7 +223,7 @@ class _Images:
             # Each path row is a source of its own: the whole file.
             self.source[rows] = self.nfiles + np.arange(len(rows), dtype=np.int32)
             self.lengths[rows] = -1
-        blob, ends = _concat_strings(path_blobs)
+        blob, ends = concat_strings(path_blobs)
         self.paths = StringBlob(blob, ends)
         if len(self.nulls):
             if self.nfiles == 0 and not len(rows):
@@ -240,7 +239,7 @@ class _Images:
         """The name of every source: the Arrow files, then the path rows'
         files (UTF-8, as Arrow holds them)."""
         files = StringBlob.from_strings(self.files)
-        blob, ends = _concat_strings(
+        blob, ends = concat_strings(
             [(files.blob, files.offsets), (self.paths.blob, self.paths.offsets)]
         )
         return StringBlob(blob, ends)

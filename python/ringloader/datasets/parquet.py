@@ -39,6 +39,7 @@ from . import targets as _targets
 from .base import PathLike, read_file
 from .cache import (
     StringBlob,
+    concat_strings,
     atomic_file,
     cache_name,
     default_cache_dir,
@@ -52,7 +53,6 @@ from .urls import is_url, local_name, redact
 from .columns import (
     _check_image_type,
     _ColumnDataset,
-    _concat_strings,
     _image_chunk,
     _table_of,
     _take_strings,
@@ -254,7 +254,7 @@ class _Extract:
                 self._step(1)
             if row != n:
                 raise _miscounted(self.path, n)
-        blob, ends = _concat_strings(blobs)
+        blob, ends = concat_strings(blobs)
         arrays = {
             "offsets": offsets,
             "kinds": kinds,
@@ -406,7 +406,7 @@ class Parquet(_ColumnDataset):
                 next_source += len(rows)
                 blobs.append((e.paths.blob, e.paths.offsets))
         self._source = source
-        blob, ends = _concat_strings(blobs)
+        blob, ends = concat_strings(blobs)
         self._names = StringBlob(blob, ends)
         self.paths = _table_of(source, self._names)
         if target is None:

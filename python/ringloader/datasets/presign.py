@@ -68,15 +68,21 @@ _PROBE = "ringloader-probe"
 
 
 def split_s3(name: str) -> tuple[str, str]:
-    """(bucket, key) of ``s3://bucket/key``; the key is taken literally
-    (S3 keys may hold ``?`` and ``#``)."""
-    parts = urlsplit(name, allow_fragments=False)
-    key = parts.path.lstrip("/")
-    if parts.query:
-        key += "?" + parts.query
-    if not parts.netloc or not key:
+    """(bucket, key) of ``s3://bucket/key``, both taken literally, as the
+    C source splits a name: the bucket ends at the first ``/``, ``?`` or
+    ``#``, and the key is the rest, leading slashes dropped (S3 keys may
+    hold ``?``, ``#``, tabs and line breaks, which ``urlsplit`` would
+    drop or cut)."""
+    _, sep, rest = name.partition("://")
+    end = len(rest)
+    for c in "/?#":
+        i = rest.find(c)
+        if 0 <= i < end:
+            end = i
+    bucket, key = rest[:end], rest[end:].lstrip("/")
+    if not sep or not bucket or not key:
         raise ValueError(f"{name}: an S3 URL is s3://bucket/key")
-    return parts.netloc, key
+    return bucket, key
 
 
 def url_base(client: Any, bucket: str) -> tuple[str, Optional[str]]:

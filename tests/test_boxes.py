@@ -4,7 +4,8 @@ tv_tensors.BoundingBoxes and KeyPoints: flips, resize, crop (also past the
 image's edges), center crop, resized crop, pad, affine, rotate and
 perspective, each alone and chained, for thousands of random boxes in every
 axis-aligned format; format conversion, clamping, and SanitizeBoundingBoxes'
-keep mask (degenerate, outside, NaN and infinite boxes). The C side
+keep mask (degenerate, outside, NaN and infinite boxes); the detection
+recipes' ops with the parameters torchvision's transforms draw. The C side
 computes in float64 with torchvision's one float32 rounding (a resize's
 ratios): it must match torchvision's float64 result within 1e-6 px, and its
 float32 result within 1e-3 px (boxes; keypoints that land on the canvas:
@@ -405,3 +406,66 @@ def test_bad_input_is_a_clear_error():
         _core.boxes_map(boxes, "XYXY", (10, 10), [("perspective", singular)])
     with pytest.raises(ValueError, match="finite"):
         _core.boxes_map(boxes, "XYXY", (10, 10), [("perspective", (math.nan,) * 8)])
+
+
+def test_detection_presets_match_torchvision():
+    """The detection recipes' random ops (ssd: RandomZoomOut, RandomIoUCrop,
+    RandomHorizontalFlip; multiscale: RandomShortestSize; lsj: ScaleJitter)
+    with the parameters torchvision's own transforms draw, given to the C
+    side as steps: RandomIoUCrop's crop zeroes the boxes whose centre falls
+    outside it, the sanitizer then drops them, the same indices."""
+    from torchvision.transforms import v2
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(8)
+    zoom, iou = v2.RandomZoomOut(p=1.0), v2.RandomIoUCrop()
+    shortest, jitter = (
+        v2.RandomShortestSize([480, 640, 800], 1333),
+        v2.ScaleJitter((1024, 1024)),
+    )
+    crops = 0
+    for _ in range(200):
+        h, w = (int(v) for v in rng.integers(64, 900, size=2))
+        fmt = FORMATS[int(rng.integers(3))]
+        xyxy = random_xyxy(rng, 20, h, w)
+        xyxy[:, :2] = np.clip(xyxy[:, :2], 0, None)
+        xyxy[:, 2:] = np.maximum(np.minimum(xyxy[:, 2:], [w, h]), xyxy[:, :2] + 2)
+        boxes = in_format(xyxy, fmt)
+        bb = tv_tensors.BoundingBoxes(
+            torch.from_numpy(boxes), format=fmt, canvas_size=(h, w)
+        )
+        image = tv_tensors.Image(torch.zeros(3, h, w, dtype=torch.uint8))
+        cur, canvas = boxes, (h, w)
+
+        params = zoom.make_params([image, bb])
+        bb = zoom.transform(bb, params)
+        cur, canvas = c_boxes(cur, fmt, canvas, [("pad", *params["padding"])])
+
+        params = iou.make_params([tv_tensors.Image(torch.zeros(3, *canvas)), bb])
+        if params:
+            bb = iou.transform(bb, params)
+            p = params
+            (out, canvas), mark = _core.boxes_iou_crop(
+                cur, fmt, canvas, p["top"], p["left"], p["height"], p["width"]
+            )
+            cur = np.frombuffer(out, dtype=np.float64).reshape(-1, 4)
+            assert list(mark) == p["is_within_crop_area"].numpy().astype(int).tolist()
+            crops += 1
+
+        other = shortest if rng.random() < 0.5 else jitter
+        params = other.make_params([tv_tensors.Image(torch.zeros(3, *canvas)), bb])
+        bb = other.transform(bb, params)
+        steps = [("resize", *params["size"])] + (
+            [("hflip",)] if rng.random() < 0.5 else []
+        )
+        if len(steps) == 2:
+            bb = F.horizontal_flip(bb)
+        cur, canvas = c_boxes(cur, fmt, canvas, steps)
+
+        assert canvas == tuple(bb.canvas_size)
+        assert max_diff(cur, bb.as_subclass(torch.Tensor).numpy()) < 1e-6
+        keep = np.frombuffer(_core.boxes_sanitize(cur, fmt, canvas), dtype=np.uint8)
+        _, want = F.sanitize_bounding_boxes(bb)
+        diff = np.nonzero(keep != want.numpy())[0]
+        assert not len(diff), (fmt, cur[diff], bb[diff].tolist())
+    assert crops > 50

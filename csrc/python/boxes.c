@@ -312,7 +312,52 @@ static PyObject *py_boxes_sanitize(PyObject *self, PyObject *args)
     return keep;
 }
 
+/* iou_crop(boxes, format, canvas, top, left, height, width) ->
+ * (bytes, (h, w), bytes): RandomIoUCrop's crop: the boxes cropped, those
+ * whose centre was outside the crop zeroed, and the one-byte mark. */
+static PyObject *py_boxes_iou_crop(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *boxes, *fmt_o, *canvas;
+    rl_box_format fmt;
+    rl_target_geom g;
+    int top, left, h, w, cw, ch;
+    size_t n;
+    const char *err = NULL;
+    if (!PyArg_ParseTuple(args, "OOOiiii", &boxes, &fmt_o, &canvas, &top, &left,
+                          &h, &w) ||
+        parse_format(fmt_o, &fmt) < 0 || parse_canvas(canvas, &cw, &ch) < 0) {
+        return NULL;
+    }
+    rl_geom_init(&g, cw, ch);
+    if (rl_geom_crop(&g, top, left, h, w, &err) < 0) {
+        PyErr_Format(PyExc_ValueError, "crop: %s", err);
+        return NULL;
+    }
+    double *v = read_values(boxes, 4, "boxes", &n);
+    if (!v)
+        return NULL;
+    PyObject *mark = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+    if (!mark) {
+        free(v);
+        return NULL;
+    }
+    uint8_t *in = (uint8_t *)PyBytes_AsString(mark);
+    rl_boxes_centers_within(v, n, fmt, top, left, h, w, in);
+    rl_boxes_map(&g, v, n, fmt);
+    rl_boxes_zero_outside(v, n, in);
+    PyObject *out = result(v, n, 4, w, h);
+    if (!out) {
+        Py_DECREF(mark);
+        return NULL;
+    }
+    return Py_BuildValue("NN", out, mark);
+}
+
 PyMethodDef rl__py_boxes_methods[] = {
+    {"boxes_iou_crop", py_boxes_iou_crop, METH_VARARGS,
+     "boxes_iou_crop(boxes, format, canvas, top, left, height, width) -> "
+     "((bytes, (h, w)), mark): RandomIoUCrop's crop of the boxes."},
     {"boxes_map", py_boxes_map, METH_VARARGS,
      "boxes_map(boxes, format, canvas, steps) -> (bytes, (h, w)): float64 "
      "boxes mapped through the geometry steps as torchvision's v2 kernels "

@@ -3,10 +3,12 @@
  * target geometry (targets/boxes.h), clamped and sanitized.
  *
  * DESIGN: every step follows torchvision.transforms.v2.functional's kernel
- * for tv_tensors.BoundingBoxes / KeyPoints, in double: boxes go to XYXY,
- * through each step (ends mapped for an axis step, the corners' hull for a
- * matrix step, then the clamp to the step's canvas where torchvision
- * clamps), and back to their format.
+ * for tv_tensors.BoundingBoxes / KeyPoints, in double and in its order of
+ * operations, so that a box on an edge lands on the same side of it (the
+ * sanitizer's x1 >= 0 is decided by the last bit): an axis step works on
+ * the box in its own format, then converts to XYXY to clamp where
+ * torchvision clamps; a matrix step converts to XYXY, takes the corners'
+ * hull, clamps, and converts back.
  */
 #include "targets/boxes.h"
 
@@ -228,6 +230,17 @@ void rl_boxes_convert(double *boxes, size_t n, rl_box_format from,
         return;
     for (size_t i = 0; i < n; i++) {
         double *b = boxes + 4 * i;
+        /* XYWH <-> CXCYWH directly, as torchvision converts them */
+        if (from == RL_BOX_XYWH && to == RL_BOX_CXCYWH) {
+            b[0] += b[2] / 2;
+            b[1] += b[3] / 2;
+            continue;
+        }
+        if (from == RL_BOX_CXCYWH && to == RL_BOX_XYWH) {
+            b[0] -= b[2] / 2;
+            b[1] -= b[3] / 2;
+            continue;
+        }
         /* to XYXY */
         if (from == RL_BOX_XYWH) {
             b[2] += b[0];
@@ -305,6 +318,32 @@ size_t rl_boxes_sanitize(const double *boxes, size_t n, rl_box_format fmt,
     return kept;
 }
 
+size_t rl_boxes_centers_within(const double *boxes, size_t n, rl_box_format fmt,
+                               int top, int left, int height, int width,
+                               uint8_t *in)
+{
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        double b[4];
+        memcpy(b, boxes + 4 * i, sizeof(b));
+        rl_boxes_convert(b, 1, fmt, RL_BOX_XYXY);
+        double cx = 0.5 * (b[0] + b[2]), cy = 0.5 * (b[1] + b[3]);
+        int ok = left < cx && cx < (double)left + width && top < cy &&
+                 cy < (double)top + height;
+        in[i] = (uint8_t)ok;
+        count += (size_t)ok;
+    }
+    return count;
+}
+
+void rl_boxes_zero_outside(double *boxes, size_t n, const uint8_t *in)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!in[i])
+            memset(boxes + 4 * i, 0, 4 * sizeof(double));
+    }
+}
+
 /* ---- mapping ---- */
 
 /* min and max that propagate NaN, as torch.aminmax */
@@ -339,18 +378,36 @@ static void map_point(const rl_geom_step *s, double x, double y, double *ox,
     *oy = ny / den;
 }
 
-static void map_box(const rl_geom_step *s, double *b)
+/* An axis step on a box in its own format, as torchvision's kernels do
+ * it: the ends of XYXY (swapped by a flip), the start and size of XYWH (a
+ * flip moves the start to W - (x + w)), the centre and size of CXCYWH. */
+static void axis_in_format(const rl_geom_step *s, double *b, rl_box_format fmt)
+{
+    for (int a = 0; a < 2; a++) {
+        double k = s->m[4 * a], t = s->m[2 + 3 * a];
+        double *p = b + a, *q = b + 2 + a;
+        if (fmt == RL_BOX_XYXY) {
+            double lo = k * *p + t, hi = k * *q + t;
+            *p = k < 0 ? hi : lo;
+            *q = k < 0 ? lo : hi;
+        } else if (fmt == RL_BOX_XYWH && k < 0) {
+            *p = k * (*p + *q) + t;
+        } else {
+            *p = k * *p + t;
+            *q = k < 0 ? *q : k * *q;
+        }
+    }
+}
+
+static void map_box(const rl_geom_step *s, double *b, rl_box_format fmt)
 {
     if (s->kind == RL_GEOM_AXIS) {
-        /* the ends mapped; a negative scale swaps them (a flip) */
-        double x1, y1, x2, y2;
-        map_point(s, b[0], b[1], &x1, &y1);
-        map_point(s, b[2], b[3], &x2, &y2);
-        b[0] = s->m[0] < 0 ? x2 : x1;
-        b[2] = s->m[0] < 0 ? x1 : x2;
-        b[1] = s->m[4] < 0 ? y2 : y1;
-        b[3] = s->m[4] < 0 ? y1 : y2;
+        axis_in_format(s, b, fmt);
+        if (!s->clamp)
+            return;
+        rl_boxes_convert(b, 1, fmt, RL_BOX_XYXY);
     } else {
+        rl_boxes_convert(b, 1, fmt, RL_BOX_XYXY);
         /* the hull of the corners TL, TR, BR, BL */
         const int cx[4] = {0, 2, 2, 0}, cy[4] = {1, 1, 3, 3};
         double x, y, lo[2], hi[2];
@@ -369,19 +426,17 @@ static void map_box(const rl_geom_step *s, double *b)
         b[2] = hi[0];
         b[3] = hi[1];
     }
-    if (s->clamp)
-        clamp_xyxy(b, s->out_w, s->out_h);
+    clamp_xyxy(b, s->out_w, s->out_h);
+    rl_boxes_convert(b, 1, RL_BOX_XYXY, fmt);
 }
 
 void rl_boxes_map(const rl_target_geom *g, double *boxes, size_t n,
                   rl_box_format fmt)
 {
-    rl_boxes_convert(boxes, n, fmt, RL_BOX_XYXY);
     for (size_t i = 0; i < n; i++) {
         for (int k = 0; k < g->n; k++)
-            map_box(&g->step[k], boxes + 4 * i);
+            map_box(&g->step[k], boxes + 4 * i, fmt);
     }
-    rl_boxes_convert(boxes, n, RL_BOX_XYXY, fmt);
 }
 
 void rl_keypoints_map(const rl_target_geom *g, double *points, size_t n)

@@ -108,4 +108,14 @@ size_t rl_boxes_sanitize(const double *boxes, size_t n, rl_box_format fmt,
                          int width, int height, double min_size,
                          double min_area, uint8_t *keep);
 
+/* RandomIoUCrop's mark: in[i] = 1 where box i's centre lies strictly
+ * inside the crop [left, left + width) x [top, top + height), from the
+ * boxes before the crop; the boxes outside are then zeroed
+ * (rl_boxes_zero_outside) so that the sanitizer drops them. Returns the
+ * count inside. */
+size_t rl_boxes_centers_within(const double *boxes, size_t n, rl_box_format fmt,
+                               int top, int left, int height, int width,
+                               uint8_t *in);
+void rl_boxes_zero_outside(double *boxes, size_t n, const uint8_t *in);
+
 #endif /* RL_TARGETS_BOXES_H */

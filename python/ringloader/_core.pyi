@@ -240,6 +240,20 @@ def boxes_clamp(boxes: Buffer, format: str, canvas: Tuple[int, int], /) -> bytes
 def keypoints_clamp(points: Buffer, canvas: Tuple[int, int], /) -> bytes:
     """clamp_keypoints on float64 keypoints (N, 2)."""
 
+def boxes_iou_crop(
+    boxes: Buffer,
+    format: str,
+    canvas: Tuple[int, int],
+    top: int,
+    left: int,
+    height: int,
+    width: int,
+    /,
+) -> Tuple[Tuple[bytes, Tuple[int, int]], bytes]:
+    """RandomIoUCrop's crop of float64 boxes (N, 4): cropped and clamped,
+    those whose centre lay outside the crop zeroed; and that mark, one
+    byte a box."""
+
 def boxes_sanitize(
     boxes: Buffer,
     format: str,

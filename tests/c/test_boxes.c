@@ -3,8 +3,9 @@
  * hand from torchvision's rules (a flip maps a box's x to W - x and a
  * keypoint's to W - 1 - x; crop, pad, affine and perspective clamp boxes
  * to their canvas, resize and flips do not; an affine box is the hull of
- * its corners); format conversion, clamping, the sanitizer's mask, a NaN
- * carried through a clamp, and the builders' refusals. */
+ * its corners); format conversion, clamping, the sanitizer's mask,
+ * RandomIoUCrop's mark, a NaN carried through a clamp, and the builders'
+ * refusals. */
 #include <math.h>
 #include <string.h>
 
@@ -128,6 +129,19 @@ static void formats_clamp_sanitize(void)
     CHECK(memcmp(keep, want, 7) == 0);
 }
 
+/* RandomIoUCrop's mark: centres strictly inside the crop, from the boxes
+ * before it; the others zeroed */
+static void iou_crop_mark(void)
+{
+    double b[12] = {0, 0, 20, 20, 30, 30, 50, 50, 0, 0, 60, 60};
+    uint8_t in[3];
+    /* crop [10, 40) x [10, 40): centres 10 (on the edge), 40, 30 */
+    CHECK_EQ(rl_boxes_centers_within(b, 3, RL_BOX_XYXY, 10, 10, 30, 30, in), 1);
+    CHECK(in[0] == 0 && in[1] == 0 && in[2] == 1);
+    rl_boxes_zero_outside(b, 3, in);
+    CHECK(near(b, (double[]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 60, 60}, 12));
+}
+
 static void refusals(void)
 {
     const char *err = NULL;
@@ -157,6 +171,7 @@ int main(void)
     axis_steps();
     matrix_steps();
     formats_clamp_sanitize();
+    iou_crop_mark();
     refusals();
     PASS("test_boxes");
 }

@@ -3,8 +3,9 @@ ThreadSanitizer: the pool, I/O, resampler and pipeline without Python, and
 the recipes of docs/ARCHITECTURE.md (a toy source, decoder and op),
 Pillow's affine warp at every SIMD level, and the kernels' bytes at every
 level (test_same_bytes; `make check-aarch64` compares them with aarch64's),
-the lookups in a shard set's record files (test_shard_records), and the
-mask raster of COCO polygons and RLEs (test_masks)."""
+the lookups in a shard set's record files (test_shard_records), the
+mask raster of COCO polygons and RLEs (test_masks), and boxes and
+keypoints mapped through a target geometry (test_boxes)."""
 
 import os
 import shutil
@@ -43,5 +44,6 @@ def test_c_units(tmp_path, sanitize):
         "test_decode_buf",
         "test_shard_records",
         "test_masks",
+        "test_boxes",
     ):
         assert f"{name}: " in proc.stdout

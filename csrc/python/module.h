@@ -11,7 +11,8 @@
  * pipeline.h; owners.c (device buffers in flight), stats.c (the counters
  * as a dict), batch.c (the Batch type), sources.c (the table of samples),
  * fallback.c (a Python decoder registered with the decode stage), tools.c
- * (stateless functions), masks.c (a segmentation's mask raster);
+ * (stateless functions), masks.c (a segmentation's mask raster), boxes.c
+ * (targets/boxes.h's private binding);
  * testing/py_testing.c in test builds.
  */
 #ifndef RL_PY_MODULE_H
@@ -339,6 +340,10 @@ int rl__py_masks_init(PyObject *module);
 /* ---- tools.c ---- */
 
 extern PyMethodDef rl__py_tool_methods[];
+
+/* ---- boxes.c: targets/boxes.h's private binding ---- */
+
+extern PyMethodDef rl__py_boxes_methods[];
 
 /* ---- testing/py_testing.c (test builds) ---- */
 

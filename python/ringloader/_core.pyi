@@ -207,6 +207,63 @@ def read_bench(
     """The I/O layer alone: (bytes, seconds). backend is "io_uring" or
     "pread"; offsets None reads whole files (lengths is then ignored)."""
 
+# A target geometry step, torchvision's arguments in its order (see
+# csrc/python/boxes.c): ("hflip",), ("vflip",), ("resize", h, w),
+# ("crop", top, left, h, w), ("center_crop", h, w),
+# ("resized_crop", top, left, h, w, out_h, out_w),
+# ("pad", left, top, right, bottom),
+# ("affine", angle, tx, ty, scale, shear_x, shear_y, center),
+# ("rotate", angle, center), ("perspective", coefficients[8]);
+# center (x, y) or None.
+_GeomStep = Tuple[Any, ...]
+
+def boxes_map(
+    boxes: Buffer, format: str, canvas: Tuple[int, int], steps: Sequence[_GeomStep], /
+) -> Tuple[bytes, Tuple[int, int]]:
+    """float64 boxes (N, 4) in format "XYXY", "XYWH" or "CXCYWH" on a canvas
+    (height, width), mapped through the steps as torchvision.transforms.v2
+    maps tv_tensors.BoundingBoxes (clamped where it clamps): the boxes'
+    bytes and the final canvas."""
+
+def keypoints_map(
+    points: Buffer, canvas: Tuple[int, int], steps: Sequence[_GeomStep], /
+) -> Tuple[bytes, Tuple[int, int]]:
+    """float64 keypoints (N, 2) mapped through the steps as torchvision
+    maps tv_tensors.KeyPoints (never clamped)."""
+
+def boxes_convert(boxes: Buffer, old_format: str, new_format: str, /) -> bytes:
+    """convert_bounding_box_format on float64 boxes (N, 4)."""
+
+def boxes_clamp(boxes: Buffer, format: str, canvas: Tuple[int, int], /) -> bytes:
+    """clamp_bounding_boxes on float64 boxes (N, 4)."""
+
+def keypoints_clamp(points: Buffer, canvas: Tuple[int, int], /) -> bytes:
+    """clamp_keypoints on float64 keypoints (N, 2)."""
+
+def boxes_iou_crop(
+    boxes: Buffer,
+    format: str,
+    canvas: Tuple[int, int],
+    top: int,
+    left: int,
+    height: int,
+    width: int,
+    /,
+) -> Tuple[Tuple[bytes, Tuple[int, int]], bytes]:
+    """RandomIoUCrop's crop of float64 boxes (N, 4): cropped and clamped,
+    those whose centre lay outside the crop zeroed; and that mark, one
+    byte a box."""
+
+def boxes_sanitize(
+    boxes: Buffer,
+    format: str,
+    canvas: Tuple[int, int],
+    min_size: float = ...,
+    min_area: float = ...,
+    /,
+) -> bytes:
+    """SanitizeBoundingBoxes' keep mask, one byte (0 or 1) a box."""
+
 def resample_simd(cap: Optional[str] = ..., /) -> str:
     """The resampler's SIMD level, "c", "sse2" or "avx2", after first lowering
     it to at most cap when given (process-wide: call it with no loader

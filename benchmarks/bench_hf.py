@@ -559,13 +559,20 @@ def table(results: dict) -> str:
     return "\n".join(out)
 
 
+def tables(results: dict) -> str:
+    """The results' table, then the HTTP contender's against the local
+    file where it ran."""
+    out = table(results)
+    if hf_http.HTTP in results["contenders"]:
+        out += "\n" + hf_http.table(results)
+    return out
+
+
 def finish(results: dict, a: argparse.Namespace, table: Any, plot: Any) -> None:
     """The run's end: the load average after it, the table printed, the
     results and plot written where ``a`` says."""
     results["load_after"] = os.getloadavg()
     print(table(results))
-    if hf_http.HTTP in results["contenders"]:
-        print(hf_http.table(results))
     if a.json:
         with open(a.json, "w") as f:
             f.write(json.dumps(results, indent=1) + "\n")
@@ -665,7 +672,7 @@ def main() -> None:
         as_parquet(folder)
     with hf_http.serving(a.dir, names) as a.url:  # takes HTTP out without nginx
         _measure_all(a, results, data, sets)
-    finish(results, a, table, plot)
+    finish(results, a, tables, plot)
 
 
 if __name__ == "__main__":

@@ -391,7 +391,7 @@ def _median(runs: list[dict]) -> dict:
             None if "error" in r else round(r["img_s"], 1) for r in runs
         ]
         med["first_batch_s_runs"] = [
-            None if "error" in r else round(r["first_batch_s"], 3) for r in runs
+            None if "error" in r else round(r["first_batch_s"], 4) for r in runs
         ]
     return med
 

@@ -4,7 +4,8 @@ the recipes of docs/ARCHITECTURE.md (a toy source, decoder and op),
 Pillow's affine warp at every SIMD level, and the kernels' bytes at every
 level (test_same_bytes; `make check-aarch64` compares them with aarch64's),
 the lookups in a shard set's record files (test_shard_records), the
-mask raster of COCO polygons and RLEs (test_masks), and boxes and
+mask raster of COCO polygons and RLEs (test_masks), a segmentation PNG's
+indices sampled through index maps (test_mask_png), and boxes and
 keypoints mapped through a target geometry (test_boxes)."""
 
 import os
@@ -44,6 +45,7 @@ def test_c_units(tmp_path, sanitize):
         "test_decode_buf",
         "test_shard_records",
         "test_masks",
+        "test_mask_png",
         "test_boxes",
     ):
         assert f"{name}: " in proc.stdout

@@ -11,6 +11,8 @@ corpus (made by tests/fuzz/make_corpus.py) through what it fuzzes:
   has them) and replay_main.c instead of libFuzzer.
 - fuzz_masks.c (regressions_masks): the mask raster's parsers and polygon
   scan conversion, through the harness built the same way.
+- fuzz_mask_png.c (regressions_mask_png): a segmentation PNG's indices
+  sampled through index maps, likewise (with libspng and libdeflate).
 - fuzz_tar.py (regressions_tar): the shard index's tar walk, through the
   harness's own checks without atheris.
 - fuzz_fields.py (regressions_fields): the core's member checks against
@@ -91,16 +93,25 @@ def test_fuzz_regressions_and_seeds_replay(tmp_path):
     assert proc.stdout.strip() == str(len(paths))
 
 
-def _replay_c(tmp_path, harness: str, sources: list, paths: list) -> None:
+def _replay_c(
+    tmp_path, harness: str, sources: list, paths: list, packages: tuple = ()
+) -> None:
     """Builds a libFuzzer harness with replay_main.c (ASan + UBSan where
-    the compiler has them) and runs every input through it."""
+    the compiler has them), linked with the pkg-config ``packages``, and
+    runs every input through it."""
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     assert cc is not None, "a C compiler is needed to build the harness"
     exe = str(tmp_path / harness)
     srcs = [os.path.join(FUZZ, f) for f in (harness + ".c", "replay_main.c")]
     srcs += [os.path.join(HERE, "..", "csrc", s) for s in sources]
     base = [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"]
-    base += ["-I", os.path.join(HERE, "..", "csrc"), "-o", exe, *srcs, "-lm"]
+    flags = []
+    if packages:
+        pc = ["pkg-config", "--cflags", "--libs", *packages]
+        flags = subprocess.run(
+            pc, capture_output=True, text=True, check=True
+        ).stdout.split()
+    base += ["-I", os.path.join(HERE, "..", "csrc"), "-o", exe, *srcs, *flags, "-lm"]
     san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
     built = subprocess.run(base[:1] + san + base[1:], capture_output=True, text=True)
     if built.returncode != 0:  # a compiler without the sanitizers' runtime
@@ -125,9 +136,23 @@ def test_mask_regressions_and_seeds_replay(tmp_path):
     sources = [
         os.path.join("targets", f)
         for f in sorted(os.listdir(targets))
-        if f.endswith(".c")
+        if f.endswith(".c") and f != "mask_png.c"
     ]
     _replay_c(tmp_path, "fuzz_masks", sources, paths)
+
+
+def test_mask_png_regressions_and_seeds_replay(tmp_path):
+    paths = inputs("regressions_mask_png", tmp_path / "seeds", "mask_png")
+    assert len(paths) > 100
+    sources = [
+        "targets/mask_png.c",
+        "targets/mask_sample.c",
+        "decode/png_index.c",
+        "decode/png_rows.c",
+        "decode/buffer.c",
+        "simd.c",
+    ]
+    _replay_c(tmp_path, "fuzz_mask_png", sources, paths, ("spng", "libdeflate"))
 
 
 def _replay_atheris(target: str, paths: list) -> None:

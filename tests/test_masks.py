@@ -78,7 +78,11 @@ def random_geometry(rng, h, w, fill):
 
 
 def torchvision_apply(full, steps, fill):
-    mask = tv_tensors.Mask(torch.from_numpy(full))
+    return apply_steps(tv_tensors.Mask(torch.from_numpy(full)), steps, fill)
+
+
+def apply_steps(mask, steps, fill):
+    """torchvision's ops of a chain on a tv_tensors.Mask, as a numpy array."""
     for name, args in steps:
         if name == "resize":
             mask = F.resize(mask, list(args))

@@ -1,13 +1,15 @@
 /*
  * decode/png.c - the PNG decoder (rl_png_decoder), on libspng.
  *
- * This is the only file that includes spng.h. The pixels are what Pillow's
- * Image.open(f).convert("RGB") gives, which is what torchvision's
- * ImageFolder loader hands a transform: alpha (an alpha channel or tRNS)
- * is dropped, not composited; a palette is expanded, an index past the
- * end of PLTE giving black; grey of 1, 2 or 4 bits is scaled to 8 (x255,
- * x85, x17); 16-bit grey (Pillow's I;16) is clipped to 255, while 16-bit
- * grey+alpha, RGB and RGBA keep their high byte (Pillow's unpackers).
+ * This file and decode/png_index.c (which opens libspng's context for
+ * both, decode/png_spng.h) are the only ones on libspng. The pixels are
+ * what Pillow's Image.open(f).convert("RGB") gives, which is what
+ * torchvision's ImageFolder loader hands a transform: alpha (an alpha
+ * channel or tRNS) is dropped, not composited; a palette is expanded, an
+ * index past the end of PLTE giving black; grey of 1, 2 or 4 bits is
+ * scaled to 8 (x255, x85, x17); 16-bit grey (Pillow's I;16) is clipped to
+ * 255, while 16-bit grey+alpha, RGB and RGBA keep their high byte
+ * (Pillow's unpackers).
  * Gamma, sBIT and colour profiles are ignored, as Pillow ignores them.
  *
  * DESIGN: the rows come in the file's own format (SPNG_FMT_RAW,
@@ -52,16 +54,12 @@
  */
 #include "decode/decode.h"
 #include "decode/png_rows.h"
+#include "decode/png_spng.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <spng.h>
-
-/* What libspng may hold of ancillary chunks (inflated text, profiles). */
-#define RL_PNG_CHUNK_CACHE (64u << 20)
 
 static const uint8_t png_magic[8] = {0x89, 'P',  'N',  'G',
                                      '\r', '\n', 0x1A, '\n'};
@@ -87,51 +85,6 @@ static void drop_ctx(png_state *s)
 {
     spng_ctx_free(s->ctx);
     s->ctx = NULL;
-}
-
-/*
- * Walks the chunks of data: returns 0 with *cut telling whether the data
- * ends before an IEND chunk (and *cut_at where the chunk it ends in
- * starts), or RL_EDECODE with msg for a chunk length over PNG's 2^31 - 1
- * or a critical chunk (IHDR, PLTE, IDAT, IEND) whose CRC is wrong. Bytes
- * after IEND are not looked at. libspng is told not to check those CRCs
- * again (nor the zlib stream's Adler-32, which Pillow does not reach
- * either: it stops inflating at the image's last row).
- */
-static int walk_chunks(const uint8_t *data, size_t len, bool *cut,
-                       size_t *cut_at, char *msg)
-{
-    size_t at = sizeof(png_magic);
-    *cut = true;
-    for (;; at += (size_t)rl__png_be32(data + at) + 12) {
-        *cut_at = at;
-        if (len - at < 12) {
-            return 0;
-        }
-        uint32_t n = rl__png_be32(data + at);
-        const uint8_t *type = data + at + 4;
-        if (n > 0x7FFFFFFFu) {
-            snprintf(msg, RL_MSG_MAX, "PNG chunk length %u is invalid", n);
-            return RL_EDECODE;
-        }
-        if ((size_t)n > len - at - 12) {
-            return 0; /* the chunk is cut */
-        }
-        if (type[0] >= 'A' && type[0] <= 'Z') { /* critical */
-            uint32_t crc = rl__png_crc32(type, (size_t)n + 4);
-            if (crc != rl__png_be32(type + 4 + n)) {
-                snprintf(msg, RL_MSG_MAX,
-                         "PNG %.4s chunk at byte %zu has a wrong CRC "
-                         "(corrupt file)",
-                         (const char *)type, at);
-                return RL_EDECODE;
-            }
-        }
-        if (memcmp(type, "IEND", 4) == 0) {
-            *cut = false;
-            return 0;
-        }
-    }
 }
 
 static void put_be32(uint8_t *p, uint32_t v)
@@ -176,45 +129,9 @@ static int mend(png_state *s, const uint8_t **data, size_t *len)
     return 0;
 }
 
-/* A libspng context reading data[0..len), with our limits, in s->ctx:
- * 0 or libspng's error. */
 static int open_ctx(png_state *s, const uint8_t *data, size_t len)
 {
-    s->ctx = spng_ctx_new(SPNG_CTX_IGNORE_ADLER32);
-    if (s->ctx == NULL) {
-        return SPNG_EMEM;
-    }
-    /* Critical chunks' CRCs: checked by walk_chunks, the whole file's;
-     * an ancillary chunk with a wrong CRC is dropped (libspng's default,
-     * and Pillow's: it ignores ancillary chunks it cannot read). */
-    int err = spng_set_crc_action(s->ctx, SPNG_CRC_USE, SPNG_CRC_DISCARD);
-    if (err == 0) {
-        err = spng_set_chunk_limits(s->ctx, RL_PNG_CHUNK_CACHE,
-                                    RL_PNG_CHUNK_CACHE);
-    }
-    if (err == 0) {
-        err = spng_set_png_buffer(s->ctx, data, len);
-    }
-    if (err == 0) {
-        err = spng_get_ihdr(s->ctx, &s->ihdr);
-    }
-    return err;
-}
-
-/* libspng's error as a status with msg: data that ends where libspng
- * wants more is truncated, anything else corrupt. */
-static int spng_status(int err, const char *what, char *msg)
-{
-    bool eof = err == SPNG_EOF;
-    snprintf(msg, RL_MSG_MAX, "PNG %s: %s%s", what, spng_strerror(err),
-             eof ? " (truncated file)" : "");
-    if (err == SPNG_EMEM) {
-        return -ENOMEM;
-    }
-    if (err == SPNG_ECHUNK_LIMITS) {
-        return RL_ETOOBIG;
-    }
-    return eof ? RL_ETRUNCATED : RL_EDECODE;
+    return rl__png_open(&s->ctx, data, len, &s->ihdr);
 }
 
 static int png_header(void *state, const uint8_t *data, size_t len,
@@ -229,7 +146,7 @@ static int png_header(void *state, const uint8_t *data, size_t len,
         snprintf(msg, RL_MSG_MAX, "not a PNG file (%zu bytes)", len);
         return RL_EFORMAT;
     }
-    int rc = walk_chunks(data, len, &s->cut, &s->cut_at, msg);
+    int rc = rl__png_walk_chunks(data, len, &s->cut, &s->cut_at, msg);
     if (rc != 0) {
         return rc;
     }
@@ -237,7 +154,7 @@ static int png_header(void *state, const uint8_t *data, size_t len,
     s->len = len;
     int err = open_ctx(s, data, len);
     if (err != 0) {
-        rc = spng_status(err, "header", msg);
+        rc = rl__png_status(err, "header", msg);
         drop_ctx(s);
         return rc;
     }
@@ -251,7 +168,7 @@ static int png_header(void *state, const uint8_t *data, size_t len,
         struct spng_plte plte;
         err = spng_get_plte(s->ctx, &plte);
         if (err != 0) {
-            rc = spng_status(err, "palette", msg);
+            rc = rl__png_status(err, "palette", msg);
             drop_ctx(s);
             return rc;
         }
@@ -455,7 +372,7 @@ static int png_region(void *state, int m, int x0, int y0, int w, int h,
                                 SPNG_DECODE_PROGRESSIVE);
     }
     if (err != 0) {
-        int rc = spng_status(err, "decode", msg);
+        int rc = rl__png_status(err, "decode", msg);
         drop_ctx(s);
         return rc;
     }
@@ -499,7 +416,7 @@ static int png_region(void *state, int m, int x0, int y0, int w, int h,
     err = decode_rows(s, rowbytes, x0, y0, w, h, &bad);
     drop_ctx(s);
     if (err != 0 && !(s->cut && lim->allow_truncated)) {
-        return spng_status(err, "data", msg);
+        return rl__png_status(err, "data", msg);
     }
     if (interlaced) {
         for (int r = 0; r < h; r++) {

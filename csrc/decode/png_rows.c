@@ -34,6 +34,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,6 +74,42 @@ void rl__png_rows_exit(rl_png_rows *r)
 uint32_t rl__png_crc32(const uint8_t *p, size_t n)
 {
     return libdeflate_crc32(0, p, n);
+}
+
+int rl__png_walk_chunks(const uint8_t *data, size_t len, bool *cut,
+                        size_t *cut_at, char *msg)
+{
+    size_t at = 8; /* the signature */
+    *cut = true;
+    for (;; at += (size_t)rl__png_be32(data + at) + 12) {
+        *cut_at = at;
+        if (len - at < 12) {
+            return 0;
+        }
+        uint32_t n = rl__png_be32(data + at);
+        const uint8_t *type = data + at + 4;
+        if (n > 0x7FFFFFFFu) {
+            snprintf(msg, RL_MSG_MAX, "PNG chunk length %u is invalid", n);
+            return RL_EDECODE;
+        }
+        if ((size_t)n > len - at - 12) {
+            return 0; /* the chunk is cut */
+        }
+        if (type[0] >= 'A' && type[0] <= 'Z') { /* critical */
+            uint32_t crc = rl__png_crc32(type, (size_t)n + 4);
+            if (crc != rl__png_be32(type + 4 + n)) {
+                snprintf(msg, RL_MSG_MAX,
+                         "PNG %.4s chunk at byte %zu has a wrong CRC "
+                         "(corrupt file)",
+                         (const char *)type, at);
+                return RL_EDECODE;
+            }
+        }
+        if (memcmp(type, "IEND", 4) == 0) {
+            *cut = false;
+            return 0;
+        }
+    }
 }
 
 /*

@@ -1,6 +1,7 @@
 /*
  * decode/png_rows.h - a PNG's image data inflated whole with libdeflate and
- * unfiltered here: the fast path of decode/png.c, its only user.
+ * unfiltered here: the fast path of decode/png.c and decode/png_index.c,
+ * and the chunk walk both judge a file by.
  *
  * libspng inflates with zlib a row at a time and unfilters byte by byte;
  * for the files of a data set (one IDAT run, a well-formed zlib stream) it
@@ -49,6 +50,19 @@ uint32_t rl__png_be32(const uint8_t *p);
 
 /* The CRC-32 of n bytes, as a PNG chunk's (zlib's crc32 from 0). */
 uint32_t rl__png_crc32(const uint8_t *p, size_t n);
+
+/*
+ * Walks the chunks of data, a PNG file whose 8-byte signature the caller
+ * checked: returns 0 with *cut telling whether the data ends before an
+ * IEND chunk (and *cut_at where the chunk it ends in starts), or
+ * RL_EDECODE with msg for a chunk length over PNG's 2^31 - 1 or a critical
+ * chunk (IHDR, PLTE, IDAT, IEND) whose CRC is wrong. Bytes after IEND are
+ * not looked at. Its callers tell libspng not to check those CRCs again
+ * (nor the zlib stream's Adler-32, which Pillow does not reach either: it
+ * stops inflating at the image's last row).
+ */
+int rl__png_walk_chunks(const uint8_t *data, size_t len, bool *cut,
+                        size_t *cut_at, char *msg);
 
 /*
  * Decodes the first nrows rows of the image in data[0..len), a whole PNG

@@ -1,7 +1,8 @@
 /*
  * python/masks.c - a COCO segmentation's mask, sampled through per-axis
- * index maps (targets/mask.h): mask_from_polygons and mask_from_rle. Private
- * helpers for tests and the detection pipeline to come.
+ * index maps (targets/mask.h): mask_from_polygons and mask_from_rle, and a
+ * segmentation PNG's indices the same way: mask_from_png and
+ * png_mask_size. Private helpers for tests and the pipeline to come.
  *
  * DESIGN: the arguments are copied into malloc'd memory with the GIL held
  * (polygons as doubles, counts as int64, the string's bytes); the raster
@@ -372,6 +373,64 @@ static PyObject *py_mask_from_rle(PyObject *module, PyObject *args,
     return out;
 }
 
+/* mask_from_png(data, row_map, col_map, fill=255) -> bytes */
+static PyObject *py_mask_from_png(PyObject *module, PyObject *args,
+                                  PyObject *kw)
+{
+    (void)module;
+    static char *kwlist[] = {"data", "row_map", "col_map", "fill", NULL};
+    Py_buffer data;
+    PyObject *row_map, *col_map;
+    int fill = 255;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*OO|i", kwlist, &data,
+                                     &row_map, &col_map, &fill)) {
+        return NULL;
+    }
+    sample_args a;
+    PyObject *bytes = NULL;
+    if (sample_parse(row_map, col_map, fill, &a) == 0) {
+        bytes =
+            PyBytes_FromStringAndSize(NULL, a.rows.shape[0] * a.cols.shape[0]);
+    }
+    if (bytes != NULL) {
+        uint8_t *out = (uint8_t *)PyBytes_AsString(bytes);
+        char msg[RL_MSG_MAX] = "";
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = rl_mask_png_sample(
+            data.buf, (size_t)data.len, a.rows.buf, (int)a.rows.shape[0],
+            a.cols.buf, (int)a.cols.shape[0], (uint8_t)a.fill, out, msg);
+        Py_END_ALLOW_THREADS
+        if (rc != 0) {
+            Py_CLEAR(bytes);
+            PyErr_SetString(
+                rc == -EINVAL ? PyExc_ValueError : PyExc_MemoryError, msg);
+        }
+    }
+    sample_release(&a);
+    PyBuffer_Release(&data);
+    return bytes;
+}
+
+/* png_mask_size(data) -> (height, width) */
+static PyObject *py_png_mask_size(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) != 0) {
+        return NULL;
+    }
+    char msg[RL_MSG_MAX] = "";
+    int h = 0, w = 0;
+    int rc = rl_mask_png_size(data.buf, (size_t)data.len, &h, &w, msg);
+    PyBuffer_Release(&data);
+    if (rc != 0) {
+        PyErr_SetString(PyExc_ValueError, msg);
+        return NULL;
+    }
+    return Py_BuildValue("(ii)", h, w);
+}
+
 static PyMethodDef methods[] = {
     {"mask_from_polygons", (PyCFunction)(void (*)(void))py_mask_from_polygons,
      METH_VARARGS | METH_KEYWORDS,
@@ -384,6 +443,15 @@ static PyMethodDef methods[] = {
      "mask_from_rle(rle, height, width, row_map, col_map, fill=0) -> bytes: "
      "a COCO RLE dict (counts a str/bytes, compressed, or a list of ints) "
      "decoded and sampled as mask_from_polygons does."},
+    {"mask_from_png", (PyCFunction)(void (*)(void))py_mask_from_png,
+     METH_VARARGS | METH_KEYWORDS,
+     "mask_from_png(data, row_map, col_map, fill=255) -> bytes: a "
+     "segmentation PNG's palette indices (or 8-bit grey values), as "
+     "np.array(PIL.Image.open(f)) gives them, taken at rows row_map and "
+     "columns col_map (int32 arrays, -1: fill), row-major."},
+    {"png_mask_size", py_png_mask_size, METH_O,
+     "png_mask_size(data) -> (height, width) of a PNG mask_from_png "
+     "accepts; ValueError for one it refuses."},
     {NULL, NULL, 0, NULL},
 };
 

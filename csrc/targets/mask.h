@@ -79,6 +79,33 @@ int rl_mask_sample(const rl_mask *m, const int32_t *row_map, int out_h,
                    const int32_t *col_map, int out_w, uint8_t fill,
                    uint8_t *out, char msg[RL_MSG_MAX]);
 
+/* A segmentation PNG's stored samples (decode/png_index.h: a palette's
+ * indices, 1/2/4/8-bit, or 8-bit grey values, as Pillow's np.array gives
+ * them) sampled as rl_mask_sample samples a raster: out[y * out_w + x] =
+ * png[row_map[y], col_map[x]], or fill. The maps and output sides are
+ * checked as rl_mask_sample checks them, against the PNG's size; the image
+ * is never expanded to colours, and only the rows the maps read are
+ * unpacked (every row is inflated and checked: the outcome does not depend
+ * on the maps). -EINVAL: a file that is not a whole, sound PNG of those
+ * kinds (msg says what it is), a side over RL_MASK_MAX_SIDE, a bad map.
+ * Memory O(distinct rows read x width + the maps), plus, for
+ * non-interlaced files of up to 64 MiB of rows, the file's rows. */
+int rl_mask_png_sample(const uint8_t *data, size_t len, const int32_t *row_map,
+                       int out_h, const int32_t *col_map, int out_w,
+                       uint8_t fill, uint8_t *out, char msg[RL_MSG_MAX]);
+
+/* The PNG's size as rl_mask_png_sample reads it: 0 or -EINVAL. */
+int rl_mask_png_size(const uint8_t *data, size_t len, int *height, int *width,
+                     char msg[RL_MSG_MAX]);
+
+/* Internal (targets/mask_sample.c, for the samplers): checks out_h and
+ * out_w (0..RL_MASK_MAX_SIDE) or checks the maps against an h x w source,
+ * copying them to rows and cols (-1 in cols becomes w). 0 or -EINVAL. */
+int rl__mask_check_out(int out_h, int out_w, char msg[RL_MSG_MAX]);
+int rl__mask_read_maps(int h, int w, const int32_t *row_map, int out_h,
+                       const int32_t *col_map, int out_w, int32_t *rows,
+                       int32_t *cols, char msg[RL_MSG_MAX]);
+
 /* Internal (targets/mask_runs.c, for the parsers): ORs in a part given as
  * n toggle positions in any order, duplicates cancelling in pairs, each
  * <= h * w (those at h * w flip nothing). Sorts pos in place; the caller

@@ -58,31 +58,43 @@ static int sweep_alloc(sweep *s, const rl_mask *m, int out_h, int out_w)
                : -ENOMEM;
 }
 
-/* Copies and checks the maps: 0 or -EINVAL. */
-static int read_maps(sweep *s, const rl_mask *m, const int32_t *row_map,
-                     int out_h, const int32_t *col_map, int out_w, char *msg)
+int rl__mask_read_maps(int h, int w, const int32_t *row_map, int out_h,
+                       const int32_t *col_map, int out_w, int32_t *rows,
+                       int32_t *cols, char msg[RL_MSG_MAX])
 {
     for (int x = 0; x < out_w; x++) {
         int32_t c = col_map[x];
-        if (c < -1 || c >= m->w) {
+        if (c < -1 || c >= w) {
             snprintf(msg, RL_MSG_MAX,
                      "column map entry %d is %d: it must be -1 (fill) or a "
                      "column of the %d-wide mask",
-                     x, (int)c, m->w);
+                     x, (int)c, w);
             return -EINVAL;
         }
-        s->cols[x] = c < 0 ? m->w : c;
+        cols[x] = c < 0 ? w : c;
     }
     for (int y = 0; y < out_h; y++) {
         int32_t r = row_map[y];
-        if (r < -1 || r >= m->h) {
+        if (r < -1 || r >= h) {
             snprintf(msg, RL_MSG_MAX,
                      "row map entry %d is %d: it must be -1 (fill) or a "
                      "row of the %d-high mask",
-                     y, (int)r, m->h);
+                     y, (int)r, h);
             return -EINVAL;
         }
-        s->rows[y] = r;
+        rows[y] = r;
+    }
+    return 0;
+}
+
+int rl__mask_check_out(int out_h, int out_w, char msg[RL_MSG_MAX])
+{
+    if (out_h < 0 || out_w < 0 || out_h > RL_MASK_MAX_SIDE ||
+        out_w > RL_MASK_MAX_SIDE) {
+        snprintf(msg, RL_MSG_MAX,
+                 "sampled mask size %d x %d: each side must be 0..%d", out_h,
+                 out_w, RL_MASK_MAX_SIDE);
+        return -EINVAL;
     }
     return 0;
 }
@@ -161,11 +173,7 @@ int rl_mask_sample(const rl_mask *m, const int32_t *row_map, int out_h,
                    const int32_t *col_map, int out_w, uint8_t fill,
                    uint8_t *out, char msg[RL_MSG_MAX])
 {
-    if (out_h < 0 || out_w < 0 || out_h > RL_MASK_MAX_SIDE ||
-        out_w > RL_MASK_MAX_SIDE) {
-        snprintf(msg, RL_MSG_MAX,
-                 "sampled mask size %d x %d: each side must be 0..%d", out_h,
-                 out_w, RL_MASK_MAX_SIDE);
+    if (rl__mask_check_out(out_h, out_w, msg) != 0) {
         return -EINVAL;
     }
     sweep s = {0};
@@ -175,7 +183,8 @@ int rl_mask_sample(const rl_mask *m, const int32_t *row_map, int out_h,
                  m->w);
         goto out_free;
     }
-    rc = read_maps(&s, m, row_map, out_h, col_map, out_w, msg);
+    rc = rl__mask_read_maps(m->h, m->w, row_map, out_h, col_map, out_w, s.rows,
+                            s.cols, msg);
     if (rc != 0) {
         goto out_free;
     }

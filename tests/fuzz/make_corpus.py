@@ -6,7 +6,8 @@ lossy, lossless, with alpha and animated, whole and cut; for fuzz_http.c
 ("http"), HTTP response header blocks; for fuzz_tar.py ("tar"), tar
 shards; for fuzz_fields.py ("fields"), captions, JSON documents (in
 UTF-8, -16 and -32) and integers, good and bad; for fuzz_masks.c
-("masks"), COCO strings, counts and polygons (see mask_seeds).
+("masks"), COCO strings, counts and polygons (see mask_seeds); for
+fuzz_mask_png.c ("mask_png"), segmentation PNGs (see mask_png_seeds).
 
 Each file is an 8-byte header that fuzz_decode.c reads as the transform
 choice (kind, output size, resize, flip, layout, sample index), followed by
@@ -22,7 +23,8 @@ numbers past 64 bits. A fuzz_tar.py seed is a whole tar shard as
 tarindex.py reads them: WebDataset members, directories and links, long
 names (GNU and pax), no end-of-archive block, cut short, and compressed.
 
-Usage: python3 make_corpus.py OUT_DIR [decode|png|webp|http|tar|fields|masks]
+Usage: python3 make_corpus.py OUT_DIR
+       [decode|png|webp|http|tar|fields|masks|mask_png]
 """
 
 from __future__ import annotations
@@ -399,6 +401,41 @@ def mask_seeds() -> list[bytes]:
     )
 
 
+def mask_png_seeds() -> list[bytes]:
+    """fuzz_mask_png.c inputs: 4 header bytes (sampled height and width,
+    fill, the maps' seed), then a PNG: palettes of every depth and grey,
+    interlaced or not, as Pillow and tests/pngmake.py write them; colour
+    types and depths it refuses; PngSuite; one cut short three ways."""
+    sys.path.insert(0, os.path.join(HERE, ".."))
+    try:
+        from pngmake import png_bytes, random_samples
+    finally:
+        sys.path.pop(0)
+    rng = np.random.default_rng(2)
+    files = []
+    for depth in (1, 2, 4, 8):
+        for interlace in (False, True):
+            s = random_samples(rng, 13, 21, 3, depth, palette_len=1 << depth)
+            pal = rng.integers(0, 256, (1 << depth, 3))
+            files.append(png_bytes(s, 3, depth, interlace, palette=pal))
+    for interlace in (False, True):
+        files.append(png_bytes(random_samples(rng, 9, 40, 0, 8), 0, 8, interlace))
+    for ct, depth in ((2, 8), (0, 16), (4, 8), (6, 16), (0, 2)):
+        files.append(png_bytes(random_samples(rng, 5, 6, ct, depth), ct, depth))
+    for mode in ("P", "L"):
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (31, 17), dtype=np.uint8), mode).save(
+            buf, "PNG"
+        )
+        files.append(buf.getvalue())
+    files.extend(cuts(files[0]))
+    files.extend(archive("pngsuite.tar.xz"))
+    heads = rng.integers(0, 256, (len(files), 4), dtype=np.uint8)
+    heads[::3, 3] &= 0x7F  # most maps in range
+    heads[1::3, 3] &= 0x7F
+    return [bytes(h) + f for h, f in zip(heads.tolist(), files)]
+
+
 def write(root: str, blobs: list[bytes]) -> int:
     os.makedirs(root, exist_ok=True)
     for blob in blobs:
@@ -411,12 +448,13 @@ def write(root: str, blobs: list[bytes]) -> int:
 def main() -> None:
     root = sys.argv[1] if len(sys.argv) > 1 else "seeds"
     kind = sys.argv[2] if len(sys.argv) > 2 else "decode"
-    if kind in ("http", "tar", "fields", "masks"):
+    if kind in ("http", "tar", "fields", "masks", "mask_png"):
         makers = {
             "http": http_seeds,
             "tar": tar_seeds,
             "fields": field_seeds,
             "masks": mask_seeds,
+            "mask_png": mask_png_seeds,
         }
         n = write(root, makers[kind]())
         print(f"{n} {kind} seeds in {root}")

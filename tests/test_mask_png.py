@@ -208,6 +208,14 @@ def test_empty_maps_and_fill_only():
         data, np.full(2, -1, np.int32), np.zeros(3, np.int32), fill=7
     )
     assert raw == b"\x07" * 6
+    # the default fill is 255, the segmentation presets' pad value
+    raw = _core.mask_from_png(
+        data, np.array([-1, 0], np.int32), np.array([0, -1], np.int32)
+    )
+    assert raw == b"\xff\xff\x00\xff"
+    # a bad file fails with no row read as it fails with all of them
+    with pytest.raises(ValueError, match="wrong CRC"):
+        _core.mask_from_png(flip_byte(data, data.index(b"IDAT") + 6), empty, empty)
 
 
 # --- bad input ---

@@ -10,9 +10,10 @@
 #                    .venv (.venv's own install is left alone)
 #   make fuzz        FUZZ_SECONDS (60) of fuzzing in all: libFuzzer on the
 #                    decode entry point (one target per native decoder:
-#                    JPEG, PNG, WebP), the HTTP response checks and the
-#                    mask raster (COCO strings, counts, polygons), atheris
-#                    on the shard index's tar walk; then the regression
+#                    JPEG, PNG, WebP), the HTTP response checks, the
+#                    mask raster (COCO strings, counts, polygons) and
+#                    segmentation PNGs through index maps, atheris on the
+#                    shard index's tar walk; then the regression
 #                    inputs (needs clang, libclang-rt-14-dev)
 #   make docs        the documentation site (mkdocs.yml, docs/) built into
 #                    site/ with warnings as errors, its tools in a venv of

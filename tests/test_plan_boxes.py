@@ -189,19 +189,14 @@ def _crop_unless_whole(t, top, left, oh, ow):
 
 def _resized_size(spec, p, h, w):
     """The (height, width) the spec's resize gives an h x w image, by
-    torchvision's and timm's own arithmetic (a random ResizeKeepRatio: the
-    size the plan drew, which test_timm_crop_modes checks against timm's
-    draws; under a centre crop the plan keeps it as its box)."""
+    torchvision's and timm's own arithmetic; a random ResizeKeepRatio's:
+    the size the plan drew (``rh``, ``rw``: see draws), which
+    test_timm_crop_modes checks against timm's draws."""
     if spec.get("resize_short"):
         return None  # F.resize computes the long side itself
     if spec.get("keep_ratio"):
-        if spec["kind"] == "resize_random_crop":
-            return p["rh"], p["rw"]
         if spec.get("keep_scale_p") or spec.get("keep_aspect_p"):
-            oh, ow = spec["out_h"], spec["out_w"]
-            nh = p["vh"] if p["vh"] < oh else round(oh / p["h"] * h)
-            nw = p["vw"] if p["vw"] < ow else round(ow / p["w"] * w)
-            return nh, nw
+            return p["rh"], p["rw"]
         img = Image.new("RGB", (w, h))
         target = (spec["resize_h"], spec["resize_w"])
         return tuple(ResizeKeepRatio.get_params(img, target, spec["keep_longest"]))
@@ -327,6 +322,12 @@ def draws(case, n):
                 p = _core.plan_window(spec, w, h, SEED, 0, index, view)
             except ValueError:
                 continue  # a RandomCrop larger than the padded image: raised
+            if spec["kind"] == "resize_crop" and spec.get("keep_ratio"):
+                # A centre crop's plan keeps no resized size; the same
+                # draws under a crop-or-pad window report it.
+                twin = dict(spec, kind="resize_random_crop", window=1, pad_mode=1)
+                q = _core.plan_window(twin, w, h, SEED, 0, index, view)
+                p = dict(p, rh=q["rh"], rw=q["rw"])
             out.append((spec, w, h, index, view, p, rng))
     return out[:n]
 

@@ -6,7 +6,8 @@ level (test_same_bytes; `make check-aarch64` compares them with aarch64's),
 the lookups in a shard set's record files (test_shard_records), the
 mask raster of COCO polygons and RLEs (test_masks), a segmentation PNG's
 indices sampled through index maps (test_mask_png), and boxes and
-keypoints mapped through a target geometry (test_boxes)."""
+keypoints mapped through a target geometry (test_boxes) and through one
+read from a sample's plan (test_plan_geom)."""
 
 import os
 import shutil
@@ -47,5 +48,6 @@ def test_c_units(tmp_path, sanitize):
         "test_masks",
         "test_mask_png",
         "test_boxes",
+        "test_plan_geom",
     ):
         assert f"{name}: " in proc.stdout

@@ -21,7 +21,7 @@
 
 static const char *const FORMATS[] = {"XYXY", "XYWH", "CXCYWH"};
 
-static int parse_format(PyObject *o, rl_box_format *fmt)
+int rl__py_box_format(PyObject *o, rl_box_format *fmt)
 {
     const char *s = PyUnicode_Check(o) ? rl__py_utf8(o) : NULL;
     if (!s && PyErr_Occurred())
@@ -37,9 +37,8 @@ static int parse_format(PyObject *o, rl_box_format *fmt)
     return -1;
 }
 
-/* A copy of the float64 buffer o, of a length a multiple of `per` values;
- * *n the count of items. NULL with an exception. */
-static double *read_values(PyObject *o, size_t per, const char *what, size_t *n)
+double *rl__py_float64_rows(PyObject *o, size_t per, const char *what,
+                            size_t *n)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(o, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
@@ -191,8 +190,7 @@ static PyObject *take_bytes(double *v, size_t count)
     return b;
 }
 
-/* (bytes of the n * per values, (height, width)); frees v */
-static PyObject *result(double *v, size_t n, size_t per, int w, int h)
+PyObject *rl__py_mapped(double *v, size_t n, size_t per, int w, int h)
 {
     PyObject *b = take_bytes(v, n * per);
     if (!b)
@@ -208,14 +206,16 @@ static PyObject *py_boxes_map(PyObject *self, PyObject *args)
     rl_target_geom g;
     size_t n;
     if (!PyArg_ParseTuple(args, "OOOO", &boxes, &fmt_o, &canvas, &steps) ||
-        parse_format(fmt_o, &fmt) < 0 || parse_geom(&g, canvas, steps) < 0) {
+        rl__py_box_format(fmt_o, &fmt) < 0 ||
+        parse_geom(&g, canvas, steps) < 0) {
         return NULL;
     }
-    double *v = read_values(boxes, 4, "boxes", &n);
+    double *v = rl__py_float64_rows(boxes, 4, "boxes", &n);
     if (!v)
         return NULL;
     rl_boxes_map(&g, v, n, fmt);
-    return result(v, n, 4, rl_geom_out_width(&g), rl_geom_out_height(&g));
+    return rl__py_mapped(v, n, 4, rl_geom_out_width(&g),
+                         rl_geom_out_height(&g));
 }
 
 static PyObject *py_keypoints_map(PyObject *self, PyObject *args)
@@ -228,11 +228,12 @@ static PyObject *py_keypoints_map(PyObject *self, PyObject *args)
         parse_geom(&g, canvas, steps) < 0) {
         return NULL;
     }
-    double *v = read_values(points, 2, "keypoints", &n);
+    double *v = rl__py_float64_rows(points, 2, "keypoints", &n);
     if (!v)
         return NULL;
     rl_keypoints_map(&g, v, n);
-    return result(v, n, 2, rl_geom_out_width(&g), rl_geom_out_height(&g));
+    return rl__py_mapped(v, n, 2, rl_geom_out_width(&g),
+                         rl_geom_out_height(&g));
 }
 
 static PyObject *py_boxes_convert(PyObject *self, PyObject *args)
@@ -242,10 +243,11 @@ static PyObject *py_boxes_convert(PyObject *self, PyObject *args)
     rl_box_format from, to;
     size_t n;
     if (!PyArg_ParseTuple(args, "OOO", &boxes, &from_o, &to_o) ||
-        parse_format(from_o, &from) < 0 || parse_format(to_o, &to) < 0) {
+        rl__py_box_format(from_o, &from) < 0 ||
+        rl__py_box_format(to_o, &to) < 0) {
         return NULL;
     }
-    double *v = read_values(boxes, 4, "boxes", &n);
+    double *v = rl__py_float64_rows(boxes, 4, "boxes", &n);
     if (!v)
         return NULL;
     rl_boxes_convert(v, n, from, to);
@@ -260,10 +262,11 @@ static PyObject *py_boxes_clamp(PyObject *self, PyObject *args)
     int w, h;
     size_t n;
     if (!PyArg_ParseTuple(args, "OOO", &boxes, &fmt_o, &canvas) ||
-        parse_format(fmt_o, &fmt) < 0 || parse_canvas(canvas, &w, &h) < 0) {
+        rl__py_box_format(fmt_o, &fmt) < 0 ||
+        parse_canvas(canvas, &w, &h) < 0) {
         return NULL;
     }
-    double *v = read_values(boxes, 4, "boxes", &n);
+    double *v = rl__py_float64_rows(boxes, 4, "boxes", &n);
     if (!v)
         return NULL;
     rl_boxes_clamp(v, n, fmt, w, h);
@@ -280,7 +283,7 @@ static PyObject *py_keypoints_clamp(PyObject *self, PyObject *args)
         parse_canvas(canvas, &w, &h) < 0) {
         return NULL;
     }
-    double *v = read_values(points, 2, "keypoints", &n);
+    double *v = rl__py_float64_rows(points, 2, "keypoints", &n);
     if (!v)
         return NULL;
     rl_keypoints_clamp(v, n, w, h);
@@ -297,10 +300,11 @@ static PyObject *py_boxes_sanitize(PyObject *self, PyObject *args)
     size_t n;
     if (!PyArg_ParseTuple(args, "OOO|dd", &boxes, &fmt_o, &canvas, &min_size,
                           &min_area) ||
-        parse_format(fmt_o, &fmt) < 0 || parse_canvas(canvas, &w, &h) < 0) {
+        rl__py_box_format(fmt_o, &fmt) < 0 ||
+        parse_canvas(canvas, &w, &h) < 0) {
         return NULL;
     }
-    double *v = read_values(boxes, 4, "boxes", &n);
+    double *v = rl__py_float64_rows(boxes, 4, "boxes", &n);
     if (!v)
         return NULL;
     PyObject *keep = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
@@ -326,7 +330,8 @@ static PyObject *py_boxes_iou_crop(PyObject *self, PyObject *args)
     const char *err = NULL;
     if (!PyArg_ParseTuple(args, "OOOiiii", &boxes, &fmt_o, &canvas, &top, &left,
                           &h, &w) ||
-        parse_format(fmt_o, &fmt) < 0 || parse_canvas(canvas, &cw, &ch) < 0) {
+        rl__py_box_format(fmt_o, &fmt) < 0 ||
+        parse_canvas(canvas, &cw, &ch) < 0) {
         return NULL;
     }
     rl_geom_init(&g, cw, ch);
@@ -334,7 +339,7 @@ static PyObject *py_boxes_iou_crop(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, "crop: %s", err);
         return NULL;
     }
-    double *v = read_values(boxes, 4, "boxes", &n);
+    double *v = rl__py_float64_rows(boxes, 4, "boxes", &n);
     if (!v)
         return NULL;
     PyObject *mark = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
@@ -346,7 +351,7 @@ static PyObject *py_boxes_iou_crop(PyObject *self, PyObject *args)
     rl_boxes_centers_within(v, n, fmt, top, left, h, w, in);
     rl_boxes_map(&g, v, n, fmt);
     rl_boxes_zero_outside(v, n, in);
-    PyObject *out = result(v, n, 4, w, h);
+    PyObject *out = rl__py_mapped(v, n, 4, w, h);
     if (!out) {
         Py_DECREF(mark);
         return NULL;

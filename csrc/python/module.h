@@ -12,7 +12,8 @@
  * as a dict), batch.c (the Batch type), sources.c (the table of samples),
  * fallback.c (a Python decoder registered with the decode stage), tools.c
  * (stateless functions), masks.c (a segmentation's mask raster), boxes.c
- * (targets/boxes.h's private binding);
+ * (targets/boxes.h's private binding), plan_boxes.c (targets through a
+ * sample's plan);
  * testing/py_testing.c in test builds.
  */
 #ifndef RL_PY_MODULE_H
@@ -42,6 +43,7 @@ const char *rl__py_utf8(PyObject *o);
 
 #include "core/pipeline.h"
 #include "rl.h"
+#include "targets/boxes.h"
 
 /* Per-module state (PEP 489/630): the heap types and the exception. */
 typedef struct rl_module_state {
@@ -344,6 +346,18 @@ extern PyMethodDef rl__py_tool_methods[];
 /* ---- boxes.c: targets/boxes.h's private binding ---- */
 
 extern PyMethodDef rl__py_boxes_methods[];
+/* What plan_boxes.c shares with it: a box format by name ("XYXY", "XYWH",
+ * "CXCYWH"); a malloc'd copy of a C-contiguous float64 buffer of rows of
+ * `per` values (*n rows; `what` names it in the error); (bytes of the
+ * n * per values, (h, w)), freeing v. 0 / NULL with an exception. */
+int rl__py_box_format(PyObject *o, rl_box_format *fmt);
+double *rl__py_float64_rows(PyObject *o, size_t per, const char *what,
+                            size_t *n);
+PyObject *rl__py_mapped(double *v, size_t n, size_t per, int w, int h);
+
+/* ---- plan_boxes.c: boxes and keypoints through a sample's plan ---- */
+
+extern PyMethodDef rl__py_plan_boxes_methods[];
 
 /* ---- testing/py_testing.c (test builds) ---- */
 

@@ -1,0 +1,147 @@
+/* test_plan_geom.c - targets/plan_geom.c without Python: the target
+ * geometry read from a sample's plan (core/plan.c), with values worked
+ * out by hand: a resize and a centre crop that pads, a RandomCrop's
+ * padded window and a flip, RandomResizedCrop's box then its resize,
+ * TrimBorder's crop, and the refusals. */
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/plan.h"
+#include "targets/plan_geom.h"
+
+static double clampd(double v, double hi)
+{
+    return v < 0 ? 0 : (v > hi ? hi : v);
+}
+
+/* Plans sample `index` of t on a w x h image, reads its geometry into g
+ * (checking its step count and its canvas, the transform's output), maps
+ * the n values of v (4: a box in fmt, 2: a keypoint) through it and
+ * checks them against want. */
+static void expect(const rl_transform *t, int w, int h, int64_t index,
+                   int steps, double *v, int n, rl_box_format fmt,
+                   const double *want, rl_plan *p)
+{
+    char msg[RL_MSG_MAX];
+    const char *err = NULL;
+    rl_target_geom g;
+    CHECK(rl_plan_make(t, w, h, 5, 0, index, 0, p, msg) == 0);
+    CHECK(rl_geom_from_plan(t, p, w, h, &g, &err) == 0);
+    CHECK_EQ(g.n, steps);
+    CHECK_EQ(rl_geom_out_width(&g), t->out_w);
+    CHECK_EQ(rl_geom_out_height(&g), t->out_h);
+    if (n == 4)
+        rl_boxes_map(&g, v, 1, fmt);
+    else
+        rl_keypoints_map(&g, v, 1);
+    for (int i = 0; i < n; i++) {
+        if (!(fabs(v[i] - want[i]) < 1e-6))
+            fprintf(stderr, "value %d: %.12g, want %.12g\n", i, v[i], want[i]);
+        CHECK(fabs(v[i] - want[i]) < 1e-6);
+    }
+}
+
+static void resize_centre_pad(void)
+{
+    /* 80x40 resized by 0.5 to 40x20, then a 47x30 centre crop: padded
+     * (47 - 40) // 2 = 3 columns and 5 rows before the image, and the
+     * padded canvas is the crop: resize and pad, no crop */
+    rl_transform t = {.kind = RL_T_RESIZE_CROP,
+                      .resize_h = 20,
+                      .resize_w = 40,
+                      .out_w = 47,
+                      .out_h = 30,
+                      .ratio_lo = 1,
+                      .ratio_hi = 1};
+    rl_plan p;
+    double b[4] = {10, 10, 60, 30}, k[2] = {10, 10};
+    expect(&t, 80, 40, 0, 2, b, 4, RL_BOX_XYXY, (double[]){8, 10, 33, 20}, &p);
+    expect(&t, 80, 40, 0, 2, k, 2, RL_BOX_XYXY, (double[]){8, 10}, &p);
+}
+
+static void random_crop_flip(void)
+{
+    /* 20x12 padded (2, 3, 4, 5) to 26x20 (reflected: boxes move as with
+     * a constant), a 10x10 window, always mirrored: pad, crop, flip */
+    rl_transform t = {.kind = RL_T_RESIZE_RANDOM_CROP,
+                      .out_w = 10,
+                      .out_h = 10,
+                      .ratio_lo = 1,
+                      .ratio_hi = 1,
+                      .pad = {2, 3, 4, 5},
+                      .flip_p = 1.0,
+                      .pad_mode = RL_PAD_REFLECT};
+    for (int i = 0; i < 20; i++) {
+        rl_plan p;
+        CHECK(rl_plan_make(&t, 20, 12, 5, 0, i, 0, &p, (char[RL_MSG_MAX]){0}) ==
+              0);
+        double wx = p.pad.x.w0, wy = p.pad.y.w0;
+        double x0 = clampd(-wx, 10), x1 = clampd(20 - wx, 10);
+        double b[4] = {0, 0, 20, 12}, k[2] = {4, 5};
+        double want[4] = {10 - x1, clampd(-wy, 10), 10 - x0,
+                          clampd(12 - wy, 10)};
+        expect(&t, 20, 12, i, 3, b, 4, RL_BOX_XYXY, want, &p);
+        /* a keypoint's flip is W - 1 - x */
+        double kwant[2] = {10 - 1 - (4 - wx), 5 - wy};
+        expect(&t, 20, 12, i, 3, k, 2, RL_BOX_XYXY, kwant, &p);
+    }
+}
+
+static void resized_crop_and_trim(void)
+{
+    /* RandomResizedCrop: the whole image becomes the box, then 8x8 */
+    rl_transform t = {.kind = RL_T_RANDOM_CROP,
+                      .out_w = 8,
+                      .out_h = 8,
+                      .scale_lo = 0.2,
+                      .scale_hi = 0.5,
+                      .ratio_lo = 0.75,
+                      .ratio_hi = 1.33};
+    rl_plan p;
+    double b[4] = {0, 0, 64, 48};
+    expect(&t, 64, 48, 0, 2, b, 4, RL_BOX_XYXY, (double[]){0, 0, 8, 8}, &p);
+
+    /* TrimBorder(2) of 10x10, then a 4x4 centre crop at 1 of the 6x6:
+     * (3, 3, 7, 9) in XYWH is (3, 3)-(10, 12), clamped to the window */
+    rl_transform c = {.kind = RL_T_RESIZE_CROP,
+                      .out_w = 4,
+                      .out_h = 4,
+                      .ratio_lo = 1,
+                      .ratio_hi = 1,
+                      .trim = 2};
+    double d[4] = {3, 3, 7, 9};
+    expect(&c, 10, 10, 0, 2, d, 4, RL_BOX_XYWH, (double[]){0, 0, 4, 4}, &p);
+}
+
+static void refusals(void)
+{
+    rl_transform t = {.kind = RL_T_RESIZE_CROP,
+                      .out_w = 4,
+                      .out_h = 4,
+                      .ratio_lo = 1,
+                      .ratio_hi = 1};
+    rl_plan p;
+    double k[2] = {5, 5};
+    expect(&t, 10, 10, 0, 1, k, 2, RL_BOX_XYXY, (double[]){2, 2}, &p);
+    const char *err = NULL;
+    rl_target_geom g;
+    t.out_w = 5; /* not the transform that planned p */
+    CHECK(rl_geom_from_plan(&t, &p, 10, 10, &g, &err) == -1);
+    CHECK(strstr(err, "not made by this transform") != NULL);
+    CHECK_EQ(g.n, 0);
+    t.out_w = 4;
+    t.kind = RL_T_NONE;
+    err = NULL;
+    CHECK(rl_geom_from_plan(&t, &p, 10, 10, &g, &err) == -1);
+    CHECK(strstr(err, "fixed output") != NULL);
+}
+
+int main(void)
+{
+    resize_centre_pad();
+    random_crop_flip();
+    resized_crop_and_trim();
+    refusals();
+    PASS("test_plan_geom");
+}

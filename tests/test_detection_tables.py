@@ -179,72 +179,160 @@ def _first(data):
     return data["annotations"][0]
 
 
-# (change, message, what torchvision does with it)
+def _alone(d):
+    """The first annotation the only one of its image, its bbox 3 numbers."""
+    first = _first(d)
+    first["bbox"] = [1, 2, 3]
+    d["annotations"] = [first] + [
+        a for a in d["annotations"][1:] if a["image_id"] != first["image_id"]
+    ]
+
+
+def _rle_of(d, counts):
+    """An RLE of the first annotation's image's size."""
+    image = next(e for e in d["images"] if e["id"] == _first(d)["image_id"])
+    return {"size": [image["height"], image["width"]], "counts": counts}
+
+
+def _text_ids(d):
+    for entry in d["images"]:
+        entry["id"] = f"im{entry['id']}"
+    for a in d["annotations"]:
+        a["image_id"] = f"im{a['image_id']}"
+
+
+# case: (change, our message, what torchvision 0.29's wrapped dataset does
+# with it when its images are read: the exception, or "passes"; None: not
+# tried, pycocotools' raster of a NaN coordinate grew a process past 23 GB)
 BAD = {
     "segmentation_int": (
         lambda d: _first(d).update(segmentation=3),
         "neither a list of polygons",
-    ),  # ValueError
+        "ValueError",
+    ),
     "segmentation_empty": (
         lambda d: _first(d).update(segmentation=[]),
         "empty list",
-    ),  # IndexError
+        "IndexError",
+    ),
     "polygon_of_4": (
         lambda d: _first(d).update(segmentation=[[1, 1, 5, 5]]),
         "polygon 0 has 4 numbers",
-    ),  # TypeError
+        "TypeError",
+    ),
     "polygon_odd": (
         lambda d: _first(d).update(segmentation=[[1, 1, 5, 1, 3]]),
         "polygon 0 has 5",
-    ),  # passes
+        "passes",
+    ),
     "rle_size": (
         lambda d: _first(d).update(segmentation={"size": [3, 3], "counts": "9"}),
         "RLE size",
+        "RuntimeError",
     ),
     "rle_counts": (
         lambda d: _first(d).update(segmentation={"size": None, "counts": 7}),
         "RLE size",
+        "ValueError",
+    ),
+    "polygon_nan": (
+        lambda d: _first(d).update(
+            segmentation=[[1, 1, 5, 1, 3, 4], [1, 1, 5, 1, 3, float("nan")]]
+        ),
+        "polygon 1 has a coordinate that is not finite",
+        None,
+    ),
+    "polygon_text": (
+        lambda d: _first(d).update(segmentation=[[1, 1, 5, 1, 3, "4"]]),
+        "polygon 0 is not a list of numbers",
+        "passes",
+    ),
+    "rle_negative": (
+        lambda d: _first(d).update(segmentation=_rle_of(d, [-1, 2])),
+        "RLE counts are neither",
+        "OverflowError",
+    ),
+    "rle_float": (
+        lambda d: _first(d).update(segmentation=_rle_of(d, [1.0, 2])),
+        "RLE counts are neither",
+        "passes",
+    ),
+    "rle_sum": (
+        lambda d: _first(d).update(segmentation=_rle_of(d, [1, 2])),
+        "RLE counts sum to 3",
+        "passes",
+    ),
+    "bbox_none": (
+        lambda d: _first(d).update(bbox=None),
+        "is not 4 numbers",
+        "RuntimeError",
     ),
     "bbox_3": (
         lambda d: _first(d).update(bbox=[1, 2, 3]),
         "is not 4 numbers",
-    ),  # passes alone
-    "bbox_text": (lambda d: _first(d).update(bbox=[1, 2, 3, "4"]), "is not 4 numbers"),
+        "ValueError",
+    ),
+    "bbox_3_alone": (_alone, "is not 4 numbers", "RuntimeError"),
+    "bbox_text": (
+        lambda d: _first(d).update(bbox=[1, 2, 3, "4"]),
+        "is not 4 numbers",
+        "TypeError",
+    ),
     "category": (
         lambda d: _first(d).update(category_id=999),
         "category_id 999",
-    ),  # passes through
+        "passes",
+    ),
     "no_image": (
         lambda d: _first(d).update(image_id=123456),
         "has no images entry",
-    ),  # ignored
+        "passes",
+    ),
     "no_file_name": (
         lambda d: d["images"][0].pop("file_name"),
         "has no images entry with a 'file_name'",
+        "KeyError",
     ),
     "id_twice": (
         lambda d: d["annotations"][1].update(id=_first(d)["id"]),
         "given twice",
+        "passes",
     ),
+    # pycocotools takes a str id for a list of ids, one a character
+    "text_image_ids": (_text_ids, "is not an integer", "KeyError"),
 }
+
+
+def _torchvision_reads(ds) -> str:
+    for i in range(len(ds)):
+        try:
+            ds[i]
+        except Exception as e:
+            return type(e).__name__
+    return "passes"
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_coco_annotations_are_named(tmp_path, case):
-    change, message = BAD[case]
+    """Refused when the tables are built, whether torchvision raises
+    (only when the image is read) or passes the annotation through."""
+    change, message, theirs = BAD[case]
     root, ann = _mutated(tmp_path, change)
     ds = wrap(datasets.CocoDetection(root, ann), target_keys="all")
+    if theirs is not None:
+        assert _torchvision_reads(ds) == theirs
     with open(ann) as f:
         data = json.load(f)
     with pytest.raises(ValueError, match=message) as e:
         detection_tables(ds, ann_file=ann)
     text = str(e.value)
     assert text.startswith(ann + ": image id ")
-    if case != "no_file_name":
+    if case in ("no_file_name", "text_image_ids"):
+        # the first of the dataset's ids (sorted, as CocoDetection sorts them)
+        assert f"image id {min(e['id'] for e in data['images'])!r}" in text
+    else:
         bad = data["annotations"][0 if case != "id_twice" else 1]
         assert f"image id {bad['image_id']}, annotation id {bad['id']}" in text
-    else:
-        assert f"image id {data['images'][0]['id']} " in text
     # without the file's name: the dataset's root
     with pytest.raises(
         ValueError, match="the annotation file of CocoDetection at " + str(root)
@@ -263,6 +351,11 @@ def test_bad_voc_input_is_named(tmp_path):
     root = write_voc(tmp_path, 3, objects=objects)
     voc = os.path.join(root, "VOCdevkit", "VOC2012")
     ds = datasets.VOCDetection(root, "2012", "train")
+    # torchvision's wrapper raises when it reads those images
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        wrap(ds)[2]
+    with pytest.raises(KeyError, match="zebra"):
+        wrap(ds)[1]
     with pytest.raises(
         ValueError,
         match=r"2012_000002.xml: image 2, object 0 \(dog\): bndbox coordinates",
@@ -290,6 +383,23 @@ def test_bad_voc_input_is_named(tmp_path):
         match=r"image 1 \(2012_000001.jpg\): its mask .*2012_000001.png is not a file",
     ):
         detection_tables(datasets.VOCSegmentation(root, "2012", "train"))
+
+
+def test_voc_image_without_objects(tmp_path):
+    """An empty range, where torchvision's wrapper raises KeyError."""
+
+    def objects(k, h, w, rng):
+        return [[("cat", (1, 2, 3, 4), 0)], [], [("bus", (2, 3, 5, 7), 1)]][k]
+
+    root = write_voc(tmp_path, 3, objects=objects)
+    ds = wrap(datasets.VOCDetection(root, "2012", "train"))
+    with pytest.raises(KeyError):
+        ds[1]
+    t = detection_tables(ds)
+    assert t.first.tolist() == [0, 1, 1, 2]
+    assert target(t, 1)["boxes"].shape == (0, 4)
+    for i in (0, 2):
+        same(target(t, i), ds[i][1], f"image {i}")
 
 
 # --- memory: the arrays, and nothing per annotation beyond them ---

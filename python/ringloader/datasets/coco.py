@@ -36,6 +36,22 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _runs(counts: Any) -> np.ndarray | None:
+    """An RLE's counts list as uint32, or None when it is not a list of
+    integers 0 .. 2**32 - 1 (one numpy conversion, not a loop)."""
+    if not isinstance(counts, (list, tuple)):
+        return None
+    try:
+        runs = np.array(counts)
+    except (ValueError, TypeError):
+        return None
+    if runs.ndim != 1 or (len(runs) and runs.dtype.kind not in "iu"):
+        return None
+    if len(runs) and (runs.min() < 0 or runs.max() >= _U32):
+        return None
+    return runs.astype(np.uint32)
+
+
 class _Collect:
     """The lists one pass fills; turned into arrays by ``tables``."""
 
@@ -55,6 +71,7 @@ class _Collect:
         self.runs: list = []
         self.strings: list[bytes] = []
         self.rle_size: list = []
+        self.image_id: list = []
 
     def bad(self, image_id: Any, ann_id: Any, what: str) -> ValueError:
         return ValueError(
@@ -62,14 +79,13 @@ class _Collect:
         )
 
     def polygons(self, seg: list, image_id: Any, ann_id: Any) -> None:
+        """The polygons' numbers are checked as one array in ``arrays``."""
         if not seg:
             raise self.bad(
                 image_id, ann_id, "segmentation is an empty list (no polygon)"
             )
         for k, poly in enumerate(seg):
-            if not isinstance(poly, (list, tuple)) or not all(
-                _is_number(v) for v in poly
-            ):
+            if not isinstance(poly, (list, tuple)):
                 raise self.bad(
                     image_id, ann_id, f"polygon {k} is not a list of numbers"
                 )
@@ -78,10 +94,6 @@ class _Collect:
                     image_id,
                     ann_id,
                     f"polygon {k} has {len(poly)} numbers: 3 or more x, y pairs are needed",
-                )
-            if not all(math.isfinite(v) for v in poly):
-                raise self.bad(
-                    image_id, ann_id, f"polygon {k} has a coordinate that is not finite"
                 )
             self.poly_len.append(len(poly))
             self.coords.extend(poly)
@@ -114,26 +126,25 @@ class _Collect:
             self.kind.append(RLE_STRING)
             self.strings.append(text)
             self.n_runs.append(0)
-        elif isinstance(counts, (list, tuple)) and all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _U32
-            for v in counts
-        ):
-            if sum(counts) != size[0] * size[1]:
+        else:
+            runs = _runs(counts)
+            if runs is None:
                 raise self.bad(
                     image_id,
                     ann_id,
-                    f"RLE counts sum to {sum(counts)}, not {size[0]} x {size[1]}",
+                    "RLE counts are neither a string nor a list of counts 0 .. 2**32 - 1",
+                )
+            total = int(runs.sum(dtype=np.int64))
+            if total != size[0] * size[1]:
+                raise self.bad(
+                    image_id,
+                    ann_id,
+                    f"RLE counts sum to {total}, not {size[0]} x {size[1]}",
                 )
             self.kind.append(RLE_COUNTS)
-            self.runs.extend(counts)
-            self.n_runs.append(len(counts))
+            self.runs.append(runs)
+            self.n_runs.append(len(runs))
             self.strings.append(b"")
-        else:
-            raise self.bad(
-                image_id,
-                ann_id,
-                "RLE counts are neither a string nor a list of counts 0 .. 2**32 - 1",
-            )
         self.n_polys.append(0)
         self.rle_size.append(size[0])
         self.rle_size.append(size[1])
@@ -143,16 +154,13 @@ class _Collect:
         if not isinstance(ann_id, int) or isinstance(ann_id, bool):
             raise self.bad(image_id, ann_id, "the annotation has no integer 'id'")
         box = ann.get("bbox")
-        if (
-            not isinstance(box, (list, tuple))
-            or len(box) != 4
-            or not all(_is_number(v) for v in box)
-        ):
+        kinds = {type(v) for v in box} if isinstance(box, (list, tuple)) else {None}
+        if not kinds <= {int, float} or len(box) != 4:
             raise self.bad(
                 image_id, ann_id, f"bbox {box!r} is not 4 numbers [x, y, width, height]"
             )
         category = ann.get("category_id")
-        if category not in categories or isinstance(category, bool):
+        if type(category) is not int or category not in categories:
             raise self.bad(
                 image_id,
                 ann_id,
@@ -177,13 +185,39 @@ class _Collect:
             )
         self.boxes.append(box)
         self.is_int.append(
-            (BOX_INT if all(isinstance(v, int) for v in box) else 0)
+            (BOX_INT if float not in kinds else 0)
             | (AREA_INT if isinstance(area, int) else 0)
         )
         self.category.append(category)
         self.crowd.append(crowd)
         self.area.append(area)
         self.ann_id.append(ann_id)
+        self.image_id.append(image_id)
+
+    def coordinates(
+        self, poly_first: np.ndarray, coord_first: np.ndarray
+    ) -> np.ndarray:
+        """The polygons' numbers as float64, all checked at once: on a
+        number that is not one, or not finite, its annotation named."""
+        try:
+            coords = np.array(self.coords)
+        except (ValueError, TypeError):
+            coords = np.zeros(0, object)
+        if coords.ndim == 1 and coords.dtype.kind in "iuf":
+            coords = coords.astype(np.float64, copy=False)
+            finite = np.isfinite(coords)
+            if finite.all():
+                return coords
+            at = int(np.argmin(finite))
+            what = "has a coordinate that is not finite"
+        else:
+            at = next(i for i, v in enumerate(self.coords) if not _is_number(v))
+            what = "is not a list of numbers"
+        k = int(np.searchsorted(coord_first, at, side="right")) - 1
+        j = int(np.searchsorted(poly_first, k, side="right")) - 1
+        raise self.bad(
+            self.image_id[j], self.ann_id[j], f"polygon {k - int(poly_first[j])} {what}"
+        )
 
     def arrays(self) -> dict[str, Any]:
         m = len(self.ann_id)
@@ -206,19 +240,21 @@ class _Collect:
             "seg_kind": np.array(self.kind, np.uint8),
             "poly_first": poly_first,
             "coord_first": coord_first,
-            "coords": np.array(self.coords, np.float64),
+            "coords": self.coordinates(poly_first, coord_first),
             "run_first": run_first,
-            "runs": np.array(self.runs, np.uint32),
+            "runs": np.concatenate([np.zeros(0, np.uint32), *self.runs]),
             "rle_strings": StringBlob(blob, string_first),
             "rle_size": np.array(self.rle_size, np.int64).reshape(m, 2),
         }
 
 
 def _image(coco: Any, image_id: Any, where: str) -> tuple[str, list[int]]:
+    if not isinstance(image_id, int) or isinstance(image_id, bool):
+        raise ValueError(f"{where}: image id {image_id!r} is not an integer")
     entry = coco.imgs.get(image_id)
     if not isinstance(entry, dict) or not isinstance(entry.get("file_name"), str):
         raise ValueError(
-            f"{where}: image id {image_id} has no images entry with a 'file_name'"
+            f"{where}: image id {image_id!r} has no images entry with a 'file_name'"
         )
     h, w = entry.get("height", -1), entry.get("width", -1)
     if not (isinstance(h, int) and isinstance(w, int)):

@@ -22,6 +22,7 @@ from PIL import Image
 from torchvision import datasets, tv_tensors
 from torchvision.datasets import wrap_dataset_for_transforms_v2 as wrap
 
+import ringloader
 from ringloader.datasets.detection import detection_tables, target
 
 pytestmark = pytest.mark.filterwarnings(
@@ -101,6 +102,28 @@ def test_coco_paths_ids_and_plain_targets(coco):
         and t.coords.dtype == np.float64
         and t.runs.dtype == np.uint32
     )
+
+
+def test_images_without_sizes_and_filelist_paths(tmp_path):
+    """An images entry without height and width: sizes -1, an RLE taken at
+    its own size; the paths are a blob FileList takes as they are."""
+    data = coco_json(5, seed=6)
+    root, ann = write_coco(tmp_path, 5, data=data)
+    for entry in data["images"]:
+        del entry["height"], entry["width"]
+    (tmp_path / "nosize.json").write_text(json.dumps(data))
+    ds = datasets.CocoDetection(root, str(tmp_path / "nosize.json"))
+    t = detection_tables(ds)
+    assert (t.sizes == -1).all()
+    rle = t.seg_kind != 0
+    assert rle.any() and (t.rle_size[rle] > 0).all()
+    for i in range(len(ds)):
+        same(target(t, i), ds[i][1], f"image {i}")
+    files = ringloader.FileList(t.paths, np.zeros(len(t), np.int64))
+    assert files.paths is t.paths
+    assert list(files.paths) == [
+        os.path.join(root, ds.coco.imgs[i]["file_name"]) for i in ds.ids
+    ]
 
 
 def test_subclasses_and_other_datasets(coco, tmp_path):

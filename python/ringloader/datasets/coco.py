@@ -106,10 +106,14 @@ class _Collect:
 
     def rle(self, seg: dict, size: list[int], image_id: Any, ann_id: Any) -> None:
         counts, shape = seg.get("counts"), seg.get("size")
-        if (
-            not isinstance(shape, (list, tuple))
-            or [int(v) for v in shape if _is_number(v)] != size
-        ):
+        given = (
+            [int(v) for v in shape if _is_number(v) and v >= 0]
+            if isinstance(shape, (list, tuple))
+            else []
+        )
+        if size == [-1, -1] and len(given) == 2:
+            size = given  # the images entry gives no size: the RLE's own
+        if given != size:
             raise self.bad(
                 image_id,
                 ann_id,
@@ -269,6 +273,7 @@ def _check_ids(coco: Any, where: str) -> None:
     last one: torchvision would give it in place of both)."""
     anns = coco.dataset.get("annotations", [])
     seen: set = set()
+    twice = len(coco.anns) != len(anns)
     for ann in anns:
         ann_id = ann.get("id")
         if ann.get("image_id") not in coco.imgs:
@@ -276,7 +281,7 @@ def _check_ids(coco: Any, where: str) -> None:
                 f"{where}: image id {ann.get('image_id')!r}, annotation id {ann_id!r}: "
                 "the annotation's image has no images entry"
             )
-        if len(coco.anns) != len(anns):
+        if twice:
             if ann_id in seen:
                 raise ValueError(
                     f"{where}: image id {ann.get('image_id')}, annotation id {ann_id}: given twice"

@@ -265,6 +265,11 @@ BAD = {
         "polygon 1 has a coordinate that is not finite",
         None,
     ),
+    "polygon_huge": (
+        lambda d: _first(d).update(segmentation=[[1, 1, 5, 1, 3, 10**400]]),
+        "polygon 0 has a coordinate that is not finite",
+        "OverflowError",
+    ),
     "polygon_text": (
         lambda d: _first(d).update(segmentation=[[1, 1, 5, 1, 3, "4"]]),
         "polygon 0 is not a list of numbers",

@@ -36,6 +36,14 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _finite(v: Any) -> bool:
+    """A number a float64 holds, finite."""
+    try:
+        return _is_number(v) and math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def _runs(counts: Any) -> np.ndarray | None:
     """An RLE's counts list as uint32, or None when it is not a list of
     integers 0 .. 2**32 - 1 (one numpy conversion, not a loop)."""
@@ -215,8 +223,12 @@ class _Collect:
             at = int(np.argmin(finite))
             what = "has a coordinate that is not finite"
         else:
-            at = next(i for i, v in enumerate(self.coords) if not _is_number(v))
-            what = "is not a list of numbers"
+            at = next(i for i, v in enumerate(self.coords) if not _finite(v))
+            what = (
+                "has a coordinate that is not finite"
+                if _is_number(self.coords[at])
+                else "is not a list of numbers"
+            )
         k = int(np.searchsorted(coord_first, at, side="right")) - 1
         j = int(np.searchsorted(poly_first, k, side="right")) - 1
         raise self.bad(

@@ -290,20 +290,30 @@ BAD = {
         "RLE counts sum to 3",
         "passes",
     ),
+    "bbox_huge": (
+        lambda d: _first(d).update(bbox=[1, 2, 3, 10**400]),
+        "is not 4 finite numbers",
+        "OverflowError",
+    ),
+    "area_text": (
+        lambda d: _first(d).update(area="12"),
+        "area '12' is not a finite number",
+        "passes",
+    ),
     "bbox_none": (
         lambda d: _first(d).update(bbox=None),
-        "is not 4 numbers",
+        "is not 4 finite numbers",
         "RuntimeError",
     ),
     "bbox_3": (
         lambda d: _first(d).update(bbox=[1, 2, 3]),
-        "is not 4 numbers",
+        "is not 4 finite numbers",
         "ValueError",
     ),
-    "bbox_3_alone": (_alone, "is not 4 numbers", "RuntimeError"),
+    "bbox_3_alone": (_alone, "is not 4 finite numbers", "RuntimeError"),
     "bbox_text": (
         lambda d: _first(d).update(bbox=[1, 2, 3, "4"]),
-        "is not 4 numbers",
+        "is not 4 finite numbers",
         "TypeError",
     ),
     "category": (

@@ -167,9 +167,11 @@ class _Collect:
             raise self.bad(image_id, ann_id, "the annotation has no integer 'id'")
         box = ann.get("bbox")
         kinds = {type(v) for v in box} if isinstance(box, (list, tuple)) else {None}
-        if not kinds <= {int, float} or len(box) != 4:
+        if not kinds <= {int, float} or len(box) != 4 or not all(map(_finite, box)):
             raise self.bad(
-                image_id, ann_id, f"bbox {box!r} is not 4 numbers [x, y, width, height]"
+                image_id,
+                ann_id,
+                f"bbox {box!r} is not 4 finite numbers [x, y, width, height]",
             )
         category = ann.get("category_id")
         if type(category) is not int or category not in categories:
@@ -182,8 +184,8 @@ class _Collect:
         if crowd not in (0, 1):
             raise self.bad(image_id, ann_id, f"iscrowd {crowd!r} is not 0 or 1")
         area = ann.get("area", math.nan)
-        if not _is_number(area):
-            raise self.bad(image_id, ann_id, f"area {area!r} is not a number")
+        if "area" in ann and not _finite(area):
+            raise self.bad(image_id, ann_id, f"area {area!r} is not a finite number")
         seg = ann.get("segmentation")
         if isinstance(seg, list):
             self.polygons(seg, image_id, ann_id)

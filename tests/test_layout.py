@@ -44,6 +44,12 @@ LAYERS: list[list[str]] = [
     ["datasets.remote_errors"],
     # remote: the HTTP(S) and S3 client (metadata, ranges, streams, listing)
     ["datasets.cache", "datasets.remote"],
+    # a detection dataset's targets as flat tables; built from COCO's
+    # json or VOC's files, the target torchvision gives rebuilt from them;
+    # detection: which datasets are described so
+    ["datasets.detection_tables"],
+    ["datasets.coco", "datasets.voc", "datasets.detection_target"],
+    ["datasets.detection"],
     # remote_parts: the objects of a composition's remote datasets, as
     # one table; composed: Subset and ConcatDataset as a table of files
     ["datasets.remote_parts"],

@@ -1,0 +1,106 @@
+"""Which detection and segmentation datasets ringloader describes as
+tables, recognised from what users build: torchvision's CocoDetection,
+VOCDetection and VOCSegmentation, plain or wrapped by
+``torchvision.datasets.wrap_dataset_for_transforms_v2`` (with its
+``target_keys``), and subclasses that read samples as they do (no
+``__getitem__`` or loader of their own). Nothing in the pipeline uses the
+tables yet: DataLoader still hands these datasets to torch's."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .coco import coco_tables
+from .detection_target import target
+from .detection_tables import (
+    COCO_DEFAULT,
+    COCO_KEYS,
+    VOC_DEFAULT,
+    VOC_KEYS,
+    DetectionTables,
+)
+from .voc import voc_detection_tables, voc_segmentation_tables
+
+__all__ = ["DetectionTables", "detection_tables", "target"]
+
+# Methods a subclass must not override for its samples to be the tables'.
+_COCO_READERS = ("__getitem__", "_load_image", "_load_target")
+_VOC_READERS = ("__getitem__",)
+
+
+def _unwrap(dataset: Any) -> tuple[Any, bool, Any]:
+    """(the dataset under torchvision's v2 wrapper, wrapped?, its keys)."""
+    try:
+        from torchvision.tv_tensors._dataset_wrapper import VisionDatasetTVTensorWrapper
+    except ImportError:
+        return dataset, False, None
+    if isinstance(dataset, VisionDatasetTVTensorWrapper):
+        inner = object.__getattribute__(dataset, "_dataset")
+        return inner, True, object.__getattribute__(dataset, "_target_keys")
+    return dataset, False, None
+
+
+def _keys(given: Any, available: frozenset, default: frozenset) -> frozenset:
+    """The target keys torchvision's wrapper uses for ``given``."""
+    if given is None:
+        return default
+    if given == "all":
+        return available
+    return frozenset(given)
+
+
+def _reads_as(dataset: Any, base: type, readers: tuple[str, ...]) -> bool:
+    cls = type(dataset)
+    return isinstance(dataset, base) and all(
+        getattr(cls, r) is getattr(base, r) for r in readers
+    )
+
+
+def detection_tables(
+    dataset: Any, *, ann_file: str | os.PathLike | None = None
+) -> DetectionTables | None:
+    """The tables of ``dataset`` (:class:`~.detection_tables.DetectionTables`),
+    or None when it is not one of the datasets above.
+
+    ``ann_file``: the COCO annotation file, for error messages (a
+    CocoDetection does not keep its name; without it they name the
+    dataset's root). Raises ValueError naming the file, image and
+    annotation for bad annotations: a segmentation neither a polygon list
+    nor an RLE (or a polygon of fewer than 3 points, an RLE of another
+    size), a bbox not of 4 numbers, a category_id missing from the
+    categories, an annotation whose image has no entry (or an entry
+    without file_name), an annotation id given twice, a VOC mask PNG that
+    is not a file, a VOC box not of integers, a VOC name outside the
+    classes when the wrapped dataset's labels need it.
+    """
+    try:
+        from torchvision import datasets as tvd
+    except ImportError:
+        return None
+    inner, wrapped, given = _unwrap(dataset)
+    if _reads_as(inner, tvd.CocoDetection, _COCO_READERS) and not isinstance(
+        inner, tvd.CocoCaptions
+    ):
+        where = (
+            os.fspath(ann_file)
+            if ann_file is not None
+            else f"the annotation file of CocoDetection at {inner.root}"
+        )
+        tables = coco_tables(inner, where)
+        keys = _keys(given, COCO_KEYS, COCO_DEFAULT) if wrapped else None
+    elif _reads_as(inner, tvd.VOCSegmentation, _VOC_READERS):
+        tables = voc_segmentation_tables(inner)
+        keys = None
+    elif _reads_as(inner, tvd.VOCDetection, _VOC_READERS) and (
+        type(inner).parse_voc_xml is tvd.VOCDetection.parse_voc_xml
+    ):
+        keys = _keys(given, VOC_KEYS, VOC_DEFAULT) if wrapped else None
+        tables = voc_detection_tables(
+            inner, labels_needed=keys is not None and "labels" in keys
+        )
+    else:
+        return None
+    tables.wrapped = wrapped
+    tables.target_keys = keys
+    return tables

@@ -231,6 +231,37 @@ def keypoints_map(
     """float64 keypoints (N, 2) mapped through the steps as torchvision
     maps tv_tensors.KeyPoints (never clamped)."""
 
+def plan_boxes(
+    spec: _TransformSpec,
+    width: int,
+    height: int,
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int,
+    boxes: Buffer,
+    format: str,
+    /,
+) -> Tuple[bytes, Tuple[int, int]]:
+    """float64 boxes (N, 4) in format "XYXY", "XYWH" or "CXCYWH" on a
+    width x height image, mapped through the geometry of the plan
+    ``plan(spec, width, height, seed, epoch, index, view)`` gives its
+    pixels: the boxes' bytes and the output canvas (height, width)."""
+
+def plan_keypoints(
+    spec: _TransformSpec,
+    width: int,
+    height: int,
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int,
+    points: Buffer,
+    /,
+) -> Tuple[bytes, Tuple[int, int]]:
+    """float64 keypoints (N, 2) mapped as plan_boxes maps boxes (never
+    clamped)."""
+
 def boxes_convert(boxes: Buffer, old_format: str, new_format: str, /) -> bytes:
     """convert_bounding_box_format on float64 boxes (N, 4)."""
 
@@ -300,6 +331,19 @@ def mask_from_rle(
     compressed, or a list of ints) decoded and sampled as
     mask_from_polygons does. ValueError for a size other than (height,
     width), a malformed string, counts that do not sum to height * width."""
+
+def mask_from_png(
+    data: Buffer, row_map: Buffer, col_map: Buffer, fill: int = 255
+) -> bytes:
+    """A segmentation PNG's stored values (a palette image's indices, 1/2/4/8
+    bits, or 8-bit grey) taken at rows row_map and columns col_map (int32,
+    -1: fill), row-major, never expanded to RGB. ValueError naming what is
+    wrong for a damaged file, another colour type or depth, a map entry
+    outside the image."""
+
+def png_mask_size(data: Buffer, /) -> Tuple[int, int]:
+    """(height, width) of a PNG that mask_from_png accepts; ValueError
+    otherwise."""
 
 def resample_simd_env() -> Tuple[Optional[str], Optional[str]]:
     """(value, cap): RINGLOADER_SIMD as the C core read it (None: unset) and

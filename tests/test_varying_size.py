@@ -395,3 +395,18 @@ def test_core_refuses_a_varying_view_on_a_device(files, tmp_path):
         proc.stdout
     ), proc.stdout
     assert "LEFT 0 0" in proc.stdout
+
+
+def test_concat_of_datasets_with_equal_transforms(files):
+    def hflip():  # a new Compose per dataset, as a recipe builds them
+        return v2.Compose(
+            [v2.ToImage(), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32)]
+        )
+
+    a = ringloader.FileList(files[:4], [0, 1, 2, 3], transform=hflip())
+    b = ringloader.FileList(files[4:6], [4, 5], transform=hflip())
+    data = torch.utils.data.ConcatDataset([a, b])
+    with ringloader.Loader(data, batch_size=6, seed=SEED) as loader:
+        ((images, labels),) = list(loader)
+    assert labels.tolist() == list(range(6))
+    assert [im.shape for im in images] == [decoded(p).shape for p in files[:6]]

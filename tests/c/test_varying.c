@@ -25,6 +25,10 @@ static size_t len[N + 1];
 static int width[N], height[N];
 
 static rl_view view;
+/* The pipelines' limits and the reference decode's: the defaults. */
+static const rl_limits limits = {.max_pixels = RL_DEFAULT_MAX_PIXELS,
+                                 .max_scans = RL_DEFAULT_MAX_SCANS,
+                                 .max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES};
 
 static rl_pipeline_config config(int threads, size_t arena, int n)
 {
@@ -38,9 +42,7 @@ static rl_pipeline_config config(int threads, size_t arena, int n)
     cfg.sample.seed = 7;
     cfg.sample.views = &view;
     cfg.sample.nviews = 1;
-    cfg.sample.limits.max_pixels = RL_DEFAULT_MAX_PIXELS;
-    cfg.sample.limits.max_scans = RL_DEFAULT_MAX_SCANS;
-    cfg.sample.limits.max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
+    cfg.sample.limits = limits;
     cfg.arena_bytes = arena;
     view.place.layout = RL_LAYOUT_NCHW;
     view.transform.kind = RL_T_RESIZE_CROP;
@@ -62,10 +64,7 @@ static void check_sample(rl_slot *s, int pos, int id, int64_t key)
     uint8_t *full;
     int fw, fh;
     char msg[RL_MSG_MAX];
-    rl_limits lim = {.max_pixels = RL_DEFAULT_MAX_PIXELS,
-                     .max_scans = RL_DEFAULT_MAX_SCANS,
-                     .max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES};
-    CHECK_EQ(rl_sample_decode_full(data[id], len[id], &lim, NULL, &full, &fw,
+    CHECK_EQ(rl_sample_decode_full(data[id], len[id], &limits, NULL, &full, &fw,
                                    &fh, msg),
              0);
     rl_plan plan;

@@ -205,6 +205,12 @@ typedef struct rl_transform {
      * side. A trimmed view is decoded without DCT scaling. */
     int trim;
     int passes; /* an rl_passes */
+    /* 1: no crop; the output is the image after its resize (resize_short,
+     * or none: the image's own size), so each sample has its own size,
+     * known once its header is read (RL_T_RESIZE_CROP, out_w = out_h = 0,
+     * no padding, window or trim). Such a pipeline has one view, no ops,
+     * and host delivery: core/pipeline.h's varying batches. */
+    int varying;
 } rl_transform;
 
 /*

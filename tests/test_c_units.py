@@ -1,6 +1,7 @@
 """Builds and runs the C unit tests (tests/c), plain and under
 ThreadSanitizer: the pool, I/O, resampler and pipeline without Python, and
-the recipes of docs/ARCHITECTURE.md (a toy source, decoder and op),
+a varying pipeline's arena and its samples past it (test_varying), the
+recipes of docs/ARCHITECTURE.md (a toy source, decoder and op),
 Pillow's affine warp at every SIMD level, and the kernels' bytes at every
 level (test_same_bytes; `make check-aarch64` compares them with aarch64's),
 the lookups in a shard set's record files (test_shard_records), the
@@ -36,6 +37,7 @@ def test_c_units(tmp_path, sanitize):
         "test_filters",
         "test_io",
         "test_pipeline",
+        "test_varying",
         "test_lock_rule",
         "test_io_faults",
         "test_recipes",

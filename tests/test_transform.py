@@ -115,10 +115,15 @@ def test_nchw_is_nhwc_permuted(tmp_path):
 
 
 def test_unfusable_transforms_say_why():
-    with pytest.raises(ValueError, match="fixed output size"):
-        ringloader.Loader(Files(["x"]), transform=None)
+    # (A Loader takes Resize(256) alone, or no transform, as images of
+    # varying sizes: tests/test_varying_size.py. What needs one size still
+    # refuses: a MultiView's view, ops after the resize.)
     with pytest.raises(ValueError, match="varying sizes"):
-        ringloader.Loader(Files(["x"]), transform=T.Resize(256))
+        ringloader.Loader(Files(["x"]), transform=T.MultiView(T.Resize(256)))
+    with pytest.raises(ValueError, match="needs a fixed image size"):
+        ringloader.Loader(
+            Files(["x"]), transform=tv.Compose([tv.Resize(256), tv.ColorJitter(0.4)])
+        )
     with pytest.raises(ValueError, match="interpolation"):
         ringloader.Loader(
             Files(["x"]),

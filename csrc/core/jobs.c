@@ -152,9 +152,21 @@ void rl__batch_part_done(rl_batch *b)
     /* b may be freed from here on. */
 }
 
+/* A varying sample's destination, reserved in its batch's slot once its
+ * size is known (rl_sample_sink). */
+static int job_reserve(void *arg, int v, int out_w, int out_h, rl_dst *dst,
+                       char *msg)
+{
+    rl__job *j = arg;
+    rl_pipeline *p = j->batch->p;
+    return rl__slot_reserve(j->batch->slot, j->pos, &p->places[v], out_w, out_h,
+                            dst, msg);
+}
+
 /* Reads (when the I/O thread did not) and decodes one sample into dst
- * (one destination per view); the fetch's bytes are released. Returns its
- * status with j->msg set. */
+ * (one destination per view; a varying view's reserved when its size is
+ * known); the fetch's bytes are released. Returns its status with j->msg
+ * set. */
 static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
                 bool read, int64_t key, const rl_dst *dst)
 {
@@ -182,8 +194,10 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
         }
         rl_sample_note note;
         uint64_t t0 = rl__now_ns();
-        status = rl_sample_run(ctx, &p->cfg.sample, img, ilen, j->batch->epoch,
-                               key, dst, &note, j->msg);
+        rl_sample_sink sink = {job_reserve, j};
+        status = rl_sample_run_to(ctx, &p->cfg.sample, img, ilen,
+                                  j->batch->epoch, key, dst,
+                                  p->varying ? &sink : NULL, &note, j->msg);
         atomic_fetch_add(&p->decode_ns, rl__now_ns() - t0);
         atomic_fetch_add(&p->n_samples, 1);
         atomic_fetch_add(&p->n_pixel_decodes, (uint64_t)note.decodes);
@@ -266,7 +280,7 @@ static void job_run(rl_task *task, void *ctx)
     }
     /* The sample's place in each view's region of the slot. */
     rl_dst dst[RL_MAX_VIEWS];
-    int nv = p->cfg.sample.nviews;
+    int nv = p->varying ? 0 : p->cfg.sample.nviews; /* varying: reserved */
     for (int v = 0; v < nv; v++) {
         size_t at = rl_place_view_offset(p->places, nv, b->n, v) +
                     (size_t)j->pos * rl_place_sample_bytes(&p->places[v]);

@@ -133,6 +133,9 @@ size_t rl_pipeline_sample_bytes(const rl_pipeline *p)
 
 size_t rl_pipeline_batch_bytes(const rl_pipeline *p, int n)
 {
+    if (p->varying) {
+        return p->cfg.arena_bytes;
+    }
     int nv = p->cfg.sample.nviews;
     return rl_place_view_offset(p->places, nv, n, nv);
 }
@@ -178,7 +181,7 @@ int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
         rl__batch_free(b);
         return RL_ECLOSED;
     }
-    int rc = rl__slot_take(p, b->bytes, &b->slot);
+    int rc = rl__slot_take(p, b->bytes, n, &b->slot);
     if (rc == 0 && (p->closed || p->stopping)) {
         /* Closed while the slot was allocated with mu released. */
         rl__slot_put(p, b->slot);

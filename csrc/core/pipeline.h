@@ -100,7 +100,21 @@ typedef struct rl_pipeline_config {
      * on, whether create succeeds or not. NULL: the arrays, or no
      * fields. */
     struct rl_shard_records *field_records;
+    /* Varying batches (a view whose transform is varying: one view, no
+     * ops, host delivery): each sample's size is its own, known once its
+     * header is read. A batch's slot is then an arena of arena_bytes (0:
+     * RL_ARENA_DEFAULT_BYTES) from which each sample, once planned and
+     * decoded, reserves its bytes (RL_PLACE_VIEW_ALIGN-aligned) with one
+     * atomic add; a sample that does not fit gets a buffer of its own (one
+     * more allocation and a page-fault pass over it: a batch of huge
+     * images still loads, at that cost). A sample's bytes never depend on
+     * where they went; rl_slot_sample says where. */
+    size_t arena_bytes;
 } rl_pipeline_config;
+
+/* The default arena of a varying batch: 64 MiB (about 22 float32
+ * 640x480 images, or 8 of 1333x800). */
+#define RL_ARENA_DEFAULT_BYTES ((size_t)64 << 20)
 
 /* A sample that failed: where in its batch, which, and why. */
 typedef struct rl_sample_error {
@@ -200,7 +214,8 @@ const char *rl_pipeline_io_reason(const rl_pipeline *p);
 size_t rl_pipeline_sample_bytes(const rl_pipeline *p);
 
 /* Bytes of the slot (and of a device batch's buffer) of n samples: the
- * views' regions one after the other (place.h's rl_place_view_offset). */
+ * views' regions one after the other (place.h's rl_place_view_offset);
+ * a varying pipeline's: its arena's. */
 size_t rl_pipeline_batch_bytes(const rl_pipeline *p, int n);
 
 /* The pipeline's views (its own copy, valid until it is freed) and their
@@ -260,6 +275,11 @@ void rl_pipeline_destroy(rl_pipeline *p);
  * rl_slot_count() images, laid out as configured. */
 uint8_t *rl_slot_data(const rl_slot *s);
 int rl_slot_count(const rl_slot *s);
+/* A varying batch's sample at position i (0 .. count - 1) of a handed-out
+ * slot: its first byte (in the slot's arena or a buffer of its own, both
+ * freed with the slot), its width and height in *w, *h; laid out as the
+ * view's place says for a w x h image. NULL for a fixed-size pipeline. */
+uint8_t *rl_slot_sample(const rl_slot *s, int i, int *w, int *h);
 void rl_slot_retain(rl_slot *s);
 void rl_slot_release(rl_slot *s);
 

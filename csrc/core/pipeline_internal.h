@@ -46,7 +46,21 @@ struct rl_slot {
     rl_slot *next_free; /* free or copying list, guarded by p->mu */
     void *event;        /* device delivery: the copy's event */
     bool copying;       /* device delivery: a copy may be in flight */
+    /* Varying batches: the arena's bytes reserved so far (may pass cap:
+     * what did not fit went to a buffer of its own), and for each of
+     * ncap positions its sample's place and size, and its own buffer or
+     * NULL. Reset when the slot is put back (rl__slot_put, slot_free). */
+    atomic_size_t used;
+    struct rl__placed *placed;
+    int ncap;
 };
+
+/* Where a varying batch's sample went (rl_slot_sample). */
+typedef struct rl__placed {
+    uint8_t *data;
+    uint8_t *own; /* its own buffer (past the arena), or NULL */
+    int w, h;
+} rl__placed;
 
 typedef struct rl_batch rl_batch;
 
@@ -98,6 +112,7 @@ struct rl_pipeline {
     rl_view *views; /* cfg.sample.views: the pipeline's copy */
     rl_place_config places[RL_MAX_VIEWS]; /* each view's, for the slot */
     size_t sample_bytes;
+    bool varying; /* view 0's transform is varying (cfg.arena_bytes) */
     rl_pool *pool;
     pthread_t io_thread;
     bool io_started;
@@ -198,11 +213,19 @@ static inline void rl__src_destroy(rl_source *s)
 
 /* ---- core/slots.c ---- */
 
-/* With mu held: a slot able to hold `need` bytes, FILLING and on no list,
+/* With mu held: a slot able to hold `need` bytes (and, for a varying
+ * pipeline, where n samples went), FILLING and on no list,
  * in *out; returns 0 or -ENOMEM. May release mu and take it again (device
  * delivery): to wait for the oldest copy, or to allocate pinned memory,
  * which may block; the caller rechecks what mu guards afterwards. */
-int rl__slot_take(rl_pipeline *p, size_t need, rl_slot **out);
+int rl__slot_take(rl_pipeline *p, size_t need, int n, rl_slot **out);
+/* A varying batch's sample at position pos of slot s, out_w x out_h in
+ * place's layout and dtype: its bytes reserved in the arena, or a buffer
+ * of its own past it (replacing one an earlier candidate of the position
+ * had); *dst its destination. 0, or -ENOMEM with msg. Thread-safe for
+ * distinct positions of a FILLING slot. */
+int rl__slot_reserve(rl_slot *s, int pos, const rl_place_config *place,
+                     int out_w, int out_h, rl_dst *dst, char *msg);
 /* With mu held: back to the free list (or the copying list while its copy
  * runs). Never blocks; the pipeline must not be closed. */
 void rl__slot_put(rl_pipeline *p, rl_slot *s);

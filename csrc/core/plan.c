@@ -343,11 +343,39 @@ static int invalid_transform(int width, int height, char *msg)
     return RL_EINTERNAL;
 }
 
+/* A varying transform's output: the whole image after its resize, the
+ * output's size the resized one. 0, or RL_EDECODE with msg for a resized
+ * side past RL_MAX_SIDE. */
+static int varying_box(const rl_transform *t, int width, int height, rl_rng *g,
+                       rl_plan *p, char *msg)
+{
+    int nw, nh;
+    int rc = resized_size(t, width, height, g, &nw, &nh, msg);
+    if (rc != 0) {
+        return rc;
+    }
+    if (nw > RL_MAX_SIDE || nh > RL_MAX_SIDE) {
+        snprintf(msg, RL_MSG_MAX,
+                 "the %dx%d image resized to %dx%d: a side past %d pixels",
+                 width, height, nw, nh, RL_MAX_SIDE);
+        return RL_EDECODE;
+    }
+    p->out_w = p->vw = nw;
+    p->out_h = p->vh = nh;
+    p->vx = p->vy = 0;
+    p->x = p->y = 0;
+    p->w = width;
+    p->h = height;
+    return 0;
+}
+
 int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
                  int64_t epoch, int64_t index, int view, rl_plan *p, char *msg)
 {
-    if (width <= 0 || height <= 0 || t->out_w <= 0 || t->out_h <= 0 ||
-        view < 0 || view >= RL_MAX_VIEWS) {
+    bool sized = t->varying ? t->out_w == 0 && t->out_h == 0
+                            : t->out_w > 0 && t->out_h > 0;
+    if (width <= 0 || height <= 0 || !sized || view < 0 ||
+        view >= RL_MAX_VIEWS) {
         return invalid_transform(width, height, msg);
     }
     /* timm's TrimBorder: everything after it sees the inner image. */
@@ -384,6 +412,12 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
         p->vw = t->out_w;
         p->vh = t->out_h;
         p->crop_first = true;
+    } else if (t->varying && t->kind == RL_T_RESIZE_CROP) {
+        int rc = varying_box(t, width, height, &g, p, msg);
+        if (rc != 0) {
+            return rc;
+        }
+        p->crop_first = false;
     } else if (t->kind == RL_T_RESIZE_CROP ||
                t->kind == RL_T_RESIZE_RANDOM_CROP) {
         int rc = t->kind == RL_T_RESIZE_CROP
@@ -454,6 +488,16 @@ static int keep_random_check(const rl_transform *t, char *msg)
     return 0;
 }
 
+/* A varying transform's fields: a resize (shorter side or none) alone. */
+static bool varying_ok(const rl_transform *t)
+{
+    return t->varying == 1 && t->kind == RL_T_RESIZE_CROP && t->out_w == 0 &&
+           t->out_h == 0 && t->resize_h == 0 && t->resize_w == 0 &&
+           t->keep_ratio == 0 && t->trim == 0 && t->pad[0] == 0 &&
+           t->pad[1] == 0 && t->pad[2] == 0 && t->pad[3] == 0 &&
+           t->pad_if_needed == 0 && t->window == RL_WINDOW_RANDOM_CROP;
+}
+
 int rl_transform_check(const rl_transform *t, char *msg)
 {
     if (t->kind != RL_T_RESIZE_CROP && t->kind != RL_T_RANDOM_CROP &&
@@ -462,8 +506,14 @@ int rl_transform_check(const rl_transform *t, char *msg)
                  "the transform must give a fixed output size");
         return RL_ECONFIG;
     }
-    if (t->out_w <= 0 || t->out_h <= 0 || t->out_w > RL_MAX_SIDE ||
-        t->out_h > RL_MAX_SIDE) {
+    if (t->varying != 0 && !varying_ok(t)) {
+        snprintf(msg, RL_MSG_MAX,
+                 "a varying output (varying 1) is a resize_crop without an "
+                 "output size, padding, window, trim or keep_ratio");
+        return RL_ECONFIG;
+    }
+    if (t->varying == 0 && (t->out_w <= 0 || t->out_h <= 0 ||
+                            t->out_w > RL_MAX_SIDE || t->out_h > RL_MAX_SIDE)) {
         snprintf(msg, RL_MSG_MAX,
                  "the output size must be 1..%d a side, not %dx%d", RL_MAX_SIDE,
                  t->out_w, t->out_h);

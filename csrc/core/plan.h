@@ -20,6 +20,10 @@
  * side, one a ResizeKeepRatio resizes to no row or column, or a
  * RandomCrop window larger than the image after its resize and padding
  * (that sample's error, as timm and torchvision raise it); or
+ * A varying transform (rl_transform.varying) gives the plan the size of
+ * the image after its resize as its output (out_w, out_h): the whole image,
+ * flipped as drawn. Returns RL_EDECODE too for a resized side past
+ * RL_MAX_SIDE, and
  * RL_EINTERNAL for a transform without a fixed output (RL_T_NONE) or with
  * invalid parameters: rl_transform_check refuses those where the
  * transform is configured, so they cannot reach a sample. On error msg

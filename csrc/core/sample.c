@@ -122,6 +122,14 @@ int rl_sample_views_check(const rl_view *views, int n, char *msg)
                      (int)views[v].place.dtype);
             rc = RL_ECONFIG;
         }
+        if (rc == 0 && views[v].transform.varying &&
+            (n != 1 || views[v].augment.n != 0)) {
+            snprintf(msg, RL_MSG_MAX,
+                     "a varying output size is one view without ops (%d views, "
+                     "%d ops)",
+                     n, views[v].augment.n);
+            rc = RL_ECONFIG;
+        }
         if (rc == 0 && views[v].augment.view != v) {
             snprintf(msg, RL_MSG_MAX, "its ops draw as view %d",
                      views[v].augment.view);
@@ -249,10 +257,35 @@ static void widen(int *x0, int *y0, int *x1, int *y1, int sw, int sh)
     *y1 = *y1 < sh ? *y1 + 1 : sh;
 }
 
-/* rl_sample_run but the trim after it. */
+/* Each view's destination into out: slot[v], or for a varying view the
+ * one the sink reserves for its plan's size. 0, or the sink's status. */
+static int view_dsts(const rl_sample_spec *spec, const rl_plan *plans,
+                     const rl_dst *slot, const rl_sample_sink *sink,
+                     rl_dst *out, char *msg)
+{
+    for (int v = 0; v < spec->nviews; v++) {
+        if (!spec->views[v].transform.varying) {
+            out[v] = slot[v];
+            continue;
+        }
+        if (sink == NULL) {
+            snprintf(msg, RL_MSG_MAX, "a varying view without a sink");
+            return RL_EINTERNAL;
+        }
+        int rc = sink->reserve(sink->arg, v, plans[v].out_w, plans[v].out_h,
+                               &out[v], msg);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* rl_sample_run_to but the trim after it. */
 static int run_sample(rl_sample_ctx *c, const rl_sample_spec *spec,
                       const uint8_t *data, size_t len, int64_t epoch,
-                      int64_t key, const rl_dst *slot, rl_sample_note *note,
+                      int64_t key, const rl_dst *slot,
+                      const rl_sample_sink *sink, rl_sample_note *note,
                       char *msg)
 {
     const rl_decoder_def *dec;
@@ -330,8 +363,15 @@ static int run_sample(rl_sample_ctx *c, const rl_sample_spec *spec,
     }
     note->decodes = 1;
     note->truncated = dec->truncated != NULL && dec->truncated(st);
+    /* Reserved after the decode: a file that fails to decode takes no
+     * room in its batch. */
+    rl_dst dst[RL_MAX_VIEWS];
+    rc = view_dsts(spec, plans, slot, sink, dst, msg);
+    if (rc != 0) {
+        return rc;
+    }
     for (int v = 0; v < spec->nviews; v++) {
-        rc = run_view(c, spec, v, &px, &plans[v], fx, fy, epoch, key, &slot[v],
+        rc = run_view(c, spec, v, &px, &plans[v], fx, fy, epoch, key, &dst[v],
                       msg);
         if (rc != 0) {
             return rc;
@@ -345,7 +385,17 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
                   const uint8_t *data, size_t len, int64_t epoch, int64_t key,
                   const rl_dst *slot, rl_sample_note *note, char *msg)
 {
-    int rc = run_sample(c, spec, data, len, epoch, key, slot, note, msg);
+    return rl_sample_run_to(c, spec, data, len, epoch, key, slot, NULL, note,
+                            msg);
+}
+
+int rl_sample_run_to(rl_sample_ctx *c, const rl_sample_spec *spec,
+                     const uint8_t *data, size_t len, int64_t epoch,
+                     int64_t key, const rl_dst *slot,
+                     const rl_sample_sink *sink, rl_sample_note *note,
+                     char *msg)
+{
+    int rc = run_sample(c, spec, data, len, epoch, key, slot, sink, note, msg);
     /* The views have read the pixels: the decoders' buffers may shrink.
      * The scratch image is not trimmed: its size is the output's, the
      * same for every sample of the pipeline. */

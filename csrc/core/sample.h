@@ -87,6 +87,27 @@ int rl_sample_run(rl_sample_ctx *c, const rl_sample_spec *spec,
                   const rl_dst *dst, rl_sample_note *note, char *msg);
 
 /*
+ * Where a varying view's sample goes (rl_transform.varying): its size is
+ * known only once its header is read and its plan made, so rl_sample_run_to
+ * asks reserve for the destination of an out_w x out_h image of view v,
+ * then writes it there. reserve returns 0 with *dst filled, or -ENOMEM
+ * with msg set (the sample then fails with it).
+ */
+typedef struct rl_sample_sink {
+    int (*reserve)(void *arg, int v, int out_w, int out_h, rl_dst *dst,
+                   char *msg);
+    void *arg;
+} rl_sample_sink;
+
+/* rl_sample_run, with the varying views' destinations asked of sink (NULL
+ * when no view varies: a varying view without one is RL_EINTERNAL); dst[v]
+ * is unused for those views. */
+int rl_sample_run_to(rl_sample_ctx *c, const rl_sample_spec *spec,
+                     const uint8_t *data, size_t len, int64_t epoch,
+                     int64_t key, const rl_dst *dst, const rl_sample_sink *sink,
+                     rl_sample_note *note, char *msg);
+
+/*
  * Decodes a JPEG, PNG or WebP (the native decoders) into a malloc'd RGB
  * buffer of *h rows of *w * 3 bytes, which the caller frees: the whole
  * image, or with box = {left, top, width, height} that region alone, the

@@ -27,9 +27,17 @@
  * slots detached at destroy), so no other thread can reach it meanwhile.
  * The pool of slots grows to one per batch in flight plus those copying:
  * prefetch + 1 in a loader's steady state, each sized at its first batch.
+ *
+ * A varying batch's slot is an arena (core/pipeline.h's arena_bytes): each
+ * sample reserves its bytes with one atomic add once its size is known
+ * (rl__slot_reserve), so samples finishing in any order never wait on one
+ * another; one that does not fit gets its own buffer, which the slot
+ * keeps (rl__placed) and frees when it is put back or freed, as it frees
+ * the arena's reservations (used back to 0).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -37,12 +45,73 @@
 
 #define SLOT_ALIGN 4096
 
+/* A varying slot's samples forgotten: their own buffers freed, the arena
+ * empty again. */
+static void slot_clear(rl_slot *s)
+{
+    for (int i = 0; s->placed != NULL && i < s->ncap; i++) {
+        free(s->placed[i].own);
+        s->placed[i] = (rl__placed){0};
+    }
+    atomic_store(&s->used, 0);
+}
+
 /* Frees a slot off every list; waits for its copy first. Without mu. */
 static void slot_free(rl_pipeline *p, rl_slot *s)
 {
     rl_deliver *d = p->cfg.deliver;
     d->ops->free(d, s->data, s->event);
+    slot_clear(s);
+    free(s->placed);
     free(s);
+}
+
+int rl__slot_reserve(rl_slot *s, int pos, const rl_place_config *place,
+                     int out_w, int out_h, rl_dst *dst, char *msg)
+{
+    rl_place_config c = *place;
+    c.out_w = out_w;
+    c.out_h = out_h;
+    size_t bytes = rl_place_sample_bytes(&c);
+    size_t span = (bytes + RL_PLACE_VIEW_ALIGN - 1) / RL_PLACE_VIEW_ALIGN *
+                  RL_PLACE_VIEW_ALIGN;
+    rl__placed *at = &s->placed[pos];
+    free(at->own); /* an earlier candidate's, past the arena */
+    at->own = NULL;
+    size_t off = atomic_fetch_add(&s->used, span);
+    if (off <= s->cap && span <= s->cap - off) {
+        at->data = s->data + off;
+    } else if ((at->own = aligned_alloc(RL_PLACE_VIEW_ALIGN, span)) != NULL) {
+        at->data = at->own;
+    } else {
+        at->data = NULL;
+        snprintf(msg, RL_MSG_MAX,
+                 "out of memory for a %dx%d sample (%zu bytes) past its "
+                 "batch's arena of %zu bytes",
+                 out_w, out_h, bytes, s->cap);
+        return -ENOMEM;
+    }
+    at->w = out_w;
+    at->h = out_h;
+    rl_place_dst(&c, at->data, dst);
+    return 0;
+}
+
+/* With mu held: room in s to say where n varying samples went. 0 or
+ * -ENOMEM. */
+static int slot_placed(rl_slot *s, int n)
+{
+    if (s->ncap >= n) {
+        return 0;
+    }
+    rl__placed *placed = calloc((size_t)n, sizeof(*placed));
+    if (placed == NULL) {
+        return -ENOMEM;
+    }
+    free(s->placed); /* cleared when the slot was put back */
+    s->placed = placed;
+    s->ncap = n;
+    return 0;
 }
 
 /* Moves slots whose copy completed from the copying list to the free
@@ -66,7 +135,7 @@ static void reclaim_copied(rl_pipeline *p)
     }
 }
 
-int rl__slot_take(rl_pipeline *p, size_t need, rl_slot **out)
+int rl__slot_take(rl_pipeline *p, size_t need, int n, rl_slot **out)
 {
     rl_deliver *d = p->cfg.deliver;
     rl_slot *s = NULL;
@@ -94,6 +163,10 @@ int rl__slot_take(rl_pipeline *p, size_t need, rl_slot **out)
     }
     s->state = SLOT_FILLING; /* ours alone: on no list */
     s->next_free = NULL;
+    if (p->varying && slot_placed(s, n) != 0) {
+        rl__slot_put(p, s);
+        return -ENOMEM;
+    }
     if (!wait && s->cap >= need) {
         *out = s;
         return 0;
@@ -124,6 +197,7 @@ int rl__slot_take(rl_pipeline *p, size_t need, rl_slot **out)
 
 void rl__slot_put(rl_pipeline *p, rl_slot *s)
 {
+    slot_clear(s);
     if (s->copying) {
         s->state = SLOT_COPYING;
         s->next_free = NULL;
@@ -189,6 +263,16 @@ uint8_t *rl_slot_data(const rl_slot *s)
 int rl_slot_count(const rl_slot *s)
 {
     return s->n;
+}
+
+uint8_t *rl_slot_sample(const rl_slot *s, int i, int *w, int *h)
+{
+    if (s->placed == NULL || i < 0 || i >= s->n) {
+        return NULL;
+    }
+    *w = s->placed[i].w;
+    *h = s->placed[i].h;
+    return s->placed[i].data;
 }
 
 void rl_slot_retain(rl_slot *s)

@@ -20,6 +20,11 @@
  * offset, shape and dtype) and holding its own reference on the slot or
  * owner; the first view's Batch is the one next() returns, and its `views`
  * lists them all. A one-view batch is its own only view.
+ *
+ * A varying batch (core/pipeline.h: each sample its own size) is exported
+ * sample by sample: its `samples` are one Batch each, (C, h, w) or
+ * (h, w, C) at the sample's own address in the slot's arena or its own
+ * buffer (rl_slot_sample), each holding its own reference on the slot.
  */
 #include "python/module.h"
 
@@ -106,7 +111,16 @@ typedef struct {
     int ndim;
     Py_ssize_t shape[4];
     Py_ssize_t strides[4]; /* elements */
+    uint8_t *at;           /* a varying batch's sample: its first byte */
+    PyObject *samples;     /* a varying batch's: a Batch per sample, or NULL */
 } batch_object;
+
+/* The first byte a host Batch exports. */
+static uint8_t *host_data(const batch_object *self)
+{
+    return self->at != NULL ? self->at
+                            : rl_slot_data(self->slot) + self->offset;
+}
 
 static void dl_type_of(rl_dtype t, dl_dtype *out)
 {
@@ -128,6 +142,7 @@ static void batch_dealloc(batch_object *self)
     Py_XDECREF(self->ids);
     Py_XDECREF(self->fields);
     Py_XDECREF(self->others);
+    Py_XDECREF(self->samples);
     ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
     Py_DECREF(tp);
 }
@@ -147,7 +162,7 @@ static PyObject *batch_dlpack(batch_object *self, PyObject *args, PyObject *kw)
     if (self->slot != NULL) {
         e->slot = self->slot;
         rl_slot_retain(e->slot);
-        e->m.dl_tensor.data = rl_slot_data(self->slot) + self->offset;
+        e->m.dl_tensor.data = host_data(self);
         e->m.dl_tensor.device.device_type = DL_CPU;
     } else {
         e->owner = Py_NewRef(self->owner);
@@ -205,7 +220,7 @@ static int batch_getbuffer(batch_object *self, Py_buffer *view, int flags)
         view->len *= self->shape[i];
     }
     /* Writable exports are fine: the slot belongs to the consumer now. */
-    view->buf = rl_slot_data(self->slot) + self->offset;
+    view->buf = host_data(self);
     view->obj = Py_NewRef((PyObject *)self);
     view->readonly = 0;
     view->itemsize = itemsize;
@@ -285,6 +300,12 @@ static PyObject *batch_get_views(batch_object *self, void *closure)
     return t;
 }
 
+static PyObject *batch_get_samples(batch_object *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->samples ? self->samples : Py_None);
+}
+
 static PyObject *batch_get_offset(batch_object *self, void *closure)
 {
     (void)closure;
@@ -328,6 +349,10 @@ static PyGetSetDef batch_getset[] = {
     {"views", (getter)batch_get_views, NULL,
      "The Batch of each view of the samples (this one first), each its own "
      "region of the batch: a one-view batch is (self,).",
+     NULL},
+    {"samples", (getter)batch_get_samples, NULL,
+     "A varying batch's samples: a Batch each, (C, h, w) or (h, w, C) at its "
+     "own size; None for a batch of one size.",
      NULL},
     {"offset", (getter)batch_get_offset, NULL,
      "Where this view's region starts in the slot or buffer, in bytes.", NULL},
@@ -425,6 +450,8 @@ static batch_object *view_new(rl_module_state *st, rl_slot *slot,
     b->device = slot != NULL ? -1 : device;
     b->owner = slot != NULL ? NULL : Py_NewRef(owner);
     b->fallback = b->replaced = b->ids = b->fields = NULL;
+    b->at = NULL;
+    b->samples = NULL;
     b->dtype = place->dtype;
     b->ndim = 4;
     Py_ssize_t h = place->out_h, w = place->out_w;
@@ -442,6 +469,39 @@ static batch_object *view_new(rl_module_state *st, rl_slot *slot,
     return b;
 }
 
+/* A varying batch's samples into b->samples: each a Batch of its own
+ * size at its own address (rl_slot_sample). 0, or -1 with an exception. */
+static int batch_samples(rl_module_state *st, batch_object *b, rl_slot *slot,
+                         int n, const rl_place_config *place)
+{
+    if ((b->samples = PyTuple_New(n)) == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        int w = 0, h = 0;
+        uint8_t *at = rl_slot_sample(slot, i, &w, &h);
+        rl_place_config one = *place;
+        one.out_w = w;
+        one.out_h = h;
+        batch_object *o = view_new(st, slot, 0, -1, NULL, 1, &one, 0);
+        if (o == NULL) {
+            return -1;
+        }
+        o->at = at;
+        o->ticket = b->ticket; /* the batch's report, as a view's */
+        o->fallback = Py_NewRef(b->fallback);
+        o->replaced = Py_NewRef(b->replaced);
+        o->ids = Py_NewRef(b->ids);
+        o->fields = Py_NewRef(b->fields);
+        /* (C, h, w) or (h, w, C): the one sample's axes */
+        o->ndim = 3;
+        memmove(o->shape, o->shape + 1, sizeof(o->shape[0]) * 3);
+        memmove(o->strides, o->strides + 1, sizeof(o->strides[0]) * 3);
+        PyTuple_SetItem(b->samples, i, (PyObject *)o);
+    }
+    return 0;
+}
+
 PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
                            uintptr_t dev_ptr, int device, PyObject *owner,
                            int n, const rl_place_config *places, int nviews,
@@ -454,6 +514,12 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
     }
     if (b == NULL || batch_lists(st, b, rep) != 0) {
         Py_XDECREF((PyObject *)b);
+        return NULL;
+    }
+    int w, h;
+    if (slot != NULL && rl_slot_sample(slot, 0, &w, &h) != NULL &&
+        batch_samples(st, b, slot, n, &places[0]) != 0) {
+        Py_DECREF(b);
         return NULL;
     }
     if (nviews > 1 && (b->others = PyTuple_New(nviews - 1)) == NULL) {

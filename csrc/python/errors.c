@@ -196,7 +196,14 @@ PyObject *rl__py_raise_submit(rl_module_state *st, int status,
                               const rl_pipeline *p, int n)
 {
     char why[RL_MSG_MAX];
-    if (status == -ENOMEM) {
+    if (status == -ENOMEM && rl_pipeline_sample_bytes(p) == 0) {
+        /* A varying batch's slot is its arena (core/pipeline.h). */
+        snprintf(why, sizeof(why),
+                 "out of memory for a batch's arena of %zu bytes; each batch "
+                 "in flight (prefetch) holds one: lower arena_bytes or "
+                 "prefetch",
+                 rl_pipeline_batch_bytes(p, n));
+    } else if (status == -ENOMEM) {
         /* The batch's slot, almost always: say its size. */
         snprintf(why, sizeof(why),
                  "out of memory for a batch of %d samples: %zu bytes (%zu "

@@ -228,7 +228,7 @@ static PyType_Slot pipeline_slots[] = {
      "allow_truncated=False, dtype='uint8', mul=None, add=None, device=-1, "
      "allocator=None, fallback=None, direct_io=False, "
      "skip_errors=False, max_consecutive_errors=16, http=None, "
-     "fields=None, parts=None, starts=None)"},
+     "fields=None, parts=None, starts=None, records=None, arena_bytes=0)"},
     {0, NULL},
 };
 

@@ -48,6 +48,7 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
                              "parts",
                              "starts",
                              "records",
+                             "arena_bytes",
                              NULL};
     PyObject *spec, *paths = Py_None, *offsets = Py_None, *lengths = Py_None;
     PyObject *buffers = Py_None, *names = Py_None, *mul = Py_None;
@@ -60,13 +61,14 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
     unsigned long long seed = 0;
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
     unsigned long long max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
+    unsigned long long arena_bytes = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOOOO", kwlist, &spec, &paths,
+            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOOOOK", kwlist, &spec, &paths,
             &offsets, &lengths, &buffers, &names, &nthreads, &layout, &seed,
             &io, &max_pixels, &max_scans, &max_file_bytes, &allow_truncated,
             &dtype, &mul, &add, &device, &allocator, &fallback, &direct_io,
             &skip_errors, &max_consecutive, &http, &fields, &parts, &starts,
-            &records)) {
+            &records, &arena_bytes)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -163,6 +165,7 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
     cfg.sample.limits.allow_truncated = allow_truncated != 0;
     cfg.skip_errors = skip_errors != 0;
     cfg.max_consecutive_errors = max_consecutive;
+    cfg.arena_bytes = (size_t)arena_bytes;
     *out = cfg;
     return self;
 }

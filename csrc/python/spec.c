@@ -139,6 +139,12 @@ static const field fields[] = {
      {0, 0},
      "the resize's pass order: 0 Pillow 13's, 1 horizontal first (Pillow "
      "12 and older)"},
+    {"varying",
+     FIELD_INT,
+     AT(varying),
+     {0, 0},
+     "1: no crop, each sample its own size (its resize's, or its own; "
+     "out_h, out_w 0)"},
 };
 
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))

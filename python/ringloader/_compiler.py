@@ -138,6 +138,10 @@ class _Plan:
     converted: bool = False
     erased: bool = False
     names: list[str] = field(default_factory=list)  # the fused steps
+    # The caller takes samples of their own sizes (a Loader): a transform
+    # without a crop (a shorter-side Resize, or no geometry at all) is
+    # then fused as a varying spec rather than refused.
+    varying: bool = False
 
     @property
     def geometric(self) -> bool:
@@ -148,6 +152,12 @@ class _Plan:
             or self.rcrop is not None
             or bool(self.box)
         )
+
+    @property
+    def sized(self) -> bool:
+        """Whether flips and conversions may follow: a resize or crop was
+        fused, or the caller takes varying sizes (the image as it is)."""
+        return self.geometric or self.varying
 
     def size(self) -> Optional[tuple[int, int]]:
         """The (h, w) every sample has after the geometry so far, or None."""
@@ -185,7 +195,7 @@ def _erase(plan: _Plan, step: _steps.Erase) -> Optional[str]:
 
 def _convert(plan: _Plan, step: _steps.Convert) -> Optional[str]:
     """An output conversion, after the geometry and before output ops."""
-    geometric = plan.geometric
+    geometric = plan.sized
     if not geometric or plan.erased or not fold(step, plan.out):
         if plan.erased and geometric:
             return f"{step.name} after RandomErasing"
@@ -212,9 +222,11 @@ def _augment(plan: _Plan, step: _steps.Ops) -> Optional[str]:
 def _place(plan: _Plan, step: Step) -> bool:
     """A trim, resize or crop, in the order the place stage runs them;
     False where it does not fit."""
+    # (No geometry after a flip: only a varying plan fuses a flip first.)
+    flipped = plan.flipped or plan.vflipped
     if isinstance(step, _steps.Trim) and not plan.names:
         plan.trim = step.border
-    elif isinstance(step, _steps.Resize) and not plan.geometric:
+    elif isinstance(step, _steps.Resize) and not plan.geometric and not flipped:
         plan.resize = step
     elif (
         isinstance(step, (_steps.CenterCrop, _steps.RandomCrop))
@@ -232,7 +244,7 @@ def _place(plan: _Plan, step: Step) -> bool:
             plan.crop, plan.fill = step.size, step.fill
         else:
             plan.rcrop = step.fields
-    elif isinstance(step, _steps.ResizedCrop) and not plan.geometric:
+    elif isinstance(step, _steps.ResizedCrop) and not plan.geometric and not flipped:
         h, w = step.size
         plan.box = {
             "kind": "random_crop",
@@ -255,7 +267,7 @@ def _flip(plan: _Plan, step: Step) -> bool:
     if (
         not isinstance(step, _steps.Flip)
         or (plan.vflipped if step.vertical else plan.flipped)
-        or not plan.geometric
+        or not plan.sized
         or not all(op in FLIP_SAFE for op, _ in plan.ops)
     ):
         return False
@@ -264,6 +276,18 @@ def _flip(plan: _Plan, step: Step) -> bool:
     else:
         plan.flip_p, plan.flipped = step.p, True
     return True
+
+
+def _flip_converted(plan: _Plan, step: Step) -> bool:
+    """Whether a flip after the conversion may be fused: in a varying plan
+    (no size fixed: torchvision's detection presets flip after ToImage), a
+    flip commutes with the per-channel conversion, not with output ops."""
+    return (
+        isinstance(step, _steps.Flip)
+        and plan.varying
+        and plan.size() is None
+        and not plan.erased
+    )
 
 
 def _fuse(plan: _Plan, step: Step) -> Optional[str]:
@@ -275,7 +299,7 @@ def _fuse(plan: _Plan, step: Step) -> Optional[str]:
         return _erase(plan, step)
     if isinstance(step, _steps.Convert):
         return _convert(plan, step)
-    if plan.converted:
+    if plan.converted and not _flip_converted(plan, step):
         return f"{step.name} after the conversion to a tensor"
     if isinstance(step, _steps.Ops):
         return _augment(plan, step)
@@ -319,10 +343,35 @@ def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
     return fields
 
 
+def _varying(plan: _Plan, first: Optional[Step]) -> Optional[dict]:
+    """The spec of a plan whose output is the image after its resize, each
+    sample its own size, where the caller takes that (``plan.varying``) and
+    the geometry is a shorter-side Resize or none; else None."""
+    resize = plan.resize
+    if not plan.varying or plan.crop is not None or plan.rcrop is not None:
+        return None
+    if resize is None and isinstance(first, _steps.Unfused) and first.geometry:
+        return None  # refused as geometry, below
+    if resize is not None and (
+        not isinstance(resize.size, int) or resize.keep_longest is not None
+    ):
+        return None  # a fixed size, or timm's ResizeKeepRatio: below
+    if plan.trim:
+        raise UnsupportedTransform(
+            "TrimBorder without a crop gives images of varying sizes, which "
+            "are not fused with a trim; add a CenterCrop"
+        )
+    return {"kind": "resize_crop", **_resize_fields(resize), "varying": 1}
+
+
 def _resize_crop(plan: _Plan, first: Optional[Step]) -> dict:
-    """The spec of a resize and a centre or random crop (no ResizedCrop);
-    raises UnsupportedTransform where the output has no fixed size."""
+    """The spec of a resize and a centre or random crop (no ResizedCrop),
+    or a varying one (:func:`_varying`); raises UnsupportedTransform where
+    the output has no fixed size and the plan takes no varying one."""
     resize, crop, rcrop = plan.resize, plan.crop, plan.rcrop
+    varying = _varying(plan, first)
+    if varying is not None:
+        return varying
     if resize is None and crop is None and rcrop is None:
         if isinstance(first, _steps.Unfused) and first.geometry:
             raise UnsupportedTransform(first.reason)
@@ -366,21 +415,27 @@ def _spec(plan: _Plan, first: Optional[Step]) -> dict:
     spec["passes"] = _pillow_passes()
     if plan.ops:
         spec["ops"] = plan.ops
+    if spec.get("varying"):
+        return spec
     for key in ("out_h", "out_w"):
         if not 0 < spec[key] <= _core.MAX_SIDE:
             raise UnsupportedTransform(f"output size {spec[key]} out of range")
     return spec
 
 
-def compile_steps(steps: Iterable[Step]) -> Compiled:
+def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
     """The C core's plan for a transform's steps, in order: the longest
     prefix that can be fused is, and the ``reason`` the next step was not.
     Steps are taken one at a time and none after that one, so a lazy
     iterable describes no more than the compiler reads. ``rest`` is left
     empty: the steps' objects are the caller's. Raises
     :class:`UnsupportedTransform` with a one-line reason when nothing with
-    a fixed output size can be fused."""
-    plan = _Plan()
+    a fixed output size can be fused. ``varying``: the caller takes samples
+    of their own sizes, so a transform without a crop (a shorter-side
+    Resize, flips and conversions alone) gives a spec with ``varying`` 1
+    and no output size; it must then be fused whole (what a step after it
+    needs, a fixed size or a batch, it does not have)."""
+    plan = _Plan(varying=varying)
     first: Optional[Step] = None
     reason = ""
     for step in steps:
@@ -390,8 +445,14 @@ def compile_steps(steps: Iterable[Step]) -> Compiled:
             reason = why
             break
         plan.names.append(step.name)
+    spec = _spec(plan, first)
+    if spec.get("varying") and reason:
+        raise UnsupportedTransform(
+            f"{reason}; images of varying sizes (no crop) are fused only "
+            "whole: resize and crop to one size first"
+        )
     return Compiled(
-        spec=_spec(plan, first),
+        spec=spec,
         dtype=plan.out["dtype"],
         mul=tuple(plan.out["mul"]),
         add=tuple(plan.out["add"]),

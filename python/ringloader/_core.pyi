@@ -433,6 +433,12 @@ class Batch:
         A one-view batch is ``(self,)``."""
 
     @property
+    def samples(self) -> Optional[Tuple["Batch", ...]]:
+        """A varying batch's samples (a transform with ``varying`` 1: each
+        sample its own size): a Batch each, (C, h, w) or (h, w, C), at its
+        own place in the slot; None for a batch of one size."""
+
+    @property
     def owner(self) -> Any:
         """Device batches: the owner object the allocator returned; None on
         the host."""
@@ -565,6 +571,9 @@ class Pipeline:
         records: Optional[
             tuple[Sequence[str], Optional[Buffer], Optional[Buffer], Optional[bytes]]
         ] = ...,
+        # A varying transform's batch arena, in bytes (0: 64 MiB): samples
+        # past it get a buffer each (core/pipeline.h's arena_bytes).
+        arena_bytes: int = ...,
     ) -> Pipeline: ...
     def submit(
         self,

@@ -60,8 +60,10 @@ class Taken(NamedTuple):
 
     idx: list[int]  # dataset index of each position, replacements included
     # One tensor per view (one view but for a MultiView): uint8 (or the
-    # view's fused dtype on CPU), in the view's C layout.
-    raw: list[torch.Tensor]
+    # view's fused dtype on CPU), in the view's C layout; a varying view's
+    # (each sample its own size) a list of one tensor per sample, each a
+    # view of the batch's arena (or of its own buffer) keeping it alive.
+    raw: list[Any]
     fallback: Sequence[int]  # positions decoded by Pillow (not JPEG, PNG or WebP)
     # (position, DecodeError or OSError) of samples replaced (skip policy)
     replaced: Sequence[tuple[int, Union[_core.DecodeError, OSError]]]
@@ -89,6 +91,7 @@ class Pipeline:
         skip_errors: bool,
         max_consecutive_errors: int,
         carried: Optional[dict] = None,
+        arena_bytes: int = 0,
     ) -> None:
         # Each view (compiled, C layout): its spec and its output. On the
         # GPU path uint8 crosses PCIe; the conversion runs on the device.
@@ -145,6 +148,7 @@ class Pipeline:
             fallback=fallback,
             skip_errors=skip_errors,
             max_consecutive_errors=max_consecutive_errors,
+            arena_bytes=arena_bytes,
         )
         if first_keys is not None:
             # S3 GETs are signed per request by the C source (before the
@@ -294,7 +298,10 @@ class Pipeline:
         batch = self._c.next(consumer_stream=consumer)
         if batch is None:
             raise RuntimeError("the loader is closed")  # nothing in flight
-        if self._gpu is None:
+        raw: list[Any]
+        if batch.samples is not None:  # a varying batch: one view, host
+            raw = [[torch.from_dlpack(s) for s in batch.samples]]
+        elif self._gpu is None:
             raw = [torch.from_dlpack(view) for view in batch.views]
         else:
             raw = [self._gpu.tensor(view) for view in batch.views]

@@ -30,9 +30,10 @@ def plan_views(
     transform: Any, layout: str, cuda: bool, stacklevel: int
 ) -> list[TransformPlan]:
     """:func:`plan_transform` of each view of a MultiView, or of
-    ``transform`` alone as its one view."""
+    ``transform`` alone as its one view, which may give each sample its own
+    size (``Compiled.spec["varying"]``: the loader yields a list)."""
     if not isinstance(transform, MultiView):
-        return [plan_transform(transform, layout, cuda, stacklevel + 1)]
+        return [plan_transform(transform, layout, cuda, stacklevel + 1, varying=True)]
     return [
         plan_transform(view, layout, cuda, stacklevel + 1, index=i)
         for i, view in enumerate(transform.views)
@@ -45,17 +46,26 @@ def plan_transform(
     cuda: bool,
     stacklevel: int,
     index: Optional[int] = None,
+    varying: bool = False,
 ) -> TransformPlan:
     """Compile ``transform`` for a loader yielding ``layout``. Warns with a
     FallbackWarning (``stacklevel`` as warnings.warn's, counted from the
     caller) when part of it runs in Python; raises UnsupportedTransform, or
     ValueError when that part would follow a device copy. ``index``: the
-    transform is that view of a MultiView (named in what is said)."""
+    transform is that view of a MultiView (named in what is said).
+    ``varying``: a transform without a crop may give each sample its own
+    size (not with ``cuda``: ValueError)."""
     where = "" if index is None else f"view {index}: "
     try:
-        compiled = compile_transform(transform)
+        compiled = compile_transform(transform, varying)
     except UnsupportedTransform as e:
         raise UnsupportedTransform(where + str(e)) from None
+    if cuda and compiled.spec.get("varying"):
+        raise ValueError(
+            "images of varying sizes (a transform without a crop) are loaded "
+            "on the host only: leave device= out and move the images to the "
+            "GPU yourself, or resize and crop to one size"
+        )
     tail = list(compiled.rest)
     if cuda and any(op == "erase" for op, _ in compiled.spec.get("ops", [])):
         # The C core writes uint8 for the device and the conversion runs on

@@ -109,11 +109,22 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
     if kwargs.get("batch_size", 1) is None:
         return "batch_size=None (unbatched loading)"
     try:
-        compiled = compile_views(getattr(resolve(dataset), "transform", None))
+        compiled = compile_views(
+            getattr(resolve(dataset), "transform", None), varying=True
+        )
     except UnreadableComposition as e:
         return str(e)
     except UnsupportedTransform as e:
         return _first_reason(getattr(resolve(dataset), "transform", None)) or str(e)
+    if not _custom_collate(kwargs.get("collate_fn")) and any(
+        c.spec.get("varying") for c in compiled
+    ):
+        # default_collate stacks the images (or fails on two sizes).
+        return (
+            "the transform gives images of varying sizes (no crop) and no "
+            "collate_fn is set (pass one, e.g. lambda b: tuple(zip(*b)), for "
+            "ringloader to load them)"
+        )
     if _custom_collate(kwargs.get("collate_fn")) and not all(
         c.tensor_out or c.rest for c in compiled
     ):
@@ -231,6 +242,7 @@ OPTIONS: dict[str, Any] = {
     "direct_io": False,
     "on_error": "raise",
     "max_consecutive_errors": 16,
+    "arena_bytes": None,
     "device": None,
     "distributed": None,
     "rank": None,
@@ -314,7 +326,8 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
     ``ringloader.Loader``'s own options are keyword-only arguments:
     ``seed`` (default: the generator's initial seed, else torch's),
     ``layout``, ``io``, ``max_pixels``, ``allow_truncated``, ``direct_io``,
-    ``on_error``, ``max_consecutive_errors``, ``device``, ``distributed``,
+    ``on_error``, ``max_consecutive_errors``, ``arena_bytes``, ``device``,
+    ``distributed``,
     ``rank``, ``world_size``, as ``Loader`` takes them. Frameworks that
     rebuild the loader keep them.
     """
@@ -393,6 +406,7 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         direct_io: bool = False,
         on_error: str = "raise",
         max_consecutive_errors: int = 16,
+        arena_bytes: Optional[int] = None,
         device: Any = None,
         distributed: Optional[bool] = None,
         rank: Optional[int] = None,
@@ -431,6 +445,7 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
             direct_io=direct_io,
             on_error=on_error,
             max_consecutive_errors=max_consecutive_errors,
+            arena_bytes=arena_bytes,
             device=device,
             distributed=distributed,
             rank=rank,

@@ -111,8 +111,13 @@ class Loader:
         prefetch: batches decoded ahead of the one being consumed.
         seed: seeds shuffling and augmentations; with ``epoch`` it fixes
             every batch exactly (a Mix's draws follow ``Mix(seed=)``).
-        transform: ``ringloader.transforms`` or torchvision transforms with a
-            fixed output size; defaults to ``dataset.transform``.
+        transform: ``ringloader.transforms`` or torchvision transforms;
+            defaults to ``dataset.transform``. One without a crop (a
+            shorter-side ``Resize`` alone, or only flips and conversions:
+            torchvision's detection presets) gives each image its own size.
+        arena_bytes: for such a transform, the memory each batch's images
+            are placed in (default 64 MiB); an image that does not fit gets
+            a buffer of its own (slower, never an error).
         layout: ``"NCHW"`` (torch's default), ``"NHWC"``, or
             ``"channels_last"`` (NCHW shape, NHWC memory, as
             ``torch.channels_last``).
@@ -165,7 +170,11 @@ class Loader:
     torch's DataLoader batches the dataset's targets (floats, rows,
     tuples: ``datasets/targets.py``). With a ``transforms.MultiView`` it yields
     ``(views, labels)``: a list of such tensors, one per view, each with
-    the size and dtype of its view; each image is read and decoded once. Transforms after the fusable prefix run in
+    the size and dtype of its view; each image is read and decoded once.
+    With a transform that gives each image its own size, ``images`` is a
+    list of N tensors, each (3, h_i, w_i) (or (h_i, w_i, 3)), as torch's
+    DataLoader with ``collate_fn=lambda b: tuple(zip(*b))`` gives them
+    (images and labels then as described). Transforms after the fusable prefix run in
     Python on each sample (announced once with a :class:`FallbackWarning`). The images are views of
     a batch buffer, not copies; keeping them is safe (the loader allocates
     another buffer instead of overwriting one still referenced).
@@ -206,6 +215,7 @@ class Loader:
         direct_io: bool = False,
         on_error: str = "raise",
         max_consecutive_errors: int = 16,
+        arena_bytes: Optional[int] = None,
     ) -> None:
         batch_size = check_batching(
             batch_size, shuffle, sampler, batch_sampler, drop_last
@@ -246,6 +256,9 @@ class Loader:
         self.direct_io = bool(direct_io)
         self.on_error = on_error
         self.max_consecutive_errors = int(max_consecutive_errors)
+        if arena_bytes is not None and arena_bytes < 1:
+            raise ValueError(f"arena_bytes must be >= 1, not {arena_bytes}")
+        self.arena_bytes = arena_bytes
         # Without a transform of its own the loader follows the dataset's,
         # as DataLoader does: a new dataset.transform (progressive resizing)
         # is compiled at the next iteration.
@@ -370,6 +383,7 @@ class Loader:
                 skip_errors=self.on_error == "skip",
                 max_consecutive_errors=self.max_consecutive_errors,
                 carried=carried,
+                arena_bytes=self.arena_bytes or 0,
             )
         return self._pipe
 
@@ -464,9 +478,14 @@ class Loader:
             if pipe.pending and not pipe.closed:
                 pipe.cancel()
 
-    def _finish(self, raw: torch.Tensor, plan: TransformPlan) -> torch.Tensor:
+    def _finish(self, raw: Any, plan: TransformPlan) -> Any:
         """Lay a view's C output out as asked (converting it on the device
-        on the GPU path) and run its Python tail, if any."""
+        on the GPU path) and run its Python tail, if any. A varying view's
+        (a list of samples, host only, never a tail): each sample's axes."""
+        if isinstance(raw, list):
+            if self.layout == "channels_last":
+                return [s.permute(2, 0, 1) for s in raw]
+            return raw
         if self._gpu is not None:
             return self._gpu.convert(raw, self.layout, plan.compiled)
         if plan.tail:

@@ -55,7 +55,9 @@ adapter (``ringloader/adapt/``) into neutral steps (``_steps``), from which
 :func:`compile_transform` has the compiler (``_compiler``) build the plan.
 
 The output is a batch of a fixed size: uint8 unless a conversion asks for
-floats. The geometry follows
+floats. A transform without a crop (a shorter-side ``Resize`` alone, or only
+flips and conversions, as torchvision's detection presets) gives each image
+its own size: a Loader yields those as a list of (C, h, w) tensors. The geometry follows
 torchvision exactly (same boxes, same rounding); random draws come from a
 generator keyed by (seed, epoch, sample index), so augmentations do not
 depend on thread count or timing.
@@ -210,12 +212,14 @@ class MultiView:
         return f"MultiView({inner})"
 
 
-def compile_views(transform: Any) -> list["Compiled"]:
+def compile_views(transform: Any, varying: bool = False) -> list["Compiled"]:
     """:func:`compile_transform` of each view of a :class:`MultiView`, or of
-    ``transform`` alone as its one view. Raises UnsupportedTransform naming
-    the view (``view 1: ...``) when one of them has no fixed size."""
+    ``transform`` alone as its one view (``varying``: that one may give
+    each sample its own size; a MultiView's views may not). Raises
+    UnsupportedTransform naming the view (``view 1: ...``) when one of them
+    has no fixed size."""
     if not isinstance(transform, MultiView):
-        return [compile_transform(transform)]
+        return [compile_transform(transform, varying)]
     out = []
     for i, view in enumerate(transform.views):
         try:
@@ -225,7 +229,7 @@ def compile_views(transform: Any) -> list["Compiled"]:
     return out
 
 
-def compile_transform(transform: Any) -> Compiled:
+def compile_transform(transform: Any, varying: bool = False) -> Compiled:
     """Turn a transform (ringloader's, torchvision's or timm's) into the C
     core's plan.
 
@@ -239,6 +243,14 @@ def compile_transform(transform: Any) -> Compiled:
     What follows is returned in ``rest``, with the ``reason`` its first
     transform was not fused. Raises :class:`UnsupportedTransform` with a
     one-line reason when nothing with a fixed output size can be fused.
+
+    ``varying``: the caller takes images of varying sizes (the Loader,
+    which yields them as a list): a transform with no crop (a shorter-side
+    ``Resize``, or only flips and conversions, as torchvision's detection
+    presets) compiles to a spec with ``varying`` 1 and no output size,
+    each sample the size of its image after the resize. Such a transform
+    is fused whole or refused: what would run after it (augmentation ops,
+    a Python tail) needs a fixed size.
     """
     if isinstance(transform, MultiView):
         raise UnsupportedTransform(
@@ -246,6 +258,6 @@ def compile_transform(transform: Any) -> Compiled:
         )
     items = adapt.flatten(transform)  # the user's transforms, in order
     steps = map(adapt.describe, items)  # each one's step, as it is read
-    compiled = compile_steps(steps)  # the longest fused prefix, as the spec
+    compiled = compile_steps(steps, varying)  # the longest fused prefix
     compiled.rest = items[len(compiled.fused) :]
     return compiled

@@ -126,7 +126,8 @@ def _same_transform(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return False
     try:
-        ca, cb = compile_views(a), compile_views(b)  # MultiViews: view by view
+        # MultiViews view by view; a Loader takes varying sizes
+        ca, cb = compile_views(a, varying=True), compile_views(b, varying=True)
     except UnsupportedTransform:
         return False
     return not any(c.rest for c in ca + cb) and ca == cb

@@ -1,0 +1,222 @@
+/*
+ * test_varying.c - a varying pipeline (rl_transform.varying: each sample
+ * its own size) without Python: every sample has its image's size and
+ * pixels (flipped as its plan says) wherever it was placed, in the
+ * arena or past it in a buffer of its own, with any thread count; a
+ * bad sample is replaced; cancel and destroy with batches in flight and a
+ * slot still held free everything (run under ASan by `make check
+ * SANITIZE=address`, under TSan by test_c_units).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/pipeline.h"
+#include "core/plan.h"
+#include "core/sample.h"
+#include "jpegmake.h"
+#include "rng.h"
+
+#define N 24
+
+static uint8_t *data[N + 1];
+static size_t len[N + 1];
+static int width[N], height[N];
+
+static rl_view view;
+/* The pipelines' limits and the reference decode's: the defaults. */
+static const rl_limits limits = {.max_pixels = RL_DEFAULT_MAX_PIXELS,
+                                 .max_scans = RL_DEFAULT_MAX_SCANS,
+                                 .max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES};
+
+static rl_pipeline_config config(int threads, size_t arena, int n)
+{
+    rl_pipeline_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    memset(&view, 0, sizeof(view));
+    cfg.nthreads = threads;
+    cfg.source =
+        rl_memory_source_create((const uint8_t *const *)data, len, NULL, n);
+    CHECK(cfg.source != NULL);
+    cfg.sample.seed = 7;
+    cfg.sample.views = &view;
+    cfg.sample.nviews = 1;
+    cfg.sample.limits = limits;
+    cfg.arena_bytes = arena;
+    view.place.layout = RL_LAYOUT_NCHW;
+    view.transform.kind = RL_T_RESIZE_CROP;
+    view.transform.varying = 1;
+    view.transform.flip_p = 0.5;
+    view.transform.ratio_lo = view.transform.ratio_hi = 1.0;
+    return cfg;
+}
+
+/* Sample id's pixels at position pos of s: its size, and its full decode
+ * flipped as the plan of (seed, epoch 0, key) says. */
+static void check_sample(rl_slot *s, int pos, int id, int64_t key)
+{
+    int w = 0, h = 0;
+    const uint8_t *got = rl_slot_sample(s, pos, &w, &h);
+    CHECK(got != NULL && (uintptr_t)got % RL_PLACE_VIEW_ALIGN == 0);
+    CHECK_EQ(w, width[id]);
+    CHECK_EQ(h, height[id]);
+    uint8_t *full;
+    int fw, fh;
+    char msg[RL_MSG_MAX];
+    CHECK_EQ(rl_sample_decode_full(data[id], len[id], &limits, NULL, &full, &fw,
+                                   &fh, msg),
+             0);
+    rl_plan plan;
+    CHECK_EQ(rl_plan_make(&view.transform, w, h, 7, 0, key, 0, &plan, msg), 0);
+    for (int c = 0; c < 3; c++) {
+        for (int y = 0; y < h; y++) {
+            for (int x = 0; x < w; x++) {
+                int sx = plan.flip ? w - 1 - x : x;
+                if (got[((size_t)c * h + y) * w + x] !=
+                    full[((size_t)y * w + sx) * 3 + c]) {
+                    CHECK(!"a pixel differs from the full decode");
+                }
+            }
+        }
+    }
+    free(full);
+}
+
+/* One epoch in batches of 5: every sample checked, the flips counted. */
+static int run(int threads, size_t arena)
+{
+    char msg[RL_MSG_MAX];
+    rl_pipeline_config cfg = config(threads, arena, N);
+    rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
+    CHECK(p != NULL);
+    CHECK_EQ(rl_pipeline_sample_bytes(p), 0);
+    CHECK_EQ(rl_pipeline_batch_bytes(p, 5),
+             arena ? arena : RL_ARENA_DEFAULT_BYTES);
+    int flips = 0;
+    for (int at = 0; at < N; at += 5) {
+        int64_t ids[5];
+        int n = N - at < 5 ? N - at : 5;
+        for (int k = 0; k < n; k++) {
+            ids[k] = at + k;
+        }
+        CHECK_EQ(rl_pipeline_submit(p, ids, ids, n, 0, NULL, NULL), 0);
+        rl_slot *s;
+        rl_batch_report rep;
+        CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
+        rl_batch_report_free(&rep);
+        CHECK_EQ(rl_slot_count(s), n);
+        for (int k = 0; k < n; k++) {
+            check_sample(s, k, at + k, at + k);
+            rl_plan plan;
+            rl_plan_make(&view.transform, width[at + k], height[at + k], 7, 0,
+                         at + k, 0, &plan, msg);
+            flips += plan.flip;
+        }
+        rl_slot_release(s);
+    }
+    rl_pipeline_destroy(p);
+    return flips;
+}
+
+/* A bad sample replaced by the next one, its place taken anew. */
+static void check_skip(size_t arena)
+{
+    char msg[RL_MSG_MAX];
+    rl_pipeline_config cfg = config(2, arena, N + 1);
+    cfg.skip_errors = true;
+    cfg.max_consecutive_errors = 4;
+    rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
+    CHECK(p != NULL);
+    int64_t ids[3] = {N, 2, 3}; /* N: the bad one, replaced by 0 */
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 3, 0, NULL, NULL), 0);
+    rl_slot *s;
+    rl_batch_report rep;
+    CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
+    CHECK_EQ(rep.n_replaced, 1);
+    CHECK_EQ(rep.replaced[0].id, 0);
+    int64_t key = rl_key_replacement(N, 1);
+    rl_batch_report_free(&rep);
+    check_sample(s, 0, 0, key);
+    check_sample(s, 1, 2, 2);
+    rl_slot_release(s);
+    rl_pipeline_destroy(p);
+}
+
+/* Batches in flight cancelled, the pipeline destroyed while a slot is
+ * held (its own buffers included), then the slot released. */
+static void check_release(void)
+{
+    char msg[RL_MSG_MAX];
+    rl_pipeline_config cfg = config(3, 4096, N);
+    rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
+    CHECK(p != NULL);
+    int64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = i;
+    }
+    for (int b = 0; b < 4; b++) {
+        CHECK_EQ(
+            rl_pipeline_submit(p, ids + 6 * b, ids + 6 * b, 6, 0, NULL, NULL),
+            0);
+    }
+    rl_slot *held;
+    rl_batch_report rep;
+    CHECK_EQ(rl_pipeline_next(p, -1, 0, &held, &rep), 0);
+    rl_batch_report_free(&rep);
+    rl_pipeline_cancel(p);
+    CHECK_EQ(rl_pipeline_inflight(p), 0);
+    rl_pipeline_destroy(p);
+    check_sample(held, 5, 5, 5); /* still readable after destroy */
+    rl_slot_release(held);
+
+    /* A varying view with a second view, or with ops: refused. */
+    rl_view two[2];
+    cfg = config(1, 0, N);
+    two[0] = view;
+    two[1] = view;
+    two[1].transform.varying = 0;
+    two[1].transform.out_w = two[1].transform.out_h = 8;
+    two[1].augment.view = 1;
+    cfg.sample.views = two;
+    cfg.sample.nviews = 2;
+    int status = 0;
+    CHECK(rl_pipeline_create(&cfg, &status, msg) == NULL);
+    CHECK(status == RL_ECONFIG && strstr(msg, "one view") != NULL);
+    /* A varying transform with an output size: refused. */
+    cfg = config(1, 0, N);
+    view.transform.out_w = 8;
+    CHECK(rl_pipeline_create(&cfg, &status, msg) == NULL);
+    CHECK(status == RL_ECONFIG && strstr(msg, "varying") != NULL);
+}
+
+int main(void)
+{
+    for (int i = 0; i < N; i++) {
+        width[i] = 9 + (i * 37) % 140;
+        height[i] = 7 + (i * 53) % 110;
+        data[i] = make_jpeg(width[i], height[i], i, &len[i]);
+        CHECK(data[i] != NULL);
+    }
+    static uint8_t bad[] = {0xff, 0xd8, 0xff, 0xe0, 'n', 'o', 't'};
+    data[N] = bad;
+    len[N] = sizeof(bad);
+    /* The default arena (all fit), one of 4 kB (most go past it), and of
+     * one byte (every sample its own buffer): the same samples. */
+    size_t arenas[] = {0, 4096, 1};
+    int flips = -1;
+    for (int a = 0; a < 3; a++) {
+        for (int t = 1; t <= 4; t *= 2) {
+            int f = run(t, arenas[a]);
+            CHECK(flips < 0 || f == flips);
+            flips = f;
+        }
+        check_skip(arenas[a]);
+    }
+    CHECK(flips > 0 && flips < N); /* drawn per sample, not all one way */
+    check_release();
+    for (int i = 0; i < N; i++) {
+        free(data[i]);
+    }
+    PASS("test_varying");
+}

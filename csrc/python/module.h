@@ -345,6 +345,10 @@ extern PyMethodDef rl__py_tool_methods[];
 
 extern PyMethodDef rl__py_boxes_methods[];
 
+/* ---- draws.c: targets/draws.h's private binding ---- */
+
+extern PyMethodDef rl__py_draws_methods[];
+
 /* ---- testing/py_testing.c (test builds) ---- */
 
 #ifdef RL_TEST_HOOKS

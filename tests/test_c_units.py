@@ -5,7 +5,8 @@ Pillow's affine warp at every SIMD level, and the kernels' bytes at every
 level (test_same_bytes; `make check-aarch64` compares them with aarch64's),
 the lookups in a shard set's record files (test_shard_records), the
 mask raster of COCO polygons and RLEs (test_masks), and boxes and
-keypoints mapped through a target geometry (test_boxes)."""
+keypoints mapped through a target geometry (test_boxes), and the detection
+ops' random draws (test_draws)."""
 
 import os
 import shutil
@@ -45,5 +46,6 @@ def test_c_units(tmp_path, sanitize):
         "test_shard_records",
         "test_masks",
         "test_boxes",
+        "test_draws",
     ):
         assert f"{name}: " in proc.stdout

@@ -3,6 +3,7 @@
  */
 #include "targets/draws.h"
 
+#include <limits.h>
 #include <math.h>
 
 /* torch.rand on float32: 24 random bits, a multiple of 2^-24 in [0, 1). */
@@ -18,11 +19,22 @@ static float lerp_f32(double lo, double hi, float u)
     return (float)lo + u * (float)(hi - lo);
 }
 
+/* int(x): truncated toward zero, saturated at the ints' range (Python's
+ * would be larger still; no image of such a size can be made). */
+static int trunc_int(double x)
+{
+    if (x >= (double)INT_MAX)
+        return INT_MAX;
+    if (x <= (double)INT_MIN)
+        return INT_MIN;
+    return (int)x;
+}
+
 /* int(n * t) for a Python int n and a float32 tensor t: the product in
  * float32, truncated toward zero. */
 static int trunc_f32(int n, float t)
 {
-    return (int)((float)n * t);
+    return trunc_int((double)((float)n * t));
 }
 
 static int finite_range(double lo, double hi)
@@ -34,13 +46,13 @@ static int finite_range(double lo, double hi)
 
 const char *rl_iou_crop_check(const rl_iou_crop_opts *o)
 {
-    if (!finite_range(o->min_scale, o->max_scale) || o->min_scale <= 0)
-        return "min_scale and max_scale must be finite with 0 < min_scale "
+    if (!finite_range(o->min_scale, o->max_scale) || o->min_scale < 0)
+        return "min_scale and max_scale must be finite with 0 <= min_scale "
                "<= max_scale";
     if (!finite_range(o->min_aspect_ratio, o->max_aspect_ratio) ||
-        o->min_aspect_ratio <= 0)
+        o->min_aspect_ratio < 0)
         return "min_aspect_ratio and max_aspect_ratio must be finite with 0 "
-               "< min_aspect_ratio <= max_aspect_ratio";
+               "<= min_aspect_ratio <= max_aspect_ratio";
     if (o->n_options < 1)
         return "sampler_options must hold at least one value";
     for (int i = 0; i < o->n_options; i++) {
@@ -213,8 +225,8 @@ void rl_draw_shortest_size(rl_rng *g, const rl_shortest_size_opts *o, int width,
     double r = (double)d->min_size / lo;
     if (o->max_size > 0)
         r = fmin(r, (double)o->max_size / hi);
-    d->width = (int)(width * r);
-    d->height = (int)(height * r);
+    d->width = trunc_int(width * r);
+    d->height = trunc_int(height * r);
 }
 
 /* ---- FixedSizeCrop ---- */

@@ -13,7 +13,8 @@
  * random bits, as torch's, and torchvision's float32 arithmetic on it is
  * kept (a Python number times a float32 tensor is float32), then int()
  * truncates as in torchvision: the integer sizes and offsets are those
- * torchvision computes from the same uniform numbers. An index
+ * torchvision computes from the same uniform numbers (saturated at
+ * INT_MAX / INT_MIN where torchvision's Python ints would be larger). An index
  * (torch.randint) is rl_rng_index; a permutation (torch.randperm) is a
  * Fisher-Yates shuffle, uniform over the permutations as torch's.
  *

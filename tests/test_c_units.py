@@ -6,9 +6,10 @@ Pillow's affine warp at every SIMD level, and the kernels' bytes at every
 level (test_same_bytes; `make check-aarch64` compares them with aarch64's),
 the lookups in a shard set's record files (test_shard_records), the
 mask raster of COCO polygons and RLEs (test_masks), a segmentation PNG's
-indices sampled through index maps (test_mask_png), and boxes and
-keypoints mapped through a target geometry (test_boxes) and through one
-read from a sample's plan (test_plan_geom)."""
+indices sampled through index maps (test_mask_png), boxes and keypoints
+mapped through a target geometry (test_boxes) and through one read from a
+sample's plan (test_plan_geom), and the detection ops' random draws
+(test_draws)."""
 
 import os
 import shutil
@@ -51,5 +52,6 @@ def test_c_units(tmp_path, sanitize):
         "test_mask_png",
         "test_boxes",
         "test_plan_geom",
+        "test_draws",
     ):
         assert f"{name}: " in proc.stdout

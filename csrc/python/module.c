@@ -75,7 +75,8 @@ static int module_exec(PyObject *m)
         rl__py_stats_init(m) < 0 || rl__py_batch_init(m, st) < 0 ||
         rl__py_pipeline_init(m, st) < 0 || rl__py_masks_init(m) < 0 ||
         PyModule_AddFunctions(m, rl__py_boxes_methods) < 0 ||
-        PyModule_AddFunctions(m, rl__py_plan_boxes_methods) < 0) {
+        PyModule_AddFunctions(m, rl__py_plan_boxes_methods) < 0 ||
+        PyModule_AddFunctions(m, rl__py_draws_methods) < 0) {
         return -1;
     }
     return rl__py_testing_init(m, st);

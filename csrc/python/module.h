@@ -359,6 +359,10 @@ PyObject *rl__py_mapped(double *v, size_t n, size_t per, int w, int h);
 
 extern PyMethodDef rl__py_plan_boxes_methods[];
 
+/* ---- draws.c: targets/draws.h's private binding ---- */
+
+extern PyMethodDef rl__py_draws_methods[];
+
 /* ---- testing/py_testing.c (test builds) ---- */
 
 #ifdef RL_TEST_HOOKS

@@ -295,6 +295,93 @@ def boxes_sanitize(
 ) -> bytes:
     """SanitizeBoundingBoxes' keep mask, one byte (0 or 1) a box."""
 
+# The detection ops' random parameters (csrc/targets/draws.h, bound in
+# csrc/python/draws.c): canvas is the image's (height, width); each draws
+# from the start of the plan stream of (seed, epoch, index, view); the
+# options are torchvision's keywords with its defaults.
+
+def detect_draw_iou_crop(
+    canvas: Tuple[int, int],
+    boxes: Sequence[Sequence[float]],
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int = ...,
+    min_scale: float = ...,
+    max_scale: float = ...,
+    min_aspect_ratio: float = ...,
+    max_aspect_ratio: float = ...,
+    sampler_options: Optional[Sequence[float]] = ...,
+    trials: int = ...,
+) -> Dict[str, Any]:
+    """RandomIoUCrop's draw on XYXY boxes: {"crop": (top, left, height,
+    width) or None, "option", "rounds", "limited"}."""
+
+def detect_draw_zoom_out(
+    canvas: Tuple[int, int],
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int = ...,
+    side_range: Sequence[float] = ...,
+    p: float = ...,
+) -> Dict[str, Any]:
+    """RandomZoomOut's draw: {"applied", "ratio", "canvas": (h, w),
+    "padding": [left, top, right, bottom]} (None when not applied)."""
+
+def detect_draw_scale_jitter(
+    canvas: Tuple[int, int],
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int = ...,
+    *,
+    target_size: Tuple[int, int],
+    scale_range: Sequence[float] = ...,
+) -> Dict[str, Any]:
+    """ScaleJitter's draw: {"scale", "size": (height, width)}."""
+
+def detect_draw_shortest_size(
+    canvas: Tuple[int, int],
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int = ...,
+    *,
+    min_size: Union[int, Sequence[int]],
+    max_size: Optional[int] = ...,
+) -> Dict[str, Any]:
+    """RandomShortestSize's draw: {"min_size", "size": (height, width)}."""
+
+def detect_draw_fixed_size_crop(
+    canvas: Tuple[int, int],
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int = ...,
+    *,
+    size: Tuple[int, int],
+) -> Dict[str, Any]:
+    """The detection references' FixedSizeCrop draw: {"crop": (top, left,
+    height, width) or None, "padding": [0, 0, right, bottom]}."""
+
+def detect_draw_photometric(
+    canvas: Tuple[int, int],
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int = ...,
+    brightness: Sequence[float] = ...,
+    contrast: Sequence[float] = ...,
+    saturation: Sequence[float] = ...,
+    hue: Sequence[float] = ...,
+    p: float = ...,
+    channels: int = ...,
+) -> Dict[str, Any]:
+    """RandomPhotometricDistort's draw: its make_params' keys
+    (brightness_factor, contrast_factor, saturation_factor, hue_factor,
+    contrast_before, channel_permutation)."""
+
 def resample_simd(cap: Optional[str] = ..., /) -> str:
     """The resampler's SIMD level, "c", "sse2" or "avx2", after first lowering
     it to at most cap when given (process-wide: call it with no loader

@@ -131,6 +131,57 @@ def test_unfusable_transforms_say_why():
         )
 
 
+STARTS_WITH = (
+    "the transform starts with {}, not Resize, CenterCrop or RandomResizedCrop: "
+    "ringloader needs a fixed output size to fuse, e.g. "
+    "Compose([Resize(256), CenterCrop(224)])"
+)
+
+
+@pytest.mark.parametrize(
+    "steps, head",
+    [
+        (
+            lambda: [tv.RandomHorizontalFlip(), tv.RandomResizedCrop(224)],
+            "RandomHorizontalFlip",
+        ),
+        (
+            lambda: [
+                tv.ToTensor(),
+                tv.Normalize([0.5] * 3, [0.5] * 3),
+                tv.RandomResizedCrop(224),
+            ],
+            "ToTensor",
+        ),
+        (
+            lambda: [tv.RandomHorizontalFlip(), tv.CenterCrop(8), tv.ToTensor()],
+            "RandomHorizontalFlip",
+        ),
+        (
+            lambda: [tv.RandomHorizontalFlip(), tv.Resize((8, 8))],
+            "RandomHorizontalFlip",
+        ),
+    ],
+)
+def test_a_size_fixed_too_late_says_where_to_put_it(steps, head):
+    # A Loader takes images of varying sizes, but a step that fixes the
+    # size means the user wanted one: the message of a fixed-size compile.
+    with pytest.raises(ValueError) as e:
+        ringloader.Loader(Files(["x"]), transform=tv.Compose(steps()))
+    assert str(e.value) == STARTS_WITH.format(head)
+
+
+def test_a_size_never_fixed_says_varying_sizes_fuse_whole():
+    with pytest.raises(
+        ValueError,
+        match="not fused after RandomHorizontalFlip; images of varying sizes",
+    ):
+        ringloader.Loader(
+            Files(["x"]),
+            transform=tv.Compose([tv.RandomHorizontalFlip(), tv.Resize(8)]),
+        )
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("size", [(199, 401), (256, 256), (240, 320)])
 def test_crop_edges_decode_like_the_full_image(tmp_path, kind, size):

@@ -410,3 +410,47 @@ def test_concat_of_datasets_with_equal_transforms(files):
         ((images, labels),) = list(loader)
     assert labels.tolist() == list(range(6))
     assert [im.shape for im in images] == [decoded(p).shape for p in files[:6]]
+
+
+def test_placing_on_a_gpu_leaves_varying_sizes_on_the_host(files, monkeypatch):
+    # Accelerate's prepare() places a ringloader.DataLoader on its device
+    # (_frameworks.py): images of varying sizes stay host lists, which its
+    # send_to_device moves; the loader is not left half-changed.
+    import ringloader.dataloader as dl_module
+
+    monkeypatch.setattr(dl_module, "open_gpu", lambda device: object())
+    dl = ringloader.DataLoader(
+        file_list(files[:4], SHORT), batch_size=2, collate_fn=lambda b: tuple(zip(*b))
+    )
+    assert isinstance(dl, ringloader.DataLoader)
+    assert dl._place_on("cuda:0") is False
+    assert dl.device.type == "cpu" and dl._gpu is None
+    images, labels = next(iter(dl))
+    assert labels == (0, 1)
+    assert [im.shape[0] for im in images] == [3, 3]
+    assert all(im.device.type == "cpu" and 24 in im.shape[1:] for im in images)
+
+
+def test_a_refused_placement_leaves_the_loader_as_it_was(files, monkeypatch):
+    import ringloader.dataloader as dl_module
+
+    monkeypatch.setattr(dl_module, "open_gpu", lambda device: object())
+    t = tv.Compose([tv.Resize((16, 16)), tv.ToTensor(), tv.RandomErasing(1.0)])
+    dl = ringloader.DataLoader(file_list(files[:4], t), batch_size=2)
+    assert isinstance(dl, ringloader.DataLoader)
+    with pytest.raises(ValueError, match="RandomErasing"):
+        dl._place_on("cuda:0")
+    assert dl.device.type == "cpu" and dl._gpu is None
+    images, labels = next(iter(dl))
+    assert images.shape == (2, 3, 16, 16) and images.device.type == "cpu"
+
+
+@pytest.mark.parametrize("transform", [None, tv.Resize(24)])
+def test_pil_images_of_varying_sizes_are_told_to_end_in_tensors(files, transform):
+    with pytest.warns(FallbackWarning, match=r"end the transform with PILToTensor"):
+        dl = ringloader.DataLoader(file_list(files[:2], transform), batch_size=2)
+    assert not isinstance(dl, ringloader.DataLoader)
+    with pytest.warns(FallbackWarning, match=r"ends in a PIL image \(end the trans"):
+        ringloader.DataLoader(
+            file_list(files[:2], transform), batch_size=2, collate_fn=list
+        )

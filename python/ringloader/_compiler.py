@@ -423,6 +423,14 @@ def _spec(plan: _Plan, first: Optional[Step]) -> dict:
     return spec
 
 
+def _fixes_size(step: Step) -> bool:
+    """Whether ``step`` gives every image one size (a crop, or a Resize to
+    (h, w))."""
+    if isinstance(step, _steps.Resize):
+        return not isinstance(step.size, int) and step.keep_longest is None
+    return isinstance(step, (_steps.CenterCrop, _steps.RandomCrop, _steps.ResizedCrop))
+
+
 def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
     """The C core's plan for a transform's steps, in order: the longest
     prefix that can be fused is, and the ``reason`` the next step was not.
@@ -436,17 +444,21 @@ def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
     and no output size; it must then be fused whole (what a step after it
     needs, a fixed size or a batch, it does not have)."""
     plan = _Plan(varying=varying)
-    first: Optional[Step] = None
+    taken: list[Step] = []
     reason = ""
     for step in steps:
-        first = first or step
+        taken.append(step)
         why = _fuse(plan, step)
         if why is not None:
             reason = why
             break
         plan.names.append(step.name)
+    first = taken[0] if taken else None
     spec = _spec(plan, first)
     if spec.get("varying") and reason:
+        if _fixes_size(taken[-1]):
+            # The user meant one size: say why that one was not fused.
+            compile_steps(taken)
         raise UnsupportedTransform(
             f"{reason}; images of varying sizes (no crop) are fused only "
             "whole: resize and crop to one size first"

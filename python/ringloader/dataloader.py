@@ -37,7 +37,7 @@ from torch.utils.data import default_collate
 
 from . import _core, _frameworks
 from ._sampling import NAMED_ORDERS, Sampling, builtin_order
-from ._plan import TransformPlan, tail_samples
+from ._plan import TransformPlan, plan_views, tail_samples
 from .datasets import targets as _targets
 from .datasets.base import FILES_PROTOCOL, provides_sources
 from .datasets.hf import hf_hint
@@ -116,24 +116,24 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
         return str(e)
     except UnsupportedTransform as e:
         return _first_reason(getattr(resolve(dataset), "transform", None)) or str(e)
-    if not _custom_collate(kwargs.get("collate_fn")) and any(
-        c.spec.get("varying") for c in compiled
-    ):
+    custom = _custom_collate(kwargs.get("collate_fn"))
+    # DataLoader would hand a collate_fn PIL images; ringloader makes
+    # tensors of them.
+    end = "end the transform with PILToTensor() or ToTensor() (v2: ToImage())"
+    pil = not all(c.tensor_out or c.rest for c in compiled)
+    if not custom and any(c.spec.get("varying") for c in compiled):
         # default_collate stacks the images (or fails on two sizes).
+        what = "PIL images" if pil else "images"
+        advice = f"{end} and pass a collate_fn" if pil else "pass a collate_fn"
         return (
-            "the transform gives images of varying sizes (no crop) and no "
-            "collate_fn is set (pass one, e.g. lambda b: tuple(zip(*b)), for "
-            "ringloader to load them)"
+            f"the transform gives {what} of varying sizes (no crop) and no "
+            f"collate_fn is set ({advice}, e.g. lambda b: tuple(zip(*b)), "
+            "for ringloader to load them)"
         )
-    if _custom_collate(kwargs.get("collate_fn")) and not all(
-        c.tensor_out or c.rest for c in compiled
-    ):
-        # DataLoader would hand the collate_fn PIL images; ringloader makes
-        # tensors of them.
+    if custom and pil:
         return (
-            "collate_fn is set and the transform ends in a PIL image (end it "
-            "with PILToTensor() or ToTensor() for ringloader to call the "
-            "collate_fn)"
+            f"collate_fn is set and the transform ends in a PIL image ({end} "
+            "for ringloader to call the collate_fn)"
         )
     return None
 
@@ -572,26 +572,36 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         if isinstance(self._own_sampler, _BuiltinShuffle):
             self._own_sampler.seed = self.seed
 
-    def _place_on(self, device: Any) -> None:
+    def _place_on(self, device: Any) -> bool:
         """Copy batches to ``device`` from now on, as ``Loader(device=...)``
         does (pinned slots, the loader's own copy stream, conversion on the
         GPU): how Accelerate's device placement is done for a
         ringloader.DataLoader (_frameworks.py), so that its
-        ``send_to_device`` finds the batches already there. Host devices
-        are left to the caller."""
+        ``send_to_device`` finds the batches already there. Returns whether
+        the batches now go to ``device``: host devices are left to the
+        caller, and so are images of varying sizes (the loader yields lists
+        of host tensors, which ``send_to_device`` moves). The new plans are
+        compiled first: on an error (ValueError: a step that cannot follow
+        the copy) the loader is left as it was."""
         device = torch.device(device)
-        if device.type != "cuda" or device == self.device:
-            return
+        if device.type != "cuda":
+            return False
+        if device == self.device:
+            return True
         if self.device.type == "cuda":
             raise ValueError(
                 f"this loader already copies its batches to {self.device}, "
                 f"not {device}: make one loader per device"
             )
+        if any(plan.compiled.spec.get("varying") for plan in self._plans):
+            return False
+        plans = plan_views(self.transform, self.layout, True, stacklevel=3)
+        gpu = open_gpu(device)
         self.close()
-        self.device = device
-        self._gpu = open_gpu(device)
-        self._use_transform(self.transform, stacklevel=3)
+        self.device, self._gpu = device, gpu
+        self._use_transform(self.transform, 0, plans)
         self._pin_memory, self._pin_warning = False, None
+        return True
 
     def __iter__(self):
         if self._pin_warning is not None:

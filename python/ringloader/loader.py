@@ -292,11 +292,16 @@ class Loader:
         self._fallback = Fallback(self._data, allow_truncated=self.allow_truncated)
         LIVE.add(self)
 
-    def _use_transform(self, transform: Any, stacklevel: int) -> None:
-        # One plan per view: a MultiView's views, or the transform alone.
-        self._plans = plan_views(
-            transform, self.layout, self.device.type == "cuda", stacklevel + 1
-        )
+    def _use_transform(
+        self, transform: Any, stacklevel: int, plans: Optional[list] = None
+    ) -> None:
+        # One plan per view: a MultiView's views, or the transform alone
+        # (``plans``: compiled already, by the caller).
+        if plans is None:
+            plans = plan_views(
+                transform, self.layout, self.device.type == "cuda", stacklevel + 1
+            )
+        self._plans = plans
         self._multi = isinstance(transform, MultiView)
         self.transform = transform
 

@@ -434,16 +434,16 @@ def create_loader(
         cuda = False  # torch's DataLoader (said): the host path
     if cuda:
         try:
-            loader._place_on(device)
+            # False: images of varying sizes, host lists (moved below).
+            cuda = loader._place_on(device)
         except ValueError as e:  # a step runs in Python per sample
+            # The loader is left as it was: on the host.
             warnings.warn(
                 f"ringloader: host batches, moved to {device} afterwards: {e}",
                 FallbackWarning,
                 stacklevel=2,
             )
-            with warnings.catch_warnings():  # its tail was said: once
-                warnings.simplefilter("ignore", FallbackWarning)
-                loader, cuda = make(), False
+            cuda = False
     if cuda:
         if mixup is not None:
             return _MixOnDevice(

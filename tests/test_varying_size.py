@@ -454,3 +454,31 @@ def test_pil_images_of_varying_sizes_are_told_to_end_in_tensors(files, transform
         ringloader.DataLoader(
             file_list(files[:2], transform), batch_size=2, collate_fn=list
         )
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        (True, TypeError),
+        (1.5, TypeError),
+        ("64", TypeError),
+        (0, ValueError),
+        (-1, ValueError),
+        (2**40 + 1, ValueError),
+        (2**64 + 5, ValueError),  # would wrap to 5
+    ],
+)
+def test_arena_bytes_out_of_range_is_refused_by_name(files, value, error):
+    with pytest.raises(error, match="arena_bytes"):
+        ringloader.Loader(file_list(files[:1], SHORT), arena_bytes=value)
+    spec = {"kind": "resize_crop", "varying": 1}
+    if value is True or value != 0:  # (0: the core's default)
+        with pytest.raises(error, match="arena_bytes"):
+            _core.Pipeline(spec, paths=files[:1], arena_bytes=value)
+
+
+def test_arena_bytes_at_the_bounds_is_taken(files):
+    for value in (2**40, np.int64(64)):
+        with ringloader.Loader(file_list(files[:1], SHORT), arena_bytes=value) as ld:
+            assert ld.arena_bytes == value and type(ld.arena_bytes) is int
+    assert len(load(files[:3], SHORT, arena_bytes=1)[0][0]) == 3

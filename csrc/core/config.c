@@ -86,6 +86,12 @@ static int views_copy(rl_pipeline *p, const rl_sample_spec *s, char *msg)
                  "to a device");
         rc = RL_ECONFIG;
     }
+    if (rc == 0 && p->cfg.arena_bytes > RL_ARENA_MAX_BYTES) {
+        snprintf(msg, RL_MSG_MAX,
+                 "arena_bytes %zu is past the maximum of %zu (1 TiB)",
+                 p->cfg.arena_bytes, RL_ARENA_MAX_BYTES);
+        rc = RL_ECONFIG;
+    }
     if (rc == 0 && p->varying && p->cfg.arena_bytes == 0) {
         p->cfg.arena_bytes = RL_ARENA_DEFAULT_BYTES;
     }

@@ -115,6 +115,9 @@ typedef struct rl_pipeline_config {
 /* The default arena of a varying batch: 64 MiB (about 22 float32
  * 640x480 images, or 8 of 1333x800). */
 #define RL_ARENA_DEFAULT_BYTES ((size_t)64 << 20)
+/* The largest arena_bytes taken (1 TiB): past it, RL_ECONFIG (a wrapped
+ * or mistaken value rather than memory to reserve). */
+#define RL_ARENA_MAX_BYTES ((size_t)1 << 40)
 
 /* A sample that failed: where in its batch, which, and why. */
 typedef struct rl_sample_error {

@@ -38,6 +38,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -176,7 +177,9 @@ int rl__slot_take(rl_pipeline *p, size_t need, int n, rl_slot **out)
         d->ops->reusable(d, s->event, true);
     }
     int rc = 0;
-    if (s->cap < need) {
+    if (s->cap < need && need > SIZE_MAX - (SLOT_ALIGN - 1)) {
+        rc = -ENOMEM; /* no rounding up past the address space */
+    } else if (s->cap < need) {
         size_t cap = (need + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
         uint8_t *data = NULL;
         rc = d->ops->alloc(d, cap, &data);

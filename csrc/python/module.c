@@ -28,6 +28,7 @@ static int add_layout_constants(PyObject *m)
         {"KEY_ATTEMPT_SHIFT", RL_KEY_ATTEMPT_SHIFT},
         {"KEY_REPLACEMENT_BIT", RL_KEY_REPLACEMENT_BIT},
         {"MAX_CONSECUTIVE_ERRORS", RL_MAX_CONSECUTIVE_ERRORS},
+        {"ARENA_MAX_BYTES", (long)RL_ARENA_MAX_BYTES},
         {"MAX_SIDE", RL_MAX_SIDE},
         {"MAX_VIEWS", RL_MAX_VIEWS},
     };

@@ -16,6 +16,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* arena_bytes: None (0, the default) or an int in 0 .. RL_ARENA_MAX_BYTES,
+ * checked here (no wrapping of a negative or huge int). 0, or -1 with a
+ * TypeError or ValueError naming it. */
+static int arena_parse(PyObject *arena, size_t *out)
+{
+    *out = 0;
+    if (arena == Py_None) {
+        return 0;
+    }
+    if (!PyLong_Check(arena) || PyBool_Check(arena)) {
+        PyErr_Format(PyExc_TypeError, "arena_bytes must be an int, not %R",
+                     arena);
+        return -1;
+    }
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(arena, &overflow);
+    if (n == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow != 0 || n < 0 || (unsigned long long)n > RL_ARENA_MAX_BYTES) {
+        PyErr_Format(PyExc_ValueError,
+                     "arena_bytes must be in 0 .. %zu (1 TiB), not %S",
+                     RL_ARENA_MAX_BYTES, arena);
+        return -1;
+    }
+    *out = (size_t)n;
+    return 0;
+}
+
 rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
                                        PyObject *kw, rl_pipeline_config *out,
                                        rl_view **views)
@@ -54,25 +83,27 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
     PyObject *buffers = Py_None, *names = Py_None, *mul = Py_None;
     PyObject *add = Py_None, *allocator = Py_None, *fallback = Py_None;
     PyObject *http = Py_None, *fields = Py_None, *parts = Py_None;
-    PyObject *starts = Py_None, *records = Py_None;
+    PyObject *starts = Py_None, *records = Py_None, *arena = Py_None;
     const char *dtype = "uint8", *layout = "NCHW", *io = "auto";
     int device = -1, direct_io = 0, skip_errors = 0, max_consecutive = 16;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
     unsigned long long seed = 0;
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
     unsigned long long max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
-    unsigned long long arena_bytes = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOOOOK", kwlist, &spec, &paths,
+            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOOOOO", kwlist, &spec, &paths,
             &offsets, &lengths, &buffers, &names, &nthreads, &layout, &seed,
             &io, &max_pixels, &max_scans, &max_file_bytes, &allow_truncated,
             &dtype, &mul, &add, &device, &allocator, &fallback, &direct_io,
             &skip_errors, &max_consecutive, &http, &fields, &parts, &starts,
-            &records, &arena_bytes)) {
+            &records, &arena)) {
         return NULL;
     }
     rl_pipeline_config cfg;
     memset(&cfg, 0, sizeof(cfg));
+    if (arena_parse(arena, &cfg.arena_bytes) != 0) {
+        return NULL;
+    }
     rl_file_options fopt = {RL_IO_AUTO, direct_io != 0, max_file_bytes};
     if (rl__py_parse_views(spec, dtype, mul, add, layout, views,
                            &cfg.sample.nviews) != 0 ||
@@ -165,7 +196,6 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
     cfg.sample.limits.allow_truncated = allow_truncated != 0;
     cfg.skip_errors = skip_errors != 0;
     cfg.max_consecutive_errors = max_consecutive;
-    cfg.arena_bytes = (size_t)arena_bytes;
     *out = cfg;
     return self;
 }

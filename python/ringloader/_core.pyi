@@ -62,6 +62,7 @@ KEY_OCCURRENCE_SHIFT: int
 KEY_ATTEMPT_SHIFT: int
 KEY_REPLACEMENT_BIT: int
 MAX_CONSECUTIVE_ERRORS: int
+ARENA_MAX_BYTES: int  # the largest arena_bytes a Pipeline takes (1 TiB)
 MAX_SIDE: int  # the largest output or resize side, in pixels
 MAX_VIEWS: int  # the most views a sample may have (transforms.MultiView)
 

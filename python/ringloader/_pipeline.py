@@ -55,6 +55,22 @@ COUNTERS = tuple(
 URL_DEADLINE = 1.5
 
 
+def checked_arena_bytes(arena_bytes: Any) -> Optional[int]:
+    """``arena_bytes`` as the Loader takes it: None (the core's default) or
+    an int in 1 .. ``_core.ARENA_MAX_BYTES`` (1 TiB); TypeError or
+    ValueError naming it otherwise."""
+    if arena_bytes is None:
+        return None
+    if isinstance(arena_bytes, bool) or not hasattr(arena_bytes, "__index__"):
+        raise TypeError(f"arena_bytes must be an int, not {type(arena_bytes).__name__}")
+    n = arena_bytes.__index__()
+    if not 1 <= n <= _core.ARENA_MAX_BYTES:
+        raise ValueError(
+            f"arena_bytes must be in 1 .. {_core.ARENA_MAX_BYTES} (1 TiB), not {n}"
+        )
+    return n
+
+
 class Taken(NamedTuple):
     """One batch taken from the pipeline."""
 

@@ -32,7 +32,7 @@ from ._fallback import Fallback
 from ._gpu import Gpu, open_gpu
 from ._meter import Meter
 from ._meter import stats as assemble_stats
-from ._pipeline import Pipeline
+from ._pipeline import Pipeline, checked_arena_bytes
 from ._plan import TransformPlan, plan_views, run_tail
 from ._position import Position
 from ._sampling import (
@@ -256,9 +256,7 @@ class Loader:
         self.direct_io = bool(direct_io)
         self.on_error = on_error
         self.max_consecutive_errors = int(max_consecutive_errors)
-        if arena_bytes is not None and arena_bytes < 1:
-            raise ValueError(f"arena_bytes must be >= 1, not {arena_bytes}")
-        self.arena_bytes = arena_bytes
+        self.arena_bytes = checked_arena_bytes(arena_bytes)
         # Without a transform of its own the loader follows the dataset's,
         # as DataLoader does: a new dataset.transform (progressive resizing)
         # is compiled at the next iteration.

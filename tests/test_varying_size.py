@@ -482,3 +482,18 @@ def test_arena_bytes_at_the_bounds_is_taken(files):
         with ringloader.Loader(file_list(files[:1], SHORT), arena_bytes=value) as ld:
             assert ld.arena_bytes == value and type(ld.arena_bytes) is int
     assert len(load(files[:3], SHORT, arena_bytes=1)[0][0]) == 3
+
+
+def test_a_varying_batch_exports_only_its_samples(files):
+    pipe = _core.Pipeline({"kind": "resize_crop", "varying": 1}, paths=files[:3])
+    pipe.submit(np.arange(3, dtype=np.int64), np.arange(3, dtype=np.int64), 0)
+    batch = pipe.next()
+    with pytest.raises(BufferError, match="varying sizes.*samples"):
+        torch.from_dlpack(batch)
+    with pytest.raises(BufferError, match="varying sizes.*samples"):
+        memoryview(batch)
+    got = [torch.from_dlpack(s) for s in batch.samples]
+    assert [tuple(t.shape) for t in got] == [(3, h, w) for h, w in SIZES[:3]]
+    assert torch.equal(got[0], decoded(files[0]))  # a PNG: exact
+    del batch, got
+    pipe.close()

@@ -104,8 +104,8 @@ typedef struct rl_pipeline_config {
      * ops, host delivery): each sample's size is its own, known once its
      * header is read. A batch's slot is then an arena of arena_bytes (0:
      * RL_ARENA_DEFAULT_BYTES) from which each sample, once planned and
-     * decoded, reserves its bytes (RL_PLACE_VIEW_ALIGN-aligned) with one
-     * atomic add; a sample that does not fit gets a buffer of its own (one
+     * decoded, reserves its bytes (RL_PLACE_VIEW_ALIGN-aligned) with a
+     * compare-and-swap, advancing only when they fit; a sample that does not fit gets a buffer of its own (one
      * more allocation and a page-fault pass over it: a batch of huge
      * images still loads, at that cost). A sample's bytes never depend on
      * where they went; rl_slot_sample says where. */

@@ -29,7 +29,7 @@
  * prefetch + 1 in a loader's steady state, each sized at its first batch.
  *
  * A varying batch's slot is an arena (core/pipeline.h's arena_bytes): each
- * sample reserves its bytes with one atomic add once its size is known
+ * sample reserves its bytes with a compare-and-swap once its size is known
  * (rl__slot_reserve), so samples finishing in any order never wait on one
  * another; one that does not fit gets its own buffer, which the slot
  * keeps (rl__placed) and frees when it is put back or freed, as it frees
@@ -79,8 +79,14 @@ int rl__slot_reserve(rl_slot *s, int pos, const rl_place_config *place,
     rl__placed *at = &s->placed[pos];
     free(at->own); /* an earlier candidate's, past the arena */
     at->own = NULL;
-    size_t off = atomic_fetch_add(&s->used, span);
-    if (off <= s->cap && span <= s->cap - off) {
+    /* Advanced only when the sample fits: one past the arena leaves its
+     * room to the smaller samples after it. */
+    size_t off = atomic_load(&s->used);
+    bool fits = false;
+    while (!fits && off <= s->cap && span <= s->cap - off) {
+        fits = atomic_compare_exchange_weak(&s->used, &off, off + span);
+    }
+    if (fits) {
         at->data = s->data + off;
     } else if ((at->own = aligned_alloc(RL_PLACE_VIEW_ALIGN, span)) != NULL) {
         at->data = at->own;

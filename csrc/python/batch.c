@@ -24,7 +24,9 @@
  * A varying batch (core/pipeline.h: each sample its own size) is exported
  * sample by sample: its `samples` are one Batch each, (C, h, w) or
  * (h, w, C) at the sample's own address in the slot's arena or its own
- * buffer (rl_slot_sample), each holding its own reference on the slot.
+ * buffer (rl_slot_sample), each holding its own reference on the slot;
+ * the batch itself exports nothing (BufferError: its samples have no one
+ * shape).
  */
 #include "python/module.h"
 
@@ -147,6 +149,19 @@ static void batch_dealloc(batch_object *self)
     Py_DECREF(tp);
 }
 
+/* A varying batch's samples have their own sizes: it has no one buffer
+ * (its shape's zeros would export nothing). -1 with a BufferError. */
+static int refuse_varying(const batch_object *self)
+{
+    if (self->samples == NULL) {
+        return 0;
+    }
+    PyErr_SetString(PyExc_BufferError,
+                    "a batch of varying sizes has no one buffer: export each "
+                    "of its .samples");
+    return -1;
+}
+
 static PyObject *batch_dlpack(batch_object *self, PyObject *args, PyObject *kw)
 {
     /* stream, max_version, dl_device and copy are accepted and ignored:
@@ -155,6 +170,9 @@ static PyObject *batch_dlpack(batch_object *self, PyObject *args, PyObject *kw)
      * unversioned capsule is what every consumer understands. */
     (void)args;
     (void)kw;
+    if (refuse_varying(self) != 0) {
+        return NULL;
+    }
     export_ctx *e = calloc(1, sizeof(*e));
     if (e == NULL) {
         return PyErr_NoMemory();
@@ -198,6 +216,9 @@ static PyObject *batch_dlpack_device(batch_object *self, PyObject *unused)
 
 static int batch_getbuffer(batch_object *self, Py_buffer *view, int flags)
 {
+    if (refuse_varying(self) != 0) {
+        return -1;
+    }
     if (self->slot == NULL) {
         PyErr_SetString(PyExc_BufferError,
                         "a device batch has no host buffer: use DLPack");

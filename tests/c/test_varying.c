@@ -143,6 +143,56 @@ static void check_skip(size_t arena)
     rl_pipeline_destroy(p);
 }
 
+/* A sample past the arena leaves its room to the smaller ones after it:
+ * the largest sample first, then the two smallest, in an arena that holds
+ * exactly those two (one thread: the order submitted). */
+static void check_room_after_a_large_one(void)
+{
+    int big = 0, small[2] = {-1, -1};
+    for (int i = 0; i < N; i++) {
+        size_t px = (size_t)width[i] * height[i];
+        if (px > (size_t)width[big] * height[big]) {
+            big = i;
+        }
+        for (int k = 0; k < 2; k++) {
+            int o = small[k];
+            if (o < 0 || px < (size_t)width[o] * height[o]) {
+                if (k == 0) {
+                    small[1] = small[0];
+                }
+                small[k] = i;
+                break;
+            }
+        }
+    }
+    size_t arena = 0;
+    for (int k = 0; k < 2; k++) {
+        size_t bytes = (size_t)3 * width[small[k]] * height[small[k]];
+        arena += (bytes + RL_PLACE_VIEW_ALIGN - 1) / RL_PLACE_VIEW_ALIGN *
+                 RL_PLACE_VIEW_ALIGN;
+    }
+    CHECK((size_t)3 * width[big] * height[big] > arena);
+    char msg[RL_MSG_MAX];
+    rl_pipeline_config cfg = config(1, arena, N);
+    rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
+    CHECK(p != NULL);
+    int64_t ids[3] = {big, small[0], small[1]};
+    CHECK_EQ(rl_pipeline_submit(p, ids, ids, 3, 0, NULL, NULL), 0);
+    rl_slot *s;
+    rl_batch_report rep;
+    CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
+    rl_batch_report_free(&rep);
+    const uint8_t *lo = rl_slot_data(s);
+    for (int k = 0; k < 3; k++) {
+        int w, h;
+        const uint8_t *at = rl_slot_sample(s, k, &w, &h);
+        CHECK_EQ(k > 0, at >= lo && at < lo + arena); /* the arena's */
+        check_sample(s, k, (int)ids[k], ids[k]);
+    }
+    rl_slot_release(s);
+    rl_pipeline_destroy(p);
+}
+
 /* Batches in flight cancelled, the pipeline destroyed while a slot is
  * held (its own buffers included), then the slot released. */
 static void check_release(void)
@@ -214,6 +264,7 @@ int main(void)
         check_skip(arenas[a]);
     }
     CHECK(flips > 0 && flips < N); /* drawn per sample, not all one way */
+    check_room_after_a_large_one();
     check_release();
     for (int i = 0; i < N; i++) {
         free(data[i]);

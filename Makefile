@@ -45,9 +45,10 @@ DEMO_PLOT ?= benchmarks/out/demo.png
 # .venv is made once and its packages installed again when
 # requirements-dev.txt changes; the stamp says the install went through.
 VENV_STAMP = $(VENV)/.ringloader-deps
-$(VENV_STAMP): $(REQUIREMENTS)
+$(VENV_STAMP): $(REQUIREMENTS) requirements-mds.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -r $(REQUIREMENTS)
+	$(PY) -m pip install -q --no-deps -r requirements-mds.txt
 	touch $@
 
 venv deps: $(VENV_STAMP)

@@ -7,6 +7,7 @@ frequencies, where DCT-scaled decoding and resampling differ most."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 
@@ -197,6 +198,62 @@ def write_jpegs(root, name: str, n: int, seed: int = 0, bad: int = -1) -> list[s
             )
         paths.append(path)
     return paths
+
+
+def labelled_jpegs(root, n: int) -> tuple[list[str], np.ndarray, list[str]]:
+    """(n JPEG files root/img{i:02d}.jpg, each of its own size, their
+    labels, their captions). The labels are a permutation of 0..n-1 (7
+    prime to n): a sample read twice or missed shows in an epoch's."""
+    files = []
+    for i in range(n):
+        path = os.path.join(str(root), f"img{i:02d}.jpg")
+        with open(path, "wb") as f:
+            f.write(jpeg_bytes("baseline", 40 + i, 36 + 2 * i, seed=i))
+        files.append(path)
+    labels = np.array([(7 * i) % n for i in range(n)])
+    assert sorted(labels.tolist()) == list(range(n))
+    return files, labels, [f"caption {i}" for i in range(n)]
+
+
+@contextlib.contextmanager
+def opened_rows(files: list[str], labels: np.ndarray, captions: list[str]):
+    """Rows {"image": the file as Pillow opens it, "label", "caption"}
+    (what a writer that keeps an opened JPEG's own bytes is given), the
+    images closed after."""
+    opened = [Image.open(p) for p in files]
+    try:
+        yield [
+            {"image": im, "label": int(y), "caption": c}
+            for im, y, c in zip(opened, labels, captions)
+        ]
+    finally:
+        for im in opened:
+            im.close()
+
+
+def some_as_png(files: list[str], root) -> list[str]:
+    """``files`` with every third one (from the first) replaced by a PNG
+    of its own size, root/img{i:02d}.png."""
+    paths = list(files)
+    for i in range(0, len(paths), 3):
+        paths[i] = os.path.join(str(root), f"img{i:02d}.png")
+        with open(paths[i], "wb") as f:
+            f.write(png_bytes(30 + i, 44 + i, i))
+    return paths
+
+
+def labelled_data(root, n: int, write_rows):
+    """(the files, labels and captions of :func:`labelled_jpegs`, a
+    function ``write(name, **kw)`` that writes them as a folder
+    root/name: ``write_rows(folder, rows, **kw)`` given the
+    :func:`opened_rows` of them)."""
+    files, labels, captions = labelled_jpegs(root, n)
+
+    def write(name, **kw):
+        with opened_rows(files, labels, captions) as rows:
+            return write_rows(os.path.join(str(root), name), rows, **kw)
+
+    return files, labels, captions, write
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:

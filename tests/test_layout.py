@@ -68,8 +68,11 @@ LAYERS: list[list[str]] = [
     # parquet_tables: the files' target and columns tables as one
     ["datasets.parquet_remote", "datasets.parquet_tables"],
     ["datasets.parquet"],
-    # LitData's optimized chunks, as runs of the same table
-    ["datasets.litchunks"],
+    # what LitData's chunks and MDS shards share: a file's samples'
+    # columns as byte ranges, read as runs of the same table
+    ["datasets.chunkfiles"],
+    # LitData's optimized chunks, MosaicML Streaming's MDS shards
+    ["datasets.litchunks", "datasets.mds"],
     ["datasets"],
     # the Loader's parts, one concern each. _keys: the random keys of an
     # epoch's samples; _epoch_iterator: one epoch's iterator (superseded,

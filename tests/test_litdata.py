@@ -9,19 +9,25 @@ import json
 import os
 import shutil
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import ringloader
-from batches import assert_same, collect
+from batches import (
+    assert_fields_epoch,
+    assert_native_dataloader,
+    assert_ranks_split,
+    assert_same,
+    assert_same_epochs,
+    collect,
+)
 from subproc import run_python
 import torch
 from ringloader import transforms as T
 
 litdata = pytest.importorskip("litdata")
-from images import jpeg_bytes, photo_like, png_bytes  # noqa: E402
+from images import labelled_data, photo_like, some_as_png  # noqa: E402
 from litdata.streaming.writer import BinaryWriter  # noqa: E402
 from PIL import Image  # noqa: E402
 
@@ -45,33 +51,8 @@ def _write(folder, rows, chunk_size=5, **kw):
 def data(tmp_path_factory):
     """(the JPEG files, labels, captions, a function writing them as a
     LitData folder with the writer's options)."""
-    tmp = tmp_path_factory.mktemp("litdata")
-    files = []
-    for i in range(N):
-        path = os.path.join(str(tmp), f"img{i:02d}.jpg")
-        with open(path, "wb") as f:
-            f.write(jpeg_bytes("baseline", 40 + i, 36 + 2 * i, seed=i))
-        files.append(path)
-    # Unique labels (a permutation of 0..N-1): a sample read twice or
-    # missed shows in the sorted labels of an epoch.
-    labels = np.array([(7 * i) % N for i in range(N)])
-    assert sorted(labels.tolist()) == list(range(N))
-    captions = [f"caption {i}" for i in range(N)]
-
-    def write(name, **kw):
-        # The JPEGs as opened: litdata's "jpeg" encoding keeps the file's bytes.
-        opened = [Image.open(p) for p in files]
-        rows = [
-            {"image": im, "label": int(y), "caption": c}
-            for im, y, c in zip(opened, labels, captions)
-        ]
-        try:
-            return _write(os.path.join(str(tmp), name), rows, **kw)
-        finally:
-            for im in opened:
-                im.close()
-
-    return files, labels, captions, write
+    # The JPEGs as opened: the "jpeg" encoding keeps the file's bytes.
+    return labelled_data(tmp_path_factory.mktemp("litdata"), N, _write)
 
 
 def _batches(dataset, transform=EVAL, **kw):
@@ -86,12 +67,7 @@ def test_batches_equal_file_list(data):
     assert len(lit) == N and lit.targets.tolist() == labels.tolist()
     # The chunk files as runs of samples: nothing per sample but arrays.
     assert len(lit.paths.shards) == 5 and lit.paths.starts.tolist()[-1] == N
-    ref = ringloader.FileList(files, labels)
-    for shuffle in (False, True):
-        for transform in (EVAL, TRAIN):
-            got, stats = _batches(lit, transform, shuffle=shuffle)
-            want, _ = _batches(ref, transform, shuffle=shuffle)
-            assert_same(got, want)
+    stats = assert_same_epochs(lit, ringloader.FileList(files, labels), (EVAL, TRAIN))
     assert stats["decodes_jpeg"] == N
 
 
@@ -214,11 +190,7 @@ def test_png_and_encoded_bytes(data, tmp_path):
     """PNG and JPEG as litdata.Image (the file's bytes, "image:png") and
     as plain bytes (which litdata keeps as Arrow rows after the items)."""
     files, labels, _, _ = data
-    paths = list(files)
-    for i in range(0, N, 3):
-        paths[i] = os.path.join(str(tmp_path), f"img{i:02d}.png")
-        with open(paths[i], "wb") as f:
-            f.write(png_bytes(30 + i, 44 + i, i))
+    paths = some_as_png(files, tmp_path)
     ref = ringloader.FileList(paths, labels)
     want, _ = _batches(ref, TRAIN, shuffle=True)
     rows = [
@@ -247,18 +219,7 @@ def test_fields_and_indexing(data):
     lit = ringloader.LitData(write("fields"), fields=("caption",))
     x, y, c = lit[7]
     assert (y, c) == (labels[7], captions[7]) and x.shape == (3, 40 + 7, 36 + 14)
-    loader = ringloader.Loader(
-        lit, transform=EVAL, batch_size=4, num_threads=2, shuffle=True, seed=1
-    )
-    seen = []
-    for images, y, caps in loader:
-        assert images.shape[1:] == (3, 32, 32) and len(caps) == len(y)
-        for label, cap in zip(y.tolist(), caps):
-            i = captions.index(cap)
-            assert labels[i] == label
-            seen.append(i)
-    loader.close()
-    assert sorted(seen) == list(range(N)) and seen != list(range(N))
+    assert_fields_epoch(lit, labels, captions, EVAL)
     plain = ringloader.LitData(write("fields"), target=None)
     assert plain.targets.tolist() == [-1] * N
     full, _ = plain[3]
@@ -293,30 +254,13 @@ def test_shuffle_is_deterministic_and_resumes_exactly(data):
 def test_distributed_ranks_split_like_file_list(data):
     files, labels, _, write = data
     lit = ringloader.LitData(write("ddp"))
-    ref = ringloader.FileList(files, labels)
-    seen = []
-    for rank in range(2):
-        kw = dict(shuffle=True, distributed=True, rank=rank, world_size=2)
-        got, _ = _batches(lit, TRAIN, **kw)
-        want, _ = _batches(ref, TRAIN, **kw)
-        assert_same(got, want)
-        seen += torch.cat([y for _, y in got]).tolist()
-    assert sorted(seen) == list(range(N))
+    assert_ranks_split(lit, ringloader.FileList(files, labels), TRAIN)
 
 
 def test_dataloader_reads_it_natively(data):
     files, labels, _, write = data
     lit = ringloader.LitData(write("dataloader"), transform=EVAL)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ringloader.FallbackWarning)
-        loader = ringloader.DataLoader(lit, batch_size=6, shuffle=True, num_workers=2)
-    assert isinstance(loader, ringloader.DataLoader)
-    got = [(x.clone(), y.clone()) for x, y in loader]
-    assert sorted(torch.cat([y for _, y in got]).tolist()) == list(range(N))
-    ref = ringloader.FileList(files, labels, transform=EVAL)
-    want = [(x.clone(), y.clone()) for x, y in ringloader.DataLoader(ref, batch_size=6)]
-    loader = ringloader.DataLoader(lit, batch_size=6)
-    assert_same([(x.clone(), y.clone()) for x, y in loader], want)
+    assert_native_dataloader(lit, ringloader.FileList(files, labels, transform=EVAL))
 
 
 def test_a_sample_that_is_not_an_image(data, tmp_path):

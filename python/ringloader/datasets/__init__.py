@@ -10,6 +10,7 @@ from .folder import IMG_EXTENSIONS, ImageFolder
 from .hf import HFDataset
 from .index import IndexedImageFolder, build_index
 from .litchunks import LitData
+from .mds import MDS
 from .mix import Mix
 from .parquet import Parquet
 from .shards import ShardError, TarShards
@@ -22,6 +23,7 @@ __all__ = [
     "ImageFolder",
     "IndexedImageFolder",
     "LitData",
+    "MDS",
     "Mix",
     "Parquet",
     "Remote",

@@ -28,8 +28,6 @@ in the inflated bytes, a table of frames) or each item on its own
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import struct
@@ -38,11 +36,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from . import targets as _targets
 from .base import PathLike
-from .cache import StringBlob, atomic_file, default_cache_dir
-from .columns import _ColumnDataset, _table_of
-from .hf import _stat_of
+from .chunkfiles import ChunkedDataset, cached_copy, column_ranges, gather
+from .chunkfiles import header_of, inflate_zstd, load_index
 from .litarrow import Compressed, arrow_footer, arrow_ranges, inflate_arrow
 
 __all__ = ["LitData"]
@@ -73,27 +69,23 @@ def _leaf_names(spec: Any, at: str, out: list[str]) -> None:
 def _read_index(root: str) -> tuple[dict, list[dict], list[str]]:
     """(config, chunks, column names) of an optimized folder's index.json,
     ValueError naming it when it is missing or not LitData's."""
-    path = os.path.join(root, "index.json")
-    try:
-        with open(path, "rb") as f:
-            index = json.loads(f.read())
+
+    def parse(index: dict) -> tuple:
         config, chunks = index["config"], index["chunks"]
         if config is None or not chunks:
-            config = None
-        else:
-            formats = list(config["data_format"])
-            names: list[str] = []
-            _leaf_names(json.loads(config["data_spec"])[1], "", names)
-    except FileNotFoundError:
-        raise ValueError(
-            f"{path}: no such file; LitData(input_dir) takes the folder "
-            "litdata.optimize wrote (its index.json and chunk files)"
-        ) from None
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
-        raise ValueError(
-            f"{path}: not a LitData index ({type(e).__name__}: {e}); write "
-            "the folder again with litdata.optimize"
-        ) from None
+            return None, chunks, [], []
+        names: list[str] = []
+        _leaf_names(json.loads(config["data_spec"])[1], "", names)
+        return config, chunks, names, list(config["data_format"])
+
+    path, (config, chunks, names, formats) = load_index(
+        root,
+        parse,
+        "a LitData index",
+        "litdata.optimize",
+        "LitData(input_dir) takes the folder litdata.optimize wrote (its "
+        "index.json and chunk files)",
+    )
     if config is None:
         raise ValueError(
             f"{path}: the folder holds no chunks (did the optimize run "
@@ -116,19 +108,7 @@ def _read_index(root: str) -> tuple[dict, list[dict], list[str]]:
 
 
 def _inflate(data: bytes, what: str) -> bytes:
-    try:
-        import zstd
-    except ImportError:
-        raise ValueError(
-            f"{what}: the chunks are zstd-compressed; pip install zstd (what "
-            "litdata compresses with) to read them"
-        ) from None
-    try:
-        return zstd.decompress(data)
-    except zstd.Error as e:
-        raise ValueError(
-            f"{what}: cannot inflate the chunk ({e}): the file is damaged"
-        ) from None
+    return inflate_zstd(data, what, "litdata")
 
 
 def _classic(n: int, items: bytes, ends: np.ndarray) -> bytes:
@@ -167,7 +147,7 @@ def _unframe(data: bytes, path: str, level: str) -> bytes:
             )
         return _classic(n, items, ends - ends[0])
     if level == "sample":
-        n, offsets = _header_of(data, path)
+        n, offsets = header_of(data, path)
         parts = [
             _inflate(data[int(offsets[i]) : int(offsets[i + 1])], path)
             for i in range(n)
@@ -176,19 +156,6 @@ def _unframe(data: bytes, path: str, level: str) -> bytes:
         np.cumsum([len(p) for p in parts], out=ends[1:])
         return _classic(n, b"".join(parts), ends)
     raise ValueError(f"{path}: compression_level {level!r} is not one LitData reads")
-
-
-def _header_of(data: Any, path: str) -> tuple[int, np.ndarray]:
-    """(item count, offsets) of an uncompressed chunk's bytes."""
-    size = len(data)
-    if size < 8:
-        raise ValueError(f"{path}: {size} bytes, cut short before its item table")
-    n = int(np.frombuffer(data, "<u4", 1, 0)[0])
-    if size < 4 + 4 * (n + 1):
-        raise ValueError(
-            f"{path}: {size} bytes, cut short within its table of {n} items"
-        )
-    return n, np.frombuffer(data, "<u4", n + 1, 4).astype(np.int64)
 
 
 def _whole(path: str, want: int) -> bool:
@@ -202,7 +169,7 @@ def _whole(path: str, want: int) -> bool:
     except (OSError, ValueError):
         return False
     try:
-        n, offsets = _header_of(mm, path)
+        n, offsets = header_of(mm, path)
     except ValueError:
         return False
     footer = arrow_footer(mm)
@@ -220,29 +187,14 @@ def _cached_chunk(
     then use its copy, and a copy that is whole is never replaced (another
     process may be reading it). A copy that is not whole (a crash) is
     inflated again."""
-    st = os.stat(path)
-    ident = f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{level}"
-    digest = hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()[:20]
-    folder = os.path.join(default_cache_dir(cache_dir), "litdata")
-    base = os.path.basename(path).split(".")[0]
-    out = os.path.join(folder, f"{base}-{digest}.bin")
-    if _whole(out, want):
-        return out
-    os.makedirs(folder, exist_ok=True)
-    with open(out[: -len(".bin")] + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _whole(out, want):  # another process inflated it meanwhile
-            return out
-        with open(path, "rb") as f:
-            data = _unframe(f.read(), path, level)
-        with atomic_file(out) as f:
-            f.write(data)
-    return out
-
-
-def _gather(mm: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """(len(starts), width) uint8: ``width`` bytes of ``mm`` at each start."""
-    return mm[starts[:, None] + np.arange(width, dtype=np.int64)]
+    return cached_copy(
+        path,
+        level,
+        cache_dir,
+        "litdata",
+        lambda data: _unframe(data, path, level),
+        lambda out: _whole(out, want),
+    )
 
 
 class _Chunk:
@@ -259,7 +211,7 @@ class _Chunk:
             raise ValueError(f"{name}: the chunk file is empty")
         leaves = len(columns)
         self.mm = mm = np.memmap(path, np.uint8, "r")
-        n, offsets = _header_of(mm, name)
+        n, offsets = header_of(mm, name)
         if n != want:
             raise ValueError(
                 f"{name}: holds {n} items where index.json says {want}: the "
@@ -284,16 +236,7 @@ class _Chunk:
                 path, footer, columns, n, name
             )
             return
-        head = _gather(mm, offsets[:-1], 4 * leaves)
-        self.sizes = head.view("<u4").reshape(n, leaves).astype(np.int64)
-        ends = np.cumsum(self.sizes, axis=1)
-        self.starts = offsets[:-1, None] + 4 * leaves + ends - self.sizes
-        bad = offsets[:-1] + 4 * leaves + ends[:, -1] != offsets[1:]
-        if bad.any():
-            raise ValueError(
-                f"{name}: item {int(np.argmax(bad))}'s leaf sizes disagree "
-                "with its length in the item table (the chunk is damaged)"
-            )
+        self.starts, self.sizes = column_ranges(mm, offsets, [None] * leaves, name)
         self.kinds = [_NUMBERS.get(kind, kind) for _, kind in columns]
 
     def numbers(self, leaf: int) -> np.ndarray:
@@ -304,11 +247,11 @@ class _Chunk:
             or (self.sizes[:, leaf] != dtype.itemsize).any()
         ):
             raise ValueError(f"leaf {leaf} does not hold one number an item")
-        data = _gather(self.mm, self.starts[:, leaf], dtype.itemsize)
+        data = gather(self.mm, self.starts[:, leaf], dtype.itemsize)
         return data.view(dtype).reshape(-1).copy()
 
 
-class LitData(_ColumnDataset):
+class LitData(ChunkedDataset):
     """A folder written by ``litdata.optimize`` (or litdata's
     ``BinaryWriter``), for :class:`ringloader.Loader` and
     ``ringloader.DataLoader``: each image's bytes are read in place from
@@ -381,9 +324,7 @@ class LitData(_ColumnDataset):
         self._kinds: list = [_NUMBERS.get(k, k) for _, k in columns]
         compression = config.get("compression")
         level = config.get("compression_level") or "chunk"
-        col = self._col
-        files, counts, starts, sizes, targets, stats = [], [], [], [], [], []
-        field_at: dict[str, list] = {f: [] for f in self.fields}
+        parts: list[tuple] = []
         for entry in chunks:
             name = os.path.join(root, entry["filename"])
             if not os.path.isfile(name):
@@ -402,7 +343,7 @@ class LitData(_ColumnDataset):
                 # Arrow rows with compressed buffers: written out plain.
                 path = _cached_chunk(path, "arrow", cache_dir, want)
                 chunk = _Chunk(path, name, want, columns)
-            if not files:
+            if not parts:
                 self._kinds = chunk.kinds
                 self._check_kinds(root)
             elif chunk.kinds != self._kinds:
@@ -410,37 +351,10 @@ class LitData(_ColumnDataset):
                     f"{name}: its columns are of kinds {chunk.kinds}, where the "
                     f"first chunk's are {self._kinds}"
                 )
-            files.append(path)
-            stats.append(_stat_of(path))
-            counts.append(len(chunk.sizes))
-            starts.append(chunk.starts[:, col[image]])
-            sizes.append(chunk.sizes[:, col[image]])
-            if target is not None:
-                targets.append(chunk.numbers(col[target]))
-            for f in self.fields:
-                field_at[f].append(
-                    (chunk.starts[:, col[f]].copy(), chunk.sizes[:, col[f]].copy())
-                )
+            values = None if target is None else chunk.numbers(self._col[target])
+            parts.append((path, chunk.starts, chunk.sizes, values))
             del chunk
-        self._chunk_names = [os.path.join(root, e["filename"]) for e in chunks]
-        self._files = files
-        self._stats = stats
-        n = int(sum(counts))
-        self._source = np.repeat(np.arange(len(files), dtype=np.int32), counts)
-        self._first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.offsets = np.concatenate(starts) if n else np.zeros(0, np.int64)
-        self.lengths = np.concatenate(sizes) if n else np.zeros(0, np.int64)
-        if target is None:
-            self.targets: _targets.Targets = np.full(n, -1, np.int64)
-        else:
-            self.targets = np.concatenate(targets)
-        self._field_ranges = {
-            f: (np.concatenate([a for a, _ in v]), np.concatenate([b for _, b in v]))
-            for f, v in field_at.items()
-        }
-        self.paths = _table_of(self._source, StringBlob.from_strings(files))
-        if self.fields:
-            self._carry_fields()
+        self._set_tables([os.path.join(root, e["filename"]) for e in chunks], parts)
 
     def _check_kinds(self, root: str) -> None:
         """ValueError for a column whose values cannot be what it is used
@@ -460,54 +374,6 @@ class LitData(_ColumnDataset):
                     f"{root}: {what} column {col!r} holds {kind}, which LitData "
                     f"cannot read as its {what}"
                 )
-
-    def describe(self, index: int) -> str:
-        """Sample ``index`` for messages: its chunk file, the item in the
-        chunk and the image's bytes in the file it is read from."""
-        i = self._index(index)
-        c = int(self._source[i])
-        off, size = int(self.offsets[i]), int(self.lengths[i])
-        where = f"{self._chunk_names[c]}: sample {i - int(self._first[c])} of the chunk"
-        if self._files[c] != self._chunk_names[c]:
-            where += f" (inflated to {self._files[c]})"
-        return f"{where}, column {self.image!r} (bytes {off}..{off + size})"
-
-    def _read(self, i: int, offsets: np.ndarray, lengths: np.ndarray) -> bytes:
-        path = self._files[int(self._source[i])]
-        off, size = int(offsets[i]), int(lengths[i])
-        with open(path, "rb") as f:
-            data = os.pread(f.fileno(), size, off)
-        if len(data) != size:
-            raise OSError(f"{self.describe(i)}: the file is cut short")
-        return data
-
-    def _check_files(self, which: Sequence[int] | None = None) -> None:
-        """ValueError naming a chunk file (of ``which``, else any) whose
-        size or mtime changed since this was made: it would be misread."""
-        for k in range(len(self._files)) if which is None else which:
-            if _stat_of(self._files[k]) != self._stats[k]:
-                raise ValueError(
-                    f"{self._files[k]}: the chunk file changed (size or mtime) "
-                    "since the LitData was made; make a new LitData"
-                )
-
-    def _sample(self, index: int) -> tuple[str, bytes, Any]:
-        i = self._index(index)
-        self._check_files([int(self._source[i])])
-        data = self._read(i, self.offsets, self.lengths)
-        return self.describe(i), data, _targets.item(self.targets, i)
-
-    def _value(self, column: str, i: int) -> Any:
-        data = self._read(i, *self._field_ranges[column])
-        kind = self._kinds[self._col[column]]
-        if kind == "str":
-            return data.decode("utf-8")
-        if isinstance(kind, np.dtype):
-            return np.frombuffer(data, kind)[0].item()
-        return data
-
-    def _column_values(self, column: str, ids: Sequence[int]) -> list:
-        return [self._value(column, int(i)) for i in ids]
 
     def __repr__(self) -> str:
         return (

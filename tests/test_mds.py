@@ -237,3 +237,16 @@ def test_raw_pixels_and_bad_images(data, tmp_path):
     os.utime(os.path.join(mds.root, "shard.00000.mds"), ns=(0, 0))
     with pytest.raises(ValueError, match="shard.00000.mds: the shard file changed"):
         mds[1]
+
+
+def test_dataloader_points_streaming_dataset_at_mds(data, tmp_path):
+    """A StreamingDataset over MDS shards falls back to torch's DataLoader,
+    its warning naming ringloader.MDS with the folder and split."""
+    files, labels, captions, _ = data
+    with opened_rows(files, labels, captions) as rows:
+        _write(tmp_path / "root" / "train", rows)
+    theirs = StreamingDataset(local=str(tmp_path / "root"), split="train", batch_size=4)
+    want = rf"ringloader\.MDS\('{tmp_path}/root', split='train', transform=\.\.\.\)"
+    with pytest.warns(ringloader.FallbackWarning, match=want):
+        loader = ringloader.DataLoader(theirs, batch_size=4)
+    assert isinstance(loader, torch.utils.data.DataLoader)

@@ -41,6 +41,7 @@ from ._plan import TransformPlan, plan_views, tail_samples
 from .datasets import targets as _targets
 from .datasets.base import FILES_PROTOCOL, provides_sources
 from .datasets.hf import hf_hint
+from .datasets.mds import mds_hint
 from .datasets.timmdata import readable
 from .datasets.composed import UnreadableComposition, leaves_of, resolve
 from ._gpu import open_gpu
@@ -70,7 +71,9 @@ def _fusable_leaf(dataset: Any) -> Optional[str]:
     except (ValueError, AttributeError) as e:
         return f"{type(dataset).__name__}: {e}"
     module = type(dataset).__module__
-    hint = hf_hint(dataset)  # a Hugging Face dataset: HFDataset reads it
+    # A Hugging Face dataset (HFDataset reads it), Streaming's over MDS
+    # shards (MDS reads them).
+    hint = hf_hint(dataset) or mds_hint(dataset)
     if hint is not None:
         return hint
     if getattr(dataset, "ringloader_files", None) is not None:

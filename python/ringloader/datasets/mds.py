@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import json
 import os
 from collections.abc import Sequence
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 from .base import PathLike
 from . import chunkfiles as _files
 
-__all__ = ["MDS"]
+__all__ = ["MDS", "mds_hint"]
 
 _IMAGES = ("jpeg", "png", "bytes")
 _NUMBERS = {"int": np.dtype("<i8")} | {
@@ -48,6 +49,35 @@ _NUMBERS = {"int": np.dtype("<i8")} | {
     ).split()
 }
 _VALUES = ("str", "bytes", "json")
+
+
+def mds_hint(dataset: Any) -> Optional[str]:
+    """Why ringloader.DataLoader does not read ``dataset`` itself when it
+    is MosaicML Streaming's StreamingDataset over local MDS shards, naming
+    the way it is read natively; None for any other dataset."""
+    if not type(dataset).__module__.startswith("streaming."):
+        return None
+    folders = []
+    for stream in getattr(dataset, "streams", None) or ():
+        local, split = getattr(stream, "local", None), getattr(stream, "split", "")
+        try:
+            with open(os.path.join(local, split or "", "index.json"), "rb") as f:
+                shards = json.loads(f.read())["shards"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if shards and all(s.get("format") == "mds" for s in shards):
+            folders.append((local, split))
+    if not folders:
+        return None
+    local, split = folders[0]
+    arg = f"{local!r}" + (f", split={split!r}" if split else "")
+    return (
+        f"{type(dataset).__name__} is MosaicML Streaming's iterable dataset, "
+        "which torch's DataLoader iterates sample by sample in Python; its "
+        f"local folder holds MDS shards: to read them natively, give "
+        f"ringloader.MDS({arg}, transform=...)"
+        + (f" (one for each of its {len(folders)} streams)" if len(folders) > 1 else "")
+    )
 
 
 def _inflate(kind: str, data: bytes, name: str) -> bytes:

@@ -1,4 +1,5 @@
-"""ringloader.LitData against LitData's own StreamingDataset.
+"""ringloader.LitData and ringloader.MDS against LitData's and MosaicML
+Streaming's own StreamingDataset.
 
 One image-classification set of ImageNet-like JPEGs
 (ringloader.bench.data: short side 256-500 px, 10 classes) written under
@@ -24,6 +25,17 @@ batch (ringloader's includes inflating a zstd folder's chunks into its
 cache the first time: the cache is emptied before each run), and
 ringloader ÷ litdata within each round.
 
+The same JPEGs are written by MosaicML Streaming's ``MDSWriter`` too
+(columns ``{"image": "jpeg", "label": "int"}``, 32 MB shards), plain and
+``compression="zstd"``, and read by ``streaming``: torch's DataLoader
+(``--workers`` workers) over ``streaming.StreamingDataset(local=folder,
+shuffle=True, batch_size=...)`` whose ``__getitem__`` applies
+bench_hf's train transform to the PIL image Streaming decodes, and by
+``ringloader.DataLoader(ringloader.MDS(folder, transform=...))``. The
+shards Streaming inflates beside a zstd folder's are removed before each
+run, as ringloader's cache is emptied. ``--only litdata`` or ``--only
+mds`` runs one of the two.
+
 Usage::
 
     python benchmarks/bench_streamfmt.py [--images 4000] [--repeat 3]
@@ -44,35 +56,76 @@ from typing import Any
 import bench_hf  # beside this file: the transforms, CPU time, worker USS
 import bench_scale  # the machine record, medians
 
-CONTENDERS = ("litdata", "ringloader")
+# Each format's contenders: the library's own loader, then ringloader.
+FAMILIES = {"litdata": ("litdata", "ringloader"), "mds": ("streaming", "ringloader")}
 FORMATS = ("plain", "zstd")
+
+
+def _write_once(root: str, family: str, images: int, fmt: str, write: Any) -> str:
+    """The folder root/{family}-{images}-{fmt} (made once): ``write(tmp,
+    rows, kw)`` writes the rows, each ``{"image": the JPEG as opened,
+    "label": class}`` of ``images`` ImageNet-like JPEGs, into ``tmp`` with
+    the writer's compression ``kw``."""
+    from PIL import Image
+
+    from ringloader.bench import data
+
+    folder = os.path.join(root, f"{family}-{images}-{fmt}")
+    if os.path.isfile(os.path.join(folder, "index.json")):
+        return folder
+    jpegs = data.build(os.path.join(root, f"jpeg-{images}"), images, 10, 0)
+    _, samples = data.scan_folder(jpegs)
+
+    def rows() -> Any:
+        for path, label in samples:
+            with Image.open(path) as im:
+                yield {"image": im, "label": int(label)}
+
+    tmp = folder + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    write(tmp, rows(), {"compression": "zstd"} if fmt == "zstd" else {})
+    shutil.rmtree(folder, ignore_errors=True)
+    os.rename(tmp, folder)
+    return folder
 
 
 def write_folder(root: str, images: int, fmt: str) -> str:
     """A LitData folder of ``images`` ImageNet-like JPEGs (made once)."""
     from litdata.streaming.writer import BinaryWriter
-    from PIL import Image
 
-    from ringloader.bench import data
+    def write(tmp: str, rows: Any, kw: dict) -> None:
+        os.makedirs(tmp)
+        w = BinaryWriter(tmp, chunk_bytes="32MB", **kw)
+        for i, row in enumerate(rows):
+            w[i] = row
+        w.done()
+        w.merge()
 
-    folder = os.path.join(root, f"litdata-{images}-{fmt}")
-    if os.path.isfile(os.path.join(folder, "index.json")):
-        return folder
-    jpegs = data.build(os.path.join(root, f"jpeg-{images}"), images, 10, 0)
-    _, samples = data.scan_folder(jpegs)
-    tmp = folder + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    kw = {"compression": "zstd"} if fmt == "zstd" else {}
-    w = BinaryWriter(tmp, chunk_bytes="32MB", **kw)
-    for i, (path, label) in enumerate(samples):
-        with Image.open(path) as im:
-            w[i] = {"image": im, "label": int(label)}
-    w.done()
-    w.merge()
-    shutil.rmtree(folder, ignore_errors=True)
-    os.rename(tmp, folder)
-    return folder
+    return _write_once(root, "litdata", images, fmt, write)
+
+
+def write_mds(root: str, images: int, fmt: str) -> str:
+    """An MDS folder of ``images`` ImageNet-like JPEGs (made once)."""
+    from streaming import MDSWriter
+
+    def write(tmp: str, rows: Any, kw: dict) -> None:
+        columns = {"image": "jpeg", "label": "int"}
+        with MDSWriter(out=tmp, columns=columns, size_limit=1 << 25, **kw) as w:
+            for row in rows:
+                w.write(row)
+
+    return _write_once(root, "mds", images, fmt, write)
+
+
+def _drop_inflated(folder: str) -> None:
+    """Remove the shards Streaming inflated beside a zstd folder's."""
+    if not os.path.basename(folder).startswith("mds-"):
+        return
+    with open(os.path.join(folder, "index.json")) as f:
+        for shard in json.load(f)["shards"]:
+            raw = os.path.join(folder, shard["raw_data"]["basename"])
+            if shard.get("zip_data") and os.path.exists(raw):
+                os.unlink(raw)
 
 
 def tensor_transform() -> Any:
@@ -113,6 +166,25 @@ def _litdata_loader(folder: str, a: argparse.Namespace) -> Any:
     )
 
 
+def _streaming_loader(folder: str, a: argparse.Namespace) -> Any:
+    import streaming
+    import torch
+    from streaming.base.util import clean_stale_shared_memory
+
+    tf = bench_hf.transform("train")
+
+    class Transformed(streaming.StreamingDataset):
+        def __getitem__(self, index: Any) -> Any:
+            row = super().__getitem__(index)
+            return tf(row["image"].convert("RGB")), row["label"]
+
+    clean_stale_shared_memory()
+    ds = Transformed(local=folder, shuffle=True, batch_size=a.batch_size)
+    return torch.utils.data.DataLoader(
+        ds, batch_size=a.batch_size, num_workers=a.workers
+    )
+
+
 def child(a: argparse.Namespace) -> dict:
     """One contender on one folder: the figures, as a dict."""
     import ringloader
@@ -120,10 +192,12 @@ def child(a: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     if a.who == "litdata":
         loader = _litdata_loader(a.data, a)
+    elif a.who == "streaming":
+        loader = _streaming_loader(a.data, a)
     else:
-        lit = ringloader.LitData(
-            a.data, transform=bench_hf.transform("train"), cache_dir=a.cache
-        )
+        mds = os.path.basename(a.data).startswith("mds-")
+        kind = ringloader.MDS if mds else ringloader.LitData
+        lit = kind(a.data, transform=bench_hf.transform("train"), cache_dir=a.cache)
         loader = ringloader.DataLoader(
             lit, batch_size=a.batch_size, shuffle=True, num_workers=a.threads
         )
@@ -145,6 +219,7 @@ def child(a: argparse.Namespace) -> dict:
 
 def _run(a: argparse.Namespace, who: str, data: str) -> dict:
     shutil.rmtree(a.cache, ignore_errors=True)
+    _drop_inflated(data)
     if a.inline:
         b = argparse.Namespace(**vars(a))
         b.who, b.data = who, data
@@ -152,13 +227,14 @@ def _run(a: argparse.Namespace, who: str, data: str) -> dict:
     return bench_hf.run_child(__file__, [who, data, f"--cache={a.cache}"], a)
 
 
-def measure(a: argparse.Namespace, folders: dict) -> dict:
+def measure(a: argparse.Namespace, folders: dict, family: str) -> dict:
     """Per format, per contender: the medians, the img/s of each round,
-    and ringloader ÷ litdata within each round and its median."""
-    runs: dict = {f: {w: [] for w in CONTENDERS} for f in folders}
+    and ringloader ÷ the library's own within each round and its median."""
+    contenders = FAMILIES[family]
+    runs: dict = {f: {w: [] for w in contenders} for f in folders}
     for r in range(a.repeat):
         for fmt, data in folders.items():
-            for who in CONTENDERS:
+            for who in contenders:
                 res = _run(a, who, data)
                 runs[fmt][who].append(res)
                 shown = res.get("error") or (
@@ -178,7 +254,8 @@ def measure(a: argparse.Namespace, folders: dict) -> dict:
         ratios = [
             round(o / p, 2)
             for o, p in zip(
-                out[fmt]["ringloader"]["img_s_runs"], out[fmt]["litdata"]["img_s_runs"]
+                out[fmt]["ringloader"]["img_s_runs"],
+                out[fmt][contenders[0]]["img_s_runs"],
             )
             if o and p
         ]
@@ -187,29 +264,43 @@ def measure(a: argparse.Namespace, folders: dict) -> dict:
     return out
 
 
-def machine() -> dict:
-    import litdata
+def machine(families: list) -> dict:
+    import importlib
+
     import torchvision
 
-    return dict(
-        bench_scale.machine(),
-        torchvision=torchvision.__version__,
-        litdata=litdata.__version__,
-    )
+    out = dict(bench_scale.machine(), torchvision=torchvision.__version__)
+    for family in families:
+        name = FAMILIES[family][0]
+        out[name] = importlib.import_module(name).__version__
+    return out
+
+
+# Where each family's figures are kept in the results.
+KEYS = {"litdata": "throughput", "mds": "mds"}
 
 
 def table(results: dict) -> str:
+    out = []
+    for family, key in KEYS.items():
+        if key in results:
+            out.append(_table(results[key], FAMILIES[family]))
+    return "\n\n".join(out)
+
+
+def _table(throughput: dict, contenders: tuple) -> str:
+    own = contenders[0]
     out = [
-        "| chunks | contender | img/s | ringloader ÷ litdata | CPU ms/img | first batch |",
+        f"| chunks | contender | img/s | ringloader ÷ {own} | CPU ms/img | first batch |",
         "|---|---|---:|---:|---:|---:|",
     ]
-    for fmt, by in results["throughput"].items():
-        for who in CONTENDERS:
+    for fmt, by in throughput.items():
+        for who in contenders:
             r = by[who]
             if "error" in r:
                 out.append(f"| {fmt} | {who} | {r['error']} | | | |")
                 continue
-            ratio = f"{by['ratio']:.2f}x" if who == "litdata" and by["ratio"] else ""
+            ratio = f"{by['ratio']:.2f}x" if who == own and by["ratio"] else ""
             out.append(
                 f"| {fmt} | {who} | {r['img_s']:,.0f} | {ratio} "
                 f"| {r['cpu_ms_per_image']:.2f} | {r['first_batch_s']:.2f} s |"
@@ -223,13 +314,19 @@ def plot(results: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    fmts = list(results["throughput"])
-    for k, (who, color) in enumerate(zip(CONTENDERS, ("#888888", "#1f77b4"))):
-        xs = [i + (k - 0.5) * 0.38 for i in range(len(fmts))]
-        ys = [results["throughput"][f][who].get("img_s", 0) for f in fmts]
-        ax.bar_label(ax.bar(xs, ys, 0.38, label=who, color=color), fmt="%.0f")
-    ax.set_xticks(range(len(fmts)), [f"{f} chunks" for f in fmts])
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    groups = [
+        (family, fmt, by)
+        for family, key in KEYS.items()
+        if key in results
+        for fmt, by in results[key].items()
+    ]
+    names = ("the library's own StreamingDataset", "ringloader")
+    for k, (name, color) in enumerate(zip(names, ("#888888", "#1f77b4"))):
+        xs = [i + (k - 0.5) * 0.38 for i in range(len(groups))]
+        ys = [by[FAMILIES[fam][k]].get("img_s", 0) for fam, _, by in groups]
+        ax.bar_label(ax.bar(xs, ys, 0.38, label=name, color=color), fmt="%.0f")
+    ax.set_xticks(range(len(groups)), [f"{fam} {fmt}" for fam, fmt, _ in groups])
     ax.set_ylabel("images/s (median; higher is better)")
     m = results["machine"]
     ax.set_title(
@@ -254,6 +351,7 @@ def main() -> None:
         ),
     )
     p.add_argument("--cache", default=None, help="ringloader's cache (inflated chunks)")
+    p.add_argument("--only", choices=sorted(FAMILIES), default=None)
     bench_hf.run_flags(p, batches=30)
     a = p.parse_args()
     a.inline = False
@@ -266,15 +364,18 @@ def main() -> None:
         a.batch_size, a.batches, a.warmup = 16, 2, 1
     os.makedirs(a.dir, exist_ok=True)
     a.cache = a.cache or os.path.join(a.dir, "cache")
+    families = [a.only] if a.only else list(FAMILIES)
     results: dict = {
-        "machine": machine(),
+        "machine": machine(families),
         "load_before": os.getloadavg(),
         **{k: getattr(a, k) for k in ("images", "batch_size", "batches", "warmup")},
         **{k: getattr(a, k) for k in ("threads", "workers", "repeat")},
     }
     print(json.dumps(results), flush=True)
-    folders = {f: write_folder(a.dir, a.images, f) for f in FORMATS}
-    results["throughput"] = measure(a, folders)
+    writers = {"litdata": write_folder, "mds": write_mds}
+    for family in families:
+        folders = {f: writers[family](a.dir, a.images, f) for f in FORMATS}
+        results[KEYS[family]] = measure(a, folders, family)
     bench_hf.finish(results, a, table, plot)
 
 

@@ -250,3 +250,24 @@ def test_dataloader_points_streaming_dataset_at_mds(data, tmp_path):
     with pytest.warns(ringloader.FallbackWarning, match=want):
         loader = ringloader.DataLoader(theirs, batch_size=4)
     assert isinstance(loader, torch.utils.data.DataLoader)
+
+
+def test_gz_and_bz2_shards_and_ones_not_read(data, tmp_path):
+    files, labels, _, write = data
+    want, _ = collect(ringloader.FileList(files, labels), EVAL)
+    for compression in ("gz", "bz2"):
+        folder = write(f"z-{compression}", compression=compression)
+        mds = ringloader.MDS(folder, cache_dir=tmp_path / "cache")
+        assert f"shard.00000.mds.{compression}: sample 0" in mds.describe(0)
+        assert_same(collect(mds, EVAL)[0], want)
+    with pytest.raises(
+        ValueError, match=r"shard.00000.mds.br: compressed with 'br'; MDS reads zstd"
+    ):
+        ringloader.MDS(write("z-br", compression="br"), cache_dir=tmp_path / "c")
+    # An index whose sample count disagrees with the shard's table.
+    wrong = shutil.copytree(write("count"), tmp_path / "count")
+    index = json.loads((wrong / "index.json").read_text())
+    index["shards"][1]["samples"] += 2
+    (wrong / "index.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match="shard.00001.mds: holds \\d+ samples where"):
+        ringloader.MDS(wrong)

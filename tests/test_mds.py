@@ -271,3 +271,9 @@ def test_gz_and_bz2_shards_and_ones_not_read(data, tmp_path):
     (wrong / "index.json").write_text(json.dumps(index))
     with pytest.raises(ValueError, match="shard.00001.mds: holds \\d+ samples where"):
         ringloader.MDS(wrong)
+    del index["shards"][0]["column_sizes"]
+    (wrong / "index.json").write_text(json.dumps(index))
+    with pytest.raises(
+        ValueError, match=r"index.json: not an MDS index \(KeyError.*column_sizes"
+    ):
+        ringloader.MDS(wrong)

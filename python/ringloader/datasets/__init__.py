@@ -1,8 +1,8 @@
 """The datasets ringloader reads itself, on one base (:mod:`.base`): an
 ImageFolder as torchvision's, the same with a cached index, a list of files,
 WebDataset tar shards (local, or over HTTP(S) and S3), Hugging Face
-datasets' Arrow files, Parquet files, and LitData's optimized chunks. None
-of them imports the loader."""
+datasets' Arrow files, Parquet files, LitData's optimized chunks and
+MosaicML Streaming's MDS shards. None of them imports the loader."""
 
 from .base import ImageDataset, Remote, Sources
 from .filelist import FileList

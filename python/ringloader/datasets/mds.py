@@ -49,13 +49,21 @@ _NUMBERS = {"int": np.dtype("<i8")} | {
     ).split()
 }
 _VALUES = ("str", "bytes", "json")
+# What each shard's entry in index.json must give.
+_SHARD_KEYS = (
+    "column_names",
+    "column_encodings",
+    "column_sizes",
+    "samples",
+    "raw_data",
+)
 
 
 def mds_hint(dataset: Any) -> Optional[str]:
     """Why ringloader.DataLoader does not read ``dataset`` itself when it
     is MosaicML Streaming's StreamingDataset over local MDS shards, naming
     the way it is read natively; None for any other dataset."""
-    if not type(dataset).__module__.startswith("streaming."):
+    if not any(c.__module__.startswith("streaming.") for c in type(dataset).__mro__):
         return None
     folders = []
     for stream in getattr(dataset, "streams", None) or ():
@@ -106,8 +114,12 @@ def _read_index(root: str) -> list[dict]:
         for s in shards:
             if s["format"] != "mds":
                 raise ValueError(f"a shard of format {s['format']!r}, not 'mds'")
-            s["column_names"], s["column_encodings"], s["column_sizes"]
-            int(s["samples"]), s["raw_data"]["basename"]
+            missing = [k for k in _SHARD_KEYS if k not in s]
+            if missing or "basename" not in s["raw_data"]:
+                raise KeyError(
+                    f"a shard entry without {missing or 'raw_data.basename'}"
+                )
+            s["samples"] = int(s["samples"])
         return shards
 
     path, shards = _files.load_index(

@@ -28,17 +28,37 @@ SEED = 5
 JPEG_TOL = 1 / 255 + 1e-6  # libjpeg's build against Pillow's, as test_varying_size
 
 
-def eval_preset():
+class Preset:
+    """As the reference's presets are written: a class holding a v2
+    Compose, called on (image, target)."""
+
+    def __init__(self, transforms):
+        self.transforms = v2.Compose(transforms)
+
+    def __call__(self, img, target):
+        return self.transforms(img, target)
+
+
+def eval_preset(kind="compose"):
+    if kind == "reference":  # DetectionPresetEval(use_v2=True)
+        return Preset(
+            [v2.ToImage(), v2.ConvertImageDtype(torch.float), v2.ToPureTensor()]
+        )
     return v2.Compose(
         [v2.ToImage(), v2.ToDtype(torch.float, scale=True), v2.ToPureTensor()]
     )
 
 
-def hflip_preset():
-    return v2.Compose(
-        [
-            v2.ToImage(),
-            v2.RandomHorizontalFlip(p=0.5),
+def hflip_preset(backend="tv_tensor"):
+    """DetectionPresetTrain(data_augmentation="hflip", use_v2=True): the
+    flip on the PIL image ("pil", its default) or after ToImage."""
+    if backend == "pil":
+        head = [v2.RandomHorizontalFlip(p=0.5), v2.PILToTensor()]
+    else:
+        head = [v2.ToImage(), v2.RandomHorizontalFlip(p=0.5)]
+    return Preset(
+        head
+        + [
             v2.ToDtype(torch.float, scale=True),
             v2.ConvertBoundingBoxFormat(tv_tensors.BoundingBoxFormat.XYXY),
             v2.SanitizeBoundingBoxes(),
@@ -117,8 +137,9 @@ def same_image(ours, ref):
     "keys", [("boxes", "labels", "image_id"), ("boxes", "labels", "masks", "image_id")]
 )
 @pytest.mark.parametrize("batching", ["batch_sampler", "grouped"])
-def test_eval_preset_batches_equal_torchs(coco, keys, batching):
-    ds = dataset(coco, eval_preset(), keys)
+@pytest.mark.parametrize("kind", ["compose", "reference"])
+def test_eval_preset_batches_equal_torchs(coco, keys, batching, kind):
+    ds = dataset(coco, eval_preset(kind), keys)
     if batching == "grouped":
         sampler = AspectGroups(ds, 3)
     else:
@@ -159,9 +180,10 @@ def flipped(loader, ds, position, epoch=0):
     return bool(plan["flip"])
 
 
-def test_hflip_preset_flips_image_boxes_and_masks_together(coco):
+@pytest.mark.parametrize("backend", ["pil", "tv_tensor"])
+def test_hflip_preset_flips_image_boxes_and_masks_together(coco, backend):
     keys = ("boxes", "labels", "masks", "image_id")
-    ds = dataset(coco, hflip_preset(), keys)
+    ds = dataset(coco, hflip_preset(backend), keys)
     ref = dataset(
         coco, v2.Compose([v2.ToImage(), v2.ToDtype(torch.float, scale=True)]), keys
     )

@@ -43,7 +43,7 @@ from .datasets.base import FILES_PROTOCOL, provides_sources
 from .datasets.hf import hf_hint
 from .datasets.timmdata import readable
 from .datasets.composed import Composed, UnreadableComposition, leaves_of, resolve
-from .datasets.detection_batch import DetectionImages
+from .datasets.detection_batch import detection_of, detection_reason
 from ._gpu import open_gpu
 from .errors import FallbackWarning
 from .loader import Loader
@@ -102,7 +102,7 @@ def _fusable_leaf(dataset: Any) -> Optional[str]:
 
 
 def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
-    reason = _fusable_dataset(dataset) or _detection_reason(dataset, kwargs)
+    reason = _fusable_dataset(dataset) or detection_reason(leaves_of(dataset), kwargs)
     if reason:
         return reason
     if kwargs.get("worker_init_fn") is not None:
@@ -137,31 +137,6 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
             "for ringloader to call the collate_fn)"
         )
     return None
-
-
-def _detection_reason(dataset: Any, kwargs: dict) -> Optional[str]:
-    """Why a dataset with a wrapped CocoDetection under it is not read
-    natively, or None."""
-    leaves = leaves_of(dataset)
-    det = [leaf for leaf in leaves if isinstance(leaf, DetectionImages)]
-    if not det:
-        return None
-    if len(leaves) > 1:
-        return "a ConcatDataset of detection datasets is not read natively yet"
-    if det[0].flips and kwargs.get("on_error") == "skip":
-        return (
-            'on_error="skip" with a RandomHorizontalFlip of detection targets '
-            "(a replaced sample's flip is not known to the targets yet)"
-        )
-    return None
-
-
-def _detection_of(data: Any) -> Optional[DetectionImages]:
-    """The wrapped CocoDetection the loader reads (alone, or under a
-    Subset), or None."""
-    if isinstance(data, Composed):
-        data = data.leaves[0]
-    return data if isinstance(data, DetectionImages) else None
 
 
 def _custom_collate(collate_fn: Any) -> bool:
@@ -542,9 +517,11 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         what the field table's ``item`` makes of them (an HFDataset's
         dicts)."""
         n = len(taken.idx)
-        det = _detection_of(self._data)
-        if det is not None:
-            return self._collate(self._detection_items(det, src, views[0], taken))
+        data = self._data
+        det = detection_of(data.leaves if isinstance(data, Composed) else [data])
+        if det is not None:  # a wrapped CocoDetection: (image, target) items
+            spec = self._plans[0].compiled.spec
+            return self._collate(det.batch(src, views[0], taken, spec, self.seed))
         images = [
             [v[k] for v in views] if self._multi else views[0][k] for k in range(n)
         ]
@@ -566,31 +543,6 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
                 target = _targets.item(src.targets, int(i))
                 items.append((images[k], tt(target) if tt is not None else target))
         return self._collate(items)
-
-    def _detection_items(
-        self, det: DetectionImages, src: Any, images: list, taken: Any
-    ) -> list:
-        """A detection batch's ``(image, target)`` items
-        (datasets/detection_batch.py), each flipped as its pixels were."""
-        rows = [_targets.item(src.targets, int(i)) for i in taken.idx]
-        flipped = None
-        if det.flips:
-            spec = self._plans[0].compiled.spec
-            sizes = det.tables.sizes
-            flipped = [
-                bool(
-                    _core.plan_window(
-                        spec,
-                        int(sizes[r][1]),
-                        int(sizes[r][0]),
-                        self.seed,
-                        taken.epoch,
-                        int(key),
-                    )["flip"]
-                )
-                for r, key in zip(rows, taken.keys)
-            ]
-        return det.items(images, rows, flipped)
 
     @property  # type: ignore[override]
     def batch_sampler(self) -> Any:

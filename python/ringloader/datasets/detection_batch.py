@@ -4,15 +4,18 @@ detection reference builds), seen as its image files (decoded in C, each at
 its own size: a varying spec) and, per batch, each sample's target rebuilt
 in Python from the :class:`~.detection_tables.DetectionTables`.
 
-The dataset's ``transforms`` (a v2 ``Compose``) is split in two: the
-pixels' head (``ToImage``, ``PILToTensor``, ``ToDtype`` of images,
-``RandomHorizontalFlip``), which the compiler fuses, and a tail that
+The dataset's ``transforms`` (a v2 ``Compose``, or the reference's preset
+class whose ``__call__(img, target)`` only returns ``self.transforms(img,
+target)``) is split in two: the pixels' head (``ToImage``,
+``PILToTensor``, ``ToDtype`` or ``ConvertImageDtype`` of images,
+``RandomHorizontalFlip``, on the PIL image or the tensor), which the compiler fuses, and a tail that
 touches the targets alone (``ConvertBoundingBoxFormat``,
 ``SanitizeBoundingBoxes``, ``ClampBoundingBoxes``, ``ToPureTensor``), which
 runs, the user's own objects, on each ``(image, target)`` as the Compose
 would. A flip the plan drew for a sample (same seed, epoch and key as its
 pixels) is applied to its boxes and masks by torchvision's functional
-``horizontal_flip``. Any other step (a resize, crop, zoom-out, colour
+``horizontal_flip``; a ``ConvertImageDtype``, which converts boxes and
+masks too, runs again on the pair. Any other step (a resize, crop, zoom-out, colour
 jitter) is not followed on the targets yet: reading such a dataset raises
 :class:`~.composed.UnreadableComposition` saying so, and
 ``ringloader.DataLoader`` hands it to torch's DataLoader with that reason.
@@ -27,7 +30,13 @@ import numpy as np
 
 from .base import Sources
 
-__all__ = ["DetectionImages", "NotNative", "detection_stand_in"]
+__all__ = [
+    "DetectionImages",
+    "NotNative",
+    "detection_of",
+    "detection_reason",
+    "detection_stand_in",
+]
 
 
 class NotNative(TypeError):
@@ -41,6 +50,12 @@ def _head_and_tail(transforms: Any) -> tuple[list, list, Optional[str]]:
     ``transforms``."""
     from torchvision.transforms import v2
 
+    from ..adapt import pair_wrapped
+
+    # The reference's presets: a class whose __call__(img, target) returns
+    # self.transforms(img, target).
+    while transforms is not None and pair_wrapped(transforms) is not None:
+        transforms = pair_wrapped(transforms)
     if transforms is None:
         return [], [], None
     if not isinstance(transforms, v2.Compose):
@@ -60,7 +75,13 @@ def _head_and_tail(transforms: Any) -> tuple[list, list, Optional[str]]:
             stack.extend(reversed(t.transforms))
         else:
             items.append(t)
-    pixels = (v2.ToImage, v2.PILToTensor, v2.ToDtype, v2.RandomHorizontalFlip)
+    pixels = (
+        v2.ToImage,
+        v2.PILToTensor,
+        v2.ToDtype,
+        v2.ConvertImageDtype,
+        v2.RandomHorizontalFlip,
+    )
     targets = (
         v2.ConvertBoundingBoxFormat,
         v2.SanitizeBoundingBoxes,
@@ -120,7 +141,11 @@ class DetectionImages:
             raise NotNative(f"the wrapped CocoDetection: {why}")
         self._given = given
         self._head = v2.Compose(head) if head else None
-        self._tail = tail
+        # ConvertImageDtype converts boxes and masks too (ToDtype of one
+        # dtype, images alone): run again on the pair, where the image,
+        # already of its dtype, is left as it is.
+        again = [t for t in head if isinstance(t, v2.ConvertImageDtype)]
+        self._tail = again + tail
         self._flips = any(isinstance(t, v2.RandomHorizontalFlip) for t in head)
         to_image = any(isinstance(t, v2.ToImage) for t in head)
         self._image_type = tv_tensors.Image if to_image else None
@@ -146,6 +171,35 @@ class DetectionImages:
 
     def describe(self, index: int) -> str:
         return str(self.tables.paths[index])
+
+    def batch(
+        self, src: Any, images: list, taken: Any, spec: Any, seed: int
+    ) -> list[tuple[Any, Any]]:
+        """A batch's items (:meth:`items`): ``taken`` the batch as the
+        pipeline gave it (its positions' indices, random keys and epoch),
+        ``spec`` the fused transform's, whose plan says whether each image
+        was flipped."""
+        from .. import _core
+        from . import targets as _targets
+
+        rows = [_targets.item(src.targets, int(i)) for i in taken.idx]
+        flipped = None
+        if self._flips:
+            sizes = self.tables.sizes  # (height, width)
+            flipped = [
+                bool(
+                    _core.plan_window(
+                        spec,
+                        int(sizes[r][1]),
+                        int(sizes[r][0]),
+                        seed,
+                        taken.epoch,
+                        int(k),
+                    )["flip"]
+                )
+                for r, k in zip(rows, taken.keys)
+            ]
+        return self.items(images, rows, flipped)
 
     def items(
         self, images: list, rows: list[int], flipped: Optional[list[bool]]
@@ -177,6 +231,30 @@ def _flip(F: Any, value: Any) -> Any:
     if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.Mask)):
         return F.horizontal_flip(value)
     return value
+
+
+def detection_reason(leaves: list, options: dict) -> Optional[str]:
+    """Why the datasets ``leaves`` (a dataset's, :func:`.composed.leaves_of`),
+    with a wrapped CocoDetection among them, are not read natively with
+    the DataLoader's ``options``, or None."""
+    det = [leaf for leaf in leaves if isinstance(leaf, DetectionImages)]
+    if not det:
+        return None
+    if len(leaves) > 1:
+        return "a ConcatDataset of detection datasets is not read natively yet"
+    if det[0].flips and options.get("on_error") == "skip":
+        return (
+            'on_error="skip" with a RandomHorizontalFlip of detection targets '
+            "(a replaced sample's flip is not known to the targets yet)"
+        )
+    return None
+
+
+def detection_of(leaves: list) -> Optional[DetectionImages]:
+    """The wrapped CocoDetection a loader reads (``leaves``: the datasets
+    it reads, one for a detection dataset alone or under a Subset), or
+    None."""
+    return leaves[0] if isinstance(leaves[0], DetectionImages) else None
 
 
 def detection_stand_in(dataset: Any) -> Any:

@@ -21,7 +21,7 @@ from torchvision.transforms.v2 import functional as F
 import ringloader
 from ringloader import _core
 
-from detection_data import write_coco
+from detection_data import coco_json, write_coco
 from test_dropin import fused
 
 SEED = 5
@@ -167,6 +167,80 @@ def test_an_image_without_annotations_gives_its_id_alone(coco):
     assert any(t.keys() == {"image_id"} for t in theirs)
     for t, r in zip(ours, theirs):
         same_target(t, r)
+
+
+def wrapped_coco(root, data, transforms, keys, edit):
+    """The images written as ``data`` says, the json as ``edit`` changes it."""
+    import json
+
+    root, ann = write_coco(root, len(data["images"]), seed=SEED, data=data)
+    edit(data)
+    with open(ann, "w") as f:
+        json.dump(data, f)
+    ds = datasets.CocoDetection(root, ann, transforms=transforms)
+    return datasets.wrap_dataset_for_transforms_v2(ds, target_keys=list(keys))
+
+
+def _no_sizes(data):
+    for image in data["images"][::2]:
+        del image["height"], image["width"]
+
+
+def test_an_images_entry_without_a_size_takes_the_decoded_one(tmp_path):
+    data = coco_json(8, SEED)
+    keys = ("boxes", "labels", "masks", "image_id")
+    flip = Preset(
+        [
+            v2.ToImage(),
+            v2.RandomHorizontalFlip(),
+            v2.ToDtype(torch.float, scale=True),
+            v2.ToPureTensor(),
+        ]
+    )
+    ds = wrapped_coco(tmp_path, data, flip, keys, _no_sizes)
+    kw = dict(batch_size=3, collate_fn=collate_fn)
+    ours = [t for _, ts in fused(ds, seed=3, **kw) for t in ts]
+    ref = datasets.wrap_dataset_for_transforms_v2(
+        datasets.CocoDetection(
+            ds.root,
+            ds.root + "/instances.json",
+            transforms=v2.Compose([v2.ToImage(), v2.ToDtype(torch.float, scale=True)]),
+        ),
+        target_keys=list(keys),
+    )
+    loader = fused(ds, seed=3, **kw)
+    spec = loader._plans[0].compiled.spec
+    for i, t in enumerate(ours):
+        image, want = ref[i]
+        h, w = image.shape[-2:]
+        if len(want) > 1 and _core.plan_window(spec, w, h, 3, 0, i)["flip"]:
+            want = {k: _flipped(k, v) for k, v in want.items()}
+        same_target(t, v2.ToPureTensor()(image, want)[1])
+
+
+def _flipped(key, value):
+    return F.horizontal_flip(value) if key in ("boxes", "masks") else value
+
+
+def test_an_images_entry_of_another_size_is_refused_naming_the_file(tmp_path):
+    data = coco_json(4, SEED)
+    image = data["images"][1]
+
+    def taller(data):
+        image["height"] += 1
+        # An RLE of the old size would be refused as the tables are built.
+        data["annotations"] = [
+            a
+            for a in data["annotations"]
+            if a["image_id"] != image["id"] or isinstance(a["segmentation"], list)
+        ]
+
+    ds = wrapped_coco(tmp_path, data, eval_preset(), ("boxes", "labels"), taller)
+    name = image["file_name"]
+    with pytest.raises(
+        ValueError, match=f"{name}: the image is .* but the annotation file"
+    ):
+        list(fused(ds, batch_size=2, collate_fn=collate_fn))
 
 
 def flipped(loader, ds, position, epoch=0):

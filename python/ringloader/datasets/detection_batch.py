@@ -183,6 +183,8 @@ class DetectionImages:
         from . import targets as _targets
 
         rows = [_targets.item(src.targets, int(i)) for i in taken.idx]
+        for image, r in zip(images, rows):
+            self._check_size(r, image.shape[-2], image.shape[-1])
         flipped = None
         if self._flips:
             sizes = self.tables.sizes  # (height, width)
@@ -200,6 +202,22 @@ class DetectionImages:
                 for r, k in zip(rows, taken.keys)
             ]
         return self.items(images, rows, flipped)
+
+    def _check_size(self, row: int, height: int, width: int) -> None:
+        """The decoded image's size is the targets' canvas, as torchvision's
+        wrapper takes it: one the images entry lacks (-1) is filled in; one
+        that differs is refused, naming the file."""
+        sizes = self.tables.sizes
+        given = (int(sizes[row][0]), int(sizes[row][1]))
+        if given == (-1, -1):
+            sizes[row] = (height, width)
+        elif given != (height, width):
+            raise ValueError(
+                f"{self.tables.paths[row]}: the image is {height}x{width} "
+                f"(height x width) but {self.tables.source} gives "
+                f"{given[0]}x{given[1]}: fix its images entry (ringloader takes "
+                "the boxes' canvas and the masks' size from it)"
+            )
 
     def items(
         self, images: list, rows: list[int], flipped: Optional[list[bool]]
@@ -242,6 +260,8 @@ def detection_reason(leaves: list, options: dict) -> Optional[str]:
         return None
     if len(leaves) > 1:
         return "a ConcatDataset of detection datasets is not read natively yet"
+    if options.get("layout", "NCHW") != "NCHW":
+        return "a detection dataset is read natively with layout='NCHW' only"
     if det[0].flips and options.get("on_error") == "skip":
         return (
             'on_error="skip" with a RandomHorizontalFlip of detection targets '

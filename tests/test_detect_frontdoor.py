@@ -297,3 +297,34 @@ def test_other_presets_fall_back_saying_why(coco, extra, why):
             dataset(coco, tf), batch_size=2, collate_fn=collate_fn
         )
     assert not isinstance(loader, ringloader.Loader)
+
+
+def test_a_replaced_sample_comes_with_its_own_target(tmp_path):
+    """on_error="skip": the sample replacing one that does not decode
+    brings its own target."""
+    root, ann = write_coco(tmp_path, 8, seed=SEED)
+    ref = datasets.wrap_dataset_for_transforms_v2(
+        datasets.CocoDetection(root, ann, transforms=eval_preset())
+    )
+    with open(f"{root}/{ref.coco.imgs[ref.ids[3]]['file_name']}", "wb") as f:
+        f.write(b"not an image")
+    by_id = {ref.ids[i]: i for i in range(len(ref)) if i != 3}
+    loader = fused(ref, batch_size=4, collate_fn=collate_fn, on_error="skip")
+    with pytest.warns(ringloader.DataWarning, match="skipped"):
+        items = [item for images, targets in loader for item in zip(images, targets)]
+    assert len(items) == len(ref)
+    for image, target in items:
+        want_image, want = ref[by_id[target["image_id"]]]
+        same_image(image, want_image)
+        same_target(target, want)
+
+
+def test_skip_with_a_flip_falls_back_saying_why(coco):
+    with pytest.warns(ringloader.FallbackWarning, match='on_error="skip"'):
+        loader = ringloader.DataLoader(
+            dataset(coco, hflip_preset()),
+            batch_size=2,
+            collate_fn=collate_fn,
+            on_error="skip",
+        )
+    assert not isinstance(loader, ringloader.Loader)

@@ -32,11 +32,11 @@ import warnings
 from typing import Any, Optional
 
 import torch
-from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+from torch.utils.data import BatchSampler, SequentialSampler
 from torch.utils.data import default_collate
 
 from . import _core, _frameworks
-from ._sampling import NAMED_ORDERS, Sampling, builtin_order
+from ._sampling import NAMED_ORDERS, BuiltinShuffle, Sampling
 from ._plan import TransformPlan, plan_views, tail_samples
 from .datasets import targets as _targets
 from .datasets.base import FILES_PROTOCOL, provides_sources
@@ -196,40 +196,6 @@ def _pinning(asked: bool) -> tuple[bool, Optional[str]]:
 # torch.utils.data.DataLoader with ringloader.DataLoader, and the fallback
 # must still reach torch's (else it would call itself).
 TorchDataLoader = _frameworks.TorchDataLoader
-
-
-class _BuiltinShuffle(RandomSampler):
-    """What ``DataLoader.sampler`` is for the built-in shuffle: a
-    RandomSampler, which is how frameworks tell that a loader shuffles
-    (Lightning then shards with a shuffling DistributedSampler). Iterated
-    by someone else (Accelerate's sharded batch sampler iterates it), it
-    yields the loader's own order for the epoch given to ``set_epoch``
-    (keyed by seed and epoch, like the loader); with a ``generator`` (the
-    DataLoader's, or one Accelerate sets to keep processes in step), it
-    draws from it as torch's RandomSampler does, so a framework shards as
-    it would torch's DataLoader. The loader itself does not iterate it."""
-
-    def __init__(
-        self, dataset: Any, seed: int, kind: Optional[str], generator: Any
-    ) -> None:
-        super().__init__(dataset, generator=generator)
-        self.seed, self.kind, self.epoch = seed, kind, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __iter__(self):
-        if self.generator is not None:
-            return super().__iter__()
-        return iter(
-            builtin_order(
-                len(self.data_source),
-                self.seed,
-                self.epoch,
-                self.kind,
-                self.data_source,
-            )
-        )
 
 
 # Loader's own options, which torch's DataLoader has no argument for: the
@@ -476,7 +442,7 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         if sampler is None:
             if self.shuffle:
                 kind = "runs" if self.runs else "stream" if self.stream else None
-                sampler = _BuiltinShuffle(dataset, self.seed, kind, generator)
+                sampler = BuiltinShuffle(dataset, self.seed, kind, generator)
             else:
                 sampler = SequentialSampler(dataset)
             self._own_sampler = sampler
@@ -570,12 +536,12 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
 
     def set_epoch(self, epoch: int) -> None:
         super().set_epoch(epoch)
-        if isinstance(self._own_sampler, _BuiltinShuffle):
+        if isinstance(self._own_sampler, BuiltinShuffle):
             self._own_sampler.set_epoch(epoch)
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        if isinstance(self._own_sampler, _BuiltinShuffle):
+        if isinstance(self._own_sampler, BuiltinShuffle):
             self._own_sampler.seed = self.seed
 
     def _place_on(self, device: Any) -> bool:

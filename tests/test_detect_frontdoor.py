@@ -328,3 +328,23 @@ def test_skip_with_a_flip_falls_back_saying_why(coco):
             on_error="skip",
         )
     assert not isinstance(loader, ringloader.Loader)
+
+
+def test_other_detection_datasets_fall_back_saying_why(coco, tmp_path):
+    from detection_data import write_voc
+
+    root, ann = coco
+    voc = write_voc(tmp_path, 4)
+    wrap = datasets.wrap_dataset_for_transforms_v2
+    cases = [
+        (datasets.CocoDetection(root, ann, transforms=eval_preset()), "not wrapped"),
+        (
+            wrap(datasets.VOCDetection(voc, "2012", "train", transforms=eval_preset())),
+            "VOCDetection is not read natively",
+        ),
+    ]
+    for ds, why in cases:
+        for _ in range(2):  # the second asks the tables kept on the dataset
+            with pytest.warns(ringloader.FallbackWarning, match=why):
+                loader = ringloader.DataLoader(ds, batch_size=2, collate_fn=collate_fn)
+            assert not isinstance(loader, ringloader.Loader)

@@ -280,22 +280,28 @@ def detection_of(leaves: list) -> Optional[DetectionImages]:
 def detection_stand_in(dataset: Any) -> Any:
     """A :class:`DetectionImages` for a wrapped CocoDetection (made once
     per dataset), else ``dataset``. Raises :class:`NotNative` for a
-    detection or segmentation dataset that is not read natively yet."""
+    detection or segmentation dataset that is not read natively yet. The
+    tables are built once per dataset and kept on it, also when it is not
+    read natively (DataLoader asks several times before it falls back)."""
     if "torchvision" not in sys.modules:
         return dataset  # nothing of torchvision's can be here
     if isinstance(dataset, DetectionImages):
         return dataset
-    cached = getattr(dataset, "__dict__", {}).get("_ringloader_detection")
+    kept = getattr(dataset, "__dict__", {})
+    cached = kept.get("_ringloader_detection")
     if cached is not None:
         cached._split()
         return cached
-    from .detection import detection_tables
-
-    tables = detection_tables(dataset)
+    tables = kept.get("_ringloader_tables")
     if tables is None:
-        return dataset
-    name = {"coco": "CocoDetection"}.get(tables.kind, tables.kind)
+        from .detection import detection_tables
+
+        tables = detection_tables(dataset)
+        if tables is None:
+            return dataset
+        kept["_ringloader_tables"] = tables
     if tables.kind != "coco":
+        name = {"voc_detection": "VOCDetection"}.get(tables.kind, "VOCSegmentation")
         raise NotNative(f"{name} is not read natively yet (only CocoDetection)")
     if not tables.wrapped:
         raise NotNative(
@@ -303,5 +309,5 @@ def detection_stand_in(dataset: Any) -> Any:
             "its json's dicts, which are not read natively"
         )
     out = DetectionImages(dataset, tables)
-    dataset.__dict__["_ringloader_detection"] = out
+    kept["_ringloader_detection"] = out
     return out

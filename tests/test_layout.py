@@ -50,6 +50,9 @@ LAYERS: list[list[str]] = [
     ["datasets.detection_tables"],
     ["datasets.coco", "datasets.voc", "datasets.detection_target"],
     ["datasets.detection"],
+    # detection_batch: a wrapped CocoDetection as image files and each
+    # batch's targets
+    ["datasets.detection_batch"],
     # remote_parts: the objects of a composition's remote datasets, as
     # one table; composed: Subset and ConcatDataset as a table of files
     ["datasets.remote_parts"],

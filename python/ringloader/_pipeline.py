@@ -17,6 +17,7 @@ Ctrl-C in the wait) falls between two calls.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import shutil
@@ -86,6 +87,10 @@ class Taken(NamedTuple):
     # Each position's field bytes (a shard sample's other members), or None
     # when the table has no fields.
     fields: Optional[Sequence[bytes]] = None
+    # The random keys the batch was submitted with, and its epoch (a
+    # replaced position's key is the core's own, not this one).
+    keys: Sequence[int] = ()
+    epoch: int = 0
 
 
 class Pipeline:
@@ -173,6 +178,7 @@ class Pipeline:
         if gpu is not None:
             gpu.use_stream(self._c.copy_stream)  # the pipeline's own
         self.pid = os.getpid()
+        self._submitted: collections.deque = collections.deque()
         self.src = src
         self._gpu = gpu
         self._carried = dict(carried or {})
@@ -303,6 +309,7 @@ class Pipeline:
         if self._refresh_at is not None and not self._c.closed:
             self._refresh_urls()
         self._c.submit(idx, keys, epoch)
+        self._submitted.append((list(keys), epoch))
 
     def take(self) -> Taken:
         """The oldest batch submitted, once decoded (blocks, GIL released).
@@ -311,6 +318,8 @@ class Pipeline:
         and RuntimeError once closed; the batch is then dropped. Its ids
         are the ones the core reports with it, never a copy kept here."""
         consumer = self._gpu.consumer_stream() if self._gpu is not None else 0
+        # Batches come out in the order submitted (a failed one too).
+        keys, epoch = self._submitted.popleft() if self._submitted else ((), 0)
         batch = self._c.next(consumer_stream=consumer)
         if batch is None:
             raise RuntimeError("the loader is closed")  # nothing in flight
@@ -322,13 +331,16 @@ class Pipeline:
         else:
             raw = [self._gpu.tensor(view) for view in batch.views]
         replaced = [(pos, error) for pos, _, error in batch.replaced]
-        return Taken(list(batch.ids), raw, batch.fallback, replaced, batch.fields)
+        return Taken(
+            list(batch.ids), raw, batch.fallback, replaced, batch.fields, keys, epoch
+        )
 
     # ---- lifecycle ----
 
     def cancel(self) -> None:
         """Drop every batch in flight."""
         self._c.cancel()
+        self._submitted.clear()
 
     def close(self) -> None:
         """Stop and join the threads; idempotent. The counters are kept

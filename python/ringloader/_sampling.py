@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
-from torch.utils.data import BatchSampler
+from torch.utils.data import BatchSampler, RandomSampler
 
 from ._stream_order import StreamOrder
 from ._keys import DrawKeys, Keys
@@ -465,3 +465,37 @@ class Sampling:
             return Keys(skip, self.n, repeats)
         run = RUN_LENGTH if self.runs else 1
         return DrawKeys(self.order(self.draw_epoch(epoch), run), skip, repeats)
+
+
+class BuiltinShuffle(RandomSampler):
+    """What ``DataLoader.sampler`` is for the built-in shuffle: a
+    RandomSampler, which is how frameworks tell that a loader shuffles
+    (Lightning then shards with a shuffling DistributedSampler). Iterated
+    by someone else (Accelerate's sharded batch sampler iterates it), it
+    yields the loader's own order for the epoch given to ``set_epoch``
+    (keyed by seed and epoch, like the loader); with a ``generator`` (the
+    DataLoader's, or one Accelerate sets to keep processes in step), it
+    draws from it as torch's RandomSampler does, so a framework shards as
+    it would torch's DataLoader. The loader itself does not iterate it."""
+
+    def __init__(
+        self, dataset: Any, seed: int, kind: Optional[str], generator: Any
+    ) -> None:
+        super().__init__(dataset, generator=generator)
+        self.seed, self.kind, self.epoch = seed, kind, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        if self.generator is not None:
+            return super().__iter__()
+        return iter(
+            builtin_order(
+                len(self.data_source),
+                self.seed,
+                self.epoch,
+                self.kind,
+                self.data_source,
+            )
+        )

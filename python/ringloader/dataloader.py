@@ -32,18 +32,19 @@ import warnings
 from typing import Any, Optional
 
 import torch
-from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+from torch.utils.data import BatchSampler, SequentialSampler
 from torch.utils.data import default_collate
 
 from . import _core, _frameworks
-from ._sampling import NAMED_ORDERS, Sampling, builtin_order
+from ._sampling import NAMED_ORDERS, BuiltinShuffle, Sampling
 from ._plan import TransformPlan, plan_views, tail_samples
 from .datasets import targets as _targets
 from .datasets.base import FILES_PROTOCOL, provides_sources
 from .datasets.hf import hf_hint
 from .datasets.mds import mds_hint
 from .datasets.timmdata import readable
-from .datasets.composed import UnreadableComposition, leaves_of, resolve
+from .datasets.composed import Composed, UnreadableComposition, leaves_of, resolve
+from .datasets.detection_batch import detection_of, detection_reason
 from ._gpu import open_gpu
 from .errors import FallbackWarning
 from .loader import Loader
@@ -104,7 +105,7 @@ def _fusable_leaf(dataset: Any) -> Optional[str]:
 
 
 def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
-    reason = _fusable_dataset(dataset)
+    reason = _fusable_dataset(dataset) or detection_reason(leaves_of(dataset), kwargs)
     if reason:
         return reason
     if kwargs.get("worker_init_fn") is not None:
@@ -198,40 +199,6 @@ def _pinning(asked: bool) -> tuple[bool, Optional[str]]:
 # torch.utils.data.DataLoader with ringloader.DataLoader, and the fallback
 # must still reach torch's (else it would call itself).
 TorchDataLoader = _frameworks.TorchDataLoader
-
-
-class _BuiltinShuffle(RandomSampler):
-    """What ``DataLoader.sampler`` is for the built-in shuffle: a
-    RandomSampler, which is how frameworks tell that a loader shuffles
-    (Lightning then shards with a shuffling DistributedSampler). Iterated
-    by someone else (Accelerate's sharded batch sampler iterates it), it
-    yields the loader's own order for the epoch given to ``set_epoch``
-    (keyed by seed and epoch, like the loader); with a ``generator`` (the
-    DataLoader's, or one Accelerate sets to keep processes in step), it
-    draws from it as torch's RandomSampler does, so a framework shards as
-    it would torch's DataLoader. The loader itself does not iterate it."""
-
-    def __init__(
-        self, dataset: Any, seed: int, kind: Optional[str], generator: Any
-    ) -> None:
-        super().__init__(dataset, generator=generator)
-        self.seed, self.kind, self.epoch = seed, kind, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __iter__(self):
-        if self.generator is not None:
-            return super().__iter__()
-        return iter(
-            builtin_order(
-                len(self.data_source),
-                self.seed,
-                self.epoch,
-                self.kind,
-                self.data_source,
-            )
-        )
 
 
 # Loader's own options, which torch's DataLoader has no argument for: the
@@ -478,7 +445,7 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         if sampler is None:
             if self.shuffle:
                 kind = "runs" if self.runs else "stream" if self.stream else None
-                sampler = _BuiltinShuffle(dataset, self.seed, kind, generator)
+                sampler = BuiltinShuffle(dataset, self.seed, kind, generator)
             else:
                 sampler = SequentialSampler(dataset)
             self._own_sampler = sampler
@@ -519,6 +486,11 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         what the field table's ``item`` makes of them (an HFDataset's
         dicts)."""
         n = len(taken.idx)
+        data = self._data
+        det = detection_of(data.leaves if isinstance(data, Composed) else [data])
+        if det is not None:  # a wrapped CocoDetection: (image, target) items
+            spec = self._plans[0].compiled.spec
+            return self._collate(det.batch(src, views[0], taken, spec, self.seed))
         images = [
             [v[k] for v in views] if self._multi else views[0][k] for k in range(n)
         ]
@@ -567,12 +539,12 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
 
     def set_epoch(self, epoch: int) -> None:
         super().set_epoch(epoch)
-        if isinstance(self._own_sampler, _BuiltinShuffle):
+        if isinstance(self._own_sampler, BuiltinShuffle):
             self._own_sampler.set_epoch(epoch)
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        if isinstance(self._own_sampler, _BuiltinShuffle):
+        if isinstance(self._own_sampler, BuiltinShuffle):
             self._own_sampler.seed = self.seed
 
     def _place_on(self, device: Any) -> bool:

@@ -73,12 +73,10 @@ def _consts(code: types.CodeType, doc: Optional[str]) -> list:
     return [c for c in code.co_consts if c is not None and c is not doc]
 
 
-def wrapped(t: Any) -> tuple[Optional[Any], str]:
-    """(inner, "") when t's class's ``__call__`` does nothing but return
-    ``self.transforms(img)`` (inner: t.transforms, which runs on the image
-    alone); (None, why not) otherwise. A ``__call__(self, img, target)``
-    returning ``self.transforms(img, target)`` is recognised, and refused:
-    its transforms move the target with the image."""
+def _wrapper_code(t: Any) -> tuple[Optional[types.CodeType], str]:
+    """(the wrapper's reference code, "") when t's class's ``__call__``
+    does nothing but return ``self.transforms(img)`` or
+    ``self.transforms(img, target)``; (None, why not) otherwise."""
     name = type(t).__name__
     if adapter_of(t) is not None or not hasattr(t, "transforms"):
         return None, f"{name} is not a torchvision or timm transform"
@@ -106,12 +104,32 @@ def wrapped(t: Any) -> tuple[Optional[Any], str]:
             f"{name} is not a torchvision or timm transform, and its __call__ "
             "does more than return self.transforms(img)"
         )
+    return ref, ""
+
+
+def wrapped(t: Any) -> tuple[Optional[Any], str]:
+    """(inner, "") when t's class's ``__call__`` does nothing but return
+    ``self.transforms(img)`` (inner: t.transforms, which runs on the image
+    alone); (None, why not) otherwise. A ``__call__(self, img, target)``
+    returning ``self.transforms(img, target)`` is recognised, and refused:
+    its transforms move the target with the image (a detection dataset's
+    ``transforms`` opens it: :func:`pair_wrapped`)."""
+    ref, why = _wrapper_code(t)
+    if ref is None:
+        return None, why
     if ref is _WRAPPERS[2]:
         return None, (
-            f"{name} transforms an (image, target) pair together; ringloader "
-            "fuses transforms of the image alone"
+            f"{type(t).__name__} transforms an (image, target) pair together; "
+            "ringloader fuses transforms of the image alone"
         )
     return t.transforms, ""
+
+
+def pair_wrapped(t: Any) -> Optional[Any]:
+    """t.transforms when t's class's ``__call__(self, img, target)`` does
+    nothing but return ``self.transforms(img, target)`` (the detection
+    reference's presets), else None."""
+    return t.transforms if _wrapper_code(t)[0] is _WRAPPERS[2] else None
 
 
 def flatten(transform: Any) -> list[Any]:

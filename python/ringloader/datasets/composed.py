@@ -28,6 +28,7 @@ from ..transforms import UnsupportedTransform, compile_views
 from . import targets as _targets
 from .base import Remote, Sources, provides_sources, sources_of
 from .cache import StringBlob, join_blobs
+from .detection_batch import NotNative, detection_stand_in
 from .remote_parts import objects_of
 from .timmdata import readable
 
@@ -37,6 +38,17 @@ __all__ = ["UnreadableComposition", "Composed", "leaves_of", "resolve", "samples
 class UnreadableComposition(TypeError):
     """A Subset or ConcatDataset that is not a map onto datasets of files
     with one transform; the message says why."""
+
+
+def _leaf(dataset: Any) -> Any:
+    """What the loader reads for a dataset of files: a wrapped
+    CocoDetection's images and tables (:mod:`.detection_batch`), else
+    the dataset. UnreadableComposition for a detection dataset that is not
+    read natively, with the reason."""
+    try:
+        return detection_stand_in(dataset)
+    except NotNative as e:
+        raise UnreadableComposition(str(e)) from None
 
 
 def _kind(dataset: Any) -> Optional[str]:
@@ -73,7 +85,12 @@ def _map(dataset: Any) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
                 "part of a Subset or ConcatDataset: give the datasets to one Mix"
             )
         n = len(dataset)
-        return [dataset], np.zeros(n, np.intp), np.arange(n), np.zeros(1, np.int64)
+        return (
+            [_leaf(dataset)],
+            np.zeros(n, np.intp),
+            np.arange(n),
+            np.zeros(1, np.int64),
+        )
     if kind == "subset":
         leaves, part, index, _ = _map(dataset.dataset)
         n = len(part)
@@ -104,7 +121,7 @@ def leaves_of(dataset: Any) -> list:
     datasets under a (nested) Subset or ConcatDataset, each once, in order.
     Raises :class:`UnreadableComposition` for a subclass overriding ``__getitem__``."""
     if _kind(dataset) is None:
-        return [dataset]
+        return [_leaf(dataset)]
     return _once(_map(dataset)[0])
 
 
@@ -356,7 +373,9 @@ def resolve(dataset: Any) -> Any:
     :class:`UnreadableComposition` for a composition that cannot be read as files with
     one transform; ValueError for a timm ``ImageDataset`` whose reader it
     cannot read (it reads the folder and tar readers: :mod:`.timmdata`)."""
-    return Composed(dataset) if _kind(dataset) is not None else readable(dataset)
+    if _kind(dataset) is not None:
+        return Composed(dataset)
+    return _leaf(readable(dataset))
 
 
 def samples_stamp(dataset: Any) -> tuple:

@@ -3,8 +3,9 @@ tables, recognised from what users build: torchvision's CocoDetection,
 VOCDetection and VOCSegmentation, plain or wrapped by
 ``torchvision.datasets.wrap_dataset_for_transforms_v2`` (with its
 ``target_keys``), and subclasses that read samples as they do (no
-``__getitem__`` or loader of their own). Nothing in the pipeline uses the
-tables yet: DataLoader still hands these datasets to torch's."""
+``__getitem__`` or loader of their own). DataLoader reads a wrapped
+CocoDetection through them (:mod:`.detection_batch`); the others go to
+torch's DataLoader with a reason."""
 
 from __future__ import annotations
 

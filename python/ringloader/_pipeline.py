@@ -12,7 +12,10 @@ and runs one epoch at a time; batches come back in the order submitted.
 What is in flight is known to the C core alone: each batch it hands back
 (or the exception of its failure) carries the ids it was submitted with,
 so no bookkeeping here can drift from the core's when an exception (a
-Ctrl-C in the wait) falls between two calls.
+Ctrl-C in the wait) falls between two calls. The one thing kept here is
+each batch's random keys and epoch (a detection sample's targets follow its
+plan's flip, drawn from them), forgotten once the core hands the batch back
+or its failure, never on an interrupted wait.
 """
 
 from __future__ import annotations
@@ -318,9 +321,15 @@ class Pipeline:
         and RuntimeError once closed; the batch is then dropped. Its ids
         are the ones the core reports with it, never a copy kept here."""
         consumer = self._gpu.consumer_stream() if self._gpu is not None else 0
-        # Batches come out in the order submitted (a failed one too).
-        keys, epoch = self._submitted.popleft() if self._submitted else ((), 0)
-        batch = self._c.next(consumer_stream=consumer)
+        try:
+            batch = self._c.next(consumer_stream=consumer)
+        except Exception:  # a failed batch, dropped: its keys go with it
+            self._pop_submitted()
+            raise
+        # Not before the wait: a Ctrl-C there (a BaseException) leaves the
+        # batch in flight, and its keys with it. Batches come out in the
+        # order submitted, a failed one too.
+        keys, epoch = self._pop_submitted()
         if batch is None:
             raise RuntimeError("the loader is closed")  # nothing in flight
         raw: list[Any]
@@ -334,6 +343,10 @@ class Pipeline:
         return Taken(
             list(batch.ids), raw, batch.fallback, replaced, batch.fields, keys, epoch
         )
+
+    def _pop_submitted(self) -> tuple[Sequence[int], int]:
+        """The keys and epoch of the oldest batch in flight, forgotten."""
+        return self._submitted.popleft() if self._submitted else ((), 0)
 
     # ---- lifecycle ----
 

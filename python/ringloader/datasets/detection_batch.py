@@ -105,7 +105,7 @@ def _head_and_tail(transforms: Any) -> tuple[list, list, Optional[str]]:
                 [],
                 [],
                 (
-                    f"{name}: ringloader does not yet map the targets through it "
+                    f"{name} is not fused with a detection sample's targets yet "
                     "(natively: ToImage, ToDtype, RandomHorizontalFlip, then "
                     "ConvertBoundingBoxFormat, SanitizeBoundingBoxes, ToPureTensor)"
                 ),

@@ -335,6 +335,8 @@ def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
     }
     if isinstance(resize.size, int):
         fields["resize_short"] = resize.size
+        if resize.max_size:
+            fields["resize_max"] = resize.max_size
     else:
         fields["resize_h"], fields["resize_w"] = resize.size
     if resize.keep_longest is not None:
@@ -387,6 +389,11 @@ def _resize_crop(plan: _Plan, first: Optional[Step]) -> dict:
     if resize is not None and isinstance(resize.size, int):
         if crop is None and rcrop is None:
             size = resize.size
+            if resize.max_size:
+                raise UnsupportedTransform(
+                    f"{resize.name}(max_size={resize.max_size}) alone gives "
+                    "images of varying sizes; add a crop"
+                )
             raise UnsupportedTransform(
                 f"Resize({size}) alone gives images of varying sizes; add "
                 f"CenterCrop({size}) or use Resize(({size}, {size}))"

@@ -173,6 +173,9 @@ typedef struct rl_transform {
     rl_transform_kind kind;
     int resize_short;
     int resize_max; /* torchvision's max_size on the longer side, or 0 */
+    /* > resize_short: the shorter side is drawn per sample, uniform in
+     * [resize_short, resize_short_hi) (v2's RandomResize); else 0 */
+    int resize_short_hi;
     int resize_h, resize_w;
     int out_h, out_w;
     double scale_lo, scale_hi;

@@ -178,3 +178,90 @@ def test_boxes_follow_torchvisions_resize(crop):
         assert max_diff(got, want) < 1e-6, (w, h)
         checked += 1
     assert checked == 200
+
+
+# ---- v2's RandomResize: the shorter side drawn per sample ----
+
+
+RANDOM_RESIZE = v2.Compose([v2.RandomResize(20, 26), v2.PILToTensor()])
+
+
+def test_random_resize_draw_is_uniform_and_the_size_rule_holds():
+    spec = compile_transform(RANDOM_RESIZE, varying=True).spec
+    assert spec["resize_short"] == 20 and spec["resize_short_hi"] == 26
+    counts = dict.fromkeys(range(20, 26), 0)
+    n = 6000
+    for key in range(n):
+        w, h = (50, 40) if key % 2 else (33, 91)
+        p = _core.plan_window(spec, w, h, SEED, 0, key)
+        s = min(p["vh"], p["vw"])
+        assert (p["vh"], p["vw"]) == torchvision_size(h, w, s, None)
+        counts[s] += 1
+    # each of 6 sizes 1000 times expected (sd 29): 6 sd either side
+    assert len(counts) == 6, counts
+    assert all(820 <= c <= 1180 for c in counts.values()), counts
+
+
+def test_random_resize_same_key_same_size_and_epochs_differ():
+    spec = compile_transform(RANDOM_RESIZE, varying=True).spec
+
+    def sizes(epoch):
+        return [
+            _core.plan_window(spec, 64, 48, SEED, epoch, k)["vh"] for k in range(64)
+        ]
+
+    assert sizes(0) == sizes(0)
+    assert sizes(0) != sizes(1)
+
+
+def test_random_resize_pixels_alone_and_cropped(files):
+    spec = compile_transform(RANDOM_RESIZE, varying=True).spec
+    images = load(files, RANDOM_RESIZE)
+    assert len(images) == len(files)
+    for key, (path, im) in enumerate(zip(files, images)):
+        pil = Image.open(path).convert("RGB")
+        p = _core.plan_window(spec, pil.width, pil.height, SEED, 0, key)
+        s = min(p["vh"], p["vw"])
+        want = v2.PILToTensor()(F.resize(pil, [s]))
+        close_to(RANDOM_RESIZE, True, key, path, im, want)
+    cropped = v2.Compose([v2.RandomResize(24, 40), v2.RandomCrop(20), v2.PILToTensor()])
+    spec = compile_transform(cropped).spec
+    assert spec["kind"] == "resize_random_crop" and spec["resize_short_hi"] == 40
+    images = load(files, cropped, varying=False)
+    assert len(images) == len(files)
+    for key, (path, im) in enumerate(zip(files, images)):
+        pil = Image.open(path).convert("RGB")
+        p = _core.plan_window(spec, pil.width, pil.height, SEED, 0, key)
+        resized = F.resize(pil, [min(p["rh"], p["rw"])])
+        assert resized.size == (p["rw"], p["rh"])
+        want = v2.PILToTensor()(F.crop(resized, p["wy"], p["wx"], 20, 20))
+        close_to(cropped, False, key, path, im, want)
+
+
+def test_random_resize_boxes_follow_the_drawn_size():
+    rng = np.random.default_rng(6)
+    spec = compile_transform(RANDOM_RESIZE, varying=True).spec
+    for key in range(200):
+        w, h = (int(v) for v in rng.integers(12, 400, size=2))
+        boxes = random_xyxy(rng, 8, h, w)
+        p = _core.plan_window(spec, w, h, SEED, 0, key)
+        out, size = _core.plan_boxes(spec, w, h, SEED, 0, key, 0, boxes, "XYXY")
+        got = np.frombuffer(out, dtype=np.float64).reshape(-1, 4)
+        t = tv_tensors.BoundingBoxes(
+            torch.from_numpy(boxes), format="XYXY", canvas_size=(h, w)
+        )
+        t = F.resize(t, [min(p["vh"], p["vw"])])
+        assert size == tuple(t.canvas_size) == (p["vh"], p["vw"])
+        assert max_diff(got, t.as_subclass(torch.Tensor).double().numpy()) < 1e-6
+
+
+def test_random_resize_alone_needs_a_varying_caller():
+    with pytest.raises(UnsupportedTransform, match="RandomResize alone"):
+        compile_transform(RANDOM_RESIZE)
+
+
+@pytest.mark.parametrize("varying", [True, False])
+def test_random_shortest_size_is_refused_with_its_reason(varying):
+    t = v2.Compose([v2.RandomShortestSize([480, 512], 1333), v2.RandomHorizontalFlip()])
+    with pytest.raises(UnsupportedTransform, match="RandomShortestSize is not fused"):
+        compile_transform(t, varying=varying)

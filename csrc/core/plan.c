@@ -97,20 +97,23 @@ static void keep_ratio_factors(const rl_transform *t, rl_rng *g, double *fh,
 }
 
 /* torchvision's Resize(size, max_size) output size (its
- * _compute_resized_output_size): the shorter side to resize_short, the
+ * _compute_resized_output_size): the shorter side to resize_short (or
+ * drawn in [resize_short, resize_short_hi) from g), the
  * longer keeping the aspect, truncated; then where resize_max > 0 and
  * the longer side is past it, the longer side to resize_max and the
  * shorter scaled with it, truncated (resize_short 0: the longer side to
  * resize_max). Kept in int range (a 1 x 65500 image resized to 40000
  * would overflow it). */
 static void shorter_side_size(const rl_transform *t, int width, int height,
-                              int *rw, int *rh)
+                              rl_rng *g, int *rw, int *rh)
 {
     int shorter = width <= height ? width : height;
     int longer = width <= height ? height : width;
     int ns, nl;
     if (t->resize_short > 0) {
         ns = t->resize_short;
+        if (t->resize_short_hi > ns) /* RandomResize's torch.randint */
+            ns += rl_rng_index(g, t->resize_short_hi - ns);
         nl = (int)fmin((double)ns * longer / shorter, (double)INT_MAX);
         if (t->resize_max > 0 && nl > t->resize_max) {
             ns = (int)((double)((int64_t)t->resize_max * ns) / nl);
@@ -133,7 +136,7 @@ static int resized_size(const rl_transform *t, int width, int height, rl_rng *g,
 {
     int nw = width, nh = height;
     if (t->resize_short > 0 || t->resize_max > 0) {
-        shorter_side_size(t, width, height, &nw, &nh);
+        shorter_side_size(t, width, height, g, &nw, &nh);
     } else if (t->keep_ratio) {
         double rh = (double)height / t->resize_h;
         double rw = (double)width / t->resize_w;
@@ -545,6 +548,15 @@ int rl_transform_check(const rl_transform *t, char *msg)
                  "resize_max must be in 0..%d, past resize_short and without "
                  "resize_h, resize_w or keep_ratio",
                  RL_MAX_SIDE);
+        return RL_ECONFIG;
+    }
+    if (t->resize_short_hi != 0 &&
+        (t->resize_short < 1 || t->resize_short_hi <= t->resize_short ||
+         t->resize_short_hi > RL_MAX_SIDE + 1 || t->resize_max != 0)) {
+        snprintf(msg, RL_MSG_MAX,
+                 "resize_short_hi must be 0 or in resize_short + 1..%d, "
+                 "without resize_max",
+                 RL_MAX_SIDE + 1);
         return RL_ECONFIG;
     }
     if (t->resize_short < 0 || t->resize_short > RL_MAX_SIDE ||

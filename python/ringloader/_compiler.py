@@ -337,6 +337,8 @@ def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
         fields["resize_short"] = resize.size
         if resize.max_size:
             fields["resize_max"] = resize.max_size
+        if resize.size_hi:
+            fields["resize_short_hi"] = resize.size_hi
     else:
         fields["resize_h"], fields["resize_w"] = resize.size
     if resize.keep_longest is not None:
@@ -389,10 +391,9 @@ def _resize_crop(plan: _Plan, first: Optional[Step]) -> dict:
     if resize is not None and isinstance(resize.size, int):
         if crop is None and rcrop is None:
             size = resize.size
-            if resize.max_size:
+            if resize.max_size or resize.size_hi:
                 raise UnsupportedTransform(
-                    f"{resize.name}(max_size={resize.max_size}) alone gives "
-                    "images of varying sizes; add a crop"
+                    f"{resize.name} alone gives images of varying sizes; add a crop"
                 )
             raise UnsupportedTransform(
                 f"Resize({size}) alone gives images of varying sizes; add "

@@ -77,7 +77,8 @@ class Resize(Step):
     """Resize to ``size``: an int (the shorter side, the longer as
     torchvision truncates it) or (h, w); ``max_size`` > 0 with an int size:
     torchvision's limit on the longer side (size 0: the longer side to it,
-    v2's Resize(None, max_size)); ``keep_longest`` not None: timm's
+    v2's Resize(None, max_size)); ``size_hi`` > size: the shorter side
+    drawn per sample in [size, size_hi) (v2's RandomResize); ``keep_longest`` not None: timm's
     ResizeKeepRatio to (h, w), each side rounded, scaled by the axes'
     ratios weighted ``keep_longest`` on the larger; ``keep_random``: its
     random scale and aspect as the C spec's fields (``keep_scale_p``,
@@ -90,6 +91,7 @@ class Resize(Step):
     keep_longest: Optional[float] = None
     keep_random: tuple[tuple[str, Any], ...] = ()
     max_size: int = 0
+    size_hi: int = 0
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ def filter_of(name: str, mode: Any) -> int:
     return _core.INTERPOLATIONS.index(INTERPOLATIONS[key])
 
 
-def _resize_filter(t: Any) -> int:
+def resize_filter(t: Any) -> int:
     """A torchvision Resize's or RandomResizedCrop's filter, refusing what
     only torchvision's resize does (no antialias; RandomResizedCrop's
     max_size)."""
@@ -78,7 +78,7 @@ def _resize_filter(t: Any) -> int:
         raise UnsupportedTransform(
             f"{name}(antialias=False) (only antialiased resize is fused)"
         )
-    if name != "Resize" and getattr(t, "max_size", None) is not None:
+    if name == "RandomResizedCrop" and getattr(t, "max_size", None) is not None:
         raise UnsupportedTransform(f"{name}(max_size=...)")
     return filt
 
@@ -179,7 +179,7 @@ def normalize_step(t: Any) -> Step:
 
 
 def describe_common(
-    t: Any, resize_filter: Callable[[Any], int] = _resize_filter
+    t: Any, resize_filter: Callable[[Any], int] = resize_filter
 ) -> Step:
     """The step of a class v1 and v2 share; Unfused for the others."""
     name = type(t).__name__

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._steps import Convert, Step
+from .._steps import Convert, Resize, Step, Unfused
+from ..errors import UnsupportedTransform
 from . import torchvision_v1
 
 
@@ -30,4 +31,27 @@ def describe(t: Any) -> Step:
         if isinstance(dtype, dict):
             dtype = None  # per-type dtypes
         return Convert(name, "dtype", dtype, scale=bool(getattr(t, "scale", False)))
+    if name == "RandomResize":
+        return _random_resize(t)
+    if name == "RandomShortestSize":
+        return Unfused(
+            name,
+            "RandomShortestSize is not fused (a size drawn from a list: the "
+            "spec has no list field); use RandomResize or Resize(size, max_size)",
+            geometry=True,
+        )
     return torchvision_v1.describe(t)  # ToTensor, PILToTensor, the rest
+
+
+def _random_resize(t: Any) -> Step:
+    """RandomResize(min_size, max_size): the shorter side drawn per
+    sample in [min_size, max_size), as its torch.randint."""
+    name = type(t).__name__
+    try:
+        filt = torchvision_v1.resize_filter(t)
+    except UnsupportedTransform as e:
+        return Unfused(name, str(e), geometry=True)
+    lo, hi = int(t.min_size), int(t.max_size)
+    if not 0 < lo < hi:
+        return Unfused(name, f"{name}({lo}, {hi}): needs 0 < min_size < max_size", True)
+    return Resize(name, lo, filt, size_hi=hi)

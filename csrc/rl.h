@@ -169,6 +169,8 @@ typedef enum {
  * rl_passes), mirrored horizontally with probability flip_p, then
  * vertically with probability vflip_p.
  */
+#define RL_MAX_SHORT_SIZES 32 /* RandomShortestSize's list, at most */
+
 typedef struct rl_transform {
     rl_transform_kind kind;
     int resize_short;
@@ -176,6 +178,12 @@ typedef struct rl_transform {
     /* > resize_short: the shorter side is drawn per sample, uniform in
      * [resize_short, resize_short_hi) (v2's RandomResize); else 0 */
     int resize_short_hi;
+    /* n_short_sizes > 0: v2's RandomShortestSize: per sample one of
+     * short_sizes (uniform over the list) as min_size, then its own rule
+     * r = min(min_size / shorter, resize_max / longer) (resize_max 0: no
+     * limit), each side int(side * r); resize_short unused */
+    int n_short_sizes;
+    int short_sizes[RL_MAX_SHORT_SIZES];
     int resize_h, resize_w;
     int out_h, out_w;
     double scale_lo, scale_hi;
@@ -226,8 +234,8 @@ typedef struct rl_transform {
  * else its pixels keep their size before the window). */
 static inline int rl_transform_resizes(const rl_transform *t)
 {
-    return t->resize_short > 0 || t->resize_max > 0 || t->keep_ratio ||
-           (t->resize_h > 0 && t->resize_w > 0);
+    return t->resize_short > 0 || t->resize_max > 0 || t->n_short_sizes > 0 ||
+           t->keep_ratio || (t->resize_h > 0 && t->resize_w > 0);
 }
 
 /*

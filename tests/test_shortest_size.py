@@ -70,6 +70,38 @@ def close_to(transform, varying, key, path, im, want):
         assert psnr(im.numpy(), want.numpy()) >= 35.0, path
 
 
+def planned_boxes(spec, seed, n=200):
+    """n random sizes' boxes through the spec's plan of key 0..n-1:
+    (plan, mapped boxes, output size, the input as tv_tensors)."""
+    rng = np.random.default_rng(seed)
+    for key in range(n):
+        w, h = (int(v) for v in rng.integers(12, 400, size=2))
+        boxes = random_xyxy(rng, 8, h, w)
+        p = _core.plan_window(spec, w, h, SEED, 0, key)
+        out, size = _core.plan_boxes(spec, w, h, SEED, 0, key, 0, boxes, "XYXY")
+        got = np.frombuffer(out, dtype=np.float64).reshape(-1, 4)
+        t = tv_tensors.BoundingBoxes(
+            torch.from_numpy(boxes), format="XYXY", canvas_size=(h, w)
+        )
+        yield p, got, size, t
+
+
+def check_cropped(files, cropped):
+    """A resize drawn per sample, then RandomCrop(20): torchvision's pixels
+    at the plan's resized size and window."""
+    spec = compile_transform(cropped).spec
+    assert spec["kind"] == "resize_random_crop" and spec["out_h"] == 20
+    images = load(files, cropped, varying=False)
+    assert len(images) == len(files)
+    for key, (path, im) in enumerate(zip(files, images)):
+        pil = Image.open(path).convert("RGB")
+        p = _core.plan_window(spec, pil.width, pil.height, SEED, 0, key)
+        resized = F.resize(pil, [p["rh"], p["rw"]])
+        want = v2.PILToTensor()(F.crop(resized, p["wy"], p["wx"], 20, 20))
+        close_to(cropped, False, key, path, im, want)
+    return spec
+
+
 def load(paths, transform, varying=True, **kw):
     ds = ringloader.FileList(paths, list(range(len(paths))), transform=transform)
     with ringloader.Loader(ds, seed=SEED, batch_size=4, num_threads=2, **kw) as ld:
@@ -225,31 +257,12 @@ def test_random_resize_pixels_alone_and_cropped(files):
         want = v2.PILToTensor()(F.resize(pil, [s]))
         close_to(RANDOM_RESIZE, True, key, path, im, want)
     cropped = v2.Compose([v2.RandomResize(24, 40), v2.RandomCrop(20), v2.PILToTensor()])
-    spec = compile_transform(cropped).spec
-    assert spec["kind"] == "resize_random_crop" and spec["resize_short_hi"] == 40
-    images = load(files, cropped, varying=False)
-    assert len(images) == len(files)
-    for key, (path, im) in enumerate(zip(files, images)):
-        pil = Image.open(path).convert("RGB")
-        p = _core.plan_window(spec, pil.width, pil.height, SEED, 0, key)
-        resized = F.resize(pil, [min(p["rh"], p["rw"])])
-        assert resized.size == (p["rw"], p["rh"])
-        want = v2.PILToTensor()(F.crop(resized, p["wy"], p["wx"], 20, 20))
-        close_to(cropped, False, key, path, im, want)
+    assert check_cropped(files, cropped)["resize_short_hi"] == 40
 
 
 def test_random_resize_boxes_follow_the_drawn_size():
-    rng = np.random.default_rng(6)
     spec = compile_transform(RANDOM_RESIZE, varying=True).spec
-    for key in range(200):
-        w, h = (int(v) for v in rng.integers(12, 400, size=2))
-        boxes = random_xyxy(rng, 8, h, w)
-        p = _core.plan_window(spec, w, h, SEED, 0, key)
-        out, size = _core.plan_boxes(spec, w, h, SEED, 0, key, 0, boxes, "XYXY")
-        got = np.frombuffer(out, dtype=np.float64).reshape(-1, 4)
-        t = tv_tensors.BoundingBoxes(
-            torch.from_numpy(boxes), format="XYXY", canvas_size=(h, w)
-        )
+    for p, got, size, t in planned_boxes(spec, 6):
         t = F.resize(t, [min(p["vh"], p["vw"])])
         assert size == tuple(t.canvas_size) == (p["vh"], p["vw"])
         assert max_diff(got, t.as_subclass(torch.Tensor).double().numpy()) < 1e-6
@@ -260,8 +273,86 @@ def test_random_resize_alone_needs_a_varying_caller():
         compile_transform(RANDOM_RESIZE)
 
 
-@pytest.mark.parametrize("varying", [True, False])
-def test_random_shortest_size_is_refused_with_its_reason(varying):
-    t = v2.Compose([v2.RandomShortestSize([480, 512], 1333), v2.RandomHorizontalFlip()])
-    with pytest.raises(UnsupportedTransform, match="RandomShortestSize is not fused"):
-        compile_transform(t, varying=varying)
+# ---- v2's RandomShortestSize: a size drawn from a list, its own rule ----
+
+
+MULTISCALE = [480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800]
+SHORTEST = v2.Compose(
+    [
+        v2.RandomShortestSize([16, 20, 24, 28], max_size=40),
+        v2.RandomHorizontalFlip(),
+        v2.PILToTensor(),
+    ]
+)
+
+
+def shortest_size_of(h, w, min_size, max_size):
+    """torchvision's own size for one min_size (its make_params)."""
+    t = v2.RandomShortestSize([min_size], max_size)
+    canvas = tv_tensors.BoundingBoxes(
+        torch.zeros(0, 4), format="XYXY", canvas_size=(h, w)
+    )
+    return tuple(t.make_params([canvas])["size"])
+
+
+def test_random_shortest_size_rule_is_torchvisions():
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(800):
+        h, w = (int(v) for v in rng.integers(1, 3000, size=2))
+        m = int(rng.integers(1, 1000))
+        max_size = None if checked % 3 == 0 else int(rng.integers(1, 2000))
+        want = shortest_size_of(h, w, m, max_size)
+        if min(want) < 1 or max(want) > _core.MAX_SIDE:
+            continue
+        spec = compile_transform(
+            v2.RandomShortestSize([m], max_size), varying=True
+        ).spec
+        p = _core.plan_window(spec, w, h, SEED, 0, checked)
+        assert (p["vh"], p["vw"]) == want, (h, w, m, max_size)
+        checked += 1
+    assert checked > 600
+
+
+def test_random_shortest_size_draw_is_uniform_over_the_list():
+    t = v2.Compose([v2.RandomShortestSize(MULTISCALE, 1333), v2.PILToTensor()])
+    spec = compile_transform(t, varying=True).spec
+    assert spec["short_sizes"] == MULTISCALE and spec["resize_max"] == 1333
+    counts = dict.fromkeys(MULTISCALE, 0)
+    for key in range(11000):
+        p = _core.plan_window(spec, 640, 480, SEED, 0, key)
+        counts[p["vh"]] += 1  # 480 rows: the shorter side, max_size unbound
+    # 1000 expected each (sd 30): 5 sd either side
+    assert len(counts) == len(MULTISCALE), counts
+    assert all(850 <= c <= 1150 for c in counts.values()), counts
+    again = [_core.plan_window(spec, 640, 480, SEED, 0, k)["vh"] for k in range(64)]
+    other = [_core.plan_window(spec, 640, 480, SEED, 1, k)["vh"] for k in range(64)]
+    first = [_core.plan_window(spec, 640, 480, SEED, 0, k)["vh"] for k in range(64)]
+    assert again == first and other != first
+
+
+def test_random_shortest_size_pixels_and_boxes(files):
+    spec = compile_transform(SHORTEST, varying=True).spec
+    images = load(files, SHORTEST)
+    assert len(images) == len(files)
+    flips = set()
+    for key, (path, im) in enumerate(zip(files, images)):
+        pil = Image.open(path).convert("RGB")
+        p = _core.plan_window(spec, pil.width, pil.height, SEED, 0, key)
+        want = F.resize(pil, [p["vh"], p["vw"]])
+        want = v2.PILToTensor()(F.horizontal_flip(want) if p["flip"] else want)
+        flips.add(p["flip"])
+        close_to(SHORTEST, True, key, path, im, want)
+    assert flips == {True, False}
+    for p, got, size, t in planned_boxes(spec, 8):
+        t = F.resize(t, [p["vh"], p["vw"]])
+        t = F.horizontal_flip(t) if p["flip"] else t
+        assert size == tuple(t.canvas_size) == (p["vh"], p["vw"])
+        assert max_diff(got, t.as_subclass(torch.Tensor).double().numpy()) < 1e-6
+
+
+def test_random_shortest_size_with_a_crop_has_one_size(files):
+    cropped = v2.Compose(
+        [v2.RandomShortestSize([24, 32], 200), v2.RandomCrop(20), v2.PILToTensor()]
+    )
+    assert check_cropped(files, cropped)["short_sizes"] == [24, 32]

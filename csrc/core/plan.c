@@ -110,6 +110,16 @@ static void shorter_side_size(const rl_transform *t, int width, int height,
     int shorter = width <= height ? width : height;
     int longer = width <= height ? height : width;
     int ns, nl;
+    if (t->n_short_sizes > 0) {
+        /* RandomShortestSize: Python's float64 products, truncated */
+        int m = t->short_sizes[rl_rng_index(g, t->n_short_sizes)];
+        double r = (double)m / shorter;
+        if (t->resize_max > 0)
+            r = fmin(r, (double)t->resize_max / longer);
+        *rw = (int)fmin(width * r, (double)INT_MAX);
+        *rh = (int)fmin(height * r, (double)INT_MAX);
+        return;
+    }
     if (t->resize_short > 0) {
         ns = t->resize_short;
         if (t->resize_short_hi > ns) /* RandomResize's torch.randint */
@@ -135,7 +145,7 @@ static int resized_size(const rl_transform *t, int width, int height, rl_rng *g,
                         int *rw, int *rh, char *msg)
 {
     int nw = width, nh = height;
-    if (t->resize_short > 0 || t->resize_max > 0) {
+    if (t->resize_short > 0 || t->resize_max > 0 || t->n_short_sizes > 0) {
         shorter_side_size(t, width, height, g, &nw, &nh);
     } else if (t->keep_ratio) {
         double rh = (double)height / t->resize_h;
@@ -541,9 +551,24 @@ int rl_transform_check(const rl_transform *t, char *msg)
                  t->out_w, t->out_h);
         return RL_ECONFIG;
     }
+    bool sizes_ok = t->n_short_sizes >= 0 &&
+                    t->n_short_sizes <= RL_MAX_SHORT_SIZES &&
+                    (t->n_short_sizes == 0 ||
+                     (t->resize_short == 0 && t->resize_short_hi == 0 &&
+                      t->resize_h == 0 && t->resize_w == 0 && !t->keep_ratio));
+    for (int i = 0; sizes_ok && i < t->n_short_sizes; i++)
+        sizes_ok = t->short_sizes[i] >= 1 && t->short_sizes[i] <= RL_MAX_SIDE;
+    if (!sizes_ok) {
+        snprintf(msg, RL_MSG_MAX,
+                 "short_sizes must hold 1..%d sizes in 1..%d, without another "
+                 "resize",
+                 RL_MAX_SHORT_SIZES, RL_MAX_SIDE);
+        return RL_ECONFIG;
+    }
     if (t->resize_max < 0 || t->resize_max > RL_MAX_SIDE ||
-        (t->resize_max > 0 && (t->resize_max <= t->resize_short ||
-                               t->resize_h || t->resize_w || t->keep_ratio))) {
+        (t->resize_max > 0 && t->n_short_sizes == 0 &&
+         (t->resize_max <= t->resize_short || t->resize_h || t->resize_w ||
+          t->keep_ratio))) {
         snprintf(msg, RL_MSG_MAX,
                  "resize_max must be in 0..%d, past resize_short and without "
                  "resize_h, resize_w or keep_ratio",

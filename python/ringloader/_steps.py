@@ -78,7 +78,9 @@ class Resize(Step):
     torchvision truncates it) or (h, w); ``max_size`` > 0 with an int size:
     torchvision's limit on the longer side (size 0: the longer side to it,
     v2's Resize(None, max_size)); ``size_hi`` > size: the shorter side
-    drawn per sample in [size, size_hi) (v2's RandomResize); ``keep_longest`` not None: timm's
+    drawn per sample in [size, size_hi) (v2's RandomResize); ``choices``:
+    v2's RandomShortestSize's min_size list (size 0, ``max_size`` its own);
+    ``keep_longest`` not None: timm's
     ResizeKeepRatio to (h, w), each side rounded, scaled by the axes'
     ratios weighted ``keep_longest`` on the larger; ``keep_random``: its
     random scale and aspect as the C spec's fields (``keep_scale_p``,
@@ -92,6 +94,7 @@ class Resize(Step):
     keep_random: tuple[tuple[str, Any], ...] = ()
     max_size: int = 0
     size_hi: int = 0
+    choices: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

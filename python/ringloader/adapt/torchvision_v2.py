@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _core
 from .._steps import Convert, Resize, Step, Unfused
 from ..errors import UnsupportedTransform
 from . import torchvision_v1
@@ -34,12 +35,7 @@ def describe(t: Any) -> Step:
     if name == "RandomResize":
         return _random_resize(t)
     if name == "RandomShortestSize":
-        return Unfused(
-            name,
-            "RandomShortestSize is not fused (a size drawn from a list: the "
-            "spec has no list field); use RandomResize or Resize(size, max_size)",
-            geometry=True,
-        )
+        return _random_shortest_size(t)
     return torchvision_v1.describe(t)  # ToTensor, PILToTensor, the rest
 
 
@@ -55,3 +51,17 @@ def _random_resize(t: Any) -> Step:
     if not 0 < lo < hi:
         return Unfused(name, f"{name}({lo}, {hi}): needs 0 < min_size < max_size", True)
     return Resize(name, lo, filt, size_hi=hi)
+
+
+def _random_shortest_size(t: Any) -> Step:
+    """RandomShortestSize(min_size, max_size): one of min_size drawn per
+    sample, then its own rule (core/plan.c's shorter_side_size)."""
+    name = type(t).__name__
+    try:
+        filt = torchvision_v1.resize_filter(t)
+    except UnsupportedTransform as e:
+        return Unfused(name, str(e), geometry=True)
+    sizes = tuple(int(s) for s in t.min_size)
+    if not sizes or len(sizes) > _core.MAX_SHORT_SIZES or min(sizes) < 1:
+        return Unfused(name, f"{name}: 1..{_core.MAX_SHORT_SIZES} sizes >= 1", True)
+    return Resize(name, 0, filt, max_size=int(t.max_size or 0), choices=sizes)

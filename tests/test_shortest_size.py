@@ -356,3 +356,25 @@ def test_random_shortest_size_with_a_crop_has_one_size(files):
         [v2.RandomShortestSize([24, 32], 200), v2.RandomCrop(20), v2.PILToTensor()]
     )
     assert check_cropped(files, cropped)["short_sizes"] == [24, 32]
+
+
+@pytest.mark.parametrize(
+    "fields, why",
+    [
+        (dict(short_sizes=[0, 20]), "short_sizes must hold"),
+        (dict(short_sizes=list(range(1, 40))), "at most 32 sizes"),
+        (dict(short_sizes=[20], resize_short=10), "short_sizes must hold"),
+        (dict(resize_short=20, resize_short_hi=20), "resize_short_hi"),
+        (dict(resize_short=20, resize_short_hi=30, resize_max=40), "resize_short_hi"),
+    ],
+)
+def test_bad_fields_are_refused_by_name(fields, why):
+    spec = dict(kind="resize_crop", varying=1, **fields)
+    with pytest.raises(ValueError, match=why):
+        _core.plan_window(spec, 40, 40, SEED, 0, 0)
+
+
+def test_an_image_max_size_leaves_no_row_is_that_samples_error():
+    spec = compile_transform(v2.Resize(None, max_size=10), varying=True).spec
+    with pytest.raises(ValueError, match=r"max_size 10\) leaves the 100x1 image"):
+        _core.plan_window(spec, 100, 1, SEED, 0, 0)

@@ -139,8 +139,8 @@ static void shorter_side_size(const rl_transform *t, int width, int height,
 
 /* The size of the image after Resize (as configured; a random
  * ResizeKeepRatio draws from g): 0, or RL_EDECODE with msg for an image
- * that a ResizeKeepRatio leaves no row or column of (timm's resize fails
- * on it too: an image of extreme aspect under `longest`). */
+ * that a ResizeKeepRatio or a max_size leaves no row or column of (timm's
+ * and torchvision's resizes fail on it too: an image of extreme aspect). */
 static int resized_size(const rl_transform *t, int width, int height, rl_rng *g,
                         int *rw, int *rh, char *msg)
 {
@@ -165,9 +165,16 @@ static int resized_size(const rl_transform *t, int width, int height, rl_rng *g,
     *rw = nw;
     *rh = nh;
     if (nw <= 0 || nh <= 0) {
-        snprintf(msg, RL_MSG_MAX,
-                 "ResizeKeepRatio(%d, %d) leaves the %dx%d image %dx%d pixels",
-                 t->resize_h, t->resize_w, width, height, nw, nh);
+        if (t->keep_ratio)
+            snprintf(msg, RL_MSG_MAX,
+                     "ResizeKeepRatio(%d, %d) leaves the %dx%d image %dx%d "
+                     "pixels",
+                     t->resize_h, t->resize_w, width, height, nw, nh);
+        else /* max_size on an image of extreme aspect, as torchvision */
+            snprintf(msg, RL_MSG_MAX,
+                     "the resize (max_size %d) leaves the %dx%d image %dx%d "
+                     "pixels",
+                     t->resize_max, width, height, nw, nh);
         return RL_EDECODE;
     }
     return 0;

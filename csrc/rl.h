@@ -145,6 +145,11 @@ typedef enum {
  *
  * RL_T_RESIZE_CROP: when resize_short > 0 the shorter side is resized to it
  * (the longer one keeps the aspect ratio, truncated, as torchvision does);
+ * then where resize_max > 0 and the longer side is past it, the image is
+ * scaled so the longer side is resize_max (the shorter truncated), as
+ * torchvision's Resize(size, max_size=...) does; resize_short 0 with
+ * resize_max > 0: the longer side is resized to resize_max (v2's
+ * Resize(None, max_size=...));
  * else when resize_h, resize_w > 0 the image is resized to exactly that;
  * else it is not resized. Then the centre out_h x out_w is cropped, padding
  * with zeros where the crop is larger than the image.
@@ -164,9 +169,21 @@ typedef enum {
  * rl_passes), mirrored horizontally with probability flip_p, then
  * vertically with probability vflip_p.
  */
+#define RL_MAX_SHORT_SIZES 32 /* RandomShortestSize's list, at most */
+
 typedef struct rl_transform {
     rl_transform_kind kind;
     int resize_short;
+    int resize_max; /* torchvision's max_size on the longer side, or 0 */
+    /* > resize_short: the shorter side is drawn per sample, uniform in
+     * [resize_short, resize_short_hi) (v2's RandomResize); else 0 */
+    int resize_short_hi;
+    /* n_short_sizes > 0: v2's RandomShortestSize: per sample one of
+     * short_sizes (uniform over the list) as min_size, then its own rule
+     * r = min(min_size / shorter, resize_max / longer) (resize_max 0: no
+     * limit), each side int(side * r); resize_short unused */
+    int n_short_sizes;
+    int short_sizes[RL_MAX_SHORT_SIZES];
     int resize_h, resize_w;
     int out_h, out_w;
     double scale_lo, scale_hi;
@@ -212,6 +229,14 @@ typedef struct rl_transform {
      * and host delivery: core/pipeline.h's varying batches. */
     int varying;
 } rl_transform;
+
+/* Whether the transform resizes the image (core/plan.c's resized_size;
+ * else its pixels keep their size before the window). */
+static inline int rl_transform_resizes(const rl_transform *t)
+{
+    return t->resize_short > 0 || t->resize_max > 0 || t->n_short_sizes > 0 ||
+           t->keep_ratio || (t->resize_h > 0 && t->resize_w > 0);
+}
 
 /*
  * One axis of a RandomCrop's window under a padding mode that copies the

@@ -256,6 +256,21 @@ def labelled_data(root, n: int, write_rows):
     return files, labels, captions, write
 
 
+def write_png_jpeg(d, sizes) -> list[str]:
+    """A file of each (h, w) in d, PNG (decoded exactly) and baseline JPEG
+    in turn; their paths."""
+    paths = []
+    for i, (h, w) in enumerate(sizes):
+        if i % 2:
+            p = d / f"{i:02d}.jpg"
+            p.write_bytes(jpeg_bytes("baseline", h, w, seed=i))
+        else:
+            p = d / f"{i:02d}.png"
+            p.write_bytes(png_bytes(h, w, seed=i))
+        paths.append(str(p))
+    return paths
+
+
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)

@@ -21,7 +21,7 @@ from ringloader.errors import DataWarning, FallbackWarning, UnsupportedTransform
 from ringloader.transforms import MultiView, compile_transform
 
 from conftest import thread_count
-from images import jpeg_bytes, png_bytes, psnr
+from images import jpeg_bytes, psnr, write_png_jpeg
 
 tv = pytest.importorskip("torchvision.transforms")
 v2 = pytest.importorskip("torchvision.transforms.v2")
@@ -41,17 +41,7 @@ SHORT = tv.Compose([tv.Resize(24), tv.PILToTensor()])
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """PNGs (decoded exactly) and JPEGs, one of each size in turn."""
-    d = tmp_path_factory.mktemp("varying")
-    paths = []
-    for i, (h, w) in enumerate(SIZES):
-        if i % 2:
-            p = d / f"{i:02d}.jpg"
-            p.write_bytes(jpeg_bytes("baseline", h, w, seed=i))
-        else:
-            p = d / f"{i:02d}.png"
-            p.write_bytes(png_bytes(h, w, seed=i))
-        paths.append(str(p))
-    return paths
+    return write_png_jpeg(tmp_path_factory.mktemp("varying"), SIZES)
 
 
 def file_list(paths, transform):

@@ -96,25 +96,57 @@ static void keep_ratio_factors(const rl_transform *t, rl_rng *g, double *fh,
     }
 }
 
+/* torchvision's Resize(size, max_size) output size (its
+ * _compute_resized_output_size): the shorter side to resize_short (or
+ * drawn in [resize_short, resize_short_hi) from g), the
+ * longer keeping the aspect, truncated; then where resize_max > 0 and
+ * the longer side is past it, the longer side to resize_max and the
+ * shorter scaled with it, truncated (resize_short 0: the longer side to
+ * resize_max). Kept in int range (a 1 x 65500 image resized to 40000
+ * would overflow it). */
+static void shorter_side_size(const rl_transform *t, int width, int height,
+                              rl_rng *g, int *rw, int *rh)
+{
+    int shorter = width <= height ? width : height;
+    int longer = width <= height ? height : width;
+    int ns, nl;
+    if (t->n_short_sizes > 0) {
+        /* RandomShortestSize: Python's float64 products, truncated */
+        int m = t->short_sizes[rl_rng_index(g, t->n_short_sizes)];
+        double r = (double)m / shorter;
+        if (t->resize_max > 0)
+            r = fmin(r, (double)t->resize_max / longer);
+        *rw = (int)fmin(width * r, (double)INT_MAX);
+        *rh = (int)fmin(height * r, (double)INT_MAX);
+        return;
+    }
+    if (t->resize_short > 0) {
+        ns = t->resize_short;
+        if (t->resize_short_hi > ns) /* RandomResize's torch.randint */
+            ns += rl_rng_index(g, t->resize_short_hi - ns);
+        nl = (int)fmin((double)ns * longer / shorter, (double)INT_MAX);
+        if (t->resize_max > 0 && nl > t->resize_max) {
+            ns = (int)((double)((int64_t)t->resize_max * ns) / nl);
+            nl = t->resize_max;
+        }
+    } else {
+        ns = (int)((double)((int64_t)t->resize_max * shorter) / longer);
+        nl = t->resize_max;
+    }
+    *rw = width <= height ? ns : nl;
+    *rh = width <= height ? nl : ns;
+}
+
 /* The size of the image after Resize (as configured; a random
  * ResizeKeepRatio draws from g): 0, or RL_EDECODE with msg for an image
- * that a ResizeKeepRatio leaves no row or column of (timm's resize fails
- * on it too: an image of extreme aspect under `longest`). */
+ * that a ResizeKeepRatio or a max_size leaves no row or column of (timm's
+ * and torchvision's resizes fail on it too: an image of extreme aspect). */
 static int resized_size(const rl_transform *t, int width, int height, rl_rng *g,
                         int *rw, int *rh, char *msg)
 {
     int nw = width, nh = height;
-    if (t->resize_short > 0) {
-        int s = t->resize_short;
-        /* The long side as torchvision computes it, kept in int range
-         * (a 1 x 65500 image resized to 40000 would overflow it). */
-        if (width <= height) {
-            nw = s;
-            nh = (int)fmin((double)s * height / width, (double)INT_MAX);
-        } else {
-            nh = s;
-            nw = (int)fmin((double)s * width / height, (double)INT_MAX);
-        }
+    if (t->resize_short > 0 || t->resize_max > 0 || t->n_short_sizes > 0) {
+        shorter_side_size(t, width, height, g, &nw, &nh);
     } else if (t->keep_ratio) {
         double rh = (double)height / t->resize_h;
         double rw = (double)width / t->resize_w;
@@ -133,9 +165,16 @@ static int resized_size(const rl_transform *t, int width, int height, rl_rng *g,
     *rw = nw;
     *rh = nh;
     if (nw <= 0 || nh <= 0) {
-        snprintf(msg, RL_MSG_MAX,
-                 "ResizeKeepRatio(%d, %d) leaves the %dx%d image %dx%d pixels",
-                 t->resize_h, t->resize_w, width, height, nw, nh);
+        if (t->keep_ratio)
+            snprintf(msg, RL_MSG_MAX,
+                     "ResizeKeepRatio(%d, %d) leaves the %dx%d image %dx%d "
+                     "pixels",
+                     t->resize_h, t->resize_w, width, height, nw, nh);
+        else /* max_size on an image of extreme aspect, as torchvision */
+            snprintf(msg, RL_MSG_MAX,
+                     "the resize (max_size %d) leaves the %dx%d image %dx%d "
+                     "pixels",
+                     t->resize_max, width, height, nw, nh);
         return RL_EDECODE;
     }
     return 0;
@@ -517,6 +556,39 @@ int rl_transform_check(const rl_transform *t, char *msg)
         snprintf(msg, RL_MSG_MAX,
                  "the output size must be 1..%d a side, not %dx%d", RL_MAX_SIDE,
                  t->out_w, t->out_h);
+        return RL_ECONFIG;
+    }
+    bool sizes_ok = t->n_short_sizes >= 0 &&
+                    t->n_short_sizes <= RL_MAX_SHORT_SIZES &&
+                    (t->n_short_sizes == 0 ||
+                     (t->resize_short == 0 && t->resize_short_hi == 0 &&
+                      t->resize_h == 0 && t->resize_w == 0 && !t->keep_ratio));
+    for (int i = 0; sizes_ok && i < t->n_short_sizes; i++)
+        sizes_ok = t->short_sizes[i] >= 1 && t->short_sizes[i] <= RL_MAX_SIDE;
+    if (!sizes_ok) {
+        snprintf(msg, RL_MSG_MAX,
+                 "short_sizes must hold 1..%d sizes in 1..%d, without another "
+                 "resize",
+                 RL_MAX_SHORT_SIZES, RL_MAX_SIDE);
+        return RL_ECONFIG;
+    }
+    if (t->resize_max < 0 || t->resize_max > RL_MAX_SIDE ||
+        (t->resize_max > 0 && t->n_short_sizes == 0 &&
+         (t->resize_max <= t->resize_short || t->resize_h || t->resize_w ||
+          t->keep_ratio))) {
+        snprintf(msg, RL_MSG_MAX,
+                 "resize_max must be in 0..%d, past resize_short and without "
+                 "resize_h, resize_w or keep_ratio",
+                 RL_MAX_SIDE);
+        return RL_ECONFIG;
+    }
+    if (t->resize_short_hi != 0 &&
+        (t->resize_short < 1 || t->resize_short_hi <= t->resize_short ||
+         t->resize_short_hi > RL_MAX_SIDE + 1 || t->resize_max != 0)) {
+        snprintf(msg, RL_MSG_MAX,
+                 "resize_short_hi must be 0 or in resize_short + 1..%d, "
+                 "without resize_max",
+                 RL_MAX_SIDE + 1);
         return RL_ECONFIG;
     }
     if (t->resize_short < 0 || t->resize_short > RL_MAX_SIDE ||

@@ -19,7 +19,7 @@
 #include "place/place.h"
 #include "simd.h"
 
-typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_PAIR } field_type;
+typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_PAIR, FIELD_SIZES } field_type;
 
 typedef struct field {
     const char *name;
@@ -37,6 +37,21 @@ static const field fields[] = {
      AT(resize_short),
      {0, 0},
      "Resize: the shorter side, or 0"},
+    {"resize_max",
+     FIELD_INT,
+     AT(resize_max),
+     {0, 0},
+     "Resize: max_size, the longer side's limit, or 0"},
+    {"resize_short_hi",
+     FIELD_INT,
+     AT(resize_short_hi),
+     {0, 0},
+     "RandomResize: the shorter side drawn in [resize_short, this), or 0"},
+    {"short_sizes",
+     FIELD_SIZES,
+     AT(n_short_sizes),
+     {0, 0},
+     "RandomShortestSize's min_size: a list of sizes, one drawn per sample"},
     {"resize_h", FIELD_INT, AT(resize_h), {0, 0}, "Resize: (h, w), or 0"},
     {"resize_w", FIELD_INT, AT(resize_w), {0, 0}, "Resize: (h, w), or 0"},
     {"out_h", FIELD_INT, AT(out_h), {0, 0}, "output height"},
@@ -149,6 +164,35 @@ static const field fields[] = {
 
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
+/* A list of sizes: its count at n[0], the sizes after it (out of range:
+ * -1, which rl_transform_check refuses). */
+static int parse_sizes(PyObject *v, int *n)
+{
+    Py_ssize_t len = PySequence_Check(v) ? PySequence_Size(v) : -1;
+    if (len < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError,
+                            "short_sizes must be a list of ints");
+        return -1;
+    }
+    if (len > RL_MAX_SHORT_SIZES) {
+        PyErr_Format(PyExc_ValueError, "short_sizes: at most %d sizes",
+                     RL_MAX_SHORT_SIZES);
+        return -1;
+    }
+    n[0] = (int)len;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *item = PySequence_GetItem(v, i);
+        long x = item ? PyLong_AsLong(item) : -1;
+        Py_XDECREF(item);
+        if (x == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        n[1 + i] = x < 1 || x > 1 << 20 ? -1 : (int)x;
+    }
+    return 0;
+}
+
 static int parse_field(PyObject *spec, const field *f, rl_transform *t)
 {
     char *base = (char *)t + f->offset;
@@ -161,6 +205,9 @@ static int parse_field(PyObject *spec, const field *f, rl_transform *t)
         }
         *(int *)base = x < -1 || x > 1 << 20 ? -1 : (int)x;
         return 0;
+    }
+    if (f->type == FIELD_SIZES) {
+        return unset ? 0 : parse_sizes(v, (int *)base);
     }
     double *d = (double *)base;
     if (f->type == FIELD_FLOAT) {
@@ -402,11 +449,12 @@ int rl__py_spec_init(PyObject *module)
                       "augmentation ops: [(name, args)], or None");
     for (size_t i = 0; d != NULL && i < NFIELDS; i++) {
         const field *f = &fields[i];
-        PyObject *dflt = f->type == FIELD_INT
-                             ? PyLong_FromLong((long)f->dflt[0])
-                         : f->type == FIELD_FLOAT
-                             ? PyFloat_FromDouble(f->dflt[0])
-                             : Py_BuildValue("(dd)", f->dflt[0], f->dflt[1]);
+        PyObject *dflt =
+            f->type == FIELD_INT     ? PyLong_FromLong((long)f->dflt[0])
+            : f->type == FIELD_FLOAT ? PyFloat_FromDouble(f->dflt[0])
+            : f->type == FIELD_SIZES
+                ? PyTuple_New(0)
+                : Py_BuildValue("(dd)", f->dflt[0], f->dflt[1]);
         PyObject *item = dflt ? Py_BuildValue("(Ns)", dflt, f->doc) : NULL;
         if (item == NULL || PyDict_SetItemString(d, f->name, item) < 0) {
             Py_XDECREF(item);

@@ -18,14 +18,6 @@
 #include <limits.h>
 #include <math.h>
 
-/* Whether the transform resizes before its window (core/plan.c's
- * resized_size). */
-static int resizes(const rl_transform *t)
-{
-    return t->resize_short > 0 || t->keep_ratio ||
-           (t->resize_h > 0 && t->resize_w > 0);
-}
-
 /* One axis of a centre crop: the resized length, which the plan implies
  * (the rectangle where the crop pads: the whole resized axis; else the
  * box, out resized pixels long, in source pixels). */
@@ -100,16 +92,16 @@ static int resize_window(rl_target_geom *g, const rl_transform *t,
     if (t->kind == RL_T_RESIZE_RANDOM_CROP) {
         nw = p->pad.x.n;
         nh = p->pad.y.n;
-    } else if (resizes(t)) {
+    } else if (rl_transform_resizes(t)) {
         nw = centre_length(p->vw, p->w, ow, w);
         nh = centre_length(p->vh, p->h, oh, h);
     }
-    if (!resizes(t) && (nw != w || nh != h)) {
+    if (!rl_transform_resizes(t) && (nw != w || nh != h)) {
         *err = "the plan's window lies on a resized image, but the "
                "transform does not resize";
         return -1;
     }
-    if (resizes(t) && rl_geom_resize(g, nh, nw, err) != 0)
+    if (rl_transform_resizes(t) && rl_geom_resize(g, nh, nw, err) != 0)
         return -1;
     if (t->kind == RL_T_RESIZE_RANDOM_CROP &&
         t->window == RL_WINDOW_RANDOM_CROP) {
@@ -131,7 +123,8 @@ int rl_geom_from_plan(const rl_transform *t, const rl_plan *p, int width,
     rl_geom_init(g, width, height);
     if (width < 1 || height < 1 || p->trim != t->trim || t->trim < 0 ||
         (int64_t)2 * t->trim >= width || (int64_t)2 * t->trim >= height ||
-        p->out_w != t->out_w || p->out_h != t->out_h) {
+        (t->varying ? p->out_w < 1 || p->out_h < 1
+                    : p->out_w != t->out_w || p->out_h != t->out_h)) {
         *err = "the plan was not made by this transform for an image of "
                "this size";
         return -1;
@@ -144,6 +137,10 @@ int rl_geom_from_plan(const rl_transform *t, const rl_plan *p, int width,
         /* RandomResizedCrop: the box (whole pixels), then the resize */
         rc = rl_geom_crop(g, (int)p->y, (int)p->x, (int)p->h, (int)p->w, err);
         if (rc == 0)
+            rc = rl_geom_resize(g, p->out_h, p->out_w, err);
+    } else if (rc == 0 && t->varying) {
+        /* no window: the whole image, resized to the plan's output */
+        if (rl_transform_resizes(t))
             rc = rl_geom_resize(g, p->out_h, p->out_w, err);
     } else if (rc == 0 && (t->kind == RL_T_RESIZE_CROP ||
                            t->kind == RL_T_RESIZE_RANDOM_CROP)) {

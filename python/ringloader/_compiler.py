@@ -335,6 +335,12 @@ def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
     }
     if isinstance(resize.size, int):
         fields["resize_short"] = resize.size
+        if resize.max_size:
+            fields["resize_max"] = resize.max_size
+        if resize.size_hi:
+            fields["resize_short_hi"] = resize.size_hi
+        if resize.choices:
+            fields["short_sizes"] = list(resize.choices)
     else:
         fields["resize_h"], fields["resize_w"] = resize.size
     if resize.keep_longest is not None:
@@ -387,6 +393,10 @@ def _resize_crop(plan: _Plan, first: Optional[Step]) -> dict:
     if resize is not None and isinstance(resize.size, int):
         if crop is None and rcrop is None:
             size = resize.size
+            if resize.max_size or resize.size_hi or resize.choices:
+                raise UnsupportedTransform(
+                    f"{resize.name} alone gives images of varying sizes; add a crop"
+                )
             raise UnsupportedTransform(
                 f"Resize({size}) alone gives images of varying sizes; add "
                 f"CenterCrop({size}) or use Resize(({size}, {size}))"

@@ -75,7 +75,12 @@ class Step:
 @dataclass(frozen=True)
 class Resize(Step):
     """Resize to ``size``: an int (the shorter side, the longer as
-    torchvision truncates it) or (h, w); ``keep_longest`` not None: timm's
+    torchvision truncates it) or (h, w); ``max_size`` > 0 with an int size:
+    torchvision's limit on the longer side (size 0: the longer side to it,
+    v2's Resize(None, max_size)); ``size_hi`` > size: the shorter side
+    drawn per sample in [size, size_hi) (v2's RandomResize); ``choices``:
+    v2's RandomShortestSize's min_size list (size 0, ``max_size`` its own);
+    ``keep_longest`` not None: timm's
     ResizeKeepRatio to (h, w), each side rounded, scaled by the axes'
     ratios weighted ``keep_longest`` on the larger; ``keep_random``: its
     random scale and aspect as the C spec's fields (``keep_scale_p``,
@@ -87,6 +92,9 @@ class Resize(Step):
     filter_random: bool = False
     keep_longest: Optional[float] = None
     keep_random: tuple[tuple[str, Any], ...] = ()
+    max_size: int = 0
+    size_hi: int = 0
+    choices: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

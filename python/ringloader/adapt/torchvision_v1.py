@@ -68,16 +68,17 @@ def filter_of(name: str, mode: Any) -> int:
     return _core.INTERPOLATIONS.index(INTERPOLATIONS[key])
 
 
-def _resize_filter(t: Any) -> int:
+def resize_filter(t: Any) -> int:
     """A torchvision Resize's or RandomResizedCrop's filter, refusing what
-    only torchvision's resize does (no antialias, max_size)."""
+    only torchvision's resize does (no antialias; RandomResizedCrop's
+    max_size)."""
     name = type(t).__name__
     filt = filter_of(name, getattr(t, "interpolation", None))
     if getattr(t, "antialias", True) is False:
         raise UnsupportedTransform(
             f"{name}(antialias=False) (only antialiased resize is fused)"
         )
-    if getattr(t, "max_size", None) is not None:
+    if name == "RandomResizedCrop" and getattr(t, "max_size", None) is not None:
         raise UnsupportedTransform(f"{name}(max_size=...)")
     return filt
 
@@ -103,10 +104,23 @@ def size_of(t: Any) -> Any:
 
 
 def _resize(t: Any, filt: int) -> Step:
+    """Resize to (h, w) or of the shorter side, with torchvision's
+    max_size on the longer (v2's size None: 0, the longer side alone)."""
     size = size_of(t)
-    if not isinstance(size, int):
+    max_size = getattr(t, "max_size", None)
+    if size is None and max_size is not None:
+        size = 0
+    elif not isinstance(size, int):
         size = pair(size, "Resize")
-    return Resize(type(t).__name__, size, filt)
+        if max_size is not None:
+            raise UnsupportedTransform(
+                "Resize((h, w), max_size=...) (max_size is for a shorter-side size)"
+            )
+    if max_size is not None and isinstance(size, int) and size >= max_size:
+        raise UnsupportedTransform(
+            f"Resize({size}, max_size={max_size}): max_size must be larger than size"
+        )
+    return Resize(type(t).__name__, size, filt, max_size=int(max_size or 0))
 
 
 def _resized_crop(t: Any, filt: int) -> Step:
@@ -165,7 +179,7 @@ def normalize_step(t: Any) -> Step:
 
 
 def describe_common(
-    t: Any, resize_filter: Callable[[Any], int] = _resize_filter
+    t: Any, resize_filter: Callable[[Any], int] = resize_filter
 ) -> Step:
     """The step of a class v1 and v2 share; Unfused for the others."""
     name = type(t).__name__

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._steps import Convert, Step
+from .. import _core
+from .._steps import Convert, Resize, Step, Unfused
+from ..errors import UnsupportedTransform
 from . import torchvision_v1
 
 
@@ -30,4 +32,36 @@ def describe(t: Any) -> Step:
         if isinstance(dtype, dict):
             dtype = None  # per-type dtypes
         return Convert(name, "dtype", dtype, scale=bool(getattr(t, "scale", False)))
+    if name == "RandomResize":
+        return _random_resize(t)
+    if name == "RandomShortestSize":
+        return _random_shortest_size(t)
     return torchvision_v1.describe(t)  # ToTensor, PILToTensor, the rest
+
+
+def _random_resize(t: Any) -> Step:
+    """RandomResize(min_size, max_size): the shorter side drawn per
+    sample in [min_size, max_size), as its torch.randint."""
+    name = type(t).__name__
+    try:
+        filt = torchvision_v1.resize_filter(t)
+    except UnsupportedTransform as e:
+        return Unfused(name, str(e), geometry=True)
+    lo, hi = int(t.min_size), int(t.max_size)
+    if not 0 < lo < hi:
+        return Unfused(name, f"{name}({lo}, {hi}): needs 0 < min_size < max_size", True)
+    return Resize(name, lo, filt, size_hi=hi)
+
+
+def _random_shortest_size(t: Any) -> Step:
+    """RandomShortestSize(min_size, max_size): one of min_size drawn per
+    sample, then its own rule (core/plan.c's shorter_side_size)."""
+    name = type(t).__name__
+    try:
+        filt = torchvision_v1.resize_filter(t)
+    except UnsupportedTransform as e:
+        return Unfused(name, str(e), geometry=True)
+    sizes = tuple(int(s) for s in t.min_size)
+    if not sizes or len(sizes) > _core.MAX_SHORT_SIZES or min(sizes) < 1:
+        return Unfused(name, f"{name}: 1..{_core.MAX_SHORT_SIZES} sizes >= 1", True)
+    return Resize(name, 0, filt, max_size=int(t.max_size or 0), choices=sizes)

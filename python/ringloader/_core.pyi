@@ -65,6 +65,7 @@ MAX_CONSECUTIVE_ERRORS: int
 ARENA_MAX_BYTES: int  # the largest arena_bytes a Pipeline takes (1 TiB)
 MAX_SIDE: int  # the largest output or resize side, in pixels
 MAX_VIEWS: int  # the most views a sample may have (transforms.MultiView)
+MAX_SHORT_SIZES: int  # the most sizes a RandomShortestSize list may hold
 
 # The augmentation ops' argument layouts, defined once in C
 # (csrc/augment/augment.h): op name -> its fields in order, each

@@ -1,7 +1,8 @@
 """benchmarks/bench_detect.py's quick mode: every recipe of torchvision's
 detection and segmentation references read by torch's DataLoader and by
 ringloader.DataLoader to the end of their batches; the results file holds
-each recipe, ratios that are the quotient of the rates it reports, and
+each recipe, each round's ratio the quotient of that round's rates and
+the reported ratio their median, and
 ringloader running natively exactly where its front door raised no
 FallbackWarning: the eval and hflip presets, masks or not."""
 
@@ -43,14 +44,19 @@ def test_every_recipe_is_measured_for_both(quick):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_ratios_are_the_quotients_of_the_rates(quick):
+def test_ratios_are_the_rounds_quotients_and_their_median(quick):
     _, results, _ = quick
     for recipe, by in results["recipes"].items():
         ours, theirs = by["ringloader"], by["torch"]
         runs = [o / t for o, t in zip(ours["img_s_runs"], theirs["img_s_runs"])]
         assert by["ratio_runs"] == pytest.approx(runs, abs=6e-4), recipe
-        want = ours["img_s"] / theirs["img_s"]
-        assert by["ratio"] == pytest.approx(want, rel=3e-3, abs=6e-4), recipe
+        # The reported ratio is the median of the rounds' ratios (DETECT.md),
+        # not the quotient of the median rates, which can differ by more
+        # than any rounding when the rounds are uneven.
+        rs = by["ratio_runs"]
+        assert by["ratio"] in rs, recipe
+        assert 2 * sum(r <= by["ratio"] for r in rs) >= len(rs), recipe
+        assert 2 * sum(r >= by["ratio"] for r in rs) >= len(rs), recipe
 
 
 def test_native_exactly_where_no_fallback_warning(quick):

@@ -4,9 +4,11 @@ and VOCSegmentation, plain, wrapped by wrap_dataset_for_transforms_v2 (its
 target_keys), or subclassed, are recognised; for every image the tables
 give exactly the target torchvision's __getitem__ gives (boxes, labels,
 masks rasterized by the C core, image_id and the json's own fields, their
-dtypes and canvas sizes), on generated COCO and VOC folders; bad
-annotations are ValueErrors naming the file, image and annotation; the
-tables keep no Python object per annotation."""
+dtypes and canvas sizes), on generated COCO and VOC folders; a bad
+annotation is its image's problem, kept with a message naming the file,
+image and annotation (a dataset-wide fault a ValueError), and what
+torchvision passes through is passed through; the tables keep no Python
+object per annotation."""
 
 from __future__ import annotations
 
@@ -46,7 +48,11 @@ def same(ours, theirs, where=""):
     assert type(ours) is type(theirs), (where, type(ours), type(theirs))
     if isinstance(theirs, torch.Tensor):
         assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, where
-        assert torch.equal(ours, theirs), where
+        # NaN where torchvision has NaN (a box of NaN it passes through)
+        nan = theirs.is_floating_point() and bool(theirs.isnan().any())
+        assert torch.equal(ours, theirs) or (
+            nan and torch.allclose(ours, theirs, rtol=0, atol=0, equal_nan=True)
+        ), where
         if isinstance(theirs, tv_tensors.BoundingBoxes):
             assert (ours.format, ours.canvas_size) == (
                 theirs.format,
@@ -60,6 +66,8 @@ def same(ours, theirs, where=""):
         assert len(ours) == len(theirs), where
         for k, (a, b) in enumerate(zip(ours, theirs)):
             same(a, b, f"{where}[{k}]")
+    elif isinstance(theirs, float) and theirs != theirs:
+        assert isinstance(ours, float) and ours != ours, where  # NaN
     else:
         assert ours == theirs, where
 
@@ -189,7 +197,7 @@ def test_voc_detection(voc, keys):
         )
 
 
-# --- bad input: a ValueError naming the file, image id and annotation id ---
+# --- bad input: the image's problem, naming the file, image and annotation ---
 
 
 def _mutated(tmp_path, change):
@@ -292,7 +300,7 @@ BAD = {
     ),
     "bbox_huge": (
         lambda d: _first(d).update(bbox=[1, 2, 3, 10**400]),
-        "is not 4 finite numbers",
+        "is not 4 numbers",
         "OverflowError",
     ),
     "area_text": (
@@ -302,42 +310,60 @@ BAD = {
     ),
     "bbox_none": (
         lambda d: _first(d).update(bbox=None),
-        "is not 4 finite numbers",
+        "is not 4 numbers",
         "RuntimeError",
     ),
     "bbox_3": (
         lambda d: _first(d).update(bbox=[1, 2, 3]),
-        "is not 4 finite numbers",
+        "is not 4 numbers",
         "ValueError",
     ),
-    "bbox_3_alone": (_alone, "is not 4 finite numbers", "RuntimeError"),
+    "bbox_3_alone": (_alone, "is not 4 numbers", "RuntimeError"),
     "bbox_text": (
         lambda d: _first(d).update(bbox=[1, 2, 3, "4"]),
-        "is not 4 finite numbers",
+        "is not 4 numbers",
         "TypeError",
     ),
-    "category": (
-        lambda d: _first(d).update(category_id=999),
-        "category_id 999",
-        "passes",
-    ),
-    "no_image": (
-        lambda d: _first(d).update(image_id=123456),
-        "has no images entry",
-        "passes",
-    ),
-    "no_file_name": (
-        lambda d: d["images"][0].pop("file_name"),
-        "has no images entry with a 'file_name'",
-        "KeyError",
+    "category_text": (
+        lambda d: _first(d).update(category_id="3"),
+        "category_id '3' is not an integer",
+        "ValueError",
     ),
     "id_twice": (
         lambda d: d["annotations"][1].update(id=_first(d)["id"]),
         "given twice",
         "passes",
     ),
+}
+
+# What breaks the dataset as a whole: a ValueError when the tables are
+# built, naming the first of the dataset's ids (sorted, as CocoDetection
+# sorts them).
+BROKEN = {
+    "no_file_name": (
+        lambda d: d["images"][0].pop("file_name"),
+        "has no images entry with a 'file_name'",
+        "KeyError",
+    ),
     # pycocotools takes a str id for a list of ids, one a character
     "text_image_ids": (_text_ids, "is not an integer", "KeyError"),
+}
+
+# What torchvision passes through, and so do the tables: a category_id
+# absent from the categories (the label is the id), a box of NaN and
+# infinities (SanitizeBoundingBoxes drops it), an annotation of an image
+# with no entry (nobody reads it), a segmentation the target does not use.
+PASSED = {
+    "category": (lambda d: _first(d).update(category_id=999), "all"),
+    "bbox_nan": (
+        lambda d: _first(d).update(bbox=[1.0, float("nan"), float("inf"), 2.0]),
+        ["boxes", "labels", "bbox", "image_id"],
+    ),
+    "no_image": (lambda d: _first(d).update(image_id=123456), "all"),
+    "segmentation_unused": (
+        lambda d: _first(d).update(segmentation=[[1, 1, 5, 5]]),
+        ["boxes", "labels", "area", "iscrowd", "image_id"],
+    ),
 }
 
 
@@ -351,9 +377,12 @@ def _torchvision_reads(ds) -> str:
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_coco_annotations_are_named(tmp_path, case):
-    """Refused when the tables are built, whether torchvision raises
-    (only when the image is read) or passes the annotation through."""
+def test_a_bad_annotation_is_its_images_problem(tmp_path, case):
+    """Kept as the image's problem, with a message naming the annotation
+    file, the image (id and file) and the annotation, whether torchvision
+    raises (only when the image is read) or would silently give one
+    annotation for another; the other images are read as torchvision
+    reads them."""
     change, message, theirs = BAD[case]
     root, ann = _mutated(tmp_path, change)
     ds = wrap(datasets.CocoDetection(root, ann), target_keys="all")
@@ -361,21 +390,51 @@ def test_bad_coco_annotations_are_named(tmp_path, case):
         assert _torchvision_reads(ds) == theirs
     with open(ann) as f:
         data = json.load(f)
+    bad = data["annotations"][0]
+    tables = detection_tables(ds, ann_file=ann)
+    rows = {ds.ids.index(bad["image_id"])}
+    if case == "id_twice":
+        rows.add(ds.ids.index(data["annotations"][1]["image_id"]))
+    assert set(tables.problems) == rows
+    row = ds.ids.index(bad["image_id"])
+    name = ds.coco.imgs[bad["image_id"]]["file_name"]
+    text = tables.problems[row]
+    assert text.startswith(
+        f"{ann}: image id {bad['image_id']} ({name}), annotation id {bad['id']}: "
+    ), text
+    assert message in text
+    for i in range(len(ds)):
+        if i not in rows:
+            same(target(tables, i), ds[i][1], f"image {i}")
+    # without the file's name: the dataset's root
+    unnamed = detection_tables(ds).problems[row]
+    assert unnamed.startswith("the annotation file of CocoDetection at " + str(root))
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_dataset_is_refused_naming_the_file(tmp_path, case):
+    change, message, theirs = BROKEN[case]
+    root, ann = _mutated(tmp_path, change)
+    ds = wrap(datasets.CocoDetection(root, ann), target_keys="all")
+    assert _torchvision_reads(ds) == theirs
+    with open(ann) as f:
+        data = json.load(f)
     with pytest.raises(ValueError, match=message) as e:
         detection_tables(ds, ann_file=ann)
     text = str(e.value)
     assert text.startswith(ann + ": image id ")
-    if case in ("no_file_name", "text_image_ids"):
-        # the first of the dataset's ids (sorted, as CocoDetection sorts them)
-        assert f"image id {min(e['id'] for e in data['images'])!r}" in text
-    else:
-        bad = data["annotations"][0 if case != "id_twice" else 1]
-        assert f"image id {bad['image_id']}, annotation id {bad['id']}" in text
-    # without the file's name: the dataset's root
-    with pytest.raises(
-        ValueError, match="the annotation file of CocoDetection at " + str(root)
-    ):
-        detection_tables(ds)
+    assert f"image id {min(e['id'] for e in data['images'])!r}" in text
+
+
+@pytest.mark.parametrize("case", sorted(PASSED))
+def test_what_torchvision_passes_through_is_passed_through(tmp_path, case):
+    change, keys = PASSED[case]
+    root, ann = _mutated(tmp_path, change)
+    ds = wrap(datasets.CocoDetection(root, ann), target_keys=keys)
+    tables = detection_tables(ds, ann_file=ann)
+    assert tables.problems == {}
+    for i in range(len(ds)):
+        same(target(tables, i), ds[i][1], f"image {i}")
 
 
 def test_bad_voc_input_is_named(tmp_path):

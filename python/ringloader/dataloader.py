@@ -490,7 +490,8 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         det = detection_of(data.leaves if isinstance(data, Composed) else [data])
         if det is not None:  # a wrapped CocoDetection: (image, target) items
             spec = self._plans[0].compiled.spec
-            return self._collate(det.batch(src, views[0], taken, spec, self.seed))
+            items = det.batch(src, views[0], taken, spec, self.seed, self.on_error)
+            return self._collate(items)
         images = [
             [v[k] for v in views] if self._multi else views[0][k] for k in range(n)
         ]

@@ -6,8 +6,27 @@ Python object is kept per image or annotation.
 
 The images are the dataset's ``ids`` in order, each one's annotations in
 the json's order (what ``coco.loadAnns(coco.getAnnIds(id))`` gives).
-Bad input is a ValueError naming the annotation file (or, when it is not
-known, the dataset's root), the image id and the annotation id."""
+
+Bad input. What breaks the dataset as a whole (an image id that is not an
+integer, an images entry without a ``file_name``) is a ValueError when the
+tables are built. A bad annotation is its image's problem alone, as it is
+for torchvision, which meets it when that image is read: the image's row
+goes into ``DetectionTables.problems`` with a message naming the
+annotation file (or, when it is not known, the dataset's root), the image
+id, its file and the annotation id, and the loader raises it when that
+sample is read (or, under ``on_error="skip"``, reads another image in its
+place). Bad means what torchvision fails on or would silently get wrong:
+a bbox not of 4 numbers, a category_id that is not an integer, an iscrowd
+other than 0 or 1, an area that is not a finite number, an annotation id
+given twice (COCO's index would give one annotation in place of both),
+and, where the target has masks or segmentations, a segmentation neither
+a list of polygons nor an RLE (a polygon of fewer than 3 points, a
+coordinate not finite, an RLE of another size than its image, counts
+that do not sum to it). What torchvision passes through is passed
+through: a category_id absent from the categories (the label is the id),
+a box with NaN or infinite numbers (SanitizeBoundingBoxes drops it), an
+annotation of an image with no images entry (no image reads it), a
+segmentation that the target does not use."""
 
 from __future__ import annotations
 
@@ -21,6 +40,7 @@ from .cache import StringBlob
 from .detection_tables import (
     AREA_INT,
     BOX_INT,
+    NO_SEGMENTATION,
     POLYGONS,
     RLE_COUNTS,
     RLE_STRING,
@@ -34,6 +54,15 @@ _U32 = 1 << 32
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _float(v: Any) -> bool:
+    """A number a float64 holds (NaN and infinities too, as torchvision
+    carries them), not an integer past it."""
+    try:
+        return _is_number(v) and (isinstance(v, float) or abs(v) < 2**63)
+    except OverflowError:
+        return False
 
 
 def _finite(v: Any) -> bool:
@@ -61,10 +90,14 @@ def _runs(counts: Any) -> np.ndarray | None:
 
 
 class _Collect:
-    """The lists one pass fills; turned into arrays by ``tables``."""
+    """The lists one pass fills; turned into arrays by ``tables``.
+    ``segmentations``: whether the target uses them (masks, or the
+    segmentation itself); when not, they are neither checked nor kept."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, segmentations: bool = True) -> None:
         self.where = where
+        self.segmentations = segmentations
+        self.file_name = ""  # the image whose annotations are being read
         self.boxes: list = []
         self.is_int: list[int] = []
         self.category: list = []
@@ -80,14 +113,19 @@ class _Collect:
         self.strings: list[bytes] = []
         self.rle_size: list = []
         self.image_id: list = []
+        self.names: list[str] = []  # the images' file names, for messages
+        self.problems: dict[int, str] = {}
 
     def bad(self, image_id: Any, ann_id: Any, what: str) -> ValueError:
         return ValueError(
-            f"{self.where}: image id {image_id}, annotation id {ann_id}: {what}"
+            f"{self.where}: image id {image_id} ({self.file_name}), "
+            f"annotation id {ann_id}: {what}"
         )
 
     def polygons(self, seg: list, image_id: Any, ann_id: Any) -> None:
-        """The polygons' numbers are checked as one array in ``arrays``."""
+        """The polygons' numbers are checked as one array in ``arrays``;
+        their lists here, all of them before anything is kept, so that a
+        refused annotation leaves the lists as they were."""
         if not seg:
             raise self.bad(
                 image_id, ann_id, "segmentation is an empty list (no polygon)"
@@ -103,10 +141,14 @@ class _Collect:
                     ann_id,
                     f"polygon {k} has {len(poly)} numbers: 3 or more x, y pairs are needed",
                 )
+        for poly in seg:
             self.poly_len.append(len(poly))
             self.coords.extend(poly)
         self.kind.append(POLYGONS)
         self.n_polys.append(len(seg))
+        self.no_runs()
+
+    def no_runs(self) -> None:
         self.n_runs.append(0)
         self.strings.append(b"")
         self.rle_size.append(-1)
@@ -161,24 +203,23 @@ class _Collect:
         self.rle_size.append(size[0])
         self.rle_size.append(size[1])
 
-    def annotation(self, ann: dict, size: list[int], categories: Any) -> None:
+    def annotation(self, ann: dict, size: list[int]) -> None:
+        """Kept whole, or refused (a ValueError) with nothing kept."""
         image_id, ann_id = ann.get("image_id"), ann.get("id")
         if not isinstance(ann_id, int) or isinstance(ann_id, bool):
             raise self.bad(image_id, ann_id, "the annotation has no integer 'id'")
         box = ann.get("bbox")
         kinds = {type(v) for v in box} if isinstance(box, (list, tuple)) else {None}
-        if not kinds <= {int, float} or len(box) != 4 or not all(map(_finite, box)):
+        if not kinds <= {int, float} or len(box) != 4 or not all(map(_float, box)):
             raise self.bad(
                 image_id,
                 ann_id,
-                f"bbox {box!r} is not 4 finite numbers [x, y, width, height]",
+                f"bbox {box!r} is not 4 numbers [x, y, width, height]",
             )
         category = ann.get("category_id")
-        if type(category) is not int or category not in categories:
+        if type(category) is not int or not -(2**63) <= category < 2**63:
             raise self.bad(
-                image_id,
-                ann_id,
-                f"category_id {category!r} is not among the file's categories",
+                image_id, ann_id, f"category_id {category!r} is not an integer"
             )
         crowd = ann.get("iscrowd", 0)
         if crowd not in (0, 1):
@@ -187,7 +228,11 @@ class _Collect:
         if "area" in ann and not _finite(area):
             raise self.bad(image_id, ann_id, f"area {area!r} is not a finite number")
         seg = ann.get("segmentation")
-        if isinstance(seg, list):
+        if not self.segmentations:
+            self.kind.append(NO_SEGMENTATION)
+            self.n_polys.append(0)
+            self.no_runs()
+        elif isinstance(seg, list):
             self.polygons(seg, image_id, ann_id)
         elif isinstance(seg, dict):
             self.rle(seg, size, image_id, ann_id)
@@ -209,10 +254,11 @@ class _Collect:
         self.image_id.append(image_id)
 
     def coordinates(
-        self, poly_first: np.ndarray, coord_first: np.ndarray
+        self, poly_first: np.ndarray, coord_first: np.ndarray, first: np.ndarray
     ) -> np.ndarray:
-        """The polygons' numbers as float64, all checked at once: on a
-        number that is not one, or not finite, its annotation named."""
+        """The polygons' numbers as float64, all checked at once: a number
+        that is not one, or not finite, is its image's problem (named by
+        its annotation and polygon; NaN kept in its place)."""
         try:
             coords = np.array(self.coords)
         except (ValueError, TypeError):
@@ -222,22 +268,39 @@ class _Collect:
             finite = np.isfinite(coords)
             if finite.all():
                 return coords
-            at = int(np.argmin(finite))
-            what = "has a coordinate that is not finite"
+            at = np.flatnonzero(~finite)
         else:
-            at = next(i for i, v in enumerate(self.coords) if not _finite(v))
+            at = np.array(
+                [i for i, v in enumerate(self.coords) if not _finite(v)], np.int64
+            )
+            coords = np.array(
+                [v if _finite(v) else math.nan for v in self.coords], np.float64
+            )
+        for i in at.tolist():
+            k = int(np.searchsorted(coord_first, i, side="right")) - 1
+            j = int(np.searchsorted(poly_first, k, side="right")) - 1
+            row = int(np.searchsorted(first, j, side="right")) - 1
             what = (
                 "has a coordinate that is not finite"
-                if _is_number(self.coords[at])
+                if _is_number(self.coords[i])
                 else "is not a list of numbers"
             )
-        k = int(np.searchsorted(coord_first, at, side="right")) - 1
-        j = int(np.searchsorted(poly_first, k, side="right")) - 1
-        raise self.bad(
-            self.image_id[j], self.ann_id[j], f"polygon {k - int(poly_first[j])} {what}"
-        )
+            self.file_name = self.names[row]
+            self.problem(
+                row,
+                self.bad(
+                    self.image_id[j],
+                    self.ann_id[j],
+                    f"polygon {k - int(poly_first[j])} {what}",
+                ),
+            )
+        return coords
 
-    def arrays(self) -> dict[str, Any]:
+    def problem(self, row: int, error: ValueError) -> None:
+        """Image ``row``'s first problem is the one it raises."""
+        self.problems.setdefault(row, str(error))
+
+    def arrays(self, first: np.ndarray) -> dict[str, Any]:
         m = len(self.ann_id)
         poly_first = np.zeros(m + 1, np.int64)
         np.cumsum(self.n_polys, out=poly_first[1:])
@@ -258,7 +321,7 @@ class _Collect:
             "seg_kind": np.array(self.kind, np.uint8),
             "poly_first": poly_first,
             "coord_first": coord_first,
-            "coords": self.coordinates(poly_first, coord_first),
+            "coords": self.coordinates(poly_first, coord_first, first),
             "run_first": run_first,
             "runs": np.concatenate([np.zeros(0, np.uint32), *self.runs]),
             "rle_strings": StringBlob(blob, string_first),
@@ -282,45 +345,48 @@ def _image(coco: Any, image_id: Any, where: str) -> tuple[str, list[int]]:
     return entry["file_name"], [h, w]
 
 
-def _check_ids(coco: Any, where: str) -> None:
-    """Annotations naming no image, and ids given twice (COCO keeps the
-    last one: torchvision would give it in place of both)."""
+def _given_twice(coco: Any) -> set:
+    """The annotation ids given more than once: COCO's index keeps the last
+    of them, which torchvision gives in place of each."""
     anns = coco.dataset.get("annotations", [])
+    if len(coco.anns) == len(anns):
+        return set()
     seen: set = set()
-    twice = len(coco.anns) != len(anns)
+    twice: set = set()
     for ann in anns:
         ann_id = ann.get("id")
-        if ann.get("image_id") not in coco.imgs:
-            raise ValueError(
-                f"{where}: image id {ann.get('image_id')!r}, annotation id {ann_id!r}: "
-                "the annotation's image has no images entry"
-            )
-        if twice:
-            if ann_id in seen:
-                raise ValueError(
-                    f"{where}: image id {ann.get('image_id')}, annotation id {ann_id}: given twice"
-                )
-            seen.add(ann_id)
+        (twice if ann_id in seen else seen).add(ann_id)
+    return twice
 
 
-def coco_tables(dataset: Any, where: str) -> DetectionTables:
+def coco_tables(
+    dataset: Any, where: str, segmentations: bool = True
+) -> DetectionTables:
     """``dataset``: a CocoDetection (not wrapped); ``where``: how errors
-    name its annotation file."""
+    name its annotation file; ``segmentations``: whether its target uses
+    them (masks or the segmentation key)."""
     coco = dataset.coco
-    _check_ids(coco, where)
-    categories = set(coco.cats)
+    twice = _given_twice(coco)
     root = os.fspath(dataset.root)
-    collect = _Collect(where)
+    collect = _Collect(where, segmentations)
     paths, counts = [], []
     sizes: list[int] = []
-    for image_id in dataset.ids:
+    for row, image_id in enumerate(dataset.ids):
         name, size = _image(coco, image_id, where)
         paths.append(os.path.join(root, name))
+        collect.names.append(name)
+        collect.file_name = name
         sizes += size
-        anns = coco.imgToAnns.get(image_id, ())
-        for ann in anns:
-            collect.annotation(ann, size, categories)
-        counts.append(len(anns))
+        kept = 0
+        for ann in coco.imgToAnns.get(image_id, ()):
+            try:
+                if ann.get("id") in twice:
+                    raise collect.bad(image_id, ann.get("id"), "given twice")
+                collect.annotation(ann, size)
+                kept += 1
+            except ValueError as e:
+                collect.problem(row, e)
+        counts.append(kept)
     n = len(paths)
     first = np.zeros(n + 1, np.int64)
     np.cumsum(counts, out=first[1:])
@@ -331,5 +397,6 @@ def coco_tables(dataset: Any, where: str) -> DetectionTables:
         image_ids=np.array(dataset.ids, np.int64).reshape(n),
         sizes=np.array(sizes, np.int64).reshape(n, 2),
         first=first,
-        **collect.arrays(),
+        problems=collect.problems,
+        **collect.arrays(first),
     )

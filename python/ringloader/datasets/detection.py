@@ -66,14 +66,13 @@ def detection_tables(
 
     ``ann_file``: the COCO annotation file, for error messages (a
     CocoDetection does not keep its name; without it they name the
-    dataset's root). Raises ValueError naming the file, image and
-    annotation for bad annotations: a segmentation neither a polygon list
-    nor an RLE (or a polygon of fewer than 3 points, an RLE of another
-    size), a bbox not of 4 numbers, a category_id missing from the
-    categories, an annotation whose image has no entry (or an entry
-    without file_name), an annotation id given twice, a VOC mask PNG that
-    is not a file, a VOC box not of integers, a VOC name outside the
-    classes when the wrapped dataset's labels need it.
+    dataset's root). A COCO annotation that cannot be read is its image's
+    problem (``DetectionTables.problems``, see :mod:`.coco`), raised when
+    that image is read; a COCO image id that is not an integer or an
+    images entry without file_name, a VOC mask PNG that is not a file, a
+    VOC box not of integers, a VOC name outside the classes when the
+    wrapped dataset's labels need it raise ValueError here, naming the
+    file and image.
     """
     try:
         from torchvision import datasets as tvd
@@ -88,8 +87,9 @@ def detection_tables(
             if ann_file is not None
             else f"the annotation file of CocoDetection at {inner.root}"
         )
-        tables = coco_tables(inner, where)
         keys = _keys(given, COCO_KEYS, COCO_DEFAULT) if wrapped else None
+        uses = keys is None or bool(keys & {"masks", "segmentation"})
+        tables = coco_tables(inner, where, segmentations=uses)
     elif _reads_as(inner, tvd.VOCSegmentation, _VOC_READERS):
         tables = voc_segmentation_tables(inner)
         keys = None

@@ -128,6 +128,21 @@ class DetectionImages:
         self._flips = False
         self._image_type: Any = None
         self._split()
+        self._sources: Optional[Sources] = None
+        if tables.problems:
+            import warnings
+
+            from ..errors import DataWarning
+
+            first = tables.problems[min(tables.problems)]
+            warnings.warn(
+                f"{len(tables.problems)} image(s) of {tables.source} have an "
+                "annotation that cannot be read: each raises when it is read "
+                '(with on_error="skip" the next image is read in its place). '
+                f"The first: {first}",
+                DataWarning,
+                stacklevel=2,
+            )
 
     def _split(self) -> None:
         from torchvision import tv_tensors
@@ -165,23 +180,50 @@ class DetectionImages:
         return len(self.tables)
 
     def ringloader_sources(self) -> Sources:
-        return Sources(
-            paths=self.tables.paths, targets=np.arange(len(self.tables), dtype=np.int64)
-        )
+        """The images' files, each sample's target its row in the tables.
+        An image with a problem (``DetectionTables.problems``) is read as
+        the next image without one (the last wrapping to the first), which
+        is what ``on_error="skip"`` gives in its place; otherwise
+        :meth:`batch` raises its problem."""
+        if self._sources is None:
+            rows = np.arange(len(self.tables), dtype=np.int64)
+            bad = np.zeros(len(rows), bool)
+            bad[list(self.tables.problems)] = True
+            good = np.flatnonzero(~bad)
+            if bad.any() and len(good):
+                after = np.searchsorted(good, rows[bad]) % len(good)
+                rows[bad] = good[after]
+            paths = self.tables.paths.take(rows) if bad.any() else self.tables.paths
+            self._sources = Sources(paths=paths, targets=rows)
+        return self._sources
 
     def describe(self, index: int) -> str:
         return str(self.tables.paths[index])
 
     def batch(
-        self, src: Any, images: list, taken: Any, spec: Any, seed: int
+        self,
+        src: Any,
+        images: list,
+        taken: Any,
+        spec: Any,
+        seed: int,
+        on_error: str = "raise",
     ) -> list[tuple[Any, Any]]:
         """A batch's items (:meth:`items`): ``taken`` the batch as the
         pipeline gave it (its positions' indices, random keys and epoch),
         ``spec`` the fused transform's, whose plan says whether each image
-        was flipped."""
+        was flipped. A sample whose image has a problem raises it (a
+        ValueError naming the annotation file, image and annotation) unless
+        ``on_error`` is "skip" (its sources read another image in its
+        place)."""
         from .. import _core
         from . import targets as _targets
 
+        problems = self.tables.problems
+        if problems and on_error != "skip":
+            for i in taken.idx:
+                if int(i) in problems:
+                    raise ValueError(problems[int(i)])
         rows = [_targets.item(src.targets, int(i)) for i in taken.idx]
         for image, r in zip(images, rows):
             self._check_size(r, image.shape[-2], image.shape[-1])

@@ -67,7 +67,10 @@ class DetectionTables:
     VOC image's index), ``sizes`` (int64 (n, 2): height, width as the
     annotations give them; -1 where they give none), ``first`` (int64
     n + 1: image i's annotations are rows ``first[i]:first[i + 1]``),
-    ``mask_paths`` (VOC segmentation's PNGs, else None).
+    ``mask_paths`` (VOC segmentation's PNGs, else None); ``problems``
+    (the rows of the images with an annotation that cannot be read, each
+    with the error it raises when that image is read: a dict, empty when
+    all is well).
 
     Per annotation (m), in the order the dataset gives them: ``boxes``
     (float64 (m, 4): COCO's XYWH as stored, VOC's XYXY), ``is_int``
@@ -101,6 +104,7 @@ class DetectionTables:
         self.sizes = arrays.pop("sizes")
         self.first = arrays.pop("first")
         self.mask_paths: StringBlob | None = arrays.pop("mask_paths", None)
+        self.problems: dict[int, str] = arrays.pop("problems", {})
         m = int(self.first[-1])
         self.boxes = arrays.pop("boxes", np.zeros((m, 4)))
         self.is_int = arrays.pop("is_int", np.zeros(m, np.uint8))

@@ -5,7 +5,9 @@ gives the items torch's DataLoader gives; what it fails on (or would get
 silently wrong) raises, at the batch that reads that image, a ValueError
 naming the image and the annotation, after a DataWarning when the loader
 is made; with ``on_error="skip"`` the next image is read in its place and
-every other item is torch's."""
+every other item is torch's. An image that does not decode, under
+``on_error="skip"`` with a random flip, is replaced with its target and
+flipped with it."""
 
 from __future__ import annotations
 
@@ -16,11 +18,19 @@ import warnings
 import pytest
 import torch
 from detection_data import coco_json, write_coco
-from test_detect_frontdoor import collate_fn, eval_preset, same_image, same_target
+from test_detect_frontdoor import (
+    JPEG_TOL,
+    collate_fn,
+    eval_preset,
+    hflip_preset,
+    same_image,
+    same_target,
+)
 from test_dropin import fused
 from torch.utils.data import BatchSampler, SequentialSampler, Subset
 from torchvision import datasets
 from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as F
 
 import ringloader
 
@@ -211,3 +221,51 @@ def test_skip_reads_the_next_readable_image_wrapping_to_the_first(tmp_path):
         ds.ids[next((e for e in empty if e >= i), empty[0])]
         for i in range(empty[0] + 1, len(ds))
     ]
+
+
+def test_a_replaced_image_and_its_target_are_flipped_together(tmp_path):
+    """on_error="skip" with the hflip preset: the core replaces the images
+    that do not decode, each replacement drawing its own flip; its target
+    is flipped exactly when its pixels are."""
+    keys = ["boxes", "labels", "masks", "image_id"]
+    root, ann = write_coco(tmp_path, 24, seed=11)
+    ds = datasets.wrap_dataset_for_transforms_v2(
+        datasets.CocoDetection(root, ann, transforms=hflip_preset()),
+        target_keys=keys,
+    )
+    ref = datasets.wrap_dataset_for_transforms_v2(
+        datasets.CocoDetection(
+            root,
+            ann,
+            transforms=v2.Compose([v2.ToImage(), v2.ToDtype(torch.float, scale=True)]),
+        ),
+        target_keys=keys,
+    )
+    has = [i for i, x in enumerate(ds.ids) if ds.coco.getAnnIds(imgIds=x)]
+    broken = has[1::3]  # each replaced by the next image, which is kept
+    for i in broken:
+        with open(f"{root}/{ds.coco.imgs[ds.ids[i]]['file_name']}", "wb") as f:
+            f.write(b"not an image")
+    ds, ref = Subset(ds, has), Subset(ref, has)
+    by_id = {ref.dataset.ids[i]: k for k, i in enumerate(has)}
+    loader = fused(ds, batch_size=4, collate_fn=collate_fn, on_error="skip", seed=2)
+    with pytest.warns(ringloader.DataWarning, match="skipped"):
+        items = [item for b in loader for item in zip(*b)]
+    assert len(items) == len(ds)
+    flips = []
+    for image, target in items:
+        want_image, want = ref[by_id[target["image_id"]]]
+        flip = F.horizontal_flip(want_image)
+        flipped = (image - flip).abs().max() < (image - want_image).abs().max()
+        if flipped:
+            want_image = flip
+            want = {
+                k: F.horizontal_flip(v) if k in ("boxes", "masks") else v
+                for k, v in want.items()
+            }
+        want_image, want = v2.SanitizeBoundingBoxes()(want_image, want)
+        assert (image - want_image).abs().max().item() <= JPEG_TOL
+        same_target(target, v2.ToPureTensor()(want_image, want)[1])
+        flips.append(bool(flipped))
+    assert loader.stats()["skipped"] == len(broken) >= 4
+    assert set(flips) == {True, False}

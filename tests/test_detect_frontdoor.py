@@ -319,17 +319,6 @@ def test_a_replaced_sample_comes_with_its_own_target(tmp_path):
         same_target(target, want)
 
 
-def test_skip_with_a_flip_falls_back_saying_why(coco):
-    with pytest.warns(ringloader.FallbackWarning, match='on_error="skip"'):
-        loader = ringloader.DataLoader(
-            dataset(coco, hflip_preset()),
-            batch_size=2,
-            collate_fn=collate_fn,
-            on_error="skip",
-        )
-    assert not isinstance(loader, ringloader.Loader)
-
-
 def test_other_detection_datasets_fall_back_saying_why(coco, tmp_path):
     from detection_data import write_voc
 

@@ -244,6 +244,7 @@ static void replace(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx,
         memcpy(j->msg, keep, sizeof(keep)); /* the report names the first */
         if (status == 0) {
             j->replaced_by = f.id;
+            j->replaced_key = key;
             atomic_fetch_add(&p->n_skipped, 1);
             return;
         }

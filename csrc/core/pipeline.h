@@ -146,6 +146,10 @@ typedef struct rl_batch_report {
     int n;           /* samples in the batch */
     uint64_t ticket; /* what rl_pipeline_submit gave for it; 0: none */
     int64_t *ids;    /* the n ids submitted, in position order */
+    /* Each position's random key: the one submitted, or the key a
+     * replacement under the skip policy was drawn with (its own), so a
+     * caller can draw again what the sample's pixels were drawn with. */
+    int64_t *keys;
     rl_sample_error error;
     int *fallback;
     int n_fallback;

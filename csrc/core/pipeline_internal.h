@@ -71,10 +71,11 @@ typedef struct rl__job {
     int64_t key;
     rl_fetch fetch; /* fetch.id: the sample first asked for */
     int status;
-    int first_status;    /* skip policy: why the first sample failed */
-    int decoder;         /* position of the decoder used, or -1 */
-    int64_t replaced_by; /* skip policy: the replacement's id, or -1 */
-    uint8_t *fields;     /* the sample's field bytes (malloc'd), or NULL */
+    int first_status;     /* skip policy: why the first sample failed */
+    int decoder;          /* position of the decoder used, or -1 */
+    int64_t replaced_by;  /* skip policy: the replacement's id, or -1 */
+    int64_t replaced_key; /* skip policy: the key the replacement drew with */
+    uint8_t *fields;      /* the sample's field bytes (malloc'd), or NULL */
     size_t fields_len;
     /* With fields: the sample's image_at and image_len, and each check's
      * member (at, len, ext by check), read by rl__fields_at. */

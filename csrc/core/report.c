@@ -6,7 +6,8 @@
  * DESIGN. The jobs of a batch each leave their outcome in their rl__job
  * (status, message, the decoder used, the replacement the skip policy
  * found, the sample's field bytes); this file turns them into the one
- * report the owner reads: the ids, the positions a fallback decoded, the
+ * report the owner reads: the ids and each position's random key (a
+ * replacement's own), the positions a fallback decoded, the
  * replacements with why each first sample failed, the first failure that
  * fails the batch (named by the source's where()), and the field bytes,
  * moved rather than copied. It runs in next() after the batch left the
@@ -23,6 +24,7 @@
 void rl_batch_report_free(rl_batch_report *r)
 {
     free(r->ids);
+    free(r->keys);
     free(r->fallback);
     free(r->replaced);
     for (int i = 0; r->fields != NULL && i < r->n; i++) {
@@ -33,6 +35,7 @@ void rl_batch_report_free(rl_batch_report *r)
     r->fields = NULL;
     r->fields_len = NULL;
     r->ids = NULL;
+    r->keys = NULL;
     r->fallback = NULL;
     r->replaced = NULL;
     r->n_fallback = r->n_replaced = 0;
@@ -87,10 +90,11 @@ int rl__report_make(const rl_pipeline *p, rl_batch *b, rl_batch_report *rep)
         nrep += b->jobs[i].replaced_by >= 0;
     }
     rep->ids = malloc(sizeof(int64_t) * (size_t)b->n);
+    rep->keys = malloc(sizeof(int64_t) * (size_t)b->n);
     rep->fallback = nfb ? malloc(sizeof(int) * (size_t)nfb) : NULL;
     rep->replaced = nrep ? malloc(sizeof(rl_replacement) * (size_t)nrep) : NULL;
-    if (rep->ids == NULL || (nfb && rep->fallback == NULL) ||
-        (nrep && rep->replaced == NULL)) {
+    if (rep->ids == NULL || rep->keys == NULL ||
+        (nfb && rep->fallback == NULL) || (nrep && rep->replaced == NULL)) {
         rl_batch_report_free(rep);
         rep->error.status = -ENOMEM;
         snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");
@@ -100,6 +104,7 @@ int rl__report_make(const rl_pipeline *p, rl_batch *b, rl_batch_report *rep)
     for (int i = 0; i < b->n; i++) {
         const rl__job *j = &b->jobs[i];
         rep->ids[i] = j->fetch.id;
+        rep->keys[i] = j->replaced_by >= 0 ? j->replaced_key : j->key;
         if (by_fallback(p, j)) {
             rep->fallback[rep->n_fallback++] = i;
         }

@@ -107,6 +107,7 @@ typedef struct {
     PyObject *fallback; /* tuple of positions decoded by a fallback */
     PyObject *replaced; /* tuple of (position, id, exception) */
     PyObject *ids;      /* tuple: the id of each position's sample */
+    PyObject *keys;     /* tuple: each position's random key, or None */
     PyObject *fields;   /* tuple of bytes (a sample's field bytes), or None */
     unsigned long long ticket; /* its submission number */
     rl_dtype dtype;
@@ -142,6 +143,7 @@ static void batch_dealloc(batch_object *self)
     Py_XDECREF(self->fallback);
     Py_XDECREF(self->replaced);
     Py_XDECREF(self->ids);
+    Py_XDECREF(self->keys);
     Py_XDECREF(self->fields);
     Py_XDECREF(self->others);
     Py_XDECREF(self->samples);
@@ -294,6 +296,12 @@ static PyObject *batch_get_ids(batch_object *self, void *closure)
     return Py_NewRef(self->ids);
 }
 
+static PyObject *batch_get_keys(batch_object *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->keys);
+}
+
 static PyObject *batch_get_ticket(batch_object *self, void *closure)
 {
     (void)closure;
@@ -363,6 +371,10 @@ static PyGetSetDef batch_getset[] = {
      "The id of the sample at each position: those submitted, replacements "
      "put in.",
      NULL},
+    {"keys", (getter)batch_get_keys, NULL,
+     "The random key each position's sample was drawn with: the one "
+     "submitted, or a replacement's own (skip_errors=True).",
+     NULL},
     {"ticket", (getter)batch_get_ticket, NULL,
      "The number submit() returned for this batch.", NULL},
     {"owner", (getter)batch_get_owner, NULL,
@@ -410,9 +422,10 @@ static int batch_lists(rl_module_state *st, batch_object *b,
     b->fallback = PyTuple_New(rep->n_fallback);
     b->replaced = PyTuple_New(rep->n_replaced);
     b->ids = rl__py_batch_ids(rep);
+    b->keys = rl__py_batch_keys(rep);
     b->fields = rep->fields != NULL ? PyTuple_New(rep->n) : Py_NewRef(Py_None);
     if (b->fallback == NULL || b->replaced == NULL || b->ids == NULL ||
-        b->fields == NULL) {
+        b->keys == NULL || b->fields == NULL) {
         return -1;
     }
     for (int i = 0; rep->fields != NULL && i < rep->n; i++) {
@@ -470,7 +483,7 @@ static batch_object *view_new(rl_module_state *st, rl_slot *slot,
     b->others = NULL;
     b->device = slot != NULL ? -1 : device;
     b->owner = slot != NULL ? NULL : Py_NewRef(owner);
-    b->fallback = b->replaced = b->ids = b->fields = NULL;
+    b->fallback = b->replaced = b->ids = b->keys = b->fields = NULL;
     b->at = NULL;
     b->samples = NULL;
     b->dtype = place->dtype;
@@ -513,6 +526,7 @@ static int batch_samples(rl_module_state *st, batch_object *b, rl_slot *slot,
         o->fallback = Py_NewRef(b->fallback);
         o->replaced = Py_NewRef(b->replaced);
         o->ids = Py_NewRef(b->ids);
+        o->keys = Py_NewRef(b->keys);
         o->fields = Py_NewRef(b->fields);
         /* (C, h, w) or (h, w, C): the one sample's axes */
         o->ndim = 3;
@@ -560,6 +574,7 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
         o->fallback = Py_NewRef(b->fallback);
         o->replaced = Py_NewRef(b->replaced);
         o->ids = Py_NewRef(b->ids);
+        o->keys = Py_NewRef(b->keys);
         o->fields = Py_NewRef(b->fields);
         PyTuple_SetItem(b->others, v - 1, (PyObject *)o);
     }

@@ -116,18 +116,32 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
     }
 }
 
-PyObject *rl__py_batch_ids(const rl_batch_report *rep)
+/* A tuple of the report's n int64s at v, or None for no array. */
+static PyObject *int64_tuple(const int64_t *v, int n)
 {
-    PyObject *t = PyTuple_New(rep->n);
-    for (int i = 0; t != NULL && i < rep->n; i++) {
-        PyObject *v = PyLong_FromLongLong(rep->ids[i]);
-        if (v == NULL) {
+    if (v == NULL) {
+        return Py_NewRef(Py_None);
+    }
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t != NULL && i < n; i++) {
+        PyObject *item = PyLong_FromLongLong(v[i]);
+        if (item == NULL) {
             Py_CLEAR(t);
             break;
         }
-        PyTuple_SetItem(t, i, v);
+        PyTuple_SetItem(t, i, item);
     }
     return t;
+}
+
+PyObject *rl__py_batch_ids(const rl_batch_report *rep)
+{
+    return int64_tuple(rep->ids, rep->n);
+}
+
+PyObject *rl__py_batch_keys(const rl_batch_report *rep)
+{
+    return int64_tuple(rep->keys, rep->n);
 }
 
 PyObject *rl__py_sample_error(rl_module_state *st, const rl_sample_error *e)

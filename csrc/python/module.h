@@ -76,9 +76,11 @@ PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
 PyObject *rl__py_raise_submit(rl_module_state *st, int status,
                               const rl_pipeline *p, int n);
 
-/* The ids a reported batch was submitted with, as a tuple of ints (new
- * reference), or NULL with an exception set. */
+/* The ids a reported batch was submitted with, and each position's random
+ * key (rl_batch_report.keys), as tuples of ints (new references; None where
+ * the report has no such array), or NULL with an exception set. */
 PyObject *rl__py_batch_ids(const rl_batch_report *rep);
+PyObject *rl__py_batch_keys(const rl_batch_report *rep);
 
 /* The exception for one failed sample, with .index set to its id (new
  * reference), or NULL with an exception set. */

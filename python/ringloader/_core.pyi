@@ -502,6 +502,12 @@ class Batch:
         submitted with, replacements put in."""
 
     @property
+    def keys(self) -> Tuple[int, ...]:
+        """The random key each position's sample was drawn with: the key
+        submitted, or, for a sample replaced under skip_errors, the key its
+        replacement was drawn with (its own)."""
+
+    @property
     def fields(self) -> Optional[Tuple[bytes, ...]]:
         """With image_at: each position's bytes beside its image (those
         before it, then those after it); None without."""

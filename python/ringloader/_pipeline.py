@@ -12,10 +12,11 @@ and runs one epoch at a time; batches come back in the order submitted.
 What is in flight is known to the C core alone: each batch it hands back
 (or the exception of its failure) carries the ids it was submitted with,
 so no bookkeeping here can drift from the core's when an exception (a
-Ctrl-C in the wait) falls between two calls. The one thing kept here is
-each batch's random keys and epoch (a detection sample's targets follow its
-plan's flip, drawn from them), forgotten once the core hands the batch back
-or its failure, never on an interrupted wait.
+Ctrl-C in the wait) falls between two calls, and the random key each
+position's sample was drawn with (a replacement's own under the skip
+policy: a detection sample's targets follow its plan, drawn from it). The
+one thing kept here is each batch's epoch, forgotten once the core hands
+the batch back or its failure, never on an interrupted wait.
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ class Taken(NamedTuple):
     # Each position's field bytes (a shard sample's other members), or None
     # when the table has no fields.
     fields: Optional[Sequence[bytes]] = None
-    # The random keys the batch was submitted with, and its epoch (a
-    # replaced position's key is the core's own, not this one).
+    # The random key each position's sample was drawn with (a replaced
+    # position's: its replacement's own, as the core reports it), and the
+    # batch's epoch.
     keys: Sequence[int] = ()
     epoch: int = 0
 
@@ -312,7 +314,7 @@ class Pipeline:
         if self._refresh_at is not None and not self._c.closed:
             self._refresh_urls()
         self._c.submit(idx, keys, epoch)
-        self._submitted.append((list(keys), epoch))
+        self._submitted.append(epoch)
 
     def take(self) -> Taken:
         """The oldest batch submitted, once decoded (blocks, GIL released).
@@ -329,7 +331,7 @@ class Pipeline:
         # Not before the wait: a Ctrl-C there (a BaseException) leaves the
         # batch in flight, and its keys with it. Batches come out in the
         # order submitted, a failed one too.
-        keys, epoch = self._pop_submitted()
+        epoch = self._pop_submitted()
         if batch is None:
             raise RuntimeError("the loader is closed")  # nothing in flight
         raw: list[Any]
@@ -341,12 +343,18 @@ class Pipeline:
             raw = [self._gpu.tensor(view) for view in batch.views]
         replaced = [(pos, error) for pos, _, error in batch.replaced]
         return Taken(
-            list(batch.ids), raw, batch.fallback, replaced, batch.fields, keys, epoch
+            list(batch.ids),
+            raw,
+            batch.fallback,
+            replaced,
+            batch.fields,
+            batch.keys,
+            epoch,
         )
 
-    def _pop_submitted(self) -> tuple[Sequence[int], int]:
-        """The keys and epoch of the oldest batch in flight, forgotten."""
-        return self._submitted.popleft() if self._submitted else ((), 0)
+    def _pop_submitted(self) -> int:
+        """The epoch of the oldest batch in flight, forgotten."""
+        return self._submitted.popleft() if self._submitted else 0
 
     # ---- lifecycle ----
 

@@ -304,11 +304,6 @@ def detection_reason(leaves: list, options: dict) -> Optional[str]:
         return "a ConcatDataset of detection datasets is not read natively yet"
     if options.get("layout", "NCHW") != "NCHW":
         return "a detection dataset is read natively with layout='NCHW' only"
-    if det[0].flips and options.get("on_error") == "skip":
-        return (
-            'on_error="skip" with a RandomHorizontalFlip of detection targets '
-            "(a replaced sample's flip is not known to the targets yet)"
-        )
     return None
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from PIL import Image
 
+import ringloader
 from ringloader import _core
 from ringloader.errors import UnsupportedTransform
 from ringloader.transforms import compile_transform
@@ -170,6 +172,42 @@ def test_lsj_preset_pixels_are_torchvisions(files, fill):
         assert want.shape == (3, 1024, 1024)
         close_to(transform, False, key, path, im, want)
     assert padded and cropped  # scales under and over the target's
+
+
+def test_epochs_draw_anew_and_resume_is_exact(files):
+    """A loader at epoch 1 gives each sample the plan's size for epoch 1,
+    and one resumed from its state after a batch gives the same bytes."""
+    transform = jitter_alone(target_size=(48, 64), scale_range=(0.5, 1.5))
+    spec = spec_of(transform, varying=True)
+    ds = ringloader.FileList(files, list(range(len(files))), transform=transform)
+
+    def loader():
+        return ringloader.Loader(ds, seed=SEED, batch_size=2, num_threads=2)
+
+    def samples(batches):
+        return [(int(k), im) for ims, keys in batches for im, k in zip(ims, keys)]
+
+    with loader() as ld:
+        ld.set_epoch(1)
+        ref = samples(list(ld))
+    assert [k for k, _ in ref] == list(range(len(files)))
+    moved = 0
+    for k, im in ref:
+        h, w = Image.open(files[k]).size[::-1]
+        p1 = _core.plan_window(spec, w, h, SEED, 1, k)
+        assert tuple(im.shape[1:]) == resized(p1), k
+        moved += resized(p1) != resized(_core.plan_window(spec, w, h, SEED, 0, k))
+    assert moved > 0
+    with loader() as ld:
+        ld.set_epoch(1)
+        it = iter(ld)
+        next(it)
+        state = ld.state_dict()
+    with loader() as fresh:
+        fresh.load_state_dict(state)
+        rest = samples(list(fresh))
+    assert [k for k, _ in rest] == [k for k, _ in ref[2:]]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(rest, ref[2:]))
 
 
 # ---- boxes ----

@@ -53,7 +53,7 @@ static int jitter_check(const rl_transform *t, char *msg)
         {t->jitter_w, t->jitter_h}, t->jitter_scale[0], t->jitter_scale[1]};
     const char *why = rl_scale_jitter_check(&o);
     if (!why && (t->jitter_w > RL_MAX_SIDE || t->jitter_h > RL_MAX_SIDE))
-        why = "target_size must be sizes the core makes";
+        why = "target_size past the largest side";
     if (!why && (t->kind == RL_T_RANDOM_CROP || t->resize_short ||
                  t->resize_short_hi || t->resize_max || t->n_short_sizes ||
                  t->resize_h || t->resize_w || t->keep_ratio))

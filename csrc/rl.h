@@ -184,6 +184,13 @@ typedef struct rl_transform {
      * limit), each side int(side * r); resize_short unused */
     int n_short_sizes;
     int short_sizes[RL_MAX_SHORT_SIZES];
+    /* jitter_w > 0: v2's ScaleJitter, target_size (jitter_w, jitter_h):
+     * per sample a float32 scale uniform in jitter_scale, the image resized
+     * by r = min(jitter_h / height, jitter_w / width) * scale, each side
+     * int(side * r) in float32 (targets/draws.h's rl_draw_scale_jitter,
+     * from the plan's stream); no other resize */
+    int jitter_w, jitter_h;
+    double jitter_scale[2];
     int resize_h, resize_w;
     int out_h, out_w;
     double scale_lo, scale_hi;
@@ -235,7 +242,8 @@ typedef struct rl_transform {
 static inline int rl_transform_resizes(const rl_transform *t)
 {
     return t->resize_short > 0 || t->resize_max > 0 || t->n_short_sizes > 0 ||
-           t->keep_ratio || (t->resize_h > 0 && t->resize_w > 0);
+           t->jitter_w > 0 || t->keep_ratio ||
+           (t->resize_h > 0 && t->resize_w > 0);
 }
 
 /*

@@ -102,6 +102,17 @@ def check_cropped(files, cropped):
     return spec
 
 
+def planned_images(files, transform, spec, varying=True):
+    """Each file through transform by a Loader, with its plan: (key,
+    path, the PIL image, the loaded tensor, the plan)."""
+    images = load(files, transform, varying=varying)
+    assert len(images) == len(files)
+    for key, (path, im) in enumerate(zip(files, images)):
+        pil = Image.open(path).convert("RGB")
+        p = _core.plan_window(spec, pil.width, pil.height, SEED, 0, key)
+        yield key, path, pil, im, p
+
+
 def load(paths, transform, varying=True, **kw):
     ds = ringloader.FileList(paths, list(range(len(paths))), transform=transform)
     with ringloader.Loader(ds, seed=SEED, batch_size=4, num_threads=2, **kw) as ld:
@@ -333,12 +344,8 @@ def test_random_shortest_size_draw_is_uniform_over_the_list():
 
 def test_random_shortest_size_pixels_and_boxes(files):
     spec = compile_transform(SHORTEST, varying=True).spec
-    images = load(files, SHORTEST)
-    assert len(images) == len(files)
     flips = set()
-    for key, (path, im) in enumerate(zip(files, images)):
-        pil = Image.open(path).convert("RGB")
-        p = _core.plan_window(spec, pil.width, pil.height, SEED, 0, key)
+    for key, path, pil, im, p in planned_images(files, SHORTEST, spec):
         want = F.resize(pil, [p["vh"], p["vw"]])
         want = v2.PILToTensor()(F.horizontal_flip(want) if p["flip"] else want)
         flips.add(p["flip"])

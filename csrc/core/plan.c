@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "rng.h"
+#include "targets/draws.h"
 
 /* torch.randint(lo, hi) for hi > lo: uniform over [lo, hi). */
 static int randint(rl_rng *g, int lo, int hi)
@@ -138,14 +139,23 @@ static void shorter_side_size(const rl_transform *t, int width, int height,
 }
 
 /* The size of the image after Resize (as configured; a random
- * ResizeKeepRatio draws from g): 0, or RL_EDECODE with msg for an image
- * that a ResizeKeepRatio or a max_size leaves no row or column of (timm's
- * and torchvision's resizes fail on it too: an image of extreme aspect). */
+ * ResizeKeepRatio, ScaleJitter or drawn shorter side draws from g): 0, or
+ * RL_EDECODE with msg for an image that a ResizeKeepRatio, ScaleJitter or
+ * max_size leaves no row or column of (timm's and torchvision's resizes
+ * fail on it too: an image of extreme aspect). */
 static int resized_size(const rl_transform *t, int width, int height, rl_rng *g,
                         int *rw, int *rh, char *msg)
 {
     int nw = width, nh = height;
-    if (t->resize_short > 0 || t->resize_max > 0 || t->n_short_sizes > 0) {
+    if (t->jitter_w > 0) {
+        rl_scale_jitter_opts o = {
+            {t->jitter_w, t->jitter_h}, t->jitter_scale[0], t->jitter_scale[1]};
+        rl_scale_jitter_draw d;
+        rl_draw_scale_jitter(g, &o, width, height, &d);
+        nw = d.width;
+        nh = d.height;
+    } else if (t->resize_short > 0 || t->resize_max > 0 ||
+               t->n_short_sizes > 0) {
         shorter_side_size(t, width, height, g, &nw, &nh);
     } else if (t->keep_ratio) {
         double rh = (double)height / t->resize_h;
@@ -170,6 +180,10 @@ static int resized_size(const rl_transform *t, int width, int height, rl_rng *g,
                      "ResizeKeepRatio(%d, %d) leaves the %dx%d image %dx%d "
                      "pixels",
                      t->resize_h, t->resize_w, width, height, nw, nh);
+        else if (t->jitter_w > 0) /* a small scale on an extreme aspect */
+            snprintf(msg, RL_MSG_MAX,
+                     "ScaleJitter leaves the %dx%d image %dx%d pixels", width,
+                     height, nw, nh);
         else /* max_size on an image of extreme aspect, as torchvision */
             snprintf(msg, RL_MSG_MAX,
                      "the resize (max_size %d) leaves the %dx%d image %dx%d "

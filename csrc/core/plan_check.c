@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "core/plan.h"
+#include "targets/draws.h"
 
 /* A probability in [0, 1]. */
 static bool is_p(double p)
@@ -44,6 +45,28 @@ static int keep_random_check(const rl_transform *t, char *msg)
     return 0;
 }
 
+/* ScaleJitter's fields (jitter_w or jitter_h set): its own options'
+ * check, and no other resize with it. 0, or RL_ECONFIG with msg. */
+static int jitter_check(const rl_transform *t, char *msg)
+{
+    rl_scale_jitter_opts o = {
+        {t->jitter_w, t->jitter_h}, t->jitter_scale[0], t->jitter_scale[1]};
+    const char *why = rl_scale_jitter_check(&o);
+    if (!why && (t->jitter_w > RL_MAX_SIDE || t->jitter_h > RL_MAX_SIDE))
+        why = "target_size past the largest side";
+    if (!why && (t->kind == RL_T_RANDOM_CROP || t->resize_short ||
+                 t->resize_short_hi || t->resize_max || t->n_short_sizes ||
+                 t->resize_h || t->resize_w || t->keep_ratio))
+        why = "it is the only resize (no other resize or RandomResizedCrop)";
+    if (!why)
+        return 0;
+    snprintf(msg, RL_MSG_MAX,
+             "jitter_w, jitter_h, jitter_scale (ScaleJitter's target_size, "
+             "scale_range; sides up to %d): %s",
+             RL_MAX_SIDE, why);
+    return RL_ECONFIG;
+}
+
 /* A varying transform's fields: a resize (shorter side or none) alone. */
 static bool varying_ok(const rl_transform *t)
 {
@@ -75,6 +98,8 @@ int rl_transform_check(const rl_transform *t, char *msg)
                  t->out_w, t->out_h);
         return RL_ECONFIG;
     }
+    if ((t->jitter_w != 0 || t->jitter_h != 0) && jitter_check(t, msg) != 0)
+        return RL_ECONFIG;
     bool sizes_ok = t->n_short_sizes >= 0 &&
                     t->n_short_sizes <= RL_MAX_SHORT_SIZES &&
                     (t->n_short_sizes == 0 ||

@@ -341,6 +341,7 @@ def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
             fields["resize_short_hi"] = resize.size_hi
         if resize.choices:
             fields["short_sizes"] = list(resize.choices)
+        fields.update(resize.jitter)
     else:
         fields["resize_h"], fields["resize_w"] = resize.size
     if resize.keep_longest is not None:
@@ -393,7 +394,7 @@ def _resize_crop(plan: _Plan, first: Optional[Step]) -> dict:
     if resize is not None and isinstance(resize.size, int):
         if crop is None and rcrop is None:
             size = resize.size
-            if resize.max_size or resize.size_hi or resize.choices:
+            if resize.max_size or resize.size_hi or resize.choices or resize.jitter:
                 raise UnsupportedTransform(
                     f"{resize.name} alone gives images of varying sizes; add a crop"
                 )

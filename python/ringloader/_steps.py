@@ -80,6 +80,8 @@ class Resize(Step):
     v2's Resize(None, max_size)); ``size_hi`` > size: the shorter side
     drawn per sample in [size, size_hi) (v2's RandomResize); ``choices``:
     v2's RandomShortestSize's min_size list (size 0, ``max_size`` its own);
+    ``jitter``: v2's ScaleJitter as the C spec's fields (``jitter_w``,
+    ``jitter_h``, ``jitter_scale``; size 0), its size drawn per sample;
     ``keep_longest`` not None: timm's
     ResizeKeepRatio to (h, w), each side rounded, scaled by the axes'
     ratios weighted ``keep_longest`` on the larger; ``keep_random``: its
@@ -95,6 +97,7 @@ class Resize(Step):
     max_size: int = 0
     size_hi: int = 0
     choices: tuple[int, ...] = ()
+    jitter: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

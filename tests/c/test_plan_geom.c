@@ -2,12 +2,15 @@
  * geometry read from a sample's plan (core/plan.c), with values worked
  * out by hand: a resize and a centre crop that pads, a RandomCrop's
  * padded window and a flip, RandomResizedCrop's box then its resize,
- * TrimBorder's crop, and the refusals. */
+ * TrimBorder's crop, ScaleJitter's drawn size before a padded window,
+ * and the refusals. */
 #include <math.h>
 #include <string.h>
 
 #include "check.h"
 #include "core/plan.h"
+#include "rng.h"
+#include "targets/draws.h"
 #include "targets/plan_geom.h"
 
 static double clampd(double v, double hi)
@@ -114,6 +117,52 @@ static void resized_crop_and_trim(void)
     expect(&c, 10, 10, 0, 2, d, 4, RL_BOX_XYWH, (double[]){0, 0, 4, 4}, &p);
 }
 
+static void scale_jitter_window(void)
+{
+    /* ScaleJitter's size is its draw's from the plan's stream (48x40 to
+     * 32..128 wide), then RandomCrop(64, pad_if_needed): the image's own
+     * box lands where the window has it; resize, [pad], [crop] */
+    rl_transform t = {.kind = RL_T_RESIZE_RANDOM_CROP,
+                      .out_w = 64,
+                      .out_h = 64,
+                      .ratio_lo = 1,
+                      .ratio_hi = 1,
+                      .pad_if_needed = 1,
+                      .jitter_w = 64,
+                      .jitter_h = 64,
+                      .jitter_scale = {0.5, 2.0}};
+    char msg[RL_MSG_MAX];
+    CHECK(rl_transform_check(&t, msg) == 0);
+    rl_scale_jitter_opts o = {{64, 64}, 0.5, 2.0};
+    int padded = 0;
+    for (int i = 0; i < 40; i++) {
+        rl_rng g;
+        rl_scale_jitter_draw d;
+        rl_rng_init(&g, 5, 0, i, rl_rng_view(RL_RNG_PLAN, 0));
+        rl_draw_scale_jitter(&g, &o, 48, 40, &d);
+        rl_plan p;
+        double b[4] = {0, 0, 48, 40};
+        CHECK(rl_plan_make(&t, 48, 40, 5, 0, i, 0, &p, msg) == 0);
+        CHECK_EQ(p.pad.x.n, d.width);
+        CHECK_EQ(p.pad.y.n, d.height);
+        /* the box's far corner scaled by torchvision's float32 ratios */
+        double rw = 48 * (double)(float)(d.width / 48.0);
+        double rh = 40 * (double)(float)(d.height / 40.0);
+        double wx = p.pad.x.w0, wy = p.pad.y.w0;
+        double want[4] = {clampd(-wx, 64), clampd(-wy, 64), clampd(rw - wx, 64),
+                          clampd(rh - wy, 64)};
+        int pad = d.width < 64 || d.height < 64;
+        /* pad_if_needed pads the lack on both sides: a crop after it */
+        int crop = d.width != 64 || d.height != 64;
+        padded += pad;
+        expect(&t, 48, 40, i, 1 + pad + crop, b, 4, RL_BOX_XYXY, want, &p);
+    }
+    CHECK(padded > 0 && padded < 40);
+    t.jitter_scale[0] = 3.0; /* inverted */
+    CHECK(rl_transform_check(&t, msg) == RL_ECONFIG);
+    CHECK(strstr(msg, "jitter_scale") != NULL);
+}
+
 static void refusals(void)
 {
     rl_transform t = {.kind = RL_T_RESIZE_CROP,
@@ -142,6 +191,7 @@ int main(void)
     resize_centre_pad();
     random_crop_flip();
     resized_crop_and_trim();
+    scale_jitter_window();
     refusals();
     PASS("test_plan_geom");
 }

@@ -6,6 +6,7 @@ fills may be per type: ``torchvision_pad`` tells them apart)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .. import _core
@@ -32,36 +33,62 @@ def describe(t: Any) -> Step:
         if isinstance(dtype, dict):
             dtype = None  # per-type dtypes
         return Convert(name, "dtype", dtype, scale=bool(getattr(t, "scale", False)))
-    if name == "RandomResize":
-        return _random_resize(t)
-    if name == "RandomShortestSize":
-        return _random_shortest_size(t)
+    drawn = _DRAWN_RESIZES.get(name)
+    if drawn is not None:
+        try:
+            filt = torchvision_v1.resize_filter(t)
+        except UnsupportedTransform as e:
+            return Unfused(name, str(e), geometry=True)
+        return drawn(t, name, filt)
     return torchvision_v1.describe(t)  # ToTensor, PILToTensor, the rest
 
 
-def _random_resize(t: Any) -> Step:
+def _random_resize(t: Any, name: str, filt: int) -> Step:
     """RandomResize(min_size, max_size): the shorter side drawn per
     sample in [min_size, max_size), as its torch.randint."""
-    name = type(t).__name__
-    try:
-        filt = torchvision_v1.resize_filter(t)
-    except UnsupportedTransform as e:
-        return Unfused(name, str(e), geometry=True)
     lo, hi = int(t.min_size), int(t.max_size)
     if not 0 < lo < hi:
         return Unfused(name, f"{name}({lo}, {hi}): needs 0 < min_size < max_size", True)
     return Resize(name, lo, filt, size_hi=hi)
 
 
-def _random_shortest_size(t: Any) -> Step:
+def _random_shortest_size(t: Any, name: str, filt: int) -> Step:
     """RandomShortestSize(min_size, max_size): one of min_size drawn per
     sample, then its own rule (core/plan.c's shorter_side_size)."""
-    name = type(t).__name__
-    try:
-        filt = torchvision_v1.resize_filter(t)
-    except UnsupportedTransform as e:
-        return Unfused(name, str(e), geometry=True)
     sizes = tuple(int(s) for s in t.min_size)
     if not sizes or len(sizes) > _core.MAX_SHORT_SIZES or min(sizes) < 1:
         return Unfused(name, f"{name}: 1..{_core.MAX_SHORT_SIZES} sizes >= 1", True)
     return Resize(name, 0, filt, max_size=int(t.max_size or 0), choices=sizes)
+
+
+def _scale_jitter(t: Any, name: str, filt: int) -> Step:
+    """ScaleJitter(target_size, scale_range): the image resized by a
+    factor drawn per sample (core/plan.c, with targets/draws.c's rule:
+    torchvision reads target_size as (w, h), ``min(target_size[1] / H,
+    target_size[0] / W)``)."""
+    target = tuple(int(s) for s in t.target_size)
+    scale = tuple(float(s) for s in t.scale_range)
+    lo, hi = scale if len(scale) == 2 else (math.nan, math.nan)
+    if len(target) != 2 or not 0 < min(target) <= max(target) <= _core.MAX_SIDE:
+        return Unfused(
+            name,
+            f"{name}: target_size {target} needs two sides in 1..{_core.MAX_SIDE}",
+            True,
+        )
+    if not (0 < lo <= hi and math.isfinite(hi)):
+        return Unfused(name, f"{name}: scale_range {scale} needs 0 < low <= high", True)
+    fields = (
+        ("jitter_w", target[0]),
+        ("jitter_h", target[1]),
+        ("jitter_scale", (lo, hi)),
+    )
+    return Resize(name, 0, filt, jitter=fields)
+
+
+# v2's resizes whose size is drawn per sample: (t, its name, its filter)
+# to a step.
+_DRAWN_RESIZES = {
+    "RandomResize": _random_resize,
+    "RandomShortestSize": _random_shortest_size,
+    "ScaleJitter": _scale_jitter,
+}

@@ -230,7 +230,7 @@ def test_a_missing_mask_is_skipped_under_on_error_skip(tmp_path):
     kept = [ref[k] for k in (0, 2, 3, 4, 5)]
     gone = _one_mask(root, 1)
     os.remove(gone)
-    with pytest.warns(RuntimeWarning, match=f"skipped: {gone}"):
+    with pytest.warns(ringloader.DataWarning, match=f"mask cannot be read \\({gone}"):
         batches = list(loader)
     assert [len(images) for images, _ in batches] == [2, 3]
     for (images, masks), part in zip(batches, (kept[:2], kept[2:])):
@@ -315,3 +315,26 @@ def test_a_fill_and_dtype_per_type_take_the_images_entry(head, kind):
         compiled.dtype == "uint8"
         and compiled.reason == "Normalize is not fused at this point"
     )
+
+
+def test_a_replaced_sample_under_skip_is_dropped_where_the_plan_draws(tmp_path):
+    """A sample the core put in place of an undecodable image: its plan
+    drew from a key the masks do not know, so a train batch leaves it out;
+    the eval preset draws nothing, and its (image, mask) is a whole one."""
+    root = write_voc(tmp_path, 6, seed=SEED)
+    jpg = os.path.join(root, "VOCdevkit", "VOC2012", "JPEGImages")
+    with open(os.path.join(jpg, sorted(os.listdir(jpg))[1]), "wb") as f:
+        f.write(b"\xff\xd8 not a JPEG")
+    kw = dict(batch_size=3, on_error="skip", collate_fn=items)
+    with pytest.warns(ringloader.DataWarning, match="skipped a sample"):
+        train = [len(b) for b in fused(dataset(root, train_preset("tensor")), **kw)]
+    assert train == [2, 3]
+    ds = dataset(root, eval_preset("tensor"))
+    with pytest.warns(ringloader.DataWarning, match="skipped a sample"):
+        batches = list(fused(ds, **kw))
+    assert [len(b) for b in batches] == [3, 3]
+    ref = [ds[k] for k in (0, 2, 3, 4, 5)]
+    for image, mask in (item for b in batches for item in b):
+        pairs = [r for r in ref if torch.equal(r[1], mask)]
+        assert pairs, "a mask of no readable sample"
+        same_image(image, pairs[0][0])

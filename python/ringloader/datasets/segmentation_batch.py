@@ -216,7 +216,10 @@ class SegmentationImages:
                     raise
                 import warnings
 
-                warnings.warn(f"skipped: {e}", RuntimeWarning, stacklevel=3)
+                from ..errors import DataWarning
+
+                text = f"ringloader: skipped a sample whose mask cannot be read ({e})"
+                warnings.warn(text, DataWarning, stacklevel=3)
                 continue
             for step in self._mask_steps:
                 mask = step(mask)

@@ -338,3 +338,20 @@ def test_a_replaced_sample_under_skip_is_dropped_where_the_plan_draws(tmp_path):
         pairs = [r for r in ref if torch.equal(r[1], mask)]
         assert pairs, "a mask of no readable sample"
         same_image(image, pairs[0][0])
+
+
+def test_a_concat_dataset_falls_back_and_another_layout_is_refused(voc):
+    ds = dataset(voc, eval_preset("tv_tensor"))
+    same = torch.utils.data.ConcatDataset([ds, ds])
+    ours = list(fused(same, batch_size=4))
+    theirs = list(torch.utils.data.DataLoader(same, batch_size=4))
+    assert len(ours) == len(theirs) == 7
+    for (images, masks), (ref_images, ref_masks) in zip(ours, theirs):
+        same_image(images, ref_images)
+        same_mask(masks, ref_masks)
+    two = torch.utils.data.ConcatDataset([ds, dataset(voc, eval_preset("tensor"))])
+    with pytest.warns(ringloader.FallbackWarning, match="a ConcatDataset of seg"):
+        loader = ringloader.DataLoader(two, batch_size=2)
+    assert not isinstance(loader, ringloader.Loader)
+    with pytest.raises(ValueError, match="layout"):
+        ringloader.DataLoader(ds, batch_size=2, layout="NHWC")

@@ -435,7 +435,7 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         self.timeout = timeout
         self.collate_fn = collate_fn if collate_fn is not None else default_collate
         self._collate = collate_fn if _custom_collate(collate_fn) else None
-        if self._collate is None and self._segmentation() is not None:
+        if self._collate is None and segmentation_of(self._data) is not None:
             # (image, mask) items: default_collate's [images, masks].
             self._collate = default_collate
         self.worker_init_fn = worker_init_fn
@@ -499,15 +499,12 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         spec = self._plans[0].compiled.spec
         if det is not None:  # a wrapped CocoDetection: (image, target) items
             return self._collate(det.batch(src, views[0], taken, spec, self.seed))
-        seg = self._segmentation()
+        seg = segmentation_of(self._data)
         if seg is not None:  # a wrapped VOCSegmentation: (image, mask) items
             skip = self.on_error == "skip"
-            items, kept = seg.batch(src, views[0], taken, spec, self.seed, skip)
-            if self._collate is default_collate and isinstance(views[0], torch.Tensor):
-                # As default_collate gives them, the images stacked already.
-                images = views[0] if len(kept) == n else views[0][kept]
-                return [images, default_collate([m for _, m in items])]
-            return self._collate(items)
+            return seg.collated(
+                self._collate, src, views[0], taken, spec, self.seed, skip
+            )
         images = [
             [v[k] for v in views] if self._multi else views[0][k] for k in range(n)
         ]
@@ -529,11 +526,6 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
                 target = _targets.item(src.targets, int(i))
                 items.append((images[k], tt(target) if tt is not None else target))
         return self._collate(items)
-
-    def _segmentation(self) -> Any:
-        """The wrapped VOCSegmentation this loader reads, or None."""
-        data = self._data
-        return segmentation_of(data.leaves if isinstance(data, Composed) else [data])
 
     @property  # type: ignore[override]
     def batch_sampler(self) -> Any:

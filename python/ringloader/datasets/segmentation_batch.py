@@ -189,6 +189,27 @@ class SegmentationImages:
     def describe(self, index: int) -> str:
         return str(self.tables.paths[index])
 
+    def collated(
+        self,
+        collate: Any,
+        src: Any,
+        images: Any,
+        taken: Any,
+        spec: Any,
+        seed: int,
+        skip: bool,
+    ) -> Any:
+        """``collate`` on the batch's items (:meth:`batch`); torch's
+        ``default_collate`` gives ``[images, masks]``, the images the
+        pipeline's stacked batch where it has one (fixed sizes)."""
+        from torch.utils.data import default_collate
+
+        items, kept = self.batch(src, images, taken, spec, seed, skip)
+        if collate is not default_collate or isinstance(images, list):
+            return collate(items)
+        stacked = images if len(kept) == len(taken.idx) else images[kept]
+        return [stacked, default_collate([mask for _, mask in items])]
+
     def batch(
         self, src: Any, images: Any, taken: Any, spec: Any, seed: int, skip: bool
     ) -> tuple[list[tuple[Any, Any]], list[int]]:
@@ -303,9 +324,10 @@ def segmentation_stand_in(dataset: Any) -> Any:
     return out
 
 
-def segmentation_of(leaves: list) -> Optional[SegmentationImages]:
-    """The wrapped VOCSegmentation a loader reads (``leaves``: the datasets
-    it reads), or None."""
+def segmentation_of(data: Any) -> Optional[SegmentationImages]:
+    """The wrapped VOCSegmentation a loader reads (``data``: what it
+    resolved, a dataset or a composition's ``leaves``), or None."""
+    leaves = getattr(data, "leaves", None) or [data]
     return leaves[0] if isinstance(leaves[0], SegmentationImages) else None
 
 

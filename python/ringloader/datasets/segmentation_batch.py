@@ -172,12 +172,6 @@ class SegmentationImages:
         self._split()
         return self._head
 
-    @property
-    def replaced_dropped(self) -> bool:
-        """Whether a sample the core put in place of a bad one is left out
-        of its batch (its plan drew from a key the masks do not know)."""
-        return self._random
-
     def __len__(self) -> int:
         return len(self.tables.paths)
 
@@ -255,7 +249,8 @@ class SegmentationImages:
         self, _core: Any, row: int, spec: Any, seed: int, epoch: int, key: int
     ) -> Any:
         """Image ``row``'s mask through its plan's maps, a uint8
-        tv_tensors.Mask (1, h, w), as the wrapper makes it; ValueError naming the file."""
+        tv_tensors.Mask (1, h, w) as the wrapper makes it; ValueError
+        naming the file."""
         import torch
         from torchvision import tv_tensors
 

@@ -53,6 +53,9 @@ LAYERS: list[list[str]] = [
     # detection_batch: a wrapped CocoDetection as image files and each
     # batch's targets
     ["datasets.detection_batch"],
+    # segmentation_batch: a wrapped VOCSegmentation as image files and each
+    # batch's masks
+    ["datasets.segmentation_batch"],
     # remote_parts: the objects of a composition's remote datasets, as
     # one table; composed: Subset and ConcatDataset as a table of files
     ["datasets.remote_parts"],

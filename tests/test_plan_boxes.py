@@ -181,7 +181,7 @@ def compiled_spec(rng, case):
 
 
 def _crop_unless_whole(t, top, left, oh, ow):
-    if tuple(t.canvas_size) == (oh, ow):
+    if tuple(F.get_size(t)) == (oh, ow):
         assert top == left == 0
         return t
     return F.crop(t, top, left, oh, ow)
@@ -246,9 +246,10 @@ def _random_crop(spec, p, t):
     return rc.transform(t, params)
 
 
-def _crop_or_pad(t, top, left, oh, ow):
-    """timm's crop_or_pad: pad where the window passes an edge, crop."""
-    nh, nw = t.canvas_size
+def _crop_or_pad(t, top, left, oh, ow, pad_with=F.pad):
+    """timm's crop_or_pad: pad where the window passes an edge (with
+    ``pad_with(t, ltrb)``), crop."""
+    nh, nw = F.get_size(t)
     right, bottom = left + ow, top + oh
     pad = [
         max(-left + min(0, right), 0),
@@ -257,7 +258,7 @@ def _crop_or_pad(t, top, left, oh, ow):
         max(bottom - max(nh, top), 0),
     ]
     if any(pad):
-        t = F.pad(t, pad)
+        t = pad_with(t, pad)
     return _crop_unless_whole(t, max(top, 0), max(left, 0), oh, ow)
 
 
@@ -308,13 +309,14 @@ def growth(spec, p, h, w):
 # ---- the tests ----
 
 
-def draws(case, n):
-    """n planned samples of random transforms of the case on random
-    sizes: (spec, width, height, index, view, plan_window)."""
+def draws(case, n, spec_of=None):
+    """n planned samples of random transforms of the case (``spec_of(rng,
+    case)``'s, compiled_spec by default) on random sizes: (spec, width,
+    height, index, view, plan_window, rng)."""
     rng = np.random.default_rng(sum(map(ord, case)) * 7919 + n)
     out = []
     while len(out) < n:
-        spec = compiled_spec(rng, case)
+        spec = (spec_of or compiled_spec)(rng, case)
         for _ in range(4):
             w, h = (int(v) for v in rng.integers(12, 400, size=2))
             index, view = int(rng.integers(1 << 40)), int(rng.integers(0, 3))

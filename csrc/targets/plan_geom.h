@@ -27,4 +27,19 @@
 int rl_geom_from_plan(const rl_transform *t, const rl_plan *p, int width,
                       int height, rl_target_geom *g, const char **err);
 
+/*
+ * The index maps of the geometry g (rl_geom_from_plan's for transform t)
+ * for a mask (targets/mask.h): row_map[out_h] and col_map[out_w] of the
+ * output canvas, each the input row or column that output pixel is taken
+ * from, -1 where it is padding (constant padding, which fills). A resize
+ * takes torch's nearest pixel, floor(dst * float32(in / out)) clamped,
+ * as torchvision resizes a Mask; crops, pads and flips move indices; the
+ * window's padding under t's edge, reflect or symmetric mode takes the
+ * pixel the image's padding takes (v1's RandomCrop: pad[] first, then
+ * pad_if_needed's). Returns 0, or -1 with *err a static message (an
+ * affine or perspective step, which no index map expresses).
+ */
+int rl_geom_maps(const rl_target_geom *g, const rl_transform *t,
+                 int32_t *row_map, int32_t *col_map, const char **err);
+
 #endif /* RL_TARGETS_PLAN_GEOM_H */

@@ -68,11 +68,23 @@ def fold(step: _steps.Convert, state: dict) -> bool:
     if kind == "pure":
         return True
     if kind == "tensor":
-        return state["dtype"] == "uint8"
-    if kind == "dtype":
-        if step.dtype is None or (step.from_uint8 and state["dtype"] != "uint8"):
+        if state["dtype"] != "uint8":
             return False
-        target = _dtype_name(step.dtype)
+        # v2's ToImage makes a tv_tensors.Image, the others a plain tensor:
+        # a ToDtype with a dtype per type takes that type's entry.
+        state["image"] = "image" if step.name == "ToImage" else "tensor"
+        return True
+    if kind == "dtype":
+        dtype = step.dtype
+        if step.per_type:
+            if "image" not in state:
+                return False  # on a PIL image: v2's ToDtype leaves it
+            dtype = dict(step.per_type)[state["image"]]
+            if dtype is None:
+                return True  # v2 leaves the image as it is
+        if dtype is None or (step.from_uint8 and state["dtype"] != "uint8"):
+            return False
+        target = _dtype_name(dtype)
         if target == "uint8":
             return state["dtype"] == "uint8"
         if target not in _FLOAT_DTYPES:
@@ -194,8 +206,9 @@ def _erase(plan: _Plan, step: _steps.Erase) -> Optional[str]:
 
 
 def _convert(plan: _Plan, step: _steps.Convert) -> Optional[str]:
-    """An output conversion, after the geometry and before output ops."""
-    geometric = plan.sized
+    """An output conversion, after the geometry and before output ops (or
+    to a uint8 tensor first, which geometry may follow: _tensor_geometry)."""
+    geometric = plan.sized or (step.kind == "tensor" and not plan.names)
     if not geometric or plan.erased or not fold(step, plan.out):
         if plan.erased and geometric:
             return f"{step.name} after RandomErasing"
@@ -233,17 +246,18 @@ def _place(plan: _Plan, step: Step) -> bool:
         and plan.crop is None
         and plan.rcrop is None
         and not plan.box
-        and not plan.flipped
-        and not plan.vflipped
+        and (not (plan.flipped or plan.vflipped) or _mirrors(plan, step))
         and not plan.ops
     ):
-        # (After a flip, an odd margin would put the crop one column off:
-        # torchvision rounds the left edge, not the mirrored one; a random
-        # window is drawn on the unflipped image.)
+        # (After a flip, an odd margin would put a centre crop one column
+        # off: torchvision rounds the left edge, not the mirrored one.)
         if isinstance(step, _steps.CenterCrop):
             plan.crop, plan.fill = step.size, step.fill
         else:
-            plan.rcrop = step.fields
+            fields = _crop_fields(plan, step)
+            if fields is None:
+                return False
+            plan.rcrop = fields
     elif isinstance(step, _steps.ResizedCrop) and not plan.geometric and not flipped:
         h, w = step.size
         plan.box = {
@@ -258,6 +272,34 @@ def _place(plan: _Plan, step: Step) -> bool:
     else:
         return False
     return True
+
+
+def _crop_fields(plan: _Plan, step: _steps.RandomCrop) -> Optional[dict]:
+    """A RandomCrop's spec fields, its constant fill the entry of the
+    image's type where a conversion came before (v2's fill per type); None
+    where that entry is refused."""
+    image = plan.out.get("image")
+    if image is None or not step.fills:
+        return step.fields
+    rgb = dict(step.fills)[image]
+    if rgb is None:
+        return None
+    return {**step.fields, "fill_r": rgb[0], "fill_g": rgb[1], "fill_b": rgb[2]}
+
+
+def _mirrors(plan: _Plan, step: Step) -> bool:
+    """Whether a RandomCrop after the flips so far gives what the core's
+    crop then flip gives (the segmentation presets flip before their
+    crop): its padding is the same on both sides of each flipped axis
+    (pad_if_needed's is), and its window, drawn uniformly, is as likely
+    at any offset of the flipped image as at its mirror of the unflipped
+    one. A CenterCrop is not: its rounding is not mirrored."""
+    if not isinstance(step, _steps.RandomCrop):
+        return False
+    f = step.fields
+    if plan.flipped and f["pad_left"] != f["pad_right"]:
+        return False
+    return not (plan.vflipped and f["pad_top"] != f["pad_bottom"])
 
 
 def _flip(plan: _Plan, step: Step) -> bool:
@@ -290,6 +332,28 @@ def _flip_converted(plan: _Plan, step: Step) -> bool:
     )
 
 
+def _tensor_geometry(plan: _Plan, step: Step) -> bool:
+    """Whether a geometric step may follow the conversion: while that is
+    only to a uint8 tensor (ToImage, PILToTensor: the segmentation
+    presets convert first), torchvision's crops, pads and flips move the
+    same pixels as on the PIL image, and its antialiased bilinear resize of
+    a uint8 tensor is Pillow's within 1 LSB; its nearest and bicubic are
+    not Pillow's, and a colour op is not either."""
+    out = plan.out
+    if (
+        out["dtype"] != "uint8"
+        or out["mul"] != [1.0] * 3
+        or out["add"] != [0.0] * 3
+        or plan.ops
+        or plan.erased
+    ):
+        return False
+    if isinstance(step, (_steps.Resize, _steps.ResizedCrop)):
+        bilinear = _core.INTERPOLATIONS.index("bilinear")
+        return step.filter == bilinear and not step.filter_random
+    return isinstance(step, (_steps.CenterCrop, _steps.RandomCrop, _steps.Flip))
+
+
 def _fuse(plan: _Plan, step: Step) -> Optional[str]:
     """Fuses step into plan: None, or why it cannot be fused after the
     steps before it (plan is then as it was)."""
@@ -299,7 +363,11 @@ def _fuse(plan: _Plan, step: Step) -> Optional[str]:
         return _erase(plan, step)
     if isinstance(step, _steps.Convert):
         return _convert(plan, step)
-    if plan.converted and not _flip_converted(plan, step):
+    if (
+        plan.converted
+        and not _flip_converted(plan, step)
+        and not _tensor_geometry(plan, step)
+    ):
         return f"{step.name} after the conversion to a tensor"
     if isinstance(step, _steps.Ops):
         return _augment(plan, step)

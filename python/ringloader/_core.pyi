@@ -264,6 +264,23 @@ def plan_keypoints(
     """float64 keypoints (N, 2) mapped as plan_boxes maps boxes (never
     clamped)."""
 
+def plan_maps(
+    spec: _TransformSpec,
+    width: int,
+    height: int,
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int = 0,
+) -> Tuple[bytes, bytes]:
+    """The index maps of the geometry plan_boxes maps through: (row_map,
+    col_map), int32 bytes of the output canvas' height and width, each the
+    input row or column that output pixel comes from (-1: padding, the
+    fill). mask[row_map][:, col_map] is torchvision's v2 functional ops on
+    a tv_tensors.Mask with the plan's parameters (nearest resize as torch
+    picks it, crops, padding in the window's mode, flips): what
+    mask_from_polygons, mask_from_rle and mask_from_png take."""
+
 def boxes_convert(boxes: Buffer, old_format: str, new_format: str, /) -> bytes:
     """convert_bounding_box_format on float64 boxes (N, 4)."""
 

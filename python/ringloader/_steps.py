@@ -122,9 +122,12 @@ class RandomCrop(Step):
     """A window after padding: torchvision's RandomCrop (``fields`` from
     ``adapt.torchvision_pad.random_crop_fields``) or, with the C spec's ``window`` field,
     timm's CenterCropOrPad or RandomCropOrPad; ``fields`` are the C
-    spec's."""
+    spec's. ``fills``: a v2 fill per type's constant for an image converted
+    before the crop ((kind, (r, g, b) or None) by the conversion's
+    ``image`` kind; ``fields`` hold the PIL image's)."""
 
     fields: dict
+    fills: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -163,10 +166,14 @@ class Convert(Step):
     only from uint8), "pure" (a tensor stays one), "dtype" (to ``dtype``,
     scaling 0..255 to 0..1 when ``scale``; ``dtype`` None: not fusable;
     ``from_uint8``: only from a uint8 image, as ToTensor) or "normalize"
-    (``mean``, ``std``; ``inplace`` is not fused)."""
+    (``mean``, ``std``; ``inplace`` is not fused). ``per_type``: v2's
+    ToDtype with a dtype per type, the image's entry by the type the
+    conversion before made ((("image", d), ("tensor", d)): a
+    tv_tensors.Image's, a plain tensor's; d None leaves it)."""
 
     kind: str
     dtype: Optional[str] = None
+    per_type: tuple = ()
     scale: bool = False
     from_uint8: bool = False
     mean: Any = None

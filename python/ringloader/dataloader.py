@@ -45,6 +45,7 @@ from .datasets.mds import mds_hint
 from .datasets.timmdata import readable
 from .datasets.composed import Composed, UnreadableComposition, leaves_of, resolve
 from .datasets.detection_batch import detection_of, detection_reason
+from .datasets.segmentation_batch import segmentation_of, segmentation_reason
 from ._gpu import open_gpu
 from .errors import FallbackWarning
 from .loader import Loader
@@ -105,7 +106,11 @@ def _fusable_leaf(dataset: Any) -> Optional[str]:
 
 
 def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
-    reason = _fusable_dataset(dataset) or detection_reason(leaves_of(dataset), kwargs)
+    reason = (
+        _fusable_dataset(dataset)
+        or detection_reason(leaves_of(dataset), kwargs)
+        or segmentation_reason(leaves_of(dataset), kwargs)
+    )
     if reason:
         return reason
     if kwargs.get("worker_init_fn") is not None:
@@ -430,6 +435,9 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         self.timeout = timeout
         self.collate_fn = collate_fn if collate_fn is not None else default_collate
         self._collate = collate_fn if _custom_collate(collate_fn) else None
+        if self._collate is None and segmentation_of(self._data) is not None:
+            # (image, mask) items: default_collate's [images, masks].
+            self._collate = default_collate
         self.worker_init_fn = worker_init_fn
         self.multiprocessing_context = multiprocessing_context  # torch checks it
         self.generator = generator
@@ -488,10 +496,16 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         n = len(taken.idx)
         data = self._data
         det = detection_of(data.leaves if isinstance(data, Composed) else [data])
+        spec = self._plans[0].compiled.spec
         if det is not None:  # a wrapped CocoDetection: (image, target) items
-            spec = self._plans[0].compiled.spec
             items = det.batch(src, views[0], taken, spec, self.seed, self.on_error)
             return self._collate(items)
+        seg = segmentation_of(self._data)
+        if seg is not None:  # a wrapped VOCSegmentation: (image, mask) items
+            skip = self.on_error == "skip"
+            return seg.collated(
+                self._collate, src, views[0], taken, spec, self.seed, skip
+            )
         images = [
             [v[k] for v in views] if self._multi else views[0][k] for k in range(n)
         ]

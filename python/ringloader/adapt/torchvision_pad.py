@@ -49,15 +49,37 @@ def _padding(t: Any) -> tuple[int, int, int, int]:
     return left, top, right, bottom
 
 
-def _pil_fill(fill: Any) -> Any:
-    """The fill torchvision v2 gives a PIL image from its per-type dict: the
-    entry of PIL's Image class (what a dataset's ``convert("RGB")``
-    returns), else "others", else none (0)."""
-    from PIL import Image
+def _pil_fill(fill: Any, cls: Any = None) -> Any:
+    """The fill torchvision v2 gives an image of class ``cls`` from its
+    per-type dict: that class's entry (by default PIL's Image, what a
+    dataset's ``convert("RGB")`` returns), else "others", else none
+    (0)."""
+    if cls is None:
+        from PIL import Image
 
-    if Image.Image in fill:
-        return fill[Image.Image]
+        cls = Image.Image
+    if cls in fill:
+        return fill[cls]
     return fill.get("others")
+
+
+def tensor_fills(t: Any) -> tuple:
+    """A v2 RandomCrop's constant fill for an image converted before it:
+    (("image", rgb), ("tensor", rgb)) from its per-type dict, the
+    entries of tv_tensors.Image and of a plain tensor (rgb None where
+    refused); () where the fill is one for all types."""
+    if not isinstance(getattr(t, "fill", None), dict):
+        return ()
+    import torch
+    from torchvision import tv_tensors
+
+    out = []
+    for kind, cls in (("image", tv_tensors.Image), ("tensor", torch.Tensor)):
+        try:
+            out.append((kind, _fill_rgb(_pil_fill(t.fill, cls))))
+        except UnsupportedTransform:
+            out.append((kind, None))
+    return tuple(out)
 
 
 def _fill_rgb(fill: Any) -> tuple[int, int, int]:

@@ -27,7 +27,7 @@ from .._steps import (
 )
 from ..errors import UnsupportedTransform
 from . import torchvision_ops
-from .torchvision_pad import random_crop_fields
+from .torchvision_pad import random_crop_fields, tensor_fills
 
 # What a resize's interpolation may be called (InterpolationMode's values,
 # Pillow's int codes) -> the place stage's filter (_core.INTERPOLATIONS).
@@ -142,7 +142,8 @@ def _geometry(t: Any, resize_filter: Callable[[Any], int]) -> Step:
     if name == "CenterCrop":
         return CenterCrop(name, pair(size_of(t), "CenterCrop"))
     if name == "RandomCrop":
-        return RandomCrop(name, random_crop_fields(t, pair(size_of(t), "RandomCrop")))
+        fields = random_crop_fields(t, pair(size_of(t), "RandomCrop"))
+        return RandomCrop(name, fields, fills=tensor_fills(t))
     if name == "RandomHorizontalFlip":
         return Flip(name, float(t.p))
     if name == "RandomVerticalFlip":

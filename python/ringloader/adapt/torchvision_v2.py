@@ -1,6 +1,6 @@
 """torchvision's ``transforms.v2`` classes as neutral steps: its own
 conversions (ToImage, ToPureTensor, ToDtype, with v2's per-type dtypes
-not fused) and, for the classes v1 has too, ``torchvision_v1``'s
+the image's entry) and, for the classes v1 has too, ``torchvision_v1``'s
 descriptions (the same attributes; v2's RandomCrop pads once and its
 fills may be per type: ``torchvision_pad`` tells them apart)."""
 
@@ -30,9 +30,10 @@ def describe(t: Any) -> Step:
         return Convert(name, "pure")
     if name == "ToDtype":
         dtype = getattr(t, "dtype", None)
+        scale = bool(getattr(t, "scale", False))
         if isinstance(dtype, dict):
-            dtype = None  # per-type dtypes
-        return Convert(name, "dtype", dtype, scale=bool(getattr(t, "scale", False)))
+            return _per_type(t, dtype, scale)
+        return Convert(name, "dtype", dtype, scale=scale)
     drawn = _DRAWN_RESIZES.get(name)
     if drawn is not None:
         try:
@@ -41,6 +42,27 @@ def describe(t: Any) -> Step:
             return Unfused(name, str(e), geometry=True)
         return drawn(t, name, filt)
     return torchvision_v1.describe(t)  # ToTensor, PILToTensor, the rest
+
+
+def _per_type(t: Any, dtypes: dict, scale: bool) -> Step:
+    """ToDtype({type: dtype, ..., "others": dtype}): the image's entry, a
+    tv_tensors.Image's or a plain tensor's (else "others"), chosen by the
+    compiler from the conversion before it; the other types' entries
+    (masks, boxes) are not the pixels' (a segmentation sample's mask runs
+    the step itself)."""
+    import torch
+    from torchvision import tv_tensors
+
+    name = type(t).__name__
+    entries = []
+    for kind, cls in (("image", tv_tensors.Image), ("tensor", torch.Tensor)):
+        if cls in dtypes:
+            entries.append((kind, dtypes[cls]))
+        elif "others" in dtypes:
+            entries.append((kind, dtypes["others"]))
+        else:  # torchvision raises for such an image
+            return Unfused(name, f"{name}: no dtype for the image and no 'others'")
+    return Convert(name, "dtype", None, scale=scale, per_type=tuple(entries))
 
 
 def _random_resize(t: Any, name: str, filt: int) -> Step:

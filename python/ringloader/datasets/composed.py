@@ -29,6 +29,7 @@ from . import targets as _targets
 from .base import Remote, Sources, provides_sources, sources_of
 from .cache import StringBlob, join_blobs
 from .detection_batch import NotNative, detection_stand_in
+from .segmentation_batch import segmentation_stand_in
 from .remote_parts import objects_of
 from .timmdata import readable
 
@@ -42,11 +43,12 @@ class UnreadableComposition(TypeError):
 
 def _leaf(dataset: Any) -> Any:
     """What the loader reads for a dataset of files: a wrapped
-    CocoDetection's images and tables (:mod:`.detection_batch`), else
-    the dataset. UnreadableComposition for a detection dataset that is not
-    read natively, with the reason."""
+    CocoDetection's images and tables (:mod:`.detection_batch`), a wrapped
+    VOCSegmentation's (:mod:`.segmentation_batch`), else the dataset.
+    UnreadableComposition for a detection or segmentation dataset that is
+    not read natively, with the reason."""
     try:
-        return detection_stand_in(dataset)
+        return segmentation_stand_in(detection_stand_in(dataset))
     except NotNative as e:
         raise UnreadableComposition(str(e)) from None
 

@@ -337,9 +337,10 @@ def detection_stand_in(dataset: Any) -> Any:
         if tables is None:
             return dataset
         kept["_ringloader_tables"] = tables
+    if tables.kind == "voc_segmentation":
+        return dataset  # segmentation_batch.segmentation_stand_in reads it
     if tables.kind != "coco":
-        name = {"voc_detection": "VOCDetection"}.get(tables.kind, "VOCSegmentation")
-        raise NotNative(f"{name} is not read natively yet (only CocoDetection)")
+        raise NotNative("VOCDetection is not read natively yet (only CocoDetection)")
     if not tables.wrapped:
         raise NotNative(
             "a CocoDetection not wrapped by wrap_dataset_for_transforms_v2 gives "

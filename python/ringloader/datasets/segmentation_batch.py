@@ -1,0 +1,335 @@
+"""A semantic segmentation dataset as the loader reads it: torchvision's
+``VOCSegmentation`` wrapped by ``wrap_dataset_for_transforms_v2`` (what the
+segmentation reference builds), seen as its image files (decoded, resized,
+cropped, flipped and converted in C: the dataset's transforms fused whole)
+and, per batch, each sample's mask taken from its PNG in C
+(``_core.mask_from_png``) through the index maps of the sample's own plan
+(``_core.plan_maps``: same seed, epoch and key as its pixels).
+
+The dataset's ``transforms`` (a v2 ``Compose``, or the reference's preset
+class whose ``__call__(img, target)`` only returns ``self.transforms(img,
+target)``) must be steps the compiler fuses and the maps follow: the
+geometry (``Resize``, ``RandomResize``, ``RandomHorizontalFlip``,
+``RandomCrop`` padding with a constant, ``CenterCrop``) and conversions
+(``ToImage``, ``PILToTensor``, ``ToDtype``, also with a dtype per type,
+``Normalize``, ``ToPureTensor``). The mask is a ``tv_tensors.Mask`` (uint8,
+its padding the crop's fill for masks) that the conversions then run on,
+the user's own objects (``ToDtype``'s int64 entry, ``ToPureTensor``), as
+the Compose would. Any other step, the references' ``PadIfSmaller``
+among them, raises :class:`~.detection_batch.NotNative` naming it, and
+``ringloader.DataLoader`` falls back to torch's DataLoader with that reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from . import base, detection_batch
+
+NotNative = detection_batch.NotNative
+
+__all__ = ["SegmentationImages", "segmentation_of", "segmentation_stand_in"]
+__all__ += ["segmentation_reason"]
+
+_GEOMETRY = (
+    "Resize",
+    "RandomResize",
+    "RandomHorizontalFlip",
+    "RandomCrop",
+    "CenterCrop",
+)
+_CONVERSIONS = ("ToImage", "PILToTensor", "ToDtype", "Normalize", "ToPureTensor")
+
+
+def _steps(transforms: Any) -> list:
+    """The v2 steps of the wrapped dataset's ``transforms``, in order: the
+    reference's preset class opened (``adapt.pair_wrapped``), then its
+    Compose, nested ones too (``adapt.flatten``)."""
+    from torchvision.transforms import v2
+
+    from ..adapt import flatten, pair_wrapped
+
+    while transforms is not None and pair_wrapped(transforms) is not None:
+        transforms = pair_wrapped(transforms)
+    if transforms is not None and not isinstance(transforms, v2.Compose):
+        kind = type(transforms).__name__
+        raise NotNative(
+            f"the wrapped VOCSegmentation: its transforms is a {kind}, not a "
+            "torchvision.transforms.v2.Compose"
+        )
+    return flatten(transforms)
+
+
+def _why_step(t: Any) -> Optional[str]:
+    """Why the step ``t`` is not followed on a segmentation mask, or None."""
+    name = type(t).__name__
+    v2 = type(t).__module__.startswith("torchvision.transforms.v2")
+    if name == "PadIfSmaller":
+        return (
+            "PadIfSmaller (the segmentation reference's pad to the right and "
+            "bottom) is not fused; v2.RandomCrop(size, pad_if_needed=True, "
+            'fill={tv_tensors.Mask: 255, "others": 0}) is'
+        )
+    if not v2 or name not in _GEOMETRY + _CONVERSIONS:
+        return (
+            f"{name} is not followed on a segmentation mask (natively: "
+            "ToImage, Resize, RandomResize, RandomHorizontalFlip, RandomCrop, "
+            "ToDtype, Normalize, ToPureTensor)"
+        )
+    if name == "RandomCrop" and getattr(t, "padding_mode", "constant") != "constant":
+        return f"RandomCrop(padding_mode={t.padding_mode!r}) on a segmentation mask"
+    return None
+
+
+def _mask_fill(t: Any) -> int:
+    """The value a crop pads a mask with: its fill's entry for
+    tv_tensors.Mask, else "others", else 0 (v2's default)."""
+    from torchvision import tv_tensors
+
+    fill = getattr(t, "fill", 0)
+    if isinstance(fill, dict):
+        fill = fill.get(tv_tensors.Mask, fill.get("others", 0))
+    if fill is None:
+        fill = 0
+    if isinstance(fill, (list, tuple)) and len(fill) == 1:
+        fill = fill[0]
+    if isinstance(fill, float) and fill.is_integer():
+        fill = int(fill)
+    if not isinstance(fill, int) or not 0 <= fill <= 255:
+        raise NotNative(
+            f"{type(t).__name__}(fill={getattr(t, 'fill', None)!r}): a mask's fill "
+            "must be one integer 0-255"
+        )
+    return fill
+
+
+class SegmentationImages:
+    """What the loader reads for a wrapped VOCSegmentation: its image files
+    (``ringloader_sources``, each sample's target its row in the tables),
+    the fused ``transform`` and, per batch, :meth:`batch`."""
+
+    target_transform = None  # the mask is the target: no transform of its own
+    _given: Any = None
+    _head: Any = None
+
+    def __init__(self, wrapper: Any, tables: Any) -> None:
+        self.wrapper, self.tables = wrapper, tables
+        self._split()
+
+    def _split(self) -> None:
+        """Reads the wrapper's transforms again where they changed."""
+        given = object.__getattribute__(self.wrapper, "transforms")
+        if given is not self._given or self._head is None:
+            self._read(given)
+
+    def _read(self, given: Any) -> None:
+        """The fused transform, the mask's fill and its conversions, whether
+        the plan draws and the image's type, from the transforms ``given``;
+        NotNative where they are not followed."""
+        from torchvision import tv_tensors
+        from torchvision.transforms import v2
+
+        from ..transforms import UnsupportedTransform, compile_transform
+
+        steps = _steps(given)
+        for t in steps:
+            why = _why_step(t)
+            if why is not None:
+                raise NotNative(f"the wrapped VOCSegmentation: {why}")
+        head = v2.Compose(steps)
+        try:
+            compiled = compile_transform(head, varying=True)
+        except UnsupportedTransform as e:
+            raise NotNative(f"the wrapped VOCSegmentation's transforms: {e}") from None
+        if compiled.reason:
+            raise NotNative(
+                f"the wrapped VOCSegmentation's transforms: {compiled.reason} "
+                "(a segmentation sample's transforms are fused whole)"
+            )
+        crops = [t for t in steps if type(t).__name__ in ("RandomCrop", "CenterCrop")]
+        self._fill = _mask_fill(crops[-1]) if crops else 0
+        self._mask_steps = [t for t in steps if type(t).__name__ in _CONVERSIONS]
+        image_type = None
+        for t in steps:
+            if isinstance(t, v2.ToImage):
+                image_type = tv_tensors.Image
+            elif isinstance(t, (v2.PILToTensor, v2.ToPureTensor)):
+                image_type = None
+        self._image_type = image_type
+        self._given, self._head = given, head
+
+    @property
+    def transform(self) -> Any:
+        """The dataset's transforms as one Compose, the pixels' part (the
+        same object while the transforms are)."""
+        self._split()
+        return self._head
+
+    def __len__(self) -> int:
+        return len(self.tables.paths)
+
+    def ringloader_sources(self) -> base.Sources:
+        """The images' paths; each sample's target its row of the tables."""
+        rows = np.arange(len(self), dtype=np.int64)
+        return base.Sources(paths=self.tables.paths, targets=rows)
+
+    def describe(self, index: int) -> str:
+        return str(self.tables.paths[index])
+
+    def collated(
+        self,
+        collate: Any,
+        src: Any,
+        images: Any,
+        taken: Any,
+        spec: Any,
+        seed: int,
+        skip: bool,
+    ) -> Any:
+        """``collate`` on the batch's items (:meth:`batch`); torch's
+        ``default_collate`` gives ``[images, masks]``, the images the
+        pipeline's stacked batch where it has one (fixed sizes)."""
+        from torch.utils.data import default_collate
+
+        items, kept = self.batch(src, images, taken, spec, seed, skip)
+        if collate is not default_collate or isinstance(images, list):
+            return collate(items)
+        stacked = images if len(kept) == len(taken.idx) else images[kept]
+        return [stacked, default_collate([mask for _, mask in items])]
+
+    def batch(
+        self, src: Any, images: Any, taken: Any, spec: Any, seed: int, skip: bool
+    ) -> tuple[list[tuple[Any, Any]], list[int]]:
+        """(the batch's ``(image, mask)`` items as indexing the wrapped
+        dataset gives them, the positions they hold): ``images`` the
+        batch's images (a tensor or a list, one a position), ``taken`` the
+        batch as the pipeline gave it (indices, random keys, epoch),
+        ``spec`` the fused transform's, ``skip``: a sample whose mask
+        cannot be read is left out with a warning rather than raised."""
+        from .. import _core
+        from . import targets as _targets
+
+        items, kept = [], []
+        for k, i in enumerate(taken.idx):
+            # a replacement's index and key are its own (the core's report)
+            row = int(_targets.item(src.targets, int(i)))
+            try:
+                mask = self._mask(
+                    _core, row, spec, seed, taken.epoch, int(taken.keys[k])
+                )
+            except ValueError as e:
+                if not skip:
+                    raise
+                import warnings
+
+                from ..errors import DataWarning
+
+                text = f"ringloader: skipped a sample whose mask cannot be read ({e})"
+                warnings.warn(text, DataWarning, stacklevel=3)
+                continue
+            for step in self._mask_steps:
+                mask = step(mask)
+            image = images[k]
+            if self._image_type is not None:
+                image = image.as_subclass(self._image_type)
+            items.append((image, mask))
+            kept.append(k)
+        return items, kept
+
+    def _mask(
+        self, _core: Any, row: int, spec: Any, seed: int, epoch: int, key: int
+    ) -> Any:
+        """Image ``row``'s mask through its plan's maps, a uint8
+        tv_tensors.Mask (1, h, w) as the wrapper makes it; ValueError
+        naming the file."""
+        import torch
+        from torchvision import tv_tensors
+
+        path = self.tables.mask_paths[row]
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            mh, mw = _core.png_mask_size(data)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: the mask cannot be read: {e}") from None
+        h, w = self._image_size(row)
+        if (mh, mw) != (h, w):
+            raise ValueError(
+                f"{path}: the mask is {mh}x{mw} (height x width) but its image "
+                f"{self.tables.paths[row]} is {h}x{w}"
+            )
+        rows, cols = (
+            np.frombuffer(m, np.int32)
+            for m in _core.plan_maps(spec, w, h, seed, epoch, key)
+        )
+        try:
+            raw = _core.mask_from_png(data, rows, cols, self._fill)
+        except ValueError as e:
+            raise ValueError(f"{path}: the mask cannot be read: {e}") from None
+        out = np.frombuffer(raw, np.uint8).reshape(1, len(rows), len(cols))
+        return tv_tensors.Mask(torch.from_numpy(out.copy()))
+
+    def _image_size(self, row: int) -> tuple[int, int]:
+        """(height, width) of image ``row`` from its header (once: kept in
+        the tables' sizes); ValueError naming the file."""
+        sizes = self.tables.sizes
+        if int(sizes[row][0]) < 0:
+            from PIL import Image
+
+            path = self.tables.paths[row]
+            try:
+                with Image.open(path) as im:
+                    w, h = im.size
+            except OSError as e:
+                raise ValueError(f"{path}: the image cannot be read: {e}") from None
+            sizes[row] = (h, w)
+        return int(sizes[row][0]), int(sizes[row][1])
+
+
+def segmentation_stand_in(dataset: Any) -> Any:
+    """A :class:`SegmentationImages` for a VOCSegmentation whose tables
+    :func:`.detection_batch.detection_stand_in` made and kept on it (made
+    once per dataset), else ``dataset``. :class:`NotNative` where it is
+    not wrapped by ``wrap_dataset_for_transforms_v2`` or its transforms
+    are not followed."""
+    if isinstance(dataset, SegmentationImages):
+        return dataset
+    kept = getattr(dataset, "__dict__", {})
+    tables = kept.get("_ringloader_tables")
+    if tables is None or tables.kind != "voc_segmentation":
+        return dataset
+    out = kept.get("_ringloader_segmentation")
+    if out is None:
+        if not tables.wrapped:
+            raise NotNative(
+                "a VOCSegmentation not wrapped by wrap_dataset_for_transforms_v2 "
+                "gives PIL masks, which are not read natively"
+            )
+        out = kept["_ringloader_segmentation"] = SegmentationImages(dataset, tables)
+    out._split()  # the transforms as they are now
+    return out
+
+
+def segmentation_of(data: Any) -> Optional[SegmentationImages]:
+    """The wrapped VOCSegmentation a loader reads (``data``: what it
+    resolved, a dataset or a composition's ``leaves``), or None."""
+    leaves = getattr(data, "leaves", None) or [data]
+    return leaves[0] if isinstance(leaves[0], SegmentationImages) else None
+
+
+def segmentation_reason(leaves: list, options: dict) -> Optional[str]:
+    """Why the datasets ``leaves``, with a wrapped VOCSegmentation among
+    them, are not read natively with the DataLoader's ``options``, or
+    None."""
+    mine = any(isinstance(leaf, SegmentationImages) for leaf in leaves)
+    why = {
+        "a ConcatDataset of segmentation datasets is not read natively yet": (
+            len(leaves) > 1
+        ),
+        "a segmentation dataset is read natively with layout='NCHW' only": (
+            options.get("layout", "NCHW") != "NCHW"
+        ),
+    }
+    return next((text for text, refused in why.items() if mine and refused), None)

@@ -290,6 +290,22 @@ def _flip_converted(plan: _Plan, step: Step) -> bool:
     )
 
 
+def _geometry_on_uint8(plan: _Plan, step: Step) -> bool:
+    """Whether geometry may follow a conversion: one to a uint8 tensor
+    alone (ToImage, PILToTensor: the values as they were), with nothing
+    but geometry and flips after it so far (torchvision's detection
+    presets convert first). Crops, padding and flips move the same pixels
+    on a tensor; torchvision's antialiased bilinear and bicubic resize of
+    a uint8 tensor is Pillow's within 1 LSB, its nearest picks other
+    pixels (floor(dst * in / out), not the centre's): not fused."""
+    if plan.out["dtype"] != "uint8" or plan.ops or plan.erased:
+        return False
+    if isinstance(step, (_steps.Resize, _steps.ResizedCrop)):
+        nearest = _core.INTERPOLATIONS.index("nearest")
+        return step.filter != nearest
+    return isinstance(step, (_steps.CenterCrop, _steps.RandomCrop, _steps.Flip))
+
+
 def _fuse(plan: _Plan, step: Step) -> Optional[str]:
     """Fuses step into plan: None, or why it cannot be fused after the
     steps before it (plan is then as it was)."""
@@ -299,7 +315,11 @@ def _fuse(plan: _Plan, step: Step) -> Optional[str]:
         return _erase(plan, step)
     if isinstance(step, _steps.Convert):
         return _convert(plan, step)
-    if plan.converted and not _flip_converted(plan, step):
+    if (
+        plan.converted
+        and not _flip_converted(plan, step)
+        and not _geometry_on_uint8(plan, step)
+    ):
         return f"{step.name} after the conversion to a tensor"
     if isinstance(step, _steps.Ops):
         return _augment(plan, step)

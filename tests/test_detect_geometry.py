@@ -230,3 +230,28 @@ def test_resize_alone_keeps_the_sizes_of_the_images(coco):
         same_target(target, want)
     assert len(items) == len(ds)
     assert np.unique([tuple(im.shape) for im, _ in items], axis=0).shape[0] > 1
+
+
+def test_the_size_is_read_from_the_header_where_the_output_hides_it(tmp_path):
+    """A resize hides the decoded size: each image's header is read once;
+    an images entry without a size takes it, one that differs is refused
+    naming the file."""
+    data = coco_json(6, 3)
+    image = data["images"][2]
+
+    def edit(data):
+        del data["images"][0]["height"], data["images"][0]["width"]
+        image["width"] += 2
+        data["annotations"] = [
+            a
+            for a in data["annotations"]
+            if a["image_id"] != image["id"] or isinstance(a["segmentation"], list)
+        ]
+
+    ds = wrapped_coco(tmp_path, data, multiscale_preset(), KEYS, edit)
+    loader = fused(ds, batch_size=2, collate_fn=collate_fn)
+    batches = iter(loader)
+    _, targets = next(batches)  # the entry without a size: from the header
+    assert targets[0]["image_id"] == data["images"][0]["id"]
+    with pytest.raises(ValueError, match=f"{image['file_name']}: the image is"):
+        next(batches)

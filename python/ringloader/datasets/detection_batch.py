@@ -188,6 +188,7 @@ class DetectionImages:
         self._head: Any = None
         self._tail: list = []
         self._moves = False
+        self._sized = False  # a resize or crop: the output hides the size
         self._mask_fill = 0
         self._image_type: Any = None
         # Whether each image's header was read (its size checked against
@@ -216,6 +217,10 @@ class DetectionImages:
         self._tail = again + tail
         geometry = _kinds()[0]
         self._moves = any(isinstance(t, geometry) for t in head)
+        flips = (v2.RandomHorizontalFlip, v2.RandomVerticalFlip)
+        self._sized = any(
+            isinstance(t, geometry) and not isinstance(t, flips) for t in head
+        )
         crops = [_mask_fill(t) for t in head if type(t) is v2.RandomCrop]
         self._mask_fill = crops[0] if crops else 0
         to_image = any(isinstance(t, v2.ToImage) for t in head)
@@ -255,12 +260,13 @@ class DetectionImages:
         from . import targets as _targets
 
         rows = [_targets.item(src.targets, int(i)) for i in taken.idx]
-        if not self._moves:
-            for image, r in zip(images, rows):
+        for image, r in zip(images, rows):
+            if self._sized:
+                self._read_size(r)
+            else:  # flips at most: the decoded size
                 self._check_size(r, image.shape[-2], image.shape[-1])
+        if not self._moves:
             return self.items(images, rows)
-        for r in rows:
-            self._read_size(r)
         plans = [(spec, seed, taken.epoch, int(k)) for k in taken.keys]
         return self.items(images, rows, plans)
 

@@ -383,13 +383,20 @@ def test_an_image_max_size_leaves_no_row_is_that_samples_error():
 # ---- geometry after ToImage (torchvision's detection presets) ----
 
 
-@pytest.mark.parametrize("crop", [False, True])
+@pytest.mark.parametrize("crop", [False, "bilinear", "bicubic"])
 def test_geometry_after_to_image_is_torchvisions_tensor_path(files, crop):
     """A resize, crop and flip after ToImage run on a uint8 tensor in
-    torchvision (its antialiased resize); fused, the pixels are within the
-    same bounds of it."""
+    torchvision (its antialiased resize, bilinear or bicubic); fused, the
+    pixels are within the same bounds of it."""
+    mode = v2.InterpolationMode.BICUBIC if crop == "bicubic" else None
     geometry = (
-        [v2.RandomResizedCrop(20, scale=(0.3, 1.0))]
+        [
+            v2.RandomResizedCrop(
+                20,
+                scale=(0.3, 1.0),
+                interpolation=mode or v2.InterpolationMode.BILINEAR,
+            )
+        ]
         if crop
         else [v2.RandomShortestSize([16, 24, 28], 40)]
     )
@@ -403,7 +410,8 @@ def test_geometry_after_to_image_is_torchvisions_tensor_path(files, crop):
         x = v2.ToImage()(pil)
         if crop:
             box = [int(p[k]) for k in ("y", "x", "h", "w")]
-            want = F.resized_crop(x, *box, [20, 20], antialias=True)
+            kw = {"interpolation": mode} if mode else {}
+            want = F.resized_crop(x, *box, [20, 20], antialias=True, **kw)
         else:
             want = F.resize(x, [p["vh"], p["vw"]], antialias=True)
         want = F.horizontal_flip(want) if p["flip"] else want

@@ -5,7 +5,7 @@ each recipe, each round's ratio the quotient of that round's rates and
 the reported ratio their median, and
 ringloader running natively exactly where its front door raised no
 FallbackWarning: the eval and hflip presets, masks or not, and the
-segmentation train preset."""
+multiscale preset and the segmentation train preset."""
 
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ pytest.importorskip("pycocotools")
 RECIPES = "eval hflip hflip+masks multiscale ssdlite ssd lsj segmentation".split()
 # What each fell-back recipe's warning names as the reason.
 UNMAPPED = {
-    "multiscale": "RandomShortestSize",
     "ssdlite": "RandomIoUCrop",
-    "ssd": "RandomPhotometricDistort",
+    "ssd": "RandomZoomOut",
     "lsj": "ScaleJitter",
 }
 
@@ -74,4 +73,4 @@ def test_native_exactly_where_no_fallback_warning(quick):
             assert UNMAPPED[recipe] in reason, (recipe, reason)
             assert "read_ms_per_image" not in r
             assert f"- {recipe}: {reason}" in proc.stdout
-    assert native == ["eval", "hflip", "hflip+masks", "segmentation"]
+    assert native == ["eval", "hflip", "hflip+masks", "multiscale", "segmentation"]

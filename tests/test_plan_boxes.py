@@ -367,6 +367,25 @@ def test_boxes_follow_the_plan(case):
 
 
 @pytest.mark.parametrize("case", list(CASES))
+def test_int64_boxes_follow_the_plan(case):
+    """``whole``: boxes of an integer dtype, as torchvision keeps them
+    (each resize's float32 product truncated), exactly."""
+    resized = 0
+    for spec, w, h, index, view, p, rng in draws(case, 120):
+        boxes = np.floor(random_xyxy(rng, 12, h, w))
+        out, size = _core.plan_boxes(
+            spec, w, h, SEED, 0, index, view, boxes, "XYXY", True
+        )
+        got = np.frombuffer(out, dtype=np.float64).reshape(-1, 4)
+        t = reference(spec, p, tv(boxes, "XYXY", h, w, torch.int64))
+        assert tuple(t.canvas_size) == size
+        assert t.dtype == torch.int64
+        assert np.array_equal(got, t.as_subclass(torch.Tensor).double().numpy())
+        resized += size != (h, w)
+    assert resized > 20 or case == "v2_center_alone"
+
+
+@pytest.mark.parametrize("case", list(CASES))
 def test_keypoints_follow_the_plan(case):
     on_canvas = 0
     for spec, w, h, index, view, p, rng in draws(case, 150):

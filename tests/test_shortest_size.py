@@ -385,3 +385,41 @@ def test_an_image_max_size_leaves_no_row_is_that_samples_error():
     spec = compile_transform(v2.Resize(None, max_size=10), varying=True).spec
     with pytest.raises(ValueError, match=r"max_size 10\) leaves the 100x1 image"):
         _core.plan_window(spec, 100, 1, SEED, 0, 0)
+
+
+# ---- geometry after ToImage (torchvision's detection presets) ----
+
+
+@pytest.mark.parametrize("crop", [False, "bilinear", "bicubic"])
+def test_geometry_after_to_image_is_torchvisions_tensor_path(files, crop):
+    """A resize, crop and flip after ToImage run on a uint8 tensor in
+    torchvision (its antialiased resize, bilinear or bicubic); fused, the
+    pixels are within the same bounds of it."""
+    mode = v2.InterpolationMode.BICUBIC if crop == "bicubic" else None
+    geometry = (
+        [
+            v2.RandomResizedCrop(
+                20,
+                scale=(0.3, 1.0),
+                interpolation=mode or v2.InterpolationMode.BILINEAR,
+            )
+        ]
+        if crop
+        else [v2.RandomShortestSize([16, 24, 28], 40)]
+    )
+    tf = v2.Compose([v2.ToImage()] + geometry + [v2.RandomHorizontalFlip()])
+    spec = compile_transform(tf, varying=True).spec
+    images = load(files, tf, varying=not crop)
+    assert len(images) == len(files)
+    for key, (path, im) in enumerate(zip(files, images)):
+        pil = Image.open(path).convert("RGB")
+        p = _core.plan_window(spec, pil.width, pil.height, SEED, 0, key)
+        x = v2.ToImage()(pil)
+        if crop:
+            box = [int(p[k]) for k in ("y", "x", "h", "w")]
+            kw = {"interpolation": mode} if mode else {}
+            want = F.resized_crop(x, *box, [20, 20], antialias=True, **kw)
+        else:
+            want = F.resize(x, [p["vh"], p["vw"]], antialias=True)
+        want = F.horizontal_flip(want) if p["flip"] else want
+        close_to(tf, True, key, path, im, want.as_subclass(torch.Tensor))

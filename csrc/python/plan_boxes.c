@@ -5,7 +5,7 @@
  * coming detection pipeline.
  *
  *   plan_boxes(spec, width, height, seed, epoch, index, view, boxes,
- *              format) -> (bytes, (h, w))
+ *              format, whole=False) -> (bytes, (h, w))
  *   plan_keypoints(spec, width, height, seed, epoch, index, view,
  *                  points) -> (bytes, (h, w))
  *   plan_maps(spec, width, height, seed, epoch, index, view=0)
@@ -58,9 +58,10 @@ static PyObject *map_rows(PyObject *args, size_t per)
     rl_transform t;
     rl_target_geom g;
     size_t n;
-    int ok = per == 4 ? PyArg_ParseTuple(args, "OiiKLLiOO:plan_boxes", &spec,
+    int whole = 0;
+    int ok = per == 4 ? PyArg_ParseTuple(args, "OiiKLLiOO|p:plan_boxes", &spec,
                                          &width, &height, &seed, &epoch, &index,
-                                         &view, &values, &fmt_o)
+                                         &view, &values, &fmt_o, &whole)
                       : PyArg_ParseTuple(args, "OiiKLLiO:plan_keypoints", &spec,
                                          &width, &height, &seed, &epoch, &index,
                                          &view, &values);
@@ -72,7 +73,9 @@ static PyObject *map_rows(PyObject *args, size_t per)
         rl__py_float64_rows(values, per, per == 4 ? "boxes" : "keypoints", &n);
     if (!v)
         return NULL;
-    if (per == 4)
+    if (per == 4 && whole)
+        rl_boxes_map_whole(&g, v, n, fmt);
+    else if (per == 4)
         rl_boxes_map(&g, v, n, fmt);
     else
         rl_keypoints_map(&g, v, n);
@@ -130,9 +133,10 @@ static PyObject *py_plan_maps(PyObject *self, PyObject *args, PyObject *kw)
 PyMethodDef rl__py_plan_boxes_methods[] = {
     {"plan_boxes", py_plan_boxes, METH_VARARGS,
      "plan_boxes(spec, width, height, seed, epoch, index, view, boxes, "
-     "format) -> (bytes, (h, w)): float64 boxes mapped through the trim, "
-     "resize, crop, padding and flips that view of that sample's pixels "
-     "go through, as torchvision's v2 kernels map them."},
+     "format, whole=False) -> (bytes, (h, w)): float64 boxes mapped "
+     "through the trim, resize, crop, padding and flips that view of that "
+     "sample's pixels go through, as torchvision's v2 kernels map them "
+     "(whole: boxes of an integer dtype, truncated after a resize)."},
     {"plan_keypoints", py_plan_keypoints, METH_VARARGS,
      "plan_keypoints(spec, width, height, seed, epoch, index, view, "
      "points) -> (bytes, (h, w)): the same for (x, y) keypoints."},

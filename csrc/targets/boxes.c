@@ -439,6 +439,26 @@ void rl_boxes_map(const rl_target_geom *g, double *boxes, size_t n,
     }
 }
 
+void rl_boxes_map_whole(const rl_target_geom *g, double *boxes, size_t n,
+                        rl_box_format fmt)
+{
+    for (size_t i = 0; i < n; i++) {
+        double *b = boxes + 4 * i;
+        for (int k = 0; k < g->n; k++) {
+            const rl_geom_step *s = &g->step[k];
+            map_box(s, b, fmt);
+            /* a resize: the product of a whole number and a float32
+             * ratio is exact in double; rounded to float32, it is
+             * torch's, which .to(dtype) truncates */
+            if (s->kind == RL_GEOM_AXIS && s->m[0] > 0.0 && s->m[4] > 0.0 &&
+                (s->m[0] != 1.0 || s->m[4] != 1.0)) {
+                for (int j = 0; j < 4; j++)
+                    b[j] = trunc((double)(float)b[j]);
+            }
+        }
+    }
+}
+
 void rl_keypoints_map(const rl_target_geom *g, double *points, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

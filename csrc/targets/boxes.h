@@ -90,6 +90,12 @@ int rl_geom_perspective(rl_target_geom *g, const double coeffs[8],
 /* n boxes of 4 values in format fmt, mapped in place through every step. */
 void rl_boxes_map(const rl_target_geom *g, double *boxes, size_t n,
                   rl_box_format fmt);
+/* The same for boxes of an integer dtype (torchvision's int64 boxes):
+ * after each resize, each value is the float32 product truncated toward
+ * zero, as torchvision's resize multiplies by float32 ratios and converts
+ * back with .to(dtype); the other steps keep whole numbers whole. */
+void rl_boxes_map_whole(const rl_target_geom *g, double *boxes, size_t n,
+                        rl_box_format fmt);
 /* n keypoints (x, y) mapped in place; never clamped (as torchvision). */
 void rl_keypoints_map(const rl_target_geom *g, double *points, size_t n);
 

@@ -334,11 +334,13 @@ def _flip_converted(plan: _Plan, step: Step) -> bool:
 
 def _tensor_geometry(plan: _Plan, step: Step) -> bool:
     """Whether a geometric step may follow the conversion: while that is
-    only to a uint8 tensor (ToImage, PILToTensor: the segmentation
-    presets convert first), torchvision's crops, pads and flips move the
-    same pixels as on the PIL image, and its antialiased bilinear resize of
-    a uint8 tensor is Pillow's within 1 LSB; its nearest and bicubic are
-    not Pillow's, and a colour op is not either."""
+    only to a uint8 tensor (ToImage, PILToTensor: the detection and
+    segmentation presets convert first) with nothing but geometry and
+    flips after it so far, torchvision's crops, pads and flips move the
+    same pixels as on the PIL image, and its antialiased bilinear and
+    bicubic resize of a uint8 tensor is Pillow's within 1 LSB; its nearest
+    picks other pixels (floor(dst * in / out), not the centre's), and a
+    colour op is not Pillow's either: not fused."""
     out = plan.out
     if (
         out["dtype"] != "uint8"
@@ -349,8 +351,8 @@ def _tensor_geometry(plan: _Plan, step: Step) -> bool:
     ):
         return False
     if isinstance(step, (_steps.Resize, _steps.ResizedCrop)):
-        bilinear = _core.INTERPOLATIONS.index("bilinear")
-        return step.filter == bilinear and not step.filter_random
+        nearest = _core.INTERPOLATIONS.index("nearest")
+        return step.filter != nearest and not step.filter_random
     return isinstance(step, (_steps.CenterCrop, _steps.RandomCrop, _steps.Flip))
 
 

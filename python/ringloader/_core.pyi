@@ -243,12 +243,15 @@ def plan_boxes(
     view: int,
     boxes: Buffer,
     format: str,
+    whole: bool = False,
     /,
 ) -> Tuple[bytes, Tuple[int, int]]:
     """float64 boxes (N, 4) in format "XYXY", "XYWH" or "CXCYWH" on a
     width x height image, mapped through the geometry of the plan
     ``plan(spec, width, height, seed, epoch, index, view)`` gives its
-    pixels: the boxes' bytes and the output canvas (height, width)."""
+    pixels: the boxes' bytes and the output canvas (height, width).
+    ``whole``: the boxes are of an integer dtype (torchvision's int64
+    boxes), each resize's float32 product truncated as its .to(dtype)."""
 
 def plan_keypoints(
     spec: _TransformSpec,

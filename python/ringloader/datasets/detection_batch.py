@@ -1,23 +1,29 @@
 """A COCO detection dataset as the loader reads it: torchvision's
 ``CocoDetection`` wrapped by ``wrap_dataset_for_transforms_v2`` (what the
-detection reference builds), seen as its image files (decoded in C, each at
-its own size: a varying spec) and, per batch, each sample's target rebuilt
-in Python from the :class:`~.detection_tables.DetectionTables`.
+detection reference builds), seen as its image files (decoded in C) and,
+per batch, each sample's target rebuilt from the
+:class:`~.detection_tables.DetectionTables` on the plan its pixels went
+through.
 
 The dataset's ``transforms`` (a v2 ``Compose``, or the reference's preset
 class whose ``__call__(img, target)`` only returns ``self.transforms(img,
-target)``) is split in two: the pixels' head (``ToImage``,
-``PILToTensor``, ``ToDtype`` or ``ConvertImageDtype`` of images,
-``RandomHorizontalFlip``, on the PIL image or the tensor), which the compiler fuses, and a tail that
-touches the targets alone (``ConvertBoundingBoxFormat``,
+target)``) is split in two: the pixels' head, every step before the first
+one on the targets alone, which the compiler must fuse whole (geometry the
+targets follow: Resize with or without max_size, RandomResize,
+RandomShortestSize, ScaleJitter, RandomCrop with its padding and pad_if_needed,
+CenterCrop, RandomResizedCrop, the flips; and steps that move no pixel:
+ToImage, PILToTensor, ToDtype or ConvertImageDtype of images, colour ops),
+and a tail that touches the targets alone (``ConvertBoundingBoxFormat``,
 ``SanitizeBoundingBoxes``, ``ClampBoundingBoxes``, ``ToPureTensor``), which
 runs, the user's own objects, on each ``(image, target)`` as the Compose
-would. A flip the plan drew for a sample (same seed, epoch and key as its
-pixels) is applied to its boxes and masks by torchvision's functional
-``horizontal_flip``; a ``ConvertImageDtype``, which converts boxes and
-masks too, runs again on the pair. Any other step (a resize, crop, zoom-out, colour
-jitter) is not followed on the targets yet: reading such a dataset raises
-:class:`~.composed.UnreadableComposition` saying so, and
+would. Where the head moves pixels, each sample's plan (same seed, epoch
+and key as its pixels) moves its target: boxes through
+``_core.plan_boxes`` onto the plan's output canvas, masks rasterized
+through ``_core.plan_maps``' index maps (padded as torchvision pads a
+Mask); a ``ConvertImageDtype``, which converts boxes and masks too, runs
+again on the pair. Any other step (zoom-out, IoU crop, affine, rotation,
+perspective) is not followed on the targets yet: reading such
+a dataset raises :class:`~.composed.UnreadableComposition` saying so, and
 ``ringloader.DataLoader`` hands it to torch's DataLoader with that reason.
 """
 
@@ -45,9 +51,83 @@ class NotNative(TypeError):
     (``UnreadableComposition`` subclasses it too when imported there)."""
 
 
+def _kinds() -> tuple[tuple, tuple, tuple]:
+    """(geometry the targets follow, pixel steps that move no pixel, steps
+    on the targets alone): torchvision.transforms.v2's classes."""
+    from torchvision.transforms import v2
+
+    geometry = (
+        v2.Resize,
+        v2.RandomResize,
+        v2.RandomShortestSize,
+        v2.ScaleJitter,
+        v2.RandomCrop,
+        v2.CenterCrop,
+        v2.RandomResizedCrop,
+        v2.RandomHorizontalFlip,
+        v2.RandomVerticalFlip,
+    )
+    pixels = (
+        v2.ToImage,
+        v2.PILToTensor,
+        v2.ToDtype,
+        v2.ConvertImageDtype,
+        v2.ColorJitter,
+        v2.RandomPhotometricDistort,
+        v2.Grayscale,
+        v2.RandomGrayscale,
+        v2.RandomAutocontrast,
+        v2.RandomEqualize,
+        v2.RandomPosterize,
+        v2.RandomSolarize,
+        v2.RandomAdjustSharpness,
+        v2.RandomInvert,
+        v2.RandomChannelPermutation,
+        v2.Normalize,
+    )
+    targets = (
+        v2.ConvertBoundingBoxFormat,
+        v2.SanitizeBoundingBoxes,
+        v2.ClampBoundingBoxes,
+        v2.ToPureTensor,
+    )
+    return geometry, pixels, targets
+
+
+NATIVE = (
+    "natively: Resize, RandomResize, RandomShortestSize, ScaleJitter, RandomCrop, "
+    "CenterCrop, RandomResizedCrop, the flips, ToImage, ToDtype and colour "
+    "ops, then ConvertBoundingBoxFormat, SanitizeBoundingBoxes, "
+    "ClampBoundingBoxes, ToPureTensor"
+)
+
+
+def _mask_fill(step: Any) -> Any:
+    """The value a RandomCrop pads a Mask with (its fill dict's Mask entry,
+    "others", or its one fill), or a str saying why it is not followed."""
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2._utils import _get_fill
+
+    if step.padding_mode != "constant":
+        return (
+            f"RandomCrop with padding_mode={step.padding_mode!r} (torchvision "
+            "refuses bounding boxes under it)"
+        )
+    fill = _get_fill(step._fill, tv_tensors.Mask)
+    if isinstance(fill, (list, tuple)) and len(fill) == 1:
+        fill = fill[0]
+    if fill is None:
+        return 0
+    if isinstance(fill, (int, float)) and float(fill).is_integer() and 0 <= fill <= 255:
+        return int(fill)
+    return f"RandomCrop's fill {fill!r} for masks (an integer 0..255 is followed)"
+
+
 def _head_and_tail(transforms: Any) -> tuple[list, list, Optional[str]]:
     """(pixel steps, target steps, why not) for the wrapped dataset's
-    ``transforms``."""
+    ``transforms``: the head is every step before the first one on the
+    targets alone, each geometry the targets follow or a step that moves
+    no pixel."""
     from torchvision.transforms import v2
 
     from ..adapt import pair_wrapped
@@ -75,41 +155,24 @@ def _head_and_tail(transforms: Any) -> tuple[list, list, Optional[str]]:
             stack.extend(reversed(t.transforms))
         else:
             items.append(t)
-    pixels = (
-        v2.ToImage,
-        v2.PILToTensor,
-        v2.ToDtype,
-        v2.ConvertImageDtype,
-        v2.RandomHorizontalFlip,
-    )
-    targets = (
-        v2.ConvertBoundingBoxFormat,
-        v2.SanitizeBoundingBoxes,
-        v2.ClampBoundingBoxes,
-        v2.ToPureTensor,
-    )
+    geometry, pixels, targets = _kinds()
     head: list = []
     tail: list = []
     for t in items:
         name = type(t).__name__
         if type(t) in targets:
             tail.append(t)
-        elif type(t) in pixels and not tail:
-            if isinstance(t, v2.ToDtype) and isinstance(t.dtype, dict):
-                return [], [], "ToDtype with a dict of dtypes"
-            head.append(t)
-        elif type(t) in pixels:
+        elif type(t) in geometry + pixels and tail:
             return [], [], f"{name} comes after a step on the targets"
+        elif isinstance(t, v2.ToDtype) and isinstance(t.dtype, dict):
+            return [], [], "ToDtype with a dict of dtypes"
+        elif type(t) is v2.RandomCrop and isinstance(_mask_fill(t), str):
+            return [], [], _mask_fill(t)
+        elif type(t) in geometry + pixels:
+            head.append(t)
         else:
-            return (
-                [],
-                [],
-                (
-                    f"{name} is not fused with a detection sample's targets yet "
-                    "(natively: ToImage, ToDtype, RandomHorizontalFlip, then "
-                    "ConvertBoundingBoxFormat, SanitizeBoundingBoxes, ToPureTensor)"
-                ),
-            )
+            why = f"{name} is not followed on a detection sample's targets yet"
+            return [], [], f"{why} ({NATIVE})"
     return head, tail, None
 
 
@@ -125,8 +188,13 @@ class DetectionImages:
         self._given: Any = None
         self._head: Any = None
         self._tail: list = []
-        self._flips = False
+        self._moves = False
+        self._sized = False  # a resize or crop: the output hides the size
+        self._mask_fill = 0
         self._image_type: Any = None
+        # Whether each image's header was read (its size checked against
+        # the tables) once the geometry hides the decoded size.
+        self._seen = np.zeros(len(tables), dtype=bool)
         self._split()
         self._sources: Optional[Sources] = None
         if tables.problems:
@@ -152,6 +220,8 @@ class DetectionImages:
         if given is self._given and self._head is not None:
             return
         head, tail, why = _head_and_tail(given)
+        if why is None and head:
+            why = _unfused(v2.Compose(head))
         if why is not None:
             raise NotNative(f"the wrapped CocoDetection: {why}")
         self._given = given
@@ -161,7 +231,14 @@ class DetectionImages:
         # already of its dtype, is left as it is.
         again = [t for t in head if isinstance(t, v2.ConvertImageDtype)]
         self._tail = again + tail
-        self._flips = any(isinstance(t, v2.RandomHorizontalFlip) for t in head)
+        geometry = _kinds()[0]
+        self._moves = any(isinstance(t, geometry) for t in head)
+        flips = (v2.RandomHorizontalFlip, v2.RandomVerticalFlip)
+        self._sized = any(
+            isinstance(t, geometry) and not isinstance(t, flips) for t in head
+        )
+        crops = [_mask_fill(t) for t in head if type(t) is v2.RandomCrop]
+        self._mask_fill = crops[0] if crops else 0
         to_image = any(isinstance(t, v2.ToImage) for t in head)
         self._image_type = tv_tensors.Image if to_image else None
 
@@ -173,8 +250,10 @@ class DetectionImages:
         return self._head
 
     @property
-    def flips(self) -> bool:
-        return self._flips
+    def moves(self) -> bool:
+        """Whether the transform moves pixels (a resize, crop or flip), so
+        that each sample's targets follow its plan."""
+        return self._moves
 
     def __len__(self) -> int:
         return len(self.tables)
@@ -203,20 +282,20 @@ class DetectionImages:
     def batch(
         self,
         src: Any,
-        images: list,
+        images: Any,
         taken: Any,
         spec: Any,
         seed: int,
         on_error: str = "raise",
     ) -> list[tuple[Any, Any]]:
         """A batch's items (:meth:`items`): ``taken`` the batch as the
-        pipeline gave it (its positions' indices, random keys and epoch),
-        ``spec`` the fused transform's, whose plan says whether each image
-        was flipped. A sample whose image has a problem raises it (a
-        ValueError naming the annotation file, image and annotation) unless
+        pipeline gave it (its positions' indices, the keys each position's
+        pixels were drawn with, a replacement's own, and the epoch),
+        ``spec`` the fused transform's, whose plan each sample's targets
+        follow. A sample whose image has a problem raises it (a ValueError
+        naming the annotation file, image and annotation) unless
         ``on_error`` is "skip" (its sources read another image in its
         place)."""
-        from .. import _core
         from . import targets as _targets
 
         problems = self.tables.problems
@@ -226,24 +305,26 @@ class DetectionImages:
                     raise ValueError(problems[int(i)])
         rows = [_targets.item(src.targets, int(i)) for i in taken.idx]
         for image, r in zip(images, rows):
-            self._check_size(r, image.shape[-2], image.shape[-1])
-        flipped = None
-        if self._flips:
-            sizes = self.tables.sizes  # (height, width)
-            flipped = [
-                bool(
-                    _core.plan_window(
-                        spec,
-                        int(sizes[r][1]),
-                        int(sizes[r][0]),
-                        seed,
-                        taken.epoch,
-                        int(k),
-                    )["flip"]
-                )
-                for r, k in zip(rows, taken.keys)
-            ]
-        return self.items(images, rows, flipped)
+            if self._sized:
+                self._read_size(r)
+            else:  # flips at most: the decoded size
+                self._check_size(r, image.shape[-2], image.shape[-1])
+        if not self._moves:
+            return self.items(images, rows)
+        plans = [(spec, seed, taken.epoch, int(k)) for k in taken.keys]
+        return self.items(images, rows, plans)
+
+    def _read_size(self, row: int) -> None:
+        """Checks the image's size once from its header (the output no
+        longer shows it): the boxes' canvas and the plan's source."""
+        if self._seen[row]:
+            return
+        from PIL import Image
+
+        with Image.open(self.tables.paths[row]) as im:
+            width, height = im.size
+        self._check_size(row, height, width)
+        self._seen[row] = True
 
     def _check_size(self, row: int, height: int, width: int) -> None:
         """The decoded image's size is the targets' canvas, as torchvision's
@@ -262,20 +343,20 @@ class DetectionImages:
             )
 
     def items(
-        self, images: list, rows: list[int], flipped: Optional[list[bool]]
+        self, images: Any, rows: list[int], plans: Optional[list] = None
     ) -> list[tuple[Any, Any]]:
         """Each ``(image, target)`` as indexing the wrapped dataset gives
-        it: ``rows`` the images' rows in the tables, ``flipped`` whether
-        the plan flipped each (None: no flip in the transform)."""
-        from torchvision.transforms.v2 import functional as F
-
+        it: ``rows`` the images' rows in the tables, ``plans`` each
+        sample's (spec, seed, epoch, key) where the transform moves pixels
+        (None: the target as it is)."""
         from .detection_target import target
 
         out = []
         for k, (image, i) in enumerate(zip(images, rows)):
-            t = target(self.tables, i)
-            if flipped is not None and flipped[k] and len(t) > 1:
-                t = {key: _flip(F, v) for key, v in t.items()}
+            if plans is None:
+                t = target(self.tables, i)
+            else:
+                t = self._planned(i, plans[k])
             if self._image_type is not None:
                 image = image.as_subclass(self._image_type)
             sample: Any = (image, t)
@@ -284,13 +365,56 @@ class DetectionImages:
             out.append(sample)
         return out
 
+    def _planned(self, i: int, plan: tuple) -> Any:
+        """Image i's target through its plan: masks sampled through the
+        plan's index maps (padded with the window's fill for a Mask),
+        boxes mapped by ``_core.plan_boxes`` onto the output canvas."""
+        import torch
+        from torchvision import tv_tensors
 
-def _flip(F: Any, value: Any) -> Any:
-    from torchvision import tv_tensors
+        from .. import _core
+        from .detection_target import target
 
-    if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.Mask)):
-        return F.horizontal_flip(value)
-    return value
+        spec, seed, epoch, key = plan
+        height, width = (int(v) for v in self.tables.sizes[i])
+        maps = None
+        keys = self.tables.target_keys or frozenset()
+        if "masks" in keys:
+            raw = _core.plan_maps(spec, width, height, seed, epoch, key)
+            maps = tuple(np.frombuffer(m, dtype=np.int32) for m in raw)
+        t = target(self.tables, i, maps, self._mask_fill)
+        boxes = t.get("boxes")
+        if boxes is not None:
+            whole = not boxes.is_floating_point()
+            values = boxes.as_subclass(torch.Tensor).double().numpy()
+            mapped, canvas = _core.plan_boxes(
+                spec, width, height, seed, epoch, key, 0, values, "XYXY", whole
+            )
+            new = np.frombuffer(mapped, dtype=np.float64).reshape(-1, 4)
+            t["boxes"] = tv_tensors.BoundingBoxes(
+                torch.from_numpy(new.copy()).to(boxes.dtype),
+                format=tv_tensors.BoundingBoxFormat.XYXY,
+                canvas_size=canvas,
+            )
+        return t
+
+
+def _unfused(head: Any) -> Optional[str]:
+    """Why the pixel steps are not fused whole (the targets follow only the
+    plan), or None; a transform the compiler refuses is the loader's
+    reason to give."""
+    from ..errors import UnsupportedTransform
+    from ..transforms import compile_transform
+
+    try:
+        compiled = compile_transform(head, varying=True)
+    except UnsupportedTransform:
+        return None
+    if compiled.rest:
+        return (
+            f"{compiled.reason} (a detection sample's targets follow fused steps only)"
+        )
+    return None
 
 
 def detection_reason(leaves: list, options: dict) -> Optional[str]:

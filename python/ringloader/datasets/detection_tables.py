@@ -180,9 +180,11 @@ class DetectionTables:
         j: int,
         row_map: np.ndarray | None = None,
         col_map: np.ndarray | None = None,
+        fill: int = 0,
     ) -> np.ndarray:
         """Annotation j's mask (uint8 0/1) rasterized by the C core, at the
-        image's full size, or sampled through index maps."""
+        image's full size, or sampled through index maps (int32; ``fill``
+        where a map holds -1: ``_core.plan_maps``' padding)."""
         from .. import _core
 
         i = int(np.searchsorted(self.first, j, side="right")) - 1
@@ -191,7 +193,7 @@ class DetectionTables:
         cols = np.arange(w, dtype=np.int32) if col_map is None else col_map
         seg = self.segmentation(j)
         if int(self.seg_kind[j]) == POLYGONS:
-            raw = _core.mask_from_polygons(seg, h, w, rows, cols)
+            raw = _core.mask_from_polygons(seg, h, w, rows, cols, fill)
         else:
-            raw = _core.mask_from_rle(seg, h, w, rows, cols)
+            raw = _core.mask_from_rle(seg, h, w, rows, cols, fill)
         return np.frombuffer(raw, np.uint8).reshape(len(rows), len(cols))

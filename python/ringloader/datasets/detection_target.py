@@ -62,7 +62,7 @@ def _coco_field(t: DetectionTables, key: str, rows: slice) -> list:
     raise KeyError(key)
 
 
-def _coco_wrapped(t: DetectionTables, i: int) -> dict:
+def _coco_wrapped(t: DetectionTables, i: int, maps: Any = None, fill: int = 0) -> dict:
     import torch
     from torchvision import tv_tensors
 
@@ -78,7 +78,9 @@ def _coco_wrapped(t: DetectionTables, i: int) -> dict:
     if "boxes" in keys:
         out["boxes"] = _coco_boxes(t, rows, canvas)
     if "masks" in keys:
-        masks = np.stack([t.mask(j) for j in range(rows.start, rows.stop)])
+        rm, cm = maps if maps is not None else (None, None)
+        each = [t.mask(j, rm, cm, fill) for j in range(rows.start, rows.stop)]
+        masks = np.stack(each)
         out["masks"] = tv_tensors.Mask(torch.from_numpy(masks))
     if "labels" in keys:
         out["labels"] = torch.from_numpy(t.category_id[rows].copy())
@@ -143,10 +145,13 @@ def _voc_segmentation(t: DetectionTables, i: int) -> Any:
     return tv_tensors.Mask(mask)
 
 
-def target(t: DetectionTables, i: int) -> Any:
-    """Image i's target, as the dataset t describes gives it."""
+def target(t: DetectionTables, i: int, maps: Any = None, fill: int = 0) -> Any:
+    """Image i's target, as the dataset t describes gives it. ``maps``:
+    (row_map, col_map) a wrapped COCO target's masks are sampled through
+    (``_core.plan_maps``, ``fill`` where they hold -1) instead of its full
+    size; its boxes stay on the image's canvas."""
     if t.kind == "coco":
-        return _coco_wrapped(t, i) if t.wrapped else _coco_plain(t, i)
+        return _coco_wrapped(t, i, maps, fill) if t.wrapped else _coco_plain(t, i)
     if t.kind == "voc_detection":
         return _voc_detection(t, i)
     return _voc_segmentation(t, i)

@@ -6,10 +6,11 @@ fills may be per type: ``torchvision_pad`` tells them apart)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .. import _core
-from .._steps import Convert, Resize, Step, Unfused
+from .._steps import Convert, IoUCrop, Resize, Step, Unfused
 from ..errors import UnsupportedTransform
 from . import torchvision_v1
 
@@ -36,6 +37,8 @@ def describe(t: Any) -> Step:
         return _random_resize(t)
     if name == "RandomShortestSize":
         return _random_shortest_size(t)
+    if name == "RandomIoUCrop":
+        return _iou_crop(t)
     return torchvision_v1.describe(t)  # ToTensor, PILToTensor, the rest
 
 
@@ -65,3 +68,30 @@ def _random_shortest_size(t: Any) -> Step:
     if not sizes or len(sizes) > _core.MAX_SHORT_SIZES or min(sizes) < 1:
         return Unfused(name, f"{name}: 1..{_core.MAX_SHORT_SIZES} sizes >= 1", True)
     return Resize(name, 0, filt, max_size=int(t.max_size or 0), choices=sizes)
+
+
+def _iou_crop(t: Any) -> Step:
+    """RandomIoUCrop: its options as the spec's iou_* fields (the crop is
+    drawn per sample from its boxes: core/plan_iou.c)."""
+    name = type(t).__name__
+    lo, hi = float(t.min_scale), float(t.max_scale)
+    ar_lo, ar_hi = float(t.min_aspect_ratio), float(t.max_aspect_ratio)
+    options = [float(o) for o in t.options]
+    trials = int(t.trials)
+    if not 0 <= lo <= hi <= 1 or not 0 <= ar_lo <= ar_hi or math.isinf(ar_hi):
+        why = "needs 0 <= min_scale <= max_scale <= 1 (a crop inside the image)"
+        return Unfused(name, f"{name}: {why} and finite aspect ratios", True)
+    if not 1 <= len(options) <= _core.MAX_IOU_OPTIONS or any(map(math.isnan, options)):
+        return Unfused(
+            name, f"{name}: 1..{_core.MAX_IOU_OPTIONS} sampler_options, none NaN", True
+        )
+    if trials < 1:
+        return Unfused(name, f"{name}: trials must be at least 1", True)
+    fields = dict(
+        iou_crop=1,
+        iou_scale=(lo, hi),
+        iou_aspect=(ar_lo, ar_hi),
+        iou_options=options,
+        iou_trials=trials,
+    )
+    return IoUCrop(name, fields)

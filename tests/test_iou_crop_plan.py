@@ -308,6 +308,36 @@ def test_resume_gives_the_same_crops(files):
     assert [im.shape for im in first] != [im.shape for im in second]
 
 
+def test_a_replacement_reads_its_own_boxes(files, tmp_path):
+    """on_error="skip": a sample that fails is replaced by the next of its
+    dataset, whose plan reads that sample's rows of the table (by its id),
+    with the replacement's own key."""
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    paths = [str(bad)] + files[:3]
+    sets, table = boxes_table(files[:3])
+    sets = [np.array([[0.0, 0.0, 5.0, 5.0]])] + sets
+    table = (np.concatenate(sets), np.cumsum([0] + [len(b) for b in sets]))
+    # (option 0 alone: a crop is drawn wherever a box is)
+    transform = v2.Compose([v2.RandomIoUCrop(sampler_options=[0.0]), v2.PILToTensor()])
+    spec = compile_transform(transform, varying=True).spec
+    ds = BoxedFiles(paths, table, transform=transform)
+    with ringloader.Loader(ds, seed=SEED, batch_size=4, on_error="skip") as ld:
+        with pytest.warns(ringloader.DataWarning, match="skipped"):
+            (images, _), *_ = list(ld)
+    key = (1 << _core.KEY_REPLACEMENT_BIT) | (1 << _core.KEY_ATTEMPT_SHIFT)
+    pil = Image.open(paths[1]).convert("RGB")
+    p = _core.plan_window(spec, pil.width, pil.height, SEED, 0, key, 0, sets[1])
+    # (the failed sample's boxes would give another crop)
+    other = _core.plan_window(spec, pil.width, pil.height, SEED, 0, key, 0, sets[0])
+    assert tuple(p[k] for k in "xywh") != tuple(other[k] for k in "xywh")
+    assert p["iou_crop"]
+    want = F.crop(
+        v2.PILToTensor()(pil), int(p["y"]), int(p["x"]), int(p["h"]), int(p["w"])
+    )
+    assert torch.equal(images[0], want)
+
+
 # ---- what is refused ----
 
 

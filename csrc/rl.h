@@ -170,6 +170,7 @@ typedef enum {
  * vertically with probability vflip_p.
  */
 #define RL_MAX_SHORT_SIZES 32 /* RandomShortestSize's list, at most */
+#define RL_MAX_IOU_OPTIONS 16 /* RandomIoUCrop's sampler_options, at most */
 
 typedef struct rl_transform {
     rl_transform_kind kind;
@@ -235,6 +236,20 @@ typedef struct rl_transform {
      * no padding, window or trim). Such a pipeline has one view, no ops,
      * and host delivery: core/pipeline.h's varying batches. */
     int varying;
+    /* 1: v2's RandomIoUCrop, the only geometry of a varying transform (no
+     * resize, trim or window): per sample rl_draw_iou_crop
+     * (targets/draws.h) draws the crop from the plan stream, before the
+     * flips, reading the sample's boxes (rl_plan_make_boxes), and the
+     * output is that crop (or the whole image where none is drawn). Its
+     * options: min/max_scale (iou_scale, max <= 1: the crop lies in the
+     * image), min/max_aspect_ratio (iou_aspect), sampler_options (1..
+     * RL_MAX_IOU_OPTIONS of them) and trials (core/plan_iou.c). */
+    int iou_crop;
+    double iou_scale_lo, iou_scale_hi;
+    double iou_aspect_lo, iou_aspect_hi;
+    int n_iou_options;
+    double iou_options[RL_MAX_IOU_OPTIONS];
+    int iou_trials;
 } rl_transform;
 
 /* Whether the transform resizes the image (core/plan.c's resized_size;
@@ -319,6 +334,14 @@ typedef struct rl_plan {
      * the frame of the image without trim pixels on each side, which is
      * all the place stage is shown of it. */
     int trim;
+    /* RandomIoUCrop (rl_transform.iou_crop): 1 where a crop was drawn
+     * (the box, whole pixels, is the output: crop_first, 1:1), 0 where the
+     * image is left whole; the option last drawn, the options drawn
+     * (rounds) and whether RL_IOU_CROP_MAX_ROUNDS stopped the loop. */
+    int iou_crop;
+    double iou_option;
+    int iou_rounds;
+    int iou_limited;
 } rl_plan;
 
 /*

@@ -374,7 +374,7 @@ def test_int64_boxes_follow_the_plan(case):
     for spec, w, h, index, view, p, rng in draws(case, 120):
         boxes = np.floor(random_xyxy(rng, 12, h, w))
         out, size = _core.plan_boxes(
-            spec, w, h, SEED, 0, index, view, boxes, "XYXY", True
+            spec, w, h, SEED, 0, index, view, boxes, "XYXY", whole=True
         )
         got = np.frombuffer(out, dtype=np.float64).reshape(-1, 4)
         t = reference(spec, p, tv(boxes, "XYXY", h, w, torch.int64))

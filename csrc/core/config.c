@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE /* strdup */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,66 @@ static int parts_copy(rl_pipeline *p, char *msg)
     return 0;
 }
 
+/* Whether a view's transform draws an IoU crop, which reads boxes. */
+static bool reads_boxes(const rl_pipeline_config *c)
+{
+    for (int v = 0; v < c->sample.nviews; v++) {
+        if (c->sample.views[v].transform.iou_crop)
+            return true;
+    }
+    return false;
+}
+
+/* The boxes table's copy (cfg.plan_boxes): 0, or RL_ECONFIG / -ENOMEM. */
+static int plan_boxes_copy(rl_pipeline *p, char *msg)
+{
+    rl_pipeline_config *c = &p->cfg;
+    int64_t n = c->source->count, rows = c->plan_box_rows;
+    const int64_t *o = c->plan_box_offsets;
+    if (o == NULL || c->plan_boxes == NULL) {
+        c->plan_boxes = NULL;
+        c->plan_box_offsets = NULL;
+        if (!reads_boxes(c))
+            return 0;
+        snprintf(msg, RL_MSG_MAX,
+                 "RandomIoUCrop draws its crop from each sample's boxes: "
+                 "the pipeline needs a boxes table (plan_boxes)");
+        return RL_ECONFIG;
+    }
+    for (int64_t i = 0; i <= n; i++) {
+        int64_t lo = i > 0 ? o[i - 1] : 0;
+        if (o[i] < lo || o[i] > rows || (i == n && o[i] != rows)) {
+            snprintf(msg, RL_MSG_MAX,
+                     "plan_boxes: offset %lld (%lld) must be in %lld..%lld, "
+                     "never falling, the last the row count",
+                     (long long)i, (long long)o[i], (long long)lo,
+                     (long long)rows);
+            return RL_ECONFIG;
+        }
+    }
+    for (int64_t k = 0; k < 4 * rows; k++) {
+        if (!isfinite(c->plan_boxes[k])) {
+            snprintf(msg, RL_MSG_MAX,
+                     "plan_boxes: row %lld holds a NaN or an infinity",
+                     (long long)(k / 4));
+            return RL_ECONFIG;
+        }
+    }
+    size_t ob = sizeof(int64_t) * (size_t)(n + 1);
+    size_t bb = sizeof(double) * 4 * (size_t)(rows > 0 ? rows : 1);
+    if ((p->plan_box_offsets = malloc(ob)) == NULL ||
+        (p->plan_boxes = malloc(bb)) == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory copying %lld boxes",
+                 (long long)rows);
+        return -ENOMEM;
+    }
+    memcpy(p->plan_box_offsets, o, ob);
+    memcpy(p->plan_boxes, c->plan_boxes, sizeof(double) * 4 * (size_t)rows);
+    c->plan_box_offsets = p->plan_box_offsets;
+    c->plan_boxes = p->plan_boxes;
+    return 0;
+}
+
 int rl__config_copy(rl_pipeline *p, const rl_pipeline_config *cfg, char *msg)
 {
     int rc = views_copy(p, &cfg->sample, msg);
@@ -223,6 +284,9 @@ int rl__config_copy(rl_pipeline *p, const rl_pipeline_config *cfg, char *msg)
     }
     if (rc == 0) {
         rc = parts_copy(p, msg);
+    }
+    if (rc == 0) {
+        rc = plan_boxes_copy(p, msg);
     }
     return rc;
 }

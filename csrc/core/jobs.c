@@ -194,7 +194,12 @@ static int load(rl_pipeline *p, rl__job *j, rl_sample_ctx *ctx, rl_fetch *f,
         }
         rl_sample_note note;
         uint64_t t0 = rl__now_ns();
-        rl_sample_sink sink = {job_reserve, j};
+        rl_sample_sink sink = {job_reserve, j, NULL, 0};
+        const int64_t *bo = p->cfg.plan_box_offsets;
+        if (bo != NULL) { /* the sample's boxes, for its plan */
+            sink.boxes = p->cfg.plan_boxes + 4 * bo[f->id];
+            sink.nboxes = (size_t)(bo[f->id + 1] - bo[f->id]);
+        }
         status = rl_sample_run_to(ctx, &p->cfg.sample, img, ilen,
                                   j->batch->epoch, key, dst,
                                   p->varying ? &sink : NULL, &note, j->msg);

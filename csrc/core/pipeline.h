@@ -110,6 +110,15 @@ typedef struct rl_pipeline_config {
      * images still loads, at that cost). A sample's bytes never depend on
      * where they went; rl_slot_sample says where. */
     size_t arena_bytes;
+    /* The samples' boxes a plan reads (RandomIoUCrop, rl_plan_make_boxes):
+     * sample id i's are rows plan_box_offsets[i] .. plan_box_offsets[i +
+     * 1] - 1 of plan_boxes (XYXY, float64, in its image's pixels, 4 a row,
+     * finite), offsets source->count + 1 entries, never falling, from 0 to
+     * plan_box_rows. NULL: none (a view with an IoU crop is then refused).
+     * Copied at create. */
+    const double *plan_boxes;
+    const int64_t *plan_box_offsets;
+    int64_t plan_box_rows;
 } rl_pipeline_config;
 
 /* The default arena of a varying batch: 64 MiB (about 22 float32

@@ -136,6 +136,9 @@ struct rl_pipeline {
     rl_field_check *checks;
     /* cfg.parts: the pipeline's copy (nparts + 1 starts), or NULL. */
     int64_t *parts;
+    /* cfg.plan_boxes, plan_box_offsets: the pipeline's copies, or NULL. */
+    double *plan_boxes;
+    int64_t *plan_box_offsets;
 };
 
 /* Takes and releases mu. Test builds tell the fake CUDA runtime, which

@@ -425,6 +425,14 @@ static int varying_box(const rl_transform *t, int width, int height, rl_rng *g,
 int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
                  int64_t epoch, int64_t index, int view, rl_plan *p, char *msg)
 {
+    return rl_plan_make_boxes(t, width, height, seed, epoch, index, view, NULL,
+                              0, p, msg);
+}
+
+int rl_plan_make_boxes(const rl_transform *t, int width, int height,
+                       uint64_t seed, int64_t epoch, int64_t index, int view,
+                       const double *boxes, size_t n, rl_plan *p, char *msg)
+{
     bool sized = t->varying ? t->out_w == 0 && t->out_h == 0
                             : t->out_w > 0 && t->out_h > 0;
     if (width <= 0 || height <= 0 || !sized || view < 0 ||
@@ -442,6 +450,8 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
     width -= 2 * t->trim;
     height -= 2 * t->trim;
     p->trim = t->trim;
+    p->iou_crop = p->iou_rounds = p->iou_limited = 0;
+    p->iou_option = 0;
     rl_rng g;
     rl_rng_init(&g, seed, epoch, index, rl_rng_view(RL_RNG_PLAN, view));
     p->out_w = t->out_w;
@@ -466,11 +476,13 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
         p->vh = t->out_h;
         p->crop_first = true;
     } else if (t->varying && t->kind == RL_T_RESIZE_CROP) {
-        int rc = varying_box(t, width, height, &g, p, msg);
+        int rc = t->iou_crop
+                     ? rl__plan_iou_crop(t, width, height, &g, boxes, n, p, msg)
+                     : varying_box(t, width, height, &g, p, msg);
         if (rc != 0) {
             return rc;
         }
-        p->crop_first = false;
+        p->crop_first = p->iou_crop != 0; /* 1:1, the box alone */
     } else if (t->kind == RL_T_RESIZE_CROP ||
                t->kind == RL_T_RESIZE_RANDOM_CROP) {
         int rc = t->kind == RL_T_RESIZE_CROP

@@ -33,6 +33,27 @@ int rl_plan_make(const rl_transform *t, int width, int height, uint64_t seed,
                  int64_t epoch, int64_t index, int view, rl_plan *plan,
                  char *msg);
 
+/*
+ * rl_plan_make for a sample with boxes: its n boxes (XYXY, float64, in the
+ * image's pixels; NULL when n is 0) are what a RandomIoUCrop's draw
+ * (rl_transform.iou_crop) reads; other transforms ignore them
+ * (rl_plan_make is this with none: an IoU crop then draws as for an
+ * image without boxes, no crop). Borrowed during the call.
+ */
+int rl_plan_make_boxes(const rl_transform *t, int width, int height,
+                       uint64_t seed, int64_t epoch, int64_t index, int view,
+                       const double *boxes, size_t n, rl_plan *plan, char *msg);
+
+/* core/plan_iou.c, for core/plan.c and core/plan_check.c: the IoU crop's
+ * plan of a width x height image from the stream g (0, or RL_EDECODE with
+ * msg for an output side past RL_MAX_SIDE), and its fields' check (0, or
+ * RL_ECONFIG with msg). */
+struct rl_rng;
+int rl__plan_iou_crop(const rl_transform *t, int width, int height,
+                      struct rl_rng *g, const double *boxes, size_t n,
+                      rl_plan *p, char *msg);
+int rl__iou_crop_check(const rl_transform *t, char *msg);
+
 /* The largest output or resize side, in pixels (exported to Python as
  * _core.MAX_SIDE, which ringloader/transforms.py checks against). */
 #define RL_MAX_SIDE 65535

@@ -314,8 +314,10 @@ static int run_sample(rl_sample_ctx *c, const rl_sample_spec *spec,
     int m = dec->scaled_size != NULL ? 1 : 8;
     for (int v = 0; v < spec->nviews; v++) {
         rl_plan *p = &plans[v];
-        rc = rl_plan_make(&spec->views[v].transform, info.width, info.height,
-                          spec->seed, epoch, key, v, p, msg);
+        rc = rl_plan_make_boxes(&spec->views[v].transform, info.width,
+                                info.height, spec->seed, epoch, key, v,
+                                sink ? sink->boxes : NULL,
+                                sink ? sink->nboxes : 0, p, msg);
         if (rc != 0) {
             return rc; /* RL_EDECODE: this image's; msg says why */
         }

@@ -97,6 +97,10 @@ typedef struct rl_sample_sink {
     int (*reserve)(void *arg, int v, int out_w, int out_h, rl_dst *dst,
                    char *msg);
     void *arg;
+    /* The sample's nboxes boxes its plans read (rl_plan_make_boxes: an IoU
+     * crop, whose output varies too), or NULL. */
+    const double *boxes;
+    size_t nboxes;
 } rl_sample_sink;
 
 /* rl_sample_run, with the varying views' destinations asked of sink (NULL

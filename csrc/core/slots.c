@@ -259,6 +259,8 @@ void rl__pipeline_unref(rl_pipeline *p)
     }
     free(p->refusals);
     free(p->parts);
+    free(p->plan_boxes);
+    free(p->plan_box_offsets);
     rl__checks_free(p);
     rl_shard_records_destroy(p->cfg.field_records);
     free(p);

@@ -31,6 +31,7 @@ static int add_layout_constants(PyObject *m)
         {"ARENA_MAX_BYTES", (long)RL_ARENA_MAX_BYTES},
         {"MAX_SIDE", RL_MAX_SIDE},
         {"MAX_SHORT_SIZES", RL_MAX_SHORT_SIZES},
+        {"MAX_IOU_OPTIONS", RL_MAX_IOU_OPTIONS},
         {"MAX_VIEWS", RL_MAX_VIEWS},
     };
     for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++) {

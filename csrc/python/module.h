@@ -201,7 +201,14 @@ int rl__py_fields(PyObject *fields, rl_pipeline_config *cfg, rl__py_held *held);
  * with TypeError, ValueError or MemoryError. The values are the core's to
  * check. */
 int rl__py_parts(PyObject *parts, rl_pipeline_config *cfg);
-/* Frees what rl__py_fields and rl__py_parts allocated in cfg. */
+/* The boxes table a plan reads (core/pipeline.h's plan_boxes) from
+ * `table`, a (boxes, offsets) pair: (N, 4) float64 XYXY rows and int64
+ * offsets, one a sample of cfg's source and one more; both copied into
+ * cfg. None: no table. Returns 0, or -1 with TypeError or ValueError
+ * naming plan_boxes (the values are the core's to check). */
+int rl__py_plan_box_table(PyObject *table, rl_pipeline_config *cfg);
+/* Frees what rl__py_fields, rl__py_parts and rl__py_plan_box_table
+ * allocated in cfg. */
 void rl__py_fields_free(rl_pipeline_config *cfg);
 
 /* Strings (source/source.h's rl_strings) from a (blob, offsets, prefix)

@@ -78,12 +78,14 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
                              "starts",
                              "records",
                              "arena_bytes",
+                             "plan_boxes",
                              NULL};
     PyObject *spec, *paths = Py_None, *offsets = Py_None, *lengths = Py_None;
     PyObject *buffers = Py_None, *names = Py_None, *mul = Py_None;
     PyObject *add = Py_None, *allocator = Py_None, *fallback = Py_None;
     PyObject *http = Py_None, *fields = Py_None, *parts = Py_None;
     PyObject *starts = Py_None, *records = Py_None, *arena = Py_None;
+    PyObject *plan_boxes = Py_None;
     const char *dtype = "uint8", *layout = "NCHW", *io = "auto";
     int device = -1, direct_io = 0, skip_errors = 0, max_consecutive = 16;
     int nthreads = 1, allow_truncated = 0, max_scans = RL_DEFAULT_MAX_SCANS;
@@ -91,12 +93,12 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
     unsigned long long max_pixels = RL_DEFAULT_MAX_PIXELS;
     unsigned long long max_file_bytes = RL_DEFAULT_MAX_FILE_BYTES;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOOOOO", kwlist, &spec, &paths,
+            args, kw, "O|$OOOOOisKsKiKpsOOiOOppiOOOOOOO", kwlist, &spec, &paths,
             &offsets, &lengths, &buffers, &names, &nthreads, &layout, &seed,
             &io, &max_pixels, &max_scans, &max_file_bytes, &allow_truncated,
             &dtype, &mul, &add, &device, &allocator, &fallback, &direct_io,
             &skip_errors, &max_consecutive, &http, &fields, &parts, &starts,
-            &records, &arena)) {
+            &records, &arena, &plan_boxes)) {
         return NULL;
     }
     rl_pipeline_config cfg;
@@ -168,7 +170,8 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
         return NULL;
     }
     if (rl__py_fields(fields, &cfg, &self->held) != 0 ||
-        rl__py_parts(parts, &cfg) != 0) {
+        rl__py_parts(parts, &cfg) != 0 ||
+        rl__py_plan_box_table(plan_boxes, &cfg) != 0) {
         rl__py_fields_free(&cfg);
         rl_source_destroy(cfg.source);
         self->http = NULL;

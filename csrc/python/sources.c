@@ -696,6 +696,10 @@ void rl__py_fields_free(rl_pipeline_config *cfg)
 {
     free((void *)cfg->parts);
     cfg->parts = NULL;
+    free((void *)cfg->plan_boxes);
+    free((void *)cfg->plan_box_offsets);
+    cfg->plan_boxes = NULL;
+    cfg->plan_box_offsets = NULL;
     cfg->nparts = 0;
     free((void *)cfg->refusals);
     free((void *)cfg->checks);

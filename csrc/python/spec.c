@@ -19,7 +19,17 @@
 #include "place/place.h"
 #include "simd.h"
 
-typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_PAIR, FIELD_SIZES } field_type;
+typedef enum {
+    FIELD_INT,
+    FIELD_FLOAT,
+    FIELD_PAIR,
+    FIELD_SIZES,
+    FIELD_FLOATS, /* RandomIoUCrop's sampler_options (its own layout) */
+} field_type;
+
+/* RandomIoUCrop's default sampler_options, torchvision's. */
+static const double iou_options[] = {0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0};
+#define N_IOU_DEFAULT (int)(sizeof(iou_options) / sizeof(iou_options[0]))
 
 typedef struct field {
     const char *name;
@@ -175,6 +185,31 @@ static const field fields[] = {
      {0, 0},
      "1: no crop, each sample its own size (its resize's, or its own; "
      "out_h, out_w 0)"},
+    {"iou_crop",
+     FIELD_INT,
+     AT(iou_crop),
+     {0, 0},
+     "1: v2's RandomIoUCrop, drawn per sample from its boxes (varying 1)"},
+    {"iou_scale",
+     FIELD_PAIR,
+     AT(iou_scale_lo),
+     {0.3, 1.0},
+     "RandomIoUCrop's min_scale, max_scale"},
+    {"iou_aspect",
+     FIELD_PAIR,
+     AT(iou_aspect_lo),
+     {0.5, 2.0},
+     "RandomIoUCrop's min_aspect_ratio, max_aspect_ratio"},
+    {"iou_options",
+     FIELD_FLOATS,
+     AT(n_iou_options),
+     {0, 0},
+     "RandomIoUCrop's sampler_options (torchvision's when unset)"},
+    {"iou_trials",
+     FIELD_INT,
+     AT(iou_trials),
+     {40, 0},
+     "RandomIoUCrop's trials"},
 };
 
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
@@ -208,6 +243,33 @@ static int parse_sizes(PyObject *v, int *n)
     return 0;
 }
 
+/* RandomIoUCrop's sampler_options into t (unset: torchvision's). */
+static int parse_options(PyObject *v, rl_transform *t)
+{
+    if (v == NULL || v == Py_None) {
+        t->n_iou_options = N_IOU_DEFAULT;
+        memcpy(t->iou_options, iou_options, sizeof(iou_options));
+        return 0;
+    }
+    PyObject *seq = PySequence_Fast(v, "iou_options must be a list of floats");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t len = PySequence_Size(seq);
+    int rc = 0;
+    if (len > RL_MAX_IOU_OPTIONS) {
+        PyErr_Format(PyExc_ValueError, "iou_options: at most %d values",
+                     RL_MAX_IOU_OPTIONS);
+        rc = -1;
+    }
+    for (Py_ssize_t i = 0; rc == 0 && i < len; i++) {
+        t->iou_options[i] = PyFloat_AsDouble(rl__py_fast_item(seq, i));
+        rc = PyErr_Occurred() ? -1 : 0;
+    }
+    t->n_iou_options = (int)len;
+    Py_DECREF(seq);
+    return rc;
+}
+
 static int parse_field(PyObject *spec, const field *f, rl_transform *t)
 {
     char *base = (char *)t + f->offset;
@@ -223,6 +285,9 @@ static int parse_field(PyObject *spec, const field *f, rl_transform *t)
     }
     if (f->type == FIELD_SIZES) {
         return unset ? 0 : parse_sizes(v, (int *)base);
+    }
+    if (f->type == FIELD_FLOATS) {
+        return parse_options(v, t);
     }
     double *d = (double *)base;
     if (f->type == FIELD_FLOAT) {
@@ -467,8 +532,11 @@ int rl__py_spec_init(PyObject *module)
         PyObject *dflt =
             f->type == FIELD_INT     ? PyLong_FromLong((long)f->dflt[0])
             : f->type == FIELD_FLOAT ? PyFloat_FromDouble(f->dflt[0])
-            : f->type == FIELD_SIZES
-                ? PyTuple_New(0)
+            : f->type == FIELD_SIZES ? PyTuple_New(0)
+            : f->type == FIELD_FLOATS
+                ? Py_BuildValue("(ddddddd)", iou_options[0], iou_options[1],
+                                iou_options[2], iou_options[3], iou_options[4],
+                                iou_options[5], iou_options[6])
                 : Py_BuildValue("(dd)", f->dflt[0], f->dflt[1]);
         PyObject *item = dflt ? Py_BuildValue("(Ns)", dflt, f->doc) : NULL;
         if (item == NULL || PyDict_SetItemString(d, f->name, item) < 0) {

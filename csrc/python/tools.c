@@ -85,21 +85,30 @@ static PyObject *py_decode(PyObject *module, PyObject *args, PyObject *kw)
  * view of that sample: 0, or -1 with an exception set. */
 static int plan_args(PyObject *args, int *width, int *height, rl_plan *p)
 {
-    PyObject *spec;
+    PyObject *spec, *boxes_o = Py_None;
     unsigned long long seed;
     long long epoch, index;
     int view = 0;
-    if (!PyArg_ParseTuple(args, "OiiKLL|i", &spec, width, height, &seed, &epoch,
-                          &index, &view)) {
+    if (!PyArg_ParseTuple(args, "OiiKLL|iO", &spec, width, height, &seed,
+                          &epoch, &index, &view, &boxes_o)) {
         return -1;
     }
     rl_transform t;
     if (rl__py_parse_transform(spec, &t) != 0) {
         return -1;
     }
+    /* the sample's boxes (XYXY) a RandomIoUCrop's draw reads */
+    size_t n = 0;
+    double *boxes = boxes_o == Py_None
+                        ? NULL
+                        : rl__py_float64_rows(boxes_o, 4, "boxes", &n);
+    if (boxes_o != Py_None && boxes == NULL) {
+        return -1;
+    }
     char msg[RL_MSG_MAX];
-    int rc =
-        rl_plan_make(&t, *width, *height, seed, epoch, index, view, p, msg);
+    int rc = rl_plan_make_boxes(&t, *width, *height, seed, epoch, index, view,
+                                boxes, n, p, msg);
+    free(boxes);
     if (rc != 0) {
         PyErr_SetString(PyExc_ValueError, msg);
         return -1;
@@ -137,13 +146,25 @@ static PyObject *py_plan_window(PyObject *module, PyObject *args)
     if (plan_args(args, &width, &height, &p) != 0) {
         return NULL;
     }
-    return Py_BuildValue(
+    PyObject *d = Py_BuildValue(
         "{sdsdsdsdsisisisisOsOsssisisisisisiss}", "x", p.x, "y", p.y, "w", p.w,
         "h", p.h, "vx", p.vx, "vy", p.vy, "vw", p.vw, "vh", p.vh, "flip",
         p.flip ? Py_True : Py_False, "vflip", p.vflip ? Py_True : Py_False,
         "pad_mode", rl_pad_mode_name(p.pad.mode), "wx", p.pad.x.w0, "wy",
         p.pad.y.w0, "rx", p.pad.x.r0, "ry", p.pad.y.r0, "rw", p.pad.x.n, "rh",
         p.pad.y.n, "filter", rl_filter_name(p.filter));
+    /* RandomIoUCrop's draw (zeros without one) */
+    PyObject *iou =
+        Py_BuildValue("{sOsdsisO}", "iou_crop", p.iou_crop ? Py_True : Py_False,
+                      "iou_option", p.iou_option, "iou_rounds", p.iou_rounds,
+                      "iou_limited", p.iou_limited ? Py_True : Py_False);
+    if (d == NULL || iou == NULL || PyDict_Update(d, iou) < 0) {
+        Py_XDECREF(iou);
+        Py_XDECREF(d);
+        return NULL;
+    }
+    Py_DECREF(iou);
+    return d;
 }
 
 /* dct_scale(spec, width, height, seed, epoch, index) -> m: a JPEG of that
@@ -378,12 +399,15 @@ PyMethodDef rl__py_tool_methods[] = {
      "decode(data) -> (rgb_bytes, height, width): full RGB decode of a "
      "JPEG, PNG or WebP."},
     {"plan", py_plan, METH_VARARGS,
-     "plan(spec, width, height, seed, epoch, index, view=0) -> (top, left, "
-     "h, w, flip)."},
+     "plan(spec, width, height, seed, epoch, index, view=0, boxes=None) -> "
+     "(top, left, h, w, flip); boxes: the sample's (N, 4) float64 XYXY "
+     "boxes a RandomIoUCrop draws from."},
     {"plan_window", py_plan_window, METH_VARARGS,
-     "plan_window(spec, width, height, seed, epoch, index, view=0) -> {x, y, "
-     "w, h: the source box; vx, vy, vw, vh: where it lands in the output; "
-     "flip, vflip; pad_mode, wx, wy, rx, ry: a RandomCrop's padding}."},
+     "plan_window(spec, width, height, seed, epoch, index, view=0, "
+     "boxes=None) -> {x, y, w, h: the source box; vx, vy, vw, vh: where it "
+     "lands in the output; flip, vflip; pad_mode, wx, wy, rx, ry: a "
+     "RandomCrop's padding; iou_crop, iou_option, iou_rounds, iou_limited: "
+     "a RandomIoUCrop's draw from boxes}."},
     {"dct_scale", py_dct_scale, METH_VARARGS,
      "dct_scale(spec, width, height, seed, epoch, index, view=0) -> m: that "
      "view alone would decode the sample at DCT scale m/8 (8: none)."},

@@ -18,8 +18,10 @@
  * (torch.randint) is rl_rng_index; a permutation (torch.randperm) is a
  * Fisher-Yates shuffle, uniform over the permutations as torch's.
  *
- * Nothing in the pipeline calls these yet: the wiring of detection
- * support decides which stream and view each op draws from.
+ * The plan draws RandomIoUCrop's (core/plan_iou.c, from the start of its
+ * view's plan stream); nothing in the pipeline calls the others yet: the
+ * wiring of detection support decides which stream and view each op
+ * draws from.
  */
 #ifndef RL_TARGETS_DRAWS_H
 #define RL_TARGETS_DRAWS_H

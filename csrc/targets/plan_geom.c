@@ -138,6 +138,10 @@ int rl_geom_from_plan(const rl_transform *t, const rl_plan *p, int width,
         rc = rl_geom_crop(g, (int)p->y, (int)p->x, (int)p->h, (int)p->w, err);
         if (rc == 0)
             rc = rl_geom_resize(g, p->out_h, p->out_w, err);
+    } else if (rc == 0 && t->varying && p->iou_crop) {
+        /* RandomIoUCrop's crop (whole pixels, in the image): torchvision
+         * clamps the boxes to it, as to every crop */
+        rc = rl_geom_crop(g, (int)p->y, (int)p->x, (int)p->h, (int)p->w, err);
     } else if (rc == 0 && t->varying) {
         /* no window: the whole image, resized to the plan's output */
         if (rl_transform_resizes(t))

@@ -16,7 +16,8 @@
  * source, before the trim), in the order the pixels went: TrimBorder's
  * crop; RandomResizedCrop's crop then resize, or the resize (shorter
  * side, (h, w), ResizeKeepRatio) then the window (CenterCrop, RandomCrop,
- * timm's crop-or-pad): its padding, then its crop; then the horizontal
+ * timm's crop-or-pad): its padding, then its crop; or RandomIoUCrop's
+ * crop where the plan drew one (p->iou_crop); then the horizontal
  * and the vertical flip the plan drew. A window that covers the whole
  * (padded) canvas is no step, as torchvision's RandomCrop skips it.
  * Every padding mode pads boxes as constant padding does: they keep the

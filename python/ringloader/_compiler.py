@@ -138,6 +138,7 @@ class _Plan:
     fill: tuple[int, int, int] = (0, 0, 0)  # a centre crop's padding
     rcrop: Optional[dict] = None  # a RandomCrop step's spec fields
     box: dict = field(default_factory=dict)  # a ResizedCrop's whole spec
+    iou: Optional[dict] = None  # a RandomIoUCrop's spec fields (varying)
     flip_p: float = 0.0
     vflip_p: float = 0.0
     flipped: bool = False
@@ -163,6 +164,7 @@ class _Plan:
             or self.crop is not None
             or self.rcrop is not None
             or bool(self.box)
+            or self.iou is not None
         )
 
     @property
@@ -237,7 +239,13 @@ def _place(plan: _Plan, step: Step) -> bool:
     False where it does not fit."""
     # (No geometry after a flip: only a varying plan fuses a flip first.)
     flipped = plan.flipped or plan.vflipped
-    if isinstance(step, _steps.Trim) and not plan.names:
+    if plan.iou is not None:
+        return False  # RandomIoUCrop is the whole geometry
+    if isinstance(step, _steps.IoUCrop):
+        if not plan.varying or plan.geometric or flipped or plan.trim or plan.ops:
+            return False
+        plan.iou = step.fields
+    elif isinstance(step, _steps.Trim) and not plan.names:
         plan.trim = step.border
     elif isinstance(step, _steps.Resize) and not plan.geometric and not flipped:
         plan.resize = step
@@ -321,11 +329,13 @@ def _flip(plan: _Plan, step: Step) -> bool:
 
 
 def _flip_converted(plan: _Plan, step: Step) -> bool:
-    """Whether a flip after the conversion may be fused: in a varying plan
-    (no size fixed: torchvision's detection presets flip after ToImage), a
-    flip commutes with the per-channel conversion, not with output ops."""
+    """Whether a flip (or a RandomIoUCrop, before any other geometry)
+    after the conversion may be fused: in a varying plan (no size fixed:
+    torchvision's detection presets flip after ToImage), a flip or a crop
+    commutes with the per-channel conversion, not with output ops."""
+    iou = isinstance(step, _steps.IoUCrop) and not plan.geometric
     return (
-        isinstance(step, _steps.Flip)
+        (isinstance(step, _steps.Flip) or iou)
         and plan.varying
         and plan.size() is None
         and not plan.erased
@@ -361,6 +371,8 @@ def _fuse(plan: _Plan, step: Step) -> Optional[str]:
     steps before it (plan is then as it was)."""
     if isinstance(step, _steps.Unfused):
         return step.reason
+    if isinstance(step, _steps.IoUCrop) and not plan.varying:
+        return _IOU_VARYING
     if isinstance(step, _steps.Erase):
         return _erase(plan, step)
     if isinstance(step, _steps.Convert):
@@ -420,6 +432,12 @@ def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
     return fields
 
 
+_IOU_VARYING = (
+    "RandomIoUCrop gives each sample the size of its crop: it is fused "
+    "where samples of varying sizes are taken (the Loader)"
+)
+
+
 def _varying(plan: _Plan, first: Optional[Step]) -> Optional[dict]:
     """The spec of a plan whose output is the image after its resize, each
     sample its own size, where the caller takes that (``plan.varying``) and
@@ -427,6 +445,8 @@ def _varying(plan: _Plan, first: Optional[Step]) -> Optional[dict]:
     resize = plan.resize
     if not plan.varying or plan.crop is not None or plan.rcrop is not None:
         return None
+    if plan.iou is not None:  # the crop alone, 1:1
+        return {"kind": "resize_crop", "filter": 0, "varying": 1, **plan.iou}
     if resize is None and isinstance(first, _steps.Unfused) and first.geometry:
         return None  # refused as geometry, below
     if resize is not None and (
@@ -452,6 +472,8 @@ def _resize_crop(plan: _Plan, first: Optional[Step]) -> dict:
     if resize is None and crop is None and rcrop is None:
         if isinstance(first, _steps.Unfused) and first.geometry:
             raise UnsupportedTransform(first.reason)
+        if isinstance(first, _steps.IoUCrop):
+            raise UnsupportedTransform(_IOU_VARYING)
         head = first.name if first is not None else "no transform"
         raise UnsupportedTransform(
             f"the transform starts with {head}, not Resize, CenterCrop or "

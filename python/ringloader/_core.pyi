@@ -66,6 +66,7 @@ ARENA_MAX_BYTES: int  # the largest arena_bytes a Pipeline takes (1 TiB)
 MAX_SIDE: int  # the largest output or resize side, in pixels
 MAX_VIEWS: int  # the most views a sample may have (transforms.MultiView)
 MAX_SHORT_SIZES: int  # the most sizes a RandomShortestSize list may hold
+MAX_IOU_OPTIONS: int  # the most sampler_options a RandomIoUCrop may hold
 
 # The augmentation ops' argument layouts, defined once in C
 # (csrc/augment/augment.h): op name -> its fields in order, each
@@ -126,6 +127,7 @@ def plan(
     epoch: int,
     index: int,
     view: int = 0,
+    boxes: Optional[Buffer] = None,
     /,
 ) -> Tuple[float, float, float, float, bool]:
     """(top, left, height, width, flip): the source box of view ``view``
@@ -139,9 +141,12 @@ def plan_window(
     epoch: int,
     index: int,
     view: int = 0,
+    boxes: Optional[Buffer] = None,
     /,
 ) -> Dict[str, Any]:
-    """The whole plan of one sample's view: the source box (x, y, w, h), the
+    """(boxes: the sample's (N, 4) float64 XYXY boxes a RandomIoUCrop draws
+    from; its draw: iou_crop, iou_option, iou_rounds, iou_limited.)
+    The whole plan of one sample's view: the source box (x, y, w, h), the
     output rectangle it lands in (vx, vy, vw, vh; the rest is padding), the
     flips (flip, vflip), and a RandomCrop's padding: the window's first
     pixel in the resized image (wx, wy) and the resized size it lies on
@@ -243,13 +248,17 @@ def plan_boxes(
     view: int,
     boxes: Buffer,
     format: str,
-    whole: bool = False,
     /,
+    plan: Optional[Buffer] = None,
+    *,
+    whole: bool = False,
 ) -> Tuple[bytes, Tuple[int, int]]:
     """float64 boxes (N, 4) in format "XYXY", "XYWH" or "CXCYWH" on a
     width x height image, mapped through the geometry of the plan
     ``plan(spec, width, height, seed, epoch, index, view)`` gives its
-    pixels: the boxes' bytes and the output canvas (height, width).
+    pixels: the boxes' bytes and the output canvas (height, width). A
+    RandomIoUCrop draws from ``plan`` (the sample's XYXY boxes; None: these
+    boxes) and zeroes the boxes whose centre its crop leaves out.
     ``whole``: the boxes are of an integer dtype (torchvision's int64
     boxes), each resize's float32 product truncated as its .to(dtype)."""
 
@@ -263,6 +272,7 @@ def plan_keypoints(
     view: int,
     points: Buffer,
     /,
+    plan: Optional[Buffer] = None,
 ) -> Tuple[bytes, Tuple[int, int]]:
     """float64 keypoints (N, 2) mapped as plan_boxes maps boxes (never
     clamped)."""
@@ -275,8 +285,10 @@ def plan_maps(
     epoch: int,
     index: int,
     view: int = 0,
+    plan: Optional[Buffer] = None,
 ) -> Tuple[bytes, bytes]:
-    """The index maps of the geometry plan_boxes maps through: (row_map,
+    """The index maps of the geometry plan_boxes maps through (``plan``:
+    the sample's XYXY boxes a RandomIoUCrop's draw reads): (row_map,
     col_map), int32 bytes of the output canvas' height and width, each the
     input row or column that output pixel comes from (-1: padding, the
     fill). mask[row_map][:, col_map] is torchvision's v2 functional ops on
@@ -689,6 +701,9 @@ class Pipeline:
         # A varying transform's batch arena, in bytes (0: 64 MiB): samples
         # past it get a buffer each (core/pipeline.h's arena_bytes).
         arena_bytes: int = ...,
+        # The samples' boxes a RandomIoUCrop draws from: (boxes (N, 4)
+        # float64 XYXY, offsets int64, one a sample and one more).
+        plan_boxes: Optional[Tuple[Buffer, Buffer]] = ...,
     ) -> Pipeline: ...
     def submit(
         self,

@@ -140,6 +140,10 @@ class Pipeline:
         if parts is not None:
             # on_error="skip" replaces a sample within its own dataset.
             table["parts"] = parts
+        plan_boxes = getattr(src, "plan_boxes", None)
+        if plan_boxes is not None:
+            # The boxes each sample's RandomIoUCrop draws from.
+            table["plan_boxes"] = plan_boxes
         self._refresh_at: Optional[float] = None
         self._refreshing: Optional[_Background] = None
         self._urls_made = 0.0  # when the URLs in use began to be made

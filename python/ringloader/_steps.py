@@ -144,6 +144,15 @@ class ResizedCrop(Step):
 
 
 @dataclass(frozen=True)
+class IoUCrop(Step):
+    """v2's RandomIoUCrop: a crop drawn per sample from its boxes, each
+    sample the size of its crop (a varying output); ``fields`` are the C
+    spec's (``iou_scale``, ``iou_aspect``, ``iou_options``, ``iou_trials``)."""
+
+    fields: dict
+
+
+@dataclass(frozen=True)
 class Flip(Step):
     """Mirror with probability ``p``, left-right or top-bottom."""
 

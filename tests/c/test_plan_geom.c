@@ -3,6 +3,7 @@
  * out by hand: a resize and a centre crop that pads, a RandomCrop's
  * padded window and a flip, RandomResizedCrop's box then its resize,
  * TrimBorder's crop, ScaleJitter's drawn size before a padded window,
+ * RandomIoUCrop's crop drawn from the sample's boxes,
  * and the refusals. */
 #include <math.h>
 #include <string.h>
@@ -163,6 +164,66 @@ static void scale_jitter_window(void)
     CHECK(strstr(msg, "jitter_scale") != NULL);
 }
 
+static void iou_crop(void)
+{
+    /* RandomIoUCrop with option 0 (any crop keeping the box's centre),
+     * then a flip: the plan's box is the crop, its output the crop's
+     * size, its geometry the crop then the flip; a box over the whole
+     * image becomes the whole crop */
+    rl_transform t = {.kind = RL_T_RESIZE_CROP,
+                      .varying = 1,
+                      .ratio_lo = 1,
+                      .ratio_hi = 1,
+                      .flip_p = 1.0,
+                      .iou_crop = 1,
+                      .iou_scale_lo = 0.3,
+                      .iou_scale_hi = 1.0,
+                      .iou_aspect_lo = 0.5,
+                      .iou_aspect_hi = 2.0,
+                      .n_iou_options = 1,
+                      .iou_options = {0.0},
+                      .iou_trials = 40};
+    char msg[RL_MSG_MAX];
+    CHECK(rl_transform_check(&t, msg) == 0);
+    double whole[4] = {0, 0, 100, 80};
+    for (int i = 0; i < 20; i++) {
+        rl_plan p;
+        rl_target_geom g;
+        const char *err = NULL;
+        CHECK(rl_plan_make_boxes(&t, 100, 80, 5, 0, i, 0, whole, 1, &p, msg) ==
+              0);
+        CHECK(p.iou_crop == 1 && p.crop_first && p.flip);
+        CHECK(p.x >= 0 && p.y >= 0 && p.x + p.w <= 100 && p.y + p.h <= 80);
+        CHECK(p.out_w == (int)p.w && p.out_h == (int)p.h);
+        CHECK(rl_geom_from_plan(&t, &p, 100, 80, &g, &err) == 0);
+        CHECK_EQ(g.n, 2);
+        double b[4] = {0, 0, 100, 80};
+        rl_boxes_map(&g, b, 1, RL_BOX_XYXY);
+        CHECK(b[0] == 0 && b[1] == 0 && b[2] == p.w && b[3] == p.h);
+    }
+    /* no box and no option >= 1: the image whole, after the limit */
+    t.iou_options[0] = 0.5;
+    rl_plan p;
+    rl_target_geom g;
+    const char *err = NULL;
+    CHECK(rl_plan_make(&t, 100, 80, 5, 0, 0, 0, &p, msg) == 0);
+    CHECK(p.iou_crop == 0 && p.iou_limited && p.out_w == 100 && p.out_h == 80);
+    CHECK(rl_geom_from_plan(&t, &p, 100, 80, &g, &err) == 0);
+    CHECK_EQ(g.n, 1); /* the flip alone */
+    /* refused: a crop past the image, a resize before it, one size */
+    t.iou_scale_hi = 1.5;
+    CHECK(rl_transform_check(&t, msg) == RL_ECONFIG);
+    CHECK(strstr(msg, "max_scale") != NULL);
+    t.iou_scale_hi = 1.0;
+    t.resize_short = 32;
+    CHECK(rl_transform_check(&t, msg) == RL_ECONFIG);
+    CHECK(strstr(msg, "RandomIoUCrop") != NULL);
+    t.resize_short = 0;
+    t.n_iou_options = 0;
+    CHECK(rl_transform_check(&t, msg) == RL_ECONFIG);
+    CHECK(strstr(msg, "sampler_options") != NULL);
+}
+
 static void refusals(void)
 {
     rl_transform t = {.kind = RL_T_RESIZE_CROP,
@@ -192,6 +253,7 @@ int main(void)
     random_crop_flip();
     resized_crop_and_trim();
     scale_jitter_window();
+    iou_crop();
     refusals();
     PASS("test_plan_geom");
 }

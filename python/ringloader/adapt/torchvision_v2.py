@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from .. import _core
-from .._steps import Convert, Resize, Step, Unfused
+from .._steps import Convert, IoUCrop, Resize, Step, Unfused
 from ..errors import UnsupportedTransform
 from . import torchvision_v1
 
@@ -41,6 +41,8 @@ def describe(t: Any) -> Step:
         except UnsupportedTransform as e:
             return Unfused(name, str(e), geometry=True)
         return drawn(t, name, filt)
+    if name == "RandomIoUCrop":
+        return _iou_crop(t)
     return torchvision_v1.describe(t)  # ToTensor, PILToTensor, the rest
 
 
@@ -114,3 +116,30 @@ _DRAWN_RESIZES = {
     "RandomShortestSize": _random_shortest_size,
     "ScaleJitter": _scale_jitter,
 }
+
+
+def _iou_crop(t: Any) -> Step:
+    """RandomIoUCrop: its options as the spec's iou_* fields (the crop is
+    drawn per sample from its boxes: core/plan_iou.c)."""
+    name = type(t).__name__
+    lo, hi = float(t.min_scale), float(t.max_scale)
+    ar_lo, ar_hi = float(t.min_aspect_ratio), float(t.max_aspect_ratio)
+    options = [float(o) for o in t.options]
+    trials = int(t.trials)
+    if not 0 <= lo <= hi <= 1 or not 0 <= ar_lo <= ar_hi or math.isinf(ar_hi):
+        why = "needs 0 <= min_scale <= max_scale <= 1 (a crop inside the image)"
+        return Unfused(name, f"{name}: {why} and finite aspect ratios", True)
+    if not 1 <= len(options) <= _core.MAX_IOU_OPTIONS or any(map(math.isnan, options)):
+        return Unfused(
+            name, f"{name}: 1..{_core.MAX_IOU_OPTIONS} sampler_options, none NaN", True
+        )
+    if trials < 1:
+        return Unfused(name, f"{name}: trials must be at least 1", True)
+    fields = dict(
+        iou_crop=1,
+        iou_scale=(lo, hi),
+        iou_aspect=(ar_lo, ar_hi),
+        iou_options=options,
+        iou_trials=trials,
+    )
+    return IoUCrop(name, fields)

@@ -109,7 +109,11 @@ class Sources:
     range up when it reads it,
     and ``offsets``/``lengths`` are lazy views for everything else (a
     Python decode, a composition of datasets); None: the arrays are the
-    table.
+    table. ``plan_boxes`` (``(boxes, offsets)``: float64 (N, 4) XYXY boxes
+    in each image's pixels, sample i's rows ``offsets[i]:offsets[i + 1]``,
+    int64 offsets, one a sample and one more): the boxes a RandomIoUCrop
+    draws each sample's crop from (core/pipeline.h's plan_boxes); None:
+    none, and such a transform is refused.
     """
 
     paths: Sequence[str]
@@ -120,6 +124,7 @@ class Sources:
     fields: Optional[Any] = None
     parts: Optional[np.ndarray] = None
     records: Optional[tuple] = None
+    plan_boxes: Optional[tuple] = None
 
     def __len__(self) -> int:
         return len(self.paths)

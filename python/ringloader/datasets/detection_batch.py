@@ -388,7 +388,7 @@ class DetectionImages:
             whole = not boxes.is_floating_point()
             values = boxes.as_subclass(torch.Tensor).double().numpy()
             mapped, canvas = _core.plan_boxes(
-                spec, width, height, seed, epoch, key, 0, values, "XYXY", whole
+                spec, width, height, seed, epoch, key, 0, values, "XYXY", whole=whole
             )
             new = np.frombuffer(mapped, dtype=np.float64).reshape(-1, 4)
             t["boxes"] = tv_tensors.BoundingBoxes(

@@ -2,8 +2,10 @@
 natively through ringloader.DataLoader (no FallbackWarning): the reference's
 multiscale train preset (ToImage, RandomShortestSize(480..800 by 32,
 max_size=1333), RandomHorizontalFlip, ToDtype, ConvertBoundingBoxFormat,
-SanitizeBoundingBoxes, ToPureTensor) and a RandomResize, RandomCrop
-(pad_if_needed, the masks' fill from a fill dict) and flip chain. Each
+SanitizeBoundingBoxes, ToPureTensor), its lsj preset (ScaleJitter, a
+RandomCrop padded where smaller with the mean, masks with 0, the flip and
+the same tail) and a RandomResize, RandomCrop (pad_if_needed, the masks'
+fill from a fill dict) and flip chain. Each
 item equals torchvision's v2 functional ops applied to the unaugmented
 wrapped item with the parameters the plan drew (``_core.plan_window``):
 the image within the resize's bound (1 LSB, as test_shortest_size, beside
@@ -88,11 +90,16 @@ def multiscale_reference(image, target, p, spec):
     return each(lambda x: F.resize(x, size, antialias=True), image, target)
 
 
-def cropped_reference(fill):
+def cropped_reference(fill, crop_size=40, seen=None):
+    """RandomResize or ScaleJitter to the plan's size, then RandomCrop at
+    the plan's window; seen, if given, collects each resized size."""
+
     def apply(image, target, p, spec):
         size = [p["rh"], p["rw"]]
+        if seen is not None:
+            seen.append(tuple(size))
         image, target = each(lambda x: F.resize(x, size, antialias=True), image, target)
-        crop = v2.RandomCrop(40, pad_if_needed=True, fill=fill)
+        crop = v2.RandomCrop(crop_size, pad_if_needed=True, fill=fill)
         params = crop.make_params([image])
         params["top"] = p["wy"] + params["padding"][1]
         params["left"] = p["wx"] + params["padding"][0]
@@ -152,6 +159,54 @@ def test_random_resize_crop_flip_runs_natively(coco, fill):
     ds, ref = pair(coco, cropped_preset(fill))
     _, dropped = check_items(ds, ref, cropped_reference(fill))
     assert dropped > 0  # boxes the crop leaves out: SanitizeBoundingBoxes' drops
+
+
+LSJ = (64, 64)  # the reference's 1024 square, small
+LSJ_FILL = {tv_tensors.Mask: 0, "others": [123.0, 117.0, 104.0]}
+
+
+def lsj_preset():
+    """DetectionPresetTrain(data_augmentation="lsj", use_v2=True,
+    backend="tv_tensor") as benchmarks/bench_detect.py writes it, the
+    target size small."""
+    return Preset(
+        [
+            v2.ToImage(),
+            v2.ScaleJitter(target_size=LSJ, antialias=True),
+            v2.RandomCrop(LSJ, pad_if_needed=True, fill=LSJ_FILL),
+            v2.RandomHorizontalFlip(p=0.5),
+        ]
+        + TAIL
+    )
+
+
+@pytest.mark.parametrize("seed", [7, 11])
+def test_lsj_preset_runs_natively(coco, seed):
+    """ScaleJitter then a padded RandomCrop: every item at the crop's size,
+    equal to torchvision's ops with the plan's scale and window, both
+    padded (the image with the mean, masks with 0) and cropped samples."""
+    seen = []
+    ds, ref = pair(coco, lsj_preset())
+    reference = cropped_reference(LSJ_FILL, LSJ, seen)
+    _, dropped = check_items(ds, ref, reference, seed=seed)
+    assert any(h < LSJ[0] or w < LSJ[1] for h, w in seen)  # padded
+    assert any(h > LSJ[0] or w > LSJ[1] for h, w in seen)  # cropped
+    assert dropped > 0
+
+
+def test_lsj_pads_the_image_with_the_mean_and_masks_with_zero(coco):
+    ds = dataset(coco, lsj_preset(), KEYS)
+    loader = fused(ds, batch_size=4, collate_fn=collate_fn)
+    mean = torch.tensor(LSJ_FILL["others"]).view(3, 1, 1) / 255
+    padded = 0
+    for images, targets in loader:
+        for image, target in zip(images, targets):
+            assert image.shape == (3, *LSJ)
+            corner = image[:, -1:, -1:]
+            if torch.allclose(corner, mean, atol=1e-6):
+                padded += 1
+                assert not target["masks"][:, -1, -1].any()
+    assert padded > 0
 
 
 def _whole_boxes(data):

@@ -9,7 +9,8 @@ ops applied to the unaugmented wrapped item with the plan's parameters
 (``_core.plan_window``: RandomIoUCrop's transform with that crop, then the
 flip): the image within the JPEG decoders' 1 LSB, boxes within 1e-3 px,
 labels, image_id and masks identical, so SanitizeBoundingBoxes drops the
-same boxes."""
+same boxes. A composition (Subset, ConcatDataset) gathers its leaves'
+boxes tables in its own order."""
 
 from __future__ import annotations
 
@@ -183,3 +184,38 @@ def test_an_iou_crop_the_compiler_does_not_fuse_falls_back(tmp_path):
             Subset(ds, annotated(ds)), batch_size=2, collate_fn=collate_fn
         )
     assert not isinstance(loader, ringloader.Loader)
+
+
+def test_a_composition_gathers_its_leaves_tables(tmp_path):
+    """A Subset (out of order) of a ConcatDataset of two datasets with
+    boxes tables: each sample's crop is drawn from its own leaf's rows."""
+    from PIL import Image
+    from test_iou_crop_plan import BoxedFiles, boxes_table
+
+    from images import write_png_jpeg
+
+    files = write_png_jpeg(tmp_path, [(60, 80), (90, 70), (45, 120), (77, 51)])
+    transform = v2.Compose([v2.RandomIoUCrop(sampler_options=[0.0]), v2.PILToTensor()])
+    sets_a, table_a = boxes_table(files[:3], seed=8)
+    sets_b, table_b = boxes_table(files[1:], seed=30)
+    a = BoxedFiles(files[:3], table_a, transform=transform)
+    b = BoxedFiles(files[1:], table_b, transform=transform)
+    order = [5, 0, 3, 1, 4, 2]  # into ConcatDataset([a, b])
+    leaf = [
+        (files[:3], sets_a, i) if i < 3 else (files[1:], sets_b, i - 3) for i in order
+    ]
+    ds = Subset(torch.utils.data.ConcatDataset([a, b]), order)
+    with ringloader.Loader(ds, seed=SEED, batch_size=3) as ld:
+        images = [im for batch, _ in ld for im in batch]
+    spec = ld._plans[0].compiled.spec
+    crops = 0
+    for key, (image, (paths, sets, i)) in enumerate(zip(images, leaf)):
+        pil = Image.open(paths[i]).convert("RGB")
+        p = _core.plan_window(spec, pil.width, pil.height, SEED, 0, key, 0, sets[i])
+        want = v2.PILToTensor()(pil)
+        if p["iou_crop"]:
+            want = F.crop(want, int(p["y"]), int(p["x"]), int(p["h"]), int(p["w"]))
+            crops += 1
+        assert image.shape == want.shape, (key, p)
+        assert (image.int() - want.int()).abs().max().item() <= 1
+    assert crops >= 4  # (the third file of each leaf has no boxes: whole)

@@ -257,8 +257,15 @@ class Composed:
             type(self.dataset).__name__,
         )
         parts = self.parts()
+        table = _boxes_table(srcs, self._part, self._index)
         if all(s.offsets is None for s in srcs):
-            return Sources(paths=paths, targets=targets, remote=remote, parts=parts)
+            return Sources(
+                paths=paths,
+                targets=targets,
+                remote=remote,
+                parts=parts,
+                plan_boxes=table,
+            )
         whole = [np.zeros(len(s), np.int64) for s in srcs]
         offsets = [w if s.offsets is None else s.offsets for s, w in zip(srcs, whole)]
         lengths = [
@@ -271,6 +278,7 @@ class Composed:
             lengths=_gather(lengths, self._part, self._index),
             remote=remote,
             parts=parts,
+            plan_boxes=table,
         )
 
     def _which(self) -> np.ndarray:
@@ -367,6 +375,29 @@ def _gather(arrays: list, part: np.ndarray, index: np.ndarray) -> np.ndarray:
         sel = part == p
         out[sel] = np.asarray(values, dtype=np.int64)[index[sel]]
     return out
+
+
+def _boxes_table(srcs: list, part: np.ndarray, index: np.ndarray) -> Optional[tuple]:
+    """The leaves' boxes tables (``Sources.plan_boxes``) gathered in the
+    composition's order: sample i's rows are its leaf's rows for its index
+    there. None unless every leaf has one."""
+    if not srcs or any(s.plan_boxes is None for s in srcs):
+        return None
+    tables = [s.plan_boxes for s in srcs]
+    base = np.cumsum([0] + [len(b) for b, _ in tables[:-1]])
+    boxes = np.concatenate(
+        [np.asarray(b, np.float64).reshape(-1, 4) for b, _ in tables]
+    )
+    starts = np.empty(len(part), np.int64)
+    sizes = np.empty(len(part), np.int64)
+    for p, (_, offsets) in enumerate(tables):
+        sel = part == p
+        at = np.asarray(offsets, np.int64)[index[sel]]
+        starts[sel] = at + base[p]
+        sizes[sel] = np.asarray(offsets, np.int64)[index[sel] + 1] - at
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    at = np.repeat(starts - offsets[:-1], sizes) + np.arange(offsets[-1])
+    return np.ascontiguousarray(boxes[at]), offsets
 
 
 def resolve(dataset: Any) -> Any:

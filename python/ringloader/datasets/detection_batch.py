@@ -11,7 +11,7 @@ target)``) is split in two: the pixels' head, every step before the first
 one on the targets alone, which the compiler must fuse whole (geometry the
 targets follow: Resize with or without max_size, RandomResize,
 RandomShortestSize, ScaleJitter, RandomCrop with its padding and pad_if_needed,
-CenterCrop, RandomResizedCrop, the flips; and steps that move no pixel:
+CenterCrop, RandomResizedCrop, RandomIoUCrop, the flips; and steps that move no pixel:
 ToImage, PILToTensor, ToDtype or ConvertImageDtype of images, colour ops),
 and a tail that touches the targets alone (``ConvertBoundingBoxFormat``,
 ``SanitizeBoundingBoxes``, ``ClampBoundingBoxes``, ``ToPureTensor``), which
@@ -20,8 +20,12 @@ would. Where the head moves pixels, each sample's plan (same seed, epoch
 and key as its pixels) moves its target: boxes through
 ``_core.plan_boxes`` onto the plan's output canvas, masks rasterized
 through ``_core.plan_maps``' index maps (padded as torchvision pads a
-Mask); a ``ConvertImageDtype``, which converts boxes and masks too, runs
-again on the pair. Any other step (zoom-out, IoU crop, affine, rotation,
+Mask); a RandomIoUCrop's crop is drawn from the sources' boxes table
+(``Sources.plan_boxes``: each image's finite boxes), and its target's
+boxes are mapped with those rows (cropped, clamped, the boxes whose centre
+it leaves out zeroed for SanitizeBoundingBoxes); a ``ConvertImageDtype``,
+which converts boxes and masks too, runs again on the pair. Any other
+step (zoom-out, affine, rotation,
 perspective) is not followed on the targets yet: reading such
 a dataset raises :class:`~.composed.UnreadableComposition` saying so, and
 ``ringloader.DataLoader`` hands it to torch's DataLoader with that reason.
@@ -35,6 +39,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .base import Sources
+from .detection_target import plan_table
 
 __all__ = [
     "DetectionImages",
@@ -64,6 +69,7 @@ def _kinds() -> tuple[tuple, tuple, tuple]:
         v2.RandomCrop,
         v2.CenterCrop,
         v2.RandomResizedCrop,
+        v2.RandomIoUCrop,
         v2.RandomHorizontalFlip,
         v2.RandomVerticalFlip,
     )
@@ -96,7 +102,7 @@ def _kinds() -> tuple[tuple, tuple, tuple]:
 
 NATIVE = (
     "natively: Resize, RandomResize, RandomShortestSize, ScaleJitter, RandomCrop, "
-    "CenterCrop, RandomResizedCrop, the flips, ToImage, ToDtype and colour "
+    "CenterCrop, RandomResizedCrop, RandomIoUCrop, the flips, ToImage, ToDtype and colour "
     "ops, then ConvertBoundingBoxFormat, SanitizeBoundingBoxes, "
     "ClampBoundingBoxes, ToPureTensor"
 )
@@ -191,6 +197,7 @@ class DetectionImages:
         self._moves = False
         self._sized = False  # a resize or crop: the output hides the size
         self._mask_fill = 0
+        self._iou_crop = False  # the plan draws from the boxes table
         self._image_type: Any = None
         # Whether each image's header was read (its size checked against
         # the tables) once the geometry hides the decoded size.
@@ -237,6 +244,7 @@ class DetectionImages:
         self._sized = any(
             isinstance(t, geometry) and not isinstance(t, flips) for t in head
         )
+        self._iou_crop = any(isinstance(t, v2.RandomIoUCrop) for t in head)
         crops = [_mask_fill(t) for t in head if type(t) is v2.RandomCrop]
         self._mask_fill = crops[0] if crops else 0
         to_image = any(isinstance(t, v2.ToImage) for t in head)
@@ -263,7 +271,16 @@ class DetectionImages:
         An image with a problem (``DetectionTables.problems``) is read as
         the next image without one (the last wrapping to the first), which
         is what ``on_error="skip"`` gives in its place; otherwise
-        :meth:`batch` raises its problem."""
+        :meth:`batch` raises its problem. Where the transform has a
+        RandomIoUCrop, ``plan_boxes`` is each sample's boxes (the same
+        rows: :func:`.detection_target.plan_table`)."""
+        self._split()
+        if (
+            self._sources is not None
+            and self._iou_crop
+            and (self._sources.plan_boxes is None)
+        ):
+            self._sources = None
         if self._sources is None:
             rows = np.arange(len(self.tables), dtype=np.int64)
             bad = np.zeros(len(rows), bool)
@@ -273,7 +290,8 @@ class DetectionImages:
                 after = np.searchsorted(good, rows[bad]) % len(good)
                 rows[bad] = good[after]
             paths = self.tables.paths.take(rows) if bad.any() else self.tables.paths
-            self._sources = Sources(paths=paths, targets=rows)
+            table = plan_table(self.tables, rows) if self._iou_crop else None
+            self._sources = Sources(paths=paths, targets=rows, plan_boxes=table)
         return self._sources
 
     def describe(self, index: int) -> str:
@@ -311,7 +329,11 @@ class DetectionImages:
                 self._check_size(r, image.shape[-2], image.shape[-1])
         if not self._moves:
             return self.items(images, rows)
-        plans = [(spec, seed, taken.epoch, int(k)) for k in taken.keys]
+        boxes, offsets = src.plan_boxes or (None, None)
+        plans = [
+            (spec, seed, taken.epoch, int(k), _rows(boxes, offsets, int(i)))
+            for i, k in zip(taken.idx, taken.keys)
+        ]
         return self.items(images, rows, plans)
 
     def _read_size(self, row: int) -> None:
@@ -347,7 +369,7 @@ class DetectionImages:
     ) -> list[tuple[Any, Any]]:
         """Each ``(image, target)`` as indexing the wrapped dataset gives
         it: ``rows`` the images' rows in the tables, ``plans`` each
-        sample's (spec, seed, epoch, key) where the transform moves pixels
+        sample's (spec, seed, epoch, key, boxes table rows or None) where the transform moves pixels
         (None: the target as it is)."""
         from .detection_target import target
 
@@ -375,12 +397,12 @@ class DetectionImages:
         from .. import _core
         from .detection_target import target
 
-        spec, seed, epoch, key = plan
+        spec, seed, epoch, key, rows = plan
         height, width = (int(v) for v in self.tables.sizes[i])
         maps = None
         keys = self.tables.target_keys or frozenset()
         if "masks" in keys:
-            raw = _core.plan_maps(spec, width, height, seed, epoch, key)
+            raw = _core.plan_maps(spec, width, height, seed, epoch, key, 0, rows)
             maps = tuple(np.frombuffer(m, dtype=np.int32) for m in raw)
         t = target(self.tables, i, maps, self._mask_fill)
         boxes = t.get("boxes")
@@ -388,7 +410,17 @@ class DetectionImages:
             whole = not boxes.is_floating_point()
             values = boxes.as_subclass(torch.Tensor).double().numpy()
             mapped, canvas = _core.plan_boxes(
-                spec, width, height, seed, epoch, key, 0, values, "XYXY", whole=whole
+                spec,
+                width,
+                height,
+                seed,
+                epoch,
+                key,
+                0,
+                values,
+                "XYXY",
+                rows,
+                whole=whole,
             )
             new = np.frombuffer(mapped, dtype=np.float64).reshape(-1, 4)
             t["boxes"] = tv_tensors.BoundingBoxes(
@@ -397,6 +429,14 @@ class DetectionImages:
                 canvas_size=canvas,
             )
         return t
+
+
+def _rows(boxes: Any, offsets: Any, i: int) -> Any:
+    """Sample i's rows of the boxes table (what its plan drew from), or
+    None without a table."""
+    if boxes is None:
+        return None
+    return boxes[int(offsets[i]) : int(offsets[i + 1])]
 
 
 def _unfused(head: Any) -> Optional[str]:

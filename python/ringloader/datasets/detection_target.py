@@ -19,7 +19,7 @@ import numpy as np
 
 from .detection_tables import AREA_INT, BOX_INT, DetectionTables
 
-__all__ = ["target"]
+__all__ = ["plan_table", "target"]
 
 
 def _coco_boxes(t: DetectionTables, rows: slice, canvas: tuple[int, int]) -> Any:
@@ -37,6 +37,36 @@ def _coco_boxes(t: DetectionTables, rows: slice, canvas: tuple[int, int]) -> Any
         format=tv_tensors.BoundingBoxFormat.XYXY,
         canvas_size=canvas,
     )
+
+
+def plan_table(t: DetectionTables, rows: np.ndarray) -> tuple[Any, Any]:
+    """The boxes table a RandomIoUCrop's plan draws from (``Sources.plan_boxes``)
+    for the samples reading the images ``rows``: each image's boxes as its
+    wrapped target holds them (XYXY, float32 or int64 as :func:`_coco_boxes`
+    makes them) in float64, the non-finite ones left out (they never take
+    part in torchvision's draw), and int64 offsets, one a sample and one
+    more."""
+    n = len(t)
+    counts = np.diff(t.first)
+    image = np.repeat(np.arange(n), counts)
+    floats = np.bincount(image, weights=(t.is_int & BOX_INT) == 0, minlength=n)
+    whole = (floats == 0)[image]
+    with np.errstate(over="ignore", invalid="ignore"):  # carried, then left out
+        f32 = t.boxes.astype(np.float32)
+        f32[:, 2:] += f32[:, :2]
+        xyxy = f32.astype(np.float64)
+        i64 = t.boxes[whole].astype(np.int64)
+        i64[:, 2:] += i64[:, :2]
+    xyxy[whole] = i64
+    finite = np.isfinite(xyxy).all(axis=1)
+    kept = np.bincount(image[finite], minlength=n)
+    first = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
+    xyxy = xyxy[finite]
+    rows = np.asarray(rows, dtype=np.int64)
+    sizes = kept[rows]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    at = np.repeat(first[rows] - offsets[:-1], sizes) + np.arange(offsets[-1])
+    return np.ascontiguousarray(xyxy[at], dtype=np.float64), offsets
 
 
 def _number(v: float, is_int: bool) -> int | float:

@@ -191,6 +191,22 @@ def test_a_bad_annotation_raises_at_its_batch_naming_it(tmp_path, case):
     same_items(got, list(reference))
 
 
+def test_under_a_subset_the_bad_image_raises_where_the_subset_reads_it(tmp_path):
+    """The reference's Subset: its positions are not the dataset's rows. A
+    Subset without the bad image reads as torch's DataLoader does; one
+    that moves it raises at the batch holding it, naming it."""
+    ds, data = wrapped(tmp_path, _bbox_of_3)
+    row, image, ann = _bad_image(ds, data)
+    without = Subset(ds, [i for i in range(len(ds)) if i != row])
+    with pytest.warns(ringloader.DataWarning):
+        ours = list(batches(without))
+    same_items(ours, list(batches(without, torch.utils.data.DataLoader)))
+    moved = Subset(ds, [row] + [i for i in range(len(ds)) if i != row])
+    loader = batches(moved)  # (the dataset warned once, above)
+    with pytest.raises(ValueError, match=f"annotation id {ann['id']}: bbox"):
+        next(iter(loader))
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_skip_reads_the_next_image_in_its_place(tmp_path, case):
     change, _ = BAD[case]

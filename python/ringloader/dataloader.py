@@ -498,7 +498,10 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         det = detection_of(data.leaves if isinstance(data, Composed) else [data])
         spec = self._plans[0].compiled.spec
         if det is not None:  # a wrapped CocoDetection: (image, target) items
-            items = det.batch(src, views[0], taken, spec, self.seed, self.on_error)
+            rows = data.leaf_index(taken.idx) if isinstance(data, Composed) else None
+            items = det.batch(
+                src, views[0], taken, spec, self.seed, self.on_error, rows
+            )
             return self._collate(items)
         seg = segmentation_of(self._data)
         if seg is not None:  # a wrapped VOCSegmentation: (image, mask) items

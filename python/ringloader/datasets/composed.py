@@ -286,6 +286,11 @@ class Composed:
         place = {id(leaf): k for k, leaf in enumerate(self._unique)}
         return np.array([place[id(leaf)] for leaf in self.leaves], dtype=np.intp)
 
+    def leaf_index(self, indices: Any) -> np.ndarray:
+        """Each of the samples ``indices``' index in its own dataset (a
+        leaf's)."""
+        return self._index[np.asarray(indices, dtype=np.int64)]
+
     def _describe(self, index: int) -> str:
         """Sample ``index`` as its leaf describes it (by its path when the
         leaf has no ``describe``)."""

@@ -305,6 +305,7 @@ class DetectionImages:
         spec: Any,
         seed: int,
         on_error: str = "raise",
+        images_of: Optional[Any] = None,
     ) -> list[tuple[Any, Any]]:
         """A batch's items (:meth:`items`): ``taken`` the batch as the
         pipeline gave it (its positions' indices, the keys each position's
@@ -313,12 +314,14 @@ class DetectionImages:
         follow. A sample whose image has a problem raises it (a ValueError
         naming the annotation file, image and annotation) unless
         ``on_error`` is "skip" (its sources read another image in its
-        place)."""
+        place). ``images_of``: each position's row in the tables, where
+        the loader reads a composition of this dataset (a Subset's index
+        is not the row); None: the positions' indices are the rows."""
         from . import targets as _targets
 
         problems = self.tables.problems
         if problems and on_error != "skip":
-            for i in taken.idx:
+            for i in taken.idx if images_of is None else images_of:
                 if int(i) in problems:
                     raise ValueError(problems[int(i)])
         rows = [_targets.item(src.targets, int(i)) for i in taken.idx]

@@ -30,7 +30,12 @@ from . import base, detection_batch
 
 NotNative = detection_batch.NotNative
 
-__all__ = ["SegmentationImages", "segmentation_of", "segmentation_stand_in"]
+__all__ = [
+    "MaskError",
+    "SegmentationImages",
+    "segmentation_of",
+    "segmentation_stand_in",
+]
 __all__ += ["segmentation_reason"]
 
 _GEOMETRY = (
@@ -103,6 +108,12 @@ def _mask_fill(t: Any) -> int:
             "must be one integer 0-255"
         )
     return fill
+
+
+class MaskError(ValueError):
+    """A sample's mask (or its image's header) cannot be read, or does not
+    fit its image: the data's fault, which ``on_error="skip"`` skips (a
+    ValueError of the plan, a fault of ours, is not)."""
 
 
 class SegmentationImages:
@@ -219,7 +230,7 @@ class SegmentationImages:
                 mask = self._mask(
                     _core, row, spec, seed, taken.epoch, int(taken.keys[k])
                 )
-            except ValueError as e:
+            except MaskError as e:
                 if not skip:
                     raise
                 import warnings
@@ -253,10 +264,10 @@ class SegmentationImages:
                 data = f.read()
             mh, mw = _core.png_mask_size(data)
         except (OSError, ValueError) as e:
-            raise ValueError(f"{path}: the mask cannot be read: {e}") from None
+            raise MaskError(f"{path}: the mask cannot be read: {e}") from None
         h, w = self._image_size(row)
         if (mh, mw) != (h, w):
-            raise ValueError(
+            raise MaskError(
                 f"{path}: the mask is {mh}x{mw} (height x width) but its image "
                 f"{self.tables.paths[row]} is {h}x{w}"
             )
@@ -267,7 +278,7 @@ class SegmentationImages:
         try:
             raw = _core.mask_from_png(data, rows, cols, self._fill)
         except ValueError as e:
-            raise ValueError(f"{path}: the mask cannot be read: {e}") from None
+            raise MaskError(f"{path}: the mask cannot be read: {e}") from None
         out = np.frombuffer(raw, np.uint8).reshape(1, len(rows), len(cols))
         return tv_tensors.Mask(torch.from_numpy(out.copy()))
 
@@ -283,7 +294,7 @@ class SegmentationImages:
                 with Image.open(path) as im:
                     w, h = im.size
             except OSError as e:
-                raise ValueError(f"{path}: the image cannot be read: {e}") from None
+                raise MaskError(f"{path}: the image cannot be read: {e}") from None
             sizes[row] = (h, w)
         return int(sizes[row][0]), int(sizes[row][1])
 

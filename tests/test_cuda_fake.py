@@ -7,7 +7,6 @@ unpinned memory or with another device current, leaks. Each scenario runs
 in a fresh process, because the runtime is loaded once per process."""
 
 import ctypes
-import json
 import os
 import subprocess
 import sys
@@ -38,36 +37,15 @@ from ringloader import transforms as T
 sys.path.insert(0, "cuda")
 import fake_gpu
 fake_gpu.install()
+from fake_gpu import report
 fake = ctypes.CDLL(os.environ["RINGLOADER_CUDART"])
-fake.fake_cuda_last_violation.restype = ctypes.c_char_p
-def report(**kw):
-    kw.update(violations=fake.fake_cuda_violations(),
-              last=fake.fake_cuda_last_violation().decode(),
-              host=fake.fake_cuda_host_outstanding(),
-              dev=fake.fake_cuda_device_outstanding(),
-              streams=fake.fake_cuda_streams_outstanding(),
-              copies=fake.fake_cuda_copies())
-    print("RESULT " + json.dumps(kw))
 ds = ringloader.ImageFolder(sys.argv[1])
 tf = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip()])
 """
 
 
 def run(fake, data, body, **env):
-    full = dict(
-        os.environ, RINGLOADER_CUDART=fake, **{k: str(v) for k, v in env.items()}
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(body), data],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=300,
-        cwd=HERE,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
-    return json.loads(line[7:])
+    return fake_gpu.run_script(fake, PRELUDE + textwrap.dedent(body), [data], **env)
 
 
 EAGER = """

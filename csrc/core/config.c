@@ -79,14 +79,6 @@ static int views_copy(rl_pipeline *p, const rl_sample_spec *s, char *msg)
     p->sample_bytes = bytes;
     p->varying = p->views[0].transform.varying != 0;
     int rc = rl_sample_views_check(p->views, s->nviews, msg);
-    if (rc == 0 && p->varying && p->cfg.deliver->device) {
-        /* (Each sample would need a copy of its own, into a buffer the
-         * caller can size only once the batch is done.) */
-        snprintf(msg, RL_MSG_MAX,
-                 "varying output sizes are delivered on the host only, not "
-                 "to a device");
-        rc = RL_ECONFIG;
-    }
     if (rc == 0 && p->cfg.arena_bytes > RL_ARENA_MAX_BYTES) {
         snprintf(msg, RL_MSG_MAX,
                  "arena_bytes %zu is past the maximum of %zu (1 TiB)",

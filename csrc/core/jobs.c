@@ -137,10 +137,12 @@ void rl__batch_part_done(rl_batch *b)
             ok = !rl__job_fails_batch(&b->jobs[i]);
         }
         if (ok) {
+            /* A varying batch: only the arena's reserved bytes (its
+             * samples lie at the same offsets in the device buffer). */
+            size_t n = p->varying ? atomic_load(&b->slot->used) : b->bytes;
             rl_deliver *d = p->cfg.deliver;
-            b->copy_status =
-                d->ops->complete(d, b->slot->data, b->bytes, b->dst,
-                                 &b->slot->event, b->copy_msg);
+            b->copy_status = d->ops->complete(d, b->slot->data, n, b->dst,
+                                              &b->slot->event, b->copy_msg);
             b->slot->copying = b->copy_status == 0;
         }
     }

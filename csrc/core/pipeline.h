@@ -101,14 +101,16 @@ typedef struct rl_pipeline_config {
      * fields. */
     struct rl_shard_records *field_records;
     /* Varying batches (a view whose transform is varying: one view, no
-     * ops, host delivery): each sample's size is its own, known once its
+     * ops): each sample's size is its own, known once its
      * header is read. A batch's slot is then an arena of arena_bytes (0:
      * RL_ARENA_DEFAULT_BYTES) from which each sample, once planned and
      * decoded, reserves its bytes (RL_PLACE_VIEW_ALIGN-aligned) with a
      * compare-and-swap, advancing only when they fit; a sample that does not fit gets a buffer of its own (one
      * more allocation and a page-fault pass over it: a batch of huge
-     * images still loads, at that cost). A sample's bytes never depend on
-     * where they went; rl_slot_sample says where. */
+     * images still loads, at that cost; with a device delivery, whose
+     * buffer is the arena's size, it fails the batch instead, naming
+     * arena_bytes). A sample's bytes never depend on where they went;
+     * rl_slot_sample says where (rl_batch_report.places on a device). */
     size_t arena_bytes;
     /* The samples' boxes a plan reads (RandomIoUCrop, rl_plan_make_boxes):
      * sample id i's are rows plan_box_offsets[i] .. plan_box_offsets[i +
@@ -143,6 +145,14 @@ typedef struct rl_replacement {
     rl_sample_error error; /* why the sample at error.pos failed */
 } rl_replacement;
 
+/* Where a varying sample of a device batch lies in its device buffer
+ * (rl_batch_report.places): its first byte's offset, its width and
+ * height; laid out as the view's place says for a w x h image. */
+typedef struct rl_sample_place {
+    size_t offset;
+    int w, h;
+} rl_sample_place;
+
 /*
  * What happened to a batch: which batch it is (its ticket and the ids it
  * was submitted with, so that a caller never pairs it with another batch's
@@ -168,6 +178,10 @@ typedef struct rl_batch_report {
      * of fields_len[i] bytes (NULL when none), on success only. */
     uint8_t **fields;
     size_t *fields_len;
+    /* A varying batch copied to a device, on success: each position's
+     * place in the device buffer (the slot itself is not handed out).
+     * NULL otherwise. */
+    rl_sample_place *places;
 } rl_batch_report;
 
 /* Frees the report's arrays (not the report). */

@@ -9,10 +9,11 @@
  * report the owner reads: the ids and each position's random key (a
  * replacement's own), the positions a fallback decoded, the
  * replacements with why each first sample failed, the first failure that
- * fails the batch (named by the source's where()), and the field bytes,
- * moved rather than copied. It runs in next() after the batch left the
- * FIFO, without the pipeline's lock, since it asks the source and
- * allocates.
+ * fails the batch (named by the source's where()), the field bytes,
+ * moved rather than copied, and, for a varying batch copied to a device,
+ * where each sample lies in its buffer. It runs in next() after the batch
+ * left the FIFO, without the pipeline's lock, since it asks the source
+ * and allocates.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -32,6 +33,8 @@ void rl_batch_report_free(rl_batch_report *r)
     }
     free(r->fields);
     free(r->fields_len);
+    free(r->places);
+    r->places = NULL;
     r->fields = NULL;
     r->fields_len = NULL;
     r->ids = NULL;
@@ -70,6 +73,22 @@ static int report_fields(rl_batch *b, rl_batch_report *rep)
         rep->fields[i] = b->jobs[i].fields;
         rep->fields_len[i] = b->jobs[i].fields_len;
         b->jobs[i].fields = NULL; /* the report's now */
+    }
+    return 0;
+}
+
+/* A varying device batch's samples' places: their offsets in the arena,
+ * which the copy kept in the device buffer. 0 or -ENOMEM. */
+static int report_places(const rl_batch *b, rl_batch_report *rep)
+{
+    rep->places = malloc(sizeof(rl_sample_place) * (size_t)b->n);
+    if (rep->places == NULL) {
+        return -ENOMEM;
+    }
+    for (int i = 0; i < b->n; i++) {
+        rl_sample_place *at = &rep->places[i];
+        const uint8_t *data = rl_slot_sample(b->slot, i, &at->w, &at->h);
+        at->offset = (size_t)(data - b->slot->data);
     }
     return 0;
 }
@@ -123,7 +142,9 @@ int rl__report_make(const rl_pipeline *p, rl_batch *b, rl_batch_report *rep)
         rep->error.status = status = b->copy_status;
         snprintf(rep->error.msg, sizeof(rep->error.msg), "%s", b->copy_msg);
     }
-    if (status == 0 && rl__has_fields(p) && report_fields(b, rep) != 0) {
+    bool places = p->varying && p->cfg.deliver->device;
+    if ((status == 0 && places && report_places(b, rep) != 0) ||
+        (status == 0 && rl__has_fields(p) && report_fields(b, rep) != 0)) {
         rl_batch_report_free(rep);
         rep->error.status = status = -ENOMEM;
         snprintf(rep->error.msg, sizeof(rep->error.msg), "out of memory");

@@ -33,7 +33,10 @@
  * (rl__slot_reserve), so samples finishing in any order never wait on one
  * another; one that does not fit gets its own buffer, which the slot
  * keeps (rl__placed) and frees when it is put back or freed, as it frees
- * the arena's reservations (used back to 0).
+ * the arena's reservations (used back to 0). With a device delivery the
+ * arena's reserved bytes are what is copied (into a buffer of the arena's
+ * size, sized at submit), so a sample that does not fit fails its batch
+ * (-ENOMEM, naming arena_bytes) rather than getting a buffer of its own.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -88,6 +91,17 @@ int rl__slot_reserve(rl_slot *s, int pos, const rl_place_config *place,
     }
     if (fits) {
         at->data = s->data + off;
+    } else if (s->p->cfg.deliver->device) {
+        /* The arena is what is copied to the device (its own buffer,
+         * sized at submit): nothing may lie past it. */
+        at->data = NULL;
+        snprintf(msg, RL_MSG_MAX,
+                 "a %dx%d sample (%zu bytes) does not fit in what is left of "
+                 "its batch's arena of %zu bytes, and batches copied to a "
+                 "device hold their samples in the arena only: raise "
+                 "arena_bytes",
+                 out_w, out_h, bytes, s->cap);
+        return -ENOMEM;
     } else if ((at->own = aligned_alloc(RL_PLACE_VIEW_ALIGN, span)) != NULL) {
         at->data = at->own;
     } else {

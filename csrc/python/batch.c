@@ -24,8 +24,10 @@
  * A varying batch (core/pipeline.h: each sample its own size) is exported
  * sample by sample: its `samples` are one Batch each, (C, h, w) or
  * (h, w, C) at the sample's own address in the slot's arena or its own
- * buffer (rl_slot_sample), each holding its own reference on the slot;
- * the batch itself exports nothing (BufferError: its samples have no one
+ * buffer (rl_slot_sample), each holding its own reference on the slot
+ * (on a device: at its offset in the device buffer, rl_batch_report's
+ * places, each keeping the buffer's owner alive); the batch itself
+ * exports nothing (BufferError: its samples have no one
  * shape).
  */
 #include "python/module.h"
@@ -504,20 +506,29 @@ static batch_object *view_new(rl_module_state *st, rl_slot *slot,
 }
 
 /* A varying batch's samples into b->samples: each a Batch of its own
- * size at its own address (rl_slot_sample). 0, or -1 with an exception. */
+ * size at its own address (rl_slot_sample), or, for a device batch (slot
+ * NULL), at its offset in the device buffer (rep->places). 0, or -1 with
+ * an exception. */
 static int batch_samples(rl_module_state *st, batch_object *b, rl_slot *slot,
-                         int n, const rl_place_config *place)
+                         int n, const rl_place_config *place,
+                         const rl_batch_report *rep)
 {
     if ((b->samples = PyTuple_New(n)) == NULL) {
         return -1;
     }
     for (int i = 0; i < n; i++) {
-        int w = 0, h = 0;
-        uint8_t *at = rl_slot_sample(slot, i, &w, &h);
         rl_place_config one = *place;
-        one.out_w = w;
-        one.out_h = h;
-        batch_object *o = view_new(st, slot, 0, -1, NULL, 1, &one, 0);
+        uint8_t *at = NULL;
+        size_t offset = 0;
+        if (slot != NULL) {
+            at = rl_slot_sample(slot, i, &one.out_w, &one.out_h);
+        } else {
+            offset = rep->places[i].offset;
+            one.out_w = rep->places[i].w;
+            one.out_h = rep->places[i].h;
+        }
+        batch_object *o = view_new(st, slot, (uintptr_t)b->dev_ptr, b->device,
+                                   b->owner, 1, &one, offset);
         if (o == NULL) {
             return -1;
         }
@@ -552,8 +563,9 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
         return NULL;
     }
     int w, h;
-    if (slot != NULL && rl_slot_sample(slot, 0, &w, &h) != NULL &&
-        batch_samples(st, b, slot, n, &places[0]) != 0) {
+    bool varying = slot != NULL ? rl_slot_sample(slot, 0, &w, &h) != NULL
+                                : rep->places != NULL;
+    if (varying && batch_samples(st, b, slot, n, &places[0], rep) != 0) {
         Py_DECREF(b);
         return NULL;
     }

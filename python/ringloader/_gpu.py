@@ -70,6 +70,23 @@ class Gpu:
         batch.owner.record_stream(torch.cuda.current_stream(self.device))
         return torch.from_dlpack(batch)
 
+    def place(self, target: Any) -> Any:
+        """A sample's target with its tensors on the device, as
+        ``.to(device)`` puts them (a tv_tensor keeps its kind and
+        metadata), in dicts, lists and tuples; anything else as it is."""
+        if isinstance(target, torch.Tensor):
+            return self.to_device(target)
+        if isinstance(target, dict):
+            return type(target)((k, self.place(v)) for k, v in target.items())
+        if isinstance(target, (list, tuple)) and not hasattr(target, "_fields"):
+            return type(target)(self.place(v) for v in target)
+        return target
+
+    def to_device(self, t: torch.Tensor) -> torch.Tensor:
+        """One tensor of a target on the device, on the consumer's stream
+        (small: boxes, labels, masks)."""
+        return t.to(self.device)
+
     def before_compute(self) -> None:
         """Called before torch ops on a fresh batch. They are queued on the
         consumer stream, after the copy: nothing to do."""
@@ -81,17 +98,25 @@ class Gpu:
     def convert(self, images: torch.Tensor, layout: str, compiled: Any) -> torch.Tensor:
         """Layout and dtype conversion of a uint8 batch on its device, as
         the compiled transform asks (``compiled.dtype``, ``mul``, ``add``)."""
+        return self.convert_samples([images], layout, compiled)[0]
+
+    def convert_samples(
+        self, batches: list[torch.Tensor], layout: str, compiled: Any
+    ) -> list[torch.Tensor]:
+        """:meth:`convert` of each (N, ...) uint8 batch of a list (a batch
+        of varying sizes: one a sample), the factors sent to the device
+        once."""
         if layout == "channels_last":
-            images = images.permute(0, 3, 1, 2)
-        if compiled.dtype == "uint8":
-            return images
+            batches = [b.permute(0, 3, 1, 2) for b in batches]
+        if compiled.dtype == "uint8" or not batches:
+            return batches
         self.before_compute()
         view = (1, 1, 1, 3) if layout == "NHWC" else (1, 3, 1, 1)
-        mul = torch.tensor(compiled.mul, dtype=torch.float32, device=images.device)
-        add = torch.tensor(compiled.add, dtype=torch.float32, device=images.device)
-        return torch.addcmul(
-            add.view(view), images.to(torch.float32), mul.view(view)
-        ).to(getattr(torch, compiled.dtype))
+        device, dtype = batches[0].device, getattr(torch, compiled.dtype)
+        mul = torch.tensor(compiled.mul, dtype=torch.float32, device=device)
+        add = torch.tensor(compiled.add, dtype=torch.float32, device=device)
+        mul, add = mul.view(view), add.view(view)
+        return [torch.addcmul(add, b.to(torch.float32), mul).to(dtype) for b in batches]
 
 
 # The class open_gpu() makes. ringloader's fake-runtime tests, and only

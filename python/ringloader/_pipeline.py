@@ -339,8 +339,11 @@ class Pipeline:
         if batch is None:
             raise RuntimeError("the loader is closed")  # nothing in flight
         raw: list[Any]
-        if batch.samples is not None:  # a varying batch: one view, host
-            raw = [[torch.from_dlpack(s) for s in batch.samples]]
+        if batch.samples is not None:  # a varying batch: one view
+            if self._gpu is None:
+                raw = [[torch.from_dlpack(s) for s in batch.samples]]
+            else:  # each sample its region of the batch's device buffer
+                raw = [[self._gpu.tensor(s) for s in batch.samples]]
         elif self._gpu is None:
             raw = [torch.from_dlpack(view) for view in batch.views]
         else:

@@ -54,18 +54,13 @@ def plan_transform(
     ValueError when that part would follow a device copy. ``index``: the
     transform is that view of a MultiView (named in what is said).
     ``varying``: a transform without a crop may give each sample its own
-    size (not with ``cuda``: ValueError)."""
+    size (on the GPU path each sample is its own region of the batch's
+    device buffer)."""
     where = "" if index is None else f"view {index}: "
     try:
         compiled = compile_transform(transform, varying)
     except UnsupportedTransform as e:
         raise UnsupportedTransform(where + str(e)) from None
-    if cuda and compiled.spec.get("varying"):
-        raise ValueError(
-            "images of varying sizes (a transform without a crop) are loaded "
-            "on the host only: leave device= out and move the images to the "
-            "GPU yourself, or resize and crop to one size"
-        )
     tail = list(compiled.rest)
     if cuda and any(op == "erase" for op, _ in compiled.spec.get("ops", [])):
         # The C core writes uint8 for the device and the conversion runs on

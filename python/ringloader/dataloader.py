@@ -502,12 +502,15 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
             items = det.batch(
                 src, views[0], taken, spec, self.seed, self.on_error, rows
             )
+            if self._gpu is not None:  # the images are there already
+                items = [(item[0], *map(self._gpu.place, item[1:])) for item in items]
             return self._collate(items)
         seg = segmentation_of(self._data)
         if seg is not None:  # a wrapped VOCSegmentation: (image, mask) items
             skip = self.on_error == "skip"
+            place = self._gpu.place if self._gpu is not None else None
             return seg.collated(
-                self._collate, src, views[0], taken, spec, self.seed, skip
+                self._collate, src, views[0], taken, spec, self.seed, skip, place
             )
         images = [
             [v[k] for v in views] if self._multi else views[0][k] for k in range(n)

@@ -117,7 +117,9 @@ class Loader:
             torchvision's detection presets) gives each image its own size.
         arena_bytes: for such a transform, the memory each batch's images
             are placed in (default 64 MiB); an image that does not fit gets
-            a buffer of its own (slower, never an error).
+            a buffer of its own (slower, never an error), except with
+            ``device``, where the arena is what is copied: the batch then
+            fails, saying to raise ``arena_bytes``.
         layout: ``"NCHW"`` (torch's default), ``"NHWC"``, or
             ``"channels_last"`` (NCHW shape, NHWC memory, as
             ``torch.channels_last``).
@@ -149,7 +151,9 @@ class Loader:
             from pinned memory by the C threads as soon as each is decoded,
             on a stream of the loader's, overlapping decoding and compute;
             uint8 crosses PCIe and dtype/normalisation/channels_last are
-            applied on the device.
+            applied on the device. Images of varying sizes are each a
+            tensor on its own region of the batch's device buffer (one
+            copy of the batch's arena).
         direct_io: read with ``O_DIRECT``, bypassing the page cache, for
             data sets larger than RAM on fast storage; where the file system
             refuses it, files are read buffered and this is said once.
@@ -484,8 +488,13 @@ class Loader:
     def _finish(self, raw: Any, plan: TransformPlan) -> Any:
         """Lay a view's C output out as asked (converting it on the device
         on the GPU path) and run its Python tail, if any. A varying view's
-        (a list of samples, host only, never a tail): each sample's axes."""
+        (a list of samples, never a tail): each sample's axes, converted
+        on the device one by one on the GPU path."""
         if isinstance(raw, list):
+            if self._gpu is not None:
+                one = [s[None] for s in raw]
+                out = self._gpu.convert_samples(one, self.layout, plan.compiled)
+                return [s[0] for s in out]
             if self.layout == "channels_last":
                 return [s.permute(2, 0, 1) for s in raw]
             return raw

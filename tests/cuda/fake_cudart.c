@@ -515,6 +515,15 @@ int fake_cuda_streams_outstanding(void)
     return n_streams;
 }
 
+/* 1 when the n bytes at p lie in one device allocation (cudaMalloc). */
+int fake_cuda_is_device(const void *p, size_t n)
+{
+    pthread_mutex_lock(&mu);
+    int found = find(devs, n_devs, p, n) != NULL;
+    pthread_mutex_unlock(&mu);
+    return found;
+}
+
 /* The calling thread's current device, -1 when none was ever set. */
 int fake_cuda_thread_device(void)
 {

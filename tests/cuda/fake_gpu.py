@@ -11,8 +11,12 @@ conversion of ``ringloader._gpu.Gpu``) is the code users run.
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import subprocess
+import sys
+import weakref
 from typing import Any
 
 import torch
@@ -22,6 +26,45 @@ from ringloader import _core
 
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_cudart.c")
+
+
+def run_script(fake: str, script: str, args: list, **env: Any) -> dict:
+    """Runs ``script`` (Python, ending in a ``report()`` that prints a
+    "RESULT <json>" line) in a fresh process on the fake runtime ``fake``,
+    from tests/ with ``args`` as its argv, ``env`` added to the
+    environment; returns that JSON. The runtime is loaded once per
+    process: each scenario needs its own."""
+    full = dict(
+        os.environ, RINGLOADER_CUDART=fake, **{k: str(v) for k, v in env.items()}
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
+        cwd=os.path.dirname(os.path.dirname(SOURCE)),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    return json.loads(line[7:])
+
+
+def report(**kw: Any) -> None:
+    """Prints, for :func:`run_script`, a "RESULT <json>" line of ``kw``
+    and the fake runtime's counters: violations (and the last one),
+    pinned and device allocations and streams outstanding, copies run."""
+    fake = ctypes.CDLL(os.environ["RINGLOADER_CUDART"])
+    fake.fake_cuda_last_violation.restype = ctypes.c_char_p
+    kw.update(
+        violations=fake.fake_cuda_violations(),
+        last=fake.fake_cuda_last_violation().decode(),
+        host=fake.fake_cuda_host_outstanding(),
+        dev=fake.fake_cuda_device_outstanding(),
+        streams=fake.fake_cuda_streams_outstanding(),
+        copies=fake.fake_cuda_copies(),
+    )
+    print("RESULT " + json.dumps(kw))
 
 
 def build(out: str) -> str:
@@ -52,6 +95,8 @@ class FakeGpu(ringloader._gpu.Gpu):
         self.library = lib
         self.copy_stream = 0
         self._consumer = 0
+        # The targets' tensors placed, by id (tensors compare by value).
+        self._placed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     def use_stream(self, handle: int) -> None:
         self.copy_stream = handle
@@ -76,6 +121,18 @@ class FakeGpu(ringloader._gpu.Gpu):
         return torch.frombuffer(
             batch.owner, dtype=torch.uint8, offset=batch.offset, count=count
         ).view(batch.shape)
+
+    def to_device(self, t: torch.Tensor) -> torch.Tensor:
+        # A CPU build of torch has no device to move a target to: a copy
+        # stands for it, remembered so that tests can tell placed tensors
+        # from the host tensors the targets were made of.
+        out = t.clone()
+        self._placed[id(out)] = out
+        return out
+
+    def placed(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` is a target's tensor this GPU placed."""
+        return self._placed.get(id(t)) is t
 
     def before_compute(self) -> None:
         # The "device" tensors are host tensors computed at once: wait for

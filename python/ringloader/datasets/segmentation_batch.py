@@ -22,7 +22,7 @@ among them, raises :class:`~.detection_batch.NotNative` naming it, and
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -198,13 +198,17 @@ class SegmentationImages:
         spec: Any,
         seed: int,
         skip: bool,
+        place: Optional[Callable[[Any], Any]] = None,
     ) -> Any:
         """``collate`` on the batch's items (:meth:`batch`); torch's
         ``default_collate`` gives ``[images, masks]``, the images the
-        pipeline's stacked batch where it has one (fixed sizes)."""
+        pipeline's stacked batch where it has one (fixed sizes).
+        ``place``: puts each mask where the images are (the GPU path)."""
         from torch.utils.data import default_collate
 
         items, kept = self.batch(src, images, taken, spec, seed, skip)
+        if place is not None:
+            items = [(image, place(mask)) for image, mask in items]
         if collate is not default_collate or isinstance(images, list):
             return collate(items)
         stacked = images if len(kept) == len(taken.idx) else images[kept]

@@ -49,6 +49,10 @@
  */
 #define RL_DCT_MARGIN 3.0
 
+/* The source stage's copies (7 bytes a pixel) are kept for the next sample
+ * up to this many pixels (a 4000 x 3000 photo), freed after one larger. */
+#define RL_SOURCE_KEEP_PIXELS ((size_t)12000000)
+
 struct rl_sample_ctx {
     rl_decode_ctx *decode;
     uint8_t *scratch; /* the augment path's 8-bit image */
@@ -483,6 +487,12 @@ int rl_sample_run_to(rl_sample_ctx *c, const rl_sample_spec *spec,
      * The scratch image is not trimmed: its size is the output's, the
      * same for every sample of the pipeline. */
     size_t held = rl_decode_ctx_trim(c->decode);
+    if (c->source_px_cap > RL_SOURCE_KEEP_PIXELS * 4) {
+        free(c->source_rgb);
+        free(c->source_px);
+        c->source_rgb = c->source_px = NULL;
+        c->source_rgb_cap = c->source_px_cap = 0;
+    }
     note->held_change = (int64_t)held - (int64_t)c->held;
     c->held = held;
     return rc;

@@ -288,7 +288,7 @@ def test_hflip_preset_flips_image_boxes_and_masks_together(coco, backend):
     "extra, why",
     [
         (v2.RandomZoomOut(), "RandomZoomOut"),
-        (v2.RandomPhotometricDistort(), "RandomPhotometricDistort"),
+        (v2.RandomRotation(10), "RandomRotation"),
     ],
 )
 def test_other_presets_fall_back_saying_why(coco, extra, why):

@@ -133,9 +133,15 @@ def _timm_erase():
 
 
 def _other_libraries_ops():
-    """The elements of the ops other libraries' adapters make (timm's)."""
+    """The elements of the ops other libraries' adapters make (timm's, and
+    v2's source op through its own adapter)."""
     pytest.importorskip("timm")
-    return [_timm_erase()] + _timm_elements()
+    from torchvision.transforms import v2
+
+    from ringloader.adapt import torchvision_v2
+
+    source = torchvision_v2.describe(v2.RandomPhotometricDistort()).elements
+    return [_timm_erase()] + _timm_elements() + list(source)
 
 
 def _timm_elements():

@@ -126,6 +126,13 @@ typedef struct rl_op_def {
      * number of sub-chains before it that it holds (1 ..
      * RL_GROUP_MAX_CHILDREN); its children are image ops or groups. */
     int (*pick)(const rl_op *op, const double *params, int *run);
+    /* A source op (an image op: apply set) runs on the whole decoded image
+     * before the geometry, as torchvision runs a colour transform written
+     * before the crops and resizes: its blends' means are the whole
+     * image's, and a crop's padding is never coloured (core/sample.c
+     * decodes the whole image at full scale for it). Source ops come first
+     * in a chain, in no group. */
+    bool source;
 } rl_op_def;
 
 struct rl_op {
@@ -148,13 +155,14 @@ typedef struct rl_augment {
 
 /* The built-in ops, one table a file of ops (augment/ops.c lists the
  * tables), each ending with NULL. */
-extern const rl_op_def *const rl_color_ops[];    /* color_ops.c */
-extern const rl_op_def *const rl_geometry_ops[]; /* geometry.c */
-extern const rl_op_def *const rl_policy_ops[];   /* policy.c */
-extern const rl_op_def *const rl_augmix_ops[];   /* augmix.c */
-extern const rl_op_def *const rl_output_ops[];   /* erase.c */
-extern const rl_op_def *const rl_group_ops[];    /* group.c */
-extern const rl_op_def *const rl_timm_ops[];     /* timm.c */
+extern const rl_op_def *const rl_color_ops[];       /* color_ops.c */
+extern const rl_op_def *const rl_geometry_ops[];    /* geometry.c */
+extern const rl_op_def *const rl_policy_ops[];      /* policy.c */
+extern const rl_op_def *const rl_augmix_ops[];      /* augmix.c */
+extern const rl_op_def *const rl_output_ops[];      /* erase.c */
+extern const rl_op_def *const rl_group_ops[];       /* group.c */
+extern const rl_op_def *const rl_timm_ops[];        /* timm.c */
+extern const rl_op_def *const rl_photometric_ops[]; /* photometric.c */
 /* Those tables, ending with NULL (ops.c). */
 extern const rl_op_def *const *const rl_op_tables[];
 
@@ -209,9 +217,12 @@ extern const char *const rl_timm_funcs[];
 int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
                    int nargs, char *msg);
 
-/* The number of image ops and groups (the elements before the store) of
- * the chain. */
+/* The number of image ops and groups that run on the output-sized image
+ * (the elements before the store, source ops left out) of the chain. */
 int rl_augment_image_ops(const rl_augment *a);
+
+/* The number of source ops of the chain (its first elements). */
+int rl_augment_source_ops(const rl_augment *a);
 
 /*
  * Draws the parameters of every op of the chain for sample (seed, epoch,
@@ -222,12 +233,17 @@ int rl_augment_image_ops(const rl_augment *a);
 void rl_augment_draw(const rl_augment *a, uint64_t seed, int64_t epoch,
                      int64_t key, int w, int h, double *params);
 
-/* Runs the chain's image ops on img for sample (seed, epoch, key), given
- * the chain's params from rl_augment_draw: the elements outside groups in
- * order, each group running the children its pick says. Returns 0 or the
- * first failing op's status with msg. */
+/* Runs the chain's image ops but its source ops on img for sample (seed,
+ * epoch, key), given the chain's params from rl_augment_draw: the
+ * elements outside groups in order, each group running the children its
+ * pick says. Returns 0 or the first failing op's status with msg. */
 int rl_augment_run(const rl_augment *a, const double *params, rl_image *img,
                    char *msg);
+
+/* Runs the chain's source ops on img (the whole decoded image), with the
+ * same params; 0 or the first failing op's status with msg. */
+int rl_augment_run_source(const rl_augment *a, const double *params,
+                          rl_image *img, char *msg);
 
 /* Runs the chain's output ops on the w x h sample at out, after the store,
  * with the same params. */

@@ -91,6 +91,10 @@ int rl_op_def_check(const rl_op_def *def, char *msg)
                  def->name);
         return RL_EINTERNAL;
     }
+    if (def->source && (def->apply == NULL || def->pick != NULL)) {
+        snprintf(msg, RL_MSG_MAX, "%s: a source op has an apply", def->name);
+        return RL_EINTERNAL;
+    }
     int size = rl_op_fields_size(def->fields);
     if (size < 0) {
         snprintf(msg, RL_MSG_MAX,
@@ -111,9 +115,41 @@ int rl_augment_image_ops(const rl_augment *a)
 {
     int n = 0;
     for (int i = 0; i < a->n; i++) {
-        n += is_image(a->ops[i].def);
+        n += is_image(a->ops[i].def) && !a->ops[i].def->source;
     }
     return n;
+}
+
+int rl_augment_source_ops(const rl_augment *a)
+{
+    int n = 0;
+    while (n < a->n && a->ops[n].def->source) {
+        n++;
+    }
+    return n;
+}
+
+/* A source op first in the chain and no group's child; 0 or RL_ECONFIG. */
+static int check_source(const rl_augment *a, const rl_op_def *def, int children,
+                        char *msg)
+{
+    if (def->source && rl_augment_source_ops(a) != a->n) {
+        snprintf(msg, RL_MSG_MAX,
+                 "%s must come first (it runs on the whole image before the "
+                 "geometry), not after %s",
+                 def->name, a->ops[a->n - 1].def->name);
+        return RL_ECONFIG;
+    }
+    int kids[RL_AUGMENT_MAX_OPS];
+    int n = children > 0 ? roots(a, a->n, children, kids) : 0;
+    for (int k = 0; k < n; k++) {
+        if (a->ops[kids[k]].def->source) {
+            snprintf(msg, RL_MSG_MAX, "%s cannot hold %s (a source op)",
+                     def->name, a->ops[kids[k]].def->name);
+            return RL_ECONFIG;
+        }
+    }
+    return 0;
 }
 
 int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
@@ -163,6 +199,9 @@ int rl_augment_add(rl_augment *a, const rl_op_def *def, const double *args,
         for (int k = 0; k < children; k++) {
             span += a->ops[kids[k]].span;
         }
+    }
+    if (check_source(a, def, children, msg) != 0) {
+        return RL_ECONFIG;
     }
     rl_op *op = &a->ops[a->n++];
     memset(op, 0, sizeof(*op));
@@ -224,10 +263,27 @@ int rl_augment_run(const rl_augment *a, const double *params, rl_image *img,
     int top[RL_AUGMENT_MAX_OPS];
     int n = roots(a, a->n, -1, top);
     for (int k = 0; k < n; k++) {
-        if (!is_image(a->ops[top[k]].def)) {
-            continue; /* an output op: after the store */
+        const rl_op_def *def = a->ops[top[k]].def;
+        if (!is_image(def) || def->source) {
+            continue; /* an output op: after the store; a source op: before
+                       * the geometry */
         }
         int rc = run_element(a, params, top[k], img, msg);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int rl_augment_run_source(const rl_augment *a, const double *params,
+                          rl_image *img, char *msg)
+{
+    int n = rl_augment_source_ops(a);
+    for (int i = 0; i < n; i++) {
+        const rl_op *op = &a->ops[i];
+        int rc =
+            op->def->apply(op, params + (size_t)i * RL_OP_MAX_PARAMS, img, msg);
         if (rc != 0) {
             return rc;
         }

@@ -11,6 +11,10 @@
  * slot. No full-size image is ever materialised. With augmentation ops the
  * resampler writes an 8-bit image of the output size instead, kept by the
  * thread, which the ops change in place before the store converts it.
+ * Source ops (augment.h: a colour op torchvision runs before the geometry,
+ * whose means are the whole image's) are the exception: with them the
+ * whole image is decoded at full scale and changed first, in a copy the
+ * thread keeps, and the view resamples that.
  *
  * A sample with several views (rl_view: geometry -> ops -> store) is
  * planned view by view first; the union of the views' source spans is
@@ -45,10 +49,18 @@
  */
 #define RL_DCT_MARGIN 3.0
 
+/* The source stage's copies (7 bytes a pixel) are kept for the next sample
+ * up to this many pixels (a 4000 x 3000 photo), freed after one larger. */
+#define RL_SOURCE_KEEP_PIXELS ((size_t)12000000)
+
 struct rl_sample_ctx {
     rl_decode_ctx *decode;
     uint8_t *scratch; /* the augment path's 8-bit image */
     size_t scratch_cap;
+    /* The source stage's whole image: 8-bit RGB for its ops, then the
+     * RGBX pixels the views resample. */
+    uint8_t *source_rgb, *source_px;
+    size_t source_rgb_cap, source_px_cap;
     size_t held; /* what the decoder states held after the last sample */
 };
 
@@ -73,6 +85,8 @@ void rl_sample_ctx_destroy(rl_sample_ctx *c)
     }
     rl_decode_ctx_destroy(c->decode);
     free(c->scratch);
+    free(c->source_rgb);
+    free(c->source_px);
     free(c);
 }
 
@@ -122,12 +136,21 @@ int rl_sample_views_check(const rl_view *views, int n, char *msg)
                      (int)views[v].place.dtype);
             rc = RL_ECONFIG;
         }
+        const rl_augment *a = &views[v].augment;
+        int source = rl_augment_source_ops(a);
         if (rc == 0 && views[v].transform.varying &&
-            (n != 1 || views[v].augment.n != 0)) {
+            (n != 1 || a->n != source)) {
             snprintf(msg, RL_MSG_MAX,
-                     "a varying output size is one view without ops (%d views, "
-                     "%d ops)",
-                     n, views[v].augment.n);
+                     "a varying output size is one view without ops but "
+                     "source ops (%d views, %d ops)",
+                     n, a->n - source);
+            rc = RL_ECONFIG;
+        }
+        if (rc == 0 && source > 0 && (n != 1 || views[v].transform.trim != 0)) {
+            snprintf(msg, RL_MSG_MAX,
+                     "%s (a source op) runs in a sample of one view and no "
+                     "trim (%d views, trim %d)",
+                     a->ops[0].def->name, n, views[v].transform.trim);
             rc = RL_ECONFIG;
         }
         if (rc == 0 && views[v].augment.view != v) {
@@ -148,6 +171,60 @@ int rl_sample_views_check(const rl_view *views, int n, char *msg)
     return 0;
 }
 
+/* *buf of at least need bytes: the old bytes are not kept (freed first,
+ * never both held). 0 or -ENOMEM. */
+static int grow(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap) {
+        return 0;
+    }
+    free(*buf);
+    *buf = malloc(need);
+    *cap = *buf != NULL ? need : 0;
+    return *buf != NULL ? 0 : -ENOMEM;
+}
+
+/* The source stage (augment.h's source ops, one view): the ops on the whole
+ * decoded image px, in the thread's own copy, which px then names. */
+static int run_source(rl_sample_ctx *c, const rl_sample_spec *spec,
+                      int64_t epoch, int64_t key, rl_pixels *px, char *msg)
+{
+    const rl_view *view = &spec->views[0];
+    if (px->x0 != 0 || px->y0 != 0 || px->w < px->full_w ||
+        px->h < px->full_h) {
+        snprintf(msg, RL_MSG_MAX, "the source stage got a part of the image");
+        return RL_EINTERNAL;
+    }
+    size_t w = (size_t)px->full_w, h = (size_t)px->full_h;
+    if (grow(&c->source_rgb, &c->source_rgb_cap, w * h * 3) != 0 ||
+        grow(&c->source_px, &c->source_px_cap, w * h * 4) != 0) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    for (size_t y = 0; y < h; y++) {
+        const uint8_t *in = px->data + y * px->stride;
+        uint8_t *o = c->source_rgb + y * w * 3;
+        for (size_t x = 0; x < w; x++) {
+            memcpy(o + 3 * x, in + 4 * x, 3); /* RGBX -> RGB */
+        }
+    }
+    double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
+    rl_augment_draw(&view->augment, spec->seed, epoch, key,
+                    view->transform.out_w, view->transform.out_h, params);
+    rl_image img = {c->source_rgb, (int)w, (int)h, w * 3};
+    int rc = rl_augment_run_source(&view->augment, params, &img, msg);
+    if (rc != 0) {
+        return rc;
+    }
+    for (size_t i = 0; i < w * h; i++) {
+        memcpy(c->source_px + 4 * i, c->source_rgb + 3 * i, 3);
+        c->source_px[4 * i + 3] = 0;
+    }
+    px->data = c->source_px;
+    px->stride = w * 4;
+    return 0;
+}
+
 /* Where the resampler writes: the slot, or with ops the thread's 8-bit
  * image of the output size. */
 static int stage_dst(rl_sample_ctx *c, const rl_view *view, const rl_dst *slot,
@@ -158,16 +235,10 @@ static int stage_dst(rl_sample_ctx *c, const rl_view *view, const rl_dst *slot,
         return 0;
     }
     const rl_transform *t = &view->transform;
+    /* The resampler writes every byte before an op reads one. */
     size_t need = (size_t)t->out_w * (size_t)t->out_h * 3;
-    if (need > c->scratch_cap) {
-        /* The resampler writes every byte before an op reads one: free,
-         * then allocate, copying nothing and never holding both. */
-        free(c->scratch);
-        c->scratch = malloc(need);
-        c->scratch_cap = c->scratch != NULL ? need : 0;
-        if (c->scratch == NULL) {
-            return -ENOMEM;
-        }
+    if (grow(&c->scratch, &c->scratch_cap, need) != 0) {
+        return -ENOMEM;
     }
     memset(dst, 0, sizeof(*dst));
     dst->data = c->scratch;
@@ -311,7 +382,10 @@ static int run_sample(rl_sample_ctx *c, const rl_sample_spec *spec,
     /* Every view's plan first: together they name the region to decode
      * and the DCT scale, the finest any view needs. */
     rl_plan plans[RL_MAX_VIEWS];
-    int m = dec->scaled_size != NULL ? 1 : 8;
+    /* Source ops (one view: rl_sample_views_check) read the whole image
+     * at full scale. */
+    bool source = rl_augment_source_ops(&spec->views[0].augment) > 0;
+    int m = dec->scaled_size != NULL && !source ? 1 : 8;
     for (int v = 0; v < spec->nviews; v++) {
         rl_plan *p = &plans[v];
         rc = rl_plan_make_boxes(&spec->views[v].transform, info.width,
@@ -321,7 +395,7 @@ static int run_sample(rl_sample_ctx *c, const rl_sample_spec *spec,
         if (rc != 0) {
             return rc; /* RL_EDECODE: this image's; msg says why */
         }
-        if (dec->scaled_size != NULL) {
+        if (dec->scaled_size != NULL && !source) {
             int mv = rl_sample_plan_scale(p, info.width, info.height);
             m = mv > m ? mv : m;
         }
@@ -357,6 +431,11 @@ static int run_sample(rl_sample_ctx *c, const rl_sample_spec *spec,
         x0 = y0 = 0; /* no view reads a pixel: decode one all the same */
         x1 = y1 = 1;
     }
+    if (source) {
+        x0 = y0 = 0;
+        x1 = sw;
+        y1 = sh;
+    }
     widen(&x0, &y0, &x1, &y1, sw, sh);
     rl_pixels px;
     rc = dec->region(st, m, x0, y0, x1 - x0, y1 - y0, &spec->limits, &px, msg);
@@ -365,6 +444,12 @@ static int run_sample(rl_sample_ctx *c, const rl_sample_spec *spec,
     }
     note->decodes = 1;
     note->truncated = dec->truncated != NULL && dec->truncated(st);
+    if (source) {
+        rc = run_source(c, spec, epoch, key, &px, msg);
+        if (rc != 0) {
+            return rc;
+        }
+    }
     /* Reserved after the decode: a file that fails to decode takes no
      * room in its batch. */
     rl_dst dst[RL_MAX_VIEWS];
@@ -402,6 +487,12 @@ int rl_sample_run_to(rl_sample_ctx *c, const rl_sample_spec *spec,
      * The scratch image is not trimmed: its size is the output's, the
      * same for every sample of the pipeline. */
     size_t held = rl_decode_ctx_trim(c->decode);
+    if (c->source_px_cap > RL_SOURCE_KEEP_PIXELS * 4) {
+        free(c->source_rgb);
+        free(c->source_px);
+        c->source_rgb = c->source_px = NULL;
+        c->source_rgb_cap = c->source_px_cap = 0;
+    }
     note->held_change = (int64_t)held - (int64_t)c->held;
     c->held = held;
     return rc;

@@ -336,7 +336,8 @@ static PyObject *py_augment_draw(PyObject *module, PyObject *args)
 }
 
 /* augment(rgb, height, width, ops, seed, epoch, key) -> bytes: the image
- * ops of the chain on an HWC RGB image. */
+ * ops of the chain on an HWC RGB image (its source ops first, the image
+ * standing for the whole decoded one). */
 static PyObject *py_augment(PyObject *module, PyObject *args)
 {
     Py_buffer view;
@@ -369,7 +370,10 @@ static PyObject *py_augment(PyObject *module, PyObject *args)
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rl_augment_draw(&a, seed, epoch, key, w, h, params);
-    rc = rl_augment_run(&a, params, &img, msg);
+    rc = rl_augment_run_source(&a, params, &img, msg);
+    if (rc == 0) {
+        rc = rl_augment_run(&a, params, &img, msg);
+    }
     Py_END_ALLOW_THREADS
     if (rc != 0) {
         Py_DECREF(out);

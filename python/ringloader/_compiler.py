@@ -148,6 +148,7 @@ class _Plan:
         default_factory=lambda: {"dtype": "uint8", "mul": [1.0] * 3, "add": [0.0] * 3}
     )
     ops: list[Element] = field(default_factory=list)
+    source: list[Element] = field(default_factory=list)  # before the geometry
     converted: bool = False
     erased: bool = False
     names: list[str] = field(default_factory=list)  # the fused steps
@@ -231,6 +232,26 @@ def _augment(plan: _Plan, step: _steps.Ops) -> Optional[str]:
     if len(plan.ops) + len(elements) > _core.AUGMENT_MAX_OPS:
         return _too_many(step.name)
     plan.ops += elements
+    return None
+
+
+def _source(plan: _Plan, step: _steps.Source) -> Optional[str]:
+    """Source ops (on the whole decoded image, before the geometry): on a
+    uint8 tensor (the kernels are torchvision's tensor ones, not Pillow's),
+    before any geometry, flip or op."""
+    out = plan.out
+    if (
+        "image" not in out
+        or out["dtype"] != "uint8"
+        or out["mul"] != [1.0] * 3
+        or out["add"] != [0.0] * 3
+    ):
+        return f"{step.name} is fused on a uint8 tensor image: put ToImage before it"
+    if plan.geometric or plan.flipped or plan.vflipped or plan.ops or plan.trim:
+        return f"{step.name} is fused before any geometry, flip or op"
+    if len(plan.source) + len(step.elements) > _core.AUGMENT_MAX_OPS:
+        return _too_many(step.name)
+    plan.source += list(step.elements)
     return None
 
 
@@ -377,6 +398,8 @@ def _fuse(plan: _Plan, step: Step) -> Optional[str]:
         return _erase(plan, step)
     if isinstance(step, _steps.Convert):
         return _convert(plan, step)
+    if isinstance(step, _steps.Source):
+        return _source(plan, step)
     if (
         plan.converted
         and not _flip_converted(plan, step)
@@ -516,8 +539,8 @@ def _spec(plan: _Plan, first: Optional[Step]) -> dict:
     if plan.vflip_p:
         spec["vflip_p"] = plan.vflip_p
     spec["passes"] = _pillow_passes()
-    if plan.ops:
-        spec["ops"] = plan.ops
+    if plan.source or plan.ops:
+        spec["ops"] = plan.source + plan.ops
     if spec.get("varying"):
         return spec
     for key in ("out_h", "out_w"):

@@ -169,6 +169,17 @@ class Ops(Step):
 
 
 @dataclass(frozen=True)
+class Source(Step):
+    """Source ops of the C augment stage (``augment.h``): ``elements`` run
+    on the whole decoded image before any geometry, as torchvision runs a
+    colour transform written before the crops and resizes (v2's
+    RandomPhotometricDistort: its contrast's mean is the whole image's, a
+    zoom-out's or crop's padding is never coloured)."""
+
+    elements: tuple = ()
+
+
+@dataclass(frozen=True)
 class Convert(Step):
     """An output conversion, folded into one multiply-add and a dtype
     (``_compiler``'s ``fold``): ``kind`` is "tensor" (an image to a uint8 tensor,

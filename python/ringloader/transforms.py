@@ -24,6 +24,9 @@ Supported (as ringloader objects, or the torchvision ``transforms`` /
   (a number or an (R, G, B) tuple in 8-bit units, truncated to ints and
   clipped as Pillow fills a PIL image; v2's per-type dict gives its
   ``PIL.Image.Image`` or ``"others"`` entry);
+- v2's ``RandomPhotometricDistort`` after ``ToImage`` (or ``PILToTensor``)
+  and before any of the above: it runs on the whole decoded image before
+  the geometry, as torchvision runs it (a source op);
 - ``RandomHorizontalFlip(p=0.5)`` and ``RandomVerticalFlip(p=0.5)`` after
   any of the above;
 - then torchvision's augmentation transforms, in the user's order, run by

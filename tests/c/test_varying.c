@@ -3,8 +3,9 @@
  * its own size) without Python: every sample has its image's size and
  * pixels (flipped as its plan says) wherever it was placed, in the
  * arena or past it in a buffer of its own, with any thread count; a
- * bad sample is replaced; cancel and destroy with batches in flight and a
- * slot still held free everything (run under ASan by `make check
+ * bad sample is replaced; a source op (RandomPhotometricDistort) changes
+ * the whole image before the plan; cancel and destroy with batches in
+ * flight and a slot still held free everything (run under ASan by `make check
  * SANITIZE=address`, under TSan by test_c_units).
  */
 #define _GNU_SOURCE
@@ -14,6 +15,7 @@
 #include "check.h"
 #include "core/pipeline.h"
 #include "core/plan.h"
+#include "augment/augment.h"
 #include "core/sample.h"
 #include "jpegmake.h"
 #include "rng.h"
@@ -52,8 +54,19 @@ static rl_pipeline_config config(int threads, size_t arena, int n)
     return cfg;
 }
 
+/* full (w x h RGB) as the view's source ops change it for key. */
+static void source_ops(uint8_t *full, int w, int h, int64_t key)
+{
+    double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
+    char msg[RL_MSG_MAX];
+    rl_augment_draw(&view.augment, 7, 0, key, 0, 0, params);
+    rl_image img = {full, w, h, (size_t)w * 3};
+    CHECK_EQ(rl_augment_run_source(&view.augment, params, &img, msg), 0);
+}
+
 /* Sample id's pixels at position pos of s: its size, and its full decode
- * flipped as the plan of (seed, epoch 0, key) says. */
+ * (changed by the view's source ops) flipped as the plan of (seed, epoch
+ * 0, key) says. */
 static void check_sample(rl_slot *s, int pos, int id, int64_t key)
 {
     int w = 0, h = 0;
@@ -67,6 +80,9 @@ static void check_sample(rl_slot *s, int pos, int id, int64_t key)
     CHECK_EQ(rl_sample_decode_full(data[id], len[id], &limits, NULL, &full, &fw,
                                    &fh, msg),
              0);
+    if (view.augment.n > 0) {
+        source_ops(full, fw, fh, key);
+    }
     rl_plan plan;
     CHECK_EQ(rl_plan_make(&view.transform, w, h, 7, 0, key, 0, &plan, msg), 0);
     for (int c = 0; c < 3; c++) {
@@ -83,11 +99,19 @@ static void check_sample(rl_slot *s, int pos, int id, int64_t key)
     free(full);
 }
 
-/* One epoch in batches of 5: every sample checked, the flips counted. */
-static int run(int threads, size_t arena)
+/* One epoch in batches of 5: every sample checked, the flips counted;
+ * with_source: the view's chain is a photometric distort. */
+static int run_with(int threads, size_t arena, bool with_source)
 {
     char msg[RL_MSG_MAX];
     rl_pipeline_config cfg = config(threads, arena, N);
+    if (with_source) {
+        const double args[9] = {0.5, 1.5, 0.2, 1.8, 0.2, 1.8, -0.3, 0.3, 0.8};
+        CHECK_EQ(rl_augment_add(&view.augment,
+                                rl_op_find("photometric_distort"), args, 9,
+                                msg),
+                 0);
+    }
     rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
     CHECK(p != NULL);
     CHECK_EQ(rl_pipeline_sample_bytes(p), 0);
@@ -117,6 +141,35 @@ static int run(int threads, size_t arena)
     }
     rl_pipeline_destroy(p);
     return flips;
+}
+
+static int run(int threads, size_t arena)
+{
+    return run_with(threads, arena, false);
+}
+
+/* A source op in a sample of two views, or with a trim, is refused. */
+static void check_source_refused(void)
+{
+    char msg[RL_MSG_MAX];
+    const double args[9] = {0.875, 1.125, 0.5, 1.5, 0.5, 1.5, -0.05, 0.05, 0.5};
+    rl_view two[2];
+    memset(two, 0, sizeof(two));
+    for (int v = 0; v < 2; v++) {
+        two[v].transform.kind = RL_T_RESIZE_CROP;
+        two[v].transform.out_w = two[v].transform.out_h = 8;
+        two[v].transform.ratio_lo = two[v].transform.ratio_hi = 1.0;
+        two[v].augment.view = v;
+        two[v].place.out_w = two[v].place.out_h = 8;
+    }
+    CHECK_EQ(rl_augment_add(&two[0].augment, rl_op_find("photometric_distort"),
+                            args, 9, msg),
+             0);
+    CHECK_EQ(rl_sample_views_check(two, 2, msg), RL_ECONFIG);
+    CHECK(strstr(msg, "source op") != NULL);
+    CHECK_EQ(rl_sample_views_check(two, 1, msg), 0);
+    two[0].transform.trim = 2;
+    CHECK_EQ(rl_sample_views_check(two, 1, msg), RL_ECONFIG);
 }
 
 /* A bad sample replaced by the next one, its place taken anew. */
@@ -264,6 +317,8 @@ int main(void)
         check_skip(arenas[a]);
     }
     CHECK(flips > 0 && flips < N); /* drawn per sample, not all one way */
+    CHECK_EQ(run_with(2, 0, true), flips); /* the op draws no plan number */
+    check_source_refused();
     check_room_after_a_large_one();
     check_release();
     for (int i = 0; i < N; i++) {

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from .. import _core
-from .._steps import Convert, IoUCrop, Resize, Step, Unfused
+from .._steps import Convert, IoUCrop, Resize, Source, Step, Unfused, pack
 from ..errors import UnsupportedTransform
 from . import torchvision_v1
 
@@ -43,7 +43,19 @@ def describe(t: Any) -> Step:
         return drawn(t, name, filt)
     if name == "RandomIoUCrop":
         return _iou_crop(t)
+    if name == "RandomPhotometricDistort":
+        return _photometric(t)
     return torchvision_v1.describe(t)  # ToTensor, PILToTensor, the rest
+
+
+def _photometric(t: Any) -> Step:
+    """RandomPhotometricDistort: a source op (its ranges and p; the C op
+    checks them), run on the whole image before the geometry."""
+    name = type(t).__name__
+    keys = ("brightness", "contrast", "saturation", "hue")
+    values: dict[str, Any] = {k: tuple(getattr(t, k)) for k in keys}
+    values["p"] = float(t.p)
+    return Source(name, (("photometric_distort", pack("photometric_distort", values)),))
 
 
 def _per_type(t: Any, dtypes: dict, scale: bool) -> Step:

@@ -19,7 +19,7 @@ pytest.importorskip("pycocotools")
 RECIPES = "eval hflip hflip+masks multiscale ssdlite ssd lsj segmentation".split()
 # What each fell-back recipe's warning names as the reason.
 UNMAPPED = {
-    "ssd": "RandomZoomOut",
+    "ssd": "RandomPhotometricDistort",
 }
 
 

@@ -236,13 +236,14 @@ typedef struct rl_transform {
      * no padding, window or trim). Such a pipeline has one view, no ops,
      * and host delivery: core/pipeline.h's varying batches. */
     int varying;
-    /* 1: v2's RandomIoUCrop, the only geometry of a varying transform (no
-     * resize, trim or window): per sample rl_draw_iou_crop
-     * (targets/draws.h) draws the crop from the plan stream, before the
-     * flips, reading the sample's boxes (rl_plan_make_boxes), and the
-     * output is that crop (or the whole image where none is drawn). Its
+    /* 1: v2's RandomIoUCrop, the only geometry of a varying transform
+     * but a RandomZoomOut before it (no resize, trim or window): per
+     * sample rl_draw_iou_crop (targets/draws.h) draws the crop from the
+     * plan stream, before the flips, reading the sample's boxes
+     * (rl_plan_make_boxes; moved by the zoom-out's offset), and the
+     * output is that crop (or the whole canvas where none is drawn). Its
      * options: min/max_scale (iou_scale, max <= 1: the crop lies in the
-     * image), min/max_aspect_ratio (iou_aspect), sampler_options (1..
+     * canvas), min/max_aspect_ratio (iou_aspect), sampler_options (1..
      * RL_MAX_IOU_OPTIONS of them) and trials (core/plan_iou.c). */
     int iou_crop;
     double iou_scale_lo, iou_scale_hi;
@@ -250,6 +251,15 @@ typedef struct rl_transform {
     int n_iou_options;
     double iou_options[RL_MAX_IOU_OPTIONS];
     int iou_trials;
+    /* 1: v2's RandomZoomOut, the first geometry of a varying transform
+     * (no resize, trim or window; a RandomIoUCrop may follow it): per
+     * sample rl_draw_zoom_out (targets/draws.h) from the plan stream,
+     * first: with probability zoom_p the image is placed at the drawn
+     * offset of a canvas zoom_side[0..1] times its size, the rest fill[]
+     * (core/plan_iou.c); the IoU crop is then drawn on that canvas. */
+    int zoom_out;
+    double zoom_p;
+    double zoom_side[2];
 } rl_transform;
 
 /* Whether the transform resizes the image (core/plan.c's resized_size;
@@ -335,13 +345,22 @@ typedef struct rl_plan {
      * all the place stage is shown of it. */
     int trim;
     /* RandomIoUCrop (rl_transform.iou_crop): 1 where a crop was drawn
-     * (the box, whole pixels, is the output: crop_first, 1:1), 0 where the
+     * (its part of the image, whole pixels, is the box: crop_first, 1:1), 0 where the
      * image is left whole; the option last drawn, the options drawn
      * (rounds) and whether RL_IOU_CROP_MAX_ROUNDS stopped the loop. */
     int iou_crop;
     double iou_option;
     int iou_rounds;
     int iou_limited;
+    /* The IoU crop drawn, in the canvas's pixels (iou_crop 1). */
+    int iou_x, iou_y, iou_w, iou_h;
+    /* RandomZoomOut (rl_transform.zoom_out): 1 where it was applied: the
+     * image at (zoom_left, zoom_top) of a zoom_w x zoom_h canvas of
+     * pad.fill, the canvas the IoU crop is drawn on; 0: the canvas is
+     * the image. The box and rectangle above are the image's part of
+     * the output. */
+    int zoom_out;
+    int zoom_left, zoom_top, zoom_w, zoom_h;
 } rl_plan;
 
 /*

@@ -287,7 +287,7 @@ def test_hflip_preset_flips_image_boxes_and_masks_together(coco, backend):
 @pytest.mark.parametrize(
     "extra, why",
     [
-        (v2.RandomZoomOut(), "RandomZoomOut"),
+        (v2.RandomPerspective(), "RandomPerspective"),
         (v2.RandomRotation(10), "RandomRotation"),
     ],
 )

@@ -249,7 +249,7 @@ def test_masks_pad_with_the_fill_dicts_mask_entry(coco):
     "step, why",
     [
         (v2.RandomRotation(10), "RandomRotation is not followed"),
-        (v2.RandomZoomOut(), "RandomZoomOut is not followed"),
+        (v2.RandomPerspective(), "RandomPerspective is not followed"),
         (v2.RandomAffine(5), "RandomAffine is not followed"),
         (
             v2.RandomCrop(30, pad_if_needed=True, padding_mode="reflect"),

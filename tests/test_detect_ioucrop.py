@@ -108,16 +108,20 @@ def reference(image, target, p):
     return image, target
 
 
-def check_items(ds, ref_of, seed=SEED, epoch=0, **kw):
+def check_items(
+    ds, ref_of, ref=reference, seed=SEED, epoch=0, spec_key="iou_crop", **kw
+):
     """Every item of the loader over ds (epoch ``epoch``) against the
-    reference ops on ``ref_of(k)`` (the unaugmented item its pixels are
-    read from) with the plan its key k drew: what was seen (crops, flips,
-    boxes dropped, items whose boxes were all non-finite)."""
+    reference ops ``ref`` on ``ref_of(k)`` (the unaugmented item its
+    pixels are read from) with the plan its key k drew: what was seen
+    (zoom-outs, crops, flips, samples reaching into the fill, boxes
+    dropped, items whose boxes were all non-finite)."""
     sampler = BatchSampler(SequentialSampler(ds), 4, drop_last=False)
     loader = fused(ds, batch_sampler=sampler, collate_fn=collate_fn, seed=seed, **kw)
     spec = loader._plans[0].compiled.spec
-    assert spec["iou_crop"] == 1
-    seen = {"crop": set(), "flip": set(), "dropped": 0, "whole": 0}
+    assert spec[spec_key] == 1
+    seen = {"zoom": set(), "crop": set(), "flip": set(), "in_fill": 0}
+    seen.update(dropped=0, whole=0)
     for _ in range(epoch + 1):
         items = [it for images, ts in loader for it in zip(images, ts)]
     for k, (image, target) in enumerate(items):
@@ -125,11 +129,14 @@ def check_items(ds, ref_of, seed=SEED, epoch=0, **kw):
         h, w = want_image.shape[-2:]
         rows = plan_rows(want["boxes"])
         p = _core.plan_window(spec, w, h, seed, epoch, k, 0, rows)
-        want_image, want = reference(want_image, want, p)
+        want_image, want = ref(want_image, want, p)
+        seen["zoom"].add(bool(p["zoom_out"]))
         seen["crop"].add(bool(p["iou_crop"]))
         seen["flip"].add(bool(p["flip"]))
+        seen["in_fill"] += (p["vw"], p["vh"]) != tuple(image.shape[-1:-3:-1])
         if len(rows) == 0:
-            assert not p["iou_crop"] and image.shape[-2:] == (h, w)
+            assert not p["iou_crop"]
+            assert p["zoom_out"] or image.shape[-2:] == (h, w)
             seen["whole"] += 1
         before = len(want["boxes"])
         for step in TAIL:

@@ -175,6 +175,16 @@ def test_a_sample_without_boxes_is_left_whole():
 # ---- boxes ----
 
 
+def iou_params(xyxy, x, y, w, h):
+    """RandomIoUCrop.transform's parameters for the crop (x, y, w, h) of
+    the XYXY boxes' canvas: the boxes whose centre lies strictly inside."""
+    cx, cy = (xyxy[:, 0] + xyxy[:, 2]) / 2, (xyxy[:, 1] + xyxy[:, 3]) / 2
+    inside = (x < cx) & (cx < x + w) & (y < cy) & (cy < y + h)
+    return dict(
+        top=y, left=x, height=h, width=w, is_within_crop_area=torch.from_numpy(inside)
+    )
+
+
 @pytest.mark.parametrize("fmt", ["XYXY", "XYWH", "CXCYWH"])
 @pytest.mark.parametrize("flip", [False, True])
 def test_boxes_follow_torchvisions_transform(fmt, flip):
@@ -204,16 +214,7 @@ def test_boxes_follow_torchvisions_transform(fmt, flip):
         )
         params = {}
         if p["iou_crop"]:
-            x0, y0, cw, ch = int(p["x"]), int(p["y"]), int(p["w"]), int(p["h"])
-            cx, cy = (xyxy[:, 0] + xyxy[:, 2]) / 2, (xyxy[:, 1] + xyxy[:, 3]) / 2
-            inside = (x0 < cx) & (cx < x0 + cw) & (y0 < cy) & (cy < y0 + ch)
-            params = dict(
-                top=y0,
-                left=x0,
-                height=ch,
-                width=cw,
-                is_within_crop_area=torch.from_numpy(inside),
-            )
+            params = iou_params(xyxy, *(int(p[k]) for k in "xywh"))
         want = t.transform(bb, params)
         if flip:
             want = F.horizontal_flip(want)

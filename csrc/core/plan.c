@@ -452,6 +452,8 @@ int rl_plan_make_boxes(const rl_transform *t, int width, int height,
     p->trim = t->trim;
     p->iou_crop = p->iou_rounds = p->iou_limited = 0;
     p->iou_option = 0;
+    p->iou_x = p->iou_y = p->iou_w = p->iou_h = 0;
+    p->zoom_out = p->zoom_left = p->zoom_top = p->zoom_w = p->zoom_h = 0;
     rl_rng g;
     rl_rng_init(&g, seed, epoch, index, rl_rng_view(RL_RNG_PLAN, view));
     p->out_w = t->out_w;
@@ -476,13 +478,14 @@ int rl_plan_make_boxes(const rl_transform *t, int width, int height,
         p->vh = t->out_h;
         p->crop_first = true;
     } else if (t->varying && t->kind == RL_T_RESIZE_CROP) {
-        int rc = t->iou_crop
-                     ? rl__plan_iou_crop(t, width, height, &g, boxes, n, p, msg)
+        bool canvas = t->iou_crop || t->zoom_out;
+        int rc = canvas
+                     ? rl__plan_zoom_iou(t, width, height, &g, boxes, n, p, msg)
                      : varying_box(t, width, height, &g, p, msg);
         if (rc != 0) {
             return rc;
         }
-        p->crop_first = p->iou_crop != 0; /* 1:1, the box alone */
+        p->crop_first = canvas; /* 1:1, the box alone */
     } else if (t->kind == RL_T_RESIZE_CROP ||
                t->kind == RL_T_RESIZE_RANDOM_CROP) {
         int rc = t->kind == RL_T_RESIZE_CROP

@@ -44,15 +44,18 @@ int rl_plan_make_boxes(const rl_transform *t, int width, int height,
                        uint64_t seed, int64_t epoch, int64_t index, int view,
                        const double *boxes, size_t n, rl_plan *plan, char *msg);
 
-/* core/plan_iou.c, for core/plan.c and core/plan_check.c: the IoU crop's
- * plan of a width x height image from the stream g (0, or RL_EDECODE with
- * msg for an output side past RL_MAX_SIDE), and its fields' check (0, or
- * RL_ECONFIG with msg). */
+/* core/plan_iou.c, for core/plan.c and core/plan_check.c: the plan of a
+ * width x height image under a RandomZoomOut, a RandomIoUCrop or both
+ * from the stream g (the zoom-out drawn first, then the crop on its
+ * canvas; 0, or RL_EDECODE with msg for a canvas side past RL_MAX_SIDE,
+ * -ENOMEM with msg), and their fields' checks (0, or RL_ECONFIG with
+ * msg). */
 struct rl_rng;
-int rl__plan_iou_crop(const rl_transform *t, int width, int height,
+int rl__plan_zoom_iou(const rl_transform *t, int width, int height,
                       struct rl_rng *g, const double *boxes, size_t n,
                       rl_plan *p, char *msg);
 int rl__iou_crop_check(const rl_transform *t, char *msg);
+int rl__zoom_out_check(const rl_transform *t, char *msg);
 
 /* The largest output or resize side, in pixels (exported to Python as
  * _core.MAX_SIDE, which ringloader/transforms.py checks against). */

@@ -161,7 +161,8 @@ int rl_transform_check(const rl_transform *t, char *msg)
                  "[0, 1]");
         return RL_ECONFIG;
     }
-    if (keep_random_check(t, msg) != 0 || rl__iou_crop_check(t, msg) != 0) {
+    if (keep_random_check(t, msg) != 0 || rl__iou_crop_check(t, msg) != 0 ||
+        rl__zoom_out_check(t, msg) != 0) {
         return RL_ECONFIG;
     }
     if (t->window < 0 || t->window >= RL_WINDOW_COUNT ||

@@ -64,9 +64,20 @@ static void map_boxes(const rl_target_geom *g, double *v, size_t n,
         rl_boxes_map(g, v, n, fmt);
 }
 
-/* Boxes through g where p drew an IoU crop (g's first step): those whose
- * centre the crop leaves out are zeroed after it, as torchvision zeroes
- * them, before the steps after it. 0, or -1 with MemoryError. */
+/* Steps [k0, k1) of g, as a geometry of their own. */
+static rl_target_geom geom_part(const rl_target_geom *g, int k0, int k1)
+{
+    rl_target_geom part = *g;
+    part.n = k1 - k0;
+    for (int k = 0; k < part.n; k++)
+        part.step[k] = g->step[k0 + k];
+    return part;
+}
+
+/* Boxes through g where p drew an IoU crop (g's first step, or its second
+ * after a zoom-out's padding): those whose centre the crop leaves out
+ * (of the boxes it sees: padded) are zeroed after it, as torchvision
+ * zeroes them, before the steps after it. 0, or -1 with MemoryError. */
 static int map_iou_cropped(const rl_target_geom *g, const rl_plan *p, double *v,
                            size_t n, rl_box_format fmt, int whole)
 {
@@ -75,14 +86,13 @@ static int map_iou_cropped(const rl_target_geom *g, const rl_plan *p, double *v,
         PyErr_NoMemory();
         return -1;
     }
-    rl_boxes_centers_within(v, n, fmt, (int)p->y, (int)p->x, (int)p->h,
-                            (int)p->w, in);
-    rl_target_geom head = *g, tail = *g;
-    head.n = 1;
-    tail.n = g->n - 1;
-    for (int k = 0; k < tail.n; k++)
-        tail.step[k] = g->step[k + 1];
-    map_boxes(&head, v, n, fmt, whole);
+    int c = p->zoom_out ? 1 : 0; /* the crop's step */
+    rl_target_geom pad = geom_part(g, 0, c), crop = geom_part(g, c, c + 1);
+    rl_target_geom tail = geom_part(g, c + 1, g->n);
+    map_boxes(&pad, v, n, fmt, whole);
+    rl_boxes_centers_within(v, n, fmt, p->iou_y, p->iou_x, p->iou_h, p->iou_w,
+                            in);
+    map_boxes(&crop, v, n, fmt, whole);
     rl_boxes_zero_outside(v, n, in);
     map_boxes(&tail, v, n, fmt, whole);
     free(in);

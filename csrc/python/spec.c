@@ -210,6 +210,18 @@ static const field fields[] = {
      AT(iou_trials),
      {40, 0},
      "RandomIoUCrop's trials"},
+    {"zoom_out",
+     FIELD_INT,
+     AT(zoom_out),
+     {0, 0},
+     "1: v2's RandomZoomOut, its canvas drawn per sample and filled with "
+     "fill_r, fill_g, fill_b (varying 1; a RandomIoUCrop may follow)"},
+    {"zoom_p", FIELD_FLOAT, AT(zoom_p), {0.5, 0}, "RandomZoomOut's p"},
+    {"zoom_side",
+     FIELD_PAIR,
+     AT(zoom_side),
+     {1.0, 4.0},
+     "RandomZoomOut's side_range"},
 };
 
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))

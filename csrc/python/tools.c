@@ -153,11 +153,14 @@ static PyObject *py_plan_window(PyObject *module, PyObject *args)
         "pad_mode", rl_pad_mode_name(p.pad.mode), "wx", p.pad.x.w0, "wy",
         p.pad.y.w0, "rx", p.pad.x.r0, "ry", p.pad.y.r0, "rw", p.pad.x.n, "rh",
         p.pad.y.n, "filter", rl_filter_name(p.filter));
-    /* RandomIoUCrop's draw (zeros without one) */
-    PyObject *iou =
-        Py_BuildValue("{sOsdsisO}", "iou_crop", p.iou_crop ? Py_True : Py_False,
-                      "iou_option", p.iou_option, "iou_rounds", p.iou_rounds,
-                      "iou_limited", p.iou_limited ? Py_True : Py_False);
+    /* RandomIoUCrop's draw and RandomZoomOut's canvas (zeros without) */
+    PyObject *iou = Py_BuildValue(
+        "{sOsdsisOs(iiii)sOs(iiii)}", "iou_crop",
+        p.iou_crop ? Py_True : Py_False, "iou_option", p.iou_option,
+        "iou_rounds", p.iou_rounds, "iou_limited",
+        p.iou_limited ? Py_True : Py_False, "iou_box", p.iou_x, p.iou_y,
+        p.iou_w, p.iou_h, "zoom_out", p.zoom_out ? Py_True : Py_False,
+        "zoom_canvas", p.zoom_left, p.zoom_top, p.zoom_w, p.zoom_h);
     if (d == NULL || iou == NULL || PyDict_Update(d, iou) < 0) {
         Py_XDECREF(iou);
         Py_XDECREF(d);
@@ -410,8 +413,9 @@ PyMethodDef rl__py_tool_methods[] = {
      "plan_window(spec, width, height, seed, epoch, index, view=0, "
      "boxes=None) -> {x, y, w, h: the source box; vx, vy, vw, vh: where it "
      "lands in the output; flip, vflip; pad_mode, wx, wy, rx, ry: a "
-     "RandomCrop's padding; iou_crop, iou_option, iou_rounds, iou_limited: "
-     "a RandomIoUCrop's draw from boxes}."},
+     "RandomCrop's padding; iou_crop, iou_option, iou_rounds, iou_limited, "
+     "iou_box (x, y, w, h in the canvas): a RandomIoUCrop's draw from "
+     "boxes; zoom_out, zoom_canvas (left, top, w, h): a RandomZoomOut's}."},
     {"dct_scale", py_dct_scale, METH_VARARGS,
      "dct_scale(spec, width, height, seed, epoch, index, view=0) -> m: that "
      "view alone would decode the sample at DCT scale m/8 (8: none)."},

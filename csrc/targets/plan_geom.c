@@ -117,6 +117,28 @@ static int resize_window(rl_target_geom *g, const rl_transform *t,
     return window_at(g, x0, y0, nw, nh, ow, oh, err);
 }
 
+/* RandomZoomOut's padding where it was applied (even of nothing:
+ * torchvision's pad clamps the boxes to the canvas), then RandomIoUCrop's
+ * crop of the canvas where one was drawn (whole pixels, in the canvas:
+ * torchvision clamps the boxes to it, as to every crop). */
+static int zoom_iou(rl_target_geom *g, const rl_plan *p, int w, int h,
+                    const char **err)
+{
+    if (p->zoom_out) {
+        int right = p->zoom_w - w - p->zoom_left;
+        int bottom = p->zoom_h - h - p->zoom_top;
+        if (right < 0 || bottom < 0 || p->zoom_left < 0 || p->zoom_top < 0) {
+            *err = "the plan's zoom-out canvas does not hold its image";
+            return -1;
+        }
+        if (rl_geom_pad(g, p->zoom_left, p->zoom_top, right, bottom, err) != 0)
+            return -1;
+    }
+    if (!p->iou_crop)
+        return 0;
+    return rl_geom_crop(g, p->iou_y, p->iou_x, p->iou_h, p->iou_w, err);
+}
+
 int rl_geom_from_plan(const rl_transform *t, const rl_plan *p, int width,
                       int height, rl_target_geom *g, const char **err)
 {
@@ -138,10 +160,8 @@ int rl_geom_from_plan(const rl_transform *t, const rl_plan *p, int width,
         rc = rl_geom_crop(g, (int)p->y, (int)p->x, (int)p->h, (int)p->w, err);
         if (rc == 0)
             rc = rl_geom_resize(g, p->out_h, p->out_w, err);
-    } else if (rc == 0 && t->varying && p->iou_crop) {
-        /* RandomIoUCrop's crop (whole pixels, in the image): torchvision
-         * clamps the boxes to it, as to every crop */
-        rc = rl_geom_crop(g, (int)p->y, (int)p->x, (int)p->h, (int)p->w, err);
+    } else if (rc == 0 && t->varying && (t->zoom_out || t->iou_crop)) {
+        rc = zoom_iou(g, p, w, h, err);
     } else if (rc == 0 && t->varying) {
         /* no window: the whole image, resized to the plan's output */
         if (rl_transform_resizes(t))

@@ -139,6 +139,7 @@ class _Plan:
     rcrop: Optional[dict] = None  # a RandomCrop step's spec fields
     box: dict = field(default_factory=dict)  # a ResizedCrop's whole spec
     iou: Optional[dict] = None  # a RandomIoUCrop's spec fields (varying)
+    zoom: Optional[dict] = None  # a RandomZoomOut's spec fields (varying)
     flip_p: float = 0.0
     vflip_p: float = 0.0
     flipped: bool = False
@@ -166,6 +167,17 @@ class _Plan:
             or self.rcrop is not None
             or bool(self.box)
             or self.iou is not None
+            or self.zoom is not None
+        )
+
+    @property
+    def zoomed_only(self) -> bool:
+        """Whether a RandomZoomOut is the only geometry so far (a
+        RandomIoUCrop may follow it)."""
+        return (
+            self.zoom is not None
+            and self.iou is None
+            and not (self.resize or self.crop or self.rcrop or self.box)
         )
 
     @property
@@ -262,10 +274,10 @@ def _place(plan: _Plan, step: Step) -> bool:
     flipped = plan.flipped or plan.vflipped
     if plan.iou is not None:
         return False  # RandomIoUCrop is the whole geometry
-    if isinstance(step, _steps.IoUCrop):
-        if not plan.varying or plan.geometric or flipped or plan.trim or plan.ops:
-            return False
-        plan.iou = step.fields
+    if isinstance(step, (_steps.IoUCrop, _steps.ZoomOut)):
+        return _canvas(plan, step)
+    if plan.zoom is not None:
+        return False  # a RandomIoUCrop alone may follow RandomZoomOut
     elif isinstance(step, _steps.Trim) and not plan.names:
         plan.trim = step.border
     elif isinstance(step, _steps.Resize) and not plan.geometric and not flipped:
@@ -303,10 +315,29 @@ def _place(plan: _Plan, step: Step) -> bool:
     return True
 
 
-def _crop_fields(plan: _Plan, step: _steps.RandomCrop) -> Optional[dict]:
-    """A RandomCrop's spec fields, its constant fill the entry of the
-    image's type where a conversion came before (v2's fill per type); None
-    where that entry is refused."""
+def _canvas(plan: _Plan, step: Step) -> bool:
+    """A RandomZoomOut first, or a RandomIoUCrop first or after it: the
+    whole geometry of a varying plan, before the flips (core/plan_iou.c);
+    False where it does not fit."""
+    flipped = plan.flipped or plan.vflipped
+    if not plan.varying or flipped or plan.trim or plan.ops:
+        return False
+    if isinstance(step, _steps.ZoomOut):
+        fields = None if plan.geometric else _crop_fields(plan, step)
+        if fields is None:
+            return False
+        plan.zoom = fields
+    elif plan.geometric and not plan.zoomed_only:
+        return False
+    else:
+        plan.iou = step.fields
+    return True
+
+
+def _crop_fields(plan: _Plan, step: Any) -> Optional[dict]:
+    """A RandomCrop's (or RandomZoomOut's) spec fields, its constant fill
+    the entry of the image's type where a conversion came before (v2's
+    fill per type); None where that entry is refused."""
     image = plan.out.get("image")
     if image is None or not step.fills:
         return step.fields
@@ -354,9 +385,10 @@ def _flip_converted(plan: _Plan, step: Step) -> bool:
     after the conversion may be fused: in a varying plan (no size fixed:
     torchvision's detection presets flip after ToImage), a flip or a crop
     commutes with the per-channel conversion, not with output ops."""
-    iou = isinstance(step, _steps.IoUCrop) and not plan.geometric
+    canvas = isinstance(step, (_steps.IoUCrop, _steps.ZoomOut))
+    canvas = canvas and (not plan.geometric or plan.zoomed_only)
     return (
-        (isinstance(step, _steps.Flip) or iou)
+        (isinstance(step, _steps.Flip) or canvas)
         and plan.varying
         and plan.size() is None
         and not plan.erased
@@ -392,8 +424,8 @@ def _fuse(plan: _Plan, step: Step) -> Optional[str]:
     steps before it (plan is then as it was)."""
     if isinstance(step, _steps.Unfused):
         return step.reason
-    if isinstance(step, _steps.IoUCrop) and not plan.varying:
-        return _IOU_VARYING
+    if isinstance(step, (_steps.IoUCrop, _steps.ZoomOut)) and not plan.varying:
+        return _canvas_varying(step)
     if isinstance(step, _steps.Erase):
         return _erase(plan, step)
     if isinstance(step, _steps.Convert):
@@ -455,10 +487,13 @@ def _resize_fields(resize: Optional[_steps.Resize]) -> dict:
     return fields
 
 
-_IOU_VARYING = (
-    "RandomIoUCrop gives each sample the size of its crop: it is fused "
-    "where samples of varying sizes are taken (the Loader)"
-)
+def _canvas_varying(step: Step) -> str:
+    """Why a RandomIoUCrop or RandomZoomOut is not fused for one size."""
+    what = "crop" if isinstance(step, _steps.IoUCrop) else "canvas"
+    return (
+        f"{step.name} gives each sample the size of its {what}: it is fused "
+        "where samples of varying sizes are taken (the Loader)"
+    )
 
 
 def _varying(plan: _Plan, first: Optional[Step]) -> Optional[dict]:
@@ -468,8 +503,9 @@ def _varying(plan: _Plan, first: Optional[Step]) -> Optional[dict]:
     resize = plan.resize
     if not plan.varying or plan.crop is not None or plan.rcrop is not None:
         return None
-    if plan.iou is not None:  # the crop alone, 1:1
-        return {"kind": "resize_crop", "filter": 0, "varying": 1, **plan.iou}
+    if plan.iou is not None or plan.zoom is not None:  # the canvas, 1:1
+        spec = {"kind": "resize_crop", "filter": 0, "varying": 1}
+        return {**spec, **(plan.zoom or {}), **(plan.iou or {})}
     if resize is None and isinstance(first, _steps.Unfused) and first.geometry:
         return None  # refused as geometry, below
     if resize is not None and (
@@ -495,8 +531,8 @@ def _resize_crop(plan: _Plan, first: Optional[Step]) -> dict:
     if resize is None and crop is None and rcrop is None:
         if isinstance(first, _steps.Unfused) and first.geometry:
             raise UnsupportedTransform(first.reason)
-        if isinstance(first, _steps.IoUCrop):
-            raise UnsupportedTransform(_IOU_VARYING)
+        if isinstance(first, (_steps.IoUCrop, _steps.ZoomOut)):
+            raise UnsupportedTransform(_canvas_varying(first))
         head = first.name if first is not None else "no transform"
         raise UnsupportedTransform(
             f"the transform starts with {head}, not Resize, CenterCrop or "

@@ -145,7 +145,9 @@ def plan_window(
     /,
 ) -> Dict[str, Any]:
     """(boxes: the sample's (N, 4) float64 XYXY boxes a RandomIoUCrop draws
-    from; its draw: iou_crop, iou_option, iou_rounds, iou_limited.)
+    from; its draw: iou_crop, iou_option, iou_rounds, iou_limited, iou_box
+    (x, y, w, h in the canvas); a RandomZoomOut's: zoom_out, zoom_canvas
+    (the image's left, top and the canvas's w, h).)
     The whole plan of one sample's view: the source box (x, y, w, h), the
     output rectangle it lands in (vx, vy, vw, vh; the rest is padding), the
     flips (flip, vflip), and a RandomCrop's padding: the window's first

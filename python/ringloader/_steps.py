@@ -153,6 +153,19 @@ class IoUCrop(Step):
 
 
 @dataclass(frozen=True)
+class ZoomOut(Step):
+    """v2's RandomZoomOut: the image placed on a canvas drawn per sample,
+    the rest a constant fill (a varying output; a RandomIoUCrop may
+    follow); ``fields`` are the C spec's (``zoom_out``, ``zoom_p``,
+    ``zoom_side`` and the PIL image's fill as ``fill_r``, ``fill_g``,
+    ``fill_b``), ``fills`` as a RandomCrop's: a v2 fill per type's entry
+    for an image converted before it."""
+
+    fields: dict
+    fills: tuple = ()
+
+
+@dataclass(frozen=True)
 class Flip(Step):
     """Mirror with probability ``p``, left-right or top-bottom."""
 

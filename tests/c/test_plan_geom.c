@@ -3,8 +3,9 @@
  * out by hand: a resize and a centre crop that pads, a RandomCrop's
  * padded window and a flip, RandomResizedCrop's box then its resize,
  * TrimBorder's crop, ScaleJitter's drawn size before a padded window,
- * RandomIoUCrop's crop drawn from the sample's boxes,
- * and the refusals. */
+ * RandomIoUCrop's crop drawn from the sample's boxes, RandomZoomOut's
+ * canvas (alone and before the IoU crop, which draws on it from the boxes
+ * moved by its offset), and the refusals. */
 #include <math.h>
 #include <string.h>
 
@@ -164,6 +165,14 @@ static void scale_jitter_window(void)
     CHECK(strstr(msg, "jitter_scale") != NULL);
 }
 
+/* rl_transform_check refuses t with a message holding `needle`. */
+static void refused(const rl_transform *t, const char *needle)
+{
+    char msg[RL_MSG_MAX] = "";
+    CHECK(rl_transform_check(t, msg) == RL_ECONFIG);
+    CHECK(strstr(msg, needle) != NULL);
+}
+
 static void iou_crop(void)
 {
     /* RandomIoUCrop with option 0 (any crop keeping the box's centre),
@@ -212,16 +221,167 @@ static void iou_crop(void)
     CHECK_EQ(g.n, 1); /* the flip alone */
     /* refused: a crop past the image, a resize before it, one size */
     t.iou_scale_hi = 1.5;
-    CHECK(rl_transform_check(&t, msg) == RL_ECONFIG);
-    CHECK(strstr(msg, "max_scale") != NULL);
+    refused(&t, "max_scale");
     t.iou_scale_hi = 1.0;
     t.resize_short = 32;
-    CHECK(rl_transform_check(&t, msg) == RL_ECONFIG);
-    CHECK(strstr(msg, "RandomIoUCrop") != NULL);
+    refused(&t, "RandomIoUCrop");
     t.resize_short = 0;
     t.n_iou_options = 0;
-    CHECK(rl_transform_check(&t, msg) == RL_ECONFIG);
-    CHECK(strstr(msg, "sampler_options") != NULL);
+    refused(&t, "sampler_options");
+}
+
+/* RandomZoomOut with p 1 and side 2: a 200x160 canvas of the fill, the
+ * 100x80 image 1:1 at the offset rl_draw_zoom_out draws first from the
+ * plan stream; the geometry is its padding, a mask's maps -1 around the
+ * image. */
+static void zoom_out_alone(rl_transform *t)
+{
+    char msg[RL_MSG_MAX];
+    CHECK(rl_transform_check(t, msg) == 0);
+    for (int i = 0; i < 10; i++) {
+        rl_plan p;
+        rl_target_geom g;
+        const char *err = NULL;
+        CHECK(rl_plan_make(t, 100, 80, 5, 0, i, 0, &p, msg) == 0);
+        rl_rng r;
+        rl_rng_init(&r, 5, 0, i, rl_rng_view(RL_RNG_PLAN, 0));
+        rl_zoom_out_opts o = {.side_lo = 2, .side_hi = 2, .p = 1};
+        rl_zoom_out_draw d;
+        rl_draw_zoom_out(&r, &o, 100, 80, &d);
+        CHECK(p.zoom_out && p.zoom_left == d.left && p.zoom_top == d.top);
+        CHECK(p.out_w == 200 && p.out_h == 160 && p.crop_first);
+        CHECK(p.vx == d.left && p.vy == d.top && p.vw == 100 && p.vh == 80);
+        CHECK(p.x == 0 && p.y == 0 && p.w == 100 && p.h == 80);
+        CHECK(p.pad.fill[0] == 10 && p.pad.fill[1] == 20 &&
+              p.pad.fill[2] == 30);
+        CHECK(rl_geom_from_plan(t, &p, 100, 80, &g, &err) == 0);
+        CHECK_EQ(g.n, 1);
+        double b[4] = {0, 0, 100, 80};
+        rl_boxes_map(&g, b, 1, RL_BOX_XYXY);
+        CHECK(b[0] == d.left && b[1] == d.top && b[2] == d.left + 100 &&
+              b[3] == d.top + 80);
+        int32_t rows[160], cols[200];
+        CHECK(rl_geom_maps(&g, t, rows, cols, &err) == 0);
+        CHECK(cols[d.left] == 0 && cols[d.left + 99] == 99);
+        CHECK(rows[d.top] == 0 && rows[d.top + 79] == 79);
+        CHECK(d.left == 0 || cols[d.left - 1] == -1);
+        CHECK(d.left + 100 == 200 || cols[d.left + 100] == -1);
+    }
+    t->zoom_p = 0; /* never applied: the image as it is, no step */
+    rl_plan p;
+    rl_target_geom g;
+    const char *err = NULL;
+    CHECK(rl_plan_make(t, 100, 80, 5, 0, 0, 0, &p, msg) == 0);
+    CHECK(!p.zoom_out && p.out_w == 100 && p.out_h == 80 && p.vx == 0);
+    CHECK(rl_geom_from_plan(t, &p, 100, 80, &g, &err) == 0);
+    CHECK_EQ(g.n, 0);
+    t->zoom_p = 1;
+}
+
+/* The plan's IoU crop is rl_draw_iou_crop's after rl_draw_zoom_out's on
+ * sample i's plan stream, reading its box moved by the offset and
+ * clamped to the canvas, as torchvision's pad leaves it. */
+static void expect_iou_draw(const rl_transform *t, int i, const double *box,
+                            const rl_plan *p)
+{
+    rl_rng r;
+    rl_rng_init(&r, 5, 0, i, rl_rng_view(RL_RNG_PLAN, 0));
+    rl_zoom_out_opts zo = {t->zoom_side[0], t->zoom_side[1], t->zoom_p};
+    rl_zoom_out_draw z;
+    rl_draw_zoom_out(&r, &zo, 100, 80, &z);
+    double moved[4] = {box[0] + z.left, box[1] + z.top, box[2] + z.left,
+                       box[3] + z.top};
+    rl_boxes_clamp(moved, 1, RL_BOX_XYXY, z.canvas_width, z.canvas_height);
+    rl_iou_crop_opts o = {t->iou_scale_lo,  t->iou_scale_hi, t->iou_aspect_lo,
+                          t->iou_aspect_hi, t->iou_options,  t->n_iou_options,
+                          t->iou_trials};
+    rl_iou_crop_draw d;
+    rl_draw_iou_crop(&r, &o, z.canvas_width, z.canvas_height, moved, 1, &d);
+    CHECK(p->iou_crop == d.crop && p->iou_rounds == d.rounds);
+    CHECK(!d.crop || (p->iou_x == d.left && p->iou_y == d.top &&
+                      p->iou_w == d.width && p->iou_h == d.height));
+}
+
+/* Then RandomIoUCrop with option 0: the crop lies in the canvas and holds
+ * the box's centre moved by the offset; the plan's box and rectangle are
+ * the image's part of it; the box maps through the padding then the
+ * crop. */
+static void zoom_out_iou(rl_transform *t)
+{
+    char msg[RL_MSG_MAX];
+    t->iou_crop = 1;
+    t->iou_scale_lo = 0.3;
+    t->iou_scale_hi = 1.0;
+    t->iou_aspect_lo = 0.5;
+    t->iou_aspect_hi = 2.0;
+    t->n_iou_options = 1;
+    t->iou_options[0] = 0.0;
+    t->iou_trials = 40;
+    CHECK(rl_transform_check(t, msg) == 0);
+    double box[4] = {40, 30, 60, 50};
+    int in_fill = 0;
+    for (int i = 0; i < 40; i++) {
+        rl_plan p;
+        rl_target_geom g;
+        const char *err = NULL;
+        CHECK(rl_plan_make_boxes(t, 100, 80, 5, 0, i, 0, box, 1, &p, msg) == 0);
+        CHECK(p.zoom_out && p.iou_crop && p.crop_first);
+        expect_iou_draw(t, i, box, &p);
+        int cx = p.zoom_left + 50, cy = p.zoom_top + 40;
+        CHECK(p.iou_x < cx && cx < p.iou_x + p.iou_w);
+        CHECK(p.iou_y < cy && cy < p.iou_y + p.iou_h);
+        CHECK(p.iou_x + p.iou_w <= 200 && p.iou_y + p.iou_h <= 160);
+        CHECK(p.out_w == p.iou_w && p.out_h == p.iou_h);
+        CHECK(p.vx == (int)p.x + p.zoom_left - p.iou_x && p.vw == (int)p.w);
+        CHECK(p.vy == (int)p.y + p.zoom_top - p.iou_y && p.vh == (int)p.h);
+        in_fill += p.vw < p.out_w || p.vh < p.out_h;
+        CHECK(rl_geom_from_plan(t, &p, 100, 80, &g, &err) == 0);
+        CHECK_EQ(g.n, 2);
+        double b[4] = {40, 30, 60, 50};
+        rl_boxes_map(&g, b, 1, RL_BOX_XYXY);
+        CHECK(b[0] == clampd(cx - 10 - p.iou_x, p.iou_w));
+        CHECK(b[3] == clampd(cy + 10 - p.iou_y, p.iou_h));
+    }
+    CHECK(in_fill > 0);
+    /* a box past the image's left edge: the draw reads it clamped to the
+     * canvas (where the zoom-out leaves it past the canvas's edge) */
+    double past[4] = {-90, 30, 20, 50};
+    for (int i = 0; i < 40; i++) {
+        rl_plan p;
+        CHECK(rl_plan_make_boxes(t, 100, 80, 5, 0, i, 0, past, 1, &p, msg) ==
+              0);
+        expect_iou_draw(t, i, past, &p);
+    }
+    t->iou_crop = 0;
+}
+
+static void zoom_out(void)
+{
+    rl_transform t = {.kind = RL_T_RESIZE_CROP,
+                      .varying = 1,
+                      .ratio_lo = 1,
+                      .ratio_hi = 1,
+                      .fill = {10, 20, 30},
+                      .zoom_out = 1,
+                      .zoom_p = 1,
+                      .zoom_side = {2, 2}};
+    zoom_out_alone(&t);
+    zoom_out_iou(&t);
+    /* a canvas past RL_MAX_SIDE: that sample's error */
+    char msg[RL_MSG_MAX];
+    rl_plan p;
+    t.zoom_side[0] = t.zoom_side[1] = 4;
+    CHECK(rl_plan_make(&t, 20000, 10, 5, 0, 0, 0, &p, msg) == RL_EDECODE);
+    CHECK(strstr(msg, "canvas") != NULL);
+    /* refused, naming the option: side_range, p, a resize before it */
+    t.zoom_side[0] = 0.5;
+    refused(&t, "RandomZoomOut: side_range");
+    t.zoom_side[0] = 1;
+    t.zoom_p = 1.5;
+    refused(&t, "RandomZoomOut: p");
+    t.zoom_p = 1;
+    t.resize_short = 32;
+    refused(&t, "RandomZoomOut: zoom_out");
 }
 
 static void refusals(void)
@@ -254,6 +414,7 @@ int main(void)
     resized_crop_and_trim();
     scale_jitter_window();
     iou_crop();
+    zoom_out();
     refusals();
     PASS("test_plan_geom");
 }

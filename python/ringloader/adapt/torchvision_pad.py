@@ -63,7 +63,7 @@ def _pil_fill(fill: Any, cls: Any = None) -> Any:
     return fill.get("others")
 
 
-def tensor_fills(t: Any) -> tuple:
+def tensor_fills(t: Any, name: str = "RandomCrop") -> tuple:
     """A v2 RandomCrop's constant fill for an image converted before it:
     (("image", rgb), ("tensor", rgb)) from its per-type dict, the
     entries of tv_tensors.Image and of a plain tensor (rgb None where
@@ -76,33 +76,34 @@ def tensor_fills(t: Any) -> tuple:
     out = []
     for kind, cls in (("image", tv_tensors.Image), ("tensor", torch.Tensor)):
         try:
-            out.append((kind, _fill_rgb(_pil_fill(t.fill, cls))))
+            out.append((kind, _fill_rgb(_pil_fill(t.fill, cls), name)))
         except UnsupportedTransform:
             out.append((kind, None))
     return tuple(out)
 
 
-def _fill_rgb(fill: Any) -> tuple[int, int, int]:
+def _fill_rgb(fill: Any, name: str = "RandomCrop") -> tuple[int, int, int]:
     """The 8-bit R, G, B a constant padding has, as torchvision's
-    ``_parse_fill`` and Pillow make them for an RGB PIL image."""
+    ``_parse_fill`` and Pillow make them for an RGB PIL image (``name``:
+    the transform's, for the messages)."""
     if isinstance(fill, dict):  # transforms.v2: a fill per type
         fill = _pil_fill(fill)
     if fill is None:
         return 0, 0, 0
     values = [fill] if isinstance(fill, (int, float)) else fill
     if not isinstance(values, (list, tuple)):
-        raise UnsupportedTransform(f"RandomCrop(fill={fill!r}): not a number or tuple")
+        raise UnsupportedTransform(f"{name}(fill={fill!r}): not a number or tuple")
     if len(values) == 1:
         values = list(values) * 3
     if len(values) != 3:
         raise UnsupportedTransform(
-            f"RandomCrop(fill={fill!r}): {len(values)} values for an RGB image "
+            f"{name}(fill={fill!r}): {len(values)} values for an RGB image "
             "(torchvision raises for it)"
         )
     out = []
     for v in values:
         if not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
-            raise UnsupportedTransform(f"RandomCrop(fill={fill!r}): not finite numbers")
+            raise UnsupportedTransform(f"{name}(fill={fill!r}): not finite numbers")
         out.append(min(max(int(v), 0), 255))  # int() truncates; Pillow clips
     return out[0], out[1], out[2]
 

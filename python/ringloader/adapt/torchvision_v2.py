@@ -10,9 +10,10 @@ import math
 from typing import Any
 
 from .. import _core
-from .._steps import Convert, IoUCrop, Resize, Source, Step, Unfused, pack
+from .._steps import Convert, IoUCrop, Resize, Source, Step, Unfused, ZoomOut, pack
 from ..errors import UnsupportedTransform
 from . import torchvision_v1
+from .torchvision_pad import _fill_rgb, tensor_fills
 
 
 def claims(t: Any) -> bool:
@@ -45,6 +46,8 @@ def describe(t: Any) -> Step:
         return _iou_crop(t)
     if name == "RandomPhotometricDistort":
         return _photometric(t)
+    if name == "RandomZoomOut":
+        return _zoom_out(t)
     return torchvision_v1.describe(t)  # ToTensor, PILToTensor, the rest
 
 
@@ -155,3 +158,23 @@ def _iou_crop(t: Any) -> Step:
         iou_trials=trials,
     )
     return IoUCrop(name, fields)
+
+
+def _zoom_out(t: Any) -> Step:
+    """RandomZoomOut: its p, side_range and fill as the spec's zoom_* and
+    fill fields (the canvas is drawn per sample: core/plan_iou.c); the
+    fill the PIL image's, ``fills`` the converted image's entries."""
+    name = type(t).__name__
+    side = tuple(float(s) for s in t.side_range)
+    p = float(t.p)
+    if len(side) != 2 or not 1 <= side[0] <= side[1] < math.inf:
+        return Unfused(name, f"{name}: side_range {side} needs 1 <= low <= high", True)
+    if not 0 <= p <= 1:
+        return Unfused(name, f"{name}: p {p} needs 0 <= p <= 1", True)
+    try:
+        rgb = _fill_rgb(t.fill, name)
+    except UnsupportedTransform as e:
+        return Unfused(name, str(e), True)
+    fields = dict(zoom_out=1, zoom_p=p, zoom_side=side)
+    fields.update(fill_r=rgb[0], fill_g=rgb[1], fill_b=rgb[2])
+    return ZoomOut(name, fields, tensor_fills(t, name))

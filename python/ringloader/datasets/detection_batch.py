@@ -11,7 +11,8 @@ target)``) is split in two: the pixels' head, every step before the first
 one on the targets alone, which the compiler must fuse whole (geometry the
 targets follow: Resize with or without max_size, RandomResize,
 RandomShortestSize, ScaleJitter, RandomCrop with its padding and pad_if_needed,
-CenterCrop, RandomResizedCrop, RandomIoUCrop, the flips; and steps that move no pixel:
+CenterCrop, RandomResizedCrop, RandomZoomOut, RandomIoUCrop, the flips; and steps
+that move no pixel:
 ToImage, PILToTensor, ToDtype or ConvertImageDtype of images, colour ops),
 and a tail that touches the targets alone (``ConvertBoundingBoxFormat``,
 ``SanitizeBoundingBoxes``, ``ClampBoundingBoxes``, ``ToPureTensor``), which
@@ -20,12 +21,13 @@ would. Where the head moves pixels, each sample's plan (same seed, epoch
 and key as its pixels) moves its target: boxes through
 ``_core.plan_boxes`` onto the plan's output canvas, masks rasterized
 through ``_core.plan_maps``' index maps (padded as torchvision pads a
-Mask); a RandomIoUCrop's crop is drawn from the sources' boxes table
+Mask, a RandomZoomOut's canvas too); a RandomIoUCrop's crop is drawn
+from the sources' boxes table
 (``Sources.plan_boxes``: each image's finite boxes), and its target's
 boxes are mapped with those rows (cropped, clamped, the boxes whose centre
 it leaves out zeroed for SanitizeBoundingBoxes); a ``ConvertImageDtype``,
 which converts boxes and masks too, runs again on the pair. Any other
-step (zoom-out, affine, rotation,
+step (affine, rotation,
 perspective) is not followed on the targets yet: reading such
 a dataset raises :class:`~.composed.UnreadableComposition` saying so, and
 ``ringloader.DataLoader`` hands it to torch's DataLoader with that reason.
@@ -69,6 +71,7 @@ def _kinds() -> tuple[tuple, tuple, tuple]:
         v2.RandomCrop,
         v2.CenterCrop,
         v2.RandomResizedCrop,
+        v2.RandomZoomOut,
         v2.RandomIoUCrop,
         v2.RandomHorizontalFlip,
         v2.RandomVerticalFlip,
@@ -102,19 +105,29 @@ def _kinds() -> tuple[tuple, tuple, tuple]:
 
 NATIVE = (
     "natively: Resize, RandomResize, RandomShortestSize, ScaleJitter, RandomCrop, "
-    "CenterCrop, RandomResizedCrop, RandomIoUCrop, the flips, ToImage, ToDtype and colour "
+    "CenterCrop, RandomResizedCrop, RandomZoomOut, RandomIoUCrop, the flips, ToImage, "
+    "ToDtype and colour "
     "ops, then ConvertBoundingBoxFormat, SanitizeBoundingBoxes, "
     "ClampBoundingBoxes, ToPureTensor"
 )
 
 
+def _pads() -> tuple:
+    """The steps that pad a Mask with their fill."""
+    from torchvision.transforms import v2
+
+    return (v2.RandomCrop, v2.RandomZoomOut)
+
+
 def _mask_fill(step: Any) -> Any:
-    """The value a RandomCrop pads a Mask with (its fill dict's Mask entry,
-    "others", or its one fill), or a str saying why it is not followed."""
+    """The value a RandomCrop or RandomZoomOut pads a Mask with (its fill
+    dict's Mask entry, "others", or its one fill), or a str saying why it
+    is not followed."""
     from torchvision import tv_tensors
     from torchvision.transforms.v2._utils import _get_fill
 
-    if step.padding_mode != "constant":
+    name = type(step).__name__
+    if getattr(step, "padding_mode", "constant") != "constant":
         return (
             f"RandomCrop with padding_mode={step.padding_mode!r} (torchvision "
             "refuses bounding boxes under it)"
@@ -126,7 +139,7 @@ def _mask_fill(step: Any) -> Any:
         return 0
     if isinstance(fill, (int, float)) and float(fill).is_integer() and 0 <= fill <= 255:
         return int(fill)
-    return f"RandomCrop's fill {fill!r} for masks (an integer 0..255 is followed)"
+    return f"{name}'s fill {fill!r} for masks (an integer 0..255 is followed)"
 
 
 def _head_and_tail(transforms: Any) -> tuple[list, list, Optional[str]]:
@@ -172,7 +185,7 @@ def _head_and_tail(transforms: Any) -> tuple[list, list, Optional[str]]:
             return [], [], f"{name} comes after a step on the targets"
         elif isinstance(t, v2.ToDtype) and isinstance(t.dtype, dict):
             return [], [], "ToDtype with a dict of dtypes"
-        elif type(t) is v2.RandomCrop and isinstance(_mask_fill(t), str):
+        elif type(t) in _pads() and isinstance(_mask_fill(t), str):
             return [], [], _mask_fill(t)
         elif type(t) in geometry + pixels:
             head.append(t)
@@ -245,7 +258,7 @@ class DetectionImages:
             isinstance(t, geometry) and not isinstance(t, flips) for t in head
         )
         self._iou_crop = any(isinstance(t, v2.RandomIoUCrop) for t in head)
-        crops = [_mask_fill(t) for t in head if type(t) is v2.RandomCrop]
+        crops = [_mask_fill(t) for t in head if type(t) in _pads()]
         self._mask_fill = crops[0] if crops else 0
         to_image = any(isinstance(t, v2.ToImage) for t in head)
         self._image_type = tv_tensors.Image if to_image else None

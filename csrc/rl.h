@@ -233,8 +233,9 @@ typedef struct rl_transform {
     /* 1: no crop; the output is the image after its resize (resize_short,
      * or none: the image's own size), so each sample has its own size,
      * known once its header is read (RL_T_RESIZE_CROP, out_w = out_h = 0,
-     * no padding, window or trim). Such a pipeline has one view, no ops,
-     * and host delivery: core/pipeline.h's varying batches. */
+     * no window or trim; padding only a zoom-out's). Such a pipeline has
+     * one view and no ops but source ops (augment.h), delivered to the
+     * host or a device: core/pipeline.h's varying batches. */
     int varying;
     /* 1: v2's RandomIoUCrop, the only geometry of a varying transform
      * but a RandomZoomOut before it (no resize, trim or window): per

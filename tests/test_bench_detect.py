@@ -17,7 +17,6 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("pycocotools")
 
 RECIPES = "eval hflip hflip+masks multiscale ssdlite ssd lsj segmentation".split()
-# What each fell-back recipe's warning names as the reason.
 # Recipes that fall back, with the transform their reason names (none now).
 UNMAPPED: dict = {}
 

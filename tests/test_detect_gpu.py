@@ -238,3 +238,30 @@ def test_segmentation_on_a_device_equals_the_cpu_loader(fake, tmp_path):
     assert r["violations"] == 0 and r["bad"] == 0 and r["masks"] == 7, r
     assert r["copies"] == r["batches"] == 3
     assert r["host"] == 0 and r["dev"] == 0 and r["streams"] == 1, r
+
+
+def test_a_target_keeps_its_mapping_kind_on_the_device():
+    """A target that is a defaultdict (or any dict subclass) is placed as a
+    copy of its own kind: its default stays, each tensor is placed."""
+    from collections import OrderedDict, defaultdict
+
+    import torch
+    from ringloader._gpu import Gpu
+
+    class Cloning(Gpu):  # no device here: placing is a copy
+        def __init__(self):
+            pass
+
+        def to_device(self, t):
+            return t.clone()
+
+    boxes = torch.arange(8.0).view(2, 4)
+    for target in (
+        defaultdict(list, {"boxes": boxes, "image_id": 3}),
+        OrderedDict(boxes=boxes, labels=[torch.ones(2)]),
+    ):
+        out = Cloning().place(target)
+        assert type(out) is type(target)
+        assert torch.equal(out["boxes"], boxes) and out["boxes"] is not boxes
+    assert out["labels"][0] is not target["labels"][0]
+    assert Cloning().place(defaultdict(list, {})).default_factory is list

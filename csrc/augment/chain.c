@@ -92,7 +92,8 @@ int rl_op_def_check(const rl_op_def *def, char *msg)
         return RL_EINTERNAL;
     }
     if (def->source && (def->apply == NULL || def->pick != NULL)) {
-        snprintf(msg, RL_MSG_MAX, "%s: a source op has an apply", def->name);
+        snprintf(msg, RL_MSG_MAX, "%s: a source op needs an apply and no pick",
+                 def->name);
         return RL_EINTERNAL;
     }
     int size = rl_op_fields_size(def->fields);

@@ -487,7 +487,8 @@ int rl_sample_run_to(rl_sample_ctx *c, const rl_sample_spec *spec,
      * The scratch image is not trimmed: its size is the output's, the
      * same for every sample of the pipeline. */
     size_t held = rl_decode_ctx_trim(c->decode);
-    if (c->source_px_cap > RL_SOURCE_KEEP_PIXELS * 4) {
+    if (c->source_px_cap > RL_SOURCE_KEEP_PIXELS * 4 ||
+        c->source_rgb_cap > RL_SOURCE_KEEP_PIXELS * 3) {
         free(c->source_rgb);
         free(c->source_px);
         c->source_rgb = c->source_px = NULL;

@@ -3,6 +3,7 @@ layout conversion that runs on the device (uint8 crosses PCIe)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -77,7 +78,12 @@ class Gpu:
         if isinstance(target, torch.Tensor):
             return self.to_device(target)
         if isinstance(target, dict):
-            return type(target)((k, self.place(v)) for k, v in target.items())
+            # A copy of the dict's own kind (a defaultdict keeps its
+            # default), each value placed.
+            out = copy.copy(target)
+            for k, v in target.items():
+                out[k] = self.place(v)
+            return out
         if isinstance(target, (list, tuple)) and not hasattr(target, "_fields"):
             return type(target)(self.place(v) for v in target)
         return target

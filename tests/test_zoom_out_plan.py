@@ -138,7 +138,10 @@ def test_iou_crops_on_the_canvas_distributed_as_torchvisions():
     spec = spec_of(v2.RandomZoomOut(), v2.RandomIoUCrop())
     h, w = size
     ours, unmoved_fails, in_fill = [], 0, 0
-    for i in range(N):
+    # A quarter of N: each of the two draws is compared over N on its own
+    # (the canvases above, the IoU crop's in test_iou_crop_plan.py); this
+    # is their composition, whose torchvision side costs the most.
+    for i in range(N // 4):
         boxes = sets[i % 16]
         p = _core.plan_window(spec, w, h, SEED, 0, i, 0, boxes)
         left, top, cw, ch = canvas_of(p, size)
@@ -154,7 +157,7 @@ def test_iou_crops_on_the_canvas_distributed_as_torchvisions():
         unmoved_fails += not ((x < inside) & (inside < x + bw)).any()
         in_fill += x < left or y < top or x + bw > left + w or y + bh > top + h
         ours.append(((ch, cw), (x, y, bh, bw)))
-    want = torch_zoom_iou(sets, size, {})
+    want = torch_zoom_iou(sets, size, {}, N // 4)
     same_categories(
         [c is None for _, c in ours], [c is None for _, c in want], "no crop"
     )
@@ -163,7 +166,7 @@ def test_iou_crops_on_the_canvas_distributed_as_torchvisions():
     for k, what in enumerate(["left", "top", "height", "width"]):
         same_numbers([c[k] for c in a], [c[k] for c in b], what)
     same_numbers([c[0] for c, _ in ours], [c[0] for c, _ in want], "canvas height")
-    assert unmoved_fails > 100 and in_fill > 1000, (unmoved_fails, in_fill)
+    assert unmoved_fails > 25 and in_fill > 250, (unmoved_fails, in_fill)
 
 
 def test_same_key_same_canvas_and_epochs_differ():

@@ -83,8 +83,12 @@ format:
 	clang-format -i $(C_SOURCES)
 
 # pytest exits 5 when it collected no test: that is a failure here.
+# TEST_JOBS processes share the tests (pytest-xdist), each with its own
+# session fixtures (servers, generated data); 2 by default, as many as the
+# smallest machine CI runs on has cores. TEST_JOBS=0 runs them in this one.
+TEST_JOBS ?= 2
 test: install-test
-	cd tests && $(PY) -m pytest -q -p no:cacheprovider . ; \
+	cd tests && $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) . ; \
 		rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 # The ASan build goes into a venv of its own made from .venv's Python, which
@@ -96,9 +100,17 @@ test: install-test
 # Python; CPython's own allocations at exit are not leaks of ours
 # (detect_leaks=0). libstdc++ is preloaded with it, or ASan's __cxa_throw
 # interceptor finds no real function and aborts the first C++ exception
-# (triton, via torch). tests/test_c_units.py is left out: it builds and runs
-# the C tests under TSan, which cannot share a process with a preloaded
-# libasan (the normal `make test` runs it).
+# (triton, via torch). Left out, all of them run by `make test`:
+# tests/test_c_units.py, which builds and runs the C tests under TSan, which
+# cannot share a process with a preloaded libasan; the README's and guides'
+# examples (test_readme.py: CI runs them again, as written, in a fresh venv)
+# and the benchmarks' runs (test_bench*.py, test_gpu_run.py), which time
+# loaders the other tests run; and the distribution tests (marked sweep),
+# each thousands of draws of a function the pipeline tests call under ASan
+# too. Together they are some 40% of the time of the rest (pytest
+# --durations).
+ASAN_LEAVE_OUT = --ignore=test_c_units.py --ignore=test_readme.py \
+	--ignore-glob='test_bench*.py' --ignore=test_gpu_run.py -m 'not sweep'
 ASAN_DIR ?= /tmp/ringloader-asan
 ASAN_PY = $(ASAN_DIR)/venv/bin/python
 ASAN_PRELOAD = $(shell gcc -print-file-name=libasan.so) \
@@ -117,8 +129,8 @@ test-asan: deps
 		LD_PRELOAD="$(ASAN_PRELOAD)" \
 		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1 \
 		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		$(ASAN_PY) -m pytest -q -p no:cacheprovider \
-		--ignore=test_c_units.py . ; \
+		$(ASAN_PY) -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) \
+		$(ASAN_LEAVE_OUT) . ; \
 		rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 # The seed corpora are written from .venv, and the tar walk fuzzed there

@@ -463,6 +463,7 @@ DIST_CONFIGS = {
 }
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("config", list(DIST_CONFIGS))
 def test_augmix_distribution(config):
     t = DIST_CONFIGS[config]()

@@ -323,6 +323,7 @@ def their_runs(build):
     return runs
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize(
     "M, name",
     STRUCTURES,

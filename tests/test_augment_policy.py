@@ -251,6 +251,7 @@ def test_rand_augment_distribution():
         same_categories(a, b, f"sub-op {i} and signed magnitude")
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("policy", ["IMAGENET", "CIFAR10", "SVHN"])
 def test_auto_augment_distribution(policy):
     t = v2.AutoAugment(v2.AutoAugmentPolicy[policy])

@@ -24,7 +24,10 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "c")
 def test_c_units(tmp_path, sanitize):
     if shutil.which("make") is None or shutil.which("pkg-config") is None:
         pytest.fail("make and pkg-config are needed to build the C tests")
-    cmd = ["make", "-s", "-C", HERE, "check", f"OUT={tmp_path}"]
+    # The core is compiled once into objects and linked into each test:
+    # the jobs are those objects' compiles.
+    jobs = f"-j{os.cpu_count() or 2}"
+    cmd = ["make", "-s", jobs, "-C", HERE, "check", f"OUT={tmp_path}"]
     if sanitize:
         cmd.append(f"SANITIZE={sanitize}")
     env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1")

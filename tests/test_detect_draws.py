@@ -102,6 +102,7 @@ IOU_SETTINGS = [
 ]
 
 
+@pytest.mark.sweep
 @cases("name,canvas,sides,kw", IOU_SETTINGS)
 def test_iou_crop_matches_torchvision(name, canvas, sides, kw):
     imgs = random_images(16, canvas, sides, seed=7)
@@ -360,6 +361,7 @@ def pattern(d):
     )
 
 
+@pytest.mark.sweep
 @cases("name,channels,kw", PHOTO_SETTINGS)
 def test_photometric_matches_torchvision(name, channels, kw):
     got, want = both(

@@ -62,6 +62,7 @@ def max_iou(boxes, crop):
     return float(np.max(box_iou(boxes[inside], (left, top, right, bottom))))
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize(
     "canvas,kw", [((480, 640), {}), ((301, 207), NARROW)], ids=["defaults", "narrow"]
 )

@@ -264,6 +264,7 @@ RAND = [
 ]
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("config", RAND)
 def test_rand_augment_draws_match_timm(config):
     t = _make("rand", config)
@@ -288,6 +289,7 @@ def test_auto_augment_draws_match_timm(config):
     _compare_calls(_ours("auto", t, N), _theirs("auto", t, N), config)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("config", ["augmix-m5-w4-d2", "augmix-m3", "augmix-m4-w3-b1"])
 def test_augmix_draws_match_timm(config):
     t = _make("augmix", config)

@@ -127,6 +127,7 @@ def torch_zoom_iou(sets, size, kw, n=N):
     return out
 
 
+@pytest.mark.sweep
 def test_iou_crops_on_the_canvas_distributed_as_torchvisions():
     """RandomZoomOut -> RandomIoUCrop: the plan's crops over N keys against
     N of torchvision's on the padded image and boxes (whether it crops,

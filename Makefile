@@ -105,12 +105,17 @@ test: install-test
 # cannot share a process with a preloaded libasan; the README's and guides'
 # examples (test_readme.py: CI runs them again, as written, in a fresh venv)
 # and the benchmarks' runs (test_bench*.py, test_gpu_run.py), which time
-# loaders the other tests run; and the distribution tests (marked sweep),
+# loaders the other tests run; the frameworks' own multi-process runs
+# (test_frameworks.py, test_mix_ddp.py, test_docs_distributed.py: Lightning,
+# Accelerate, torchrun), whose loader paths test_distributed.py and
+# test_loader.py run under ASan; and the distribution tests (marked sweep),
 # each thousands of draws of a function the pipeline tests call under ASan
-# too. Together they are some 40% of the time of the rest (pytest
+# too. Together they are some 45% of the time of the rest (pytest
 # --durations).
 ASAN_LEAVE_OUT = --ignore=test_c_units.py --ignore=test_readme.py \
-	--ignore-glob='test_bench*.py' --ignore=test_gpu_run.py -m 'not sweep'
+	--ignore-glob='test_bench*.py' --ignore=test_gpu_run.py \
+	--ignore=test_frameworks.py --ignore=test_mix_ddp.py \
+	--ignore=test_docs_distributed.py -m 'not sweep'
 ASAN_DIR ?= /tmp/ringloader-asan
 ASAN_PY = $(ASAN_DIR)/venv/bin/python
 ASAN_PRELOAD = $(shell gcc -print-file-name=libasan.so) \

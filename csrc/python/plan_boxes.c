@@ -5,9 +5,10 @@
  * is sampled through; for the tests and the detection front door.
  *
  *   plan_boxes(spec, width, height, seed, epoch, index, view, boxes,
- *              format, plan=None, *, whole=False) -> (bytes, (h, w))
+ *              format, plan=None, *, whole=False, single=False)
+ *       -> (bytes, (h, w))
  *   plan_keypoints(spec, width, height, seed, epoch, index, view,
- *                  points, plan=None) -> (bytes, (h, w))
+ *                  points, plan=None, *, single=False) -> (bytes, (h, w))
  *   plan_maps(spec, width, height, seed, epoch, index, view=0, plan=None)
  *       -> (row_map, col_map)
  * The first seven arguments are _core.plan's; boxes (N, 4) and points
@@ -18,7 +19,9 @@
  * (plan_boxes: the boxes given, in XYXY, when None; the others: none);
  * where that crop is drawn, the boxes whose centre it leaves out are
  * zeroed right after it, as torchvision zeroes them, then the flips map
- * them on. whole: boxes of an integer dtype, truncated after a resize.
+ * them on. whole: boxes of an integer dtype, truncated after a resize;
+ * single: float32 values, rounded to float32 after every step as
+ * torchvision's float32 tensors are (targets/boxes.h).
  * Also the pipeline's boxes table (rl__py_plan_box_table).
  */
 #include "python/module.h"
@@ -54,12 +57,18 @@ static int plan_geom(PyObject *spec, int width, int height,
     return 0;
 }
 
-/* Boxes through g (whole: as an integer dtype). */
+/* How mapped values are held between steps: float64, float32 (the
+ * `single` keyword), or whole numbers (`whole`: an integer dtype). */
+enum { AS_DOUBLE, AS_SINGLE, AS_WHOLE };
+
+/* Boxes through g, held as `as` says. */
 static void map_boxes(const rl_target_geom *g, double *v, size_t n,
-                      rl_box_format fmt, int whole)
+                      rl_box_format fmt, int as)
 {
-    if (whole)
+    if (as == AS_WHOLE)
         rl_boxes_map_whole(g, v, n, fmt);
+    else if (as == AS_SINGLE)
+        rl_boxes_map_f32(g, v, n, fmt);
     else
         rl_boxes_map(g, v, n, fmt);
 }
@@ -79,7 +88,7 @@ static rl_target_geom geom_part(const rl_target_geom *g, int k0, int k1)
  * (of the boxes it sees: padded) are zeroed after it, as torchvision
  * zeroes them, before the steps after it. 0, or -1 with MemoryError. */
 static int map_iou_cropped(const rl_target_geom *g, const rl_plan *p, double *v,
-                           size_t n, rl_box_format fmt, int whole)
+                           size_t n, rl_box_format fmt, int as)
 {
     uint8_t *in = malloc(n ? n : 1);
     if (in == NULL) {
@@ -89,12 +98,12 @@ static int map_iou_cropped(const rl_target_geom *g, const rl_plan *p, double *v,
     int c = p->zoom_out ? 1 : 0; /* the crop's step */
     rl_target_geom pad = geom_part(g, 0, c), crop = geom_part(g, c, c + 1);
     rl_target_geom tail = geom_part(g, c + 1, g->n);
-    map_boxes(&pad, v, n, fmt, whole);
+    map_boxes(&pad, v, n, fmt, as);
     rl_boxes_centers_within(v, n, fmt, p->iou_y, p->iou_x, p->iou_h, p->iou_w,
                             in);
-    map_boxes(&crop, v, n, fmt, whole);
+    map_boxes(&crop, v, n, fmt, as);
     rl_boxes_zero_outside(v, n, in);
-    map_boxes(&tail, v, n, fmt, whole);
+    map_boxes(&tail, v, n, fmt, as);
     free(in);
     return 0;
 }
@@ -126,13 +135,14 @@ static int plan_rows(PyObject *plan_o, const double *v, size_t n, size_t per,
  * and the canvas. */
 static PyObject *map_rows(PyObject *args, PyObject *kw, size_t per)
 {
-    static char *box_kw[] = {"spec",   "width", "height", "seed",
-                             "epoch",  "index", "view",   "boxes",
-                             "format", "plan",  "whole",  NULL};
-    static char *point_kw[] = {"spec",  "width", "height", "seed", "epoch",
-                               "index", "view",  "points", "plan", NULL};
+    static char *box_kw[] = {"spec",  "width",  "height", "seed",   "epoch",
+                             "index", "view",   "boxes",  "format", "plan",
+                             "whole", "single", NULL};
+    static char *point_kw[] = {"spec",  "width",  "height", "seed",
+                               "epoch", "index",  "view",   "points",
+                               "plan",  "single", NULL};
     PyObject *spec, *values, *fmt_o = NULL, *plan_o = NULL;
-    int width, height, view, whole = 0;
+    int width, height, view, whole = 0, single = 0;
     unsigned long long seed;
     long long epoch, index;
     rl_box_format fmt = RL_BOX_XYXY;
@@ -141,18 +151,23 @@ static PyObject *map_rows(PyObject *args, PyObject *kw, size_t per)
     rl_plan p;
     size_t n, np;
     double *pb = NULL;
-    int ok =
-        per == 4
-            ? PyArg_ParseTupleAndKeywords(args, kw, "OiiKLLiOO|O$p:plan_boxes",
-                                          box_kw, &spec, &width, &height, &seed,
-                                          &epoch, &index, &view, &values,
-                                          &fmt_o, &plan_o, &whole)
-            : PyArg_ParseTupleAndKeywords(args, kw, "OiiKLLiO|O:plan_keypoints",
-                                          point_kw, &spec, &width, &height,
-                                          &seed, &epoch, &index, &view, &values,
-                                          &plan_o);
+    int ok = per == 4 ? PyArg_ParseTupleAndKeywords(
+                            args, kw, "OiiKLLiOO|O$pp:plan_boxes", box_kw,
+                            &spec, &width, &height, &seed, &epoch, &index,
+                            &view, &values, &fmt_o, &plan_o, &whole, &single)
+                      : PyArg_ParseTupleAndKeywords(
+                            args, kw, "OiiKLLiO|O$p:plan_keypoints", point_kw,
+                            &spec, &width, &height, &seed, &epoch, &index,
+                            &view, &values, &plan_o, &single);
     if (!ok || (fmt_o && rl__py_box_format(fmt_o, &fmt) < 0))
         return NULL;
+    if (whole && single) {
+        PyErr_SetString(PyExc_ValueError,
+                        "plan_boxes: whole (an integer dtype) and single "
+                        "(float32) exclude each other");
+        return NULL;
+    }
+    int as = whole ? AS_WHOLE : single ? AS_SINGLE : AS_DOUBLE;
     double *v =
         rl__py_float64_rows(values, per, per == 4 ? "boxes" : "keypoints", &n);
     if (!v)
@@ -166,12 +181,14 @@ static PyObject *map_rows(PyObject *args, PyObject *kw, size_t per)
     }
     free(pb);
     if (per == 4 && p.iou_crop) {
-        if (map_iou_cropped(&g, &p, v, n, fmt, whole) < 0) {
+        if (map_iou_cropped(&g, &p, v, n, fmt, as) < 0) {
             free(v);
             return NULL;
         }
     } else if (per == 4) {
-        map_boxes(&g, v, n, fmt, whole);
+        map_boxes(&g, v, n, fmt, as);
+    } else if (single) {
+        rl_keypoints_map_f32(&g, v, n);
     } else {
         rl_keypoints_map(&g, v, n);
     }

@@ -378,10 +378,19 @@ static void map_point(const rl_geom_step *s, double x, double y, double *ox,
     *oy = ny / den;
 }
 
+/* v rounded to float32 where f32 (a float32 tensor's value after an
+ * operation). */
+static void round_f32(double *v, size_t n, int f32)
+{
+    for (size_t j = 0; f32 && j < n; j++)
+        v[j] = (double)(float)v[j];
+}
+
 /* An axis step on a box in its own format, as torchvision's kernels do
  * it: the ends of XYXY (swapped by a flip), the start and size of XYWH (a
  * flip moves the start to W - (x + w)), the centre and size of CXCYWH. */
-static void axis_in_format(const rl_geom_step *s, double *b, rl_box_format fmt)
+static void axis_in_format(const rl_geom_step *s, double *b, rl_box_format fmt,
+                           int f32)
 {
     for (int a = 0; a < 2; a++) {
         double k = s->m[4 * a], t = s->m[2 + 3 * a];
@@ -391,7 +400,9 @@ static void axis_in_format(const rl_geom_step *s, double *b, rl_box_format fmt)
             *p = k < 0 ? hi : lo;
             *q = k < 0 ? lo : hi;
         } else if (fmt == RL_BOX_XYWH && k < 0) {
-            *p = k * (*p + *q) + t;
+            double end = *p + *q; /* x + w, a float32 sum where f32 */
+            round_f32(&end, 1, f32);
+            *p = k * end + t;
         } else {
             *p = k * *p + t;
             *q = k < 0 ? *q : k * *q;
@@ -399,15 +410,20 @@ static void axis_in_format(const rl_geom_step *s, double *b, rl_box_format fmt)
     }
 }
 
-static void map_box(const rl_geom_step *s, double *b, rl_box_format fmt)
+/* One step on box b in format fmt; f32: each operation's result rounded
+ * to float32, as torchvision's kernels on a float32 tensor give it. */
+static void map_box(const rl_geom_step *s, double *b, rl_box_format fmt,
+                    int f32)
 {
     if (s->kind == RL_GEOM_AXIS) {
-        axis_in_format(s, b, fmt);
+        axis_in_format(s, b, fmt, f32);
+        round_f32(b, 4, f32);
         if (!s->clamp)
             return;
         rl_boxes_convert(b, 1, fmt, RL_BOX_XYXY);
     } else {
         rl_boxes_convert(b, 1, fmt, RL_BOX_XYXY);
+        round_f32(b, 4, f32);
         /* the hull of the corners TL, TR, BR, BL */
         const int cx[4] = {0, 2, 2, 0}, cy[4] = {1, 1, 3, 3};
         double x, y, lo[2], hi[2];
@@ -426,8 +442,10 @@ static void map_box(const rl_geom_step *s, double *b, rl_box_format fmt)
         b[2] = hi[0];
         b[3] = hi[1];
     }
+    round_f32(b, 4, f32);
     clamp_xyxy(b, s->out_w, s->out_h);
     rl_boxes_convert(b, 1, RL_BOX_XYXY, fmt);
+    round_f32(b, 4, f32);
 }
 
 void rl_boxes_map(const rl_target_geom *g, double *boxes, size_t n,
@@ -435,7 +453,18 @@ void rl_boxes_map(const rl_target_geom *g, double *boxes, size_t n,
 {
     for (size_t i = 0; i < n; i++) {
         for (int k = 0; k < g->n; k++)
-            map_box(&g->step[k], boxes + 4 * i, fmt);
+            map_box(&g->step[k], boxes + 4 * i, fmt, 0);
+    }
+}
+
+void rl_boxes_map_f32(const rl_target_geom *g, double *boxes, size_t n,
+                      rl_box_format fmt)
+{
+    for (size_t i = 0; i < n; i++) {
+        double *b = boxes + 4 * i;
+        round_f32(b, 4, 1);
+        for (int k = 0; k < g->n; k++)
+            map_box(&g->step[k], b, fmt, 1);
     }
 }
 
@@ -446,7 +475,7 @@ void rl_boxes_map_whole(const rl_target_geom *g, double *boxes, size_t n,
         double *b = boxes + 4 * i;
         for (int k = 0; k < g->n; k++) {
             const rl_geom_step *s = &g->step[k];
-            map_box(s, b, fmt);
+            map_box(s, b, fmt, 0);
             /* a resize: the product of a whole number and a float32
              * ratio is exact in double; rounded to float32, it is
              * torch's, which .to(dtype) truncates */
@@ -459,15 +488,29 @@ void rl_boxes_map_whole(const rl_target_geom *g, double *boxes, size_t n,
     }
 }
 
-void rl_keypoints_map(const rl_target_geom *g, double *points, size_t n)
+/* Keypoints through g, rounded to float32 after each step where f32. */
+static void keypoints_map(const rl_target_geom *g, double *points, size_t n,
+                          int f32)
 {
     for (size_t i = 0; i < n; i++) {
         double *p = points + 2 * i;
+        round_f32(p, 2, f32);
         for (int k = 0; k < g->n; k++) {
             const rl_geom_step *s = &g->step[k];
             map_point(s, p[0], p[1], &p[0], &p[1]);
             p[0] += s->kp_d[0];
             p[1] += s->kp_d[1];
+            round_f32(p, 2, f32);
         }
     }
+}
+
+void rl_keypoints_map(const rl_target_geom *g, double *points, size_t n)
+{
+    keypoints_map(g, points, n, 0);
+}
+
+void rl_keypoints_map_f32(const rl_target_geom *g, double *points, size_t n)
+{
+    keypoints_map(g, points, n, 1);
 }

@@ -96,8 +96,18 @@ void rl_boxes_map(const rl_target_geom *g, double *boxes, size_t n,
  * back with .to(dtype); the other steps keep whole numbers whole. */
 void rl_boxes_map_whole(const rl_target_geom *g, double *boxes, size_t n,
                         rl_box_format fmt);
+/* The same for float32 boxes (torchvision's default): each value rounded
+ * to float32 before the first step and after every step, as a float32
+ * tensor holds it between torchvision's kernels, so that a box on an edge
+ * lands on the side of it torchvision's does (a right edge flipped after a
+ * resize is -0.0 there, a few 1e-7 below zero in double, which
+ * SanitizeBoundingBoxes would drop). */
+void rl_boxes_map_f32(const rl_target_geom *g, double *boxes, size_t n,
+                      rl_box_format fmt);
 /* n keypoints (x, y) mapped in place; never clamped (as torchvision). */
 void rl_keypoints_map(const rl_target_geom *g, double *points, size_t n);
+/* The same, rounded to float32 as rl_boxes_map_f32 rounds. */
+void rl_keypoints_map_f32(const rl_target_geom *g, double *points, size_t n);
 
 /* torchvision's convert_bounding_box_format, in place. */
 void rl_boxes_convert(double *boxes, size_t n, rl_box_format from,

@@ -254,6 +254,7 @@ def plan_boxes(
     plan: Optional[Buffer] = None,
     *,
     whole: bool = False,
+    single: bool = False,
 ) -> Tuple[bytes, Tuple[int, int]]:
     """float64 boxes (N, 4) in format "XYXY", "XYWH" or "CXCYWH" on a
     width x height image, mapped through the geometry of the plan
@@ -262,7 +263,9 @@ def plan_boxes(
     RandomIoUCrop draws from ``plan`` (the sample's XYXY boxes; None: these
     boxes) and zeroes the boxes whose centre its crop leaves out.
     ``whole``: the boxes are of an integer dtype (torchvision's int64
-    boxes), each resize's float32 product truncated as its .to(dtype)."""
+    boxes), each resize's float32 product truncated as its .to(dtype);
+    ``single``: float32 boxes, rounded to float32 after every step as
+    torchvision's tensor is (an edge lands on the side it does there)."""
 
 def plan_keypoints(
     spec: _TransformSpec,
@@ -275,9 +278,11 @@ def plan_keypoints(
     points: Buffer,
     /,
     plan: Optional[Buffer] = None,
+    *,
+    single: bool = False,
 ) -> Tuple[bytes, Tuple[int, int]]:
     """float64 keypoints (N, 2) mapped as plan_boxes maps boxes (never
-    clamped)."""
+    clamped); single: rounded to float32 after every step."""
 
 def plan_maps(
     spec: _TransformSpec,

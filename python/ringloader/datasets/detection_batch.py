@@ -424,6 +424,7 @@ class DetectionImages:
         boxes = t.get("boxes")
         if boxes is not None:
             whole = not boxes.is_floating_point()
+            single = boxes.dtype == torch.float32
             values = boxes.as_subclass(torch.Tensor).double().numpy()
             mapped, canvas = _core.plan_boxes(
                 spec,
@@ -437,6 +438,7 @@ class DetectionImages:
                 "XYXY",
                 rows,
                 whole=whole,
+                single=single,
             )
             new = np.frombuffer(mapped, dtype=np.float64).reshape(-1, 4)
             t["boxes"] = tv_tensors.BoundingBoxes(

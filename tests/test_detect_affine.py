@@ -141,8 +141,17 @@ def pair(coco, transforms, keys=KEYS):
         affine(center=[5.0, 30.0]),
         v2.RandomRotation(40),
         v2.RandomRotation((-180, 180), center=[10.0, 4.5], fill=5),
+        v2.RandomRotation((180, 180)),  # rotate_image's exact half turn
     ],
-    ids=["affine", "fill", "fill-dict", "affine-center", "rotation", "rotation-center"],
+    ids=[
+        "affine",
+        "fill",
+        "fill-dict",
+        "affine-center",
+        "rotation",
+        "rotation-center",
+        "half-turn",
+    ],
 )
 def test_a_warp_after_resize_and_flip_moves_boxes_and_masks(coco, warp):
     dropped, masks = check_items(*pair(coco, preset(warp)), [warp])

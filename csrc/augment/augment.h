@@ -96,6 +96,28 @@ typedef struct rl_op_limit {
     int value;
 } rl_op_limit;
 
+/*
+ * How an image op moved a sample's pixels, for the targets that follow
+ * them (targets/plan_geom.h): torchvision's affine(angle, translate,
+ * scale, shear, center) (AFFINE: angle clockwise, as affine takes it) or
+ * rotate(angle, center) without expand (ROTATE: angle counter-clockwise,
+ * the exact turns rotate_image makes for the default centre included).
+ * centre: pixel coordinates, or the canvas' centre where `centered` is
+ * false.
+ */
+typedef enum { RL_WARP_AFFINE = 0, RL_WARP_ROTATE = 1 } rl_warp_kind;
+
+typedef struct rl_op_warp {
+    rl_warp_kind kind;
+    double angle, tx, ty, scale, shear_x, shear_y;
+    double center[2];
+    bool centered;
+} rl_op_warp;
+
+/* The most warps rl_augment_warps reports for a sample (a group's child
+ * may run more than once). */
+#define RL_AUGMENT_MAX_WARPS 64
+
 typedef struct rl_op_def {
     const char *name;
     int nargs; /* arguments the op takes, at most RL_OP_MAX_ARGS */
@@ -133,6 +155,14 @@ typedef struct rl_op_def {
      * decodes the whole image at full scale for it). Source ops come first
      * in a chain, in no group. */
     bool source;
+    /* How the image op moves the pixels of a w x h sample for params
+     * (what its apply does to them), for the targets that follow them.
+     * NULL: the op moves no pixel (`still`), or the targets cannot follow
+     * it (rl_augment_warps refuses it, naming it). */
+    void (*warp)(const rl_op *op, const double *params, int w, int h,
+                 rl_op_warp *out);
+    /* An image op that moves no pixel (a colour op): the targets stay. */
+    bool still;
 } rl_op_def;
 
 struct rl_op {
@@ -249,5 +279,23 @@ int rl_augment_run_source(const rl_augment *a, const double *params,
  * with the same params. */
 int rl_augment_run_out(const rl_augment *a, const double *params,
                        const rl_dst *out, int w, int h, char *msg);
+
+/*
+ * The warps (rl_op_warp) of the chain's image ops that run for params
+ * (rl_augment_draw's for a w x h sample), in the order rl_augment_run runs
+ * them (groups' picks followed, source and output ops left out: neither
+ * moves the output's pixels), into out[RL_AUGMENT_MAX_WARPS]. Returns how
+ * many, or -1 with msg naming an image op that moves pixels without a
+ * warp (a policy), or a chain running more than RL_AUGMENT_MAX_WARPS.
+ * Touches no pixel; thread-safe.
+ */
+int rl_augment_warps(const rl_augment *a, const double *params, int w, int h,
+                     rl_op_warp *out, char *msg);
+
+/* Warps img (any 3 channels: three masks side by side) as torchvision
+ * warps a tv_tensors.Mask: nearest, `fill` (3 values) outside, the same
+ * kernel as the op's pixels. 0, -ENOMEM, or -EOVERFLOW with msg. */
+int rl_augment_warp_nearest(rl_image *img, const rl_op_warp *warp,
+                            const double *fill, char *msg);
 
 #endif /* RL_AUGMENT_H */

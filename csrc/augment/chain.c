@@ -231,15 +231,21 @@ void rl_augment_draw(const rl_augment *a, uint64_t seed, int64_t epoch,
     }
 }
 
-/* Runs element i: an op's apply, or a group's picked children, each a
- * sub-chain. 0 or the first failing op's status with msg. */
-static int run_element(const rl_augment *a, const double *params, int i,
-                       rl_image *img, char *msg)
+/* What is done with each op that runs (its apply, its warp): 0, or a
+ * status with msg. */
+typedef int (*visit_fn)(const rl_op *op, const double *pp, void *ctx,
+                        char *msg);
+
+/* Visits element i: an op, or a group's picked children, each a
+ * sub-chain, in the order they run. 0 or the first failing visit's status
+ * with msg. */
+static int walk(const rl_augment *a, const double *params, int i,
+                visit_fn visit, void *ctx, char *msg)
 {
     const rl_op *op = &a->ops[i];
     const double *pp = params + (size_t)i * RL_OP_MAX_PARAMS;
     if (op->def->pick == NULL) {
-        return op->def->apply(op, pp, img, msg);
+        return visit(op, pp, ctx, msg);
     }
     int kids[RL_AUGMENT_MAX_OPS], run[RL_GROUP_MAX_CHILDREN];
     int n = roots(a, i, op->children, kids);
@@ -250,7 +256,7 @@ static int run_element(const rl_augment *a, const double *params, int i,
                      run[k], n);
             return RL_EINTERNAL;
         }
-        int rc = run_element(a, params, kids[run[k]], img, msg);
+        int rc = walk(a, params, kids[run[k]], visit, ctx, msg);
         if (rc != 0) {
             return rc;
         }
@@ -258,8 +264,9 @@ static int run_element(const rl_augment *a, const double *params, int i,
     return 0;
 }
 
-int rl_augment_run(const rl_augment *a, const double *params, rl_image *img,
-                   char *msg)
+/* Visits the chain's image ops but its source ops that run, in order. */
+static int walk_image(const rl_augment *a, const double *params, visit_fn visit,
+                      void *ctx, char *msg)
 {
     int top[RL_AUGMENT_MAX_OPS];
     int n = roots(a, a->n, -1, top);
@@ -269,12 +276,57 @@ int rl_augment_run(const rl_augment *a, const double *params, rl_image *img,
             continue; /* an output op: after the store; a source op: before
                        * the geometry */
         }
-        int rc = run_element(a, params, top[k], img, msg);
+        int rc = walk(a, params, top[k], visit, ctx, msg);
         if (rc != 0) {
             return rc;
         }
     }
     return 0;
+}
+
+static int visit_apply(const rl_op *op, const double *pp, void *ctx, char *msg)
+{
+    return op->def->apply(op, pp, (rl_image *)ctx, msg);
+}
+
+int rl_augment_run(const rl_augment *a, const double *params, rl_image *img,
+                   char *msg)
+{
+    return walk_image(a, params, visit_apply, img, msg);
+}
+
+/* rl_augment_warps' visit: the sample's size and the warps so far. */
+typedef struct {
+    int w, h, n;
+    rl_op_warp *out;
+} warps_ctx;
+
+static int visit_warp(const rl_op *op, const double *pp, void *ctx, char *msg)
+{
+    warps_ctx *c = ctx;
+    if (op->def->still) {
+        return 0;
+    }
+    if (op->def->warp == NULL) {
+        snprintf(msg, RL_MSG_MAX,
+                 "%s moves pixels in a way the targets do not follow",
+                 op->def->name);
+        return RL_ECONFIG;
+    }
+    if (c->n >= RL_AUGMENT_MAX_WARPS) {
+        snprintf(msg, RL_MSG_MAX, "more than %d warps in one sample",
+                 RL_AUGMENT_MAX_WARPS);
+        return RL_ECONFIG;
+    }
+    op->def->warp(op, pp, c->w, c->h, &c->out[c->n++]);
+    return 0;
+}
+
+int rl_augment_warps(const rl_augment *a, const double *params, int w, int h,
+                     rl_op_warp *out, char *msg)
+{
+    warps_ctx c = {w, h, 0, out};
+    return walk_image(a, params, visit_warp, &c, msg) != 0 ? -1 : c.n;
 }
 
 int rl_augment_run_source(const rl_augment *a, const double *params,

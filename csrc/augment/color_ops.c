@@ -228,7 +228,8 @@ COLOR_OPS(CHECK_FN)
               .limits = args##limits, \
               .check = check_##kind,  \
               .draw = draw,           \
-              .apply = apply},
+              .apply = apply,         \
+              .still = true},
 static const rl_op_def color_ops[K_COUNT] = {COLOR_OPS(ENTRY)};
 
 #define POINTER(kind, name, args) &color_ops[kind],

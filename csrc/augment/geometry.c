@@ -252,14 +252,67 @@ static int warp_status(const char *name, const rl_image *img, int rc, char *msg)
     return rc;
 }
 
+/* The centre argument (x, y; NaN for None) into a warp. */
+static void warp_center(const double *center, rl_op_warp *out)
+{
+    out->centered = !isnan(center[0]);
+    out->center[0] = out->centered ? center[0] : 0.0;
+    out->center[1] = out->centered ? center[1] : 0.0;
+}
+
+static void rotation_warp(const rl_op *op, const double *params, int w, int h,
+                          rl_op_warp *out)
+{
+    (void)w;
+    (void)h;
+    memset(out, 0, sizeof(*out));
+    out->kind = RL_WARP_ROTATE;
+    out->angle = params[0];
+    out->scale = 1.0;
+    warp_center(op->args + ROT_center, out);
+}
+
+/* warp on img: rotate_image's or affine_image's steps (expand=False). */
+static int run_warp(rl_image *img, const rl_op_warp *warp, rl_interp interp,
+                    const double *fill)
+{
+    if (warp->kind == RL_WARP_ROTATE) {
+        return rl_k_rotate(img, warp->angle, interp,
+                           warp->centered ? warp->center : NULL, fill);
+    }
+    double cx = 0.0, cy = 0.0, m[6];
+    if (warp->centered) {
+        cx = warp->center[0] - (double)img->w * 0.5;
+        cy = warp->center[1] - (double)img->h * 0.5;
+    }
+    rl_affine_inverse(cx, cy, warp->angle, warp->tx, warp->ty, warp->scale,
+                      warp->shear_x, warp->shear_y, m);
+    return rl_k_affine(img, m, interp, fill);
+}
+
+/* An op's warp on img with its own interpolation and fill (NaN: None). */
+static int apply_warp(const char *name, rl_image *img, const rl_op_warp *warp,
+                      double interp, const double *fill, char *msg)
+{
+    int rc =
+        run_warp(img, warp, (rl_interp)interp, isnan(fill[0]) ? NULL : fill);
+    return warp_status(name, img, rc, msg);
+}
+
+int rl_augment_warp_nearest(rl_image *img, const rl_op_warp *warp,
+                            const double *fill, char *msg)
+{
+    int rc = run_warp(img, warp, RL_INTERP_NEAREST, fill);
+    return warp_status("a mask's warp", img, rc, msg);
+}
+
 static int rotation_apply(const rl_op *op, const double *params, rl_image *img,
                           char *msg)
 {
-    const double *a = op->args;
-    int rc = rl_k_rotate(img, params[0], (rl_interp)a[ROT_interpolation],
-                         isnan(a[ROT_center]) ? NULL : a + ROT_center,
-                         isnan(a[ROT_fill]) ? NULL : a + ROT_fill);
-    return warp_status("rotation", img, rc, msg);
+    rl_op_warp warp;
+    rotation_warp(op, params, img->w, img->h, &warp);
+    return apply_warp("rotation", img, &warp, op->args[ROT_interpolation],
+                      op->args + ROT_fill, msg);
 }
 
 static const rl_op_def rotation_op = {
@@ -269,6 +322,7 @@ static const rl_op_def rotation_op = {
     .check = rotation_check,
     .draw = rotation_draw,
     .apply = rotation_apply,
+    .warp = rotation_warp,
 };
 
 /* ---- affine: degrees (lo, hi), translate (x, y fractions), scale (lo,
@@ -342,21 +396,29 @@ static void affine_draw(const rl_op *op, rl_rng *g, int w, int h,
     }
 }
 
+static void affine_warp(const rl_op *op, const double *params, int w, int h,
+                        rl_op_warp *out)
+{
+    (void)w;
+    (void)h;
+    memset(out, 0, sizeof(*out));
+    out->kind = RL_WARP_AFFINE;
+    out->angle = params[0];
+    out->tx = params[1];
+    out->ty = params[2];
+    out->scale = params[3];
+    out->shear_x = params[4];
+    out->shear_y = params[5];
+    warp_center(op->args + AFF_center, out);
+}
+
 static int affine_apply(const rl_op *op, const double *params, rl_image *img,
                         char *msg)
 {
-    const double *a = op->args;
-    double cx = 0.0, cy = 0.0, m[6];
-    const double *center = a + AFF_center;
-    if (!isnan(center[0])) {
-        cx = center[0] - (double)img->w * 0.5;
-        cy = center[1] - (double)img->h * 0.5;
-    }
-    rl_affine_inverse(cx, cy, params[0], params[1], params[2], params[3],
-                      params[4], params[5], m);
-    int rc = rl_k_affine(img, m, (rl_interp)a[AFF_interpolation],
-                         isnan(a[AFF_fill]) ? NULL : a + AFF_fill);
-    return warp_status("affine", img, rc, msg);
+    rl_op_warp warp;
+    affine_warp(op, params, img->w, img->h, &warp);
+    return apply_warp("affine", img, &warp, op->args[AFF_interpolation],
+                      op->args + AFF_fill, msg);
 }
 
 static const rl_op_def affine_op = {
@@ -366,6 +428,7 @@ static const rl_op_def affine_op = {
     .check = affine_check,
     .draw = affine_draw,
     .apply = affine_apply,
+    .warp = affine_warp,
 };
 
 const rl_op_def *const rl_geometry_ops[] = {

@@ -140,6 +140,7 @@ static const rl_op_def photometric = {
     .draw = draw,
     .apply = apply,
     .source = true,
+    .still = true,
 };
 
 const rl_op_def *const rl_photometric_ops[] = {&photometric, NULL};

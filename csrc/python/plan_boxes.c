@@ -11,6 +11,8 @@
  *                  points, plan=None, *, single=False) -> (bytes, (h, w))
  *   plan_maps(spec, width, height, seed, epoch, index, view=0, plan=None)
  *       -> (row_map, col_map)
+ *   plan_warp_masks(spec, seed, epoch, index, view, masks, count, fill)
+ *       -> bytes
  * The first seven arguments are _core.plan's; boxes (N, 4) and points
  * (N, 2) are C-contiguous float64 buffers; the result is the mapped
  * values and the output canvas; plan_maps' are int32 bytes (-1: padding),
@@ -21,24 +23,77 @@
  * zeroed right after it, as torchvision zeroes them, then the flips map
  * them on. whole: boxes of an integer dtype, truncated after a resize;
  * single: float32 values, rounded to float32 after every step as
- * torchvision's float32 tensors are (targets/boxes.h).
+ * torchvision's float32 tensors are (targets/boxes.h). Boxes and
+ * keypoints then follow the warps of the spec's augment chain
+ * (augment.h's rl_augment_warps: RandomAffine, RandomRotation, in or out
+ * of groups), drawn as the pixels drew them; an op that moves pixels
+ * without a warp is refused, naming it. The maps are the plan's alone (no
+ * index map expresses a warp): plan_warp_masks warps the masks sampled
+ * through them, with the kernel that warps the pixels.
  * Also the pipeline's boxes table (rl__py_plan_box_table).
  */
 #include "python/module.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "augment/augment.h"
 #include "core/plan.h"
 #include "targets/plan_geom.h"
 
+/* The warps of the spec's augment chain for view `view` of sample
+ * (seed, epoch, index) of transform t (its draws on t's output size, as
+ * core/sample.c draws them) into out[RL_AUGMENT_MAX_WARPS]: how many, or
+ * -1 with an exception naming the op the targets cannot follow. */
+static int chain_warps(PyObject *spec, const rl_transform *t,
+                       unsigned long long seed, long long epoch,
+                       long long index, int view, rl_op_warp *out)
+{
+    rl_augment a;
+    if (rl__py_parse_ops(spec, &a) != 0)
+        return -1;
+    if (a.n == 0)
+        return 0;
+    a.view = view;
+    double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
+    char msg[RL_MSG_MAX];
+    rl_augment_draw(&a, seed, epoch, index, t->out_w, t->out_h, params);
+    int n = rl_augment_warps(&a, params, t->out_w, t->out_h, out, msg);
+    if (n < 0)
+        PyErr_Format(PyExc_ValueError, "the targets' geometry: %s", msg);
+    return n;
+}
+
+/* Appends to g the n warps of a chain (in the order they ran): each
+ * torchvision's affine_bounding_boxes or rotate_bounding_boxes
+ * (expand=False) on g's output canvas, clamping to it. 0, or -1 with *err
+ * (too many steps, a non-positive scale, a non-finite parameter). */
+static int geom_warps(rl_target_geom *g, const rl_op_warp *warps, int n,
+                      const char **err)
+{
+    for (int k = 0; k < n; k++) {
+        const rl_op_warp *w = &warps[k];
+        const double *c = w->centered ? w->center : NULL;
+        int rc = w->kind == RL_WARP_ROTATE
+                     ? rl_geom_rotate(g, w->angle, c, err)
+                     : rl_geom_affine(g, w->angle, w->tx, w->ty, w->scale,
+                                      w->shear_x, w->shear_y, c, err);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* Plans view `view` of the sample (spec, width, height, seed, epoch,
  * index; boxes: the n XYXY rows a RandomIoUCrop's draw reads) and writes
- * its transform, plan and target geometry: 0, or -1 with an exception. */
+ * its transform, plan and target geometry (with `warps`, the warps of its
+ * augment chain after the plan's steps): 0, or -1 with an exception. */
 static int plan_geom(PyObject *spec, int width, int height,
                      unsigned long long seed, long long epoch, long long index,
-                     int view, const double *boxes, size_t n, rl_transform *t,
-                     rl_plan *p, rl_target_geom *g)
+                     int view, const double *boxes, size_t n, bool warps,
+                     rl_transform *t, rl_plan *p, rl_target_geom *g)
 {
     if (rl__py_parse_transform(spec, t) != 0)
         return -1;
@@ -49,7 +104,16 @@ static int plan_geom(PyObject *spec, int width, int height,
         return -1;
     }
     const char *err = NULL;
-    if (rl_geom_from_plan(t, p, width, height, g, &err) != 0) {
+    rl_op_warp w[RL_AUGMENT_MAX_WARPS];
+    int nw = 0;
+    if (rl_geom_from_plan(t, p, width, height, g, &err) == 0 && warps) {
+        nw = chain_warps(spec, t, seed, epoch, index, view, w);
+        if (nw < 0)
+            return -1;
+    }
+    if (err == NULL && nw > 0)
+        geom_warps(g, w, nw, &err);
+    if (err != NULL) {
         PyErr_Format(PyExc_ValueError, "the %dx%d image's geometry: %s", width,
                      height, err);
         return -1;
@@ -173,8 +237,8 @@ static PyObject *map_rows(PyObject *args, PyObject *kw, size_t per)
     if (!v)
         return NULL;
     if (plan_rows(plan_o, v, n, per, fmt, &pb, &np) < 0 ||
-        plan_geom(spec, width, height, seed, epoch, index, view, pb, np, &t, &p,
-                  &g) < 0) {
+        plan_geom(spec, width, height, seed, epoch, index, view, pb, np, true,
+                  &t, &p, &g) < 0) {
         free(pb);
         free(v);
         return NULL;
@@ -261,7 +325,7 @@ static PyObject *py_plan_maps(PyObject *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     int rc = plan_geom(spec, width, height, seed, epoch, index, view, pb, np,
-                       &t, &p, &g);
+                       false, &t, &p, &g);
     free(pb);
     if (rc < 0)
         return NULL;
@@ -283,21 +347,106 @@ static PyObject *py_plan_maps(PyObject *self, PyObject *args, PyObject *kw)
     return Py_BuildValue("(NN)", rows, cols);
 }
 
+/* Masks m[count][h][w] warped in place by the n warps, three at a time
+ * (the channels of one image: nearest moves each alone). 0, or a status
+ * with msg. Called without the GIL. */
+static int warp_masks(uint8_t *m, Py_ssize_t count, int w, int h,
+                      const rl_op_warp *warps, int n, double fill, char *msg)
+{
+    size_t plane = (size_t)w * (size_t)h;
+    uint8_t *rgb = malloc(plane * 3);
+    if (rgb == NULL) {
+        snprintf(msg, RL_MSG_MAX, "out of memory");
+        return -ENOMEM;
+    }
+    const double fills[3] = {fill, fill, fill};
+    int rc = 0;
+    for (Py_ssize_t k0 = 0; rc == 0 && k0 < count; k0 += 3) {
+        int c3 = count - k0 < 3 ? (int)(count - k0) : 3;
+        memset(rgb, 0, plane * 3);
+        for (int c = 0; c < c3; c++) {
+            const uint8_t *in = m + (size_t)(k0 + c) * plane;
+            for (size_t i = 0; i < plane; i++)
+                rgb[3 * i + (size_t)c] = in[i];
+        }
+        rl_image img = {rgb, w, h, (size_t)w * 3};
+        for (int k = 0; rc == 0 && k < n; k++)
+            rc = rl_augment_warp_nearest(&img, &warps[k], fills, msg);
+        for (int c = 0; rc == 0 && c < c3; c++) {
+            uint8_t *o = m + (size_t)(k0 + c) * plane;
+            for (size_t i = 0; i < plane; i++)
+                o[i] = rgb[3 * i + (size_t)c];
+        }
+    }
+    free(rgb);
+    return rc;
+}
+
+static PyObject *py_plan_warp_masks(PyObject *self, PyObject *args,
+                                    PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"spec",  "seed",  "epoch", "index", "view",
+                             "masks", "count", "fill",  NULL};
+    PyObject *spec, *masks;
+    int view, fill;
+    unsigned long long seed;
+    long long epoch, index;
+    Py_ssize_t count;
+    rl_transform t;
+    rl_op_warp warps[RL_AUGMENT_MAX_WARPS];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OKLLiOni:plan_warp_masks",
+                                     kwlist, &spec, &seed, &epoch, &index,
+                                     &view, &masks, &count, &fill) ||
+        rl__py_parse_transform(spec, &t) != 0)
+        return NULL;
+    if (fill < 0 || fill > 255 || count < 0 || t.varying) {
+        PyErr_Format(PyExc_ValueError,
+                     "plan_warp_masks: a fill in 0..255, a count >= 0 and a "
+                     "fixed output size (fill %d, count %zd, varying %d)",
+                     fill, count, t.varying);
+        return NULL;
+    }
+    int n = chain_warps(spec, &t, seed, epoch, index, view, warps);
+    Py_buffer b;
+    Py_ssize_t need = count * (Py_ssize_t)t.out_w * t.out_h;
+    if (n < 0 || rl__py_array(masks, "masks", RL_PY_U8, need, &b) != 0)
+        return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(b.buf, need);
+    PyBuffer_Release(&b);
+    if (out == NULL || n == 0)
+        return out;
+    char msg[RL_MSG_MAX];
+    uint8_t *m = (uint8_t *)PyBytes_AsString(out);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = warp_masks(m, count, t.out_w, t.out_h, warps, n, fill, msg);
+    Py_END_ALLOW_THREADS;
+    if (rc != 0) {
+        Py_DECREF(out);
+        return rc == -ENOMEM ? PyErr_NoMemory()
+                             : PyErr_Format(PyExc_ValueError, "%s", msg);
+    }
+    return out;
+}
+
 PyMethodDef rl__py_plan_boxes_methods[] = {
     {"plan_boxes", (PyCFunction)(void (*)(void))py_plan_boxes,
      METH_VARARGS | METH_KEYWORDS,
      "plan_boxes(spec, width, height, seed, epoch, index, view, boxes, "
-     "format, plan=None, *, whole=False) -> (bytes, (h, w)): float64 boxes "
+     "format, plan=None, *, whole=False, single=False) -> (bytes, (h, w)): "
+     "float64 boxes "
      "mapped through the trim, resize, crop, padding and flips that view of "
      "that sample's pixels go through, as torchvision's v2 kernels map them "
      "(a RandomIoUCrop drawn from plan, the sample's XYXY boxes, default "
      "these: the boxes whose centre it leaves out zeroed; whole: boxes of "
-     "an integer dtype, truncated after a resize)."},
+     "an integer dtype, truncated after a resize; single: float32 boxes, "
+     "rounded to float32 after every step)."},
     {"plan_keypoints", (PyCFunction)(void (*)(void))py_plan_keypoints,
      METH_VARARGS | METH_KEYWORDS,
      "plan_keypoints(spec, width, height, seed, epoch, index, view, "
-     "points, plan=None) -> (bytes, (h, w)): the same for (x, y) "
-     "keypoints."},
+     "points, plan=None, *, single=False) -> (bytes, (h, w)): the same for "
+     "(x, y) keypoints."},
     {"plan_maps", (PyCFunction)(void (*)(void))py_plan_maps,
      METH_VARARGS | METH_KEYWORDS,
      "plan_maps(spec, width, height, seed, epoch, index, view=0, plan=None) "
@@ -306,5 +455,13 @@ PyMethodDef rl__py_plan_boxes_methods[] = {
      "same geometry (plan: the sample's XYXY boxes a RandomIoUCrop reads); "
      "a mask sampled through them is torchvision's ops on a "
      "tv_tensors.Mask."},
+    {"plan_warp_masks", (PyCFunction)(void (*)(void))py_plan_warp_masks,
+     METH_VARARGS | METH_KEYWORDS,
+     "plan_warp_masks(spec, seed, epoch, index, view, masks, count, fill) -> "
+     "bytes: count uint8 masks of the spec's output size (a flat C-contiguous "
+     "array), sampled through plan_maps, warped by the affine and rotation "
+     "ops of that view of that sample's augment chain as torchvision warps a "
+     "tv_tensors.Mask (nearest, fill outside); the same bytes where the "
+     "chain warps nothing."},
     {NULL, NULL, 0, NULL},
 };

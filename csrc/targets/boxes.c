@@ -478,9 +478,12 @@ void rl_boxes_map_whole(const rl_target_geom *g, double *boxes, size_t n,
             map_box(s, b, fmt, 0);
             /* a resize: the product of a whole number and a float32
              * ratio is exact in double; rounded to float32, it is
-             * torch's, which .to(dtype) truncates */
-            if (s->kind == RL_GEOM_AXIS && s->m[0] > 0.0 && s->m[4] > 0.0 &&
-                (s->m[0] != 1.0 || s->m[4] != 1.0)) {
+             * torch's, which .to(dtype) truncates; an affine step is
+             * computed in float32 and truncated likewise (here: its
+             * double result rounded to float32) */
+            if (s->kind == RL_GEOM_AFFINE ||
+                (s->m[0] > 0.0 && s->m[4] > 0.0 &&
+                 (s->m[0] != 1.0 || s->m[4] != 1.0))) {
                 for (int j = 0; j < 4; j++)
                     b[j] = trunc((double)(float)b[j]);
             }

@@ -93,7 +93,9 @@ void rl_boxes_map(const rl_target_geom *g, double *boxes, size_t n,
 /* The same for boxes of an integer dtype (torchvision's int64 boxes):
  * after each resize, each value is the float32 product truncated toward
  * zero, as torchvision's resize multiplies by float32 ratios and converts
- * back with .to(dtype); the other steps keep whole numbers whole. */
+ * back with .to(dtype); after each affine step likewise (torchvision
+ * computes it in float32 and truncates); the other steps keep whole
+ * numbers whole. */
 void rl_boxes_map_whole(const rl_target_geom *g, double *boxes, size_t n,
                         rl_box_format fmt);
 /* The same for float32 boxes (torchvision's default): each value rounded

@@ -419,6 +419,36 @@ def _tensor_geometry(plan: _Plan, step: Step) -> bool:
     return isinstance(step, (_steps.CenterCrop, _steps.RandomCrop, _steps.Flip))
 
 
+# The C ops that are torchvision's own tensor kernels on a uint8 image
+# (augment/geometry.c, warp.c: rotate_image's and affine_image's grid),
+# and the groups that hold them.
+_TENSOR_WARPS = frozenset(
+    {"affine", "rotation", "random_apply", "random_choice", "random_order", "compose"}
+)
+
+
+def _tensor_warp(plan: _Plan, step: Step) -> bool:
+    """Whether ops after the conversion may be fused: RandomAffine and
+    RandomRotation (in groups too) on the uint8 tensor of a fixed size
+    (the detection presets convert first), which the C warp computes as
+    torchvision's affine_image and rotate_image do on it."""
+    out = plan.out
+    if (
+        not isinstance(step, _steps.Ops)
+        or out["dtype"] != "uint8"
+        or out["mul"] != [1.0] * 3
+        or out["add"] != [0.0] * 3
+        or plan.erased
+        or plan.size() is None
+    ):
+        return False
+    try:
+        elements = step.make(*plan.size())
+    except NotFused:
+        return False
+    return all(name in _TENSOR_WARPS for name, _ in elements)
+
+
 def _fuse(plan: _Plan, step: Step) -> Optional[str]:
     """Fuses step into plan: None, or why it cannot be fused after the
     steps before it (plan is then as it was)."""
@@ -436,6 +466,7 @@ def _fuse(plan: _Plan, step: Step) -> Optional[str]:
         plan.converted
         and not _flip_converted(plan, step)
         and not _tensor_geometry(plan, step)
+        and not _tensor_warp(plan, step)
     ):
         return f"{step.name} after the conversion to a tensor"
     if isinstance(step, _steps.Ops):

@@ -263,9 +263,11 @@ def plan_boxes(
     RandomIoUCrop draws from ``plan`` (the sample's XYXY boxes; None: these
     boxes) and zeroes the boxes whose centre its crop leaves out.
     ``whole``: the boxes are of an integer dtype (torchvision's int64
-    boxes), each resize's float32 product truncated as its .to(dtype);
-    ``single``: float32 boxes, rounded to float32 after every step as
-    torchvision's tensor is (an edge lands on the side it does there)."""
+    boxes), each resize's and affine's float32 result truncated as its
+    .to(dtype); ``single``: float32 boxes, rounded to float32 after every
+    step as torchvision's tensor is (an edge lands on the side it does
+    there). The warps of the spec's augment chain (RandomAffine,
+    RandomRotation, in groups too) follow the plan's steps."""
 
 def plan_keypoints(
     spec: _TransformSpec,
@@ -302,6 +304,25 @@ def plan_maps(
     a tv_tensors.Mask with the plan's parameters (nearest resize as torch
     picks it, crops, padding in the window's mode, flips): what
     mask_from_polygons, mask_from_rle and mask_from_png take."""
+
+def plan_warp_masks(
+    spec: _TransformSpec,
+    seed: int,
+    epoch: int,
+    index: int,
+    view: int,
+    masks: Buffer,
+    count: int,
+    fill: int,
+) -> bytes:
+    """``count`` uint8 masks of the spec's output size (a flat C-contiguous
+    array, each sampled through plan_maps) warped by the affine and
+    rotation ops of that view of that sample's augment chain, drawn as its
+    pixels drew them, as torchvision warps a tv_tensors.Mask (nearest,
+    ``fill`` outside): the same bytes where the chain warps nothing.
+    plan_boxes and plan_keypoints follow the same warps after the plan's
+    steps; an op that moves pixels the targets cannot follow (a policy) is
+    a ValueError naming it."""
 
 def boxes_convert(boxes: Buffer, old_format: str, new_format: str, /) -> bytes:
     """convert_bounding_box_format on float64 boxes (N, 4)."""

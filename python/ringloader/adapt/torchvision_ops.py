@@ -78,10 +78,11 @@ def _fill(t: Any) -> list[float]:
     fill = getattr(t, "fill", None)
     if isinstance(fill, dict):
         # transforms.v2: a fill per input type; images use the entry for
-        # tv_tensors.Image, else the default (None key)
+        # tv_tensors.Image, else the default ("others", as v2's _get_fill,
+        # or a None key)
         from torchvision import tv_tensors
 
-        fill = fill.get(tv_tensors.Image, fill.get(None))
+        fill = fill.get(tv_tensors.Image, fill.get("others", fill.get(None)))
     if fill is None:
         return [NAN] * 3
     vals = [float(v) for v in (fill if isinstance(fill, (list, tuple)) else [fill])]

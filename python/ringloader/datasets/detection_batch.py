@@ -11,8 +11,10 @@ target)``) is split in two: the pixels' head, every step before the first
 one on the targets alone, which the compiler must fuse whole (geometry the
 targets follow: Resize with or without max_size, RandomResize,
 RandomShortestSize, ScaleJitter, RandomCrop with its padding and pad_if_needed,
-CenterCrop, RandomResizedCrop, RandomZoomOut, RandomIoUCrop, the flips; and steps
-that move no pixel:
+CenterCrop, RandomResizedCrop, RandomZoomOut, RandomIoUCrop, the flips,
+RandomAffine and RandomRotation, alone or in RandomApply, RandomChoice and
+RandomOrder (which the C augment chain runs after the plan, on a fixed
+size); and steps that move no pixel:
 ToImage, PILToTensor, ToDtype or ConvertImageDtype of images, colour ops),
 and a tail that touches the targets alone (``ConvertBoundingBoxFormat``,
 ``SanitizeBoundingBoxes``, ``ClampBoundingBoxes``, ``ToPureTensor``), which
@@ -26,10 +28,15 @@ from the sources' boxes table
 (``Sources.plan_boxes``: each image's finite boxes), and its target's
 boxes are mapped with those rows (cropped, clamped, the boxes whose centre
 it leaves out zeroed for SanitizeBoundingBoxes); a ``ConvertImageDtype``,
-which converts boxes and masks too, runs again on the pair. Any other
-step (affine, rotation,
-perspective) is not followed on the targets yet: reading such
-a dataset raises :class:`~.composed.UnreadableComposition` saying so, and
+which converts boxes and masks too, runs again on the pair. The warps
+of the augment chain (RandomAffine, RandomRotation, with the parameters
+and group picks the pixels drew) follow the plan: ``_core.plan_boxes``
+maps the boxes through them after the plan's steps, and
+``_core.plan_warp_masks`` warps the masks sampled through the maps with
+the pixels' kernel, nearest, with their fill for a Mask (one value for
+all of them). Any other step (perspective, a policy, which torchvision
+itself refuses on boxes) is not followed on the targets: reading such a
+dataset raises :class:`~.composed.UnreadableComposition` saying so, and
 ``ringloader.DataLoader`` hands it to torch's DataLoader with that reason.
 """
 
@@ -75,7 +82,7 @@ def _kinds() -> tuple[tuple, tuple, tuple]:
         v2.RandomIoUCrop,
         v2.RandomHorizontalFlip,
         v2.RandomVerticalFlip,
-    )
+    ) + _warps()
     pixels = (
         v2.ToImage,
         v2.PILToTensor,
@@ -103,11 +110,72 @@ def _kinds() -> tuple[tuple, tuple, tuple]:
     return geometry, pixels, targets
 
 
+def _warps() -> tuple:
+    """The steps the augment chain warps the pixels by (``_core.plan_warp_masks``
+    and ``plan_boxes`` follow them), and the groups that may hold them."""
+    from torchvision.transforms import v2
+
+    return (v2.RandomAffine, v2.RandomRotation)
+
+
+def _groups() -> tuple:
+    from torchvision.transforms import v2
+
+    return (v2.RandomApply, v2.RandomChoice, v2.RandomOrder)
+
+
+def _leaves(group: Any) -> list:
+    """The steps a group (RandomApply, RandomChoice, RandomOrder) holds,
+    through nested groups and Composes."""
+    from torchvision.transforms import v2
+
+    out: list = []
+    for t in group.transforms:
+        if isinstance(t, (v2.Compose,) + _groups()):
+            out += _leaves(t)
+        else:
+            out.append(t)
+    return out
+
+
+def _group_reason(group: Any) -> Optional[str]:
+    """Why a group's steps are not followed on the targets (each must be a
+    RandomAffine, a RandomRotation or a colour op), or None."""
+    pixels = _kinds()[1]
+    for t in _leaves(group):
+        if type(t) not in _warps() + pixels:
+            return (
+                f"{type(t).__name__} in a {type(group).__name__} is not followed "
+                f"on a detection sample's targets yet ({NATIVE})"
+            )
+    return None
+
+
+def _flat(head: list) -> list:
+    """The head's steps, each group's in its place."""
+    out: list = []
+    for t in head:
+        out += _leaves(t) if isinstance(t, _groups()) else [t]
+    return out
+
+
+def _warp_fill(head: list) -> Any:
+    """The one value the head's RandomAffine and RandomRotation fill a Mask
+    with (0 without them), or a str saying why it is not followed."""
+    fills = {_mask_fill(t) for t in _flat(head) if isinstance(t, _warps())}
+    for fill in fills:
+        if isinstance(fill, str):
+            return fill
+    if len(fills) > 1:
+        return f"RandomAffine and RandomRotation fill masks with {sorted(fills)}: one fill is followed"
+    return fills.pop() if fills else 0
+
+
 NATIVE = (
     "natively: Resize, RandomResize, RandomShortestSize, ScaleJitter, RandomCrop, "
-    "CenterCrop, RandomResizedCrop, RandomZoomOut, RandomIoUCrop, the flips, ToImage, "
-    "ToDtype and colour "
-    "ops, then ConvertBoundingBoxFormat, SanitizeBoundingBoxes, "
+    "CenterCrop, RandomResizedCrop, RandomZoomOut, RandomIoUCrop, the flips, "
+    "RandomAffine, RandomRotation (in RandomApply, RandomChoice, RandomOrder too), "
+    "ToImage, ToDtype and colour ops, then ConvertBoundingBoxFormat, SanitizeBoundingBoxes, "
     "ClampBoundingBoxes, ToPureTensor"
 )
 
@@ -187,7 +255,9 @@ def _head_and_tail(transforms: Any) -> tuple[list, list, Optional[str]]:
             return [], [], "ToDtype with a dict of dtypes"
         elif type(t) in _pads() and isinstance(_mask_fill(t), str):
             return [], [], _mask_fill(t)
-        elif type(t) in geometry + pixels:
+        elif type(t) in _groups() and _group_reason(t) is not None:
+            return [], [], _group_reason(t)
+        elif type(t) in geometry + pixels + _groups():
             head.append(t)
         else:
             why = f"{name} is not followed on a detection sample's targets yet"
@@ -210,6 +280,8 @@ class DetectionImages:
         self._moves = False
         self._sized = False  # a resize or crop: the output hides the size
         self._mask_fill = 0
+        self._warp_fill: Any = 0  # a RandomAffine's or RandomRotation's
+        self._warped = False  # the head has one
         self._iou_crop = False  # the plan draws from the boxes table
         self._image_type: Any = None
         # Whether each image's header was read (its size checked against
@@ -240,6 +312,8 @@ class DetectionImages:
         if given is self._given and self._head is not None:
             return
         head, tail, why = _head_and_tail(given)
+        if why is None and isinstance(_warp_fill(head), str):
+            why = _warp_fill(head)
         if why is None and head:
             why = _unfused(v2.Compose(head))
         if why is not None:
@@ -251,8 +325,10 @@ class DetectionImages:
         # already of its dtype, is left as it is.
         again = [t for t in head if isinstance(t, v2.ConvertImageDtype)]
         self._tail = again + tail
-        geometry = _kinds()[0]
+        geometry = _kinds()[0] + _groups()
         self._moves = any(isinstance(t, geometry) for t in head)
+        self._warp_fill = _warp_fill(head)
+        self._warped = any(isinstance(t, _warps()) for t in _flat(head))
         flips = (v2.RandomHorizontalFlip, v2.RandomVerticalFlip)
         self._sized = any(
             isinstance(t, geometry) and not isinstance(t, flips) for t in head
@@ -405,8 +481,11 @@ class DetectionImages:
 
     def _planned(self, i: int, plan: tuple) -> Any:
         """Image i's target through its plan: masks sampled through the
-        plan's index maps (padded with the window's fill for a Mask),
-        boxes mapped by ``_core.plan_boxes`` onto the output canvas."""
+        plan's index maps (padded with the window's fill for a Mask), then
+        warped by the chain's RandomAffine and RandomRotation
+        (``_core.plan_warp_masks``: nearest, their fill for a Mask), boxes
+        mapped by ``_core.plan_boxes`` onto the output canvas, through the
+        plan and those warps."""
         import torch
         from torchvision import tv_tensors
 
@@ -421,6 +500,15 @@ class DetectionImages:
             raw = _core.plan_maps(spec, width, height, seed, epoch, key, 0, rows)
             maps = tuple(np.frombuffer(m, dtype=np.int32) for m in raw)
         t = target(self.tables, i, maps, self._mask_fill)
+        masks = t.get("masks")
+        if masks is not None and self._warped:
+            flat = np.ascontiguousarray(masks.numpy()).reshape(-1)
+            warped = _core.plan_warp_masks(
+                spec, seed, epoch, key, 0, flat, len(masks), self._warp_fill
+            )
+            t["masks"] = tv_tensors.Mask(
+                torch.frombuffer(bytearray(warped), dtype=torch.uint8).view(masks.shape)
+            )
         boxes = t.get("boxes")
         if boxes is not None:
             whole = not boxes.is_floating_point()

@@ -35,6 +35,8 @@ from torchvision.transforms.v2 import functional as F
 import ringloader
 from ringloader import _core
 from ringloader.datasets import CocoKeypoints
+from ringloader.datasets.detection import detection_tables
+from ringloader.datasets.detection import target as tables_target
 
 from detection_data import coco_json, write_coco
 from test_detect_frontdoor import JPEG_TOL, Preset, collate_fn, eval_preset
@@ -168,12 +170,32 @@ def test_the_target_is_the_wrappers_with_keypoints(coco):
     assert seen_v == {0, 1, 2}
 
 
+def test_the_tables_keep_keypoints_as_arrays(coco):
+    """The tables' keypoints: one float64 (m, 17, 2) array and one uint8
+    (m, 17) array for all m annotations (no object per annotation), from
+    which each image's target is the dataset's own; none kept where the
+    target has no keypoints."""
+    ds = keypoints_dataset(coco, None, "all")
+    tables = detection_tables(ds)
+    m = len(ds.coco.anns)
+    assert tables.keypoints.dtype == np.float64 and tables.keypoints.shape == (m, K, 2)
+    assert tables.visibility.dtype == np.uint8 and tables.visibility.shape == (m, K)
+    arrays = tables.keypoints.nbytes + tables.visibility.nbytes
+    assert tables.nbytes() >= arrays == m * K * 17
+    for i in range(len(ds)):
+        ours = tables_target(tables, i)
+        _, ref = ds[i]
+        same_target(ours, ref, tol=0)
+    plain = keypoints_dataset(coco, None, ["boxes", "labels"])
+    assert detection_tables(plain).keypoints.shape == (m, 0, 2)
+
+
 @pytest.mark.parametrize("keys", [None, ["keypoints", "masks", "image_id", "area"]])
 @pytest.mark.parametrize("kind", ["compose", "reference"])
 def test_eval_preset_items_equal_torchs(coco, keys, kind):
     ds = keypoints_dataset(coco, eval_preset(kind), keys)
     sampler = BatchSampler(SequentialSampler(ds), 4, drop_last=False)
-    kw = dict(batch_sampler=sampler, collate_fn=collate_fn)
+    kw = dict(batch_sampler=sampler, collate_fn=collate_fn, num_workers=2)
     ours = [it for images, ts in fused(ds, **kw) for it in zip(images, ts)]
     theirs = [
         it

@@ -484,3 +484,22 @@ def test_target_keys_without_keypoints_do_not_read_them(tmp_path):
 def test_unknown_target_keys_are_refused(coco):
     with pytest.raises(ValueError, match=r"\['bones'\] are not among"):
         keypoints_dataset(coco, None, ["boxes", "bones"])
+
+
+def test_transform_and_target_transform_fall_back_saying_why(coco):
+    """Given ``transform`` (the image's alone) rather than ``transforms``,
+    the dataset goes to torch's DataLoader with a FallbackWarning naming
+    it, and reads as its ``__getitem__`` does."""
+    root, ann = coco
+    ds = CocoKeypoints(root, ann, transform=v2.Compose([v2.PILToTensor()]))
+    with pytest.warns(
+        ringloader.FallbackWarning,
+        match="CocoKeypoints: its transforms is a StandardTransform",
+    ):
+        loader = ringloader.DataLoader(ds, batch_size=4, collate_fn=collate_fn)
+    assert not isinstance(loader, ringloader.Loader)
+    items = [it for images, ts in loader for it in zip(images, ts)]
+    for i, (image, target) in enumerate(items):
+        ref_image, ref = ds[i]
+        assert torch.equal(image, ref_image)
+        same_target(target, ref, tol=0)

@@ -247,7 +247,9 @@ class DetectionImages:
         if why is None and head:
             why = _unfused(v2.Compose(head))
         if why is not None:
-            raise NotNative(f"the wrapped CocoDetection: {why}")
+            name = type(self.wrapper).__name__  # WrappedCocoDetection, CocoKeypoints
+            what = "the wrapped CocoDetection" if name.startswith("Wrapped") else name
+            raise NotNative(f"{what}: {why}")
         self._given = given
         self._head = v2.Compose(head) if head else None
         # ConvertImageDtype converts boxes and masks too (ToDtype of one

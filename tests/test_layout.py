@@ -49,6 +49,8 @@ LAYERS: list[list[str]] = [
     # detection: which datasets are described so
     ["datasets.detection_tables"],
     ["datasets.coco", "datasets.voc", "datasets.detection_target"],
+    # COCO's person keypoints as a CocoDetection with a v2 target
+    ["datasets.coco_keypoints"],
     ["datasets.detection"],
     # detection_batch: a wrapped CocoDetection as image files and each
     # batch's targets

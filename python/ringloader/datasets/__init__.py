@@ -2,7 +2,11 @@
 ImageFolder as torchvision's, the same with a cached index, a list of files,
 WebDataset tar shards (local, or over HTTP(S) and S3), Hugging Face
 datasets' Arrow files, Parquet files, LitData's optimized chunks and
-MosaicML Streaming's MDS shards. None of them imports the loader."""
+MosaicML Streaming's MDS shards; and :class:`CocoKeypoints`, COCO's
+person keypoints as a torchvision CocoDetection with a v2 target (imported
+when asked for: it needs torchvision). None of them imports the loader."""
+
+from typing import Any
 
 from .base import ImageDataset, Remote, Sources
 from .filelist import FileList
@@ -16,6 +20,7 @@ from .parquet import Parquet
 from .shards import ShardError, TarShards
 
 __all__ = [
+    "CocoKeypoints",
     "FileList",
     "HFDataset",
     "IMG_EXTENSIONS",
@@ -32,3 +37,11 @@ __all__ = [
     "TarShards",
     "build_index",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CocoKeypoints":  # a torchvision class: imported on use
+        from .coco_keypoints import CocoKeypoints
+
+        return CocoKeypoints
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,16 @@ that do not sum to it). What torchvision passes through is passed
 through: a category_id absent from the categories (the label is the id),
 a box with NaN or infinite numbers (SanitizeBoundingBoxes drops it), an
 annotation of an image with no images entry (no image reads it), a
-segmentation that the target does not use."""
+segmentation that the target does not use.
+
+Keypoints (a :class:`~.coco_keypoints.CocoKeypoints`' tables, ``count``
+points an annotation): each annotation's ``keypoints`` must be a list of
+``count`` x, y, v triples of finite numbers, v 0, 1 or 2 (COCO's not
+labelled, labelled not visible, visible); anything else is its image's
+problem as above. The numbers are checked as one array, not annotation by
+annotation, and kept as ``DetectionTables.keypoints`` (float64 x, y) and
+``visibility`` (uint8). :func:`keypoints_of` checks one annotation the
+same way, with the same words, for the dataset's own ``__getitem__``."""
 
 from __future__ import annotations
 
@@ -47,7 +56,7 @@ from .detection_tables import (
     DetectionTables,
 )
 
-__all__ = ["coco_tables"]
+__all__ = ["annotation_error", "coco_tables", "keypoint_count", "keypoints_of"]
 
 _U32 = 1 << 32
 
@@ -89,14 +98,90 @@ def _runs(counts: Any) -> np.ndarray | None:
     return runs.astype(np.uint32)
 
 
+def annotation_error(
+    where: str, image_id: Any, file_name: str, ann_id: Any, what: str
+) -> ValueError:
+    """An annotation's problem, naming the annotation file, the image (its
+    id and file) and the annotation id."""
+    return ValueError(
+        f"{where}: image id {image_id} ({file_name}), annotation id {ann_id}: {what}"
+    )
+
+
+def _points_shape(kp: Any, count: int) -> str | None:
+    """Why an annotation's ``keypoints`` is not ``count`` triples (its
+    list alone, not its numbers), or None."""
+    if not isinstance(kp, (list, tuple)):
+        return f"keypoints {type(kp).__name__} is not a list of x, y, v numbers"
+    if len(kp) % 3:
+        return f"keypoints has {len(kp)} numbers, not x, y, v triples"
+    if len(kp) != 3 * count:
+        return (
+            f"keypoints has {len(kp) // 3} points where the file's other "
+            f"annotations have {count}"
+        )
+    return None
+
+
+def _points_values(values: np.ndarray) -> str | None:
+    """Why an annotation's keypoints numbers (float64, x, y, v triples
+    flat) are not finite x, y with v 0, 1 or 2, or None."""
+    if not np.isfinite(values).all():
+        return "keypoints has a number that is not finite"
+    flags = values[2::3]
+    if not np.isin(flags, (0, 1, 2)).all():
+        bad = flags[~np.isin(flags, (0, 1, 2))][0]
+        return f"keypoints has a visibility {bad:g}, not 0, 1 or 2"
+    return None
+
+
+def keypoint_count(coco: Any) -> int:
+    """The points an annotation of the file has: the length most of its
+    annotations' keypoints lists give (in triples), 0 when none has one.
+    One pass over the lengths; an annotation of another length is its
+    image's problem."""
+    lengths: dict[int, int] = {}
+    for ann in coco.dataset.get("annotations", ()):
+        kp = ann.get("keypoints") if isinstance(ann, dict) else None
+        if isinstance(kp, (list, tuple)) and len(kp) % 3 == 0:
+            lengths[len(kp)] = lengths.get(len(kp), 0) + 1
+    if not lengths:
+        return 0
+    # the most common length; of equally common ones, the first met
+    return max(lengths, key=lengths.__getitem__) // 3
+
+
+def keypoints_of(ann: dict, count: int) -> np.ndarray:
+    """One annotation's keypoints as float64 (count, 3): x, y, v; a
+    ValueError saying what is wrong (the words of the tables' problems,
+    without the file, image and annotation that :meth:`_Collect.bad`
+    adds)."""
+    kp = ann.get("keypoints")
+    why = _points_shape(kp, count)
+    if why is None and not all(map(_float, kp)):
+        why = "keypoints is not a list of numbers"
+    if why is None:
+        values = np.array(kp, np.float64)
+        why = _points_values(values)
+    if why is not None:
+        raise ValueError(why)
+    return values.reshape(count, 3)
+
+
 class _Collect:
     """The lists one pass fills; turned into arrays by ``tables``.
     ``segmentations``: whether the target uses them (masks, or the
-    segmentation itself); when not, they are neither checked nor kept."""
+    segmentation itself); when not, they are neither checked nor kept.
+    ``points``: each annotation's keypoints count, None when the target
+    has none (then neither checked nor kept)."""
 
-    def __init__(self, where: str, segmentations: bool = True) -> None:
+    def __init__(
+        self, where: str, segmentations: bool = True, points: int | None = None
+    ) -> None:
         self.where = where
         self.segmentations = segmentations
+        self.points = points
+        self.keypoints: list = []  # the numbers, x, y, v triples, flat
         self.file_name = ""  # the image whose annotations are being read
         self.boxes: list = []
         self.is_int: list[int] = []
@@ -117,10 +202,7 @@ class _Collect:
         self.problems: dict[int, str] = {}
 
     def bad(self, image_id: Any, ann_id: Any, what: str) -> ValueError:
-        return ValueError(
-            f"{self.where}: image id {image_id} ({self.file_name}), "
-            f"annotation id {ann_id}: {what}"
-        )
+        return annotation_error(self.where, image_id, self.file_name, ann_id, what)
 
     def polygons(self, seg: list, image_id: Any, ann_id: Any) -> None:
         """The polygons' numbers are checked as one array in ``arrays``;
@@ -227,6 +309,10 @@ class _Collect:
         area = ann.get("area", math.nan)
         if "area" in ann and not _finite(area):
             raise self.bad(image_id, ann_id, f"area {area!r} is not a finite number")
+        if self.points is not None:
+            why = _points_shape(ann.get("keypoints"), self.points)
+            if why is not None:
+                raise self.bad(image_id, ann_id, why)
         seg = ann.get("segmentation")
         if not self.segmentations:
             self.kind.append(NO_SEGMENTATION)
@@ -252,6 +338,55 @@ class _Collect:
         self.area.append(area)
         self.ann_id.append(ann_id)
         self.image_id.append(image_id)
+        if self.points is not None:
+            self.keypoints.extend(ann["keypoints"])
+
+    def points_table(self, first: np.ndarray) -> dict[str, np.ndarray]:
+        """The keypoints as ``keypoints`` (float64 (m, K, 2)) and
+        ``visibility`` (uint8 (m, K)), all checked at once: an annotation
+        with a number that is not one or not finite, or a visibility other
+        than 0, 1, 2, is its image's problem (zeros kept in its place)."""
+        m, k = len(self.ann_id), self.points or 0
+        if self.points is None:
+            return {}
+        try:
+            values = np.array(self.keypoints)
+        except (ValueError, TypeError):
+            values = np.zeros(0, object)
+        numeric = values.ndim == 1 and values.dtype.kind in "iuf"
+        if numeric:
+            values = values.astype(np.float64, copy=False).reshape(m, 3 * k)
+            flags = values[:, 2::3]
+            ok = np.isfinite(values).all(axis=1) & np.isin(flags, (0, 1, 2)).all(axis=1)
+        else:
+            ok = np.array(
+                [
+                    all(map(_float, self.keypoints[3 * k * j : 3 * k * (j + 1)]))
+                    for j in range(m)
+                ],
+                bool,
+            )
+            values = np.zeros((m, 3 * k))
+            for j in np.flatnonzero(ok).tolist():
+                values[j] = self.keypoints[3 * k * j : 3 * k * (j + 1)]
+            ok &= np.isfinite(values).all(axis=1)
+            ok &= np.isin(values[:, 2::3], (0, 1, 2)).all(axis=1)
+        for j in np.flatnonzero(~ok).tolist():
+            row = int(np.searchsorted(first, j, side="right")) - 1
+            given = self.keypoints[3 * k * j : 3 * k * (j + 1)]
+            why = (
+                _points_values(values[j])
+                if all(map(_float, given))
+                else "keypoints is not a list of numbers"
+            )
+            self.file_name = self.names[row]
+            self.problem(row, self.bad(self.image_id[j], self.ann_id[j], why))
+            values[j] = 0
+        points = values.reshape(m, k, 3)
+        return {
+            "keypoints": np.ascontiguousarray(points[..., :2]),
+            "visibility": points[..., 2].astype(np.uint8),
+        }
 
     def coordinates(
         self, poly_first: np.ndarray, coord_first: np.ndarray, first: np.ndarray
@@ -326,6 +461,7 @@ class _Collect:
             "runs": np.concatenate([np.zeros(0, np.uint32), *self.runs]),
             "rle_strings": StringBlob(blob, string_first),
             "rle_size": np.array(self.rle_size, np.int64).reshape(m, 2),
+            **self.points_table(first),
         }
 
 
@@ -360,15 +496,16 @@ def _given_twice(coco: Any) -> set:
 
 
 def coco_tables(
-    dataset: Any, where: str, segmentations: bool = True
+    dataset: Any, where: str, segmentations: bool = True, points: int | None = None
 ) -> DetectionTables:
     """``dataset``: a CocoDetection (not wrapped); ``where``: how errors
     name its annotation file; ``segmentations``: whether its target uses
-    them (masks or the segmentation key)."""
+    them (masks or the segmentation key); ``points``: the keypoints each
+    annotation has, where the target uses them (None: not read)."""
     coco = dataset.coco
     twice = _given_twice(coco)
     root = os.fspath(dataset.root)
-    collect = _Collect(where, segmentations)
+    collect = _Collect(where, segmentations, points)
     paths, counts = [], []
     sizes: list[int] = []
     for row, image_id in enumerate(dataset.ids):

@@ -2,9 +2,11 @@
 tables, recognised from what users build: torchvision's CocoDetection,
 VOCDetection and VOCSegmentation, plain or wrapped by
 ``torchvision.datasets.wrap_dataset_for_transforms_v2`` (with its
-``target_keys``), and subclasses that read samples as they do (no
-``__getitem__`` or loader of their own). DataLoader reads a wrapped
-CocoDetection through them (:mod:`.detection_batch`); the others go to
+``target_keys``), ringloader's :class:`~.coco_keypoints.CocoKeypoints`
+(not wrapped: its target is already the wrapper's, with keypoints), and
+subclasses that read samples as they do (no ``__getitem__`` or loader of
+their own). DataLoader reads a wrapped CocoDetection and a CocoKeypoints
+through them (:mod:`.detection_batch`); the others go to
 torch's DataLoader with a reason."""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from .detection_target import target
 from .detection_tables import (
     COCO_DEFAULT,
     COCO_KEYS,
+    POINT_KEYS,
     VOC_DEFAULT,
     VOC_KEYS,
     DetectionTables,
@@ -28,6 +31,7 @@ __all__ = ["DetectionTables", "detection_tables", "target"]
 # Methods a subclass must not override for its samples to be the tables'.
 _COCO_READERS = ("__getitem__", "_load_image", "_load_target")
 _VOC_READERS = ("__getitem__",)
+_POINT_READERS = _COCO_READERS + ("target_of", "_points")
 
 
 def _unwrap(dataset: Any) -> tuple[Any, bool, Any]:
@@ -76,9 +80,22 @@ def detection_tables(
     """
     try:
         from torchvision import datasets as tvd
+
+        from .coco_keypoints import CocoKeypoints
     except ImportError:
         return None
     inner, wrapped, given = _unwrap(dataset)
+    if _reads_as(inner, CocoKeypoints, _POINT_READERS) and not wrapped:
+        keys = inner.target_keys
+        tables = coco_tables(
+            inner,
+            os.fspath(ann_file) if ann_file is not None else inner.ann_file,
+            segmentations=bool(keys & {"masks", "segmentation"}),
+            points=inner.num_keypoints if keys & POINT_KEYS else None,
+        )
+        tables.wrapped = True  # its target is the wrapper's, with keypoints
+        tables.target_keys = keys
+        return tables
     if _reads_as(inner, tvd.CocoDetection, _COCO_READERS) and not isinstance(
         inner, tvd.CocoCaptions
     ):

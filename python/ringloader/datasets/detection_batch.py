@@ -17,11 +17,13 @@ RandomOrder (which the C augment chain runs after the plan, on a fixed
 size); and steps that move no pixel:
 ToImage, PILToTensor, ToDtype or ConvertImageDtype of images, colour ops),
 and a tail that touches the targets alone (``ConvertBoundingBoxFormat``,
-``SanitizeBoundingBoxes``, ``ClampBoundingBoxes``, ``ToPureTensor``), which
+``SanitizeBoundingBoxes``, ``ClampBoundingBoxes``, ``ClampKeyPoints``,
+``SanitizeKeyPoints``, ``ToPureTensor``), which
 runs, the user's own objects, on each ``(image, target)`` as the Compose
 would. Where the head moves pixels, each sample's plan (same seed, epoch
 and key as its pixels) moves its target: boxes through
-``_core.plan_boxes`` onto the plan's output canvas, masks rasterized
+``_core.plan_boxes`` onto the plan's output canvas, a CocoKeypoints'
+keypoints through ``_core.plan_keypoints`` (never clamped), masks rasterized
 through ``_core.plan_maps``' index maps (padded as torchvision pads a
 Mask, a RandomZoomOut's canvas too); a RandomIoUCrop's crop is drawn
 from the sources' boxes table
@@ -106,6 +108,8 @@ def _kinds() -> tuple[tuple, tuple, tuple]:
         v2.SanitizeBoundingBoxes,
         v2.ClampBoundingBoxes,
         v2.ToPureTensor,
+        v2.ClampKeyPoints,
+        v2.SanitizeKeyPoints,
     )
     return geometry, pixels, targets
 
@@ -176,7 +180,7 @@ NATIVE = (
     "CenterCrop, RandomResizedCrop, RandomZoomOut, RandomIoUCrop, the flips, "
     "RandomAffine, RandomRotation (in RandomApply, RandomChoice, RandomOrder too), "
     "ToImage, ToDtype and colour ops, then ConvertBoundingBoxFormat, SanitizeBoundingBoxes, "
-    "ClampBoundingBoxes, ToPureTensor"
+    "ClampBoundingBoxes, ClampKeyPoints, SanitizeKeyPoints, ToPureTensor"
 )
 
 
@@ -317,7 +321,9 @@ class DetectionImages:
         if why is None and head:
             why = _unfused(v2.Compose(head))
         if why is not None:
-            raise NotNative(f"the wrapped CocoDetection: {why}")
+            name = type(self.wrapper).__name__  # WrappedCocoDetection, CocoKeypoints
+            what = "the wrapped CocoDetection" if name.startswith("Wrapped") else name
+            raise NotNative(f"{what}: {why}")
         self._given = given
         self._head = v2.Compose(head) if head else None
         # ConvertImageDtype converts boxes and masks too (ToDtype of one
@@ -533,6 +539,25 @@ class DetectionImages:
                 torch.from_numpy(new.copy()).to(boxes.dtype),
                 format=tv_tensors.BoundingBoxFormat.XYXY,
                 canvas_size=canvas,
+            )
+        points = t.get("keypoints")
+        if points is not None:  # a CocoKeypoints' (N, K, 2), never clamped
+            flat = points.as_subclass(torch.Tensor).double().reshape(-1, 2).numpy()
+            mapped, canvas = _core.plan_keypoints(
+                spec,
+                width,
+                height,
+                seed,
+                epoch,
+                key,
+                0,
+                flat,
+                rows,
+                single=points.dtype == torch.float32,
+            )
+            new = np.frombuffer(mapped, dtype=np.float64).reshape(points.shape)
+            t["keypoints"] = tv_tensors.KeyPoints(
+                torch.from_numpy(new.copy()).to(points.dtype), canvas_size=canvas
             )
         return t
 

@@ -1,7 +1,7 @@
 """A detection or segmentation dataset's targets as flat tables: per image
 a range of annotations, and each annotation's box, category, crowd flag,
-area, id and segmentation (polygons' coordinates, or an RLE's runs or
-compressed string) in arrays, with no Python object per image or
+area, id, segmentation (polygons' coordinates, or an RLE's runs or
+compressed string) and keypoints (x, y and visibility) in arrays, with no Python object per image or
 annotation. Built by :mod:`.coco` and :mod:`.voc`, recognised by
 :mod:`.detection`; :func:`.detection_target.target` rebuilds from them
 the target torchvision's dataset gives (the reference for the pipeline to
@@ -18,6 +18,9 @@ from .cache import StringBlob
 __all__ = [
     "AREA_INT",
     "BOX_INT",
+    "COCO_POINT_DEFAULT",
+    "COCO_POINT_KEYS",
+    "POINT_KEYS",
     "POLYGONS",
     "RLE_COUNTS",
     "RLE_STRING",
@@ -45,6 +48,11 @@ COCO_KEYS = frozenset(
     }
 )
 COCO_DEFAULT = frozenset({"image_id", "boxes", "labels"})
+# CocoKeypoints' keys: the same and the keypoints (tv_tensors.KeyPoints)
+# with their visibility flags.
+POINT_KEYS = frozenset({"keypoints", "keypoints_visibility"})
+COCO_POINT_KEYS = COCO_KEYS | POINT_KEYS
+COCO_POINT_DEFAULT = COCO_DEFAULT | POINT_KEYS
 VOC_KEYS = frozenset({"annotation", "boxes", "labels"})
 VOC_DEFAULT = frozenset({"boxes", "labels"})
 
@@ -58,7 +66,8 @@ class DetectionTables:
 
     ``kind``: "coco", "voc_detection" or "voc_segmentation". ``source``:
     the annotation file (COCO) or the VOC folder. ``wrapped``: whether the
-    dataset is wrapped by ``wrap_dataset_for_transforms_v2``;
+    dataset is wrapped by ``wrap_dataset_for_transforms_v2`` (or is a
+    CocoKeypoints, whose target is the wrapper's with keypoints);
     ``target_keys``: the keys its target has (torchvision's defaults when
     it was given none; None when not wrapped).
 
@@ -91,6 +100,11 @@ class DetectionTables:
     ``runs`` (uint32); compressed RLE strings as ``rle_strings`` (a blob
     with m + 1 offsets, empty for other kinds); ``rle_size`` (int64
     (m, 2), the RLE's height and width; -1 for polygons).
+
+    Keypoints (a CocoKeypoints' tables; K points an annotation, the same
+    for all): ``keypoints`` (float64 (m, K, 2): x, y as stored) and
+    ``visibility`` (uint8 (m, K): COCO's v, 0, 1 or 2); (m, 0, 2) and
+    (m, 0) where the target has none.
     """
 
     def __init__(self, kind: str, source: str, **arrays: Any) -> None:
@@ -123,6 +137,8 @@ class DetectionTables:
             "rle_strings", StringBlob(np.zeros(0, np.uint8), empty_offsets(m))
         )
         self.rle_size = arrays.pop("rle_size", np.full((m, 2), -1, np.int64))
+        self.keypoints = arrays.pop("keypoints", np.zeros((m, 0, 2)))
+        self.visibility = arrays.pop("visibility", np.zeros((m, 0), np.uint8))
         if arrays:
             raise TypeError(f"unknown tables: {sorted(arrays)}")
         if len(self.first) != n + 1 or len(self.image_ids) != n:

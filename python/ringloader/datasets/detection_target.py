@@ -5,7 +5,8 @@ the pipeline's targets must equal. CocoDetection wrapped by
 torchvision's lists give (int64 when every number of the image's boxes is
 a JSON integer, else float32, the sum taken in that dtype), labels, masks
 rasterized by the C core at full size, image_id, and the json's own
-fields; an image without annotations gives ``{"image_id": id}`` whatever
+fields (a CocoKeypoints' also its keypoints, a float32
+``tv_tensors.KeyPoints`` (N, K, 2), and their visibility, int64 (N, K)); an image without annotations gives ``{"image_id": id}`` whatever
 the keys, as torchvision does. Unwrapped CocoDetection: the annotation
 dicts (their standard keys). VOCDetection wrapped: int64 XYXY boxes and
 labels. VOCSegmentation: the palette PNG as Pillow opens it (wrapped: a
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .detection_tables import AREA_INT, BOX_INT, DetectionTables
+from .detection_tables import AREA_INT, BOX_INT, POINT_KEYS, DetectionTables
 
 __all__ = ["plan_table", "target"]
 
@@ -114,7 +115,15 @@ def _coco_wrapped(t: DetectionTables, i: int, maps: Any = None, fill: int = 0) -
         out["masks"] = tv_tensors.Mask(torch.from_numpy(masks))
     if "labels" in keys:
         out["labels"] = torch.from_numpy(t.category_id[rows].copy())
-    for key in keys - {"image_id", "boxes", "masks", "labels"}:
+    if "keypoints" in keys:
+        out["keypoints"] = tv_tensors.KeyPoints(
+            torch.from_numpy(t.keypoints[rows].astype(np.float32)), canvas_size=canvas
+        )
+    if "keypoints_visibility" in keys:
+        out["keypoints_visibility"] = torch.from_numpy(
+            t.visibility[rows].astype(np.int64)
+        )
+    for key in keys - {"image_id", "boxes", "masks", "labels"} - POINT_KEYS:
         out[key] = _coco_field(t, key, rows)
     return out
 

@@ -2,8 +2,9 @@
 (tests/cuda/fake_cudart.c) that the tests build. The fake performs copies
 on a background thread after a random delay and checks what a real GPU
 would only show as corrupted batches: a pinned slot changed before its copy
-ran, a copy into a device buffer that already had one, copies from
-unpinned memory or with another device current, leaks. Each scenario runs
+ran, a copy into device memory that already had one, copies from
+unpinned memory (unless allowed; then a pageable source freed or reused
+before its copy ran) or with another device current, leaks. Each scenario runs
 in a fresh process, because the runtime is loaded once per process."""
 
 import ctypes
@@ -215,7 +216,7 @@ def test_device_index_is_respected(fake, data):
     assert "device 7" in r["err"], r
 
 
-def test_the_fake_detects_each_fault(fake):
+def test_the_fake_detects_each_fault(fake, monkeypatch):
     """The double itself: each fault it promises to catch is caught."""
     lib = ctypes.CDLL(fake)
     lib.fake_cuda_last_violation.restype = ctypes.c_char_p
@@ -277,10 +278,67 @@ def test_the_fake_detects_each_fault(fake):
     assert lib.cudaEventRecord(ev, stream) == 0
     caught("pinned with another device current")
     assert lib.cudaFreeHost(host1) == 0
+    # Copies into disjoint parts of one buffer are fine; an overlap is not.
+    dev6 = p_void()
+    assert lib.cudaMalloc(ctypes.byref(dev6), 8192) == 0
+    for at, n in ((0, 4096), (4096, 4096)):
+        assert lib.cudaMemcpyAsync(p_void(dev6.value + at), host, n, 1, stream) == 0
+    assert lib.cudaEventRecord(ev, stream) == 0
+    assert lib.cudaEventSynchronize(ev) == 0
+    assert lib.fake_cuda_violations() == caught.count
+    assert lib.cudaMemcpyAsync(p_void(dev6.value + 4000), host, 16, 1, stream) == 0
+    assert lib.cudaEventRecord(ev, stream) == 0
+    caught("two copies")
+    # Pageable (ordinary) host memory: refused unless allowed, and read when
+    # the copy runs, 0.2 s after the call: by then it must be neither
+    # modified nor given back to the system.
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype = p_void
+    libc.mmap.argtypes = (
+        [p_void, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long]
+    )
+    libc.munmap.argtypes = [p_void, ctypes.c_size_t]
+    pageable = libc.mmap(None, 3 * 4096, 3, 0x22, -1, 0)  # RW, private anonymous
+    dev7 = p_void()
+    assert lib.cudaMalloc(ctypes.byref(dev7), 4 * 4096) == 0
+
+    def copy_pageable(k, n=4096, to=None):
+        src = pageable + k * 4096
+        ctypes.memset(src, 40 + k, n)
+        dst = p_void(dev7.value + (k if to is None else to) * 4096)
+        assert lib.cudaMemcpyAsync(dst, p_void(src), n, 1, stream) == 0
+        assert lib.cudaEventRecord(ev, stream) == 0
+        return src
+
+    copy_pageable(0)
+    caught("copy from pageable memory, not cudaHostAlloc's")
+    monkeypatch.setenv("FAKE_CUDA_ALLOW_PAGEABLE", "1")
+    monkeypatch.setenv("FAKE_CUDA_DELAY_US", "200000")
+    copy_pageable(1)
+    assert lib.cudaEventSynchronize(ev) == 0
+    assert lib.fake_cuda_violations() == caught.count  # allowed, and intact
+    assert ctypes.string_at(dev7.value + 4096, 4096) == bytes([41]) * 4096
+    src = copy_pageable(2, 16)
+    ctypes.memset(src, 0, 16)  # reused before the copy ran
+    caught("pageable copy source freed or modified before its copy ran")
+    copy_pageable(2, 16, to=3)
+    assert libc.munmap(pageable, 3 * 4096) == 0  # freed before the copy ran
+    caught("pageable copy source freed or modified before its copy ran")
+    monkeypatch.delenv("FAKE_CUDA_DELAY_US")
+    # Events are counted until destroyed; FAKE_CUDA_DEVICE_BYTES bounds the
+    # device memory outstanding, as an out-of-memory GPU does.
+    events = lib.fake_cuda_events_outstanding()
+    assert events >= 1
+    assert lib.cudaEventDestroy(ev) == 0
+    assert lib.fake_cuda_events_outstanding() == events - 1
+    monkeypatch.setenv("FAKE_CUDA_DEVICE_BYTES", "65536")
+    big = p_void()
+    assert lib.cudaMalloc(ctypes.byref(big), 65536) == 2  # out of memory
+    monkeypatch.delenv("FAKE_CUDA_DEVICE_BYTES")
     assert lib.cudaStreamDestroy(stream) == 0
     outstanding = lib.fake_cuda_host_outstanding()
     assert outstanding >= 1  # the leak counter sees the pinned block
-    for d in (dev, dev2, dev3, dev4, dev5):
+    for d in (dev, dev2, dev3, dev4, dev5, dev6, dev7):
         assert lib.cudaFree(d) == 0
     assert lib.cudaFreeHost(host) == 0
     assert lib.fake_cuda_host_outstanding() == outstanding - 1

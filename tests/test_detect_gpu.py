@@ -2,11 +2,15 @@
 CUDA runtime (tests/cuda/fake_cudart.c): each image of varying size is its
 own region of its batch's device buffer, copied from the pinned arena on
 the loader's copy stream, and each target's tensors are placed on the
-device. The fake checks every copy (a pinned slot left untouched until its
-copy ran, one copy a device buffer, pinned source, non-blocking stream),
-poisons device memory a consumer reads too early, and counts what is left
-allocated after close, after an epoch and after an error mid-epoch. Each
-scenario runs in a fresh process: the runtime is loaded once per process."""
+device; an image past its batch's arena is copied from its own host buffer
+into the batch's spill buffer, after the arena. The fake checks every copy
+(a pinned slot left untouched until its copy ran, a pageable image neither
+freed nor reused before its copy read it, one copy a byte of device
+memory, pinned source unless pageable ones are allowed, non-blocking
+stream), poisons device memory a consumer reads too early, and counts what
+is left allocated after close, after an epoch and after an error
+mid-epoch. Each scenario runs in a fresh process: the runtime is loaded
+once per process."""
 
 import json
 import os
@@ -65,6 +69,16 @@ def same_target(got, want, gpu):
         if isinstance(w, tv_tensors.BoundingBoxes):
             ok = ok and g.canvas_size == w.canvas_size and g.format == w.format
     return ok
+def epoch_again(loader, cpu):
+    # Epoch 0 again on the device: (images unequal to the host loader's
+    # batches cpu, images).
+    loader.set_epoch(0)
+    bad = images = 0
+    for (ci, _), (gi, _) in zip(cpu, loader):
+        loader._gpu.synchronize()
+        images += len(gi)
+        bad += sum(not torch.equal(a, b) for a, b in zip(ci, gi))
+    return bad, images
 FLOAT = v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float, scale=True)])
 UINT8 = v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip()])
 KW = dict(batch_size=4, collate_fn=collate_fn, seed=3, num_workers=2,
@@ -186,25 +200,157 @@ def test_an_error_mid_epoch_leaks_nothing(fake, tmp_path, how):
 
 
 PAST_THE_ARENA = """
-kw = dict(KW, arena_bytes=4096)
+kw = dict(KW, arena_bytes={arena})
+host = ringloader.DataLoader(coco(UINT8), **kw)
+cpu = list(host)
+host.close()
 loader = ringloader.DataLoader(coco(UINT8), device="cuda", **kw)
+gpu = loader._gpu
+bad = images = resident = 0
+for (ci, ct), (gi, gt) in zip(cpu, loader):
+    gpu.synchronize()
+    for a, b in zip(ci, gi):
+        images += 1
+        resident += on_device(b)
+        bad += a.shape != b.shape or not torch.equal(a, b)
+    bad += not all(same_target(g, w, gpu) for g, w in zip(gt, ct))
+past = loader.stats()["past_arena"]
+loader.close()
+del gi, gt, b
+report(bad=bad, images=images, resident=resident, past=past, batches=len(cpu))
+"""
+
+# Room for one or two of a batch's images (8 to 47 pixels a side, uint8),
+# or for none.
+ARENAS = {"some fit": 6000, "none fits": 1}
+
+
+@pytest.mark.parametrize("arena", sorted(ARENAS))
+def test_images_past_the_arena_are_copied_from_a_spill_buffer(fake, coco, arena):
+    """An image its batch's arena has no room left for keeps its own host
+    buffer, copied after the arena into the batch's spill buffer (the
+    allocator's): the batches equal the host loader's, every image on the
+    device, one more copy an image past the arena, nothing left after."""
+    r = run(
+        fake,
+        coco,
+        PAST_THE_ARENA.format(arena=ARENAS[arena]),
+        FAKE_CUDA_ALLOW_PAGEABLE=1,  # the images past the arena are pageable
+        FAKE_CUDA_DELAY_US=5000,
+    )
+    assert r["violations"] == 0, r
+    assert r["images"] == 18 and r["bad"] == 0 and r["resident"] == 18, r
+    if arena == "none fits":
+        assert r["past"] == 18, r
+    else:
+        assert 0 < r["past"] < 18, r
+    assert r["copies"] == r["batches"] + r["past"], r  # the arena's, then each
+    assert r["host"] == r["dev"] == r["events"] == 0, r
+    assert r["streams"] == 1, r
+
+
+def test_an_image_freed_before_its_copy_ran_is_caught(fake, coco):
+    """RINGLOADER_CUDA_BREAK=spill frees the images past the arena as the
+    batch is handed out, before their copies (0.1 s each) ran: the fake
+    reads them when the copy runs and sees them freed or reused."""
+    r = run(
+        fake,
+        coco,
+        PAST_THE_ARENA.format(arena=1),
+        FAKE_CUDA_ALLOW_PAGEABLE=1,
+        FAKE_CUDA_DELAY_US=100000,
+        RINGLOADER_CUDA_BREAK="spill",
+    )
+    assert r["violations"] > 0, r
+    assert "pageable copy source freed or modified" in r["last"], r
+
+
+SPILL_OUT_OF_MEMORY = """
+kw = dict(KW, arena_bytes=1)
+cpu = list(ringloader.DataLoader(coco(UINT8), **kw))
+loader = ringloader.DataLoader(coco(UINT8), device="cuda", **kw)
+got, error = 0, None
 try:
-    next(iter(loader))
-    error = None
-except Exception as e:
+    for images, targets in loader:
+        got += 1
+except MemoryError as e:
     error = str(e)
+del os.environ["FAKE_CUDA_DEVICE_BYTES"]  # room again: the loader goes on
+bad, images = epoch_again(loader, cpu)
 loader.close()
 del loader
-report(error=error)
+report(got=got, error=error, bad=bad, images=images)
 """
 
 
-def test_a_sample_past_the_arena_names_arena_bytes(fake, coco):
-    """On a device the arena is what is copied: a sample it has no room
-    left for fails its batch saying what to raise, and nothing leaks."""
-    r = run(fake, coco, PAST_THE_ARENA)
-    assert "raise arena_bytes" in r["error"], r
-    assert r["violations"] == 0 and r["host"] == 0 and r["dev"] == 0, r
+def test_a_spill_buffer_out_of_device_memory_is_a_clear_error(fake, coco):
+    """The device has room for the arenas' buffers (1 byte each) but not
+    for a spill buffer: the batch fails with a MemoryError saying how much
+    was asked for, why and what to raise; nothing is left allocated, and
+    once there is room the loader gives the host loader's batches."""
+    r = run(
+        fake,
+        coco,
+        SPILL_OUT_OF_MEMORY,
+        FAKE_CUDA_ALLOW_PAGEABLE=1,
+        FAKE_CUDA_DEVICE_BYTES=64,
+    )
+    assert r["got"] == 0 and r["error"] is not None, r
+    assert "samples past the arena of 1 bytes (raise arena_bytes)" in r["error"], r
+    assert "cudaMalloc failed: out of memory" in r["error"], r
+    assert r["images"] == 18 and r["bad"] == 0, r
+    assert r["violations"] == 0, r
+    assert r["host"] == r["dev"] == r["events"] == 0, r
+
+
+INTERRUPTED = """
+import signal
+
+class Interrupted(fake_gpu.FakeGpu):
+    armed, raised = True, False
+
+    def alloc(self, nbytes):
+        if nbytes > 1 and Interrupted.armed:  # a spill buffer (arenas: 1 byte)
+            Interrupted.armed = False
+            try:
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C, in the allocator
+                nbytes += 0
+            except KeyboardInterrupt:
+                Interrupted.raised = True
+                raise
+        return super().alloc(nbytes)
+
+ringloader._gpu.gpu_class = Interrupted
+kw = dict(KW, arena_bytes=1)
+cpu = list(ringloader.DataLoader(coco(UINT8), **kw))
+loader = ringloader.DataLoader(coco(UINT8), device="cuda", **kw)
+try:
+    for images, targets in loader:
+        pass
+    outcome = "not interrupted"
+except KeyboardInterrupt:
+    outcome = "KeyboardInterrupt"
+except Exception as e:  # the Ctrl-C swallowed into the batch's error
+    outcome = f"{type(e).__name__}: {e}"
+bad, images = epoch_again(loader, cpu)
+loader.close()
+del loader
+report(outcome=outcome, raised=Interrupted.raised, bad=bad, images=images)
+"""
+
+
+def test_ctrl_c_in_the_spill_allocator_is_raised(fake, coco):
+    """A Ctrl-C that lands inside the allocator of a spill buffer (called
+    from the core while next() waits without the GIL) is raised from the
+    loop as KeyboardInterrupt, not turned into the batch's error; nothing
+    is left allocated, and iterating the epoch again gives the host
+    loader's batches."""
+    r = run(fake, coco, INTERRUPTED, FAKE_CUDA_ALLOW_PAGEABLE=1)
+    assert r["raised"], r  # inside the allocator
+    assert r["outcome"] == "KeyboardInterrupt", r
+    assert r["images"] == 18 and r["bad"] == 0, r
+    assert r["violations"] == 0, r
+    assert r["host"] == r["dev"] == r["events"] == 0, r
 
 
 SEGMENTATION = """

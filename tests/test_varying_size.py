@@ -1,13 +1,15 @@
 """Images of varying sizes through the C pipeline: a transform without a
 crop (torchvision's detection presets: flips and conversions alone, or a
 shorter-side Resize) gives each sample its own size, placed in its batch's
-arena (core/pipeline.h's arena_bytes) or, past it, in a buffer of its own,
-and yielded as a list of (C, h_i, w_i) tensors."""
+arena (core/pipeline.h's arena_bytes, its bound exact) or, past it, in a
+buffer of its own (counted in stats()["past_arena"]), and yielded as a
+list of (C, h_i, w_i) tensors."""
 
 from __future__ import annotations
 
 import gc
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -229,6 +231,83 @@ def test_images_outlive_the_loader(files):
     for _ in range(3):  # memory freed meanwhile would be reused here
         load(files, SHORT, batch_size=4)
     assert all(torch.equal(a, b) for a, b in zip(images, copies))
+
+
+# ---- the arena's bound ----
+
+UINT8 = v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip()])  # the file's size
+# files[0] twice: 30x40 uint8, 3600 bytes each, the second at 3648 (64-byte
+# aligned). Both fit in 7248 bytes; in 7247 the second does not, though the
+# slot under the arena is rounded up to pages (8192 bytes).
+BOUNDS = [(7248, 0), (7247, 1), (3600, 1), (3599, 2)]
+
+
+def test_the_arena_ends_at_arena_bytes(files):
+    paths = [files[0], files[0]]
+    want = flat(load(paths, UINT8, batch_size=2))
+    for arena, past in BOUNDS:
+        loader = ringloader.Loader(
+            file_list(paths, UINT8), batch_size=2, seed=SEED, arena_bytes=arena
+        )
+        with loader:
+            ((images, _),) = list(loader)
+            assert loader.stats()["past_arena"] == past, arena
+        assert all(torch.equal(a, b) for a, b in zip(want, images)), arena
+
+
+def test_past_arena_counts_the_samples_past_it(files):
+    for kw, past in ((dict(), 0), (dict(arena_bytes=1), len(files))):
+        loader = ringloader.Loader(
+            file_list(files, HFLIP), batch_size=5, seed=SEED, num_threads=2, **kw
+        )
+        with loader:
+            assert len(flat(loader)) == len(files)
+            assert loader.stats()["past_arena"] == past, kw
+            assert len(flat(loader)) == len(files)  # counted every epoch
+            assert loader.stats()["past_arena"] == 2 * past, kw
+
+
+BOUNDS_ON_A_DEVICE = """
+import gc, sys, torch, ringloader
+from torchvision.transforms import v2
+sys.path.insert(0, "cuda")
+import fake_gpu
+fake_gpu.install()
+paths = sys.argv[1:]
+t = v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip()])
+out = {}
+for arena in (7248, 7247):
+    def loader(**kw):
+        files = ringloader.FileList(paths, [0, 1], transform=t)
+        return ringloader.Loader(files, batch_size=2, seed=5, arena_bytes=arena, **kw)
+    with loader() as ld:
+        ((host, _),) = list(ld)
+    with loader(device="cuda") as ld:
+        ((gpu, _),) = list(ld)
+        ld._gpu.synchronize()
+        same = all(torch.equal(a, b) for a, b in zip(host, gpu))
+        out[arena] = [ld.stats()["past_arena"], same]
+    del gpu
+gc.collect()
+fake_gpu.report(out=out)
+"""
+
+
+def test_on_a_device_the_arena_copy_stays_in_its_buffer(files, tmp_path):
+    """On a device the arena's reserved bytes are copied into a buffer of
+    arena_bytes (fake CUDA runtime, tests/cuda): a sample the page-rounded
+    slot had room for but arena_bytes has not goes through the spill
+    buffer, and no copy reaches past the arena's buffer."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda"))
+    import fake_gpu
+
+    fake = fake_gpu.build(str(tmp_path / "fake_cudart.so"))
+    r = fake_gpu.run_script(
+        fake, BOUNDS_ON_A_DEVICE, [files[0], files[0]], FAKE_CUDA_ALLOW_PAGEABLE=1
+    )
+    assert r["violations"] == 0, r
+    assert r["out"] == {"7248": [0, True], "7247": [1, True]}, r
+    assert r["host"] == r["dev"] == r["events"] == 0, r
 
 
 # ---- errors ----

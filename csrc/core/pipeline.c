@@ -61,6 +61,7 @@ rl_pipeline *rl_pipeline_create(const rl_pipeline_config *cfg, int *status,
     pthread_condattr_destroy(&ca);
     atomic_init(&p->refs, 1);
     p->pid = getpid();
+    p->break_spill = rl__test_hook("RINGLOADER_CUDA_BREAK", "spill");
     p->cfg = *cfg;
     p->cfg.deliver = deliver;
     if (p->cfg.decoders.n == 0) {
@@ -306,10 +307,19 @@ int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
         *out = s;
         return 0;
     }
-    /* The consumer's stream waits for the copy; the host never blocks. */
-    rc = d->ops->handoff(d, s->event, consumer_stream, rep->error.msg);
+    /* Samples past the arena: copied after it into their spill buffer
+     * (the caller's), the event recorded after the last copy. */
+    if (rep->spill_bytes > 0) {
+        rc = rl__slot_spill(p, s, rep);
+    }
+    /* The consumer's stream waits for the copies; the host never blocks. */
+    if (rc == 0) {
+        rc = d->ops->handoff(d, s->event, consumer_stream, rep->error.msg);
+    }
     rl__lock(p);
-    rl__slot_put(p, s); /* onto the copying list until its event completes */
+    /* Onto the copying list until its event completes; its samples past
+     * the arena are freed then, never while a copy may read them. */
+    rl__slot_put(p, s);
     rl__unlock(p);
     rl__batch_free(b);
     if (rc != 0) { /* the batch failed whole: ids stay, the rest goes */
@@ -395,6 +405,7 @@ void rl_pipeline_stats_get(rl_pipeline *p, rl_pipeline_stats *st)
     st->pixel_decodes = atomic_load(&p->n_pixel_decodes);
     st->views = atomic_load(&p->n_views);
     st->decode_buffer_bytes = atomic_load(&p->decode_held);
+    st->past_arena = atomic_load(&p->n_past_arena);
     rl__src_counters(p, &st->source);
     if (rl_pipeline_forked(p)) {
         return;

@@ -29,7 +29,8 @@
  *
  * Threading: submit, next, cancel and destroy are called by one owner
  * thread at a time (Python holds the GIL around them; they never call into
- * Python themselves); rl_slot_retain/rl_slot_release are thread-safe and may
+ * Python themselves, but for next's call of the owner's spill_alloc, on
+ * the same thread); rl_slot_retain/rl_slot_release are thread-safe and may
  * be called from any thread at any time, even after rl_pipeline_destroy().
  */
 #ifndef RL_PIPELINE_H
@@ -43,6 +44,19 @@
 
 typedef struct rl_pipeline rl_pipeline;
 typedef struct rl_slot rl_slot;
+
+/*
+ * A device buffer of n bytes for the samples of one varying batch that
+ * went past its arena (a device delivery's spill buffer): *dst its device
+ * address, *owner the caller's handle on it, handed back untouched in
+ * rl_batch_report.spill_owner for the caller to release (the core never
+ * frees it). Called by rl_pipeline_next on the thread that called it,
+ * without the pipeline's lock, at most once a batch. Returns 0, or
+ * -ENOMEM (the allocation failed) or -EINTR (interrupted) with msg
+ * (RL_MSG_MAX) saying why; the batch then fails with that status.
+ */
+typedef int (*rl_spill_alloc_fn)(void *arg, size_t n, void **dst, void **owner,
+                                 char *msg);
 
 typedef struct rl_pipeline_config {
     int nthreads;         /* decode threads, 1..256 */
@@ -105,13 +119,21 @@ typedef struct rl_pipeline_config {
      * header is read. A batch's slot is then an arena of arena_bytes (0:
      * RL_ARENA_DEFAULT_BYTES) from which each sample, once planned and
      * decoded, reserves its bytes (RL_PLACE_VIEW_ALIGN-aligned) with a
-     * compare-and-swap, advancing only when they fit; a sample that does not fit gets a buffer of its own (one
-     * more allocation and a page-fault pass over it: a batch of huge
-     * images still loads, at that cost; with a device delivery, whose
-     * buffer is the arena's size, it fails the batch instead, naming
+     * compare-and-swap, advancing only when they fit: the samples'
+     * bytes never reach past arena_bytes itself (not the slot's size,
+     * rounded up to pages). A sample that does not fit gets a buffer of
+     * its own (one more allocation and a page-fault pass over it: a batch
+     * of huge images still loads, at that cost), counted in past_arena;
+     * with a device delivery it is then copied through a spill buffer
+     * (spill_alloc below; without one it fails its batch, naming
      * arena_bytes). A sample's bytes never depend on where they went;
      * rl_slot_sample says where (rl_batch_report.places on a device). */
     size_t arena_bytes;
+    /* Device delivery of varying batches: the device memory of a batch's
+     * samples past its arena (rl_spill_alloc_fn), called with spill_arg;
+     * NULL: such a sample fails its batch. */
+    rl_spill_alloc_fn spill_alloc;
+    void *spill_arg;
     /* The samples' boxes a plan reads (RandomIoUCrop, rl_plan_make_boxes):
      * sample id i's are rows plan_box_offsets[i] .. plan_box_offsets[i +
      * 1] - 1 of plan_boxes (XYXY, float64, in its image's pixels, 4 a row,
@@ -145,12 +167,14 @@ typedef struct rl_replacement {
     rl_sample_error error; /* why the sample at error.pos failed */
 } rl_replacement;
 
-/* Where a varying sample of a device batch lies in its device buffer
- * (rl_batch_report.places): its first byte's offset, its width and
+/* Where a varying sample of a device batch lies (rl_batch_report.places):
+ * in the batch's device buffer, or, spilled (it went past the arena), in
+ * the batch's spill buffer; its first byte's offset there, its width and
  * height; laid out as the view's place says for a w x h image. */
 typedef struct rl_sample_place {
     size_t offset;
     int w, h;
+    bool spilled;
 } rl_sample_place;
 
 /*
@@ -179,9 +203,17 @@ typedef struct rl_batch_report {
     uint8_t **fields;
     size_t *fields_len;
     /* A varying batch copied to a device, on success: each position's
-     * place in the device buffer (the slot itself is not handed out).
-     * NULL otherwise. */
+     * place in the device buffer or the spill buffer (the slot itself is
+     * not handed out). NULL otherwise. */
     rl_sample_place *places;
+    /* Such a batch's samples past its arena: their bytes together (each
+     * sample's RL_PLACE_VIEW_ALIGN-aligned; 0: none), and once next() got
+     * their spill buffer (rl_spill_alloc_fn), its device address and its
+     * owner. spill_owner, whatever the batch's outcome, is the caller's
+     * to release; rl_batch_report_free leaves it alone. */
+    size_t spill_bytes;
+    void *spill;
+    void *spill_owner;
 } rl_batch_report;
 
 /* Frees the report's arrays (not the report). */
@@ -210,6 +242,9 @@ typedef struct rl_pipeline_stats {
     /* Samples decoded, by their decoder's format (decode/decode.h);
      * decodes[RL_FORMAT_OTHER] is fallback, Pillow's. */
     uint64_t decodes[RL_FORMATS];
+    /* Varying batches: samples placed past their batch's arena, each in a
+     * buffer of its own (and on a device copied through a spill buffer). */
+    uint64_t past_arena;
 } rl_pipeline_stats;
 
 /*
@@ -274,10 +309,16 @@ int rl_pipeline_submit(rl_pipeline *p, const int64_t *ids, const int64_t *keys,
  * which it was (-ENOMEM aside). Returns 0 with *rep filled and, on the host, *out set to the slot (a
  * reference the caller releases with rl_slot_release); with a device
  * delivery *out is NULL, the batch is in its dst, and consumer_stream has
- * been made to wait for its copy. Else RL_ETIMEDOUT; RL_ECLOSED when no
+ * been made to wait for its copy. A varying device batch with samples
+ * past its arena first gets their spill buffer from cfg.spill_alloc, on
+ * this thread, and each such sample is copied into it on the copy stream
+ * after the arena, the batch's event recorded again after the last copy,
+ * so that the consumer's wait covers them (rep->spill_owner is then the
+ * caller's, whatever the outcome). Else RL_ETIMEDOUT; RL_ECLOSED when no
  * batch is in flight; or the status of the batch's first failed sample
- * with rep->error filled, the batch then being dropped. Blocks: call
- * without the GIL.
+ * with rep->error filled (pos -1: the batch's copy or spill buffer), the
+ * batch then being dropped. Blocks: call without the GIL (spill_alloc
+ * may take it).
  */
 int rl_pipeline_next(rl_pipeline *p, int timeout_ms, uintptr_t consumer_stream,
                      rl_slot **out, rl_batch_report *rep);

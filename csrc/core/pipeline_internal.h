@@ -46,10 +46,12 @@ struct rl_slot {
     rl_slot *next_free; /* free or copying list, guarded by p->mu */
     void *event;        /* device delivery: the copy's event */
     bool copying;       /* device delivery: a copy may be in flight */
-    /* Varying batches: the arena's bytes reserved so far (may pass cap:
-     * what did not fit went to a buffer of its own), and for each of
-     * ncap positions its sample's place and size, and its own buffer or
-     * NULL. Reset when the slot is put back (rl__slot_put, slot_free). */
+    /* Varying batches: the arena's bytes reserved so far (never past
+     * cfg.arena_bytes: what did not fit went to a buffer of its own), and
+     * for each of ncap positions its sample's place and size, and its own
+     * buffer or NULL. Reset when the slot is put back (rl__slot_put,
+     * slot_free) or, while a copy may read the own buffers (COPYING), once
+     * that copy completed. */
     atomic_size_t used;
     struct rl__placed *placed;
     int ncap;
@@ -59,6 +61,7 @@ struct rl_slot {
 typedef struct rl__placed {
     uint8_t *data;
     uint8_t *own; /* its own buffer (past the arena), or NULL */
+    size_t bytes; /* the sample's (rl_place_sample_bytes) */
     int w, h;
 } rl__placed;
 
@@ -128,7 +131,11 @@ struct rl_pipeline {
     atomic_uint_fast64_t read_ns, decode_ns, direct_refused, n_truncated;
     atomic_uint_fast64_t io_cpu_ns, n_pixel_decodes, n_views;
     atomic_uint_fast64_t n_decodes[RL_FORMATS]; /* by the decoder's format */
-    atomic_uint_fast64_t decode_held; /* rl_sample_note.held_change summed */
+    atomic_uint_fast64_t decode_held;  /* rl_sample_note.held_change summed */
+    atomic_uint_fast64_t n_past_arena; /* samples placed past their arena */
+    /* Test builds (RINGLOADER_CUDA_BREAK=spill): a COPYING slot's own
+     * buffers freed when it is put back, before its copy ran. */
+    bool break_spill;
     /* cfg.image_at, image_len, refusals: the pipeline's copies, or NULL. */
     int64_t *image_at, *image_len;
     char **refusals;
@@ -231,8 +238,17 @@ int rl__slot_take(rl_pipeline *p, size_t need, int n, rl_slot **out);
 int rl__slot_reserve(rl_slot *s, int pos, const rl_place_config *place,
                      int out_w, int out_h, rl_dst *dst, char *msg);
 /* With mu held: back to the free list (or the copying list while its copy
- * runs). Never blocks; the pipeline must not be closed. */
+ * runs, its samples past the arena kept until it completed). Never blocks;
+ * the pipeline must not be closed. */
 void rl__slot_put(rl_pipeline *p, rl_slot *s);
+/* Without mu, in next(), for a varying device batch whose report
+ * (rl__report_make) lists samples past its arena (rep->spill_bytes > 0):
+ * their spill buffer from cfg.spill_alloc into rep->spill and
+ * rep->spill_owner, then each sample's own buffer copied into it on the
+ * copy stream, after the arena's copy, the slot's event recorded after
+ * the last. 0, or the callback's or the copy's status with
+ * rep->error.msg. */
+int rl__slot_spill(rl_pipeline *p, rl_slot *s, rl_batch_report *rep);
 /* Without mu: frees every free and copying slot (destroy), waiting for
  * their copies, with mu released. */
 void rl__slots_free_all(rl_pipeline *p);

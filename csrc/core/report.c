@@ -35,6 +35,7 @@ void rl_batch_report_free(rl_batch_report *r)
     free(r->fields_len);
     free(r->places);
     r->places = NULL;
+    r->spill_bytes = 0; /* spill and spill_owner: the caller's */
     r->fields = NULL;
     r->fields_len = NULL;
     r->ids = NULL;
@@ -78,7 +79,9 @@ static int report_fields(rl_batch *b, rl_batch_report *rep)
 }
 
 /* A varying device batch's samples' places: their offsets in the arena,
- * which the copy kept in the device buffer. 0 or -ENOMEM. */
+ * which the copy keeps in the device buffer, or, for those past it, one
+ * after the other (each RL_PLACE_VIEW_ALIGN-aligned) in the batch's spill
+ * buffer, whose size is then rep->spill_bytes. 0 or -ENOMEM. */
 static int report_places(const rl_batch *b, rl_batch_report *rep)
 {
     rep->places = malloc(sizeof(rl_sample_place) * (size_t)b->n);
@@ -87,8 +90,17 @@ static int report_places(const rl_batch *b, rl_batch_report *rep)
     }
     for (int i = 0; i < b->n; i++) {
         rl_sample_place *at = &rep->places[i];
-        const uint8_t *data = rl_slot_sample(b->slot, i, &at->w, &at->h);
-        at->offset = (size_t)(data - b->slot->data);
+        const rl__placed *placed = &b->slot->placed[i];
+        at->w = placed->w;
+        at->h = placed->h;
+        at->spilled = placed->own != NULL;
+        if (at->spilled) {
+            at->offset = rep->spill_bytes;
+            rep->spill_bytes += (placed->bytes + RL_PLACE_VIEW_ALIGN - 1) /
+                                RL_PLACE_VIEW_ALIGN * RL_PLACE_VIEW_ALIGN;
+        } else {
+            at->offset = (size_t)(placed->data - b->slot->data);
+        }
     }
     return 0;
 }

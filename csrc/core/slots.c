@@ -31,12 +31,17 @@
  * A varying batch's slot is an arena (core/pipeline.h's arena_bytes): each
  * sample reserves its bytes with a compare-and-swap once its size is known
  * (rl__slot_reserve), so samples finishing in any order never wait on one
- * another; one that does not fit gets its own buffer, which the slot
- * keeps (rl__placed) and frees when it is put back or freed, as it frees
- * the arena's reservations (used back to 0). With a device delivery the
- * arena's reserved bytes are what is copied (into a buffer of the arena's
- * size, sized at submit), so a sample that does not fit fails its batch
- * (-ENOMEM, naming arena_bytes) rather than getting a buffer of its own.
+ * another. The arena ends at arena_bytes exactly, not at the slot's
+ * page-rounded size: on a device its reserved bytes are copied into a
+ * buffer of arena_bytes. A sample that does not fit gets its own buffer
+ * (ordinary, pageable memory), which the slot keeps (rl__placed) and
+ * frees when it is put back or freed, as it frees the arena's
+ * reservations (used back to 0). With a device delivery next() copies
+ * each such sample into the batch's spill buffer (rl__slot_spill) after
+ * the arena, on the copy stream, and records the slot's event after the
+ * last copy; the own buffers are then read by copies in flight, so a
+ * COPYING slot keeps them until its event completed (reclaim_copied, the
+ * wait in rl__slot_take, slot_free), never freeing them at put.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -60,7 +65,8 @@ static void slot_clear(rl_slot *s)
     atomic_store(&s->used, 0);
 }
 
-/* Frees a slot off every list; waits for its copy first. Without mu. */
+/* Frees a slot off every list; waits for its copy first (which may read
+ * its samples past the arena). Without mu. */
 static void slot_free(rl_pipeline *p, rl_slot *s)
 {
     rl_deliver *d = p->cfg.deliver;
@@ -73,53 +79,88 @@ static void slot_free(rl_pipeline *p, rl_slot *s)
 int rl__slot_reserve(rl_slot *s, int pos, const rl_place_config *place,
                      int out_w, int out_h, rl_dst *dst, char *msg)
 {
+    rl_pipeline *p = s->p;
     rl_place_config c = *place;
     c.out_w = out_w;
     c.out_h = out_h;
     size_t bytes = rl_place_sample_bytes(&c);
     size_t span = (bytes + RL_PLACE_VIEW_ALIGN - 1) / RL_PLACE_VIEW_ALIGN *
                   RL_PLACE_VIEW_ALIGN;
+    size_t arena = p->cfg.arena_bytes; /* not s->cap, rounded up to pages */
     rl__placed *at = &s->placed[pos];
     free(at->own); /* an earlier candidate's, past the arena */
     at->own = NULL;
-    /* Advanced only when the sample fits: one past the arena leaves its
-     * room to the smaller samples after it. */
+    /* Advanced only when the sample's bytes fit: one past the arena leaves
+     * its room to the smaller samples after it. A sample ending within the
+     * last alignment step fills the arena (used stops at arena_bytes). */
     size_t off = atomic_load(&s->used);
     bool fits = false;
-    while (!fits && off <= s->cap && span <= s->cap - off) {
-        fits = atomic_compare_exchange_weak(&s->used, &off, off + span);
+    while (!fits && off <= arena && bytes <= arena - off) {
+        size_t end = span <= arena - off ? off + span : arena;
+        fits = atomic_compare_exchange_weak(&s->used, &off, end);
     }
     if (fits) {
         at->data = s->data + off;
-    } else if (s->p->cfg.deliver->device) {
-        /* The arena is what is copied to the device (its own buffer,
-         * sized at submit): nothing may lie past it. */
+    } else if (p->cfg.deliver->device && p->cfg.spill_alloc == NULL) {
+        /* The arena is all that is copied to the device. */
         at->data = NULL;
         snprintf(msg, RL_MSG_MAX,
                  "a %dx%d sample (%zu bytes) does not fit in what is left of "
-                 "its batch's arena of %zu bytes, and batches copied to a "
-                 "device hold their samples in the arena only: raise "
-                 "arena_bytes",
-                 out_w, out_h, bytes, s->cap);
+                 "its batch's arena of %zu bytes, and this device delivery "
+                 "has no spill buffer: raise arena_bytes",
+                 out_w, out_h, bytes, arena);
         return -ENOMEM;
     } else if ((at->own = aligned_alloc(RL_PLACE_VIEW_ALIGN, span)) != NULL) {
         at->data = at->own;
+        atomic_fetch_add(&p->n_past_arena, 1);
     } else {
         at->data = NULL;
         snprintf(msg, RL_MSG_MAX,
                  "out of memory for a %dx%d sample (%zu bytes) past its "
                  "batch's arena of %zu bytes",
-                 out_w, out_h, bytes, s->cap);
+                 out_w, out_h, bytes, arena);
         return -ENOMEM;
     }
+    at->bytes = bytes;
     at->w = out_w;
     at->h = out_h;
     rl_place_dst(&c, at->data, dst);
     return 0;
 }
 
-/* With mu held: room in s to say where n varying samples went. 0 or
- * -ENOMEM. */
+int rl__slot_spill(rl_pipeline *p, rl_slot *s, rl_batch_report *rep)
+{
+    char *msg = rep->error.msg;
+    char why[RL_MSG_MAX] = "";
+    int spilled = 0;
+    for (int i = 0; i < rep->n; i++) {
+        spilled += rep->places[i].spilled;
+    }
+    int rc = p->cfg.spill_alloc(p->cfg.spill_arg, rep->spill_bytes, &rep->spill,
+                                &rep->spill_owner, why);
+    if (rc != 0) {
+        snprintf(msg, RL_MSG_MAX,
+                 "%d samples past the arena of %zu bytes (raise "
+                 "arena_bytes) need a device buffer of %zu bytes: %.100s",
+                 spilled, p->cfg.arena_bytes, rep->spill_bytes, why);
+        return rc;
+    }
+    /* After the arena's copy on the one copy stream; the event recorded
+     * after each copy, so after the last one it covers them all. */
+    rl_deliver *d = p->cfg.deliver;
+    for (int i = 0; i < rep->n && rc == 0; i++) {
+        const rl_sample_place *at = &rep->places[i];
+        if (at->spilled) {
+            rc = d->ops->complete(d, s->placed[i].own, s->placed[i].bytes,
+                                  (uint8_t *)rep->spill + at->offset, &s->event,
+                                  msg);
+        }
+    }
+    return rc;
+}
+
+/* Room in s, a slot ours alone (FILLING, on no list) and cleared, to say
+ * where n varying samples went. 0 or -ENOMEM. */
 static int slot_placed(rl_slot *s, int n)
 {
     if (s->ncap >= n) {
@@ -129,7 +170,7 @@ static int slot_placed(rl_slot *s, int n)
     if (placed == NULL) {
         return -ENOMEM;
     }
-    free(s->placed); /* cleared when the slot was put back */
+    free(s->placed); /* cleared: no own buffer left to free */
     s->placed = placed;
     s->ncap = n;
     return 0;
@@ -150,6 +191,7 @@ static void reclaim_copied(rl_pipeline *p)
             p->copying_tail = NULL;
         }
         s->copying = false;
+        slot_clear(s); /* its copies ran: its samples past the arena go */
         s->state = SLOT_FREE;
         s->next_free = p->free_slots;
         p->free_slots = s;
@@ -184,7 +226,7 @@ int rl__slot_take(rl_pipeline *p, size_t need, int n, rl_slot **out)
     }
     s->state = SLOT_FILLING; /* ours alone: on no list */
     s->next_free = NULL;
-    if (p->varying && slot_placed(s, n) != 0) {
+    if (!wait && p->varying && slot_placed(s, n) != 0) {
         rl__slot_put(p, s);
         return -ENOMEM;
     }
@@ -193,13 +235,17 @@ int rl__slot_take(rl_pipeline *p, size_t need, int n, rl_slot **out)
         return 0;
     }
     rl__unlock(p);
-    if (wait) {
-        d->ops->reusable(d, s->event, true);
-    }
     int rc = 0;
-    if (s->cap < need && need > SIZE_MAX - (SLOT_ALIGN - 1)) {
+    if (wait) {
+        /* Its copies may still read the arena and its samples past it:
+         * those are freed, and their record replaced, only after. */
+        d->ops->reusable(d, s->event, true);
+        slot_clear(s);
+        rc = p->varying ? slot_placed(s, n) : 0;
+    }
+    if (rc == 0 && s->cap < need && need > SIZE_MAX - (SLOT_ALIGN - 1)) {
         rc = -ENOMEM; /* no rounding up past the address space */
-    } else if (s->cap < need) {
+    } else if (rc == 0 && s->cap < need) {
         size_t cap = (need + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
         uint8_t *data = NULL;
         rc = d->ops->alloc(d, cap, &data);
@@ -220,7 +266,9 @@ int rl__slot_take(rl_pipeline *p, size_t need, int n, rl_slot **out)
 
 void rl__slot_put(rl_pipeline *p, rl_slot *s)
 {
-    slot_clear(s);
+    if (!s->copying || p->break_spill) {
+        slot_clear(s); /* else once its copy completed */
+    }
     if (s->copying) {
         s->state = SLOT_COPYING;
         s->next_free = NULL;

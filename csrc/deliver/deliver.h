@@ -17,7 +17,8 @@
  * pipeline calls them without its lock, on a slot only the calling thread
  * holds; reusable without wait never blocks and may be called under the
  * lock. complete is called by the worker that finished the slot, without
- * the lock. alloc, free and handoff may run on a user's thread: a device
+ * the lock, and for the samples past a varying batch's arena by next(), on
+ * the user's thread (a pageable source may make the runtime stage it). alloc, free and handoff may run on a user's thread: a device
  * made current for them is restored before they return. None touches
  * Python. Statuses: 0, -ENOMEM, RL_ECUDA with msg (RL_MSG_MAX bytes).
  */
@@ -37,7 +38,11 @@ typedef struct rl_deliver_ops {
      * first). Accepts NULL. */
     void (*free)(rl_deliver *d, uint8_t *mem, void *event);
     /* The slot's n bytes are final: start moving them to dst (NULL on the
-     * host path) and record *event (made on first use). */
+     * host path) and record *event (made on first use) after the copy.
+     * Called again for a varying batch's samples past its arena (mem then
+     * a sample's own, pageable buffer, which the pipeline keeps until the
+     * event completed: core/slots.c's rl__slot_spill), on the same
+     * stream: the event recorded last covers every copy. */
     int (*complete)(rl_deliver *d, const uint8_t *mem, size_t n, void *dst,
                     void **event, char *msg);
     /* 0 when the slot's memory may be refilled, RL_ETIMEDOUT while its copy

@@ -26,7 +26,8 @@
  * (h, w, C) at the sample's own address in the slot's arena or its own
  * buffer (rl_slot_sample), each holding its own reference on the slot
  * (on a device: at its offset in the device buffer, rl_batch_report's
- * places, each keeping the buffer's owner alive); the batch itself
+ * places, each keeping the buffer's owner alive, or, for a sample past
+ * the arena, the spill buffer's owner); the batch itself
  * exports nothing (BufferError: its samples have no one
  * shape).
  */
@@ -507,10 +508,12 @@ static batch_object *view_new(rl_module_state *st, rl_slot *slot,
 
 /* A varying batch's samples into b->samples: each a Batch of its own
  * size at its own address (rl_slot_sample), or, for a device batch (slot
- * NULL), at its offset in the device buffer (rep->places). 0, or -1 with
- * an exception. */
+ * NULL), at its offset in the device buffer or, past the arena, in the
+ * spill buffer owned by spill_owner (rep->places). 0, or -1 with an
+ * exception. */
 static int batch_samples(rl_module_state *st, batch_object *b, rl_slot *slot,
-                         int n, const rl_place_config *place,
+                         PyObject *spill_owner, int n,
+                         const rl_place_config *place,
                          const rl_batch_report *rep)
 {
     if ((b->samples = PyTuple_New(n)) == NULL) {
@@ -520,15 +523,26 @@ static int batch_samples(rl_module_state *st, batch_object *b, rl_slot *slot,
         rl_place_config one = *place;
         uint8_t *at = NULL;
         size_t offset = 0;
+        uintptr_t dev_ptr = (uintptr_t)b->dev_ptr;
+        PyObject *owner = b->owner;
         if (slot != NULL) {
             at = rl_slot_sample(slot, i, &one.out_w, &one.out_h);
         } else {
             offset = rep->places[i].offset;
             one.out_w = rep->places[i].w;
             one.out_h = rep->places[i].h;
+            if (rep->places[i].spilled) {
+                if (spill_owner == NULL) {
+                    PyErr_SetString(PyExc_SystemError,
+                                    "a spilled sample without its buffer");
+                    return -1;
+                }
+                dev_ptr = (uintptr_t)rep->spill;
+                owner = spill_owner;
+            }
         }
-        batch_object *o = view_new(st, slot, (uintptr_t)b->dev_ptr, b->device,
-                                   b->owner, 1, &one, offset);
+        batch_object *o =
+            view_new(st, slot, dev_ptr, b->device, owner, 1, &one, offset);
         if (o == NULL) {
             return -1;
         }
@@ -550,7 +564,8 @@ static int batch_samples(rl_module_state *st, batch_object *b, rl_slot *slot,
 
 PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
                            uintptr_t dev_ptr, int device, PyObject *owner,
-                           int n, const rl_place_config *places, int nviews,
+                           PyObject *spill_owner, int n,
+                           const rl_place_config *places, int nviews,
                            const rl_batch_report *rep)
 {
     batch_object *b =
@@ -565,7 +580,8 @@ PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
     int w, h;
     bool varying = slot != NULL ? rl_slot_sample(slot, 0, &w, &h) != NULL
                                 : rep->places != NULL;
-    if (varying && batch_samples(st, b, slot, n, &places[0], rep) != 0) {
+    if (varying &&
+        batch_samples(st, b, slot, spill_owner, n, &places[0], rep) != 0) {
         Py_DECREF(b);
         return NULL;
     }

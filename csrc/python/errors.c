@@ -171,6 +171,29 @@ static int set_stolen(PyObject *exc, const char *name, PyObject *v)
     return rc;
 }
 
+void rl__py_exception_text(char *msg, bool typed, const char *otherwise)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *s = text ? rl__py_utf8(text) : NULL;
+    PyObject *name =
+        typed && type ? PyType_GetName((PyTypeObject *)type) : NULL;
+    const char *n = name ? rl__py_utf8(name) : NULL;
+    if (n != NULL) {
+        snprintf(msg, RL_MSG_MAX, "%s: %s", n, s ? s : otherwise);
+    } else {
+        snprintf(msg, RL_MSG_MAX, "%s", s ? s : otherwise);
+    }
+    PyErr_Clear(); /* of making the text, if that failed */
+    Py_XDECREF(name);
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
 PyObject *rl__py_raise_batch(rl_module_state *st, int status,
                              const rl_batch_report *rep)
 {

@@ -94,21 +94,6 @@ static void state_destroy(void *state)
     free(s);
 }
 
-/* The text of the current exception, cleared, into msg. GIL held. */
-static void exception_text(char *msg)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *text = value ? PyObject_Str(value) : NULL;
-    const char *s = text ? rl__py_utf8(text) : NULL;
-    snprintf(msg, RL_MSG_MAX, "%s", s ? s : "the fallback decoder failed");
-    PyErr_Clear();
-    Py_XDECREF(text);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-}
-
 /* Refuses decode()'s result res as breaking the callable's contract:
  * RL_EFALLBACK with msg naming the callable and saying what was wrong (the
  * Python exception's text when what is set to NULL). GIL held. */
@@ -116,7 +101,7 @@ static int bad_result(const py_state *s, const char *what, char *msg)
 {
     char text[RL_MSG_MAX];
     if (what == NULL) {
-        exception_text(text);
+        rl__py_exception_text(text, false, "the fallback decoder failed");
         what = text;
     }
     PyObject *name = PyObject_GetAttrString(s->decode, "__qualname__");
@@ -202,7 +187,7 @@ static int py_header(void *state, const uint8_t *data, size_t len,
                                    (unsigned long long)lim->max_pixels)
            : NULL;
     if (res == NULL) {
-        exception_text(msg);
+        rl__py_exception_text(msg, false, "the fallback decoder failed");
         rc = RL_EFORMAT;
     } else {
         rc = take_pixels(s, res, lim, msg);

@@ -70,6 +70,11 @@ rl_module_state *rl__py_state_of(PyTypeObject *type);
 PyObject *rl__py_raise(rl_module_state *st, int status, const char *path,
                        const char *msg);
 
+/* The exception set now, taken (cleared) into msg (RL_MSG_MAX): its text,
+ * after its type's name when typed ("MemoryError: ..."); `otherwise` when
+ * it has none. GIL held. */
+void rl__py_exception_text(char *msg, bool typed, const char *otherwise);
+
 /* Raises rl_pipeline_submit's failure `status` for a batch of n samples of
  * p: out of memory says the batch's size and what to lower. Always
  * returns NULL. */
@@ -318,12 +323,15 @@ int rl__py_batch_init(PyObject *module, rl_module_state *st);
  * (borrowed), of n samples whose views are laid out by places[0 ..
  * nviews) (place.h's rl_place_view_offset): the first view's Batch, the
  * others in its `views`; with the report's ticket, ids, fallback
- * positions and replacements. New reference, or NULL with an exception
+ * positions and replacements. A varying device batch's samples past its
+ * arena lie in its spill buffer (rep->spill), owned by spill_owner
+ * (borrowed; NULL when none). New reference, or NULL with an exception
  * (the slot is then released).
  */
 PyObject *rl__py_batch_new(rl_module_state *st, rl_slot *slot,
                            uintptr_t dev_ptr, int device, PyObject *owner,
-                           int n, const rl_place_config *places, int nviews,
+                           PyObject *spill_owner, int n,
+                           const rl_place_config *places, int nviews,
                            const rl_batch_report *rep);
 
 /* ---- owners.c ---- */
@@ -341,6 +349,18 @@ PyObject *rl__py_device_buffer(PyObject *allocator, size_t nbytes,
  * reference); NULL when there is none (no exception set then) or with an
  * exception set. */
 PyObject *rl__py_pop_owner(PyObject *owners, uint64_t ticket);
+
+/*
+ * The core's spill_alloc (core/pipeline.h's rl_spill_alloc_fn) for a
+ * Pipeline on a device: arg is its allocator (borrowed, alive as long as
+ * the Pipeline), called as for a batch's device buffer with the GIL taken
+ * again (next() runs with it released); *owner the (owner, pointer) pair,
+ * a new reference. Its exception becomes -ENOMEM with its text in msg,
+ * but a KeyboardInterrupt, which is made pending again
+ * (PyErr_SetInterrupt) for next() to raise: -EINTR.
+ */
+int rl__py_spill_alloc(void *arg, size_t n, void **dst, void **owner,
+                       char *msg);
 
 /* ---- masks.c ---- */
 

@@ -9,8 +9,20 @@
  * the core gives the batch at submit and reports with it at next: a batch
  * finds its own buffer whatever happened in between (a batch cancelled, an
  * exception between two calls), never its neighbour's.
+ *
+ * A varying batch's samples past its arena need one more buffer, their
+ * spill buffer, known only once the batch is done: the core asks for it
+ * in next() (rl__py_spill_alloc), on the thread that called next() with
+ * the GIL released, which takes the GIL again for the allocator; the
+ * pair comes back in the batch's report and next() makes the Batch keep
+ * it, or releases it. A Ctrl-C raised inside the allocator is not
+ * swallowed into the batch's error: the signal is made pending again, so
+ * next() raises KeyboardInterrupt once it holds the GIL.
  */
 #include "python/module.h"
+
+#include <errno.h>
+#include <stdio.h>
 
 PyObject *rl__py_device_buffer(PyObject *allocator, size_t nbytes,
                                uintptr_t *ptr)
@@ -43,4 +55,26 @@ PyObject *rl__py_pop_owner(PyObject *owners, uint64_t ticket)
     }
     Py_XDECREF(key);
     return o;
+}
+
+int rl__py_spill_alloc(void *arg, size_t n, void **dst, void **owner, char *msg)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    uintptr_t ptr = 0;
+    PyObject *pair = rl__py_device_buffer((PyObject *)arg, n, &ptr);
+    int rc = 0;
+    if (pair != NULL) {
+        *dst = (void *)ptr;
+        *owner = pair;
+    } else if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        PyErr_Clear();
+        PyErr_SetInterrupt(); /* raised again by next() */
+        snprintf(msg, RL_MSG_MAX, "interrupted (KeyboardInterrupt)");
+        rc = -EINTR;
+    } else {
+        rl__py_exception_text(msg, true, "the allocator failed");
+        rc = -ENOMEM;
+    }
+    PyGILState_Release(g);
+    return rc;
 }

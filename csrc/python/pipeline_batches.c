@@ -7,13 +7,16 @@
  * a device, the allocator given at creation is called at submit, with the
  * GIL held, for the batch's device buffer; its owner waits in a dict under
  * the batch's ticket until next() puts it in the Batch the core reports
- * with that ticket. Nothing here is kept in step with the core by order
- * alone: a batch names itself (ticket, ids), so an exception between two
- * calls (Ctrl-C in a wait) can never pair one batch with another's owner
- * or ids.
+ * with that ticket. A varying batch's samples past its arena lie in a
+ * spill buffer the core asks the same allocator for during next()
+ * (owners.c); the Batch keeps it as their owner. Nothing here is kept in
+ * step with the core by order alone: a batch names itself (ticket, ids),
+ * so an exception between two calls (Ctrl-C in a wait) can never pair one
+ * batch with another's owner or ids.
  */
 #include "python/pipeline.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,6 +176,10 @@ PyObject *rl__py_pipeline_next(rl__py_pipeline *self, PyObject *args,
     rl_slot *slot = NULL;
     int rc = wait_next(self, limit, (uintptr_t)consumer, &slot, rep);
     PyObject *result = NULL;
+    /* A varying device batch's spill buffer (owner, pointer): ours from
+     * here, whatever the batch's outcome. */
+    PyObject *spill = rep->spill_owner;
+    rep->spill_owner = NULL;
     if (rc == -1) {
         goto out_free;
     }
@@ -185,7 +192,10 @@ PyObject *rl__py_pipeline_next(rl__py_pipeline *self, PyObject *args,
                           : rl__py_pop_owner(self->owners, rep->ticket);
     if (rc != 0 || owner == NULL) {
         Py_XDECREF(owner);
-        if (rc != 0) {
+        if (rc == -EINTR && rep->error.pos < 0 && !PyErr_Occurred() &&
+            PyErr_CheckSignals() != 0) {
+            /* The Ctrl-C the spill allocator was given, raised. */
+        } else if (rc != 0) {
             rl__py_raise_batch(st, rc, rep);
         } else if (!PyErr_Occurred()) { /* closed (owners dropped) */
             rl__py_raise(st, RL_ECLOSED, NULL, "");
@@ -197,10 +207,12 @@ PyObject *rl__py_pipeline_next(rl__py_pipeline *self, PyObject *args,
         owner == Py_None
             ? 0
             : (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GetItem(owner, 1));
-    result = rl__py_batch_new(st, slot, ptr, self->device, buf, rep->n,
+    result = rl__py_batch_new(st, slot, ptr, self->device, buf,
+                              spill ? PyTuple_GetItem(spill, 0) : NULL, rep->n,
                               self->places, self->nviews, rep);
     Py_DECREF(owner);
 out_free:
+    Py_XDECREF(spill);
     rl_batch_report_free(rep);
     PyMem_Free(rep);
     return result;

@@ -71,6 +71,9 @@ static const stat_field fields[] = {
      "pixel decodes: one per sample loaded, whatever its views"},
     {"views", STAT_COUNT, AT(views),
      "views written: one per view of each sample loaded"},
+    {"past_arena", STAT_COUNT, AT(past_arena),
+     "samples of varying size placed past their batch's arena_bytes, each "
+     "in a buffer of its own (on a device, copied through a spill buffer)"},
     {"http_requests", STAT_COUNT, AT(source.requests),
      "HTTP(S) requests sent, each attempt counted (0 for local data)"},
     {"http_retries", STAT_COUNT, AT(source.retries),

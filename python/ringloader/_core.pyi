@@ -727,7 +727,8 @@ class Pipeline:
             tuple[Sequence[str], Optional[Buffer], Optional[Buffer], Optional[bytes]]
         ] = ...,
         # A varying transform's batch arena, in bytes (0: 64 MiB): samples
-        # past it get a buffer each (core/pipeline.h's arena_bytes).
+        # past it get a buffer each (core/pipeline.h's arena_bytes), on a
+        # device copied into a spill buffer the allocator gives in next().
         arena_bytes: int = ...,
         # The samples' boxes a RandomIoUCrop draws from: (boxes (N, 4)
         # float64 XYXY, offsets int64, one a sample and one more).
@@ -792,7 +793,8 @@ class Pipeline:
         (the I/O thread's CPU time in batch reads) (floats); for a remote
         source http_requests (attempts), http_retries, http_bytes (body
         bytes received) and http_cache_hits (samples read from the local
-        cache), 0 for local ones. Every
+        cache), 0 for local ones; past_arena (varying samples placed past
+        their batch's arena). Every
         sample that could not be loaded counts once in errors (replacement
         candidates included); skipped counts those replaced."""
 

@@ -327,14 +327,20 @@ class Pipeline:
         and RuntimeError once closed; the batch is then dropped. Its ids
         are the ones the core reports with it, never a copy kept here."""
         consumer = self._gpu.consumer_stream() if self._gpu is not None else 0
+        pending = self._c.inflight
         try:
             batch = self._c.next(consumer_stream=consumer)
         except Exception:  # a failed batch, dropped: its keys go with it
             self._pop_submitted()
             raise
-        # Not before the wait: a Ctrl-C there (a BaseException) leaves the
-        # batch in flight, and its keys with it. Batches come out in the
-        # order submitted, a failed one too.
+        except BaseException:
+            # A Ctrl-C in the wait leaves the batch in flight, and its keys
+            # with it; one in the allocation of a device batch's spill
+            # buffer comes after the batch was taken, which is dropped.
+            if self._c.inflight < pending:
+                self._pop_submitted()
+            raise
+        # Batches come out in the order submitted, a failed one too.
         epoch = self._pop_submitted()
         if batch is None:
             raise RuntimeError("the loader is closed")  # nothing in flight

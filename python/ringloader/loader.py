@@ -116,10 +116,13 @@ class Loader:
             shorter-side ``Resize`` alone, or only flips and conversions:
             torchvision's detection presets) gives each image its own size.
         arena_bytes: for such a transform, the memory each batch's images
-            are placed in (default 64 MiB); an image that does not fit gets
-            a buffer of its own (slower, never an error), except with
-            ``device``, where the arena is what is copied: the batch then
-            fails, saying to raise ``arena_bytes``.
+            are placed in (default 64 MiB, its bound exact); an image that
+            does not fit gets a buffer of its own (slower, never an error;
+            counted in ``stats()["past_arena"]``). With ``device`` those
+            images are then copied, after the arena, into one more device
+            buffer of the batch's (its spill buffer, from the same
+            allocator); a batch whose spill buffer cannot be allocated
+            fails with a ``MemoryError`` saying to raise ``arena_bytes``.
         layout: ``"NCHW"`` (torch's default), ``"NHWC"``, or
             ``"channels_last"`` (NCHW shape, NHWC memory, as
             ``torch.channels_last``).
@@ -153,7 +156,8 @@ class Loader:
             uint8 crosses PCIe and dtype/normalisation/channels_last are
             applied on the device. Images of varying sizes are each a
             tensor on its own region of the batch's device buffer (one
-            copy of the batch's arena).
+            copy of the batch's arena), or, past the arena, of its spill
+            buffer (one more copy each).
         direct_io: read with ``O_DIRECT``, bypassing the page cache, for
             data sets larger than RAM on fast storage; where the file system
             refuses it, files are read buffered and this is said once.
@@ -619,6 +623,9 @@ class Loader:
             wrong range, counts none) and
             ``http_cache_hits`` (samples read from ``cache_limit``'s local
             cache instead of the network);
+          - ``past_arena``: images of varying sizes placed past their
+            batch's ``arena_bytes``, each in a buffer of its own (on a
+            device, copied through the batch's spill buffer);
         - ``decode_buffer_bytes``: the bytes the decode threads keep now for
           their next images (their decoders' buffers), given back some
           images after an outlier.

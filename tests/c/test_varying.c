@@ -2,7 +2,8 @@
  * test_varying.c - a varying pipeline (rl_transform.varying: each sample
  * its own size) without Python: every sample has its image's size and
  * pixels (flipped as its plan says) wherever it was placed, in the
- * arena or past it in a buffer of its own, with any thread count; a
+ * arena (its bound arena_bytes exactly) or past it in a buffer of its
+ * own (counted in past_arena), with any thread count; a
  * bad sample is replaced; a source op (RandomPhotometricDistort) changes
  * the whole image before the plan; cancel and destroy with batches in
  * flight and a slot still held free everything (run under ASan by `make check
@@ -242,8 +243,42 @@ static void check_room_after_a_large_one(void)
         CHECK_EQ(k > 0, at >= lo && at < lo + arena); /* the arena's */
         check_sample(s, k, (int)ids[k], ids[k]);
     }
+    rl_pipeline_stats st;
+    rl_pipeline_stats_get(p, &st);
+    CHECK_EQ(st.past_arena, 1); /* the large one */
     rl_slot_release(s);
     rl_pipeline_destroy(p);
+}
+
+/* The arena ends at arena_bytes, not at its slot's size (rounded up to
+ * pages): sample 0 twice fits in its aligned span plus its bytes, and the
+ * second no longer in one byte less. */
+static void check_exact_bound(void)
+{
+    size_t bytes = (size_t)3 * width[0] * height[0];
+    size_t span = (bytes + RL_PLACE_VIEW_ALIGN - 1) / RL_PLACE_VIEW_ALIGN *
+                  RL_PLACE_VIEW_ALIGN;
+    CHECK((span + bytes) % 4096 != 0);
+    for (size_t less = 0; less < 2; less++) {
+        char msg[RL_MSG_MAX];
+        rl_pipeline_config cfg = config(1, span + bytes - less, N);
+        rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
+        CHECK(p != NULL);
+        int64_t ids[2] = {0, 0};
+        CHECK_EQ(rl_pipeline_submit(p, ids, ids, 2, 0, NULL, NULL), 0);
+        rl_slot *s;
+        rl_batch_report rep;
+        CHECK_EQ(rl_pipeline_next(p, -1, 0, &s, &rep), 0);
+        rl_batch_report_free(&rep);
+        rl_pipeline_stats st;
+        rl_pipeline_stats_get(p, &st);
+        CHECK_EQ(st.past_arena, less);
+        for (int k = 0; k < 2; k++) {
+            check_sample(s, k, 0, 0);
+        }
+        rl_slot_release(s);
+        rl_pipeline_destroy(p);
+    }
 }
 
 /* Batches in flight cancelled, the pipeline destroyed while a slot is
@@ -320,6 +355,7 @@ int main(void)
     CHECK_EQ(run_with(2, 0, true), flips); /* the op draws no plan number */
     check_source_refused();
     check_room_after_a_large_one();
+    check_exact_bound();
     check_release();
     for (int i = 0; i < N; i++) {
         free(data[i]);

@@ -12,8 +12,14 @@
  *   - a copy's source (a pinned slot) must be unchanged between the call and
  *     the copy: the loader must not refill a slot before its event completed;
  *   - a copy must come from cudaHostAlloc memory and go to cudaMalloc memory
- *     of the device current on the calling thread;
- *   - a device buffer receives at most one copy (handed out once);
+ *     of the device current on the calling thread; a copy from pageable
+ *     (ordinary) host memory is a violation unless FAKE_CUDA_ALLOW_PAGEABLE
+ *     is 1 (the loader's samples past a varying batch's arena), and a
+ *     pageable source is read only when the copy runs, as a real staged
+ *     copy may: it must then still be mapped and unchanged (not freed, not
+ *     reused) since the call;
+ *   - no byte of device memory receives two copies (a buffer handed out
+ *     once; copies into disjoint parts of one buffer are fine);
  *   - pinned memory is not freed while a copy from it is pending;
  *   - copies run on a stream created non-blocking (cudaStreamNonBlocking),
  *     as the loader's own copy stream is; streams are counted until
@@ -31,7 +37,10 @@
  * per thread and unset (-1) on a new thread, where cudaGetDevice says 0 as
  * the real one does; fake_cuda_thread_device() tells the two apart.
  * Counters of violations and
- * outstanding allocations are exported for the tests (fake_cuda_*).
+ * outstanding allocations (pinned, device, events, streams) are exported
+ * for the tests (fake_cuda_*). FAKE_CUDA_DEVICE_BYTES bounds the device
+ * memory outstanding: past it cudaMalloc fails as an out-of-memory GPU
+ * does.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -39,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,14 +77,20 @@ typedef struct op {
     size_t n;
     uint64_t sum;
     int device;
+    int pageable; /* the source was not pinned memory at the call */
     struct op *next;
 } op;
+
+typedef struct range {
+    size_t at, n;
+} range;
 
 typedef struct alloc {
     void *p;
     size_t n;
     int device;
-    int filled;
+    range *filled; /* device memory: the parts copies wrote */
+    int nfilled, capfilled;
 } alloc;
 
 #define MAX_ALLOCS 65536
@@ -89,6 +105,8 @@ static int worker_started;
 static alloc hosts[MAX_ALLOCS], devs[MAX_ALLOCS];
 static int n_hosts, n_devs;
 static long violations, copies;
+static int n_events;
+static size_t dev_bytes; /* device memory outstanding */
 static char last_violation[256];
 static fake_stream default_stream = {0, 1};
 static __thread int current_device = -1; /* -1: none set on this thread */
@@ -155,7 +173,58 @@ static alloc *find(alloc *a, int n, const void *p, size_t len)
 
 static void drop(alloc *a, int *n, alloc *e)
 {
+    free(e->filled);
     *e = a[--*n];
+}
+
+/* Records that a copy wrote n bytes at p into device allocation d; 0 when
+ * a byte of them had been written by an earlier copy. */
+static int fill(alloc *d, const void *p, size_t n)
+{
+    size_t at = (size_t)((const char *)p - (const char *)d->p);
+    int fresh = 1;
+    for (int i = 0; i < d->nfilled && n > 0; i++) {
+        const range *r = &d->filled[i];
+        fresh = fresh && (at + n <= r->at || r->at + r->n <= at);
+    }
+    if (n == 0) {
+        return 1;
+    }
+    if (d->nfilled == d->capfilled) {
+        int cap = d->capfilled ? 2 * d->capfilled : 4;
+        range *more = realloc(d->filled, sizeof(range) * (size_t)cap);
+        if (more == NULL) {
+            return fresh;
+        }
+        d->filled = more;
+        d->capfilled = cap;
+    }
+    d->filled[d->nfilled++] = (range){at, n};
+    return fresh;
+}
+
+/* Whether each page of the n bytes at p is mapped (mincore fails with
+ * ENOMEM on a page that is not): a pageable source freed back to the
+ * system (munmap) is caught before it is read. */
+static int mapped(const void *p, size_t n)
+{
+    if (n == 0) {
+        return 1;
+    }
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)p & ~(page - 1);
+    size_t len = (uintptr_t)p + n - start;
+    unsigned char *vec = malloc((len + page - 1) / page);
+    int ok = vec != NULL && mincore((void *)start, len, vec) == 0;
+    free(vec);
+    return ok;
+}
+
+/* FAKE_CUDA_ALLOW_PAGEABLE=1: copies from pageable memory are allowed. */
+static int pageable_allowed(void)
+{
+    const char *e = getenv("FAKE_CUDA_ALLOW_PAGEABLE");
+    return e != NULL && strcmp(e, "1") == 0;
 }
 
 static void *worker_main(void *arg)
@@ -175,14 +244,28 @@ static void *worker_main(void *arg)
             struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
             nanosleep(&ts, NULL);
             pthread_mutex_lock(&mu);
-            alloc *h = find(hosts, n_hosts, o->src, o->n);
-            if (h == NULL) {
-                violation("copy source is not (or no longer) pinned memory");
-            } else if (h->device != o->device) {
-                violation("copy from memory pinned with another device "
-                          "current (cudaHostAlloc in its context)");
-            } else if (checksum(o->src, o->n) != o->sum) {
-                violation("pinned slot modified before its copy completed");
+            int readable = 1;
+            if (o->pageable) {
+                if (!pageable_allowed()) {
+                    violation("copy from pageable memory, not cudaHostAlloc's "
+                              "(FAKE_CUDA_ALLOW_PAGEABLE=1 allows it)");
+                }
+                readable = mapped(o->src, o->n);
+                if (!readable || checksum(o->src, o->n) != o->sum) {
+                    violation("pageable copy source freed or modified before "
+                              "its copy ran");
+                }
+            } else {
+                alloc *h = find(hosts, n_hosts, o->src, o->n);
+                if (h == NULL) {
+                    violation("copy source is no longer pinned memory");
+                } else if (h->device != o->device) {
+                    violation("copy from memory pinned with another device "
+                              "current (cudaHostAlloc in its context)");
+                } else if (checksum(o->src, o->n) != o->sum) {
+                    violation("pinned slot modified before its copy "
+                              "completed");
+                }
             }
             alloc *d = find(devs, n_devs, o->dst, o->n);
             if (d == NULL) {
@@ -191,11 +274,12 @@ static void *worker_main(void *arg)
                 if (d->device != o->device) {
                     violation("copy issued with another device current");
                 }
-                if (d->filled) {
+                if (!fill(d, o->dst, o->n)) {
                     violation("device buffer received two copies");
                 }
-                d->filled = 1;
-                memcpy(o->dst, o->src, o->n);
+                if (readable) {
+                    memcpy(o->dst, o->src, o->n);
+                }
             }
             copies++;
         }
@@ -277,7 +361,7 @@ int cudaHostAlloc(void **p, size_t n, unsigned flags)
     }
     /* Made in the context of the device current (device 0 when none was
      * set): pinned for that context only (no cudaHostAllocPortable). */
-    hosts[n_hosts++] = (alloc){*p, n, device_in_use(), 0};
+    hosts[n_hosts++] = (alloc){*p, n, device_in_use(), NULL, 0, 0};
     pthread_mutex_unlock(&mu);
     return OK;
 }
@@ -308,12 +392,16 @@ int cudaMalloc(void **p, size_t n)
 {
     blocking("cudaMalloc");
     pthread_mutex_lock(&mu);
-    if (n_devs == MAX_ALLOCS || (*p = malloc(n ? n : 1)) == NULL) {
+    const char *limit = getenv("FAKE_CUDA_DEVICE_BYTES");
+    if (n_devs == MAX_ALLOCS ||
+        (limit != NULL && dev_bytes + n > (size_t)atoll(limit)) ||
+        (*p = malloc(n ? n : 1)) == NULL) {
         pthread_mutex_unlock(&mu);
-        return 2;
+        return 2; /* cudaErrorMemoryAllocation */
     }
     memset(*p, 0xCD, n);
-    devs[n_devs++] = (alloc){*p, n, device_in_use(), 0};
+    devs[n_devs++] = (alloc){*p, n, device_in_use(), NULL, 0, 0};
+    dev_bytes += n;
     pthread_mutex_unlock(&mu);
     return OK;
 }
@@ -339,6 +427,7 @@ int cudaFree(void *p)
         pthread_mutex_unlock(&mu);
         return ERR_INVALID_VALUE;
     }
+    dev_bytes -= a->n;
     drop(devs, &n_devs, a);
     pthread_mutex_unlock(&mu);
     free(p);
@@ -365,6 +454,7 @@ int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind,
     o->device = device_in_use();
     o->sum = checksum(src, n);
     pthread_mutex_lock(&mu);
+    o->pageable = find(hosts, n_hosts, src, n) == NULL;
     s->last = enqueue(o);
     pthread_mutex_unlock(&mu);
     return OK;
@@ -374,7 +464,13 @@ int cudaEventCreateWithFlags(void **ev, unsigned flags)
 {
     (void)flags;
     *ev = calloc(1, sizeof(fake_event));
-    return *ev ? OK : 2;
+    if (*ev == NULL) {
+        return 2;
+    }
+    pthread_mutex_lock(&mu);
+    n_events++;
+    pthread_mutex_unlock(&mu);
+    return OK;
 }
 
 int cudaEventRecord(void *ev, void *stream)
@@ -408,6 +504,9 @@ int cudaEventSynchronize(void *ev)
 
 int cudaEventDestroy(void *ev)
 {
+    pthread_mutex_lock(&mu);
+    n_events--;
+    pthread_mutex_unlock(&mu);
     free(ev);
     return OK;
 }
@@ -513,6 +612,11 @@ long fake_cuda_copies(void)
 int fake_cuda_streams_outstanding(void)
 {
     return n_streams;
+}
+
+int fake_cuda_events_outstanding(void)
+{
+    return n_events;
 }
 
 /* 1 when the n bytes at p lie in one device allocation (cudaMalloc). */

@@ -53,7 +53,8 @@ def run_script(fake: str, script: str, args: list, **env: Any) -> dict:
 def report(**kw: Any) -> None:
     """Prints, for :func:`run_script`, a "RESULT <json>" line of ``kw``
     and the fake runtime's counters: violations (and the last one),
-    pinned and device allocations and streams outstanding, copies run."""
+    pinned and device allocations, events and streams outstanding, copies
+    run."""
     fake = ctypes.CDLL(os.environ["RINGLOADER_CUDART"])
     fake.fake_cuda_last_violation.restype = ctypes.c_char_p
     kw.update(
@@ -62,6 +63,7 @@ def report(**kw: Any) -> None:
         host=fake.fake_cuda_host_outstanding(),
         dev=fake.fake_cuda_device_outstanding(),
         streams=fake.fake_cuda_streams_outstanding(),
+        events=fake.fake_cuda_events_outstanding(),
         copies=fake.fake_cuda_copies(),
     )
     print("RESULT " + json.dumps(kw))

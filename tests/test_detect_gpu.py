@@ -304,7 +304,12 @@ def test_a_spill_buffer_out_of_device_memory_is_a_clear_error(fake, coco):
 
 
 INTERRUPTED = """
-import signal
+import signal, sys
+
+def preempted(signum, frame):  # a SIGTERM handler, as preemption hooks are
+    sys.exit(143)
+
+signal.signal(signal.SIGTERM, preempted)
 
 class Interrupted(fake_gpu.FakeGpu):
     armed, raised = True, False
@@ -313,9 +318,9 @@ class Interrupted(fake_gpu.FakeGpu):
         if nbytes > 1 and Interrupted.armed:  # a spill buffer (arenas: 1 byte)
             Interrupted.armed = False
             try:
-                signal.raise_signal(signal.SIGINT)  # Ctrl-C, in the allocator
+                signal.raise_signal(signal.{sig})  # in the allocator
                 nbytes += 0
-            except KeyboardInterrupt:
+            except {exc}:
                 Interrupted.raised = True
                 raise
         return super().alloc(nbytes)
@@ -328,10 +333,10 @@ try:
     for images, targets in loader:
         pass
     outcome = "not interrupted"
-except KeyboardInterrupt:
-    outcome = "KeyboardInterrupt"
-except Exception as e:  # the Ctrl-C swallowed into the batch's error
-    outcome = f"{type(e).__name__}: {e}"
+except {exc}:
+    outcome = "{exc}"
+except Exception as e:  # swallowed into the batch's error
+    outcome = f"{{type(e).__name__}}: {{e}}"
 bad, images = epoch_again(loader, cpu)
 loader.close()
 del loader
@@ -339,15 +344,21 @@ report(outcome=outcome, raised=Interrupted.raised, bad=bad, images=images)
 """
 
 
-def test_ctrl_c_in_the_spill_allocator_is_raised(fake, coco):
-    """A Ctrl-C that lands inside the allocator of a spill buffer (called
-    from the core while next() waits without the GIL) is raised from the
-    loop as KeyboardInterrupt, not turned into the batch's error; nothing
-    is left allocated, and iterating the epoch again gives the host
-    loader's batches."""
-    r = run(fake, coco, INTERRUPTED, FAKE_CUDA_ALLOW_PAGEABLE=1)
+@pytest.mark.parametrize(
+    "sig,exc", [("SIGINT", "KeyboardInterrupt"), ("SIGTERM", "SystemExit")]
+)
+def test_ctrl_c_in_the_spill_allocator_is_raised(fake, coco, sig, exc):
+    """A Ctrl-C (or a SIGTERM whose handler exits) that lands inside the
+    allocator of a spill buffer (called from the core while next() waits
+    without the GIL) is raised from the loop as it was, KeyboardInterrupt
+    or SystemExit, not turned into the batch's error; nothing is left
+    allocated, and iterating the epoch again gives the host loader's
+    batches."""
+    r = run(
+        fake, coco, INTERRUPTED.format(sig=sig, exc=exc), FAKE_CUDA_ALLOW_PAGEABLE=1
+    )
     assert r["raised"], r  # inside the allocator
-    assert r["outcome"] == "KeyboardInterrupt", r
+    assert r["outcome"] == exc, r
     assert r["images"] == 18 and r["bad"] == 0, r
     assert r["violations"] == 0, r
     assert r["host"] == r["dev"] == r["events"] == 0, r

@@ -62,7 +62,7 @@ for attempt in range(3):
     started.wait(); time.sleep(took / 3)
     p.close()
     t.join()
-    assert p.closed and out in (["returned"], ["the pipeline is closed"]), out
+    assert p.closed and out in (["returned"], ["the loader is closed"]), out
 print("survived")
 """
 

@@ -352,12 +352,12 @@ PyObject *rl__py_pop_owner(PyObject *owners, uint64_t ticket);
 
 /*
  * The core's spill_alloc (core/pipeline.h's rl_spill_alloc_fn) for a
- * Pipeline on a device: arg is its allocator (borrowed, alive as long as
- * the Pipeline), called as for a batch's device buffer with the GIL taken
+ * Pipeline on a device: arg is the Pipeline (rl__py_pipeline), whose
+ * allocator is called as for a batch's device buffer with the GIL taken
  * again (next() runs with it released); *owner the (owner, pointer) pair,
  * a new reference. Its exception becomes -ENOMEM with its text in msg,
- * but a KeyboardInterrupt, which is made pending again
- * (PyErr_SetInterrupt) for next() to raise: -EINTR.
+ * but one that is no Exception (KeyboardInterrupt, SystemExit), which is
+ * kept on the Pipeline (arg) for next() to raise as it was: -EINTR.
  */
 int rl__py_spill_alloc(void *arg, size_t n, void **dst, void **owner,
                        char *msg);

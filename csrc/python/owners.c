@@ -15,11 +15,13 @@
  * in next() (rl__py_spill_alloc), on the thread that called next() with
  * the GIL released, which takes the GIL again for the allocator; the
  * pair comes back in the batch's report and next() makes the Batch keep
- * it, or releases it. A Ctrl-C raised inside the allocator is not
- * swallowed into the batch's error: the signal is made pending again, so
- * next() raises KeyboardInterrupt once it holds the GIL.
+ * it, or releases it. An exception that is no Exception (a Ctrl-C's
+ * KeyboardInterrupt, a SystemExit from a signal handler) raised inside the
+ * allocator is not swallowed into the batch's error: it is kept on the
+ * Pipeline and next() raises it, as it was, once it holds the GIL.
  */
 #include "python/module.h"
+#include "python/pipeline.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -59,17 +61,23 @@ PyObject *rl__py_pop_owner(PyObject *owners, uint64_t ticket)
 
 int rl__py_spill_alloc(void *arg, size_t n, void **dst, void **owner, char *msg)
 {
+    rl__py_pipeline *self = arg;
     PyGILState_STATE g = PyGILState_Ensure();
     uintptr_t ptr = 0;
-    PyObject *pair = rl__py_device_buffer((PyObject *)arg, n, &ptr);
+    PyObject *pair = rl__py_device_buffer(self->allocator, n, &ptr);
     int rc = 0;
     if (pair != NULL) {
         *dst = (void *)ptr;
         *owner = pair;
-    } else if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
-        PyErr_Clear();
-        PyErr_SetInterrupt(); /* raised again by next() */
-        snprintf(msg, RL_MSG_MAX, "interrupted (KeyboardInterrupt)");
+    } else if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        /* raised as it was by next() */
+        for (int i = 0; i < 3; i++)
+            Py_CLEAR(self->spill_exc[i]);
+        PyErr_Fetch(&self->spill_exc[0], &self->spill_exc[1],
+                    &self->spill_exc[2]);
+        snprintf(msg, RL_MSG_MAX,
+                 "interrupted (the allocator raised KeyboardInterrupt or "
+                 "SystemExit)");
         rc = -EINTR;
     } else {
         rl__py_exception_text(msg, true, "the allocator failed");

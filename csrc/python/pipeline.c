@@ -52,6 +52,8 @@ static void pipeline_dealloc(rl__py_pipeline *self)
     PyTypeObject *tp = Py_TYPE((PyObject *)self);
     rl__py_pipeline_close_now(self);
     Py_XDECREF(self->allocator);
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(self->spill_exc[i]);
     Py_XDECREF(self->owners);
     Py_XDECREF(self->keep); /* after the threads that borrowed from it */
     rl__py_held_release(&self->held); /* after the source, which reads them */

@@ -25,10 +25,14 @@ typedef struct rl__py_pipeline {
     int device;            /* CUDA device of the device delivery, or -1 */
     uintptr_t copy_stream; /* device: the delivery's own copy stream */
     PyObject *allocator;   /* device: nbytes -> (owner, pointer) */
-    PyObject *owners;      /* device: {ticket: (owner, pointer)} */
-    PyObject *keep;        /* what C borrows: the fallback, memory buffers */
-    rl_source *http;       /* the HTTP source (owned by p), or NULL */
-    rl__py_held held;      /* the table's arrays the core borrows */
+    /* An exception that is no Exception (KeyboardInterrupt, SystemExit)
+     * raised by the allocator when next() asked for a spill buffer: type,
+     * value, traceback, raised as it was by that next(). */
+    PyObject *spill_exc[3];
+    PyObject *owners; /* device: {ticket: (owner, pointer)} */
+    PyObject *keep;   /* what C borrows: the fallback, memory buffers */
+    rl_source *http;  /* the HTTP source (owned by p), or NULL */
+    rl__py_held held; /* the table's arrays the core borrows */
     rl_decoder_def fallback_def;
 } rl__py_pipeline;
 

@@ -192,9 +192,12 @@ PyObject *rl__py_pipeline_next(rl__py_pipeline *self, PyObject *args,
                           : rl__py_pop_owner(self->owners, rep->ticket);
     if (rc != 0 || owner == NULL) {
         Py_XDECREF(owner);
-        if (rc == -EINTR && rep->error.pos < 0 && !PyErr_Occurred() &&
-            PyErr_CheckSignals() != 0) {
-            /* The Ctrl-C the spill allocator was given, raised. */
+        if (rc == -EINTR && rep->error.pos < 0 && self->spill_exc[0] != NULL) {
+            /* What the spill allocator raised, raised as it was. */
+            PyErr_Clear();
+            PyErr_Restore(self->spill_exc[0], self->spill_exc[1],
+                          self->spill_exc[2]);
+            self->spill_exc[0] = self->spill_exc[1] = self->spill_exc[2] = NULL;
         } else if (rc != 0) {
             rl__py_raise_batch(st, rc, rep);
         } else if (!PyErr_Occurred()) { /* closed (owners dropped) */

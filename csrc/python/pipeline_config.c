@@ -192,7 +192,7 @@ rl__py_pipeline *rl__py_pipeline_build(PyTypeObject *type, PyObject *args,
         self->copy_stream = rl_deliver_cuda_stream(cfg.deliver);
         /* A varying batch's samples past its arena: their spill buffer. */
         cfg.spill_alloc = rl__py_spill_alloc;
-        cfg.spill_arg = self->allocator;
+        cfg.spill_arg = self;
     }
     cfg.nthreads = nthreads;
     cfg.sample.seed = seed;

@@ -42,7 +42,9 @@ void rl__py_busy_leave(rl__py_pipeline *self)
 int rl__py_check_open(rl__py_pipeline *self)
 {
     if (self->p == NULL || self->close_pending) {
-        PyErr_SetString(PyExc_RuntimeError, "the pipeline is closed");
+        /* the words of a wait that the close ended (RL_ECLOSED), whichever
+         * side of the call the close came */
+        PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
         return -1;
     }
     if (rl_pipeline_forked(self->p)) {

@@ -53,7 +53,8 @@ class Gpu:
 
     def alloc(self, nbytes: int) -> tuple[Any, int]:
         """A fresh device buffer for one batch, and its address: the
-        allocator the C core calls (with the GIL) at each submit."""
+        allocator the C core calls (with the GIL) at each submit, and in
+        next() for a varying batch's spill buffer."""
         with torch.cuda.stream(self._stream):
             t = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
         return t, int(t.data_ptr())

@@ -330,13 +330,12 @@ class Pipeline:
         pending = self._c.inflight
         try:
             batch = self._c.next(consumer_stream=consumer)
-        except Exception:  # a failed batch, dropped: its keys go with it
-            self._pop_submitted()
-            raise
         except BaseException:
-            # A Ctrl-C in the wait leaves the batch in flight, and its keys
-            # with it; one in the allocation of a device batch's spill
-            # buffer comes after the batch was taken, which is dropped.
+            # A failed batch is dropped, and its keys go with it; a Ctrl-C
+            # in the wait (or a call refused before it) leaves the batch in
+            # flight, and its keys with it; one raised by the allocator of
+            # a device batch's spill buffer comes after the batch was
+            # taken, which is dropped. (One thread takes from a Pipeline.)
             if self._c.inflight < pending:
                 self._pop_submitted()
             raise

@@ -254,6 +254,10 @@ static void *worker_main(void *arg)
                 if (!readable || checksum(o->src, o->n) != o->sum) {
                     violation("pageable copy source freed or modified before "
                               "its copy ran");
+                    /* nothing of it is copied: the bytes may be another
+                     * allocation's, or freed memory (which an ASan build
+                     * of the caller would report once more, as a crash) */
+                    readable = 0;
                 }
             } else {
                 alloc *h = find(hosts, n_hosts, o->src, o->n);

@@ -234,8 +234,9 @@ typedef struct rl_transform {
      * or none: the image's own size), so each sample has its own size,
      * known once its header is read (RL_T_RESIZE_CROP, out_w = out_h = 0,
      * no window or trim; padding only a zoom-out's). Such a pipeline has
-     * one view and no ops but source ops (augment.h), delivered to the
-     * host or a device: core/pipeline.h's varying batches. */
+     * one view, whose ops (augment.h) draw and run on each sample's own
+     * size, delivered to the host or a device: core/pipeline.h's varying
+     * batches. */
     int varying;
     /* 1: v2's RandomIoUCrop, the only geometry of a varying transform
      * but a RandomZoomOut before it (no resize, trim or window): per

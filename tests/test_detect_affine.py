@@ -11,7 +11,12 @@ the transform objects' own ``transform`` on the image, boxes and masks
 boxes within 1e-3 px (int64 boxes truncated as torchvision truncates
 them), labels, image_id and masks identical, so SanitizeBoundingBoxes
 drops the same boxes. A policy, which torchvision itself refuses on boxes,
-still falls back, naming it."""
+still falls back, naming it.
+
+Without a crop (Resize(shorter side), RandomShortestSize: each image its
+own size) the warps and colour ops run in the C chain too, each sample
+drawing on its own output size as torchvision draws on each image: boxes
+and masks follow them as above (was a fallback: "fused only whole")."""
 
 from __future__ import annotations
 
@@ -52,8 +57,9 @@ def preset(*warps, flip=True):
 
 
 def run_chain(steps, image, target, drawn):
-    """The head's warps and groups on (image, target) in chain order (its
-    elements: children before their group), with the C draws; returns
+    """The head's warps, ColorJitter and groups on (image, target) in
+    chain order (its elements: children before their group), with the C
+    draws; returns
     the pair and the elements used."""
     at = 0
 
@@ -72,6 +78,8 @@ def run_chain(steps, image, target, drawn):
             return lambda pair: _in_order(pair, [kids[k] for k in order])
         d = drawn[at]
         at += 1
+        if isinstance(t, v2.ColorJitter):  # the image alone
+            return lambda pair: (t.transform(pair[0], jitter_params(d)), pair[1])
         if isinstance(t, v2.RandomAffine):
             params = dict(
                 angle=d[0], translate=[d[1], d[2]], scale=d[3], shear=[d[4], d[5]]
@@ -94,26 +102,30 @@ def _in_order(pair, runs):
     return pair
 
 
-def check_items(ds, ref, warps, seed=SEED, tol=RESIZE_TOL):
+def check_items(ds, ref, warps, seed=SEED, tol=RESIZE_TOL, varying=False):
     """Every item of the loader over ds against torchvision's transforms on
     ref's with the C draws: (boxes SanitizeBoundingBoxes dropped, masks
-    compared, the angles drawn)."""
+    compared, the angles drawn). varying: no crop, each item the size of
+    its plan (torchvision's resize to it), the chain drawn on that size."""
     sampler = BatchSampler(SequentialSampler(ds), 4, drop_last=False)
     loader = fused(ds, batch_sampler=sampler, collate_fn=collate_fn, seed=seed)
     spec = loader._plans[0].compiled.spec
     assert spec["ops"], "the warps run in the C chain"
-    position, dropped, masks = 0, 0, 0
+    assert spec.get("varying", 0) == int(varying)
+    position, dropped, masks, sizes = 0, 0, 0, set()
     for images, targets in loader:
         for image, target in zip(images, targets):
             want_image, want = ref[position]
             h, w = want_image.shape[-2:]
             p = _core.plan_window(spec, w, h, seed, 0, position)
+            size = [p["vh"], p["vw"]] if varying else list(SIZE)
+            sizes.add(tuple(size))
             want_image, want = each(
-                lambda x: F.resize(x, list(SIZE), antialias=True), want_image, want
+                lambda x, size=size: F.resize(x, size, antialias=True), want_image, want
             )
             if p["flip"]:
                 want_image, want = each(F.horizontal_flip, want_image, want)
-            drawn = _core.augment_draw(spec["ops"], *SIZE, seed, 0, position)
+            drawn = _core.augment_draw(spec["ops"], *size, seed, 0, position)
             want_image, want = run_chain(warps, want_image, want, drawn)
             before = len(want.get("boxes", ()))
             for step in TAIL:
@@ -125,6 +137,7 @@ def check_items(ds, ref, warps, seed=SEED, tol=RESIZE_TOL):
             same_target(target, want)
             position += 1
     assert position == len(ds)
+    assert len(sizes) > 2 if varying else sizes == {SIZE}
     return dropped, masks
 
 
@@ -235,3 +248,64 @@ def test_a_policy_in_the_chain_is_refused_by_the_targets_naming_it():
     masks = np.zeros(32 * 32, np.uint8)
     with pytest.raises(ValueError, match="rand_augment moves pixels"):
         _core.plan_warp_masks(spec, 1, 0, 3, 0, masks, 1, 0)
+
+
+# ---- images of varying sizes: each sample's ops drawn on its own size ----
+
+
+def jitter_params(d):
+    """ColorJitter's transform parameters from the C draws."""
+    fs = [None if np.isnan(f) else f for f in d[4:8]]
+    return dict(
+        fn_idx=[int(i) for i in d[:4]],
+        brightness_factor=fs[0],
+        contrast_factor=fs[1],
+        saturation_factor=fs[2],
+        hue_factor=fs[3],
+    )
+
+
+@pytest.mark.parametrize(
+    "resize, warp",
+    [
+        (v2.RandomShortestSize([36, 44, 52], max_size=120), affine()),
+        (v2.Resize(40, antialias=True), v2.RandomRotation(35, fill=3)),
+    ],
+    ids=["shortest-affine", "shorter-rotation"],
+)
+def test_varying_sizes_warp_and_jitter_each_on_its_own_size(coco, resize, warp):
+    # RandomShortestSize, the flip, RandomAffine or RandomRotation, then
+    # ColorJitter (on the warped tensor, as the C chain's colour kernels)
+    jitter = v2.ColorJitter(0.3, 0.3, 0.3, 0.05)
+    tf = Preset([v2.ToImage(), resize, v2.RandomHorizontalFlip(), warp, jitter] + TAIL)
+    ds, ref = pair(coco, tf)
+    # the jitter's factors amplify the resize's 2 LSB
+    dropped, masks = check_items(
+        ds, ref, [warp, jitter], tol=4 / 255 + 1e-6, varying=True
+    )
+    assert dropped > 0 and masks > 0
+
+
+def test_varying_sizes_groups_follow_their_picks(coco):
+    steps = [
+        v2.RandomApply([v2.RandomRotation(30)], p=0.5),
+        v2.RandomChoice([affine(), v2.RandomRotation(90, center=[0.0, 0.0])]),
+    ]
+    tf = Preset([v2.ToImage(), v2.Resize(38), v2.RandomHorizontalFlip()] + steps + TAIL)
+    check_items(*pair(coco, tf), steps, varying=True)
+
+
+def test_varying_masks_are_warped_on_the_samples_own_size():
+    """plan_warp_masks takes a varying sample's size, and needs it."""
+    from ringloader.transforms import compile_transform
+
+    tf = v2.Compose([v2.ToImage(), v2.Resize(30), v2.RandomRotation((90, 90))])
+    spec = compile_transform(tf, varying=True).spec
+    assert spec["varying"] == 1
+    mask = np.zeros((30, 40), np.uint8)
+    mask[2:5, 30:36] = 1  # a quarter turn about the centre of 40 x 30
+    out = _core.plan_warp_masks(spec, 1, 0, 0, 0, mask.reshape(-1), 1, 0, size=(30, 40))
+    want = F.rotate(torch.from_numpy(mask)[None], 90.0).numpy()[0]
+    assert np.array_equal(np.frombuffer(out, np.uint8).reshape(30, 40), want)
+    with pytest.raises(ValueError, match="size"):
+        _core.plan_warp_masks(spec, 1, 0, 0, 0, mask.reshape(-1), 1, 0)

@@ -288,7 +288,8 @@ def test_hflip_preset_flips_image_boxes_and_masks_together(coco, backend):
     "extra, why",
     [
         (v2.RandomPerspective(), "RandomPerspective"),
-        (v2.RandomRotation(10), "RandomRotation"),
+        # (without expand it reads natively: test_detect_affine)
+        (v2.RandomRotation(10, expand=True), "RandomRotation"),
     ],
 )
 def test_other_presets_fall_back_saying_why(coco, extra, why):

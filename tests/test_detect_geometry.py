@@ -248,11 +248,17 @@ def test_masks_pad_with_the_fill_dicts_mask_entry(coco):
 @pytest.mark.parametrize(
     "step, why",
     [
-        # the warps follow a fixed size (test_detect_affine), not the
-        # images' own sizes
-        (v2.RandomRotation(10), "RandomRotation after .* to one size first"),
+        # the warps follow each image's own size too (test_detect_affine),
+        # but not a rotation that changes it, nor one on float pixels
+        (
+            v2.RandomRotation(10, expand=True),
+            "RandomRotation after .* to one size first",
+        ),
         (v2.RandomPerspective(), "RandomPerspective is not followed"),
-        (v2.RandomAffine(5), "RandomAffine after .* to one size first"),
+        (
+            v2.Compose([v2.ToDtype(torch.float, scale=True), v2.RandomAffine(5)]),
+            "RandomAffine after .* to one size first",
+        ),
         (
             v2.RandomCrop(30, pad_if_needed=True, padding_mode="reflect"),
             "padding_mode='reflect'",

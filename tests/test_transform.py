@@ -116,13 +116,14 @@ def test_nchw_is_nhwc_permuted(tmp_path):
 
 def test_unfusable_transforms_say_why():
     # (A Loader takes Resize(256) alone, or no transform, as images of
-    # varying sizes: tests/test_varying_size.py. What needs one size still
-    # refuses: a MultiView's view, ops after the resize.)
+    # varying sizes: tests/test_varying_size.py, with ops drawn on each
+    # image's size: tests/test_varying_ops.py. What needs one size still
+    # refuses: a MultiView's view, a policy's magnitudes in pixels.)
     with pytest.raises(ValueError, match="varying sizes"):
         ringloader.Loader(Files(["x"]), transform=T.MultiView(T.Resize(256)))
-    with pytest.raises(ValueError, match="needs a fixed image size"):
+    with pytest.raises(ValueError, match="depend on the image size"):
         ringloader.Loader(
-            Files(["x"]), transform=tv.Compose([tv.Resize(256), tv.ColorJitter(0.4)])
+            Files(["x"]), transform=tv.Compose([tv.Resize(256), tv.RandAugment()])
         )
     with pytest.raises(ValueError, match="interpolation"):
         ringloader.Loader(

@@ -138,12 +138,9 @@ int rl_sample_views_check(const rl_view *views, int n, char *msg)
         }
         const rl_augment *a = &views[v].augment;
         int source = rl_augment_source_ops(a);
-        if (rc == 0 && views[v].transform.varying &&
-            (n != 1 || a->n != source)) {
+        if (rc == 0 && views[v].transform.varying && n != 1) {
             snprintf(msg, RL_MSG_MAX,
-                     "a varying output size is one view without ops but "
-                     "source ops (%d views, %d ops)",
-                     n, a->n - source);
+                     "a varying output size is one view (%d views)", n);
             rc = RL_ECONFIG;
         }
         if (rc == 0 && source > 0 && (n != 1 || views[v].transform.trim != 0)) {
@@ -185,9 +182,11 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
 }
 
 /* The source stage (augment.h's source ops, one view): the ops on the whole
- * decoded image px, in the thread's own copy, which px then names. */
+ * decoded image px, in the thread's own copy, which px then names; the
+ * chain draws for the view's plan p's output size, as run_view draws. */
 static int run_source(rl_sample_ctx *c, const rl_sample_spec *spec,
-                      int64_t epoch, int64_t key, rl_pixels *px, char *msg)
+                      const rl_plan *p, int64_t epoch, int64_t key,
+                      rl_pixels *px, char *msg)
 {
     const rl_view *view = &spec->views[0];
     if (px->x0 != 0 || px->y0 != 0 || px->w < px->full_w ||
@@ -209,8 +208,8 @@ static int run_source(rl_sample_ctx *c, const rl_sample_spec *spec,
         }
     }
     double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
-    rl_augment_draw(&view->augment, spec->seed, epoch, key,
-                    view->transform.out_w, view->transform.out_h, params);
+    rl_augment_draw(&view->augment, spec->seed, epoch, key, p->out_w, p->out_h,
+                    params);
     rl_image img = {c->source_rgb, (int)w, (int)h, w * 3};
     int rc = rl_augment_run_source(&view->augment, params, &img, msg);
     if (rc != 0) {
@@ -226,30 +225,30 @@ static int run_source(rl_sample_ctx *c, const rl_sample_spec *spec,
 }
 
 /* Where the resampler writes: the slot, or with ops the thread's 8-bit
- * image of the output size. */
-static int stage_dst(rl_sample_ctx *c, const rl_view *view, const rl_dst *slot,
-                     rl_dst *dst, rl_image *img)
+ * image of the sample's output size (plan p's: a varying view's is its
+ * own), grown to the largest one seen. */
+static int stage_dst(rl_sample_ctx *c, const rl_view *view, const rl_plan *p,
+                     const rl_dst *slot, rl_dst *dst, rl_image *img)
 {
     if (rl_augment_image_ops(&view->augment) == 0) {
         *dst = *slot;
         return 0;
     }
-    const rl_transform *t = &view->transform;
     /* The resampler writes every byte before an op reads one. */
-    size_t need = (size_t)t->out_w * (size_t)t->out_h * 3;
+    size_t need = (size_t)p->out_w * (size_t)p->out_h * 3;
     if (grow(&c->scratch, &c->scratch_cap, need) != 0) {
         return -ENOMEM;
     }
     memset(dst, 0, sizeof(*dst));
     dst->data = c->scratch;
     dst->dtype = RL_DTYPE_U8;
-    dst->row_stride = (ptrdiff_t)t->out_w * 3;
+    dst->row_stride = (ptrdiff_t)p->out_w * 3;
     dst->px_stride = 3;
     dst->ch_stride = 1;
     img->data = c->scratch;
-    img->w = t->out_w;
-    img->h = t->out_h;
-    img->stride = (size_t)t->out_w * 3;
+    img->w = p->out_w;
+    img->h = p->out_h;
+    img->stride = (size_t)p->out_w * 3;
     return 0;
 }
 
@@ -289,7 +288,7 @@ static int run_view(rl_sample_ctx *c, const rl_sample_spec *spec, int v,
     const rl_view *view = &spec->views[v];
     rl_dst dst;
     rl_image img;
-    if (stage_dst(c, view, slot, &dst, &img) != 0) {
+    if (stage_dst(c, view, p, slot, &dst, &img) != 0) {
         snprintf(msg, RL_MSG_MAX, "out of memory");
         return -ENOMEM;
     }
@@ -300,9 +299,10 @@ static int run_view(rl_sample_ctx *c, const rl_sample_spec *spec, int v,
     if (rc != 0 || view->augment.n == 0) {
         return rc;
     }
-    const rl_transform *t = &view->transform;
+    /* Drawn for the sample's own size (a varying view's plan has it), as
+     * torchvision draws on each image. */
     double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
-    rl_augment_draw(&view->augment, spec->seed, epoch, key, t->out_w, t->out_h,
+    rl_augment_draw(&view->augment, spec->seed, epoch, key, p->out_w, p->out_h,
                     params);
     if (dst.data != slot->data) {
         rc = rl_augment_run(&view->augment, params, &img, msg);
@@ -311,7 +311,7 @@ static int run_view(rl_sample_ctx *c, const rl_sample_spec *spec, int v,
         }
         rl_store_rgb(img.data, img.stride, img.w, img.h, slot);
     }
-    return rl_augment_run_out(&view->augment, params, slot, t->out_w, t->out_h,
+    return rl_augment_run_out(&view->augment, params, slot, p->out_w, p->out_h,
                               msg);
 }
 
@@ -445,7 +445,7 @@ static int run_sample(rl_sample_ctx *c, const rl_sample_spec *spec,
     note->decodes = 1;
     note->truncated = dec->truncated != NULL && dec->truncated(st);
     if (source) {
-        rc = run_source(c, spec, epoch, key, &px, msg);
+        rc = run_source(c, spec, &plans[0], epoch, key, &px, msg);
         if (rc != 0) {
             return rc;
         }
@@ -484,8 +484,9 @@ int rl_sample_run_to(rl_sample_ctx *c, const rl_sample_spec *spec,
 {
     int rc = run_sample(c, spec, data, len, epoch, key, slot, sink, note, msg);
     /* The views have read the pixels: the decoders' buffers may shrink.
-     * The scratch image is not trimmed: its size is the output's, the
-     * same for every sample of the pipeline. */
+     * The scratch image is kept: a fixed output's size, or a varying
+     * view's largest sample so far, freed after one past
+     * RL_SOURCE_KEEP_PIXELS. */
     size_t held = rl_decode_ctx_trim(c->decode);
     if (c->source_px_cap > RL_SOURCE_KEEP_PIXELS * 4 ||
         c->source_rgb_cap > RL_SOURCE_KEEP_PIXELS * 3) {
@@ -493,6 +494,12 @@ int rl_sample_run_to(rl_sample_ctx *c, const rl_sample_spec *spec,
         free(c->source_px);
         c->source_rgb = c->source_px = NULL;
         c->source_rgb_cap = c->source_px_cap = 0;
+    }
+    if (spec->views[0].transform.varying &&
+        c->scratch_cap > RL_SOURCE_KEEP_PIXELS * 3) {
+        free(c->scratch);
+        c->scratch = NULL;
+        c->scratch_cap = 0;
     }
     note->held_change = (int64_t)held - (int64_t)c->held;
     c->held = held;

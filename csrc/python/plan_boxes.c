@@ -11,8 +11,8 @@
  *                  points, plan=None, *, single=False) -> (bytes, (h, w))
  *   plan_maps(spec, width, height, seed, epoch, index, view=0, plan=None)
  *       -> (row_map, col_map)
- *   plan_warp_masks(spec, seed, epoch, index, view, masks, count, fill)
- *       -> bytes
+ *   plan_warp_masks(spec, seed, epoch, index, view, masks, count, fill,
+ *                   *, size=None) -> bytes
  * The first seven arguments are _core.plan's; boxes (N, 4) and points
  * (N, 2) are C-contiguous float64 buffers; the result is the mapped
  * values and the output canvas; plan_maps' are int32 bytes (-1: padding),
@@ -44,12 +44,13 @@
 #include "targets/plan_geom.h"
 
 /* The warps of the spec's augment chain for view `view` of sample
- * (seed, epoch, index) of transform t (its draws on t's output size, as
- * core/sample.c draws them) into out[RL_AUGMENT_MAX_WARPS]: how many, or
- * -1 with an exception naming the op the targets cannot follow. */
-static int chain_warps(PyObject *spec, const rl_transform *t,
-                       unsigned long long seed, long long epoch,
-                       long long index, int view, rl_op_warp *out)
+ * (seed, epoch, index) of w x h pixels (the sample's output size, its
+ * plan's: core/sample.c draws on it) into out[RL_AUGMENT_MAX_WARPS]: how
+ * many, or -1 with an exception naming the op the targets cannot
+ * follow. */
+static int chain_warps(PyObject *spec, int w, int h, unsigned long long seed,
+                       long long epoch, long long index, int view,
+                       rl_op_warp *out)
 {
     rl_augment a;
     if (rl__py_parse_ops(spec, &a) != 0)
@@ -59,8 +60,8 @@ static int chain_warps(PyObject *spec, const rl_transform *t,
     a.view = view;
     double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
     char msg[RL_MSG_MAX];
-    rl_augment_draw(&a, seed, epoch, index, t->out_w, t->out_h, params);
-    int n = rl_augment_warps(&a, params, t->out_w, t->out_h, out, msg);
+    rl_augment_draw(&a, seed, epoch, index, w, h, params);
+    int n = rl_augment_warps(&a, params, w, h, out, msg);
     if (n < 0)
         PyErr_Format(PyExc_ValueError, "the targets' geometry: %s", msg);
     return n;
@@ -107,7 +108,7 @@ static int plan_geom(PyObject *spec, int width, int height,
     rl_op_warp w[RL_AUGMENT_MAX_WARPS];
     int nw = 0;
     if (rl_geom_from_plan(t, p, width, height, g, &err) == 0 && warps) {
-        nw = chain_warps(spec, t, seed, epoch, index, view, w);
+        nw = chain_warps(spec, p->out_w, p->out_h, seed, epoch, index, view, w);
         if (nw < 0)
             return -1;
     }
@@ -387,29 +388,38 @@ static PyObject *py_plan_warp_masks(PyObject *self, PyObject *args,
 {
     (void)self;
     static char *kwlist[] = {"spec",  "seed",  "epoch", "index", "view",
-                             "masks", "count", "fill",  NULL};
-    PyObject *spec, *masks;
+                             "masks", "count", "fill",  "size",  NULL};
+    PyObject *spec, *masks, *size = Py_None;
     int view, fill;
     unsigned long long seed;
     long long epoch, index;
     Py_ssize_t count;
     rl_transform t;
     rl_op_warp warps[RL_AUGMENT_MAX_WARPS];
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OKLLiOni:plan_warp_masks",
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OKLLiOni|$O:plan_warp_masks",
                                      kwlist, &spec, &seed, &epoch, &index,
-                                     &view, &masks, &count, &fill) ||
+                                     &view, &masks, &count, &fill, &size) ||
         rl__py_parse_transform(spec, &t) != 0)
         return NULL;
-    if (fill < 0 || fill > 255 || count < 0 || t.varying) {
+    /* The masks' size: the spec's output, or a varying sample's own. */
+    int oh = t.out_h, ow = t.out_w;
+    if (size != Py_None &&
+        !PyArg_ParseTuple(size, "ii;size is (h, w)", &oh, &ow))
+        return NULL;
+    bool sized = oh > 0 && ow > 0 && (!t.varying || size != Py_None) &&
+                 (t.varying || (oh == t.out_h && ow == t.out_w));
+    if (fill < 0 || fill > 255 || count < 0 || !sized) {
         PyErr_Format(PyExc_ValueError,
-                     "plan_warp_masks: a fill in 0..255, a count >= 0 and a "
-                     "fixed output size (fill %d, count %zd, varying %d)",
-                     fill, count, t.varying);
+                     "plan_warp_masks: a fill in 0..255, a count >= 0 and the "
+                     "output size (the spec's; size=(h, w), a varying "
+                     "sample's own) (fill %d, count %zd, size %dx%d, "
+                     "varying %d)",
+                     fill, count, oh, ow, t.varying);
         return NULL;
     }
-    int n = chain_warps(spec, &t, seed, epoch, index, view, warps);
+    int n = chain_warps(spec, ow, oh, seed, epoch, index, view, warps);
     Py_buffer b;
-    Py_ssize_t need = count * (Py_ssize_t)t.out_w * t.out_h;
+    Py_ssize_t need = count * (Py_ssize_t)ow * oh;
     if (n < 0 || rl__py_array(masks, "masks", RL_PY_U8, need, &b) != 0)
         return NULL;
     PyObject *out = PyBytes_FromStringAndSize(b.buf, need);
@@ -420,7 +430,7 @@ static PyObject *py_plan_warp_masks(PyObject *self, PyObject *args,
     uint8_t *m = (uint8_t *)PyBytes_AsString(out);
     int rc;
     Py_BEGIN_ALLOW_THREADS;
-    rc = warp_masks(m, count, t.out_w, t.out_h, warps, n, fill, msg);
+    rc = warp_masks(m, count, ow, oh, warps, n, fill, msg);
     Py_END_ALLOW_THREADS;
     if (rc != 0) {
         Py_DECREF(out);
@@ -457,9 +467,11 @@ PyMethodDef rl__py_plan_boxes_methods[] = {
      "tv_tensors.Mask."},
     {"plan_warp_masks", (PyCFunction)(void (*)(void))py_plan_warp_masks,
      METH_VARARGS | METH_KEYWORDS,
-     "plan_warp_masks(spec, seed, epoch, index, view, masks, count, fill) -> "
-     "bytes: count uint8 masks of the spec's output size (a flat C-contiguous "
-     "array), sampled through plan_maps, warped by the affine and rotation "
+     "plan_warp_masks(spec, seed, epoch, index, view, masks, count, fill, *, "
+     "size=None) -> bytes: count uint8 masks of the output size (a flat "
+     "C-contiguous array; size: (h, w), the spec's, or a varying spec's "
+     "sample's own, required there), sampled through plan_maps, warped by "
+     "the affine and rotation "
      "ops of that view of that sample's augment chain as torchvision warps a "
      "tv_tensors.Mask (nearest, fill outside); the same bytes where the "
      "chain warps nothing."},

@@ -232,15 +232,39 @@ def _convert(plan: _Plan, step: _steps.Convert) -> Optional[str]:
     return None
 
 
-def _augment(plan: _Plan, step: _steps.Ops) -> Optional[str]:
-    """Augment-stage ops, made for the size the geometry gives."""
+# Two sizes a varying plan's ops are made for: ops whose arguments are the
+# same for both draw and run on each sample's own size (the C chain gets
+# it), as torchvision's do on each image; others (a policy's magnitude
+# tables in pixels) are made for one size.
+_PROBE_SIZES = ((61, 97), (203, 149))
+
+
+def _elements(plan: _Plan, step: _steps.Ops) -> Any:
+    """The chain's elements for step on the geometry's size, or on a
+    varying plan's samples of their own sizes; a str saying why not."""
     size = plan.size()
-    if size is None:
-        return f"{step.name} needs a fixed image size before it"
     try:
-        elements = step.make(*size)
+        if size is not None:
+            return step.make(*size)
+        if not plan.varying:
+            return f"{step.name} needs a fixed image size before it"
+        made = [step.make(*probe) for probe in _PROBE_SIZES]
     except NotFused as e:
         return str(e)
+    if any(m != made[0] for m in made):
+        return (
+            f"{step.name}'s arguments depend on the image size (its magnitudes "
+            "in pixels): it needs a fixed image size before it"
+        )
+    return made[0]
+
+
+def _augment(plan: _Plan, step: _steps.Ops) -> Optional[str]:
+    """Augment-stage ops, made for the size the geometry gives (or each
+    sample's own, in a varying plan)."""
+    elements = _elements(plan, step)
+    if isinstance(elements, str):
+        return elements
     if len(plan.ops) + len(elements) > _core.AUGMENT_MAX_OPS:
         return _too_many(step.name)
     plan.ops += elements
@@ -280,6 +304,10 @@ def _place(plan: _Plan, step: Step) -> bool:
         return False  # a RandomIoUCrop alone may follow RandomZoomOut
     elif isinstance(step, _steps.Trim) and not plan.names:
         plan.trim = step.border
+    elif plan.ops:
+        # The C chain runs after the geometry: a varying plan may have
+        # taken ops before any.
+        return False
     elif isinstance(step, _steps.Resize) and not plan.geometric and not flipped:
         plan.resize = step
     elif (
@@ -288,7 +316,6 @@ def _place(plan: _Plan, step: Step) -> bool:
         and plan.rcrop is None
         and not plan.box
         and (not (plan.flipped or plan.vflipped) or _mirrors(plan, step))
-        and not plan.ops
     ):
         # (After a flip, an odd margin would put a centre crop one column
         # off: torchvision rounds the left edge, not the mirrored one.)
@@ -420,18 +447,22 @@ def _tensor_geometry(plan: _Plan, step: Step) -> bool:
 
 
 # The C ops that are torchvision's own tensor kernels on a uint8 image
-# (augment/geometry.c, warp.c: rotate_image's and affine_image's grid),
-# and the groups that hold them.
-_TENSOR_WARPS = frozenset(
+# (augment/geometry.c, warp.c: rotate_image's and affine_image's grid;
+# color.c's colour ops, tests/test_augment_color.py), and the groups that
+# hold them.
+_TENSOR_OPS = frozenset(
     {"affine", "rotation", "random_apply", "random_choice", "random_order", "compose"}
+    | {"color_jitter", "grayscale", "gaussian_blur", "autocontrast", "equalize"}
+    | {"invert", "posterize", "solarize", "sharpness"}
 )
 
 
 def _tensor_warp(plan: _Plan, step: Step) -> bool:
-    """Whether ops after the conversion may be fused: RandomAffine and
-    RandomRotation (in groups too) on the uint8 tensor of a fixed size
-    (the detection presets convert first), which the C warp computes as
-    torchvision's affine_image and rotate_image do on it."""
+    """Whether ops after the conversion may be fused: RandomAffine,
+    RandomRotation and the colour ops (in groups too) on the uint8 tensor
+    of a fixed size or of each sample's own (the detection presets convert
+    first), which the C ops compute as torchvision's tensor kernels do on
+    it (affine_image, rotate_image, adjust_*)."""
     out = plan.out
     if (
         not isinstance(step, _steps.Ops)
@@ -439,14 +470,12 @@ def _tensor_warp(plan: _Plan, step: Step) -> bool:
         or out["mul"] != [1.0] * 3
         or out["add"] != [0.0] * 3
         or plan.erased
-        or plan.size() is None
     ):
         return False
-    try:
-        elements = step.make(*plan.size())
-    except NotFused:
+    elements = _elements(plan, step)
+    if isinstance(elements, str):
         return False
-    return all(name in _TENSOR_WARPS for name, _ in elements)
+    return all(name in _TENSOR_OPS for name, _ in elements)
 
 
 def _fuse(plan: _Plan, step: Step) -> Optional[str]:

@@ -314,9 +314,12 @@ def plan_warp_masks(
     masks: Buffer,
     count: int,
     fill: int,
+    *,
+    size: Optional[Tuple[int, int]] = None,
 ) -> bytes:
-    """``count`` uint8 masks of the spec's output size (a flat C-contiguous
-    array, each sampled through plan_maps) warped by the affine and
+    """``count`` uint8 masks of the output size (a flat C-contiguous
+    array, each sampled through plan_maps; ``size`` (h, w): the spec's, or
+    a varying spec's sample's own, required there) warped by the affine and
     rotation ops of that view of that sample's augment chain, drawn as its
     pixels drew them, as torchvision warps a tv_tensors.Mask (nearest,
     ``fill`` outside): the same bytes where the chain warps nothing.

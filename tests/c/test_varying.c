@@ -5,12 +5,14 @@
  * arena (its bound arena_bytes exactly) or past it in a buffer of its
  * own (counted in past_arena), with any thread count; a
  * bad sample is replaced; a source op (RandomPhotometricDistort) changes
- * the whole image before the plan; cancel and destroy with batches in
+ * the whole image before the plan, image ops (affine, invert) each
+ * sample after it, drawn on its own size; cancel and destroy with batches in
  * flight and a slot still held free everything (run under ASan by `make check
  * SANITIZE=address`, under TSan by test_c_units).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -81,28 +83,58 @@ static void check_sample(rl_slot *s, int pos, int id, int64_t key)
     CHECK_EQ(rl_sample_decode_full(data[id], len[id], &limits, NULL, &full, &fw,
                                    &fh, msg),
              0);
-    if (view.augment.n > 0) {
+    if (rl_augment_source_ops(&view.augment) > 0) {
         source_ops(full, fw, fh, key);
     }
     rl_plan plan;
     CHECK_EQ(rl_plan_make(&view.transform, w, h, 7, 0, key, 0, &plan, msg), 0);
+    uint8_t *want = malloc((size_t)w * h * 3);
+    CHECK(want != NULL);
+    for (int y = 0; y < h; y++) {
+        for (int x = 0; x < w; x++) {
+            int sx = plan.flip ? w - 1 - x : x;
+            memcpy(want + ((size_t)y * w + x) * 3,
+                   full + ((size_t)y * w + sx) * 3, 3);
+        }
+    }
+    if (rl_augment_image_ops(&view.augment) > 0) {
+        /* The ops on the flipped image, drawn for this sample's size. */
+        double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
+        rl_augment_draw(&view.augment, 7, 0, key, w, h, params);
+        rl_image img = {want, w, h, (size_t)w * 3};
+        CHECK_EQ(rl_augment_run(&view.augment, params, &img, msg), 0);
+    }
     for (int c = 0; c < 3; c++) {
         for (int y = 0; y < h; y++) {
             for (int x = 0; x < w; x++) {
-                int sx = plan.flip ? w - 1 - x : x;
                 if (got[((size_t)c * h + y) * w + x] !=
-                    full[((size_t)y * w + sx) * 3 + c]) {
+                    want[((size_t)y * w + x) * 3 + c]) {
                     CHECK(!"a pixel differs from the full decode");
                 }
             }
         }
     }
+    free(want);
     free(full);
 }
 
+/* The translate an affine op of the view draws for sample key of w x h
+ * pixels: at most its fraction of that size (drawn per sample). */
+static void check_translate(int w, int h, int64_t key)
+{
+    double params[RL_AUGMENT_MAX_OPS * RL_OP_MAX_PARAMS];
+    rl_augment_draw(&view.augment, 7, 0, key, w, h, params);
+    /* The affine op is the chain's last but one (the invert last). */
+    const double *t = params + (view.augment.n - 2) * RL_OP_MAX_PARAMS + 1;
+    CHECK(t[0] >= -0.4 * w - 0.5 && t[0] <= 0.4 * w + 0.5);
+    CHECK(t[1] >= -0.4 * h - 0.5 && t[1] <= 0.4 * h + 0.5);
+}
+
 /* One epoch in batches of 5: every sample checked, the flips counted;
- * with_source: the view's chain is a photometric distort. */
-static int run_with(int threads, size_t arena, bool with_source)
+ * with_source: the view's chain is a photometric distort; with_ops: then
+ * an affine op and an invert (image ops, each sample drawing and running
+ * on its own size, the worker's image grown and shrunk as sizes come). */
+static int run_ops(int threads, size_t arena, bool with_source, bool with_ops)
 {
     char msg[RL_MSG_MAX];
     rl_pipeline_config cfg = config(threads, arena, N);
@@ -112,6 +144,20 @@ static int run_with(int threads, size_t arena, bool with_source)
                                 rl_op_find("photometric_distort"), args, 9,
                                 msg),
                  0);
+    }
+    if (with_ops) {
+        /* degrees, translate, scale, shear (none), nearest, centre (the
+         * image's), fill */
+        const double nan = __builtin_nan("");
+        const double affine[16] = {-20, 20,  0.4, 0.4, nan, nan, nan, nan,
+                                   nan, nan, 0,   nan, nan, 9,   9,   9};
+        const double invert[1] = {0.5};
+        CHECK_EQ(rl_augment_add(&view.augment, rl_op_find("affine"), affine, 16,
+                                msg),
+                 0);
+        CHECK_EQ(
+            rl_augment_add(&view.augment, rl_op_find("invert"), invert, 1, msg),
+            0);
     }
     rl_pipeline *p = rl_pipeline_create(&cfg, NULL, msg);
     CHECK(p != NULL);
@@ -133,6 +179,9 @@ static int run_with(int threads, size_t arena, bool with_source)
         CHECK_EQ(rl_slot_count(s), n);
         for (int k = 0; k < n; k++) {
             check_sample(s, k, at + k, at + k);
+            if (with_ops) {
+                check_translate(width[at + k], height[at + k], at + k);
+            }
             rl_plan plan;
             rl_plan_make(&view.transform, width[at + k], height[at + k], 7, 0,
                          at + k, 0, &plan, msg);
@@ -142,6 +191,11 @@ static int run_with(int threads, size_t arena, bool with_source)
     }
     rl_pipeline_destroy(p);
     return flips;
+}
+
+static int run_with(int threads, size_t arena, bool with_source)
+{
+    return run_ops(threads, arena, with_source, false);
 }
 
 static int run(int threads, size_t arena)
@@ -308,7 +362,7 @@ static void check_release(void)
     check_sample(held, 5, 5, 5); /* still readable after destroy */
     rl_slot_release(held);
 
-    /* A varying view with a second view, or with ops: refused. */
+    /* A varying view with a second view: refused. */
     rl_view two[2];
     cfg = config(1, 0, N);
     two[0] = view;
@@ -353,6 +407,10 @@ int main(void)
     }
     CHECK(flips > 0 && flips < N); /* drawn per sample, not all one way */
     CHECK_EQ(run_with(2, 0, true), flips); /* the op draws no plan number */
+    /* Image ops on varying sizes, after the source op or alone, in the
+     * arena and past it. */
+    CHECK_EQ(run_ops(2, 0, true, true), flips);
+    CHECK_EQ(run_ops(3, 4096, false, true), flips);
     check_source_refused();
     check_room_after_a_large_one();
     check_exact_bound();

@@ -13,8 +13,8 @@ targets follow: Resize with or without max_size, RandomResize,
 RandomShortestSize, ScaleJitter, RandomCrop with its padding and pad_if_needed,
 CenterCrop, RandomResizedCrop, RandomZoomOut, RandomIoUCrop, the flips,
 RandomAffine and RandomRotation, alone or in RandomApply, RandomChoice and
-RandomOrder (which the C augment chain runs after the plan, on a fixed
-size); and steps that move no pixel:
+RandomOrder (which the C augment chain runs after the plan, on the fixed
+size or, without a crop, each sample's own); and steps that move no pixel:
 ToImage, PILToTensor, ToDtype or ConvertImageDtype of images, colour ops),
 and a tail that touches the targets alone (``ConvertBoundingBoxFormat``,
 ``SanitizeBoundingBoxes``, ``ClampBoundingBoxes``, ``ClampKeyPoints``,
@@ -510,7 +510,15 @@ class DetectionImages:
         if masks is not None and self._warped:
             flat = np.ascontiguousarray(masks.numpy()).reshape(-1)
             warped = _core.plan_warp_masks(
-                spec, seed, epoch, key, 0, flat, len(masks), self._warp_fill
+                spec,
+                seed,
+                epoch,
+                key,
+                0,
+                flat,
+                len(masks),
+                self._warp_fill,
+                size=tuple(masks.shape[-2:]),  # the plan's: a varying sample's own
             )
             t["masks"] = tv_tensors.Mask(
                 torch.frombuffer(bytearray(warped), dtype=torch.uint8).view(masks.shape)

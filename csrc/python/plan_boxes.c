@@ -419,6 +419,12 @@ static PyObject *py_plan_warp_masks(PyObject *self, PyObject *args,
     }
     int n = chain_warps(spec, ow, oh, seed, epoch, index, view, warps);
     Py_buffer b;
+    if (count > PY_SSIZE_T_MAX / ((Py_ssize_t)ow * oh)) {
+        PyErr_Format(PyExc_OverflowError,
+                     "plan_warp_masks: %zd masks of %dx%d are too many bytes",
+                     count, oh, ow);
+        return NULL;
+    }
     Py_ssize_t need = count * (Py_ssize_t)ow * oh;
     if (n < 0 || rl__py_array(masks, "masks", RL_PY_U8, need, &b) != 0)
         return NULL;

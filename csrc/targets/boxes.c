@@ -42,7 +42,7 @@ static rl_geom_step *push(rl_target_geom *g, rl_geom_kind kind,
                           const char **err)
 {
     if (g->n >= RL_GEOM_MAX_STEPS) {
-        *err = "too many geometry steps (at most 16)";
+        *err = "too many geometry steps (at most 80)";
         return NULL;
     }
     rl_geom_step *s = &g->step[g->n];
@@ -478,10 +478,12 @@ void rl_boxes_map_whole(const rl_target_geom *g, double *boxes, size_t n,
             map_box(s, b, fmt, 0);
             /* a resize: the product of a whole number and a float32
              * ratio is exact in double; rounded to float32, it is
-             * torch's, which .to(dtype) truncates; an affine step is
+             * torch's, which .to(dtype) truncates; a matrix step is
              * computed in float32 and truncated likewise (here: its
-             * double result rounded to float32) */
-            if (s->kind == RL_GEOM_AFFINE ||
+             * double result rounded to float32, so a corner whose float32
+             * result lands a last bit below a whole number may come out
+             * one more) */
+            if (s->kind != RL_GEOM_AXIS ||
                 (s->m[0] > 0.0 && s->m[4] > 0.0 &&
                  (s->m[0] != 1.0 || s->m[4] != 1.0))) {
                 for (int j = 0; j < 4; j++)

@@ -50,7 +50,9 @@ typedef struct {
     int out_w, out_h;
 } rl_geom_step;
 
-#define RL_GEOM_MAX_STEPS 16
+/* A plan's steps (a dozen at most) and the warps of an augment chain
+ * (augment.h's RL_AUGMENT_MAX_WARPS, 64) after them. */
+#define RL_GEOM_MAX_STEPS 80
 
 typedef struct {
     int in_w, in_h;

@@ -108,8 +108,12 @@ def _kinds() -> tuple[tuple, tuple, tuple]:
         v2.SanitizeBoundingBoxes,
         v2.ClampBoundingBoxes,
         v2.ToPureTensor,
-        v2.ClampKeyPoints,
-        v2.SanitizeKeyPoints,
+    )
+    # torchvision 0.23 and later: the keypoints' own steps
+    targets += tuple(
+        getattr(v2, name)
+        for name in ("ClampKeyPoints", "SanitizeKeyPoints")
+        if hasattr(v2, name)
     )
     return geometry, pixels, targets
 

@@ -251,7 +251,8 @@ def test_masks_pad_with_the_fill_dicts_mask_entry(coco):
         # the warps follow a fixed size (test_detect_affine), not the
         # images' own sizes
         (v2.RandomRotation(10), "RandomRotation after .* to one size first"),
-        (v2.RandomPerspective(), "RandomPerspective is not followed"),
+        (v2.RandomPerspective(), "RandomPerspective after .* to one size first"),
+        (v2.ElasticTransform(), "ElasticTransform is not followed"),
         (v2.RandomAffine(5), "RandomAffine after .* to one size first"),
         (
             v2.RandomCrop(30, pad_if_needed=True, padding_mode="reflect"),

@@ -420,18 +420,28 @@ def _tensor_geometry(plan: _Plan, step: Step) -> bool:
 
 
 # The C ops that are torchvision's own tensor kernels on a uint8 image
-# (augment/geometry.c, warp.c: rotate_image's and affine_image's grid),
-# and the groups that hold them.
+# (augment/geometry.c, perspective.c, warp.c: rotate_image's,
+# affine_image's and perspective_image's grids), and the groups that hold
+# them.
 _TENSOR_WARPS = frozenset(
-    {"affine", "rotation", "random_apply", "random_choice", "random_order", "compose"}
+    {
+        "affine",
+        "rotation",
+        "perspective",
+        "random_apply",
+        "random_choice",
+        "random_order",
+        "compose",
+    }
 )
 
 
 def _tensor_warp(plan: _Plan, step: Step) -> bool:
-    """Whether ops after the conversion may be fused: RandomAffine and
-    RandomRotation (in groups too) on the uint8 tensor of a fixed size
-    (the detection presets convert first), which the C warp computes as
-    torchvision's affine_image and rotate_image do on it."""
+    """Whether ops after the conversion may be fused: RandomAffine,
+    RandomRotation and RandomPerspective (in groups too) on the uint8
+    tensor of a fixed size (the detection presets convert first), which
+    the C warp computes as torchvision's affine_image, rotate_image and
+    perspective_image do on it."""
     out = plan.out
     if (
         not isinstance(step, _steps.Ops)

@@ -254,7 +254,7 @@ def test_masks_pad_with_the_fill_dicts_mask_entry(coco):
             v2.RandomRotation(10, expand=True),
             "RandomRotation after .* to one size first",
         ),
-        (v2.RandomPerspective(), "RandomPerspective is not followed"),
+        (v2.ElasticTransform(), "ElasticTransform is not followed"),
         (
             v2.Compose([v2.ToDtype(torch.float, scale=True), v2.RandomAffine(5)]),
             "RandomAffine after .* to one size first",

@@ -90,27 +90,43 @@ def plain_grid(theta: torch.Tensor, w: int, h: int, ow: int, oh: int):
     return grid.unsqueeze(0)
 
 
+def plain_perspective_grid(coeffs, ow: int, oh: int, dtype, device=None):
+    """torchvision's _perspective_grid with its two products in the plain
+    float32 order ((x * R00 + y * R10) + R20 over (x * c6 + y * c7) + 1),
+    each operation rounded."""
+    t = torch.tensor([coeffs[0:3], coeffs[3:6]], dtype=dtype)
+    r = t.T / torch.tensor([0.5 * ow, 0.5 * oh], dtype=dtype)
+    c6, c7 = (torch.tensor(c, dtype=dtype) for c in coeffs[6:8])
+    x = torch.linspace(0.5, ow - 0.5, steps=ow, dtype=dtype).view(1, ow, 1)
+    y = torch.linspace(0.5, oh - 0.5, steps=oh, dtype=dtype).view(oh, 1, 1)
+    num = (x * r[0] + y * r[1]) + r[2]
+    den = (x * c6 + y * c7) + 1.0
+    return (num / den - 1.0).unsqueeze(0)
+
+
 @contextlib.contextmanager
 def pinned_grid():
-    """torchvision's warps, with the grid's product in the plain order."""
-    original = _geometry._affine_grid
+    """torchvision's warps, with the grids' products in the plain order."""
+    original = _geometry._affine_grid, _geometry._perspective_grid
     _geometry._affine_grid = plain_grid
+    _geometry._perspective_grid = plain_perspective_grid
     try:
         yield
     finally:
-        _geometry._affine_grid = original
+        _geometry._affine_grid, _geometry._perspective_grid = original
 
 
 @dataclass
 class Warp:
-    """One warp torchvision made: its theta (the inverse matrix), sizes,
-    mode and fill."""
+    """One warp torchvision made: its theta (the inverse matrix) or, for a
+    perspective, its 8 coefficients (theta None), sizes, mode and fill."""
 
-    theta: np.ndarray
+    theta: np.ndarray | None
     w: int
     h: int
     mode: str = ""
     fill: list[float] | None = None
+    coeffs: np.ndarray | None = None
 
 
 @contextlib.contextmanager
@@ -119,10 +135,15 @@ def recording():
     turns by rot90 make none) into the yielded list."""
     warps: list[Warp] = []
     grid, apply = _geometry._affine_grid, _geometry._apply_grid_transform
+    persp = _geometry._perspective_grid
 
     def record_grid(theta, w, h, ow, oh):
         warps.append(Warp(theta.detach().clone()[0].numpy(), w, h))
         return grid(theta, w, h, ow, oh)
+
+    def record_perspective(coeffs, ow, oh, dtype, device):
+        warps.append(Warp(None, ow, oh, coeffs=np.array(coeffs, np.float64)))
+        return persp(coeffs, ow=ow, oh=oh, dtype=dtype, device=device)
 
     def record_apply(img, g, mode, fill):
         if fill is not None:
@@ -134,11 +155,13 @@ def recording():
         return apply(img, g, mode, fill)
 
     _geometry._affine_grid = record_grid
+    _geometry._perspective_grid = record_perspective
     _geometry._apply_grid_transform = record_apply
     try:
         yield warps
     finally:
         _geometry._affine_grid, _geometry._apply_grid_transform = grid, apply
+        _geometry._perspective_grid = persp
 
 
 def torch_grid_is_plain(sizes=((224, 224), (53, 37), (300, 7)), n: int = 20) -> bool:
@@ -159,6 +182,8 @@ def exact_coords(warp: Warp) -> tuple[np.ndarray, ...]:
     """(ix, iy, ex, ey): the source coordinate of every output pixel,
     exactly (float64, from the float32 R every implementation divides out
     alike), and bounds on how far any float32 evaluation of it lies off."""
+    if warp.coeffs is not None:
+        return _exact_perspective(warp)
     w, h = warp.w, warp.h
     t = warp.theta.astype(np.float32)
     half = np.array([0.5 * w, 0.5 * h], np.float32)
@@ -176,6 +201,42 @@ def exact_coords(warp: Warp) -> tuple[np.ndarray, ...]:
         eg = U * (3.0 * (np.abs(a) + np.abs(b) + abs(k)))
         ei = s * (eg + 2.0 * U * (np.abs(g) + 1.0)) + U * (np.abs(i) + 1.0)
         out.append((i, 1.05 * ei))
+    (ix, ex), (iy, ey) = out
+    return ix, iy, ex, ey
+
+
+def _exact_perspective(warp: Warp) -> tuple[np.ndarray, ...]:
+    """exact_coords for a perspective grid: the quotient of the two
+    products, each bounded as the affine grid's, then less 1."""
+    w, h = warp.w, warp.h
+    t = warp.coeffs.astype(np.float32)
+    half = np.array([0.5 * w, 0.5 * h], np.float32)
+    r = (t[:6].reshape(2, 3).T / half).astype(np.float64)
+    c6, c7 = float(t[6]), float(t[7])
+    x = (np.arange(w) + 0.5).reshape(1, w)
+    y = (np.arange(h) + 0.5).reshape(h, 1)
+    den = (x * c6 + y * c7) + 1.0
+    eden = U * 3.0 * (np.abs(x * c6) + np.abs(y * c7) + 1.0)
+    out = []
+    for c, s in ((0, 0.5 * w), (1, 0.5 * h)):
+        a, b, k = x * r[0, c], y * r[1, c], r[2, c]
+        num = (a + b) + k
+        enum = U * 3.0 * (np.abs(a) + np.abs(b) + abs(k))
+        q = num / den
+        # a quotient of two values each off by its bound, itself rounded
+        eq = (enum + np.abs(q) * eden) / np.maximum(np.abs(den) - eden, 1e-300)
+        eq = eq + U * np.abs(q)
+        g = q - 1.0
+        eg = eq + U * np.abs(g)
+        i = (g + 1.0) * s - 0.5
+        ei = s * (eg + 2.0 * U * (np.abs(g) + 1.0)) + U * (np.abs(i) + 1.0)
+        # the interval held to [-8, size + 8]: far outside (a denominator
+        # near 0), every tap is outside alike
+        size = w if c == 0 else h
+        with np.errstate(invalid="ignore"):
+            lo = np.clip(np.nan_to_num(i - 1.05 * ei, nan=-8.0), -8.0, size + 8.0)
+            hi = np.clip(np.nan_to_num(i + 1.05 * ei, nan=size + 8.0), -8.0, size + 8.0)
+        out.append(((lo + hi) / 2, (hi - lo) / 2))
     (ix, ex), (iy, ey) = out
     return ix, iy, ex, ey
 
@@ -204,8 +265,14 @@ def check_warp(src, ours, theirs, warp: Warp, what: str = "") -> Verdict:
     ix, iy, ex, ey = exact_coords(warp)
     if warp.mode == "nearest":
         fill = None if warp.fill is None else np.round(warp.fill)  # half to even
-        lo_x, hi_x = np.rint(ix - ex).astype(int), np.rint(ix + ex).astype(int)
-        lo_y, hi_y = np.rint(iy - ey).astype(int), np.rint(iy + ey).astype(int)
+        # (any coordinate outside is the fill: each end held at -1 or the size)
+        h, w = src.shape[:2]
+        lo_x, hi_x = (
+            np.clip(np.rint(v), -1, w).astype(int) for v in (ix - ex, ix + ex)
+        )
+        lo_y, hi_y = (
+            np.clip(np.rint(v), -1, h).astype(int) for v in (iy - ey, iy + ey)
+        )
         assert (hi_x - lo_x <= 1).all() and (hi_y - lo_y <= 1).all()
         ambiguous = (lo_x != hi_x) | (lo_y != hi_y)
         cands = [_taps(src, fill, xs, ys) for xs in (lo_x, hi_x) for ys in (lo_y, hi_y)]

@@ -105,13 +105,23 @@ typedef struct rl_op_limit {
  * centre: pixel coordinates, or the canvas' centre where `centered` is
  * false.
  */
-typedef enum { RL_WARP_AFFINE = 0, RL_WARP_ROTATE = 1 } rl_warp_kind;
+typedef enum {
+    RL_WARP_AFFINE = 0,
+    RL_WARP_ROTATE = 1,
+    RL_WARP_PERSPECTIVE = 2,
+    RL_WARP_NONE = 3
+} rl_warp_kind;
 
+/* PERSPECTIVE: torchvision's perspective(coefficients=coeffs), the 8
+ * output-to-input coefficients (float32 values, as _get_perspective_coeffs
+ * gives them); the other fields unused. NONE: the op moved no pixel for
+ * these params (its p said no): rl_augment_warps leaves it out. */
 typedef struct rl_op_warp {
     rl_warp_kind kind;
     double angle, tx, ty, scale, shear_x, shear_y;
     double center[2];
     bool centered;
+    double coeffs[8];
 } rl_op_warp;
 
 /* The most warps rl_augment_warps reports for a sample (a group's child
@@ -187,6 +197,7 @@ typedef struct rl_augment {
  * tables), each ending with NULL. */
 extern const rl_op_def *const rl_color_ops[];       /* color_ops.c */
 extern const rl_op_def *const rl_geometry_ops[];    /* geometry.c */
+extern const rl_op_def *const rl_perspective_ops[]; /* perspective.c */
 extern const rl_op_def *const rl_policy_ops[];      /* policy.c */
 extern const rl_op_def *const rl_augmix_ops[];      /* augmix.c */
 extern const rl_op_def *const rl_output_ops[];      /* erase.c */

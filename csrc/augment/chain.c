@@ -318,7 +318,8 @@ static int visit_warp(const rl_op *op, const double *pp, void *ctx, char *msg)
                  RL_AUGMENT_MAX_WARPS);
         return RL_ECONFIG;
     }
-    op->def->warp(op, pp, c->w, c->h, &c->out[c->n++]);
+    op->def->warp(op, pp, c->w, c->h, &c->out[c->n]);
+    c->n += c->out[c->n].kind != RL_WARP_NONE;
     return 0;
 }
 

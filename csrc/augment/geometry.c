@@ -280,6 +280,9 @@ static int run_warp(rl_image *img, const rl_op_warp *warp, rl_interp interp,
         return rl_k_rotate(img, warp->angle, interp,
                            warp->centered ? warp->center : NULL, fill);
     }
+    if (warp->kind == RL_WARP_PERSPECTIVE) {
+        return rl_k_perspective(img, warp->coeffs, interp, fill);
+    }
     double cx = 0.0, cy = 0.0, m[6];
     if (warp->centered) {
         cx = warp->center[0] - (double)img->w * 0.5;

@@ -50,6 +50,13 @@ void rl_affine_inverse(double cx, double cy, double angle, double tx, double ty,
 int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
                 const double *fill);
 
+/* torchvision's perspective_image by its 8 coefficients (output to input,
+ * (a x + b y + c) / (g x + h y + 1) and (d x + e y + f) / (g x + h y + 1)):
+ * the float32 grid of _perspective_grid, then the grid sampler of
+ * rl_k_affine, with the same fill, results and limit. */
+int rl_k_perspective(rl_image *img, const double coeffs[8], rl_interp interp,
+                     const double *fill);
+
 /* Whether rl_k_affine (and rl_k_rotate, the policies' geometric sub-ops)
  * fuses its unnormalisation and bilinear sums now, as torch's AVX2 and
  * AVX512 kernels do: at the AVX2 SIMD level on a CPU with AVX2 and FMA;

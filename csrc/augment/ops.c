@@ -18,5 +18,6 @@
 const rl_op_def *const *const rl_op_tables[] = {
     rl_color_ops,  rl_geometry_ops,    rl_policy_ops,
     rl_augmix_ops, rl_output_ops,      rl_group_ops,
-    rl_timm_ops,   rl_photometric_ops, NULL,
+    rl_timm_ops,   rl_photometric_ops, rl_perspective_ops,
+    NULL,
 };

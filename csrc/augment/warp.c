@@ -1,6 +1,7 @@
 /*
  * augment/warp.c - rl_k_affine: the affine warp of torchvision's
- * affine_image/rotate_image (expand=False) on a uint8 image.
+ * affine_image/rotate_image (expand=False) on a uint8 image; and
+ * rl_k_perspective, perspective_image's, the same sampler on another grid.
  *
  * DESIGN: torchvision builds a float32 sampling grid and calls grid_sample;
  * nearest must give the same bytes, so every float operation of that path
@@ -13,7 +14,13 @@
  *   ix     = (gx + 1) * (w/2) - 0.5             (grid_sample, align_corners
  *                                                 False: fused, see below)
  *
- * and likewise gy, iy. Nearest takes the pixel at rint(ix), rint(iy) (half
+ * and likewise gy, iy. A perspective's grid (_perspective_grid) is two
+ * such products of theta1 = float32(coeffs[0..5]) and of theta2 = (c6, c7,
+ * 1), with x_i = i + 0.5, y_j = j + 0.5 (linspace from 0.5, exact):
+ *
+ *   gx     = ((x_i * R00 + y_j * R10) + R20) / ((x_i * c6 + y_j * c7) + 1) - 1
+ *
+ * and likewise gy (R = theta1^T / (w/2, h/2) as above). Nearest takes the pixel at rint(ix), rint(iy) (half
  * to even) when it lies inside, else zero or the fill. Bilinear weighs the
  * four neighbours as ATen's grid sampler does (floor, the distances to the
  * sides, their products) and sums v_nw*w_nw, v_ne*w_ne, v_sw*w_sw,
@@ -80,11 +87,15 @@
 
 typedef struct warp {
     int w, h;
+    int persp;          /* a perspective grid (rl_k_perspective) */
     const uint8_t *src; /* copy of the input, rows w * 3 bytes apart */
     float r10, r11, r20, r21;
     float half_w, half_h;   /* w / 2, h / 2: the grid sampler's scale */
     float hi_x, hi_y;       /* clamp limits */
     const float *cx0, *cx1; /* x_i * R00, x_i * R01 for each column */
+    /* perspective: x_i * c6 for each column, and c7 */
+    const float *cx2;
+    float c7;
     /* per pixel of one row: */
     float *ix, *iy; /* the source coordinates */
     int32_t *off;   /* nearest: the source pixel y * w + x, or -1 */
@@ -108,15 +119,22 @@ static inline float clamp_coord(float v, float hi)
 static inline __attribute__((always_inline)) void row_coords(const warp *k,
                                                              int j, int fused)
 {
-    float y = (float)j - 0.5f * (float)(k->h - 1);
-    float p0 = y * k->r10, p1 = y * k->r11;
+    float y = k->persp ? (float)j + 0.5f : (float)j - 0.5f * (float)(k->h - 1);
+    float p0 = y * k->r10, p1 = y * k->r11, p2 = y * k->c7;
     float r20 = k->r20, r21 = k->r21, sx = k->half_w, sy = k->half_h;
     float hx = k->hi_x, hy = k->hi_y;
     const float *restrict c0 = k->cx0, *restrict c1 = k->cx1;
+    const float *restrict c2 = k->cx2;
     float *restrict ix = k->ix, *restrict iy = k->iy;
+    int persp = k->persp;
     for (int i = 0; i < k->w; i++) {
         float gx = (c0[i] + p0) + r20;
         float gy = (c1[i] + p1) + r21;
+        if (persp) {
+            float d = (c2[i] + p2) + 1.0f;
+            gx = gx / d - 1.0f;
+            gy = gy / d - 1.0f;
+        }
         float x, v;
         if (fused) {
             x = __builtin_fmaf(gx + 1.0f, sx, -0.5f);
@@ -427,8 +445,11 @@ bool rl_warp_fused(void)
 #endif
 }
 
-int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
-                const double *fill)
+/* The warp of img by the float32 grid coefficients t (t[0..5]: theta's
+ * two rows; with persp, t[6], t[7] the denominator's), as rl_k_affine and
+ * rl_k_perspective describe. */
+static int run_grid(rl_image *img, const float t[8], int persp,
+                    rl_interp interp, const double *fill)
 {
     int w = img->w, h = img->h;
     if (w <= 0 || h <= 0) {
@@ -438,9 +459,9 @@ int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
         return -EOVERFLOW;
     }
     size_t line = (size_t)w * 3, n = (size_t)w;
-    /* the source and a spare byte, then 8 float and 5 int arrays of w */
+    /* the source and a spare byte, then 9 float and 5 int arrays of w */
     size_t head = (line * (size_t)h + 1 + 63) & ~(size_t)63;
-    uint8_t *mem = malloc(head + n * 13 * 4);
+    uint8_t *mem = malloc(head + n * 14 * 4);
     if (mem == NULL) {
         return -ENOMEM;
     }
@@ -450,24 +471,23 @@ int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
     }
     mem[line * (size_t)h] = 0;
     float *fl = (float *)(mem + head);
-    int32_t *in = (int32_t *)(fl + 8 * n);
+    int32_t *in = (int32_t *)(fl + 9 * n);
 
-    /* theta as float32, divided by half the size as _affine_grid does */
-    float t[6];
-    for (int i = 0; i < 6; i++) {
-        t[i] = (float)m[i];
-    }
+    /* theta divided by half the size, as _affine_grid and
+     * _perspective_grid do; x_i is the column's linspace value */
     float hw = 0.5f * (float)w, hh = 0.5f * (float)h;
     float r00 = t[0] / hw, r01 = t[3] / hh;
-    float *cx0 = fl, *cx1 = fl + n;
+    float *cx0 = fl, *cx1 = fl + n, *cx2 = fl + 8 * n;
     for (int i = 0; i < w; i++) {
-        float x = (float)i - 0.5f * (float)(w - 1);
+        float x = persp ? (float)i + 0.5f : (float)i - 0.5f * (float)(w - 1);
         cx0[i] = x * r00;
         cx1[i] = x * r01;
+        cx2[i] = persp ? x * t[6] : 0.0f;
     }
     warp k = {
         .w = w,
         .h = h,
+        .persp = persp,
         .src = mem,
         .r10 = t[1] / hw,
         .r11 = t[4] / hh,
@@ -479,6 +499,8 @@ int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
         .hi_y = (float)h + 3.0f,
         .cx0 = cx0,
         .cx1 = cx1,
+        .cx2 = cx2,
+        .c7 = persp ? t[7] : 0.0f,
         .ix = fl + 2 * n,
         .iy = fl + 3 * n,
         .nw = fl + 4 * n,
@@ -511,4 +533,26 @@ int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
 #endif
     free(mem);
     return 0;
+}
+
+int rl_k_affine(rl_image *img, const double m[6], rl_interp interp,
+                const double *fill)
+{
+    /* theta as float32 */
+    float t[8] = {0.0f};
+    for (int i = 0; i < 6; i++) {
+        t[i] = (float)m[i];
+    }
+    return run_grid(img, t, 0, interp, fill);
+}
+
+int rl_k_perspective(rl_image *img, const double coeffs[8], rl_interp interp,
+                     const double *fill)
+{
+    /* theta1 and theta2 as float32 */
+    float t[8];
+    for (int i = 0; i < 8; i++) {
+        t[i] = (float)coeffs[i];
+    }
+    return run_grid(img, t, 1, interp, fill);
 }

@@ -68,8 +68,9 @@ static int chain_warps(PyObject *spec, int w, int h, unsigned long long seed,
 }
 
 /* Appends to g the n warps of a chain (in the order they ran): each
- * torchvision's affine_bounding_boxes or rotate_bounding_boxes
- * (expand=False) on g's output canvas, clamping to it. 0, or -1 with *err
+ * torchvision's affine_bounding_boxes, rotate_bounding_boxes
+ * (expand=False) or perspective_bounding_boxes on g's output canvas,
+ * clamping to it. 0, or -1 with *err
  * (too many steps, a non-positive scale, a non-finite parameter). */
 static int geom_warps(rl_target_geom *g, const rl_op_warp *warps, int n,
                       const char **err)
@@ -77,8 +78,9 @@ static int geom_warps(rl_target_geom *g, const rl_op_warp *warps, int n,
     for (int k = 0; k < n; k++) {
         const rl_op_warp *w = &warps[k];
         const double *c = w->centered ? w->center : NULL;
-        int rc = w->kind == RL_WARP_ROTATE
-                     ? rl_geom_rotate(g, w->angle, c, err)
+        int rc = w->kind == RL_WARP_ROTATE ? rl_geom_rotate(g, w->angle, c, err)
+                 : w->kind == RL_WARP_PERSPECTIVE
+                     ? rl_geom_perspective(g, w->coeffs, err)
                      : rl_geom_affine(g, w->angle, w->tx, w->ty, w->scale,
                                       w->shear_x, w->shear_y, c, err);
         if (rc != 0)

@@ -447,11 +447,12 @@ def _tensor_geometry(plan: _Plan, step: Step) -> bool:
 
 
 # The C ops that are torchvision's own tensor kernels on a uint8 image
-# (augment/geometry.c, warp.c: rotate_image's and affine_image's grid;
-# color.c's colour ops, tests/test_augment_color.py), and the groups that
-# hold them.
+# (augment/geometry.c, perspective.c, warp.c: rotate_image's,
+# affine_image's and perspective_image's grids; color.c's colour ops,
+# tests/test_augment_color.py), and the groups that hold them.
 _TENSOR_OPS = frozenset(
-    {"affine", "rotation", "random_apply", "random_choice", "random_order", "compose"}
+    {"affine", "rotation", "perspective"}
+    | {"random_apply", "random_choice", "random_order", "compose"}
     | {"color_jitter", "grayscale", "gaussian_blur", "autocontrast", "equalize"}
     | {"invert", "posterize", "solarize", "sharpness"}
 )
@@ -459,10 +460,11 @@ _TENSOR_OPS = frozenset(
 
 def _tensor_warp(plan: _Plan, step: Step) -> bool:
     """Whether ops after the conversion may be fused: RandomAffine,
-    RandomRotation and the colour ops (in groups too) on the uint8 tensor
-    of a fixed size or of each sample's own (the detection presets convert
-    first), which the C ops compute as torchvision's tensor kernels do on
-    it (affine_image, rotate_image, adjust_*)."""
+    RandomRotation, RandomPerspective and the colour ops (in groups too) on
+    the uint8 tensor of a fixed size or of each sample's own (the detection
+    presets convert first), which the C ops compute as torchvision's tensor
+    kernels do on it (affine_image, rotate_image, perspective_image,
+    adjust_*)."""
     out = plan.out
     if (
         not isinstance(step, _steps.Ops)

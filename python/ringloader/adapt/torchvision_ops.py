@@ -183,6 +183,15 @@ def _affine(t: Any, h: int, w: int) -> Fields:
     }
 
 
+def _perspective(t: Any, h: int, w: int) -> Fields:
+    return {
+        "distortion_scale": float(t.distortion_scale),
+        "p": float(t.p),
+        "interpolation": _interp(t),
+        "fill": _fill(t),
+    }
+
+
 def _magnitudes(t: Any, name: str, bins: int, h: int, w: int) -> list[float]:
     """The magnitude table of sub-op name, as the transform itself makes it
     for an h x w image; solarize as thresholds in pixel values."""
@@ -349,6 +358,7 @@ IMAGE_OPS = {
     "RandomAdjustSharpness": ("sharpness", _sharpness),
     "RandomRotation": ("rotation", _rotation),
     "RandomAffine": ("affine", _affine),
+    "RandomPerspective": ("perspective", _perspective),
     "TrivialAugmentWide": ("trivial_augment", _trivial_augment),
     "RandAugment": ("rand_augment", _rand_augment),
     "AutoAugment": ("auto_augment", _auto_augment),

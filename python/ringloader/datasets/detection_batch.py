@@ -12,9 +12,10 @@ one on the targets alone, which the compiler must fuse whole (geometry the
 targets follow: Resize with or without max_size, RandomResize,
 RandomShortestSize, ScaleJitter, RandomCrop with its padding and pad_if_needed,
 CenterCrop, RandomResizedCrop, RandomZoomOut, RandomIoUCrop, the flips,
-RandomAffine and RandomRotation, alone or in RandomApply, RandomChoice and
-RandomOrder (which the C augment chain runs after the plan, on the fixed
-size or, without a crop, each sample's own); and steps that move no pixel:
+RandomAffine, RandomRotation and RandomPerspective, alone or in RandomApply,
+RandomChoice and RandomOrder (which the C augment chain runs after the plan,
+on the fixed size or, without a crop, each sample's own); and steps that
+move no pixel:
 ToImage, PILToTensor, ToDtype or ConvertImageDtype of images, colour ops),
 and a tail that touches the targets alone (``ConvertBoundingBoxFormat``,
 ``SanitizeBoundingBoxes``, ``ClampBoundingBoxes``, ``ClampKeyPoints``,
@@ -31,12 +32,12 @@ from the sources' boxes table
 boxes are mapped with those rows (cropped, clamped, the boxes whose centre
 it leaves out zeroed for SanitizeBoundingBoxes); a ``ConvertImageDtype``,
 which converts boxes and masks too, runs again on the pair. The warps
-of the augment chain (RandomAffine, RandomRotation, with the parameters
+of the augment chain (RandomAffine, RandomRotation, RandomPerspective, with the parameters
 and group picks the pixels drew) follow the plan: ``_core.plan_boxes``
 maps the boxes through them after the plan's steps, and
 ``_core.plan_warp_masks`` warps the masks sampled through the maps with
 the pixels' kernel, nearest, with their fill for a Mask (one value for
-all of them). Any other step (perspective, a policy, which torchvision
+all of them). Any other step (a policy, which torchvision
 itself refuses on boxes) is not followed on the targets: reading such a
 dataset raises :class:`~.composed.UnreadableComposition` saying so, and
 ``ringloader.DataLoader`` hands it to torch's DataLoader with that reason.
@@ -123,7 +124,7 @@ def _warps() -> tuple:
     and ``plan_boxes`` follow them), and the groups that may hold them."""
     from torchvision.transforms import v2
 
-    return (v2.RandomAffine, v2.RandomRotation)
+    return (v2.RandomAffine, v2.RandomRotation, v2.RandomPerspective)
 
 
 def _groups() -> tuple:
@@ -148,7 +149,8 @@ def _leaves(group: Any) -> list:
 
 def _group_reason(group: Any) -> Optional[str]:
     """Why a group's steps are not followed on the targets (each must be a
-    RandomAffine, a RandomRotation or a colour op), or None."""
+    RandomAffine, a RandomRotation, a RandomPerspective or a colour op), or
+    None."""
     pixels = _kinds()[1]
     for t in _leaves(group):
         if type(t) not in _warps() + pixels:
@@ -168,21 +170,23 @@ def _flat(head: list) -> list:
 
 
 def _warp_fill(head: list) -> Any:
-    """The one value the head's RandomAffine and RandomRotation fill a Mask
-    with (0 without them), or a str saying why it is not followed."""
+    """The one value the head's warps (RandomAffine, RandomRotation,
+    RandomPerspective) fill a Mask with (0 without them), or a str saying
+    why it is not followed."""
     fills = {_mask_fill(t) for t in _flat(head) if isinstance(t, _warps())}
     for fill in fills:
         if isinstance(fill, str):
             return fill
     if len(fills) > 1:
-        return f"RandomAffine and RandomRotation fill masks with {sorted(fills)}: one fill is followed"
+        return f"RandomAffine, RandomRotation and RandomPerspective fill masks with {sorted(fills)}: one fill is followed"
     return fills.pop() if fills else 0
 
 
 NATIVE = (
     "natively: Resize, RandomResize, RandomShortestSize, ScaleJitter, RandomCrop, "
     "CenterCrop, RandomResizedCrop, RandomZoomOut, RandomIoUCrop, the flips, "
-    "RandomAffine, RandomRotation (in RandomApply, RandomChoice, RandomOrder too), "
+    "RandomAffine, RandomRotation, RandomPerspective (in RandomApply, RandomChoice, "
+    "RandomOrder too), "
     "ToImage, ToDtype and colour ops, then ConvertBoundingBoxFormat, SanitizeBoundingBoxes, "
     "ClampBoundingBoxes, ClampKeyPoints, SanitizeKeyPoints, ToPureTensor"
 )
@@ -288,7 +292,7 @@ class DetectionImages:
         self._moves = False
         self._sized = False  # a resize or crop: the output hides the size
         self._mask_fill = 0
-        self._warp_fill: Any = 0  # a RandomAffine's or RandomRotation's
+        self._warp_fill: Any = 0  # the head's warps' (RandomAffine, ...)
         self._warped = False  # the head has one
         self._iou_crop = False  # the plan draws from the boxes table
         self._image_type: Any = None
@@ -492,7 +496,7 @@ class DetectionImages:
     def _planned(self, i: int, plan: tuple) -> Any:
         """Image i's target through its plan: masks sampled through the
         plan's index maps (padded with the window's fill for a Mask), then
-        warped by the chain's RandomAffine and RandomRotation
+        warped by the chain's RandomAffine, RandomRotation and RandomPerspective
         (``_core.plan_warp_masks``: nearest, their fill for a Mask), boxes
         mapped by ``_core.plan_boxes`` onto the output canvas, through the
         plan and those warps."""

@@ -287,7 +287,7 @@ def test_hflip_preset_flips_image_boxes_and_masks_together(coco, backend):
 @pytest.mark.parametrize(
     "extra, why",
     [
-        (v2.RandomPerspective(), "RandomPerspective"),
+        (v2.ElasticTransform(), "ElasticTransform"),
         # (without expand it reads natively: test_detect_affine)
         (v2.RandomRotation(10, expand=True), "RandomRotation"),
     ],

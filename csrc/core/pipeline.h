@@ -114,8 +114,9 @@ typedef struct rl_pipeline_config {
      * on, whether create succeeds or not. NULL: the arrays, or no
      * fields. */
     struct rl_shard_records *field_records;
-    /* Varying batches (a view whose transform is varying: one view, no
-     * ops): each sample's size is its own, known once its
+    /* Varying batches (a view whose transform is varying: one view, its
+     * ops drawn on each sample's own size): each sample's size is its own,
+     * known once its
      * header is read. A batch's slot is then an arena of arena_bytes (0:
      * RL_ARENA_DEFAULT_BYTES) from which each sample, once planned and
      * decoded, reserves its bytes (RL_PLACE_VIEW_ALIGN-aligned) with a

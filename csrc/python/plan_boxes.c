@@ -405,10 +405,16 @@ static PyObject *py_plan_warp_masks(PyObject *self, PyObject *args,
         return NULL;
     /* The masks' size: the spec's output, or a varying sample's own. */
     int oh = t.out_h, ow = t.out_w;
+    if (size != Py_None && !PyTuple_Check(size)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "plan_warp_masks: size is a tuple (h, w)");
+        return NULL;
+    }
     if (size != Py_None &&
         !PyArg_ParseTuple(size, "ii;size is (h, w)", &oh, &ow))
         return NULL;
-    bool sized = oh > 0 && ow > 0 && (!t.varying || size != Py_None) &&
+    bool sized = oh > 0 && ow > 0 && oh <= RL_MAX_SIDE && ow <= RL_MAX_SIDE &&
+                 (!t.varying || size != Py_None) &&
                  (t.varying || (oh == t.out_h && ow == t.out_w));
     if (fill < 0 || fill > 255 || count < 0 || !sized) {
         PyErr_Format(PyExc_ValueError,

@@ -500,3 +500,50 @@ def test_transform_and_target_transform_fall_back_saying_why(coco):
         ref_image, ref = ds[i]
         assert torch.equal(image, ref_image)
         same_target(target, ref, tol=0)
+
+
+@pytest.mark.parametrize(
+    "warp",
+    [
+        v2.RandomAffine(25, translate=(0.15, 0.1), scale=(0.7, 1.3), shear=(-8, 8)),
+        v2.RandomRotation((-40, 40), center=[10.0, 4.5]),
+    ],
+    ids=["affine", "rotation"],
+)
+def test_keypoints_follow_the_warps(coco, warp):
+    """After a fixed resize and the flip, RandomAffine and RandomRotation
+    move the keypoints (never clamped) as torchvision moves KeyPoints,
+    with the parameters the C chain drew (``_core.augment_draw``)."""
+    size = [36, 44]
+    head = [v2.ToImage(), v2.Resize(size, antialias=True)]
+    head += [v2.RandomHorizontalFlip(p=0.5), warp]
+    ds = annotated(keypoints_dataset(coco, Preset(head + tail("sanitize"))))
+    sampler = BatchSampler(SequentialSampler(ds), 4, drop_last=False)
+    loader = fused(ds, batch_sampler=sampler, collate_fn=collate_fn, seed=SEED)
+    spec = loader._plans[0].compiled.spec
+    assert spec["ops"], "the warp runs in the C chain"
+    items = [it for images, ts in loader for it in zip(images, ts)]
+    assert len(items) == len(ds)
+    moved_off = 0
+    for k, (image, target) in enumerate(items):
+        want_image, want = unaugmented(ds, k)
+        h, w = want_image.shape[-2:]
+        p = _core.plan_window(spec, w, h, SEED, 0, k, 0)
+        pair = moved(partial(F.resize, size=size, antialias=True), want_image, want)
+        if p["flip"]:
+            pair = moved(F.horizontal_flip, *pair)
+        d = _core.augment_draw(spec["ops"], *size, SEED, 0, k)[0]
+        if isinstance(warp, v2.RandomAffine):
+            params = dict(
+                angle=d[0], translate=[d[1], d[2]], scale=d[3], shear=[d[4], d[5]]
+            )
+        else:
+            params = dict(angle=d[0])
+        want_image, want = moved(lambda x: warp.transform(x, params), *pair)
+        for step in tail("sanitize"):
+            want_image, want = step(want_image, want)
+        same_image(image, want_image, RESIZE_TOL)
+        same_target(target, want)
+        x, y = want["keypoints"][..., 0], want["keypoints"][..., 1]
+        moved_off += int(((x < 0) | (x >= size[1]) | (y < 0) | (y >= size[0])).sum())
+    assert moved_off > 0  # some pushed off the canvas, and left there

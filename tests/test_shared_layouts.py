@@ -239,6 +239,7 @@ def test_op_arguments_are_packed_by_field_name(monkeypatch):
         v2.RandomAdjustSharpness(2.0, 0.3),
         v2.RandomRotation((-10, 20), center=(3, 4), fill=7),
         v2.RandomAffine(5, (0.1, 0.2), (0.8, 1.2), (1, 2, 3, 4), center=(5, 6)),
+        v2.RandomPerspective(0.4, p=0.7, fill=[7, 8, 9]),
         v2.TrivialAugmentWide(num_magnitude_bins=7, fill=[4, 5, 6]),
         v2.RandAugment(num_ops=5, magnitude=3),
         v2.AutoAugment(v2.AutoAugmentPolicy.SVHN, fill=3),

@@ -321,9 +321,9 @@ def test_unfusable_dataset_falls_back_to_torch(folder):
     assert type(loader) is torch.utils.data.DataLoader
     assert [lb.tolist() for _, lb in loader] == [[0, 1], [2, 3]]
     rot = datasets.ImageFolder(
-        folder, transform=v1.Compose([v1.RandomRotation(10), v1.ToTensor()])
+        folder, transform=v1.Compose([v1.ElasticTransform(), v1.ToTensor()])
     )
-    with pytest.warns(ringloader.FallbackWarning, match="RandomRotation"):
+    with pytest.warns(ringloader.FallbackWarning, match="ElasticTransform"):
         loader = ringloader.DataLoader(rot, batch_size=1)
     assert type(loader) is torch.utils.data.DataLoader
 

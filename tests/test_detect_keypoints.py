@@ -539,7 +539,7 @@ def test_keypoints_follow_the_warps(coco, warp):
             )
         else:
             params = dict(angle=d[0])
-        want_image, want = moved(lambda x: warp.transform(x, params), *pair)
+        want_image, want = moved(lambda x, q=params: warp.transform(x, q), *pair)
         for step in tail("sanitize"):
             want_image, want = step(want_image, want)
         same_image(image, want_image, RESIZE_TOL)

@@ -159,8 +159,12 @@ typedef enum {
  * RL_T_RESIZE_RANDOM_CROP: resized as RL_T_RESIZE_CROP is, then
  * torchvision's RandomCrop(out_h x out_w) (or timm's CenterCropOrPad or
  * RandomCropOrPad: `window`, an rl_window): padding of pad[] pixels
- * (left, top, right, bottom), with pad_if_needed the missing rows or
- * columns added on both sides as torchvision adds them, in pad_mode (an
+ * (left, top, right, bottom), with pad_if_needed 1 the missing rows or
+ * columns added on both sides as torchvision adds them (2: at the bottom
+ * and right only, as the segmentation reference's PadIfSmaller pads
+ * before a RandomCrop of its size; pad_flips_first then says which flips
+ * ran before that pad in the user's order, 1 horizontal, 2 vertical: its
+ * padding stays at the bottom and right of the output), in pad_mode (an
  * rl_pad_mode; constant fills with fill[], 8-bit R, G, B; pad_twice: as
  * torchvision's v1 class pads, rl_pad_axis), then a window
  * at a uniform random offset; an image smaller than the window after
@@ -198,12 +202,13 @@ typedef struct rl_transform {
     double ratio_lo, ratio_hi;
     double flip_p;
     double vflip_p;
-    int pad[4]; /* RandomCrop's padding: left, top, right, bottom */
-    int pad_if_needed;
-    int pad_mode;  /* an rl_pad_mode */
-    int pad_twice; /* 1: v1's RandomCrop, pad[] then pad_if_needed's */
-    int fill[3];   /* pad_mode constant: R, G, B in 0..255 */
-    int filter;    /* an rl_filter (an int: the spec's table fills it) */
+    int pad[4];          /* RandomCrop's padding: left, top, right, bottom */
+    int pad_if_needed;   /* 0; 1: on both sides; 2: bottom and right only */
+    int pad_flips_first; /* pad_if_needed 2: bit 1 hflip, bit 2 vflip */
+    int pad_mode;        /* an rl_pad_mode */
+    int pad_twice;       /* 1: v1's RandomCrop, pad[] then pad_if_needed's */
+    int fill[3];         /* pad_mode constant: R, G, B in 0..255 */
+    int filter;          /* an rl_filter (an int: the spec's table fills it) */
     /* 1: each sample draws its filter, bilinear or bicubic with even odds,
      * after its crop box (timm's interpolation="random"); filter unused */
     int filter_random;

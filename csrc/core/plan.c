@@ -243,12 +243,17 @@ static int random_crop_window(const rl_transform *t, int nw, int nh, rl_rng *g,
     int pl = t->pad[0], pt = t->pad[1], pr = t->pad[2], pb = t->pad[3];
     int64_t pw = (int64_t)nw + pl + pr, ph = (int64_t)nh + pt + pb;
     int ow = p->out_w, oh = p->out_h;
-    if (t->pad_if_needed && ph < oh) {
+    if (t->pad_if_needed == 2) {
+        /* PadIfSmaller: the difference at the bottom and right only. */
+        ph = ph < oh ? oh : ph;
+        pw = pw < ow ? ow : pw;
+    }
+    if (t->pad_if_needed == 1 && ph < oh) {
         /* torchvision pads the difference on both sides. */
         pt += (int)(oh - ph);
         ph += 2 * (oh - ph);
     }
-    if (t->pad_if_needed && pw < ow) {
+    if (t->pad_if_needed == 1 && pw < ow) {
         pl += (int)(ow - pw);
         pw += 2 * (ow - pw);
     }
@@ -512,13 +517,15 @@ int rl_plan_make_boxes(const rl_transform *t, int width, int height,
     p->flip = t->flip_p > 0.0 && rl_rng_uniform(&g) < t->flip_p;
     /* (A mirrored padding's flips are the place stage's: rl_plan_pad.) */
     bool rect = p->pad.mode == RL_PAD_CONSTANT;
-    if (p->flip && rect) {
+    /* A pad after the flip (pad_flips_first) stays where it is: the image
+     * is mirrored inside its rectangle, the rectangle is not. */
+    if (p->flip && rect && !(t->pad_flips_first & 1)) {
         p->vx = p->out_w - p->vx - p->vw;
     }
     /* The vertical flip's draw comes last: a transform without one draws
      * what it drew before vertical flips existed. */
     p->vflip = t->vflip_p > 0.0 && rl_rng_uniform(&g) < t->vflip_p;
-    if (p->vflip && rect) {
+    if (p->vflip && rect && !(t->pad_flips_first & 2)) {
         p->vy = p->out_h - p->vy - p->vh;
     }
     return 0;

@@ -101,7 +101,14 @@ static const field fields[] = {
      FIELD_INT,
      AT(pad_if_needed),
      {0, 0},
-     "RandomCrop's pad_if_needed (0 or 1)"},
+     "RandomCrop's pad_if_needed: 0, 1 (both sides) or 2 (bottom and right "
+     "only: PadIfSmaller before a RandomCrop of its size)"},
+    {"pad_flips_first",
+     FIELD_INT,
+     AT(pad_flips_first),
+     {0, 0},
+     "pad_if_needed 2: the flips that run before the pad, 1 horizontal, 2 "
+     "vertical (its padding stays at the output's bottom and right)"},
     {"pad_mode",
      FIELD_INT,
      AT(pad_mode),

@@ -65,17 +65,30 @@ static int window_at(rl_target_geom *g, int x0, int y0, int nw, int nh, int ow,
 }
 
 /* torchvision's RandomCrop on the nw x nh canvas: its padding (with
- * pad_if_needed's, on both sides) and the window the plan drew. */
+ * pad_if_needed's, on both sides, or PadIfSmaller's at the bottom and
+ * right) and the window the plan drew. */
 static int random_crop(rl_target_geom *g, const rl_transform *t,
                        const rl_plan *p, int nw, int nh, const char **err)
 {
     int64_t pad[4] = {t->pad[0], t->pad[1], t->pad[2], t->pad[3]};
     int64_t pw = nw + pad[0] + pad[2], ph = nh + pad[1] + pad[3];
-    if (t->pad_if_needed && ph < p->out_h) {
+    if (t->pad_if_needed == 2) {
+        /* A pad after a flip the plan applies after the window lies, before
+         * that flip, on the other side. The window covers a padded axis
+         * whole (pad[] is zero: rl_transform_check), so it starts at the
+         * plan's offset either way. */
+        int left = (t->pad_flips_first & 1) && p->flip;
+        int top = (t->pad_flips_first & 2) && p->vflip;
+        pad[left ? 0 : 2] += pw < p->out_w ? p->out_w - pw : 0;
+        pad[top ? 1 : 3] += ph < p->out_h ? p->out_h - ph : 0;
+        return window(g, pad, p->pad.x.w0, p->pad.y.w0, p->out_w, p->out_h,
+                      err);
+    }
+    if (t->pad_if_needed == 1 && ph < p->out_h) {
         pad[1] += p->out_h - ph;
         pad[3] += p->out_h - ph;
     }
-    if (t->pad_if_needed && pw < p->out_w) {
+    if (t->pad_if_needed == 1 && pw < p->out_w) {
         pad[0] += p->out_w - pw;
         pad[2] += p->out_w - pw;
     }

@@ -325,6 +325,11 @@ def _place(plan: _Plan, step: Step) -> bool:
             fields = _crop_fields(plan, step)
             if fields is None:
                 return False
+            if fields.get("pad_if_needed") == 2:
+                # PadIfSmaller's pad after the flips so far: it stays at
+                # the bottom and right of the output (core/plan.c).
+                flips = int(plan.flipped) | 2 * int(plan.vflipped)
+                fields = {**fields, "pad_flips_first": flips}
             plan.rcrop = fields
     elif isinstance(step, _steps.ResizedCrop) and not plan.geometric and not flipped:
         h, w = step.size
@@ -384,6 +389,8 @@ def _mirrors(plan: _Plan, step: Step) -> bool:
     if not isinstance(step, _steps.RandomCrop):
         return False
     f = step.fields
+    if f.get("pad_if_needed") == 2:
+        return True  # PadIfSmaller's: the core pads after the flips too
     if plan.flipped and f["pad_left"] != f["pad_right"]:
         return False
     return not (plan.vflipped and f["pad_top"] != f["pad_bottom"])

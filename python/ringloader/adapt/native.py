@@ -9,10 +9,13 @@ from typing import Any
 
 from .._steps import Convert, Step, Unfused
 from . import torchvision_v1
+from .torchvision_pad import PadIfSmallerCrop
 
 
 def claims(t: Any) -> bool:
-    return type(t).__module__.startswith("ringloader.")
+    # (PadIfSmallerCrop holds torchvision objects: torchvision_v2's.)
+    mine = type(t).__module__.startswith("ringloader.")
+    return mine and not isinstance(t, PadIfSmallerCrop)
 
 
 flatten = torchvision_v1.flatten

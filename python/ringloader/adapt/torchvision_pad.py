@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, Optional
 
 from .. import _core
 from ..errors import UnsupportedTransform
@@ -140,3 +140,133 @@ def random_crop_fields(t: Any, size: tuple[int, int]) -> dict:
         "fill_g": fill[1],
         "fill_b": fill[2],
     }
+
+
+class PadIfSmallerCrop:
+    """The segmentation reference's ``PadIfSmaller(size, fill)`` (its own
+    class, ``references/segmentation/v2_extras.py``: the missing rows and
+    columns added at the bottom and right, with the fill of each input's
+    type) and the ``RandomCrop(size)`` after it, as one step: the C core's
+    RandomCrop with ``pad_if_needed`` 2. Called, it runs the two objects
+    in order, as the Compose would (:func:`pad_if_smaller_pairs` made it
+    only once the pad was seen to do what the core does)."""
+
+    def __init__(self, pad: Any, crop: Any) -> None:
+        self.pad, self.crop = pad, crop
+        self.fill = pad.fill  # the mask's fill is the pad's
+        self.size = (int(pad.size), int(pad.size))
+
+    def __call__(self, *inputs: Any) -> Any:
+        out = self.pad(*inputs)
+        return self.crop(*out) if len(inputs) > 1 else self.crop(out)
+
+    def __repr__(self) -> str:
+        return f"{self.pad!r} then {self.crop!r}"
+
+    def fields(self) -> tuple[dict, tuple]:
+        """The core's RandomCrop fields and the v2 fills per type."""
+        fields = random_crop_fields(self.crop, self.size)
+        rgb = _fill_rgb(self.fill, "PadIfSmaller")
+        fields.update(pad_if_needed=2, fill_r=rgb[0], fill_g=rgb[1], fill_b=rgb[2])
+        return fields, tensor_fills(self, "PadIfSmaller")
+
+
+def _typed_fill(fill: Any, cls: Any) -> Any:
+    """v2's fill for an input of class ``cls``: its entry of a per-type
+    dict (else "others"), or the one fill."""
+    if isinstance(fill, dict):
+        return fill.get(cls, fill.get("others"))
+    return fill
+
+
+def _pads_as_the_core(t: Any, size: int) -> Optional[str]:
+    """Why ``t`` (a PadIfSmaller) does not pad as the core's pad_if_needed
+    2 does, or None: it is run on an image and a mask a few pixels
+    smaller than ``size`` (it must add the missing rows and columns at the
+    bottom and right, the image's with its Image fill, the mask's with its
+    Mask fill, and keep the rest) and larger (it must leave them)."""
+    import torch
+    from torchvision import tv_tensors
+
+    gen = torch.Generator().manual_seed(0)
+    for h, w in ((max(size - 3, 1), max(size - 1, 1)), (size + 1, size + 2)):
+        image = torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=gen)
+        mask = torch.randint(0, 256, (1, h, w), dtype=torch.uint8, generator=gen)
+        try:
+            out = t(tv_tensors.Image(image), tv_tensors.Mask(mask))
+        except Exception as e:  # the user's class: anything it raises
+            return f"it raised {type(e).__name__} on an image and a mask ({e})"
+        ok = isinstance(out, tuple) and len(out) == 2
+        for got, given, cls in zip(
+            out if ok else (), (image, mask), (tv_tensors.Image, tv_tensors.Mask)
+        ):
+            fill = _typed_fill(t.fill, cls)
+            fill = 0 if fill is None else fill
+            values = [fill] if isinstance(fill, (int, float)) else list(fill)
+            if len(values) == 1:
+                values = values * given.shape[0]
+            want = torch.empty(
+                given.shape[0], max(h, size), max(w, size), dtype=torch.uint8
+            )
+            want[:] = (
+                torch.tensor(values, dtype=torch.float64)
+                .clamp(0, 255)
+                .to(torch.uint8)
+                .view(-1, 1, 1)
+            )
+            want[:, :h, :w] = given
+            ok = (
+                ok
+                and isinstance(got, torch.Tensor)
+                and tuple(got.shape) == tuple(want.shape)
+            )
+            ok = ok and torch.equal(got.as_subclass(torch.Tensor), want)
+        if not ok:
+            return (
+                f"on a {h}x{w} image it does not pad as the segmentation "
+                "reference's does (to its size, at the bottom and right, with "
+                "its fill)"
+            )
+    return None
+
+
+def pad_if_smaller_pairs(steps: list) -> tuple[list, Optional[str]]:
+    """``steps`` with each ``PadIfSmaller(s)`` directly before a v2
+    ``RandomCrop(s)`` (no padding of its own) as one
+    :class:`PadIfSmallerCrop`, and why a PadIfSmaller was left as it is
+    (None where none was)."""
+    from torchvision.transforms import v2
+
+    out: list = []
+    why = None
+    i = 0
+    while i < len(steps):
+        t = steps[i]
+        nxt = steps[i + 1] if i + 1 < len(steps) else None
+        if type(t).__name__ != "PadIfSmaller" or not isinstance(t, v2.Transform):
+            out.append(t)
+            i += 1
+            continue
+        size = getattr(t, "size", None)
+        reason = None
+        if not isinstance(size, int) or size <= 0 or not hasattr(t, "fill"):
+            reason = f"PadIfSmaller(size={size!r}) has no int size and fill"
+        elif type(nxt) is not v2.RandomCrop or tuple(nxt.size) != (size, size):
+            reason = (
+                f"PadIfSmaller({size}) is fused only directly before a "
+                f"v2.RandomCrop({size}), as the segmentation reference writes it"
+            )
+        elif nxt.padding is not None or nxt.pad_if_needed:
+            reason = f"PadIfSmaller({size}) before a RandomCrop that pads too"
+        else:
+            probe = _pads_as_the_core(t, size)
+            if probe is not None:
+                reason = f"PadIfSmaller({size}): {probe}"
+        if reason is not None:
+            why = why or reason
+            out.append(t)
+            i += 1
+            continue
+        out.append(PadIfSmallerCrop(t, nxt))
+        i += 2
+    return out, why

@@ -10,14 +10,27 @@ import math
 from typing import Any
 
 from .. import _core
-from .._steps import Convert, IoUCrop, Resize, Source, Step, Unfused, ZoomOut, pack
+from .._steps import (
+    Convert,
+    IoUCrop,
+    RandomCrop,
+    Resize,
+    Source,
+    Step,
+    Unfused,
+    ZoomOut,
+    pack,
+)
 from ..errors import UnsupportedTransform
 from . import torchvision_v1
-from .torchvision_pad import _fill_rgb, tensor_fills
+from .torchvision_pad import PadIfSmallerCrop, _fill_rgb, tensor_fills
 
 
 def claims(t: Any) -> bool:
-    return type(t).__module__.startswith("torchvision.transforms.v2")
+    module = type(t).__module__
+    return module.startswith("torchvision.transforms.v2") or isinstance(
+        t, PadIfSmallerCrop
+    )
 
 
 flatten = torchvision_v1.flatten
@@ -25,6 +38,9 @@ flatten = torchvision_v1.flatten
 
 def describe(t: Any) -> Step:
     name = type(t).__name__
+    if isinstance(t, PadIfSmallerCrop):
+        fields, fills = t.fields()
+        return RandomCrop("PadIfSmaller+RandomCrop", fields, fills=fills)
     if name == "ToImage":
         return Convert(name, "tensor")
     if name == "ToPureTensor":

@@ -15,8 +15,11 @@ geometry (``Resize``, ``RandomResize``, ``RandomHorizontalFlip``,
 ``Normalize``, ``ToPureTensor``). The mask is a ``tv_tensors.Mask`` (uint8,
 its padding the crop's fill for masks) that the conversions then run on,
 the user's own objects (``ToDtype``'s int64 entry, ``ToPureTensor``), as
-the Compose would. Any other step, the references' ``PadIfSmaller``
-among them, raises :class:`~.detection_batch.NotNative` naming it, and
+the Compose would. The train preset's own ``PadIfSmaller(size, fill)``
+directly before ``RandomCrop(size)`` is fused as one crop padding at the
+bottom and right (``adapt.torchvision_pad.PadIfSmallerCrop``), once it is
+seen to pad as the reference's does. Any other step raises
+:class:`~.detection_batch.NotNative` naming it, and
 ``ringloader.DataLoader`` falls back to torch's DataLoader with that reason.
 """
 
@@ -67,15 +70,20 @@ def _steps(transforms: Any) -> list:
     return flatten(transforms)
 
 
-def _why_step(t: Any) -> Optional[str]:
-    """Why the step ``t`` is not followed on a segmentation mask, or None."""
+def _why_step(t: Any, why_pad: Optional[str] = None) -> Optional[str]:
+    """Why the step ``t`` is not followed on a segmentation mask, or None
+    (``why_pad``: why a PadIfSmaller was not paired with its crop)."""
+    from ..adapt.torchvision_pad import PadIfSmallerCrop
+
     name = type(t).__name__
     v2 = type(t).__module__.startswith("torchvision.transforms.v2")
+    if isinstance(t, PadIfSmallerCrop):
+        return None
     if name == "PadIfSmaller":
         return (
-            "PadIfSmaller (the segmentation reference's pad to the right and "
-            "bottom) is not fused; v2.RandomCrop(size, pad_if_needed=True, "
-            'fill={tv_tensors.Mask: 255, "others": 0}) is'
+            f"{why_pad or 'PadIfSmaller is not fused'} (natively: the "
+            "segmentation reference's PadIfSmaller(size, fill) directly "
+            "before v2.RandomCrop(size))"
         )
     if not v2 or name not in _GEOMETRY + _CONVERSIONS:
         return (
@@ -144,9 +152,11 @@ class SegmentationImages:
 
         from ..transforms import UnsupportedTransform, compile_transform
 
-        steps = _steps(given)
+        from ..adapt.torchvision_pad import PadIfSmallerCrop, pad_if_smaller_pairs
+
+        steps, why_pad = pad_if_smaller_pairs(_steps(given))
         for t in steps:
-            why = _why_step(t)
+            why = _why_step(t, why_pad)
             if why is not None:
                 raise NotNative(f"the wrapped VOCSegmentation: {why}")
         head = v2.Compose(steps)
@@ -159,7 +169,12 @@ class SegmentationImages:
                 f"the wrapped VOCSegmentation's transforms: {compiled.reason} "
                 "(a segmentation sample's transforms are fused whole)"
             )
-        crops = [t for t in steps if type(t).__name__ in ("RandomCrop", "CenterCrop")]
+        crops = [
+            t
+            for t in steps
+            if type(t).__name__ in ("RandomCrop", "CenterCrop")
+            or isinstance(t, PadIfSmallerCrop)
+        ]
         self._fill = _mask_fill(crops[-1]) if crops else 0
         self._mask_steps = [t for t in steps if type(t).__name__ in _CONVERSIONS]
         image_type = None

@@ -318,3 +318,69 @@ def test_the_size_is_read_from_the_header_where_the_output_hides_it(tmp_path):
     assert targets[0]["image_id"] == data["images"][0]["id"]
     with pytest.raises(ValueError, match=f"{image['file_name']}: the image is"):
         next(batches)
+
+
+class FixedSizeCrop(torch.nn.Module):
+    """The detection reference's own FixedSizeCrop, as its transforms.py
+    writes it for v1 targets: crop where larger (one torch.rand(1) for
+    both offsets), boxes shifted and clamped in place and the invalid
+    ones dropped by a boolean index, then pad at the bottom and right."""
+
+    def __init__(self, size, fill=0):
+        super().__init__()
+        self.crop_height, self.crop_width = size
+        self.fill = fill
+
+    def forward(self, img, target):
+        from torchvision.transforms import functional as F1
+
+        _, height, width = F1.get_dimensions(img)
+        new_h, new_w = min(height, self.crop_height), min(width, self.crop_width)
+        if (new_h, new_w) != (height, width):
+            r = torch.rand(1)
+            top = int(max(height - self.crop_height, 0) * r)
+            left = int(max(width - self.crop_width, 0) * r)
+            img = F1.crop(img, top, left, new_h, new_w)
+            boxes = target["boxes"]
+            boxes[:, 0::2] -= left
+            boxes[:, 1::2] -= top
+            boxes[:, 0::2].clamp_(min=0, max=new_w)
+            boxes[:, 1::2].clamp_(min=0, max=new_h)
+            valid = (boxes[:, 0] < boxes[:, 2]) & (boxes[:, 1] < boxes[:, 3])
+            target["boxes"] = boxes[valid]
+            target["labels"] = target["labels"][valid]
+            if "masks" in target:
+                masks = target["masks"][valid]
+                target["masks"] = F1.crop(masks, top, left, new_h, new_w)
+        pad = [0, 0, max(self.crop_width - new_w, 0), max(self.crop_height - new_h, 0)]
+        if any(pad):
+            img = F1.pad(img, pad, self.fill)
+            if "masks" in target:
+                target["masks"] = F1.pad(target["masks"], pad, 0)
+        return img, target
+
+
+def test_the_references_own_fixed_size_crop_falls_back_saying_why(coco):
+    """The lsj preset as the reference writes it for v2 (PIL backend):
+    torch's DataLoader runs it, and its FixedSizeCrop leaves a cropped
+    sample's boxes a plain tensor, which SanitizeBoundingBoxes raises on;
+    ringloader falls back with that reason rather than give boxes the
+    reference does not."""
+    preset = Preset(
+        [
+            v2.ScaleJitter(target_size=LSJ, antialias=True),
+            FixedSizeCrop(LSJ, fill=(123.0, 117.0, 104.0)),
+            v2.RandomHorizontalFlip(p=0.5),
+            v2.ToImage(),
+        ]
+        + TAIL
+    )
+    ds = dataset(coco, preset, KEYS)
+    with pytest.warns(
+        ringloader.FallbackWarning, match="FixedSizeCrop .* plain tensor"
+    ):
+        loader = ringloader.DataLoader(ds, batch_size=2, collate_fn=collate_fn)
+    assert not isinstance(loader, ringloader.Loader)
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="No bounding boxes were found"):
+        list(loader)

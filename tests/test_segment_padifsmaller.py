@@ -1,8 +1,9 @@
 """The segmentation reference's train preset as it is written for v2
 (``--use-v2``): its own ``PadIfSmaller(crop_size, fill={Mask: 255,
 "others": 0})`` (``references/segmentation/v2_extras.py``, not on PyPI:
-written here as the reference writes it, a v2.Transform padding the
-missing rows and columns at the bottom and right) before
+``benchmarks/reference_extras.py`` writes it as the reference does, a
+v2.Transform padding the missing rows and columns at the bottom and
+right) before
 ``RandomCrop(crop_size)``, after the flip. Fused: no FallbackWarning;
 each train item equals torchvision's functional ops run in the preset's
 order (flip, then the user's PadIfSmaller object itself, then the crop)
@@ -21,6 +22,7 @@ import ringloader
 from ringloader import _core
 
 from detection_data import write_voc
+from reference_extras import PadIfSmaller  # benchmarks/: the reference's class
 from test_dropin import fused
 from test_segment_frontdoor import (
     BASE,
@@ -41,27 +43,6 @@ FILL = {tv_tensors.Mask: 255, "others": 0}
 @pytest.fixture(scope="module")
 def voc(tmp_path_factory):
     return write_voc(tmp_path_factory.mktemp("voc"), 14, seed=SEED)
-
-
-class PadIfSmaller(v2.Transform):
-    """As the segmentation reference's v2_extras writes it."""
-
-    def __init__(self, size, fill=0):
-        super().__init__()
-        self.size = size
-        self.fill = v2._utils._setup_fill_arg(fill)
-
-    def make_params(self, flat_inputs):
-        _, height, width = v2._utils.query_chw(flat_inputs)
-        padding = [0, 0, max(self.size - width, 0), max(self.size - height, 0)]
-        return dict(padding=padding, needs_padding=any(padding))
-
-    def transform(self, inpt, params):
-        if not params["needs_padding"]:
-            return inpt
-        fill = v2._utils._get_fill(self.fill, type(inpt))
-        fill = v2._utils._convert_fill_arg(fill)
-        return F.pad(inpt, padding=params["padding"], fill=fill)
 
 
 def reference_train(backend, p=0.5, pad=None, flip_first=True):
@@ -146,6 +127,45 @@ def test_train_items_pad_at_the_bottom_and_right(voc, backend, flip_first):
     assert all(seen.values()), seen
 
 
+@pytest.mark.parametrize("flip_first", [True, False], ids=["flip-pad", "pad-flip"])
+def test_a_narrow_image_keeps_its_padding_where_the_preset_puts_it(voc, flip_first):
+    """Every image resized narrower than the crop and taller: the width
+    padded, the height cropped, flipped or not; each item equals the
+    preset's own ops with the plan's draws, its padding at the right
+    unless a flip after the pad moved it."""
+    flip = [v2.RandomHorizontalFlip(0.5)]
+    crop = [PadIfSmaller(CROP, fill=dict(FILL)), v2.RandomCrop(CROP)]
+    preset = Preset(
+        [v2.ToImage(), v2.Resize((CROP + 6, CROP - 8))]
+        + (flip + crop if flip_first else crop + flip)
+        + [
+            v2.ToDtype(
+                {
+                    tv_tensors.Image: torch.float32,
+                    tv_tensors.Mask: torch.int64,
+                    "others": None,
+                },
+                scale=True,
+            ),
+            v2.Normalize(MEAN, STD),
+            v2.ToPureTensor(),
+        ]
+    )
+    ds, raw = dataset(voc, preset), dataset(voc, None)
+    loader = fused(ds, batch_size=5, collate_fn=items, seed=SEED)
+    spec = loader._plans[0].compiled.spec
+    flips = []
+    for k, (image, mask) in enumerate(x for batch in loader for x in batch):
+        want_image, want_mask, p = expected(*raw[k], spec, 0, k, flip_first)
+        same_mask(mask, want_mask)
+        same_image(image, want_image)
+        # the pad's columns: at the right, but where a later flip moved them
+        pad = slice(0, 8) if p["flip"] and not flip_first else slice(CROP - 8, None)
+        assert (mask[0, :, pad] == 255).all() and p["rw"] == CROP - 8
+        flips.append(p["flip"])
+    assert any(flips) and not all(flips)
+
+
 def test_padding_lands_where_the_reference_puts_it(voc):
     """Without any draw to replay: every item padded on a side is padded
     (255 in its mask) at the bottom or right only, never at the top or
@@ -194,8 +214,9 @@ BothSides.__name__ = "PadIfSmaller"  # as a user's class of that name
             CROP - 4,
             r"directly before a v2.RandomCrop\(24\)",
         ),
+        (PadIfSmaller(CROP, fill={"others": (1, 2, 3)}), CROP, r"PadIfSmaller\(24\): "),
     ],
-    ids=["both-sides", "larger-pad", "smaller-crop"],
+    ids=["both-sides", "larger-pad", "smaller-crop", "rgb-fill-on-masks"],
 )
 def test_other_pads_fall_back_saying_why(voc, pad, crop, why):
     preset = Preset(
@@ -228,6 +249,7 @@ def _spec(**fields):
         dict(pad_if_needed=1, pad_flips_first=1),
         dict(pad_flips_first=4),
         dict(pad_if_needed=3),
+        dict(kind="resize_crop", pad_flips_first=3),
     ],
 )
 def test_the_core_refuses_what_pad_if_needed_2_does_not_say(fields):

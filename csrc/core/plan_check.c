@@ -200,12 +200,15 @@ int rl_transform_check(const rl_transform *t, char *msg)
         t->pad_flips_first < 0 || t->pad_flips_first > 3 ||
         (t->pad_if_needed != 2 && t->pad_flips_first != 0) ||
         (t->pad_if_needed == 2 &&
-         (t->pad[0] || t->pad[1] || t->pad[2] || t->pad[3] || t->pad_twice ||
+         (t->kind != RL_T_RESIZE_RANDOM_CROP ||
+          t->window != RL_WINDOW_RANDOM_CROP || t->pad[0] || t->pad[1] ||
+          t->pad[2] || t->pad[3] || t->pad_twice ||
           t->pad_mode != RL_PAD_CONSTANT))) {
         snprintf(msg, RL_MSG_MAX,
                  "pad_if_needed %d (0, 1 or 2), pad_flips_first %d (0..3): "
-                 "2 (PadIfSmaller's bottom and right) takes no other padding "
-                 "and a constant fill; pad_flips_first needs it",
+                 "2 (PadIfSmaller's bottom and right) is resize_random_crop's "
+                 "RandomCrop with no other padding and a constant fill; "
+                 "pad_flips_first needs it",
                  t->pad_if_needed, t->pad_flips_first);
         return RL_ECONFIG;
     }

@@ -181,53 +181,60 @@ def _typed_fill(fill: Any, cls: Any) -> Any:
 
 def _pads_as_the_core(t: Any, size: int) -> Optional[str]:
     """Why ``t`` (a PadIfSmaller) does not pad as the core's pad_if_needed
-    2 does, or None: it is run on an image and a mask a few pixels
-    smaller than ``size`` (it must add the missing rows and columns at the
-    bottom and right, the image's with its Image fill, the mask's with its
-    Mask fill, and keep the rest) and larger (it must leave them)."""
+    2 does, or None: it is run on an image and a mask a few pixels smaller
+    than ``size`` on both axes, on one, and larger on both. It must add the
+    missing rows and columns at the bottom and right, the image's with its
+    Image fill and the mask's with its Mask fill, and keep the rest."""
     import torch
     from torchvision import tv_tensors
 
     gen = torch.Generator().manual_seed(0)
-    for h, w in ((max(size - 3, 1), max(size - 1, 1)), (size + 1, size + 2)):
+    small, large = max(size - 3, 1), size + 2
+    for h, w in ((small, small + 1), (large, small), (large + 1, large)):
         image = torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=gen)
         mask = torch.randint(0, 256, (1, h, w), dtype=torch.uint8, generator=gen)
         try:
             out = t(tv_tensors.Image(image), tv_tensors.Mask(mask))
         except Exception as e:  # the user's class: anything it raises
             return f"it raised {type(e).__name__} on an image and a mask ({e})"
-        ok = isinstance(out, tuple) and len(out) == 2
+        if not (isinstance(out, tuple) and len(out) == 2):
+            return "called on an image and a mask, it does not return the two"
         for got, given, cls in zip(
-            out if ok else (), (image, mask), (tv_tensors.Image, tv_tensors.Mask)
+            out, (image, mask), (tv_tensors.Image, tv_tensors.Mask)
         ):
-            fill = _typed_fill(t.fill, cls)
-            fill = 0 if fill is None else fill
-            values = [fill] if isinstance(fill, (int, float)) else list(fill)
-            if len(values) == 1:
-                values = values * given.shape[0]
-            want = torch.empty(
-                given.shape[0], max(h, size), max(w, size), dtype=torch.uint8
-            )
-            want[:] = (
-                torch.tensor(values, dtype=torch.float64)
-                .clamp(0, 255)
-                .to(torch.uint8)
-                .view(-1, 1, 1)
-            )
-            want[:, :h, :w] = given
-            ok = (
-                ok
-                and isinstance(got, torch.Tensor)
-                and tuple(got.shape) == tuple(want.shape)
-            )
-            ok = ok and torch.equal(got.as_subclass(torch.Tensor), want)
-        if not ok:
-            return (
-                f"on a {h}x{w} image it does not pad as the segmentation "
-                "reference's does (to its size, at the bottom and right, with "
-                "its fill)"
-            )
+            want = _padded(given, _typed_fill(t.fill, cls), size)
+            if want is None or not (
+                isinstance(got, torch.Tensor)
+                and got.shape == want.shape
+                and torch.equal(got.as_subclass(torch.Tensor), want)
+            ):
+                return (
+                    f"on a {h}x{w} {cls.__name__} it does not pad as the "
+                    "segmentation reference's does (to its size, at the bottom "
+                    "and right, with its fill)"
+                )
     return None
+
+
+def _padded(given: Any, fill: Any, size: int) -> Any:
+    """``given`` (C, h, w uint8) padded at the bottom and right to
+    ``size`` with ``fill`` as v2 pads a uint8 tensor (a fraction
+    truncated), or None for a fill of another channel count than
+    ``given``'s or past 0..255 (whose cast to uint8 is no one value)."""
+    import torch
+
+    c, h, w = given.shape
+    values = [0] if fill is None else fill
+    values = [values] if isinstance(values, (int, float)) else list(values)
+    if len(values) == 1:
+        values = values * c
+    numbers_ = all(isinstance(v, (int, float)) and 0 <= v < 256 for v in values)
+    if len(values) != c or not numbers_:
+        return None
+    want = torch.empty(c, max(h, size), max(w, size), dtype=torch.uint8)
+    want[:] = torch.tensor(values, dtype=torch.float64).view(-1, 1, 1).to(torch.uint8)
+    want[:, :h, :w] = given
+    return want
 
 
 def pad_if_smaller_pairs(steps: list) -> tuple[list, Optional[str]]:

@@ -20,7 +20,8 @@ made a tv_tensor first, as ``backend="tv_tensor"``):
   ConvertBoundingBoxFormat(XYXY), SanitizeBoundingBoxes, ToPureTensor;
   ``hflip+masks`` is hflip with the masks among the targets;
 - ``segmentation``: ToImage, RandomResize(260, 1040), RandomHorizontalFlip,
-  RandomCrop(480) padded where smaller (masks with 255), ToDtype (image
+  the reference's own PadIfSmaller(480) (``reference_extras``: at the
+  bottom and right, masks with 255), RandomCrop(480), ToDtype (image
   float, mask int64), Normalize, ToPureTensor, on a wrapped
   VOCSegmentation.
 
@@ -138,8 +139,10 @@ def detection_preset(recipe: str) -> Preset:
 
 
 def segmentation_preset(base: int = 520, crop: int = 480) -> Preset:
-    """The segmentation reference's train preset, in transforms.v2."""
+    """The segmentation reference's train preset, in transforms.v2, with
+    its own PadIfSmaller (``reference_extras``)."""
     import torch
+    from reference_extras import PadIfSmaller
     from torchvision import tv_tensors
     from torchvision.transforms import v2
 
@@ -148,9 +151,8 @@ def segmentation_preset(base: int = 520, crop: int = 480) -> Preset:
             v2.ToImage(),
             v2.RandomResize(base // 2, base * 2, antialias=True),
             v2.RandomHorizontalFlip(p=0.5),
-            v2.RandomCrop(
-                crop, pad_if_needed=True, fill={tv_tensors.Mask: 255, "others": 0}
-            ),
+            PadIfSmaller(crop, fill={tv_tensors.Mask: 255, "others": 0}),
+            v2.RandomCrop(crop),
             v2.ToDtype(
                 {
                     tv_tensors.Image: torch.float32,

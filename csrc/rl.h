@@ -117,14 +117,19 @@ static inline int rl_pad_source(rl_pad_mode mode, int i, int n)
  * each larger one cropped at its centre, the offset rounded as Python
  * rounds); or timm's RandomCropOrPad (each axis's offset uniform over
  * 0..|n - out| pixels, into the image where it is larger than the window,
- * before it, as padding, where it is smaller). Zero is RandomCrop's.
+ * before it, as padding, where it is smaller); or the detection
+ * reference's FixedSizeCrop (ringloader.transforms_v2.FixedSizeCrop: one
+ * float32 r for both offsets, int((n - out) * r) into each axis larger than
+ * the window, targets/draws.h's rl_draw_fixed_crop; each smaller axis
+ * padded after the image). Zero is RandomCrop's.
  */
 typedef enum {
     RL_WINDOW_RANDOM_CROP = 0,
     RL_WINDOW_CENTER_OR_PAD = 1,
     RL_WINDOW_RANDOM_OR_PAD = 2,
+    RL_WINDOW_FIXED_SIZE = 3,
 } rl_window;
-#define RL_WINDOW_COUNT 3
+#define RL_WINDOW_COUNT 4
 
 /*
  * The order of the resize's two passes, which the 8-bit rounding and

@@ -26,8 +26,9 @@ CSRC = ROOT / "csrc"
 LAYERS: list[list[str]] = [
     ["_core"],  # the C extension
     # targets: how a batch's are made; progress: the datasets' bars;
-    # _simd: the C kernels' SIMD level, as RINGLOADER_SIMD set it
-    ["errors", "datasets.targets", "datasets.progress", "_simd"],
+    # _simd: the C kernels' SIMD level, as RINGLOADER_SIMD set it;
+    # transforms_v2: v2 transforms of our own (torchvision only)
+    ["errors", "datasets.targets", "datasets.progress", "_simd", "transforms_v2"],
     # the neutral description of a transform (and of a C op's arguments):
     # all that adapters and the compiler share
     ["_steps"],

@@ -317,6 +317,12 @@ static int resize_random_window(const rl_transform *t, int width, int height,
                      oh, ow, width, height);
             return rc;
         }
+    } else if (t->window == RL_WINDOW_FIXED_SIZE) {
+        /* one r for both offsets, drawn only where an axis is cropped */
+        rl_fixed_crop_draw d;
+        rl_draw_fixed_crop(g, oh, ow, nw, nh, &d);
+        pad->x = (rl_pad_axis){.w0 = d.left, .n = nw};
+        pad->y = (rl_pad_axis){.w0 = d.top, .n = nh};
     } else {
         /* timm draws the top offset first, then the left one */
         int wy = crop_or_pad_start((rl_window)t->window, nh, oh, g);

@@ -170,8 +170,8 @@ int rl_transform_check(const rl_transform *t, char *msg)
          (t->kind != RL_T_RESIZE_RANDOM_CROP || t->pad[0] || t->pad[1] ||
           t->pad[2] || t->pad[3] || t->pad_if_needed || t->pad_twice))) {
         snprintf(msg, RL_MSG_MAX,
-                 "window %d: timm's crop-or-pad windows take no RandomCrop "
-                 "padding and need kind resize_random_crop",
+                 "window %d: timm's crop-or-pad windows and FixedSizeCrop's "
+                 "take no RandomCrop padding and need kind resize_random_crop",
                  t->window);
         return RL_ECONFIG;
     }
@@ -230,6 +230,7 @@ int rl_transform_check(const rl_transform *t, char *msg)
 const char *rl_window_name(int window)
 {
     static const char *const names[RL_WINDOW_COUNT] = {
-        "random_crop", "center_crop_or_pad", "random_crop_or_pad"};
+        "random_crop", "center_crop_or_pad", "random_crop_or_pad",
+        "fixed_size_crop"};
     return window >= 0 && window < RL_WINDOW_COUNT ? names[window] : NULL;
 }

@@ -174,7 +174,8 @@ static const field fields[] = {
      AT(window),
      {0, 0},
      "where resize_random_crop's window lies: its index in WINDOWS "
-     "(torchvision's RandomCrop, timm's CenterCropOrPad or RandomCropOrPad)"},
+     "(torchvision's RandomCrop, timm's CenterCropOrPad or RandomCropOrPad, "
+     "the detection reference's FixedSizeCrop)"},
     {"trim",
      FIELD_INT,
      AT(trim),

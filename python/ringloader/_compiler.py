@@ -391,6 +391,8 @@ def _mirrors(plan: _Plan, step: Step) -> bool:
     f = step.fields
     if f.get("pad_if_needed") == 2:
         return True  # PadIfSmaller's: the core pads after the flips too
+    if f.get("window") == _core.WINDOWS.index("fixed_size_crop"):
+        return False  # its offsets and padding are not mirrored
     if plan.flipped and f["pad_left"] != f["pad_right"]:
         return False
     return not (plan.vflipped and f["pad_top"] != f["pad_bottom"])
@@ -512,6 +514,14 @@ def _fuse(plan: _Plan, step: Step) -> Optional[str]:
     if _place(plan, step) or _flip(plan, step):
         return None
     reason = f"{step.name} is not fused after {plan.names[-1] if plan.names else ''}"
+    fixed = step.fields.get("window") if isinstance(step, _steps.RandomCrop) else None
+    if fixed == _core.WINDOWS.index("fixed_size_crop") and (
+        plan.flipped or plan.vflipped
+    ):
+        reason += (
+            " (its offsets and padding are not mirrored: flip after it, as "
+            "the lsj preset does)"
+        )
     if isinstance(step, _steps.Flip) and plan.ops:
         reason += " (the C core flips before the ops; put the flip first)"
     return reason
@@ -685,7 +695,13 @@ def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
             break
         plan.names.append(step.name)
     first = taken[0] if taken else None
-    spec = _spec(plan, first)
+    try:
+        spec = _spec(plan, first)
+    except UnsupportedTransform:
+        if reason and _fixes_size(taken[-1]):
+            # The crop meant to fix the size was not fused: say why.
+            raise UnsupportedTransform(reason) from None
+        raise
     if spec.get("varying") and reason:
         if _fixes_size(taken[-1]):
             # The user meant one size: say why that one was not fused.

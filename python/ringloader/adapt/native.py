@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._steps import Convert, Step, Unfused
+from .._steps import Convert, RandomCrop, Step, Unfused
+from ..errors import UnsupportedTransform
 from . import torchvision_v1
-from .torchvision_pad import PadIfSmallerCrop
+from .torchvision_pad import PadIfSmallerCrop, fixed_size_crop_fields
 
 
 def claims(t: Any) -> bool:
@@ -31,4 +32,10 @@ def describe(t: Any) -> Step:
         return Convert(name, "dtype", t.dtype, scale=bool(t.scale))
     if name in torchvision_v1.GEOMETRY or name == "Normalize":
         return torchvision_v1.describe_common(t, resize_filter=_filter)
+    if name == "FixedSizeCrop":  # transforms_v2's
+        try:
+            fields, fills = fixed_size_crop_fields(t)
+        except UnsupportedTransform as e:
+            return Unfused(name, str(e), geometry=True)
+        return RandomCrop(name, fields, fills=fills)
     return Unfused(name, f"{name} has no C op")

@@ -277,3 +277,24 @@ def pad_if_smaller_pairs(steps: list) -> tuple[list, Optional[str]]:
         out.append(PadIfSmallerCrop(t, nxt))
         i += 2
     return out, why
+
+
+def fixed_size_crop_fields(t: Any) -> tuple[dict, tuple]:
+    """``ringloader.transforms_v2.FixedSizeCrop`` as the core's window
+    ``fixed_size_crop`` (its constant fill as a RandomCrop's, the PIL
+    image's entry, and the v2 fills per type); UnsupportedTransform for
+    another padding mode."""
+    name = type(t).__name__
+    if t.padding_mode != "constant":
+        raise UnsupportedTransform(f"{name}(padding_mode={t.padding_mode!r})")
+    rgb = _fill_rgb(t.fill, name)
+    fields = {
+        "out_h": int(t.size[0]),
+        "out_w": int(t.size[1]),
+        "window": _core.WINDOWS.index("fixed_size_crop"),
+        "pad_mode": _core.PAD_MODES.index("constant"),
+        "fill_r": rgb[0],
+        "fill_g": rgb[1],
+        "fill_b": rgb[2],
+    }
+    return fields, tensor_fills(t, name)

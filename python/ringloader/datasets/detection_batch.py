@@ -73,7 +73,10 @@ def _kinds() -> tuple[tuple, tuple, tuple]:
     on the targets alone): torchvision.transforms.v2's classes."""
     from torchvision.transforms import v2
 
+    from ..transforms_v2 import FixedSizeCrop
+
     geometry = (
+        FixedSizeCrop,
         v2.Resize,
         v2.RandomResize,
         v2.RandomShortestSize,
@@ -196,11 +199,13 @@ def _pads() -> tuple:
     """The steps that pad a Mask with their fill."""
     from torchvision.transforms import v2
 
-    return (v2.RandomCrop, v2.RandomZoomOut)
+    from ..transforms_v2 import FixedSizeCrop
+
+    return (v2.RandomCrop, v2.RandomZoomOut, FixedSizeCrop)
 
 
 def _mask_fill(step: Any) -> Any:
-    """The value a RandomCrop or RandomZoomOut pads a Mask with (its fill
+    """The value a RandomCrop, RandomZoomOut or FixedSizeCrop pads a Mask with (its fill
     dict's Mask entry, "others", or its one fill), or a str saying why it
     is not followed."""
     from torchvision import tv_tensors
@@ -288,9 +293,9 @@ _FIXED_SIZE_CROP = (
     "FixedSizeCrop (the detection reference's own class, written for v1 "
     "targets) is not followed on v2 targets: where it crops, it leaves the "
     "boxes a plain tensor, which SanitizeBoundingBoxes then does not find "
-    '("No bounding boxes were found"). v2.RandomCrop(size, '
-    'pad_if_needed=True, fill={tv_tensors.Mask: 0, "others": mean}) in its '
-    "place runs natively"
+    '("No bounding boxes were found"). ringloader.transforms_v2.FixedSizeCrop('
+    'size, fill={tv_tensors.Mask: 0, "others": mean}), the same crop for v2 '
+    "targets, runs natively in its place"
 )
 
 

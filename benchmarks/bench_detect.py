@@ -15,8 +15,9 @@ made a tv_tensor first, as ``backend="tv_tensor"``):
 - ``hflip``, ``multiscale``, ``ssdlite``, ``ssd``, ``lsj``: ToImage, the
   recipe's augmentation (RandomHorizontalFlip; RandomShortestSize(480-800,
   1333) + flip; RandomIoUCrop + flip; RandomPhotometricDistort,
-  RandomZoomOut, RandomIoUCrop + flip; ScaleJitter(1024) + a 1024 crop
-  padded with the mean + flip), ToDtype(float, scale=True),
+  RandomZoomOut, RandomIoUCrop + flip; ScaleJitter(1024) + FixedSizeCrop
+  (1024, padded with the mean: ringloader.transforms_v2's, the reference's
+  crop for v2 targets) + flip), ToDtype(float, scale=True),
   ConvertBoundingBoxFormat(XYXY), SanitizeBoundingBoxes, ToPureTensor;
   ``hflip+masks`` is hflip with the masks among the targets;
 - ``segmentation``: ToImage, RandomResize(260, 1040), RandomHorizontalFlip,
@@ -102,6 +103,8 @@ def detection_preset(recipe: str) -> Preset:
     from torchvision import tv_tensors
     from torchvision.transforms import v2
 
+    from ringloader.transforms_v2 import FixedSizeCrop
+
     head = [v2.ToImage()]
     if recipe == "eval":
         return Preset(head + [v2.ToDtype(torch.float, scale=True), v2.ToPureTensor()])
@@ -125,7 +128,7 @@ def detection_preset(recipe: str) -> Preset:
         ],
         "lsj": [
             v2.ScaleJitter(target_size=(1024, 1024), antialias=True),
-            v2.RandomCrop((1024, 1024), pad_if_needed=True, fill=fill),
+            FixedSizeCrop((1024, 1024), fill=fill),  # the reference's, for v2
             flip,
         ],
     }[recipe]

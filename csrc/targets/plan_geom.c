@@ -96,6 +96,25 @@ static int random_crop(rl_target_geom *g, const rl_transform *t,
                   p->out_h, err);
 }
 
+/* The detection reference's FixedSizeCrop (window RL_WINDOW_FIXED_SIZE)
+ * on the nw x nh canvas as it runs: the crop where the image is larger on
+ * some side, then the padding at the bottom and right. The boxes are
+ * clamped to the crop, then to the padded canvas, not to the window of
+ * the padded image (where a box past the image's edge would keep part of
+ * the padding). */
+static int fixed_size(rl_target_geom *g, const rl_plan *p, int nw, int nh,
+                      int ow, int oh, const char **err)
+{
+    int cw = nw < ow ? nw : ow, ch = nh < oh ? nh : oh;
+    if ((cw != nw || ch != nh) &&
+        rl_geom_crop(g, p->pad.y.w0, p->pad.x.w0, ch, cw, err) != 0)
+        return -1;
+    if ((cw != ow || ch != oh) &&
+        rl_geom_pad(g, 0, 0, ow - cw, oh - ch, err) != 0)
+        return -1;
+    return 0;
+}
+
 /* The resize (if any) and the window of RL_T_RESIZE_CROP and
  * RL_T_RESIZE_RANDOM_CROP on the w x h (trimmed) image. */
 static int resize_window(rl_target_geom *g, const rl_transform *t,
@@ -120,6 +139,8 @@ static int resize_window(rl_target_geom *g, const rl_transform *t,
         t->window == RL_WINDOW_RANDOM_CROP) {
         return random_crop(g, t, p, nw, nh, err);
     }
+    if (t->kind == RL_T_RESIZE_RANDOM_CROP && t->window == RL_WINDOW_FIXED_SIZE)
+        return fixed_size(g, p, nw, nh, ow, oh, err);
     int x0 = p->pad.x.w0, y0 = p->pad.y.w0;
     if (t->kind == RL_T_RESIZE_CROP) {
         /* torchvision's CenterCrop: the rounded centre, or the padding

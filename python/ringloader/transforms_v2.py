@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence, Union
 
 import torch
+from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
@@ -23,9 +24,10 @@ class FixedSizeCrop(v2.Transform):
     v2's targets: crop to at most ``size`` (h, w), both offsets from one
     ``torch.rand(1)`` (``int((H - h) * r)`` and ``int((W - w) * r)``,
     drawn only where the image is larger), then pad at the bottom and
-    right up to ``size`` with ``fill`` (a number, a sequence per channel,
-    or v2's dict per type such as ``{tv_tensors.Mask: 0, "others":
-    mean}``) in ``padding_mode``. Boxes, masks and keypoints move with
+    right up to ``size`` in ``padding_mode``: the image with ``fill`` (a
+    number or a sequence per channel, as the reference's ``fill=mean``),
+    masks with 0, as the reference pads them; or v2's dict per type, such
+    as ``{tv_tensors.Mask: 0, "others": mean}``, as given. Boxes, masks and keypoints move with
     the image as v2's ``crop`` and ``pad`` move them; the boxes a crop
     leaves empty are dropped by the ``SanitizeBoundingBoxes`` that the
     reference's presets end with, where the reference's class drops them
@@ -51,6 +53,8 @@ class FixedSizeCrop(v2.Transform):
         if len(size) != 2 or min(size) < 1:
             raise ValueError(f"FixedSizeCrop: size must be (h, w) >= 1, not {size!r}")
         self.size = size
+        if not isinstance(fill, dict):  # the reference pads masks with 0
+            fill = {tv_tensors.Mask: 0, "others": fill}
         self.fill = self._fill = v2._utils._setup_fill_arg(fill)  # (v2's name)
         self.padding_mode = padding_mode
 

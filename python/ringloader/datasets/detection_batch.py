@@ -188,6 +188,7 @@ def _warp_fill(head: list) -> Any:
 NATIVE = (
     "natively: Resize, RandomResize, RandomShortestSize, ScaleJitter, RandomCrop, "
     "CenterCrop, RandomResizedCrop, RandomZoomOut, RandomIoUCrop, the flips, "
+    "ringloader.transforms_v2.FixedSizeCrop, "
     "RandomAffine, RandomRotation, RandomPerspective (in RandomApply, RandomChoice, "
     "RandomOrder too), "
     "ToImage, ToDtype and colour ops, then ConvertBoundingBoxFormat, SanitizeBoundingBoxes, "
@@ -205,16 +206,16 @@ def _pads() -> tuple:
 
 
 def _mask_fill(step: Any) -> Any:
-    """The value a RandomCrop, RandomZoomOut or FixedSizeCrop pads a Mask with (its fill
-    dict's Mask entry, "others", or its one fill), or a str saying why it
-    is not followed."""
+    """The value a RandomCrop, RandomZoomOut or FixedSizeCrop pads a Mask
+    with (its fill dict's Mask entry, "others", or its one fill), or a str
+    saying why it is not followed."""
     from torchvision import tv_tensors
     from torchvision.transforms.v2._utils import _get_fill
 
     name = type(step).__name__
     if getattr(step, "padding_mode", "constant") != "constant":
         return (
-            f"RandomCrop with padding_mode={step.padding_mode!r} (torchvision "
+            f"{name} with padding_mode={step.padding_mode!r} (torchvision "
             "refuses bounding boxes under it)"
         )
     fill = _get_fill(step._fill, tv_tensors.Mask)

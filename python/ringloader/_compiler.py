@@ -391,7 +391,7 @@ def _mirrors(plan: _Plan, step: Step) -> bool:
     f = step.fields
     if f.get("pad_if_needed") == 2:
         return True  # PadIfSmaller's: the core pads after the flips too
-    if f.get("window") == _core.WINDOWS.index("fixed_size_crop"):
+    if _fixed_size_crop(step):
         return False  # its offsets and padding are not mirrored
     if plan.flipped and f["pad_left"] != f["pad_right"]:
         return False
@@ -514,10 +514,7 @@ def _fuse(plan: _Plan, step: Step) -> Optional[str]:
     if _place(plan, step) or _flip(plan, step):
         return None
     reason = f"{step.name} is not fused after {plan.names[-1] if plan.names else ''}"
-    fixed = step.fields.get("window") if isinstance(step, _steps.RandomCrop) else None
-    if fixed == _core.WINDOWS.index("fixed_size_crop") and (
-        plan.flipped or plan.vflipped
-    ):
+    if _fixed_size_crop(step) and (plan.flipped or plan.vflipped):
         reason += (
             " (its offsets and padding are not mirrored: flip after it, as "
             "the lsj preset does)"
@@ -672,6 +669,14 @@ def _fixes_size(step: Step) -> bool:
     return isinstance(step, (_steps.CenterCrop, _steps.RandomCrop, _steps.ResizedCrop))
 
 
+def _fixed_size_crop(step: Step) -> bool:
+    """Whether step is a FixedSizeCrop (transforms_v2's), fused or not."""
+    if isinstance(step, _steps.Unfused):
+        return step.name == "FixedSizeCrop"
+    fixed = _core.WINDOWS.index("fixed_size_crop")
+    return isinstance(step, _steps.RandomCrop) and step.fields.get("window") == fixed
+
+
 def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
     """The C core's plan for a transform's steps, in order: the longest
     prefix that can be fused is, and the ``reason`` the next step was not.
@@ -698,7 +703,7 @@ def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
     try:
         spec = _spec(plan, first)
     except UnsupportedTransform:
-        if reason and _fixes_size(taken[-1]):
+        if reason and _fixed_size_crop(taken[-1]):
             # The crop meant to fix the size was not fused: say why.
             raise UnsupportedTransform(reason) from None
         raise

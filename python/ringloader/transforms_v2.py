@@ -27,11 +27,11 @@ class FixedSizeCrop(v2.Transform):
     right up to ``size`` in ``padding_mode``: the image with ``fill`` (a
     number or a sequence per channel, as the reference's ``fill=mean``),
     masks with 0, as the reference pads them; or v2's dict per type, such
-    as ``{tv_tensors.Mask: 0, "others": mean}``, as given. Boxes, masks and keypoints move with
-    the image as v2's ``crop`` and ``pad`` move them; the boxes a crop
-    leaves empty are dropped by the ``SanitizeBoundingBoxes`` that the
-    reference's presets end with, where the reference's class drops them
-    itself.
+    as ``{tv_tensors.Mask: 0, "others": mean}``, as given. Boxes, masks
+    and keypoints move with the image as v2's ``crop`` and ``pad`` move
+    them; the boxes a crop leaves empty are dropped by the
+    ``SanitizeBoundingBoxes`` that the reference's presets end with, where
+    the reference's class drops them itself.
 
     In place of the reference's class in its lsj preset::
 

@@ -171,14 +171,6 @@ class PadIfSmallerCrop:
         return fields, tensor_fills(self, "PadIfSmaller")
 
 
-def _typed_fill(fill: Any, cls: Any) -> Any:
-    """v2's fill for an input of class ``cls``: its entry of a per-type
-    dict (else "others"), or the one fill."""
-    if isinstance(fill, dict):
-        return fill.get(cls, fill.get("others"))
-    return fill
-
-
 def _pads_as_the_core(t: Any, size: int) -> Optional[str]:
     """Why ``t`` (a PadIfSmaller) does not pad as the core's pad_if_needed
     2 does, or None: it is run on an image and a mask a few pixels smaller
@@ -202,7 +194,8 @@ def _pads_as_the_core(t: Any, size: int) -> Optional[str]:
         for got, given, cls in zip(
             out, (image, mask), (tv_tensors.Image, tv_tensors.Mask)
         ):
-            want = _padded(given, _typed_fill(t.fill, cls), size)
+            fill = _pil_fill(t.fill, cls) if isinstance(t.fill, dict) else t.fill
+            want = _padded(given, fill, size)
             if want is None or not (
                 isinstance(got, torch.Tensor)
                 and got.shape == want.shape

@@ -50,6 +50,9 @@ LAYERS: list[list[str]] = [
     # detection: which datasets are described so
     ["datasets.detection_tables"],
     ["datasets.coco", "datasets.voc", "datasets.detection_target"],
+    # detection_tail: the reference's tail (ConvertBoundingBoxFormat,
+    # SanitizeBoundingBoxes, ToPureTensor) on those targets, quickly
+    ["datasets.detection_tail"],
     # COCO's person keypoints as a CocoDetection with a v2 target
     ["datasets.coco_keypoints"],
     ["datasets.detection"],

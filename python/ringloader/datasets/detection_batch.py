@@ -51,6 +51,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .base import Sources
+from .detection_tail import QuickTail
 from .detection_target import plan_table
 
 __all__ = [
@@ -312,6 +313,7 @@ class DetectionImages:
         self._given: Any = None
         self._head: Any = None
         self._tail: list = []
+        self._quick: Optional[QuickTail] = None
         self._moves = False
         self._sized = False  # a resize or crop: the output hides the size
         self._mask_fill = 0
@@ -362,6 +364,9 @@ class DetectionImages:
         # already of its dtype, is left as it is.
         again = [t for t in head if isinstance(t, v2.ConvertImageDtype)]
         self._tail = again + tail
+        # the reference's tail as plain tensor arithmetic, where it gives
+        # what the user's steps give (detection_tail)
+        self._quick = QuickTail.of(self._tail) if tail and not again else None
         geometry = _kinds()[0] + _groups()
         self._moves = any(isinstance(t, geometry) for t in head)
         self._warp_fill = _warp_fill(head)
@@ -511,8 +516,11 @@ class DetectionImages:
             if self._image_type is not None:
                 image = image.as_subclass(self._image_type)
             sample: Any = (image, t)
-            for step in self._tail:
-                sample = step(*sample)
+            if self._quick is not None:
+                sample = self._quick(image, t)
+            else:
+                for step in self._tail:
+                    sample = step(*sample)
             out.append(sample)
         return out
 

@@ -1,0 +1,268 @@
+"""The tail the detection reference ends its presets with
+(``ConvertBoundingBoxFormat(XYXY)``, ``SanitizeBoundingBoxes()``,
+``ToPureTensor()``), run on the targets :mod:`.detection_target` builds
+without torchvision's per-call machinery: the same arithmetic on plain
+tensors, where the user's objects would flatten each sample into a tree,
+dispatch every op through the tv_tensors and rebuild the tree, once a
+step (most of the main thread's time a sample, for a recipe that only
+flips).
+
+:meth:`QuickTail.of` takes the tail only where each step is torchvision's
+own class (a subclass may do anything) with what is followed here:
+``ConvertBoundingBoxFormat`` to XYXY (the boxes' format already: nothing to
+do), ``SanitizeBoundingBoxes`` with its default ``labels_getter`` or None
+(any ``min_size``, ``min_area``) and ``ToPureTensor`` as the last step;
+and only after the user's own steps and this give the same on probe
+targets made to sit on every edge torchvision draws (a box exactly
+``min_size`` wide, one exactly on the canvas' edge, a negative corner,
+under ``min_area``, no box, whole-number boxes, every box kept), so that
+another torchvision that sanitizes otherwise keeps its own steps. A
+target that is not as :mod:`.detection_target` builds it (boxes of
+another format, keypoints, no labels to find, a value that is neither a
+tensor, a number nor a list) is handed to the user's steps, which give
+what torchvision gives, its errors too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["QuickTail"]
+
+
+class QuickTail:
+    """The tail as plain tensor arithmetic; call it as the Compose's steps
+    are called, ``(image, target) -> (image, target)``."""
+
+    def __init__(self, steps: list, sanitize: list, pure: bool) -> None:
+        self.steps = steps  # the user's, for a target not as we build it
+        self.sanitize = sanitize  # (min_size, min_area, find labels), in order
+        self.pure = pure
+
+    @classmethod
+    def of(cls, steps: list) -> Optional["QuickTail"]:
+        """The quick form of ``steps``, or None where they are not the
+        steps it follows or it does not give what they give."""
+        from torchvision import tv_tensors
+        from torchvision.transforms import v2
+
+        sanitize: list = []
+        pure = False
+        for k, step in enumerate(steps):
+            kind = type(step)
+            if kind is v2.ToPureTensor and k == len(steps) - 1:
+                pure = True
+            elif kind is v2.ConvertBoundingBoxFormat:
+                fmt = step.format
+                if isinstance(fmt, str):
+                    fmt = tv_tensors.BoundingBoxFormat[fmt.upper()]
+                if fmt != tv_tensors.BoundingBoxFormat.XYXY:
+                    return None
+            elif kind is v2.SanitizeBoundingBoxes:
+                if step.labels_getter not in ("default", None):
+                    return None
+                labels = step.labels_getter == "default"
+                sanitize.append((step.min_size, step.min_area, labels))
+            else:
+                return None
+        quick = cls(list(steps), sanitize, pure)
+        return quick if _agrees(quick, steps) else None
+
+    def __call__(self, image: Any, target: Any) -> tuple[Any, Any]:
+        boxes = _boxes(target)
+        if boxes is None:
+            return self._slow(image, target)
+        import torch
+        from torchvision import tv_tensors
+
+        out = dict(target)
+        for min_size, min_area, find in self.sanitize:
+            key = _labels_key(out) if find else None
+            if find and (key is None or not _plain(out[key], len(boxes))):
+                return self._slow(image, target)  # torchvision's error
+            valid = _valid(boxes, min_size, min_area)
+            if bool(valid.all()):
+                continue
+            for k, v in out.items():
+                if k == key:
+                    out[k] = v[valid]
+                elif (
+                    isinstance(v, tv_tensors.TVTensor)
+                    and v.ndim
+                    and len(v) == len(valid)
+                ):
+                    out[k] = tv_tensors.wrap(v.as_subclass(torch.Tensor)[valid], like=v)
+            boxes = out["boxes"]
+        if self.pure:
+            if isinstance(image, tv_tensors.TVTensor):
+                image = image.as_subclass(torch.Tensor)
+            for k, v in out.items():
+                if isinstance(v, tv_tensors.TVTensor):
+                    out[k] = v.as_subclass(torch.Tensor)
+        return image, out
+
+    def _slow(self, image: Any, target: Any) -> tuple[Any, Any]:
+        sample = (image, target)
+        for step in self.steps:
+            sample = step(*sample)
+        return sample
+
+
+def _boxes(target: Any) -> Any:
+    """The target's boxes where it is as :mod:`.detection_target` builds
+    it (a dict whose tensors are its one XYXY BoundingBoxes under "boxes",
+    Masks and plain tensors; its other values numbers, strings or lists
+    of them), else None."""
+    import torch
+    from torchvision import tv_tensors
+
+    if type(target) is not dict:
+        return None
+    boxes = target.get("boxes")
+    if (
+        type(boxes) is not tv_tensors.BoundingBoxes
+        or boxes.format != tv_tensors.BoundingBoxFormat.XYXY
+        or boxes.ndim != 2
+    ):
+        return None
+    for k, v in target.items():
+        if not isinstance(k, str):
+            return None
+        if isinstance(v, torch.Tensor):
+            if type(v) not in (torch.Tensor, tv_tensors.Mask) and k != "boxes":
+                return None
+        elif isinstance(v, dict) or (
+            isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v)
+        ):
+            return None
+    return boxes
+
+
+def _labels_key(target: dict) -> Optional[str]:
+    """The key SanitizeBoundingBoxes' default ``labels_getter`` takes:
+    "labels" in any case, else the first holding "label"."""
+    keys = list(target)
+    for k in keys:
+        if k.lower() == "labels":
+            return k
+    for k in keys:
+        if "label" in k.lower():
+            return k
+    return None
+
+
+def _plain(labels: Any, n: int) -> bool:
+    import torch
+
+    return type(labels) is torch.Tensor and labels.ndim > 0 and len(labels) == n
+
+
+def _valid(boxes: Any, min_size: float, min_area: float) -> Any:
+    """The boxes SanitizeBoundingBoxes keeps: at least ``min_size`` wide
+    and high, of at least ``min_area``, no corner negative or past the
+    canvas; compared in the boxes' dtype, the numbers cast to it, as
+    torchvision's tensor arithmetic compares (floating boxes in NumPy, a
+    few microseconds where torch's ops take tens; other boxes in torch)."""
+    import torch
+
+    b = boxes.as_subclass(torch.Tensor)
+    height, width = boxes.canvas_size
+    if b.dtype in (torch.float32, torch.float64) and b.device.type == "cpu":
+        a = b.detach().numpy()
+        of = a.dtype.type
+        ws = a[:, 2] - a[:, 0]
+        hs = a[:, 3] - a[:, 1]
+        keep = (ws >= of(min_size)) & (hs >= of(min_size)) & (a >= 0).all(axis=1)
+        keep &= ws * hs >= of(min_area)
+        keep &= (a[:, 0] <= of(width)) & (a[:, 2] <= of(width))
+        keep &= (a[:, 1] <= of(height)) & (a[:, 3] <= of(height))
+        return torch.from_numpy(keep)
+    ws = b[:, 2] - b[:, 0]
+    hs = b[:, 3] - b[:, 1]
+    valid = (ws >= min_size) & (hs >= min_size) & (b >= 0).all(dim=-1)
+    valid &= ws * hs >= min_area
+    valid &= (b[:, 0] <= width) & (b[:, 2] <= width)
+    valid &= (b[:, 1] <= height) & (b[:, 3] <= height)
+    return valid
+
+
+def _probes() -> list:
+    """Targets on the edges SanitizeBoundingBoxes draws, as
+    :mod:`.detection_target` builds them."""
+    import torch
+    from torchvision import tv_tensors
+
+    canvas = (6, 8)
+    edges = [
+        [0.0, 0.0, 8.0, 6.0],  # the whole canvas
+        [1.0, 1.0, 2.0, 2.0],  # exactly 1 x 1
+        [1.0, 1.0, 1.5, 4.0],  # narrower than 1
+        [2.0, 1.0, 5.0, 1.75],  # lower than 1
+        [-0.5, 1.0, 3.0, 3.0],  # a negative corner
+        [5.0, 2.0, 8.25, 4.0],  # past the right edge
+        [1.0, 5.5, 3.0, 6.5],  # past the bottom
+        [3.0, 3.0, 4.2, 3.9],  # 1.08 in area, 0.9 high
+        [0.0, 0.0, 0.0, 0.0],  # zeroed by a RandomIoUCrop
+        [2.5, 0.5, 7.5, 5.5],
+    ]
+    out = []
+    for rows, dtype in (
+        (edges, torch.float32),
+        (edges, torch.float64),
+        ([[0, 0, 8, 6], [1, 1, 2, 3], [2, 2, 2, 4], [0, 0, 9, 2]], torch.int64),
+        (edges[:2] + edges[-1:], torch.float32),  # every box kept
+        ([], torch.float32),
+    ):
+        n = len(rows)
+        image = tv_tensors.Image(
+            torch.arange(3 * 6 * 8, dtype=torch.uint8).view(3, 6, 8)
+        )
+        boxes = torch.tensor(rows, dtype=dtype).reshape(n, 4)
+        target = {
+            "image_id": 7,
+            "boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=canvas),
+            "masks": tv_tensors.Mask(
+                torch.arange(n * 48, dtype=torch.uint8).view(n, 6, 8)
+            ),
+            "labels": torch.arange(1, n + 1, dtype=torch.int64),
+            "area": [float(k) for k in range(n)],
+            "iscrowd": [0] * n,
+        }
+        out.append((image, target))
+    return out
+
+
+def _agrees(quick: QuickTail, steps: list) -> bool:
+    """Whether ``quick`` gives what the user's ``steps`` give on every
+    probe (values, dtypes, types, the boxes' format and canvas)."""
+    for image, target in _probes():
+        want = quick._slow(image, dict(target))
+        try:
+            got = quick(image, dict(target))
+        except Exception:  # noqa: BLE001 - then the user's steps run
+            return False
+        if not _same(want, got):
+            return False
+    return True
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        meta = ("format", "canvas_size")
+        return (
+            a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(
+                torch.equal(a.as_subclass(torch.Tensor), b.as_subclass(torch.Tensor))
+            )
+            and all(getattr(a, m, None) == getattr(b, m, None) for m in meta)
+        )
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)

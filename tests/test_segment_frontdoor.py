@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 from torchvision import datasets, tv_tensors
@@ -362,3 +363,66 @@ def test_a_concat_dataset_falls_back_and_another_layout_is_refused(voc):
     assert not isinstance(loader, ringloader.Loader)
     with pytest.raises(ValueError, match="layout"):
         ringloader.DataLoader(ds, batch_size=2, layout="NHWC")
+
+
+class OwnToDtype(v2.ToDtype):
+    pass
+
+
+def _mask_dtype(dtype, kind=v2.ToDtype, pure=True):
+    steps = [
+        v2.ToImage(),
+        kind({tv_tensors.Image: torch.float32, tv_tensors.Mask: dtype, "others": None}),
+        v2.Normalize(MEAN, STD),
+    ]
+    return steps + [v2.ToPureTensor()] if pure else steps
+
+
+@pytest.mark.parametrize(
+    "steps, taken",
+    [
+        (_mask_dtype(torch.int64), (np.int64, torch.Tensor)),  # the train preset's
+        (_mask_dtype(torch.int64, pure=False), (np.int64, tv_tensors.Mask)),
+        (_mask_dtype(torch.float16), (np.float16, torch.Tensor)),
+        # one dtype converts images alone: the mask stays uint8
+        (
+            [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)],
+            (np.uint8, tv_tensors.Mask),
+        ),
+        (_mask_dtype(torch.bfloat16), None),  # no NumPy dtype: the steps run
+        (_mask_dtype(torch.int64, kind=OwnToDtype), None),  # a subclass may do anything
+    ],
+    ids=["int64", "int64 Mask", "float16", "images alone", "bfloat16", "subclass"],
+)
+def test_mask_conversions_are_taken_at_once_where_they_only_convert(steps, taken):
+    from ringloader.datasets.segmentation_batch import _mask_as
+
+    assert _mask_as(steps) == taken
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bfloat16])
+def test_masks_converted_at_once_equal_the_steps(voc, dtype, monkeypatch):
+    """The same epoch with each mask converted at once and through the
+    user's steps: the same masks, dtypes and types."""
+    from ringloader.datasets import segmentation_batch
+
+    def epoch():
+        preset = train_preset("tv_tensor")
+        preset.transforms.transforms[-3] = v2.ToDtype(
+            {tv_tensors.Image: torch.float32, tv_tensors.Mask: dtype, "others": None},
+            scale=True,
+        )
+        ds = dataset(voc, preset)
+        return [
+            m
+            for b in fused(ds, batch_size=5, collate_fn=items, seed=SEED)
+            for _, m in b
+        ]
+
+    quick = epoch()
+    monkeypatch.setattr(segmentation_batch, "_mask_as", lambda steps: None)
+    steps = epoch()
+    assert len(quick) == len(steps) == 14
+    for a, b in zip(quick, steps):
+        same_mask(a, b)
+        assert a.dtype == dtype

@@ -15,7 +15,8 @@ geometry (``Resize``, ``RandomResize``, ``RandomHorizontalFlip``,
 ``Normalize``, ``ToPureTensor``). The mask is a ``tv_tensors.Mask`` (uint8,
 its padding the crop's fill for masks) that the conversions then run on,
 the user's own objects (``ToDtype``'s int64 entry, ``ToPureTensor``), as
-the Compose would. The train preset's own ``PadIfSmaller(size, fill)``
+the Compose would, or, where they are seen on a probe to do no more than
+convert it (:func:`_mask_as`), the dtype and type they give at once. The train preset's own ``PadIfSmaller(size, fill)``
 directly before ``RandomCrop(size)`` is fused as one crop padding at the
 bottom and right (``adapt.torchvision_pad.PadIfSmallerCrop``), once it is
 seen to pad as the reference's does. Any other step raises
@@ -118,6 +119,35 @@ def _mask_fill(t: Any) -> int:
     return fill
 
 
+def _mask_as(steps: list) -> Optional[tuple[Any, type]]:
+    """(NumPy dtype, tensor type) the conversions ``steps`` turn a uint8
+    Mask into, where they are torchvision's own classes and do just that
+    (a dtype conversion, value for value, seen on every uint8 value), so
+    each mask is converted at once rather than through the steps; else
+    None (the steps run on each mask)."""
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    own = (v2.ToImage, v2.PILToTensor, v2.ToDtype, v2.Normalize, v2.ToPureTensor)
+    if any(type(t) not in own for t in steps):
+        return None
+    probe = torch.arange(256, dtype=torch.uint8).view(1, 16, 16)
+    out: Any = tv_tensors.Mask(probe.clone())
+    for step in steps:
+        out = step(out)
+    if type(out) not in (torch.Tensor, tv_tensors.Mask) or out.shape != probe.shape:
+        return None
+    try:
+        dtype = torch.empty(0, dtype=out.dtype).numpy().dtype
+    except TypeError:  # no NumPy dtype (bfloat16, ...)
+        return None
+    same = torch.from_numpy(probe.numpy().astype(dtype))
+    if not torch.equal(out.as_subclass(torch.Tensor), same):
+        return None
+    return dtype, type(out)
+
+
 class MaskError(ValueError):
     """A sample's mask (or its image's header) cannot be read, or does not
     fit its image: the data's fault, which ``on_error="skip"`` skips (a
@@ -177,6 +207,7 @@ class SegmentationImages:
         ]
         self._fill = _mask_fill(crops[-1]) if crops else 0
         self._mask_steps = [t for t in steps if type(t).__name__ in _CONVERSIONS]
+        self._mask_as = _mask_as(self._mask_steps)
         image_type = None
         for t in steps:
             if isinstance(t, v2.ToImage):
@@ -259,8 +290,7 @@ class SegmentationImages:
                 text = f"ringloader: skipped a sample whose mask cannot be read ({e})"
                 warnings.warn(text, DataWarning, stacklevel=3)
                 continue
-            for step in self._mask_steps:
-                mask = step(mask)
+            mask = self._converted(mask)
             image = images[k]
             if self._image_type is not None:
                 image = image.as_subclass(self._image_type)
@@ -274,8 +304,6 @@ class SegmentationImages:
         """Image ``row``'s mask through its plan's maps, a uint8
         tv_tensors.Mask (1, h, w) as the wrapper makes it; ValueError
         naming the file."""
-        import torch
-        from torchvision import tv_tensors
 
         path = self.tables.mask_paths[row]
         try:
@@ -298,8 +326,24 @@ class SegmentationImages:
             raw = _core.mask_from_png(data, rows, cols, self._fill)
         except ValueError as e:
             raise MaskError(f"{path}: the mask cannot be read: {e}") from None
-        out = np.frombuffer(raw, np.uint8).reshape(1, len(rows), len(cols))
-        return tv_tensors.Mask(torch.from_numpy(out.copy()))
+        return np.frombuffer(raw, np.uint8).reshape(1, len(rows), len(cols))
+
+    def _converted(self, mask: np.ndarray) -> Any:
+        """The mask (uint8 (1, h, w), read-only) as the user's conversions
+        leave it: the tv_tensors.Mask the wrapper makes, through the steps
+        themselves, or straight to the dtype and type they were seen to
+        give (:func:`_mask_as`)."""
+        import torch
+        from torchvision import tv_tensors
+
+        if self._mask_as is None:
+            out: Any = tv_tensors.Mask(torch.from_numpy(mask.copy()))
+            for step in self._mask_steps:
+                out = step(out)
+            return out
+        dtype, kind = self._mask_as
+        out = torch.from_numpy(mask.astype(dtype))
+        return tv_tensors.Mask(out) if kind is tv_tensors.Mask else out
 
     def _image_size(self, row: int) -> tuple[int, int]:
         """(height, width) of image ``row`` from its header (once: kept in

@@ -14,7 +14,7 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from ringloader.datasets.detection_tail import QuickTail, _same
+from ringloader.datasets.detection_tail import QuickTail
 
 from test_detect_ioucrop import check_items, pair  # noqa: F401 - a fixture
 
@@ -54,8 +54,9 @@ def random_target(g, dtype, labels_key="labels", masks=True, n=None):
     boxes = torch.cat([lo, lo + size], 1).to(dtype)
     boxes[:, 1::2] = boxes[:, 1::2].clamp(max=height + 1)
     target = {"image_id": int(torch.randint(0, 99, (1,), generator=g))}
+    mode = ("soft", "hard", None)[int(torch.randint(0, 3, (1,), generator=g))]
     target["boxes"] = tv_tensors.BoundingBoxes(
-        boxes, format=XYXY, canvas_size=(height, width)
+        boxes, format=XYXY, canvas_size=(height, width), clamping_mode=mode
     )
     if masks:
         target["masks"] = tv_tensors.Mask(
@@ -70,6 +71,27 @@ def random_target(g, dtype, labels_key="labels", masks=True, n=None):
         torch.randint(0, 256, (3, height, width), dtype=torch.uint8)
     )
     return image, target
+
+
+def _same(a, b):
+    """The test's own comparison: types, dtypes, shapes, values (NaN
+    where NaN), the boxes' format, canvas and clamping mode, dict keys in
+    order."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        meta = ("format", "canvas_size", "clamping_mode")
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if any(getattr(a, m, None) != getattr(b, m, None) for m in meta):
+            return False
+        x, y = a.as_subclass(torch.Tensor), b.as_subclass(torch.Tensor)
+        return bool(((x == y) | (x.isnan() & y.isnan())).all())
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 def run_steps(steps, image, target):
@@ -184,3 +206,55 @@ def test_the_loader_runs_it_on_the_ssdlite_preset(pair):  # noqa: F811
     seen = check_items(ds, ref.__getitem__)
     assert detection_stand_in(ds.dataset)._quick is not None
     assert seen["dropped"] > 0
+
+
+def test_infinite_and_huge_boxes_pass_as_torchvisions_without_a_warning():
+    """NumPy would warn on inf - inf and on overflow where torch does not."""
+    import warnings
+
+    g = torch.Generator().manual_seed(9)
+    image, target = random_target(g, torch.float32, n=4)
+    rows = [
+        [0.5, 0.0, 3e38, 3e38],
+        [float("inf"), 0, float("inf"), 5],
+        [0, 0, 2, 2],
+        [-float("inf"), 0, 1, 1],
+    ]
+    target["boxes"] = tv_tensors.wrap(torch.tensor(rows), like=target["boxes"])
+    steps = TAILS["reference"]
+    quick = QuickTail.of(steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        want = run_steps(steps, image, dict(target))
+        got = quick(image, dict(target))
+    assert len(want[1]["boxes"]) == 1 and _same(want, got)
+
+
+def test_settings_changed_after_the_start_are_followed():
+    steps = reference_tail()
+    quick = QuickTail.of(steps)
+    g = torch.Generator().manual_seed(12)
+    samples = [random_target(g, torch.float32) for _ in range(60)]
+    steps[1].min_size, steps[1].min_area = 3.0, 10.0
+    for image, target in samples:
+        assert _same(run_steps(steps, image, dict(target)), quick(image, dict(target)))
+    # now a getter of the user's own: the steps run it
+    steps[1].labels_getter = lambda sample: sample[1]["iscrowd_t"]
+    steps[1]._labels_getter = steps[1].labels_getter
+    for image, target in samples[:20]:
+        target = dict(target, iscrowd_t=torch.zeros(len(target["boxes"])))
+        assert _same(run_steps(steps, image, dict(target)), quick(image, dict(target)))
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        v2.SanitizeBoundingBoxes(
+            min_size=torch.tensor([2.5000001], dtype=torch.float64)
+        ),
+        v2.ConvertBoundingBoxFormat("xyxz"),  # the step's own error, when it runs
+    ],
+    ids=["a tensor min_size", "an unknown format"],
+)
+def test_settings_not_followed_keep_the_users_steps(step):
+    assert QuickTail.of([step, v2.ToPureTensor()]) is None

@@ -11,15 +11,18 @@ flips).
 own class (a subclass may do anything) with what is followed here:
 ``ConvertBoundingBoxFormat`` to XYXY (the boxes' format already: nothing to
 do), ``SanitizeBoundingBoxes`` with its default ``labels_getter`` or None
-(any ``min_size``, ``min_area``) and ``ToPureTensor`` as the last step;
-and only after the user's own steps and this give the same on probe
-targets made to sit on every edge torchvision draws (a box exactly
-``min_size`` wide, one exactly on the canvas' edge, a negative corner,
-under ``min_area``, no box, whole-number boxes, every box kept), so that
-another torchvision that sanitizes otherwise keeps its own steps. A
-target that is not as :mod:`.detection_target` builds it (boxes of
-another format, keypoints, no labels to find, a value that is neither a
-tensor, a number nor a list) is handed to the user's steps, which give
+(``min_size``, ``min_area`` Python numbers) and ``ToPureTensor`` as the
+last step; and only after the user's own steps and this give the same on
+probe targets: fixed ones (a box exactly 1 x 1, one exactly on the
+canvas' edge, a negative corner, under 1 in area, none kept, every one
+kept, whole-number boxes, no box) and boxes exactly on the steps' own
+``min_size`` and ``min_area`` and the float just under, so that another
+torchvision that sanitizes otherwise keeps its own steps. The steps'
+settings are read again on each call. A target that is not as
+:mod:`.detection_target` builds it (not a dict, boxes of another format,
+a tensor of another type such as keypoints, a dict or a list holding a
+tensor among its values, no labels to find or labels that are not a
+plain tensor of one a box) is handed to the user's steps, which give
 what torchvision gives, its errors too.
 """
 
@@ -27,56 +30,40 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 __all__ = ["QuickTail"]
 
 
 class QuickTail:
     """The tail as plain tensor arithmetic; call it as the Compose's steps
-    are called, ``(image, target) -> (image, target)``."""
+    are called, ``(image, target) -> (image, target)``. The steps'
+    settings are read on each call, as the steps read them: one changed
+    to what is not followed here sends the samples to the steps."""
 
-    def __init__(self, steps: list, sanitize: list, pure: bool) -> None:
-        self.steps = steps  # the user's, for a target not as we build it
-        self.sanitize = sanitize  # (min_size, min_area, find labels), in order
-        self.pure = pure
+    def __init__(self, steps: list) -> None:
+        self.steps = steps  # the user's own objects
 
     @classmethod
     def of(cls, steps: list) -> Optional["QuickTail"]:
         """The quick form of ``steps``, or None where they are not the
         steps it follows or it does not give what they give."""
-        from torchvision import tv_tensors
-        from torchvision.transforms import v2
-
-        sanitize: list = []
-        pure = False
-        for k, step in enumerate(steps):
-            kind = type(step)
-            if kind is v2.ToPureTensor and k == len(steps) - 1:
-                pure = True
-            elif kind is v2.ConvertBoundingBoxFormat:
-                fmt = step.format
-                if isinstance(fmt, str):
-                    fmt = tv_tensors.BoundingBoxFormat[fmt.upper()]
-                if fmt != tv_tensors.BoundingBoxFormat.XYXY:
-                    return None
-            elif kind is v2.SanitizeBoundingBoxes:
-                if step.labels_getter not in ("default", None):
-                    return None
-                labels = step.labels_getter == "default"
-                sanitize.append((step.min_size, step.min_area, labels))
-            else:
-                return None
-        quick = cls(list(steps), sanitize, pure)
+        if _reading(steps) is None:
+            return None
+        quick = cls(list(steps))
         return quick if _agrees(quick, steps) else None
 
     def __call__(self, image: Any, target: Any) -> tuple[Any, Any]:
+        reading = _reading(self.steps)
         boxes = _boxes(target)
-        if boxes is None:
+        if boxes is None or reading is None:
             return self._slow(image, target)
         import torch
         from torchvision import tv_tensors
 
+        sanitize, pure = reading
         out = dict(target)
-        for min_size, min_area, find in self.sanitize:
+        for min_size, min_area, find in sanitize:
             key = _labels_key(out) if find else None
             if find and (key is None or not _plain(out[key], len(boxes))):
                 return self._slow(image, target)  # torchvision's error
@@ -93,7 +80,7 @@ class QuickTail:
                 ):
                     out[k] = tv_tensors.wrap(v.as_subclass(torch.Tensor)[valid], like=v)
             boxes = out["boxes"]
-        if self.pure:
+        if pure:
             if isinstance(image, tv_tensors.TVTensor):
                 image = image.as_subclass(torch.Tensor)
             for k, v in out.items():
@@ -106,6 +93,40 @@ class QuickTail:
         for step in self.steps:
             sample = step(*sample)
         return sample
+
+
+def _reading(steps: list) -> Optional[tuple[list, bool]]:
+    """What the steps ask, as their settings stand: ([(min_size, min_area,
+    whether labels are looked for)] a SanitizeBoundingBoxes, whether a
+    last ToPureTensor follows), or None where a step is not torchvision's
+    own ConvertBoundingBoxFormat to XYXY, SanitizeBoundingBoxes with
+    number sizes and the default or no ``labels_getter``, or a last
+    ToPureTensor."""
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    sanitize: list = []
+    pure = False
+    for k, step in enumerate(steps):
+        kind = type(step)
+        if kind is v2.ToPureTensor and k == len(steps) - 1:
+            pure = True
+        elif kind is v2.ConvertBoundingBoxFormat:
+            fmt = step.format
+            if isinstance(fmt, str):  # one torchvision does not know: its error
+                fmt = tv_tensors.BoundingBoxFormat.__members__.get(fmt.upper())
+            if fmt != tv_tensors.BoundingBoxFormat.XYXY:
+                return None
+        elif kind is v2.SanitizeBoundingBoxes:
+            sizes = (step.min_size, step.min_area)
+            if step.labels_getter not in ("default", None) or any(
+                type(v) not in (int, float) for v in sizes
+            ):
+                return None
+            sanitize.append(sizes + (step.labels_getter == "default",))
+        else:
+            return None
+    return sanitize, pure
 
 
 def _boxes(target: Any) -> Any:
@@ -170,12 +191,15 @@ def _valid(boxes: Any, min_size: float, min_area: float) -> Any:
     if b.dtype in (torch.float32, torch.float64) and b.device.type == "cpu":
         a = b.detach().numpy()
         of = a.dtype.type
-        ws = a[:, 2] - a[:, 0]
-        hs = a[:, 3] - a[:, 1]
-        keep = (ws >= of(min_size)) & (hs >= of(min_size)) & (a >= 0).all(axis=1)
-        keep &= ws * hs >= of(min_area)
-        keep &= (a[:, 0] <= of(width)) & (a[:, 2] <= of(width))
-        keep &= (a[:, 1] <= of(height)) & (a[:, 3] <= of(height))
+        # torch's arithmetic overflows to inf and subtracts infs to NaN
+        # without a word: so here
+        with np.errstate(over="ignore", invalid="ignore"):
+            ws = a[:, 2] - a[:, 0]
+            hs = a[:, 3] - a[:, 1]
+            keep = (ws >= of(min_size)) & (hs >= of(min_size)) & (a >= 0).all(axis=1)
+            keep &= ws * hs >= of(min_area)
+            keep &= (a[:, 0] <= of(width)) & (a[:, 2] <= of(width))
+            keep &= (a[:, 1] <= of(height)) & (a[:, 3] <= of(height))
         return torch.from_numpy(keep)
     ws = b[:, 2] - b[:, 0]
     hs = b[:, 3] - b[:, 1]
@@ -186,13 +210,30 @@ def _valid(boxes: Any, min_size: float, min_area: float) -> Any:
     return valid
 
 
-def _probes() -> list:
-    """Targets on the edges SanitizeBoundingBoxes draws, as
-    :mod:`.detection_target` builds them."""
-    import torch
-    from torchvision import tv_tensors
+def _edges(sizes: list) -> list:
+    """Boxes on the steps' own edges (each SanitizeBoundingBoxes'
+    ``min_size`` and ``min_area``: exactly on it, and the float just
+    under), from (1, 1)."""
+    rows = []
+    for min_size, min_area, _ in sizes:
+        wide = max(float(min_size), 1.0)
+        high = float(min_area) / wide
+        for w, h in ((min_size, min_size), (wide, high)):
+            for under_w, under_h in (
+                (w, h),
+                (np.nextafter(w, 0.0), h),
+                (w, np.nextafter(h, 0.0)),
+            ):
+                rows.append([1.0, 1.0, 1.0 + under_w, 1.0 + under_h])
+    return rows
 
-    canvas = (6, 8)
+
+def _probes(sizes: list) -> list:
+    """Targets on the edges SanitizeBoundingBoxes draws, as
+    :mod:`.detection_target` builds them: fixed ones, and boxes on the
+    edges of the steps' own ``sizes`` (:func:`_edges`)."""
+    import torch
+
     edges = [
         [0.0, 0.0, 8.0, 6.0],  # the whole canvas
         [1.0, 1.0, 2.0, 2.0],  # exactly 1 x 1
@@ -205,37 +246,55 @@ def _probes() -> list:
         [0.0, 0.0, 0.0, 0.0],  # zeroed by a RandomIoUCrop
         [2.5, 0.5, 7.5, 5.5],
     ]
-    out = []
-    for rows, dtype in (
-        (edges, torch.float32),
-        (edges, torch.float64),
-        ([[0, 0, 8, 6], [1, 1, 2, 3], [2, 2, 2, 4], [0, 0, 9, 2]], torch.int64),
-        (edges[:2] + edges[-1:], torch.float32),  # every box kept
-        ([], torch.float32),
-    ):
-        n = len(rows)
-        image = tv_tensors.Image(
-            torch.arange(3 * 6 * 8, dtype=torch.uint8).view(3, 6, 8)
-        )
-        boxes = torch.tensor(rows, dtype=dtype).reshape(n, 4)
-        target = {
-            "image_id": 7,
-            "boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=canvas),
-            "masks": tv_tensors.Mask(
-                torch.arange(n * 48, dtype=torch.uint8).view(n, 6, 8)
-            ),
-            "labels": torch.arange(1, n + 1, dtype=torch.int64),
-            "area": [float(k) for k in range(n)],
-            "iscrowd": [0] * n,
-        }
-        out.append((image, target))
+    out = [
+        _probe(edges, torch.float32, (6, 8)),
+        _probe(edges, torch.float64, (6, 8), clamping="hard"),
+        _probe(
+            [[0, 0, 8, 6], [1, 1, 2, 3], [2, 2, 2, 4], [0, 0, 9, 2]],
+            torch.int64,
+            (6, 8),
+        ),
+        _probe(edges[:2] + edges[-1:], torch.float32, (6, 8)),  # every box kept
+        _probe(edges[2:4] + edges[8:9], torch.float32, (6, 8), clamping=None),  # none
+        _probe([], torch.float32, (6, 8)),
+    ]
+    own = _edges(sizes)
+    side = int(np.ceil(max((max(r) for r in own), default=0.0))) + 2
+    if own and side <= 2048:
+        out += [
+            _probe(own, dtype, (side, side)) for dtype in (torch.float32, torch.float64)
+        ]
     return out
+
+
+def _probe(rows: list, dtype: Any, canvas: tuple, clamping: Any = "soft") -> tuple:
+    import torch
+    from torchvision import tv_tensors
+
+    n, (h, w) = len(rows), canvas
+    boxes = torch.tensor(rows, dtype=dtype).reshape(n, 4)
+    target = {
+        "image_id": 7,
+        "boxes": tv_tensors.BoundingBoxes(
+            boxes, format="XYXY", canvas_size=canvas, clamping_mode=clamping
+        ),
+        "masks": tv_tensors.Mask(
+            torch.arange(n * h * w, dtype=torch.int64).view(n, h, w).to(torch.uint8)
+        ),
+        "labels": torch.arange(1, n + 1, dtype=torch.int64),
+        "area": [float(k) for k in range(n)],
+        "iscrowd": [0] * n,
+    }
+    image = tv_tensors.Image(torch.zeros(3, h, w, dtype=torch.uint8))
+    return image, target
 
 
 def _agrees(quick: QuickTail, steps: list) -> bool:
     """Whether ``quick`` gives what the user's ``steps`` give on every
-    probe (values, dtypes, types, the boxes' format and canvas)."""
-    for image, target in _probes():
+    probe (values, dtypes, types, the boxes' format, canvas and clamping
+    mode)."""
+    reading = _reading(steps)
+    for image, target in _probes(reading[0] if reading else []):
         want = quick._slow(image, dict(target))
         try:
             got = quick(image, dict(target))
@@ -252,7 +311,7 @@ def _same(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, torch.Tensor):
-        meta = ("format", "canvas_size")
+        meta = ("format", "canvas_size", "clamping_mode")
         return (
             a.dtype == b.dtype
             and a.shape == b.shape

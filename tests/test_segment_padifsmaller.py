@@ -270,3 +270,32 @@ def test_the_valid_rectangle_stays_at_the_top_left_after_earlier_flips(flips_fir
     x = 0 if flips_first & 1 else CROP - 20
     y = 0 if flips_first & 2 else CROP - 15
     assert (p["vx"], p["vy"], p["vw"], p["vh"]) == (x, y, 20, 15)
+
+
+class Drawing(PadIfSmaller):
+    """The reference's class, drawing from every global generator as it
+    pads (as a user's might: the padding stays the reference's)."""
+
+    def make_params(self, flat_inputs):
+        import random
+
+        import numpy as np
+
+        torch.rand(1), random.random(), np.random.random()
+        return super().make_params(flat_inputs)
+
+
+Drawing.__name__ = "PadIfSmaller"
+
+
+def test_the_probe_leaves_the_global_generators_as_they_were(voc):
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(5), random.seed(5), np.random.seed(5)
+    want = torch.rand(1), random.random(), np.random.random()
+    torch.manual_seed(5), random.seed(5), np.random.seed(5)
+    ds = dataset(voc, reference_train("tv_tensor", pad=Drawing(CROP, fill=dict(FILL))))
+    fused(ds, batch_size=4, collate_fn=items, seed=SEED)  # fused: the probe passed
+    assert (torch.rand(1), random.random(), np.random.random()) == want

@@ -177,6 +177,23 @@ def _pads_as_the_core(t: Any, size: int) -> Optional[str]:
     than ``size`` on both axes, on one, and larger on both. It must add the
     missing rows and columns at the bottom and right, the image's with its
     Image fill and the mask's with its Mask fill, and keep the rest."""
+    import random
+
+    import numpy as np
+    import torch
+
+    # The user's class may draw: the probe leaves the global generators
+    # (torch's, Python's, NumPy's) as it found them.
+    state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return _probe_pads(t, size)
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+
+
+def _probe_pads(t: Any, size: int) -> Optional[str]:
     import torch
     from torchvision import tv_tensors
 

@@ -405,6 +405,7 @@ BAD = {
     "not_finite": (_not_finite, "has a number that is not finite"),
     "visibility": (_visibility, "has a visibility 3, not 0, 1 or 2"),
     "not_numbers": (_not_numbers, "is not a list of numbers"),
+    "nested": (lambda kp: kp[:-1] + [[2]], "is not a list of numbers"),
     "not_a_list": (lambda kp: None, "keypoints NoneType is not a list"),
 }
 

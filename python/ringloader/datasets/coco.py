@@ -181,7 +181,7 @@ class _Collect:
         self.where = where
         self.segmentations = segmentations
         self.points = points
-        self.keypoints: list = []  # the numbers, x, y, v triples, flat
+        self.keypoints: list = []  # each annotation's list: x, y, v triples
         self.file_name = ""  # the image whose annotations are being read
         self.boxes: list = []
         self.is_int: list[int] = []
@@ -339,7 +339,7 @@ class _Collect:
         self.ann_id.append(ann_id)
         self.image_id.append(image_id)
         if self.points is not None:
-            self.keypoints.extend(ann["keypoints"])
+            self.keypoints.append(ann["keypoints"])
 
     def points_table(self, first: np.ndarray) -> dict[str, np.ndarray]:
         """The keypoints as ``keypoints`` (float64 (m, K, 2)) and
@@ -349,11 +349,11 @@ class _Collect:
         m, k = len(self.ann_id), self.points or 0
         if self.points is None:
             return {}
-        try:
+        try:  # the lists are 3K long each (_points_shape): one (m, 3K) array
             values = np.array(self.keypoints)
         except (ValueError, TypeError):
             values = np.zeros(0, object)
-        numeric = values.ndim == 1 and values.dtype.kind in "iuf"
+        numeric = values.shape == (m, 3 * k) and values.dtype.kind in "iuf"
         if numeric:
             values = values.astype(np.float64, copy=False).reshape(m, 3 * k)
             flags = values[:, 2::3]
@@ -361,19 +361,19 @@ class _Collect:
         else:
             ok = np.array(
                 [
-                    all(map(_float, self.keypoints[3 * k * j : 3 * k * (j + 1)]))
+                    all(map(_float, self.keypoints[j]))
                     for j in range(m)
                 ],
                 bool,
             )
             values = np.zeros((m, 3 * k))
             for j in np.flatnonzero(ok).tolist():
-                values[j] = self.keypoints[3 * k * j : 3 * k * (j + 1)]
+                values[j] = self.keypoints[j]
             ok &= np.isfinite(values).all(axis=1)
             ok &= np.isin(values[:, 2::3], (0, 1, 2)).all(axis=1)
         for j in np.flatnonzero(~ok).tolist():
             row = int(np.searchsorted(first, j, side="right")) - 1
-            given = self.keypoints[3 * k * j : 3 * k * (j + 1)]
+            given = self.keypoints[j]
             why = (
                 _points_values(values[j])
                 if all(map(_float, given))

@@ -360,10 +360,7 @@ class _Collect:
             ok = np.isfinite(values).all(axis=1) & np.isin(flags, (0, 1, 2)).all(axis=1)
         else:
             ok = np.array(
-                [
-                    all(map(_float, self.keypoints[j]))
-                    for j in range(m)
-                ],
+                [all(map(_float, self.keypoints[j])) for j in range(m)],
                 bool,
             )
             values = np.zeros((m, 3 * k))

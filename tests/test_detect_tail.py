@@ -230,20 +230,59 @@ def test_infinite_and_huge_boxes_pass_as_torchvisions_without_a_warning():
     assert len(want[1]["boxes"]) == 1 and _same(want, got)
 
 
-def test_settings_changed_after_the_start_are_followed():
+@pytest.mark.parametrize(
+    "change",
+    ["sizes", "labels_getter alone", "a getter of the user's own", "no getter"],
+)
+def test_settings_changed_after_the_start_are_followed(change):
+    """As the step follows them: its sizes as they stand, its getter as it
+    was built (torchvision parses ``labels_getter`` once, in __init__)."""
+    from torchvision.transforms.v2._utils import _parse_labels_getter
+
     steps = reference_tail()
     quick = QuickTail.of(steps)
+    sanitize = steps[1]
+    if change == "sizes":
+        sanitize.min_size, sanitize.min_area = 3.0, 10.0
+    elif change == "labels_getter alone":
+        sanitize.labels_getter = None  # not what the step calls
+    elif change == "a getter of the user's own":
+        sanitize._labels_getter = lambda sample: sample[1]["iscrowd_t"]
+    else:
+        sanitize._labels_getter = _parse_labels_getter(None)
     g = torch.Generator().manual_seed(12)
-    samples = [random_target(g, torch.float32) for _ in range(60)]
-    steps[1].min_size, steps[1].min_area = 3.0, 10.0
-    for image, target in samples:
-        assert _same(run_steps(steps, image, dict(target)), quick(image, dict(target)))
-    # now a getter of the user's own: the steps run it
-    steps[1].labels_getter = lambda sample: sample[1]["iscrowd_t"]
-    steps[1]._labels_getter = steps[1].labels_getter
-    for image, target in samples[:20]:
-        target = dict(target, iscrowd_t=torch.zeros(len(target["boxes"])))
-        assert _same(run_steps(steps, image, dict(target)), quick(image, dict(target)))
+    drops = 0
+    for _ in range(60):
+        image, target = random_target(g, torch.float32)
+        target["iscrowd_t"] = torch.zeros(len(target["boxes"]))
+        want = run_steps(steps, image, dict(target))
+        assert _same(want, quick(image, dict(target)))
+        drops += len(target["boxes"]) - len(want[1]["boxes"])
+    assert drops > 0
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        dict(min_size=float("inf")),
+        dict(min_area=10**400),
+        dict(min_size=3e9, min_area=1e19),
+    ],
+    ids=["infinite min_size", "min_area past float", "sizes past 2**31"],
+)
+def test_sizes_out_of_range_start_and_give_torchvisions(sizes):
+    steps = reference_tail(**sizes)
+    quick = QuickTail.of(steps)  # never raises: the steps run where it cannot
+    g = torch.Generator().manual_seed(2)
+    for _ in range(20):
+        image, target = random_target(g, torch.float64)
+        try:
+            want = run_steps(steps, image, dict(target))
+        except Exception as e:  # noqa: BLE001 - torchvision's own, then ours too
+            with pytest.raises(type(e)):
+                (quick or QuickTail(steps))(image, dict(target))
+            continue
+        assert quick is None or _same(want, quick(image, dict(target)))
 
 
 @pytest.mark.parametrize(

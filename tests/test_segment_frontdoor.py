@@ -400,7 +400,7 @@ def test_mask_conversions_are_taken_at_once_where_they_only_convert(steps, taken
     assert _mask_as(steps) == taken
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int8, torch.float16])
 def test_masks_converted_at_once_equal_the_steps(voc, dtype, monkeypatch):
     """The same epoch with each mask converted at once and through the
     user's steps: the same masks, dtypes and types."""
@@ -413,12 +413,10 @@ def test_masks_converted_at_once_equal_the_steps(voc, dtype, monkeypatch):
             scale=True,
         )
         ds = dataset(voc, preset)
-        return [
-            m
-            for b in fused(ds, batch_size=5, collate_fn=items, seed=SEED)
-            for _, m in b
-        ]
+        loader = fused(ds, batch_size=5, collate_fn=items, seed=SEED)
+        return [m for b in loader for _, m in b]
 
+    assert segmentation_batch._mask_as(_mask_dtype(dtype)) is not None
     quick = epoch()
     monkeypatch.setattr(segmentation_batch, "_mask_as", lambda steps: None)
     steps = epoch()
@@ -426,3 +424,90 @@ def test_masks_converted_at_once_equal_the_steps(voc, dtype, monkeypatch):
     for a, b in zip(quick, steps):
         same_mask(a, b)
         assert a.dtype == dtype
+
+
+def _convert(*tail):
+    return Preset([v2.ToImage(), v2.Resize((BASE, BASE)), *tail])
+
+
+F32 = {tv_tensors.Image: torch.float32, "others": None}
+CONVERSIONS = {
+    # after ToPureTensor the mask, a plain tensor after the image, is left
+    "pure first": _convert(
+        v2.ToPureTensor(),
+        v2.ToDtype(torch.float32, scale=True),
+        v2.Normalize(MEAN, STD),
+    ),
+    "normalize after pure": _convert(
+        v2.ToDtype(torch.float32, scale=True),
+        v2.ToPureTensor(),
+        v2.Normalize(MEAN, STD),
+    ),
+    "int8 masks": _convert(
+        v2.ToDtype({**F32, tv_tensors.Mask: torch.int8}, scale=True),
+        v2.Normalize(MEAN, STD),
+        v2.ToPureTensor(),
+    ),
+    "Mask kept": _convert(
+        v2.ToDtype({**F32, tv_tensors.Mask: torch.int64}, scale=True),
+        v2.Normalize(MEAN, STD),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", CONVERSIONS)
+def test_conversions_give_torchs_masks(voc, name):
+    """Each conversion tail read natively equals torch's DataLoader on the
+    same dataset: masks as the pair's Compose leaves them."""
+    ds = dataset(voc, CONVERSIONS[name])
+    kw = dict(batch_size=4, collate_fn=items)
+    ours = [it for b in fused(ds, **kw) for it in b]
+    theirs = [it for b in torch.utils.data.DataLoader(ds, **kw) for it in b]
+    assert len(ours) == len(theirs) == 14
+    for (image, mask), (ref_image, ref_mask) in zip(ours, theirs):
+        same_image(image, ref_image)
+        same_mask(mask, ref_mask)
+
+
+def test_a_torchvision_that_changes_mask_values_keeps_the_steps(voc, monkeypatch):
+    """The probe's value check: a ToDtype that, unlike torchvision's, adds
+    to the masks it converts is not taken at once; the steps run."""
+    from ringloader.datasets import segmentation_batch
+
+    real = v2.ToDtype.transform
+
+    def shifted(self, inpt, params):
+        out = real(self, inpt, params)
+        return out + 1 if isinstance(inpt, tv_tensors.Mask) else out
+
+    monkeypatch.setattr(v2.ToDtype, "transform", shifted)
+    assert segmentation_batch._mask_as(_mask_dtype(torch.int64)) is None
+    ds = dataset(voc, CONVERSIONS["Mask kept"])
+    kw = dict(batch_size=4, collate_fn=items)
+    ours = [m for b in fused(ds, **kw) for _, m in b]
+    theirs = [m for b in torch.utils.data.DataLoader(ds, **kw) for _, m in b]
+    for a, b in zip(ours, theirs):
+        same_mask(a, b)
+    assert all(int(m.min()) >= 1 for m in ours)  # the shift is there
+
+
+def test_a_conversion_changed_after_the_start_is_followed(voc):
+    """The conversions are read as each batch is: a ToDtype's Mask entry
+    changed in place between epochs, as torch's DataLoader follows it."""
+    preset = _convert(
+        v2.ToDtype({**F32, tv_tensors.Mask: torch.int64}, scale=True),
+        v2.ToPureTensor(),
+    )
+    ds = dataset(voc, preset)
+    loader = fused(ds, batch_size=4, collate_fn=items)
+    assert {m.dtype for b in loader for _, m in b} == {torch.int64}
+    preset.transforms.transforms[2].dtype[tv_tensors.Mask] = torch.float32
+    ours = [m for b in loader for _, m in b]
+    theirs = [
+        m
+        for b in torch.utils.data.DataLoader(ds, batch_size=4, collate_fn=items)
+        for _, m in b
+    ]
+    for a, b in zip(ours, theirs):
+        same_mask(a, b)
+        assert a.dtype == torch.float32

@@ -119,14 +119,38 @@ def _reading(steps: list) -> Optional[tuple[list, bool]]:
                 return None
         elif kind is v2.SanitizeBoundingBoxes:
             sizes = (step.min_size, step.min_area)
-            if step.labels_getter not in ("default", None) or any(
-                type(v) not in (int, float) for v in sizes
-            ):
+            finds = _finds_labels(step)
+            if finds is None or not all(map(_number, sizes)):
                 return None
-            sanitize.append(sizes + (step.labels_getter == "default",))
+            sanitize.append(sizes + (finds,))
         else:
             return None
     return sanitize, pure
+
+
+def _finds_labels(step: Any) -> Optional[bool]:
+    """Whether a SanitizeBoundingBoxes looks for the labels with the
+    default heuristic (True) or has none (False), by the getter it calls
+    (made from ``labels_getter`` when it was built, as torchvision does);
+    None for a getter of the user's own."""
+    from torchvision.transforms.v2 import _utils
+
+    getter = getattr(step, "_labels_getter", None)
+    if getter is not None and getter is getattr(
+        _utils, "_find_labels_default_heuristic", object()
+    ):
+        return True
+    parse = getattr(_utils, "_parse_labels_getter", None)
+    code = getattr(getter, "__code__", None)
+    if parse is not None and code is not None and code is parse(None).__code__:
+        return False
+    return None
+
+
+def _number(v: Any) -> bool:
+    """A size compared as torchvision compares it: a Python float, or an
+    int torch takes as a number (within int64)."""
+    return type(v) is float or (type(v) is int and -(2**63) <= v < 2**63)
 
 
 def _boxes(target: Any) -> Any:
@@ -210,22 +234,21 @@ def _valid(boxes: Any, min_size: float, min_area: float) -> Any:
     return valid
 
 
-def _edges(sizes: list) -> list:
-    """Boxes on the steps' own edges (each SanitizeBoundingBoxes'
-    ``min_size`` and ``min_area``: exactly on it, and the float just
-    under), from (1, 1)."""
+def _edges(sizes: list, dtype: Any) -> np.ndarray:
+    """Boxes from (0, 0) on the steps' own edges in ``dtype`` (each
+    SanitizeBoundingBoxes' ``min_size`` square, its ``min_area`` at the
+    larger of 1 and ``min_size`` wide; each exactly, then one side the
+    float just under), for sizes under 2**31 (rows (m, 4))."""
+    of = np.dtype(dtype).type
     rows = []
     for min_size, min_area, _ in sizes:
+        if not all(np.isfinite(v) and 0 <= v < 2**31 for v in (min_size, min_area)):
+            continue
         wide = max(float(min_size), 1.0)
-        high = float(min_area) / wide
-        for w, h in ((min_size, min_size), (wide, high)):
-            for under_w, under_h in (
-                (w, h),
-                (np.nextafter(w, 0.0), h),
-                (w, np.nextafter(h, 0.0)),
-            ):
-                rows.append([1.0, 1.0, 1.0 + under_w, 1.0 + under_h])
-    return rows
+        for w, h in ((of(min_size), of(min_size)), (of(wide), of(min_area / wide))):
+            under_w, under_h = np.nextafter(w, of(0)), np.nextafter(h, of(0))
+            rows += [[0, 0, w, h], [0, 0, under_w, h], [0, 0, w, under_h]]
+    return np.array(rows, dtype=dtype).reshape(-1, 4)
 
 
 def _probes(sizes: list) -> list:
@@ -258,50 +281,50 @@ def _probes(sizes: list) -> list:
         _probe(edges[2:4] + edges[8:9], torch.float32, (6, 8), clamping=None),  # none
         _probe([], torch.float32, (6, 8)),
     ]
-    own = _edges(sizes)
-    side = int(np.ceil(max((max(r) for r in own), default=0.0))) + 2
-    if own and side <= 2048:
-        out += [
-            _probe(own, dtype, (side, side)) for dtype in (torch.float32, torch.float64)
-        ]
+    for dtype in (np.float32, np.float64):
+        own = _edges(sizes, dtype)
+        if len(own):
+            side = int(np.ceil(own.max())) + 1  # the boxes inside the canvas
+            out.append(_probe(own, getattr(torch, np.dtype(dtype).name), (side, side)))
     return out
 
 
-def _probe(rows: list, dtype: Any, canvas: tuple, clamping: Any = "soft") -> tuple:
+def _probe(rows: Any, dtype: Any, canvas: tuple, clamping: Any = "soft") -> tuple:
+    """An image and its target as :mod:`.detection_target` builds it, of
+    one pixel (what the tail reads of the image and the masks is their
+    type and first axis)."""
     import torch
     from torchvision import tv_tensors
 
-    n, (h, w) = len(rows), canvas
-    boxes = torch.tensor(rows, dtype=dtype).reshape(n, 4)
+    n = len(rows)
+    boxes = torch.as_tensor(np.asarray(rows), dtype=dtype).reshape(n, 4)
     target = {
         "image_id": 7,
         "boxes": tv_tensors.BoundingBoxes(
             boxes, format="XYXY", canvas_size=canvas, clamping_mode=clamping
         ),
-        "masks": tv_tensors.Mask(
-            torch.arange(n * h * w, dtype=torch.int64).view(n, h, w).to(torch.uint8)
-        ),
+        "masks": tv_tensors.Mask(torch.arange(n, dtype=torch.uint8).view(n, 1, 1)),
         "labels": torch.arange(1, n + 1, dtype=torch.int64),
         "area": [float(k) for k in range(n)],
         "iscrowd": [0] * n,
     }
-    image = tv_tensors.Image(torch.zeros(3, h, w, dtype=torch.uint8))
+    image = tv_tensors.Image(torch.zeros(3, 1, 1, dtype=torch.uint8))
     return image, target
 
 
 def _agrees(quick: QuickTail, steps: list) -> bool:
     """Whether ``quick`` gives what the user's ``steps`` give on every
     probe (values, dtypes, types, the boxes' format, canvas and clamping
-    mode)."""
+    mode); False where either raises on one."""
     reading = _reading(steps)
-    for image, target in _probes(reading[0] if reading else []):
-        want = quick._slow(image, dict(target))
-        try:
+    try:
+        for image, target in _probes(reading[0] if reading else []):
+            want = quick._slow(image, dict(target))
             got = quick(image, dict(target))
-        except Exception:  # noqa: BLE001 - then the user's steps run
-            return False
-        if not _same(want, got):
-            return False
+            if not _same(want, got):
+                return False
+    except Exception:  # noqa: BLE001 - the user's steps, or sizes we do not probe
+        return False
     return True
 
 

@@ -15,8 +15,9 @@ geometry (``Resize``, ``RandomResize``, ``RandomHorizontalFlip``,
 ``Normalize``, ``ToPureTensor``). The mask is a ``tv_tensors.Mask`` (uint8,
 its padding the crop's fill for masks) that the conversions then run on,
 the user's own objects (``ToDtype``'s int64 entry, ``ToPureTensor``), as
-the Compose would, or, where they are seen on a probe to do no more than
-convert it (:func:`_mask_as`), the dtype and type they give at once. The train preset's own ``PadIfSmaller(size, fill)``
+the Compose would on the pair (:func:`_beside`), or, where they are seen
+on a probe to do no more than convert it (:func:`_mask_as`), the dtype
+and type they give at once. The train preset's own ``PadIfSmaller(size, fill)``
 directly before ``RandomCrop(size)`` is fused as one crop padding at the
 bottom and right (``adapt.torchvision_pad.PadIfSmallerCrop``), once it is
 seen to pad as the reference's does. Any other step raises
@@ -121,10 +122,11 @@ def _mask_fill(t: Any) -> int:
 
 def _mask_as(steps: list) -> Optional[tuple[Any, type]]:
     """(NumPy dtype, tensor type) the conversions ``steps`` turn a uint8
-    Mask into, where they are torchvision's own classes and do just that
-    (a dtype conversion, value for value, seen on every uint8 value), so
-    each mask is converted at once rather than through the steps; else
-    None (the steps run on each mask)."""
+    Mask into beside its image (:func:`_beside`), where they are
+    torchvision's own classes and do just that (a dtype conversion, value
+    for value, seen on every uint8 value), so each mask is converted at
+    once rather than through the steps; else None (the steps run on each
+    mask, as they are when each batch is read)."""
     import torch
     from torchvision import tv_tensors
     from torchvision.transforms import v2
@@ -133,9 +135,10 @@ def _mask_as(steps: list) -> Optional[tuple[Any, type]]:
     if any(type(t) not in own for t in steps):
         return None
     probe = torch.arange(256, dtype=torch.uint8).view(1, 16, 16)
-    out: Any = tv_tensors.Mask(probe.clone())
-    for step in steps:
-        out = step(out)
+    try:
+        out = _beside(steps, tv_tensors.Mask(probe.clone()))
+    except Exception:  # noqa: BLE001 - the steps raise on each mask too
+        return None
     if type(out) not in (torch.Tensor, tv_tensors.Mask) or out.shape != probe.shape:
         return None
     try:
@@ -146,6 +149,19 @@ def _mask_as(steps: list) -> Optional[tuple[Any, type]]:
     if not torch.equal(out.as_subclass(torch.Tensor), same):
         return None
     return dtype, type(out)
+
+
+def _beside(steps: list, mask: Any) -> Any:
+    """``mask`` through the conversions ``steps`` as a Compose runs them on
+    the (image, mask) pair: beside a PIL image, as VOCSegmentation gives
+    it (what a step does to the mask depends on the pair's types: after
+    ToPureTensor, a plain-tensor mask is left to the image before it)."""
+    from PIL import Image
+
+    sample = (Image.new("RGB", (2, 2)), mask)
+    for step in steps:
+        sample = step(*sample)
+    return sample[1]
 
 
 class MaskError(ValueError):
@@ -207,7 +223,6 @@ class SegmentationImages:
         ]
         self._fill = _mask_fill(crops[-1]) if crops else 0
         self._mask_steps = [t for t in steps if type(t).__name__ in _CONVERSIONS]
-        self._mask_as = _mask_as(self._mask_steps)
         image_type = None
         for t in steps:
             if isinstance(t, v2.ToImage):
@@ -272,6 +287,7 @@ class SegmentationImages:
         from .. import _core
         from . import targets as _targets
 
+        how = _mask_as(self._mask_steps)  # the steps as they stand now
         items, kept = [], []
         for k, i in enumerate(taken.idx):
             # a replacement's index and key are its own (the core's report)
@@ -290,7 +306,7 @@ class SegmentationImages:
                 text = f"ringloader: skipped a sample whose mask cannot be read ({e})"
                 warnings.warn(text, DataWarning, stacklevel=3)
                 continue
-            mask = self._converted(mask)
+            mask = self._converted(mask, how)
             image = images[k]
             if self._image_type is not None:
                 image = image.as_subclass(self._image_type)
@@ -301,9 +317,8 @@ class SegmentationImages:
     def _mask(
         self, _core: Any, row: int, spec: Any, seed: int, epoch: int, key: int
     ) -> Any:
-        """Image ``row``'s mask through its plan's maps, a uint8
-        tv_tensors.Mask (1, h, w) as the wrapper makes it; ValueError
-        naming the file."""
+        """Image ``row``'s mask through its plan's maps: uint8 (1, h, w),
+        a read-only array; ValueError naming the file."""
 
         path = self.tables.mask_paths[row]
         try:
@@ -328,20 +343,18 @@ class SegmentationImages:
             raise MaskError(f"{path}: the mask cannot be read: {e}") from None
         return np.frombuffer(raw, np.uint8).reshape(1, len(rows), len(cols))
 
-    def _converted(self, mask: np.ndarray) -> Any:
+    def _converted(self, mask: np.ndarray, how: Any) -> Any:
         """The mask (uint8 (1, h, w), read-only) as the user's conversions
         leave it: the tv_tensors.Mask the wrapper makes, through the steps
-        themselves, or straight to the dtype and type they were seen to
-        give (:func:`_mask_as`)."""
+        themselves (:func:`_beside`), or straight to the dtype and type
+        ``how`` (:func:`_mask_as`) they were seen to give."""
         import torch
         from torchvision import tv_tensors
 
-        if self._mask_as is None:
-            out: Any = tv_tensors.Mask(torch.from_numpy(mask.copy()))
-            for step in self._mask_steps:
-                out = step(out)
-            return out
-        dtype, kind = self._mask_as
+        if how is None:
+            given = tv_tensors.Mask(torch.from_numpy(mask.copy()))
+            return _beside(self._mask_steps, given)
+        dtype, kind = how
         out = torch.from_numpy(mask.astype(dtype))
         return tv_tensors.Mask(out) if kind is tv_tensors.Mask else out
 

@@ -283,6 +283,28 @@ def test_other_steps_fall_back_saying_why(voc, extra, why):
     assert not isinstance(loader, ringloader.Loader)
 
 
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [v2.ToImage(), v2.ToPureTensor(), v2.Resize((16, 16))],
+        [v2.ToPureTensor(), v2.Resize((16, 16)), v2.PILToTensor()],
+        [v2.ToImage(), v2.Resize((32, 32)), v2.ToPureTensor(), v2.CenterCrop(16)],
+    ],
+    ids=["resize", "pil backend", "crop"],
+)
+def test_geometry_after_to_pure_tensor_falls_back_saying_why(voc, steps):
+    """After ToPureTensor the mask, a plain tensor after the image, is left
+    by v2's geometry, where the plan would move it: torch's DataLoader
+    reads it, so its masks keep their own size."""
+    ds = dataset(voc, Preset(steps))
+    with pytest.warns(ringloader.FallbackWarning, match="after a ToPureTensor"):
+        loader = ringloader.DataLoader(ds, batch_size=1, collate_fn=items)
+    assert not isinstance(loader, ringloader.Loader)
+    ((image, mask),) = next(iter(loader))
+    assert image.shape[-2:] == (16, 16) and mask.shape[-2:] == ds[0][1].shape[-2:]
+    assert mask.shape[-2:] != (16, 16)
+
+
 def test_an_unwrapped_voc_segmentation_falls_back(voc):
     ds = datasets.VOCSegmentation(voc, "2012", "train")
     with pytest.warns(ringloader.FallbackWarning, match="not wrapped"):
@@ -447,6 +469,10 @@ CONVERSIONS = {
         v2.ToDtype({**F32, tv_tensors.Mask: torch.int8}, scale=True),
         v2.Normalize(MEAN, STD),
         v2.ToPureTensor(),
+    ),
+    # on an Image, PILToTensor does nothing: the image stays an Image
+    "PILToTensor after ToImage": _convert(
+        v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)
     ),
     "Mask kept": _convert(
         v2.ToDtype({**F32, tv_tensors.Mask: torch.int64}, scale=True),

@@ -148,9 +148,10 @@ def _finds_labels(step: Any) -> Optional[bool]:
 
 
 def _number(v: Any) -> bool:
-    """A size compared as torchvision compares it: a Python float, or an
-    int torch takes as a number (within int64)."""
-    return type(v) is float or (type(v) is int and -(2**63) <= v < 2**63)
+    """A size compared here as torchvision compares it: a Python float, or
+    an int a float64 holds exactly (torch casts a larger one to float32
+    in one step, NumPy through float64)."""
+    return type(v) is float or (type(v) is int and abs(v) <= 2**53)
 
 
 def _boxes(target: Any) -> Any:

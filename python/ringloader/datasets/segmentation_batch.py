@@ -20,8 +20,10 @@ on a probe to do no more than convert it (:func:`_mask_as`), the dtype
 and type they give at once. The train preset's own ``PadIfSmaller(size, fill)``
 directly before ``RandomCrop(size)`` is fused as one crop padding at the
 bottom and right (``adapt.torchvision_pad.PadIfSmallerCrop``), once it is
-seen to pad as the reference's does. Any other step raises
-:class:`~.detection_batch.NotNative` naming it, and
+seen to pad as the reference's does. Geometry after a ``ToPureTensor``
+(which v2 no longer applies to the mask, then a plain tensor after the
+image) and any other step raise :class:`~.detection_batch.NotNative`
+naming it, and
 ``ringloader.DataLoader`` falls back to torch's DataLoader with that reason.
 """
 
@@ -151,17 +153,18 @@ def _mask_as(steps: list) -> Optional[tuple[Any, type]]:
     return dtype, type(out)
 
 
-def _beside(steps: list, mask: Any) -> Any:
+def _beside(steps: list, mask: Any, which: int = 1) -> Any:
     """``mask`` through the conversions ``steps`` as a Compose runs them on
-    the (image, mask) pair: beside a PIL image, as VOCSegmentation gives
+    the (image, mask) pair, beside a PIL image as VOCSegmentation gives
     it (what a step does to the mask depends on the pair's types: after
-    ToPureTensor, a plain-tensor mask is left to the image before it)."""
+    ToPureTensor, a plain-tensor mask is left to the image before it);
+    ``which`` 0: the image instead."""
     from PIL import Image
 
     sample = (Image.new("RGB", (2, 2)), mask)
     for step in steps:
         sample = step(*sample)
-    return sample[1]
+    return sample[which]
 
 
 class MaskError(ValueError):
@@ -201,10 +204,19 @@ class SegmentationImages:
         from ..adapt.torchvision_pad import PadIfSmallerCrop, pad_if_smaller_pairs
 
         steps, why_pad = pad_if_smaller_pairs(_steps(given))
+        pure = False
         for t in steps:
             why = _why_step(t, why_pad)
+            if why is None and pure and type(t).__name__ not in _CONVERSIONS:
+                # the mask, a plain tensor after the image, is left by v2's
+                # geometry from here on: the plan would move it
+                why = (
+                    f"{type(t).__name__} after a ToPureTensor (the mask is then "
+                    "left where it is, which its plan does not follow)"
+                )
             if why is not None:
                 raise NotNative(f"the wrapped VOCSegmentation: {why}")
+            pure = pure or isinstance(t, v2.ToPureTensor)
         head = v2.Compose(steps)
         try:
             compiled = compile_transform(head, varying=True)
@@ -223,13 +235,15 @@ class SegmentationImages:
         ]
         self._fill = _mask_fill(crops[-1]) if crops else 0
         self._mask_steps = [t for t in steps if type(t).__name__ in _CONVERSIONS]
-        image_type = None
-        for t in steps:
-            if isinstance(t, v2.ToImage):
-                image_type = tv_tensors.Image
-            elif isinstance(t, (v2.PILToTensor, v2.ToPureTensor)):
-                image_type = None
-        self._image_type = image_type
+        # the image's type as the conversions leave it beside its mask (a
+        # PILToTensor after ToImage leaves an Image as it is)
+        try:
+            image = _beside(
+                self._mask_steps, tv_tensors.Mask(np.zeros((1, 2, 2), np.uint8)), 0
+            )
+        except Exception:  # noqa: BLE001 - they raise on each sample too
+            image = None
+        self._image_type = tv_tensors.Image if type(image) is tv_tensors.Image else None
         self._given, self._head = given, head
 
     @property

@@ -292,8 +292,10 @@ def test_sizes_out_of_range_start_and_give_torchvisions(sizes):
             min_size=torch.tensor([2.5000001], dtype=torch.float64)
         ),
         v2.ConvertBoundingBoxFormat("xyxz"),  # the step's own error, when it runs
+        # torch casts an int past 2**53 to float32 in one step, NumPy through float64
+        v2.SanitizeBoundingBoxes(min_size=2**60 + 2**36 + 1),
     ],
-    ids=["a tensor min_size", "an unknown format"],
+    ids=["a tensor min_size", "an unknown format", "an int past 2**53"],
 )
 def test_settings_not_followed_keep_the_users_steps(step):
     assert QuickTail.of([step, v2.ToPureTensor()]) is None

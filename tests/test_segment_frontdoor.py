@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import PIL.Image
 import pytest
 import torch
 from torchvision import datasets, tv_tensors
@@ -303,6 +304,19 @@ def test_geometry_after_to_pure_tensor_falls_back_saying_why(voc, steps):
     ((image, mask),) = next(iter(loader))
     assert image.shape[-2:] == (16, 16) and mask.shape[-2:] == ds[0][1].shape[-2:]
     assert mask.shape[-2:] != (16, 16)
+
+
+@pytest.mark.parametrize(
+    "tail", [[v2.ToDtype(torch.float32, scale=True)], [v2.ToPureTensor()]]
+)
+def test_conversions_that_leave_a_pil_image_fall_back_saying_why(voc, tail):
+    """v2's ToDtype and ToPureTensor pass a PIL image by: torch's
+    DataLoader gives PIL images, which the fused path would not."""
+    ds = dataset(voc, Preset([v2.Resize((16, 16)), *tail]))
+    with pytest.warns(ringloader.FallbackWarning, match="still a PIL image"):
+        loader = ringloader.DataLoader(ds, batch_size=1, collate_fn=items)
+    ((image, _),) = next(iter(loader))
+    assert isinstance(image, PIL.Image.Image)
 
 
 def test_an_unwrapped_voc_segmentation_falls_back(voc):

@@ -243,6 +243,14 @@ class SegmentationImages:
             )
         except Exception:  # noqa: BLE001 - they raise on each sample too
             image = None
+        from PIL import Image
+
+        if isinstance(image, Image.Image):
+            raise NotNative(
+                "the wrapped VOCSegmentation: its image is still a PIL image after "
+                "the conversions (v2's ToDtype and ToPureTensor leave a PIL image "
+                "as it is): end them with ToImage() or PILToTensor() to read it natively"
+            )
         self._image_type = tv_tensors.Image if type(image) is tv_tensors.Image else None
         self._given, self._head = given, head
 

@@ -515,13 +515,13 @@ class DetectionImages:
                 t = self._planned(i, plans[k])
             if self._image_type is not None:
                 image = image.as_subclass(self._image_type)
-            sample: Any = (image, t)
-            if self._quick is not None:
-                sample = self._quick(image, t)
-            else:
-                for step in self._tail:
-                    sample = step(*sample)
-            out.append(sample)
+            out.append((image, t))
+        if self._quick is not None:
+            return self._quick.each(out)
+        for k, sample in enumerate(out):
+            for step in self._tail:
+                sample = step(*sample)
+            out[k] = sample
         return out
 
     def _planned(self, i: int, plan: tuple) -> Any:

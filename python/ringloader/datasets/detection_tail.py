@@ -18,7 +18,7 @@ canvas' edge, a negative corner, under 1 in area, none kept, every one
 kept, whole-number boxes, no box) and boxes exactly on the steps' own
 ``min_size`` and ``min_area`` and the float just under, so that another
 torchvision that sanitizes otherwise keeps its own steps. The steps'
-settings are read again on each call. A target that is not as
+settings are read again for each batch. A target that is not as
 :mod:`.detection_target` builds it (not a dict, boxes of another format,
 a tensor of another type such as keypoints, a dict or a list holding a
 tensor among its values, no labels to find or labels that are not a
@@ -38,8 +38,9 @@ __all__ = ["QuickTail"]
 class QuickTail:
     """The tail as plain tensor arithmetic; call it as the Compose's steps
     are called, ``(image, target) -> (image, target)``. The steps'
-    settings are read on each call, as the steps read them: one changed
-    to what is not followed here sends the samples to the steps."""
+    settings are read on each call (once a batch: :meth:`each`), as the
+    steps read them: one changed to what is not followed here sends the
+    samples to the steps."""
 
     def __init__(self, steps: list) -> None:
         self.steps = steps  # the user's own objects
@@ -48,13 +49,22 @@ class QuickTail:
     def of(cls, steps: list) -> Optional["QuickTail"]:
         """The quick form of ``steps``, or None where they are not the
         steps it follows or it does not give what they give."""
-        if _reading(steps) is None:
+        reading = _reading(steps)
+        if reading is None:
             return None
         quick = cls(list(steps))
-        return quick if _agrees(quick, steps) else None
+        return quick if _agrees(quick, reading[0]) else None
 
     def __call__(self, image: Any, target: Any) -> tuple[Any, Any]:
+        return self.each([(image, target)])[0]
+
+    def each(self, samples: list) -> list:
+        """Each ``(image, target)`` of a batch through the tail, the
+        steps' settings read once for the batch."""
         reading = _reading(self.steps)
+        return [self._one(image, target, reading) for image, target in samples]
+
+    def _one(self, image: Any, target: Any, reading: Any) -> tuple[Any, Any]:
         boxes = _boxes(target)
         if boxes is None or reading is None:
             return self._slow(image, target)
@@ -313,13 +323,13 @@ def _probe(rows: Any, dtype: Any, canvas: tuple, clamping: Any = "soft") -> tupl
     return image, target
 
 
-def _agrees(quick: QuickTail, steps: list) -> bool:
-    """Whether ``quick`` gives what the user's ``steps`` give on every
-    probe (values, dtypes, types, the boxes' format, canvas and clamping
-    mode); False where either raises on one."""
-    reading = _reading(steps)
+def _agrees(quick: QuickTail, sizes: list) -> bool:
+    """Whether ``quick`` gives what the user's steps give on every probe
+    (``sizes``: the SanitizeBoundingBoxes' own, :func:`_reading`'s) in
+    values, dtypes, types, the boxes' format, canvas and clamping mode;
+    False where either raises on one."""
     try:
-        for image, target in _probes(reading[0] if reading else []):
+        for image, target in _probes(sizes):
             want = quick._slow(image, dict(target))
             got = quick(image, dict(target))
             if not _same(want, got):

@@ -157,6 +157,38 @@ def test_eval_preset_batches_equal_torchs(coco, keys, batching, kind):
             same_target(t, r)
 
 
+def test_a_to_dtype_before_to_image_leaves_the_pil_image(coco):
+    """v2's ToDtype passes a PIL image by: ToImage after it makes an 8-bit
+    image under torch. Before, the image came out float in [0, 1]."""
+    tf = Preset(
+        [v2.ToDtype(torch.float, scale=True), v2.ToImage(), v2.SanitizeBoundingBoxes()]
+    )
+    ds = dataset(coco, tf)
+    kw = dict(batch_size=4, collate_fn=collate_fn)
+    ours = list(fused(ds, **kw))
+    theirs = list(torch.utils.data.DataLoader(ds, **kw))
+    assert len(ours) == len(theirs) > 2
+    for (images, targets), (ref_images, ref_targets) in zip(ours, theirs):
+        for x, y in zip(images, ref_images):
+            assert x.dtype == torch.uint8
+            same_image(x.float() / 255, y.float() / 255)
+            assert type(x) is type(y) is tv_tensors.Image
+        for t, r in zip(targets, ref_targets):
+            same_target(t, r)
+
+
+@pytest.mark.parametrize("then", [v2.ToImage, v2.PILToTensor])
+def test_convert_image_dtype_before_the_tensor_falls_back(coco, then):
+    """v2's ConvertImageDtype converts the targets but passes a PIL image
+    by: before, the image came out float where torch's is 8-bit."""
+    tf = Preset([v2.ConvertImageDtype(torch.float), then(), v2.SanitizeBoundingBoxes()])
+    with pytest.warns(ringloader.FallbackWarning, match="ConvertImageDtype before"):
+        loader = ringloader.DataLoader(
+            dataset(coco, tf), batch_size=2, collate_fn=collate_fn
+        )
+    assert not isinstance(loader, ringloader.Loader)
+
+
 def test_an_image_without_annotations_gives_its_id_alone(coco):
     root, ann = coco
     ds = datasets.wrap_dataset_for_transforms_v2(

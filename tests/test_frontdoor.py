@@ -242,6 +242,90 @@ def test_collate_with_pil_output_falls_back(folder):
     assert type(loader) is torch.utils.data.DataLoader
 
 
+@pytest.mark.parametrize(
+    "steps, dtype, kind",
+    [
+        # v2's ToDtype, ConvertImageDtype and ToPureTensor pass a PIL image
+        # by: the image is 8-bit when ToImage or PILToTensor meets it.
+        (
+            lambda: [v2.ToDtype(torch.float32, scale=True), v2.ToImage()],
+            torch.uint8,
+            tv.tv_tensors.Image,
+        ),
+        (
+            lambda: [v2.ConvertImageDtype(torch.float32), v2.PILToTensor()],
+            torch.uint8,
+            torch.Tensor,
+        ),
+        (
+            lambda: [
+                v2.ToPureTensor(),
+                v2.ToImage(),
+                v2.ToDtype(torch.float32, scale=True),
+            ],
+            torch.float32,
+            tv.tv_tensors.Image,
+        ),
+    ],
+)
+def test_conversions_before_the_tensor_leave_the_pil_image(folder, steps, dtype, kind):
+    """Before, a v2 ToDtype met before ToImage was fused as the conversion:
+    float images in [0, 1] where torch's DataLoader gives 8-bit ones."""
+    tf = v2.Compose([v2.CenterCrop(24), *steps()])
+    ds = datasets.ImageFolder(folder, transform=tf)
+    batches = 0
+    for (a, la), (b, lb) in zip(
+        fused(ds, batch_size=6, collate_fn=lambda b: tuple(zip(*b))),
+        torch.utils.data.DataLoader(
+            ds, batch_size=6, collate_fn=lambda b: tuple(zip(*b))
+        ),
+    ):
+        assert la == lb
+        for x, y in zip(a, b):
+            assert type(x) is type(y) and issubclass(type(x), kind)
+            assert x.dtype == y.dtype == dtype and x.shape == y.shape
+            scale = 255.0 if dtype.is_floating_point else 1.0
+            diff = (x.double() - y.double()).abs().mean() * scale
+            assert diff < 2.0, diff
+        batches += 1
+    assert batches == 3
+
+
+def _kind(x):
+    return type(x).__name__, x.dtype, tuple(x.shape)
+
+
+@pytest.mark.parametrize("after", [[], [v2.ToPureTensor()]])
+def test_a_python_tail_gets_the_image_type_torchs_steps_make(folder, after):
+    """A step left to Python after v2's ToImage gets a tv_tensors.Image (a
+    plain tensor after ToPureTensor), as under torch's DataLoader."""
+    tf = v2.Compose([v2.CenterCrop(24), v2.ToImage(), *after, v2.Lambda(_kind)])
+    ds = datasets.ImageFolder(folder, transform=tf)
+    with pytest.warns(ringloader.FallbackWarning, match="Lambda"):
+        loader = ringloader.DataLoader(ds, batch_size=6, collate_fn=list)
+    ours = [x for batch in loader for x in batch]
+    theirs = [
+        x
+        for batch in torch.utils.data.DataLoader(ds, batch_size=6, collate_fn=list)
+        for x in batch
+    ]
+    assert ours == theirs and len(ours) == 18
+    assert ours[0][0][0] == ("Image" if not after else "Tensor")
+
+
+def test_v1_convert_image_dtype_on_a_pil_image_raises_as_torchs(folder):
+    """torchvision's v1 ConvertImageDtype takes tensors only: before, it
+    was fused on the PIL image (float images where torch raises)."""
+    tf = v1.Compose([v1.CenterCrop(24), v1.ConvertImageDtype(torch.float32)])
+    ds = datasets.ImageFolder(folder, transform=tf)
+    with pytest.raises(TypeError, match="Tensor Image"):
+        next(iter(torch.utils.data.DataLoader(ds, batch_size=6)))
+    with pytest.warns(ringloader.FallbackWarning, match="takes a tensor image"):
+        loader = ringloader.DataLoader(ds, batch_size=6)
+    with pytest.raises(TypeError, match="Tensor Image"):
+        next(iter(loader))
+
+
 class Table(torch.utils.data.Dataset):
     """A user's dataset of its own, rows of a table: files and labels as
     arrays, with ringloader's protocol. Its __getitem__ is ImageFolder's."""

@@ -66,6 +66,8 @@ def fold(step: _steps.Convert, state: dict) -> bool:
     one fused at this point (state is then unaltered)."""
     kind = step.kind
     if kind == "pure":
+        if "image" in state:
+            state["image"] = "tensor"  # a tv_tensors.Image made plain
         return True
     if kind == "tensor":
         if state["dtype"] != "uint8":
@@ -116,7 +118,8 @@ class Compiled:
     to run in Python, in order, and ``reason`` says why its first could not
     be fused; ``spec["ops"]`` lists the C augment stage's ops; ``tensor_out``
     says whether the fused part ends in a tensor (a conversion was fused)
-    rather than an image.
+    rather than an image; ``image`` is "image" where that tensor is a
+    ``tv_tensors.Image`` (v2's ToImage, not made plain after).
     """
 
     spec: dict
@@ -127,6 +130,7 @@ class Compiled:
     rest: list = field(default_factory=list)
     tensor_out: bool = False
     reason: str = ""  # why rest[0] was not fused
+    image: str = ""
 
 
 @dataclass
@@ -153,10 +157,17 @@ class _Plan:
     converted: bool = False
     erased: bool = False
     names: list[str] = field(default_factory=list)  # the fused steps
+    passed: int = 0  # of them, steps that left the PIL image as it was
     # The caller takes samples of their own sizes (a Loader): a transform
     # without a crop (a shorter-side Resize, or no geometry at all) is
     # then fused as a varying spec rather than refused.
     varying: bool = False
+
+    @property
+    def untouched(self) -> bool:
+        """Whether the image is as the dataset gave it: no step fused so
+        far but ones that passed the PIL image by."""
+        return len(self.names) == self.passed
 
     @property
     def geometric(self) -> bool:
@@ -223,7 +234,16 @@ def _erase(plan: _Plan, step: _steps.Erase) -> Optional[str]:
 def _convert(plan: _Plan, step: _steps.Convert) -> Optional[str]:
     """An output conversion, after the geometry and before output ops (or
     to a uint8 tensor first, which geometry may follow: _tensor_geometry)."""
-    geometric = plan.sized or (step.kind == "tensor" and not plan.names)
+    if not plan.converted and step.on_pil != "convert":
+        # Still the dataset's PIL image: torchvision passes it by or raises.
+        if step.on_pil == "raise":
+            return (
+                f"{step.name} takes a tensor image, not the PIL image the "
+                "dataset gives: convert it first (PILToTensor; v2: ToImage)"
+            )
+        plan.passed += 1
+        return None
+    geometric = plan.sized or (step.kind == "tensor" and plan.untouched)
     if not geometric or plan.erased or not fold(step, plan.out):
         if plan.erased and geometric:
             return f"{step.name} after RandomErasing"
@@ -302,7 +322,7 @@ def _place(plan: _Plan, step: Step) -> bool:
         return _canvas(plan, step)
     if plan.zoom is not None:
         return False  # a RandomIoUCrop alone may follow RandomZoomOut
-    elif isinstance(step, _steps.Trim) and not plan.names:
+    elif isinstance(step, _steps.Trim) and plan.untouched:
         plan.trim = step.border
     elif plan.ops:
         # The C chain runs after the geometry: a varying plan may have
@@ -723,4 +743,5 @@ def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
         fused=plan.names,
         tensor_out=plan.converted,
         reason=reason,
+        image=plan.out.get("image", "") if plan.converted else "",
     )

@@ -116,11 +116,22 @@ def tail_samples(images: torch.Tensor, plan: TransformPlan) -> list:
             torch.set_num_threads(threads)
 
 
+def typed(image: torch.Tensor, compiled: Compiled) -> Any:
+    """A sample's image as the fused steps make it under torch: a
+    ``tv_tensors.Image`` after v2's ToImage (a batch's plain tensor else)."""
+    if compiled.image != "image":
+        return image
+    from torchvision import tv_tensors
+
+    return image.as_subclass(tv_tensors.Image)
+
+
 def _tail_of(images: torch.Tensor, i: int, plan: TransformPlan) -> Any:
     if plan.compiled.tensor_out:
         sample: Any = images[i]
         if plan.c_layout == "NHWC":
             sample = sample.permute(2, 0, 1)
+        sample = typed(sample, plan.compiled)
     else:
         from PIL import Image
 

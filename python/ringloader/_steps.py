@@ -202,11 +202,16 @@ class Convert(Step):
     (``mean``, ``std``; ``inplace`` is not fused). ``per_type``: v2's
     ToDtype with a dtype per type, the image's entry by the type the
     conversion before made ((("image", d), ("tensor", d)): a
-    tv_tensors.Image's, a plain tensor's; d None leaves it)."""
+    tv_tensors.Image's, a plain tensor's; d None leaves it). ``on_pil``:
+    what the step does to the PIL image the dataset gives, met before any
+    conversion: "convert" it, "pass" it by unchanged (v2's ToDtype,
+    ConvertImageDtype and ToPureTensor) or "raise" (v1's
+    ConvertImageDtype takes tensors only)."""
 
     kind: str
     dtype: Optional[str] = None
     per_type: tuple = ()
+    on_pil: str = "convert"
     scale: bool = False
     from_uint8: bool = False
     mean: Any = None

@@ -37,7 +37,7 @@ from torch.utils.data import default_collate
 
 from . import _core, _frameworks
 from ._sampling import NAMED_ORDERS, BuiltinShuffle, Sampling
-from ._plan import TransformPlan, plan_views, tail_samples
+from ._plan import TransformPlan, plan_views, tail_samples, typed
 from .datasets import targets as _targets
 from .datasets.base import FILES_PROTOCOL, provides_sources
 from .datasets.hf import hf_hint
@@ -513,7 +513,10 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
                 self._collate, src, views[0], taken, spec, self.seed, skip, place
             )
         images = [
-            [v[k] for v in views] if self._multi else views[0][k] for k in range(n)
+            [self._item(v, k, j) for j, v in enumerate(views)]
+            if self._multi
+            else self._item(views[0], k, 0)
+            for k in range(n)
         ]
         fields = getattr(src, "fields", None)
         if fields is not None:
@@ -533,6 +536,13 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
                 target = _targets.item(src.targets, int(i))
                 items.append((images[k], tt(target) if tt is not None else target))
         return self._collate(items)
+
+    def _item(self, view: Any, k: int, j: int) -> Any:
+        """Sample k of view j as indexing the dataset gives it: a Python
+        tail's result as it is, a fused image of the type torch's steps
+        make (a tv_tensors.Image after v2's ToImage)."""
+        plan = self._plans[j]
+        return view[k] if plan.tail else typed(view[k], plan.compiled)
 
     @property  # type: ignore[override]
     def batch_sampler(self) -> Any:

@@ -204,6 +204,8 @@ def describe(t: Any) -> Step:
         return Convert(name, "dtype", "float32", scale=True, from_uint8=True)
     if name == "PILToTensor":
         return Convert(name, "tensor")
-    if name == "ConvertImageDtype":
-        return Convert(name, "dtype", getattr(t, "dtype", None), scale=True)
+    if name == "ConvertImageDtype":  # on a PIL image torchvision raises
+        return Convert(
+            name, "dtype", getattr(t, "dtype", None), scale=True, on_pil="raise"
+        )
     return describe_common(t)

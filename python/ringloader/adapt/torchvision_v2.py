@@ -44,13 +44,17 @@ def describe(t: Any) -> Step:
     if name == "ToImage":
         return Convert(name, "tensor")
     if name == "ToPureTensor":
-        return Convert(name, "pure")
+        return Convert(name, "pure", on_pil="pass")
     if name == "ToDtype":
         dtype = getattr(t, "dtype", None)
         scale = bool(getattr(t, "scale", False))
         if isinstance(dtype, dict):
             return _per_type(t, dtype, scale)
-        return Convert(name, "dtype", dtype, scale=scale)
+        return Convert(name, "dtype", dtype, scale=scale, on_pil="pass")
+    if name == "ConvertImageDtype":  # v2's: ToDtype(dtype, scale=True)
+        return Convert(
+            name, "dtype", getattr(t, "dtype", None), scale=True, on_pil="pass"
+        )
     drawn = _DRAWN_RESIZES.get(name)
     if drawn is not None:
         try:
@@ -95,7 +99,9 @@ def _per_type(t: Any, dtypes: dict, scale: bool) -> Step:
             entries.append((kind, dtypes["others"]))
         else:  # torchvision raises for such an image
             return Unfused(name, f"{name}: no dtype for the image and no 'others'")
-    return Convert(name, "dtype", None, scale=scale, per_type=tuple(entries))
+    return Convert(
+        name, "dtype", None, scale=scale, per_type=tuple(entries), on_pil="pass"
+    )
 
 
 def _random_resize(t: Any, name: str, filt: int) -> Step:

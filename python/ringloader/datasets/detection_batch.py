@@ -266,6 +266,11 @@ def _head_and_tail(transforms: Any) -> tuple[list, list, Optional[str]]:
     tail: list = []
     for t in items:
         name = type(t).__name__
+        tensor = any(isinstance(h, (v2.ToImage, v2.PILToTensor)) for h in head)
+        if isinstance(t, v2.ConvertImageDtype) and not tensor:
+            # It passes the PIL image by but converts the targets; the
+            # tail's second run (_split) would convert the image too.
+            return [], [], f"{name} before ToImage or PILToTensor"
         if type(t) in targets:
             tail.append(t)
         elif type(t) in geometry + pixels and tail:

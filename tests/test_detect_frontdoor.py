@@ -353,6 +353,14 @@ def test_a_replaced_sample_comes_with_its_own_target(tmp_path):
         same_target(target, want)
 
 
+class OwnCoco(datasets.CocoDetection):
+    """As the detection reference's v1 CocoDetection: its own __getitem__."""
+
+    def __getitem__(self, idx):
+        image, target = super().__getitem__(idx)
+        return image, {"image_id": self.ids[idx], "annotations": target}
+
+
 def test_other_detection_datasets_fall_back_saying_why(coco, tmp_path):
     from detection_data import write_voc
 
@@ -365,6 +373,9 @@ def test_other_detection_datasets_fall_back_saying_why(coco, tmp_path):
             wrap(datasets.VOCDetection(voc, "2012", "train", transforms=eval_preset())),
             "VOCDetection is not read natively",
         ),
+        # the detection reference's own class (its v1 path, without --use-v2)
+        (Subset(OwnCoco(root, ann, transforms=eval_preset()), [0, 1]), "--use-v2"),
+        (datasets.CocoCaptions(root, ann), "not an ImageFolder-like dataset"),
     ]
     for ds, why in cases:
         for _ in range(2):  # the second asks the tables kept on the dataset

@@ -286,3 +286,28 @@ def test_the_compiler_fuses_it_on_a_tensor_before_the_geometry():
     pil = v2.Compose([v2.RandomPhotometricDistort(), v2.Resize(32), v2.CenterCrop(32)])
     with pytest.raises(UnsupportedTransform, match="RandomPhotometricDistort"):
         compile_transform(pil)
+
+
+def test_the_ssd_preset_on_the_pil_backend_falls_back_saying_what_to_do(tmp_path):
+    """The reference's ssd preset with its default backend ("pil") distorts
+    the PIL image: the reason is that step's and the advice one that fits
+    (before, "resize and crop to one size first", for a preset that crops)."""
+    from collections import defaultdict
+
+    mean = (123.0, 117.0, 104.0)
+    pil_head = [
+        v2.RandomPhotometricDistort(),
+        v2.RandomZoomOut(fill=defaultdict(lambda: mean, {tv_tensors.Mask: 0})),
+        v2.RandomIoUCrop(),
+        v2.RandomHorizontalFlip(),
+        v2.PILToTensor(),
+    ]
+    data = coco_json(4, SEED)
+    ds = wrapped_coco(tmp_path, data, Preset(pil_head + TAIL), KEYS, lambda d: None)
+    with pytest.warns(ringloader.FallbackWarning) as seen:
+        loader = ringloader.DataLoader(ds, batch_size=2, collate_fn=collate_fn)
+    assert type(loader) is torch.utils.data.DataLoader
+    (text,) = [str(w.message) for w in seen]
+    assert "RandomPhotometricDistort is fused on a uint8 tensor image" in text
+    assert "put ToImage (or PILToTensor) before it" in text
+    assert "one size" not in text and "no crop" not in text

@@ -302,7 +302,10 @@ def _source(plan: _Plan, step: _steps.Source) -> Optional[str]:
         or out["mul"] != [1.0] * 3
         or out["add"] != [0.0] * 3
     ):
-        return f"{step.name} is fused on a uint8 tensor image: put ToImage before it"
+        return (
+            f"{step.name} is fused on a uint8 tensor image: put ToImage (or "
+            "PILToTensor) before it"
+        )
     if plan.geometric or plan.flipped or plan.vflipped or plan.ops or plan.trim:
         return f"{step.name} is fused before any geometry, flip or op"
     if len(plan.source) + len(step.elements) > _core.AUGMENT_MAX_OPS:
@@ -731,6 +734,8 @@ def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
         if _fixes_size(taken[-1]):
             # The user meant one size: say why that one was not fused.
             compile_steps(taken)
+        if plan.untouched:
+            raise UnsupportedTransform(reason)  # nothing but it to say
         raise UnsupportedTransform(
             f"{reason}; images of varying sizes (no crop) are fused only "
             "whole: resize and crop to one size first"

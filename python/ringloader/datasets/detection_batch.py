@@ -661,6 +661,30 @@ def detection_of(leaves: list) -> Optional[DetectionImages]:
     return leaves[0] if isinstance(leaves[0], DetectionImages) else None
 
 
+def _refuse_coco_subclass(dataset: Any) -> None:
+    """NotNative for a CocoDetection of a class that reads its samples
+    its own way (the detection reference's own class, without --use-v2),
+    saying what is read natively."""
+    from torchvision import datasets as tvd
+
+    from .detection import _unwrap
+
+    inner = _unwrap(dataset)[0]
+    own = type(inner).__module__.startswith("ringloader.")  # CocoKeypoints
+    if (
+        isinstance(inner, tvd.CocoDetection)
+        and not isinstance(inner, tvd.CocoCaptions)
+        and not own
+    ):
+        raise NotNative(
+            f"{type(inner).__module__}.{type(inner).__name__} reads its samples "
+            "its own way (a subclass of torchvision's CocoDetection with its "
+            "own __getitem__ or loading): ringloader reads torchvision's own "
+            "CocoDetection wrapped by wrap_dataset_for_transforms_v2, which "
+            "torchvision's detection reference builds with --use-v2"
+        )
+
+
 def detection_stand_in(dataset: Any) -> Any:
     """A :class:`DetectionImages` for a wrapped CocoDetection (made once
     per dataset), else ``dataset``. Raises :class:`NotNative` for a
@@ -682,6 +706,7 @@ def detection_stand_in(dataset: Any) -> Any:
 
         tables = detection_tables(dataset)
         if tables is None:
+            _refuse_coco_subclass(dataset)
             return dataset
         kept["_ringloader_tables"] = tables
     if tables.kind == "voc_segmentation":

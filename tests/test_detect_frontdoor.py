@@ -361,6 +361,30 @@ class OwnCoco(datasets.CocoDetection):
         return image, {"image_id": self.ids[idx], "annotations": target}
 
 
+class OwnCocoWithFiles(OwnCoco):
+    """A user's subclass that says where its files are: read as the user's
+    dataset (its targets: the number of annotations)."""
+
+    def ringloader_files(self):
+        paths = [
+            f"{self.root}/{self.coco.loadImgs(i)[0]['file_name']}" for i in self.ids
+        ]
+        return paths, [len(self.coco.getAnnIds(imgIds=i)) for i in self.ids]
+
+    def __getitem__(self, idx):
+        image, target = super().__getitem__(idx)
+        return self.transform(image), len(target["annotations"])
+
+
+def test_a_coco_subclass_with_ringloader_files_is_read_as_the_users(coco):
+    root, ann = coco
+    tf = v2.Compose([v2.Resize((16, 16)), v2.ToImage()])
+    ds = OwnCocoWithFiles(root, ann, transform=tf)
+    ours = [y for _, ys in fused(ds, batch_size=4) for y in ys.tolist()]
+    theirs = [y for _, ys in torch.utils.data.DataLoader(ds, batch_size=4) for y in ys.tolist()]
+    assert ours == theirs and len(ours) == len(ds)
+
+
 def test_other_detection_datasets_fall_back_saying_why(coco, tmp_path):
     from detection_data import write_voc
 
@@ -375,6 +399,7 @@ def test_other_detection_datasets_fall_back_saying_why(coco, tmp_path):
         ),
         # the detection reference's own class (its v1 path, without --use-v2)
         (Subset(OwnCoco(root, ann, transforms=eval_preset()), [0, 1]), "--use-v2"),
+        (wrap(OwnCoco(root, ann, transforms=eval_preset())), "--use-v2"),
         (datasets.CocoCaptions(root, ann), "not an ImageFolder-like dataset"),
     ]
     for ds, why in cases:

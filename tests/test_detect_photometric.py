@@ -283,6 +283,11 @@ def test_the_compiler_fuses_it_on_a_tensor_before_the_geometry():
         [v2.ToImage(), v2.Resize(32), v2.CenterCrop(32), v2.RandomPhotometricDistort()]
     )
     assert "before any geometry" in compile_transform(after).reason
+    floats = v2.Compose(
+        [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.RandomPhotometricDistort()]
+    )
+    with pytest.raises(UnsupportedTransform, match="right after ToImage"):
+        compile_transform(floats, varying=True)
     pil = v2.Compose([v2.RandomPhotometricDistort(), v2.Resize(32), v2.CenterCrop(32)])
     with pytest.raises(UnsupportedTransform, match="RandomPhotometricDistort"):
         compile_transform(pil)
@@ -300,7 +305,7 @@ def test_the_ssd_preset_on_the_pil_backend_falls_back_saying_what_to_do(tmp_path
         v2.RandomZoomOut(fill=defaultdict(lambda: mean, {tv_tensors.Mask: 0})),
         v2.RandomIoUCrop(),
         v2.RandomHorizontalFlip(),
-        v2.PILToTensor(),
+        v2.ToImage(),
     ]
     data = coco_json(4, SEED)
     ds = wrapped_coco(tmp_path, data, Preset(pil_head + TAIL), KEYS, lambda d: None)

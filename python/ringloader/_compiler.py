@@ -302,10 +302,13 @@ def _source(plan: _Plan, step: _steps.Source) -> Optional[str]:
         or out["mul"] != [1.0] * 3
         or out["add"] != [0.0] * 3
     ):
-        return (
-            f"{step.name} is fused on a uint8 tensor image: put ToImage (or "
-            "PILToTensor) before it"
+        where = (
+            "put ToImage (or PILToTensor) before it"
+            if not plan.converted
+            else "put it right after ToImage (or PILToTensor), before the "
+            "conversion to float"
         )
+        return f"{step.name} is fused on a uint8 tensor image: {where}"
     if plan.geometric or plan.flipped or plan.vflipped or plan.ops or plan.trim:
         return f"{step.name} is fused before any geometry, flip or op"
     if len(plan.source) + len(step.elements) > _core.AUGMENT_MAX_OPS:

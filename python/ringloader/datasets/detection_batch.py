@@ -664,25 +664,29 @@ def detection_of(leaves: list) -> Optional[DetectionImages]:
 def _refuse_coco_subclass(dataset: Any) -> None:
     """NotNative for a CocoDetection of a class that reads its samples
     its own way (the detection reference's own class, without --use-v2),
-    saying what is read natively."""
+    saying what is read natively; not for one that says where its files
+    are (``ringloader_files()``, read as the user's dataset)."""
     from torchvision import datasets as tvd
 
+    from .base import FILES_PROTOCOL
+    from .coco_keypoints import CocoKeypoints
     from .detection import _unwrap
 
     inner = _unwrap(dataset)[0]
-    own = type(inner).__module__.startswith("ringloader.")  # CocoKeypoints
     if (
-        isinstance(inner, tvd.CocoDetection)
-        and not isinstance(inner, tvd.CocoCaptions)
-        and not own
+        not isinstance(inner, tvd.CocoDetection)
+        or isinstance(inner, (tvd.CocoCaptions, CocoKeypoints))
+        or getattr(dataset, "ringloader_files", None) is not None
+        or getattr(inner, "ringloader_files", None) is not None
     ):
-        raise NotNative(
-            f"{type(inner).__module__}.{type(inner).__name__} reads its samples "
-            "its own way (a subclass of torchvision's CocoDetection with its "
-            "own __getitem__ or loading): ringloader reads torchvision's own "
-            "CocoDetection wrapped by wrap_dataset_for_transforms_v2, which "
-            "torchvision's detection reference builds with --use-v2"
-        )
+        return
+    raise NotNative(
+        f"{type(inner).__module__}.{type(inner).__name__} reads its samples "
+        "its own way (a subclass of torchvision's CocoDetection with its own "
+        "__getitem__ or loading): ringloader reads torchvision's own "
+        "CocoDetection wrapped by wrap_dataset_for_transforms_v2 (torchvision's "
+        f"detection reference builds it with --use-v2), or a dataset with {FILES_PROTOCOL}"
+    )
 
 
 def detection_stand_in(dataset: Any) -> Any:

@@ -381,7 +381,11 @@ def test_a_coco_subclass_with_ringloader_files_is_read_as_the_users(coco):
     tf = v2.Compose([v2.Resize((16, 16)), v2.ToImage()])
     ds = OwnCocoWithFiles(root, ann, transform=tf)
     ours = [y for _, ys in fused(ds, batch_size=4) for y in ys.tolist()]
-    theirs = [y for _, ys in torch.utils.data.DataLoader(ds, batch_size=4) for y in ys.tolist()]
+    theirs = [
+        y
+        for _, ys in torch.utils.data.DataLoader(ds, batch_size=4)
+        for y in ys.tolist()
+    ]
     assert ours == theirs and len(ours) == len(ds)
 
 

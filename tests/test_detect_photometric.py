@@ -284,7 +284,11 @@ def test_the_compiler_fuses_it_on_a_tensor_before_the_geometry():
     )
     assert "before any geometry" in compile_transform(after).reason
     floats = v2.Compose(
-        [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.RandomPhotometricDistort()]
+        [
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.RandomPhotometricDistort(),
+        ]
     )
     with pytest.raises(UnsupportedTransform, match="right after ToImage"):
         compile_transform(floats, varying=True)

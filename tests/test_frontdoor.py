@@ -291,6 +291,93 @@ def test_conversions_before_the_tensor_leave_the_pil_image(folder, steps, dtype,
     assert batches == 3
 
 
+MEAN = [0.485, 0.456, 0.406]
+PER_TYPE = {
+    tv.tv_tensors.Image: torch.float32,
+    torch.Tensor: torch.float16,
+    "others": None,
+}
+
+
+@pytest.mark.parametrize(
+    "steps, kind, dtype",
+    [
+        # after ToImage, a v1 step's torch ops give a plain tensor
+        (
+            lambda: [v2.ToImage(), v1.ConvertImageDtype(torch.float32)],
+            "Tensor",
+            torch.float32,
+        ),
+        (
+            lambda: [
+                v2.ToImage(),
+                v2.ToDtype(torch.float32, scale=True),
+                v1.Normalize(MEAN, STD),
+            ],
+            "Tensor",
+            torch.float32,
+        ),
+        (lambda: [v2.ToImage(), v1.RandomHorizontalFlip(p=1.0)], "Tensor", torch.uint8),
+        # and the per-type ToDtype after it takes the plain tensor's entry
+        (
+            lambda: [
+                v2.ToImage(),
+                v1.RandomHorizontalFlip(p=1.0),
+                v2.ToDtype(PER_TYPE, scale=True),
+            ],
+            "Tensor",
+            torch.float16,
+        ),
+        # v2's PILToTensor and ToTensor pass a tensor by: it stays an Image
+        (
+            lambda: [v2.ToImage(), v2.PILToTensor(), v2.ToDtype(PER_TYPE, scale=True)],
+            "Image",
+            torch.float32,
+        ),
+        (lambda: [v2.ToImage(), v2.ToTensor()], "Image", torch.uint8),
+        (lambda: [v1.PILToTensor(), v2.ToImage()], "Image", torch.uint8),
+    ],
+)
+def test_the_image_type_and_dtype_follow_what_each_step_makes(
+    folder, steps, kind, dtype
+):
+    """Before, a v1 step after ToImage kept the Image type (the per-type
+    ToDtype then took the Image's entry), v2's PILToTensor after ToImage
+    made it plain, and v2's ToTensor after ToImage was fused as a
+    conversion to float, where torch's DataLoader gives 8-bit images."""
+    tf = v2.Compose([v2.CenterCrop(24), *steps()])
+    ds = datasets.ImageFolder(folder, transform=tf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # v2.ToTensor's deprecation
+        warnings.simplefilter("error", ringloader.FallbackWarning)
+        ours = [x for batch in fused(ds, batch_size=6, collate_fn=list) for x in batch]
+        theirs = [
+            x
+            for batch in torch.utils.data.DataLoader(ds, batch_size=6, collate_fn=list)
+            for x in batch
+        ]
+    assert len(ours) == len(theirs) == 18
+    for (x, a), (y, b) in zip(ours, theirs):
+        assert a == b and type(x) is type(y) and type(x).__name__ == kind
+        assert x.dtype == y.dtype == dtype and x.shape == y.shape
+        tol = 2.0 if dtype == torch.uint8 else 0.05  # JPEG decoders: 1 LSB
+        assert (x.double() - y.double()).abs().mean() < tol
+
+
+@pytest.mark.parametrize("step", [v1.ToTensor, v1.PILToTensor])
+def test_a_v1_conversion_of_a_tensor_raises_as_torchs(folder, step):
+    """v1's ToTensor and PILToTensor take PIL images: after ToImage they
+    raise under torch's DataLoader; before, ringloader fused them."""
+    tf = v2.Compose([v2.CenterCrop(24), v2.ToImage(), step()])
+    ds = datasets.ImageFolder(folder, transform=tf)
+    with pytest.raises(TypeError, match="pic should be PIL Image"):
+        next(iter(torch.utils.data.DataLoader(ds, batch_size=6)))
+    with pytest.warns(ringloader.FallbackWarning, match="takes a PIL image"):
+        loader = ringloader.DataLoader(ds, batch_size=6)
+    with pytest.raises(TypeError, match="pic should be PIL Image"):
+        next(iter(loader))
+
+
 def _kind(x):
     return type(x).__name__, x.dtype, tuple(x.shape)
 

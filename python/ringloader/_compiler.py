@@ -236,12 +236,22 @@ def _convert(plan: _Plan, step: _steps.Convert) -> Optional[str]:
     to a uint8 tensor first, which geometry may follow: _tensor_geometry)."""
     if not plan.converted and step.on_pil != "convert":
         # Still the dataset's PIL image: torchvision passes it by or raises.
-        if step.on_pil == "raise":
+        if step.on_pil == "unfused":
             return (
                 f"{step.name} takes a tensor image, not the PIL image the "
                 "dataset gives: convert it first (PILToTensor; v2: ToImage)"
             )
         plan.passed += 1
+        return None
+    if plan.converted and step.on_tensor != "convert":
+        # A conversion from a PIL image, met by a tensor.
+        if step.on_tensor == "unfused":
+            return (
+                f"{step.name} takes a PIL image, not the tensor the steps "
+                "before it make"
+            )
+        if step.on_tensor == "image":
+            plan.out["image"] = "image"
         return None
     geometric = plan.sized or (step.kind == "tensor" and plan.untouched)
     if not geometric or plan.erased or not fold(step, plan.out):
@@ -720,12 +730,19 @@ def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
     reason = ""
     for step in steps:
         taken.append(step)
+        tensor = plan.converted
         why = _fuse(plan, step)
         if why is not None:
             reason = why
             break
         plan.names.append(step.name)
-    first = taken[0] if taken else None
+        passed = tensor and getattr(step, "on_tensor", "") == "pass"
+        if not (step.keeps_image or passed) and plan.out.get("image") == "image":
+            plan.out["image"] = "tensor"  # a v1 or timm step's torch ops
+    # the first step that did more than pass the PIL image by, for what
+    # is said of the transform's start
+    lead = plan.passed if plan.untouched and plan.passed < len(taken) else 0
+    first = taken[lead] if taken else None
     try:
         spec = _spec(plan, first)
     except UnsupportedTransform:

@@ -67,9 +67,12 @@ def pack(op: str, values: dict[str, Any]) -> list[float]:
 
 @dataclass(frozen=True)
 class Step:
-    """Base of every step: the user's class name."""
+    """Base of every step: the user's class name; ``keeps_image``: a
+    tv_tensors.Image stays one through it (torchvision v2's classes; a
+    v1 or timm class's torch ops give a plain tensor)."""
 
     name: str
+    keeps_image: bool = field(default=False, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -205,13 +208,21 @@ class Convert(Step):
     tv_tensors.Image's, a plain tensor's; d None leaves it). ``on_pil``:
     what the step does to the PIL image the dataset gives, met before any
     conversion: "convert" it, "pass" it by unchanged (v2's ToDtype,
-    ConvertImageDtype and ToPureTensor) or "raise" (v1's
-    ConvertImageDtype takes tensors only)."""
+    ConvertImageDtype and ToPureTensor) or "unfused" (left to Python, as
+    v1's ConvertImageDtype, which takes tensors only and raises there as
+    under torch). ``on_tensor``: what a conversion from a PIL image does to
+    an image a conversion before it made a tensor: "convert" (the dtype
+    and normalize kinds act on tensors), "pass" (v2's PILToTensor and
+    ToTensor, timm's MaybeToTensor and MaybePILToTensor return it as it
+    is), "image" (v2's ToImage: the same values, a tv_tensors.Image) or
+    "unfused" (v1's ToTensor and PILToTensor, timm's ToTensor and ToNumpy,
+    which take PIL images)."""
 
     kind: str
     dtype: Optional[str] = None
     per_type: tuple = ()
     on_pil: str = "convert"
+    on_tensor: str = "convert"
     scale: bool = False
     from_uint8: bool = False
     mean: Any = None

@@ -29,6 +29,7 @@ hide in it.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import types
 from types import ModuleType
@@ -156,4 +157,7 @@ def describe(t: Any) -> Step:
     adapter = adapter_of(t)
     if adapter is None:
         return Unfused(type(t).__name__, wrapped(t)[1])
-    return adapter.describe(t)
+    step = adapter.describe(t)
+    if adapter is torchvision_v2:  # its classes keep a tv_tensors.Image one
+        step = dataclasses.replace(step, keeps_image=True)
+    return step

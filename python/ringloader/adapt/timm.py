@@ -237,12 +237,23 @@ def describe(t: Any) -> Step:
         return _crop_or_pad(t, "center_crop_or_pad")
     if name == "RandomCropOrPad":
         return _crop_or_pad(t, "random_crop_or_pad")
+    # (on a tensor the Maybe classes return it as it is; the others take
+    # PIL images)
     if name == "MaybeToTensor":
-        return Convert(name, "dtype", "float32", scale=True, from_uint8=True)
+        return Convert(
+            name, "dtype", "float32", scale=True, from_uint8=True, on_tensor="pass"
+        )
     if name in ("MaybePILToTensor", "ToNumpy"):
-        return Convert(name, "tensor")
+        on_tensor = "pass" if name == "MaybePILToTensor" else "unfused"
+        return Convert(name, "tensor", on_tensor=on_tensor)
     if name == "ToTensor":  # timm's: the 8-bit values, unscaled
-        return Convert(name, "dtype", getattr(t, "dtype", None), from_uint8=True)
+        return Convert(
+            name,
+            "dtype",
+            getattr(t, "dtype", None),
+            from_uint8=True,
+            on_tensor="unfused",
+        )
     if name == "RandomErasing":
         return Erase(name, lambda dtype: erase_of(t, dtype))
     step = _augment_step(t)

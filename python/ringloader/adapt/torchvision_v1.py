@@ -200,12 +200,14 @@ def describe_common(
 
 def describe(t: Any) -> Step:
     name = type(t).__name__
-    if name == "ToTensor":
-        return Convert(name, "dtype", "float32", scale=True, from_uint8=True)
+    if name == "ToTensor":  # (v1's on a tensor raises, v2's passes it)
+        return Convert(
+            name, "dtype", "float32", scale=True, from_uint8=True, on_tensor="unfused"
+        )
     if name == "PILToTensor":
-        return Convert(name, "tensor")
+        return Convert(name, "tensor", on_tensor="unfused")
     if name == "ConvertImageDtype":  # on a PIL image torchvision raises
         return Convert(
-            name, "dtype", getattr(t, "dtype", None), scale=True, on_pil="raise"
+            name, "dtype", getattr(t, "dtype", None), scale=True, on_pil="unfused"
         )
     return describe_common(t)

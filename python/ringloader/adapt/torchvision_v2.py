@@ -42,7 +42,13 @@ def describe(t: Any) -> Step:
         fields, fills = t.fields()
         return RandomCrop("PadIfSmaller+RandomCrop", fields, fills=fills)
     if name == "ToImage":
-        return Convert(name, "tensor")
+        return Convert(name, "tensor", on_tensor="image")
+    if name == "PILToTensor":  # a tensor passes v2's by
+        return Convert(name, "tensor", on_tensor="pass")
+    if name == "ToTensor":
+        return Convert(
+            name, "dtype", "float32", scale=True, from_uint8=True, on_tensor="pass"
+        )
     if name == "ToPureTensor":
         return Convert(name, "pure", on_pil="pass")
     if name == "ToDtype":

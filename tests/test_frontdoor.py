@@ -364,20 +364,6 @@ def test_the_image_type_and_dtype_follow_what_each_step_makes(
         assert (x.double() - y.double()).abs().mean() < tol
 
 
-@pytest.mark.parametrize("step", [v1.ToTensor, v1.PILToTensor])
-def test_a_v1_conversion_of_a_tensor_raises_as_torchs(folder, step):
-    """v1's ToTensor and PILToTensor take PIL images: after ToImage they
-    raise under torch's DataLoader; before, ringloader fused them."""
-    tf = v2.Compose([v2.CenterCrop(24), v2.ToImage(), step()])
-    ds = datasets.ImageFolder(folder, transform=tf)
-    with pytest.raises(TypeError, match="pic should be PIL Image"):
-        next(iter(torch.utils.data.DataLoader(ds, batch_size=6)))
-    with pytest.warns(ringloader.FallbackWarning, match="takes a PIL image"):
-        loader = ringloader.DataLoader(ds, batch_size=6)
-    with pytest.raises(TypeError, match="pic should be PIL Image"):
-        next(iter(loader))
-
-
 def _kind(x):
     return type(x).__name__, x.dtype, tuple(x.shape)
 
@@ -400,16 +386,37 @@ def test_a_python_tail_gets_the_image_type_torchs_steps_make(folder, after):
     assert ours[0][0][0] == ("Image" if not after else "Tensor")
 
 
-def test_v1_convert_image_dtype_on_a_pil_image_raises_as_torchs(folder):
-    """torchvision's v1 ConvertImageDtype takes tensors only: before, it
-    was fused on the PIL image (float images where torch raises)."""
-    tf = v1.Compose([v1.CenterCrop(24), v1.ConvertImageDtype(torch.float32)])
+@pytest.mark.parametrize(
+    "steps, error, why",
+    [
+        # v1's ConvertImageDtype takes tensors only
+        (
+            lambda: [v1.ConvertImageDtype(torch.float32)],
+            "Tensor Image",
+            "takes a tensor image",
+        ),
+        # v1's ToTensor and PILToTensor take PIL images
+        (
+            lambda: [v2.ToImage(), v1.ToTensor()],
+            "pic should be PIL Image",
+            "takes a PIL",
+        ),
+        (
+            lambda: [v2.ToImage(), v1.PILToTensor()],
+            "pic should be PIL Image",
+            "takes a PIL",
+        ),
+    ],
+)
+def test_a_v1_conversion_of_the_wrong_type_raises_as_torchs(folder, steps, error, why):
+    """Before, each was fused (float images where torch raises)."""
+    tf = v1.Compose([v1.CenterCrop(24), *steps()])
     ds = datasets.ImageFolder(folder, transform=tf)
-    with pytest.raises(TypeError, match="Tensor Image"):
+    with pytest.raises(TypeError, match=error):
         next(iter(torch.utils.data.DataLoader(ds, batch_size=6)))
-    with pytest.warns(ringloader.FallbackWarning, match="takes a tensor image"):
+    with pytest.warns(ringloader.FallbackWarning, match=why):
         loader = ringloader.DataLoader(ds, batch_size=6)
-    with pytest.raises(TypeError, match="Tensor Image"):
+    with pytest.raises(TypeError, match=error):
         next(iter(loader))
 
 

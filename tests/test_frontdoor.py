@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import ringloader
+from ringloader.transforms_v2 import FixedSizeCrop
 
 tv = pytest.importorskip("torchvision")
 from torchvision import datasets  # noqa: E402
@@ -299,6 +300,14 @@ PER_TYPE = {
 }
 
 
+def flip_then_per_type(p):
+    return [
+        v2.ToImage(),
+        v1.RandomHorizontalFlip(p=p),
+        v2.ToDtype(PER_TYPE, scale=True),
+    ]
+
+
 @pytest.mark.parametrize(
     "steps, kind, dtype",
     [
@@ -319,15 +328,7 @@ PER_TYPE = {
         ),
         (lambda: [v2.ToImage(), v1.RandomHorizontalFlip(p=1.0)], "Tensor", torch.uint8),
         # and the per-type ToDtype after it takes the plain tensor's entry
-        (
-            lambda: [
-                v2.ToImage(),
-                v1.RandomHorizontalFlip(p=1.0),
-                v2.ToDtype(PER_TYPE, scale=True),
-            ],
-            "Tensor",
-            torch.float16,
-        ),
+        (lambda: flip_then_per_type(1.0), "Tensor", torch.float16),
         # v2's PILToTensor and ToTensor pass a tensor by: it stays an Image
         (
             lambda: [v2.ToImage(), v2.PILToTensor(), v2.ToDtype(PER_TYPE, scale=True)],
@@ -336,6 +337,18 @@ PER_TYPE = {
         ),
         (lambda: [v2.ToImage(), v2.ToTensor()], "Image", torch.uint8),
         (lambda: [v1.PILToTensor(), v2.ToImage()], "Image", torch.uint8),
+        # v1's erase writes into the image (or a clone: still an Image), a
+        # flip of p 0 returns it; ringloader's FixedSizeCrop is v2's kind
+        (
+            lambda: [
+                v2.ToImage(),
+                v2.ToDtype(torch.float32, scale=True),
+                v1.RandomErasing(p=1.0, scale=(0.01, 0.01)),
+            ],
+            "Image",
+            torch.float32,
+        ),
+        (lambda: flip_then_per_type(0.0), "Image", torch.float32),
     ],
 )
 def test_the_image_type_and_dtype_follow_what_each_step_makes(
@@ -345,8 +358,20 @@ def test_the_image_type_and_dtype_follow_what_each_step_makes(
     ToDtype then took the Image's entry), v2's PILToTensor after ToImage
     made it plain, and v2's ToTensor after ToImage was fused as a
     conversion to float, where torch's DataLoader gives 8-bit images."""
-    tf = v2.Compose([v2.CenterCrop(24), *steps()])
-    ds = datasets.ImageFolder(folder, transform=tf)
+    same_items(folder, [v2.CenterCrop(24), *steps()], kind, dtype)
+
+
+def test_ringloaders_fixed_size_crop_keeps_the_image(folder):
+    """A v2 transform of ringloader's: an Image stays one through it."""
+    tf = [v2.Resize((24, 24)), v2.ToImage(), FixedSizeCrop((24, 24))]
+    same_items(folder, tf + [v2.ToDtype(PER_TYPE, scale=True)], "Image", torch.float32)
+
+
+def same_items(folder, steps, kind, dtype):
+    """The items a collate_fn gets, natively and from torch's DataLoader:
+    each of type ``kind`` and ``dtype``, the images within the JPEG
+    decoders' 1 LSB."""
+    ds = datasets.ImageFolder(folder, transform=v2.Compose(steps))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # v2.ToTensor's deprecation
         warnings.simplefilter("error", ringloader.FallbackWarning)
@@ -360,8 +385,25 @@ def test_the_image_type_and_dtype_follow_what_each_step_makes(
     for (x, a), (y, b) in zip(ours, theirs):
         assert a == b and type(x) is type(y) and type(x).__name__ == kind
         assert x.dtype == y.dtype == dtype and x.shape == y.shape
-        tol = 2.0 if dtype == torch.uint8 else 0.05  # JPEG decoders: 1 LSB
+        tol = 2.0 if dtype == torch.uint8 else 0.05
         assert (x.double() - y.double()).abs().mean() < tol
+
+
+@pytest.mark.parametrize(
+    "step",
+    [lambda: v2.ToDtype(torch.float32, scale=True), v2.ToPureTensor],
+)
+def test_a_transform_ending_in_a_passed_step_falls_back_saying_so(folder, step):
+    """v2's ToDtype with no ToImage before it leaves the PIL image, which
+    torch's default collate refuses: ringloader says what to do and leaves
+    the loader to torch (before, a float batch; then, a uint8 one)."""
+    tf = v2.Compose([v2.CenterCrop(24), step()])
+    ds = datasets.ImageFolder(folder, transform=tf)
+    with pytest.warns(ringloader.FallbackWarning, match=r"put ToImage\(\) before it"):
+        loader = ringloader.DataLoader(ds, batch_size=6)
+    assert type(loader) is torch.utils.data.DataLoader
+    with pytest.raises(TypeError, match="default_collate"):
+        next(iter(loader))
 
 
 def _kind(x):

@@ -119,7 +119,8 @@ class Compiled:
     be fused; ``spec["ops"]`` lists the C augment stage's ops; ``tensor_out``
     says whether the fused part ends in a tensor (a conversion was fused)
     rather than an image; ``image`` is "image" where that tensor is a
-    ``tv_tensors.Image`` (v2's ToImage, not made plain after).
+    ``tv_tensors.Image`` (v2's ToImage, not made plain after); ``passed``
+    names the fused steps that passed a PIL image by (v2's ToDtype...).
     """
 
     spec: dict
@@ -131,6 +132,7 @@ class Compiled:
     tensor_out: bool = False
     reason: str = ""  # why rest[0] was not fused
     image: str = ""
+    passed: list = field(default_factory=list)
 
 
 @dataclass
@@ -157,7 +159,8 @@ class _Plan:
     converted: bool = False
     erased: bool = False
     names: list[str] = field(default_factory=list)  # the fused steps
-    passed: int = 0  # of them, steps that left the PIL image as it was
+    # of them, the steps that left the PIL image as it was
+    passed: list[str] = field(default_factory=list)
     # The caller takes samples of their own sizes (a Loader): a transform
     # without a crop (a shorter-side Resize, or no geometry at all) is
     # then fused as a varying spec rather than refused.
@@ -167,7 +170,7 @@ class _Plan:
     def untouched(self) -> bool:
         """Whether the image is as the dataset gave it: no step fused so
         far but ones that passed the PIL image by."""
-        return len(self.names) == self.passed
+        return len(self.names) == len(self.passed)
 
     @property
     def geometric(self) -> bool:
@@ -241,7 +244,7 @@ def _convert(plan: _Plan, step: _steps.Convert) -> Optional[str]:
                 f"{step.name} takes a tensor image, not the PIL image the "
                 "dataset gives: convert it first (PILToTensor; v2: ToImage)"
             )
-        plan.passed += 1
+        plan.passed.append(step.name)
         return None
     if plan.converted and step.on_tensor != "convert":
         # A conversion from a PIL image, met by a tensor.
@@ -741,7 +744,9 @@ def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
             plan.out["image"] = "tensor"  # a v1 or timm step's torch ops
     # the first step that did more than pass the PIL image by, for what
     # is said of the transform's start
-    lead = plan.passed if plan.untouched and plan.passed < len(taken) else 0
+    lead = 0
+    while lead < len(taken) - 1 and getattr(taken[lead], "on_pil", "") == "pass":
+        lead += 1
     first = taken[lead] if taken else None
     try:
         spec = _spec(plan, first)
@@ -769,4 +774,5 @@ def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
         tensor_out=plan.converted,
         reason=reason,
         image=plan.out.get("image", "") if plan.converted else "",
+        passed=plan.passed,
     )

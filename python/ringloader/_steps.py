@@ -68,8 +68,9 @@ def pack(op: str, values: dict[str, Any]) -> list[float]:
 @dataclass(frozen=True)
 class Step:
     """Base of every step: the user's class name; ``keeps_image``: a
-    tv_tensors.Image stays one through it (torchvision v2's classes; a
-    v1 or timm class's torch ops give a plain tensor)."""
+    tv_tensors.Image stays one through it (``adapt._keeps_image``: v2's
+    and ringloader's classes; a v1 or timm class's torch ops mostly give a
+    plain tensor)."""
 
     name: str
     keeps_image: bool = field(default=False, kw_only=True)

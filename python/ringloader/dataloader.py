@@ -130,6 +130,15 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
     # tensors of them.
     end = "end the transform with PILToTensor() or ToTensor() (v2: ToImage())"
     pil = not all(c.tensor_out or c.rest for c in compiled)
+    passed = [n for c in compiled if not (c.tensor_out or c.rest) for n in c.passed]
+    if passed:
+        # torch's DataLoader gives PIL images here, which its default
+        # collate refuses: what the user meant is a tensor.
+        return (
+            f"the transform ends in a PIL image: {', '.join(passed)} leaves "
+            "a PIL image as it is (v2's ToDtype, ConvertImageDtype and "
+            "ToPureTensor act on tensors): put ToImage() before it"
+        )
     if not custom and any(c.spec.get("varying") for c in compiled):
         # default_collate stacks the images (or fails on two sizes).
         what = "PIL images" if pil else "images"

@@ -35,7 +35,7 @@ import types
 from types import ModuleType
 from typing import Any, Optional
 
-from .._steps import Step, Unfused
+from .._steps import Erase, Flip, Step, Unfused
 from . import native, timm, torchvision_v1, torchvision_v2
 
 # v2 before v1: v2's modules are under v1's package name.
@@ -158,6 +158,18 @@ def describe(t: Any) -> Step:
     if adapter is None:
         return Unfused(type(t).__name__, wrapped(t)[1])
     step = adapter.describe(t)
-    if adapter is torchvision_v2:  # its classes keep a tv_tensors.Image one
+    if _keeps_image(adapter, step):
         step = dataclasses.replace(step, keeps_image=True)
     return step
+
+
+def _keeps_image(adapter: ModuleType, step: Step) -> bool:
+    """Whether a tv_tensors.Image stays one through the step: through
+    torchvision v2's classes and ringloader's own; through a v1 or timm
+    class only where its torch ops keep it (an erase writes into the image
+    or a clone of it, a flip of p 0 returns it). A v1 or timm step that
+    acts on some samples (a random flip) makes those plain tensors under
+    torch: ringloader gives a plain tensor on every sample then."""
+    if adapter not in (torchvision_v1, timm):
+        return True
+    return isinstance(step, Erase) or (isinstance(step, Flip) and step.p == 0)

@@ -349,6 +349,7 @@ def flip_then_per_type(p):
             torch.float32,
         ),
         (lambda: flip_then_per_type(0.0), "Image", torch.float32),
+        (lambda: [v2.ToImage(), v1.RandomGrayscale(p=0.0)], "Image", torch.uint8),
     ],
 )
 def test_the_image_type_and_dtype_follow_what_each_step_makes(
@@ -361,6 +362,35 @@ def test_the_image_type_and_dtype_follow_what_each_step_makes(
     same_items(folder, [v2.CenterCrop(24), *steps()], kind, dtype)
 
 
+@pytest.mark.parametrize(
+    "steps, collate_fn",
+    [
+        (lambda: flip_then_per_type(0.5), None),
+        (lambda: flip_then_per_type(0.5)[:2], list),
+    ],
+)
+def test_a_random_v1_step_after_to_image_falls_back_saying_why(
+    folder, steps, collate_fn
+):
+    """Under torch, a random v1 flip after ToImage makes a plain tensor of
+    the samples it flips and leaves the others Images: a per-type ToDtype
+    gives two dtypes, a collate_fn sees two types. Before, every sample
+    took the plain tensor's entry and type."""
+    ds = datasets.ImageFolder(
+        folder, transform=v2.Compose([v2.CenterCrop(24), *steps()])
+    )
+    torch.manual_seed(0)
+    kinds = {
+        (type(x).__name__, x.dtype)
+        for batch in torch.utils.data.DataLoader(ds, batch_size=6, collate_fn=list)
+        for x, _ in batch
+    }
+    assert len(kinds) == 2, kinds  # (18 samples: both draws, all but surely)
+    with pytest.warns(ringloader.FallbackWarning, match="after RandomHorizontalFlip"):
+        loader = ringloader.DataLoader(ds, batch_size=6, collate_fn=collate_fn)
+    assert type(loader) is torch.utils.data.DataLoader
+
+
 def test_ringloaders_fixed_size_crop_keeps_the_image(folder):
     """A v2 transform of ringloader's: an Image stays one through it."""
     tf = [v2.Resize((24, 24)), v2.ToImage(), FixedSizeCrop((24, 24))]
@@ -369,8 +399,9 @@ def test_ringloaders_fixed_size_crop_keeps_the_image(folder):
 
 def same_items(folder, steps, kind, dtype):
     """The items a collate_fn gets, natively and from torch's DataLoader:
-    each of type ``kind`` and ``dtype``, the images within the JPEG
-    decoders' 1 LSB."""
+    each of type ``kind`` and ``dtype``, the images within a mean of 2 LSB
+    (the JPEG decoders' 1 LSB; a float image's erase draws its own
+    patches, hence 0.05)."""
     ds = datasets.ImageFolder(folder, transform=v2.Compose(steps))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # v2.ToTensor's deprecation
@@ -399,7 +430,7 @@ def test_a_transform_ending_in_a_passed_step_falls_back_saying_so(folder, step):
     the loader to torch (before, a float batch; then, a uint8 one)."""
     tf = v2.Compose([v2.CenterCrop(24), step()])
     ds = datasets.ImageFolder(folder, transform=tf)
-    with pytest.warns(ringloader.FallbackWarning, match=r"put ToImage\(\) before it"):
+    with pytest.warns(ringloader.FallbackWarning, match=r"put ToImage\(\) before them"):
         loader = ringloader.DataLoader(ds, batch_size=6)
     assert type(loader) is torch.utils.data.DataLoader
     with pytest.raises(TypeError, match="default_collate"):

@@ -81,7 +81,14 @@ def fold(step: _steps.Convert, state: dict) -> bool:
         if step.per_type:
             if "image" not in state:
                 return False  # on a PIL image: v2's ToDtype leaves it
-            dtype = dict(step.per_type)[state["image"]]
+            entries = dict(step.per_type)
+            kind = state["image"]
+            if kind == "mixed":
+                # an Image on some samples, a plain tensor on others
+                if entries["image"] != entries["tensor"]:
+                    return False
+                kind = "image"  # (either entry: the same)
+            dtype = entries[kind]
             if dtype is None:
                 return True  # v2 leaves the image as it is
         if dtype is None or (step.from_uint8 and state["dtype"] != "uint8"):
@@ -119,8 +126,10 @@ class Compiled:
     be fused; ``spec["ops"]`` lists the C augment stage's ops; ``tensor_out``
     says whether the fused part ends in a tensor (a conversion was fused)
     rather than an image; ``image`` is "image" where that tensor is a
-    ``tv_tensors.Image`` (v2's ToImage, not made plain after); ``passed``
-    names the fused steps that passed a PIL image by (v2's ToDtype...).
+    ``tv_tensors.Image`` (v2's ToImage, not made plain after), "mixed"
+    where ``mixed`` (a random v1 or timm step) made it plain on some
+    samples only; ``passed`` names the fused steps that passed a PIL image
+    by (v2's ToDtype...).
     """
 
     spec: dict
@@ -133,6 +142,7 @@ class Compiled:
     reason: str = ""  # why rest[0] was not fused
     image: str = ""
     passed: list = field(default_factory=list)
+    mixed: str = ""
 
 
 @dataclass
@@ -161,6 +171,9 @@ class _Plan:
     names: list[str] = field(default_factory=list)  # the fused steps
     # of them, the steps that left the PIL image as it was
     passed: list[str] = field(default_factory=list)
+    # the step after which the image is an Image on some samples and a
+    # plain tensor on others (a random v1 step after ToImage)
+    mixed: str = ""
     # The caller takes samples of their own sizes (a Loader): a transform
     # without a crop (a shorter-side Resize, or no geometry at all) is
     # then fused as a varying spec rather than refused.
@@ -412,7 +425,12 @@ def _crop_fields(plan: _Plan, step: Any) -> Optional[dict]:
     image = plan.out.get("image")
     if image is None or not step.fills:
         return step.fields
-    rgb = dict(step.fills)[image]
+    fills = dict(step.fills)
+    if image == "mixed":  # an Image on some samples, a plain tensor on others
+        if fills["image"] != fills["tensor"]:
+            return None
+        image = "image"
+    rgb = fills[image]
     if rgb is None:
         return None
     return {**step.fields, "fill_r": rgb[0], "fill_g": rgb[1], "fill_b": rgb[2]}
@@ -740,14 +758,20 @@ def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
             break
         plan.names.append(step.name)
         passed = tensor and getattr(step, "on_tensor", "") == "pass"
-        if not (step.keeps_image or passed) and plan.out.get("image") == "image":
-            plan.out["image"] = "tensor"  # a v1 or timm step's torch ops
+        image = plan.out.get("image")
+        if image in ("image", "mixed") and not passed and step.unwraps != "never":
+            # a v1 or timm step's torch ops: a plain tensor on the samples
+            # it acts on
+            mixed = step.unwraps == "sometimes" or image == "mixed"
+            plan.out["image"] = "mixed" if mixed else "tensor"
+            if mixed:
+                plan.mixed = plan.mixed or step.name
     # the first step that did more than pass the PIL image by, for what
     # is said of the transform's start
     lead = 0
-    while lead < len(taken) - 1 and getattr(taken[lead], "on_pil", "") == "pass":
+    while lead < len(taken) and getattr(taken[lead], "on_pil", "") == "pass":
         lead += 1
-    first = taken[lead] if taken else None
+    first = taken[lead if lead < len(taken) else 0] if taken else None
     try:
         spec = _spec(plan, first)
     except UnsupportedTransform:
@@ -775,4 +799,5 @@ def compile_steps(steps: Iterable[Step], varying: bool = False) -> Compiled:
         reason=reason,
         image=plan.out.get("image", "") if plan.converted else "",
         passed=plan.passed,
+        mixed=plan.mixed if plan.out.get("image") == "mixed" else "",
     )

@@ -67,13 +67,14 @@ def pack(op: str, values: dict[str, Any]) -> list[float]:
 
 @dataclass(frozen=True)
 class Step:
-    """Base of every step: the user's class name; ``keeps_image``: a
-    tv_tensors.Image stays one through it (``adapt._keeps_image``: v2's
-    and ringloader's classes; a v1 or timm class's torch ops mostly give a
-    plain tensor)."""
+    """Base of every step: the user's class name; ``unwraps``: whether
+    its torch ops make a tv_tensors.Image a plain tensor ("never": v2's
+    and ringloader's classes, a v1 or timm erase, a step of p 0;
+    "sometimes": a v1 or timm step of 0 < p < 1, on the samples it acts
+    on; "always": the other v1 and timm steps; ``adapt._unwraps``)."""
 
     name: str
-    keeps_image: bool = field(default=False, kw_only=True)
+    unwraps: str = field(default="always", kw_only=True)
 
 
 @dataclass(frozen=True)

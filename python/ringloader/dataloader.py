@@ -134,10 +134,19 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
     if passed:
         # torch's DataLoader gives PIL images here, which its default
         # collate refuses: what the user meant is a tensor.
+        names = ", ".join(dict.fromkeys(passed))
         return (
-            f"the transform ends in a PIL image: {', '.join(passed)} leaves "
-            "a PIL image as it is (v2's ToDtype, ConvertImageDtype and "
-            "ToPureTensor act on tensors): put ToImage() before it"
+            f"the transform ends in a PIL image: {names} left the PIL image as "
+            "it was (v2's ToDtype, ConvertImageDtype and ToPureTensor act on "
+            "tensors): put ToImage() before them"
+        )
+    mixed = next((c.mixed for c in compiled if c.mixed and (custom or c.rest)), None)
+    if mixed:
+        return (
+            f"after {mixed} (torchvision v1's or timm's, random) torch's "
+            "images are tv_tensors.Image on the samples it leaves and plain "
+            "tensors on the others, which the collate_fn or the steps after "
+            "it would see: use v2's class, or ToImage() after it"
         )
     if not custom and any(c.spec.get("varying") for c in compiled):
         # default_collate stacks the images (or fails on two sizes).

@@ -35,7 +35,7 @@ import types
 from types import ModuleType
 from typing import Any, Optional
 
-from .._steps import Erase, Flip, Step, Unfused
+from .._steps import Erase, Step, Unfused
 from . import native, timm, torchvision_v1, torchvision_v2
 
 # v2 before v1: v2's modules are under v1's package name.
@@ -158,18 +158,21 @@ def describe(t: Any) -> Step:
     if adapter is None:
         return Unfused(type(t).__name__, wrapped(t)[1])
     step = adapter.describe(t)
-    if _keeps_image(adapter, step):
-        step = dataclasses.replace(step, keeps_image=True)
+    unwraps = _unwraps(adapter, t, step)
+    if unwraps != step.unwraps:
+        step = dataclasses.replace(step, unwraps=unwraps)
     return step
 
 
-def _keeps_image(adapter: ModuleType, step: Step) -> bool:
-    """Whether a tv_tensors.Image stays one through the step: through
-    torchvision v2's classes and ringloader's own; through a v1 or timm
-    class only where its torch ops keep it (an erase writes into the image
-    or a clone of it, a flip of p 0 returns it). A v1 or timm step that
-    acts on some samples (a random flip) makes those plain tensors under
-    torch: ringloader gives a plain tensor on every sample then."""
-    if adapter not in (torchvision_v1, timm):
-        return True
-    return isinstance(step, Erase) or (isinstance(step, Flip) and step.p == 0)
+def _unwraps(adapter: ModuleType, t: Any, step: Step) -> str:
+    """Whether the step makes a tv_tensors.Image a plain tensor under
+    torch: never through torchvision v2's classes and ringloader's own, nor
+    through a v1 or timm erase (it writes into the image or a clone of
+    it); a v1 or timm step of probability p returns the image itself
+    where its draw says no: never for p 0, sometimes for 0 < p < 1."""
+    if adapter not in (torchvision_v1, timm) or isinstance(step, Erase):
+        return "never"
+    p = getattr(t, "p", None)
+    if isinstance(p, (int, float)) and not isinstance(p, bool) and p < 1:
+        return "never" if p <= 0 else "sometimes"
+    return "always"

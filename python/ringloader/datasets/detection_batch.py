@@ -666,7 +666,10 @@ def _refuse_coco_subclass(dataset: Any) -> None:
     its own way (the detection reference's own class, without --use-v2),
     saying what is read natively; not for one that says where its files
     are (``ringloader_files()``, read as the user's dataset)."""
-    from torchvision import datasets as tvd
+    try:
+        from torchvision import datasets as tvd
+    except ImportError:  # (blocked: sys.modules["torchvision"] is None)
+        return
 
     from .base import FILES_PROTOCOL
     from .coco_keypoints import CocoKeypoints

@@ -391,6 +391,37 @@ def test_a_random_v1_step_after_to_image_falls_back_saying_why(
     assert type(loader) is torch.utils.data.DataLoader
 
 
+@pytest.mark.parametrize(
+    "make, unwraps",
+    [
+        # a probability as the adapters read it (float(p))
+        (lambda: v1.RandomHorizontalFlip(np.float32(0.5)), "sometimes"),
+        (lambda: v1.RandomHorizontalFlip(torch.tensor(0.5)), "sometimes"),
+        (lambda: v1.RandomHorizontalFlip(False), "never"),
+        (lambda: v1.ColorJitter(0.4), "always"),
+        (lambda: v2.RandomHorizontalFlip(0.5), "never"),
+        # a group as its steps and its draw make it, whichever its library
+        (lambda: v2.RandomApply([v1.ColorJitter(0.4)], p=0.5), "sometimes"),
+        (lambda: v1.RandomApply([v2.ColorJitter(0.4)], p=0.5), "never"),
+        (lambda: v1.RandomApply([v1.ColorJitter(0.4)], p=1.0), "always"),
+        (lambda: v1.RandomApply([v1.RandomGrayscale(0.5)], p=1.0), "sometimes"),
+        (
+            lambda: v2.RandomChoice([v1.ColorJitter(0.4), v2.ColorJitter(0.4)]),
+            "sometimes",
+        ),
+        (lambda: v2.RandomOrder([v1.ColorJitter(0.4), v2.ColorJitter(0.4)]), "always"),
+    ],
+)
+def test_which_steps_make_an_image_a_plain_tensor(make, unwraps):
+    """Under torch, a v1 step's torch ops unwrap a tv_tensors.Image where
+    the step acts; a group's children decide, not its library (a review:
+    a v2 RandomApply of a v1 ColorJitter was "never", an np.float32 p
+    "always")."""
+    from ringloader import adapt
+
+    assert adapt.describe(make()).unwraps == unwraps
+
+
 def test_ringloaders_fixed_size_crop_keeps_the_image(folder):
     """A v2 transform of ringloader's: an Image stays one through it."""
     tf = [v2.Resize((24, 24)), v2.ToImage(), FixedSizeCrop((24, 24))]

@@ -169,10 +169,41 @@ def _unwraps(adapter: ModuleType, t: Any, step: Step) -> str:
     torch: never through torchvision v2's classes and ringloader's own, nor
     through a v1 or timm erase (it writes into the image or a clone of
     it); a v1 or timm step of probability p returns the image itself
-    where its draw says no: never for p 0, sometimes for 0 < p < 1."""
+    where its draw says no: never for p 0, sometimes for 0 < p < 1. A
+    group (RandomApply, RandomChoice, RandomOrder, of either library) as
+    its steps and its own draw make it."""
+    name = type(t).__name__
+    steps = getattr(t, "transforms", None)
+    if name in ("RandomApply", "RandomChoice", "RandomOrder") and steps is not None:
+        kinds = [describe(s).unwraps for s in flatten(list(steps))]
+        if name == "RandomChoice":  # one of them
+            return kinds[0] if kinds and len(set(kinds)) == 1 else "sometimes"
+        whole = _in_turn(kinds)
+        if name == "RandomOrder" or whole == "never":
+            return whole
+        drawn = _by_p(getattr(t, "p", None))
+        return whole if drawn == "always" else drawn
     if adapter not in (torchvision_v1, timm) or isinstance(step, Erase):
         return "never"
-    p = getattr(t, "p", None)
-    if isinstance(p, (int, float)) and not isinstance(p, bool) and p < 1:
-        return "never" if p <= 0 else "sometimes"
-    return "always"
+    return _by_p(getattr(t, "p", None))
+
+
+def _in_turn(kinds: list[str]) -> str:
+    """Steps run one after another: a plain tensor if any always makes
+    one, an Image on some samples if any sometimes does."""
+    for kind in ("always", "sometimes"):
+        if kind in kinds:
+            return kind
+    return "never"
+
+
+def _by_p(p: Any) -> str:
+    """A step that acts with probability p (read as the adapters read it,
+    float(p)); "always" for a p that is not one."""
+    try:
+        p = float(p)
+    except (TypeError, ValueError):
+        return "always"  # no probability: it always acts
+    if not p > 0:  # (NaN too: torch.rand(1) < nan never holds)
+        return "never"
+    return "sometimes" if p < 1 else "always"

@@ -24,7 +24,12 @@ made a tv_tensor first, as ``backend="tv_tensor"``):
   the reference's own PadIfSmaller(480) (``reference_extras``: at the
   bottom and right, masks with 255), RandomCrop(480), ToDtype (image
   float, mask int64), Normalize, ToPureTensor, on a wrapped
-  VOCSegmentation.
+  VOCSegmentation;
+- ``segmentation-v1``: the same preset as the reference's ``train.py``
+  builds it without ``--use-v2`` (``reference_pairs``: its own pair
+  classes, RandomResize(260, 1040), RandomHorizontalFlip, RandomCrop(480)
+  padding masks with 255, PILToTensor, ToDtype, Normalize, on the PIL
+  image and mask), on an unwrapped VOCSegmentation.
 
 Detection datasets are a CocoDetection wrapped by
 ``wrap_dataset_for_transforms_v2`` in a Subset of the images with
@@ -73,12 +78,13 @@ RECIPES = (
     "ssd",
     "lsj",
     "segmentation",
+    "segmentation-v1",
 )
 CONTENDERS = ("torch", "ringloader")
 MEAN = (123.0, 117.0, 104.0)  # the detection reference's fill, in 0-255
 # The targets set for ringloader ÷ torch, by recipe.
 TARGETS = {"hflip": 3.0, "multiscale": 3.0, "ssdlite": 3.0, "ssd": 2.5}
-TARGETS["segmentation"] = 3.0
+TARGETS["segmentation"] = TARGETS["segmentation-v1"] = 3.0
 DIR = os.path.join(os.environ.get("TMPDIR", "/tmp"), "ringloader-bench-detect")
 # --quick: a check that it runs.
 QUICK = {"images": 40, "repeat": 1, "batch_size": 4, "batches": 2, "warmup": 1}
@@ -216,14 +222,19 @@ def build(recipe: str, data: str, batch_size: int) -> tuple:
     from torch.utils.data import BatchSampler, RandomSampler, Subset
     from torchvision import datasets
 
-    if recipe == "segmentation":
-        voc = datasets.VOCSegmentation(
+    if recipe.startswith("segmentation"):
+        import reference_pairs
+
+        v1 = recipe == "segmentation-v1"
+        preset = reference_pairs.train_preset(520, 480) if v1 else segmentation_preset()
+        ds = datasets.VOCSegmentation(
             detect_data.voc_root(data),
             year="2012",
             image_set="train",
-            transforms=segmentation_preset(),
+            transforms=preset,
         )
-        ds = datasets.wrap_dataset_for_transforms_v2(voc)
+        if not v1:
+            ds = datasets.wrap_dataset_for_transforms_v2(ds)
         g = torch.Generator().manual_seed(0)
         sampler = BatchSampler(RandomSampler(ds, generator=g), batch_size, True)
         return ds, sampler, segmentation_collate

@@ -16,7 +16,7 @@ pytest.importorskip("psutil")
 pytest.importorskip("matplotlib")
 pytest.importorskip("pycocotools")
 
-RECIPES = "eval hflip hflip+masks multiscale ssdlite ssd lsj segmentation".split()
+RECIPES = "eval hflip hflip+masks multiscale ssdlite ssd lsj segmentation segmentation-v1".split()
 # Recipes that fall back, with the transform their reason names (none now).
 UNMAPPED: dict = {}
 
@@ -69,13 +69,4 @@ def test_native_exactly_where_no_fallback_warning(quick):
             assert UNMAPPED[recipe] in reason, (recipe, reason)
             assert "read_ms_per_image" not in r
             assert f"- {recipe}: {reason}" in proc.stdout
-    assert native == [
-        "eval",
-        "hflip",
-        "hflip+masks",
-        "multiscale",
-        "ssdlite",
-        "ssd",
-        "lsj",
-        "segmentation",
-    ]
+    assert native == RECIPES

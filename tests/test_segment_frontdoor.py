@@ -166,28 +166,35 @@ def expected(raw_image, raw_mask, spec, epoch, key, backend):
     return image.as_subclass(torch.Tensor), mask.as_subclass(torch.Tensor), p
 
 
-@pytest.mark.parametrize("backend", ["tv_tensor", "tensor"])
-def test_train_items_follow_the_plan(voc, backend):
-    ds = dataset(voc, train_preset(backend))
-    raw = dataset(voc, None)
-    flips = padded = 0
-    for epoch in range(2):
-        loader = fused(ds, batch_size=5, collate_fn=items, seed=SEED)
+def planned_items(ds, epochs, seed=SEED):
+    """(spec, epoch, index, image, mask) for each item of ``epochs``
+    epochs of ``ds`` read unshuffled (a sample's random key is its
+    index), every sample in each."""
+    for epoch in range(epochs):
+        loader = fused(ds, batch_size=5, collate_fn=items, seed=seed)
         loader.set_epoch(epoch)
         spec = loader._plans[0].compiled.spec
         i = 0
         for batch in loader:
             for image, mask in batch:
-                assert type(image) is torch.Tensor and type(mask) is torch.Tensor
-                assert image.shape == (3, CROP, CROP) and mask.shape == (1, CROP, CROP)
-                # Unshuffled: a sample's random key is its index.
-                want_image, want_mask, p = expected(*raw[i], spec, epoch, i, backend)
-                same_mask(mask, want_mask)
-                same_image(image, want_image)
-                flips += p["flip"]
-                padded += bool((mask == 255).all(dim=-1).any())
+                yield spec, epoch, i, image, mask
                 i += 1
         assert i == len(ds)
+
+
+@pytest.mark.parametrize("backend", ["tv_tensor", "tensor"])
+def test_train_items_follow_the_plan(voc, backend):
+    ds = dataset(voc, train_preset(backend))
+    raw = dataset(voc, None)
+    flips = padded = 0
+    for spec, epoch, i, image, mask in planned_items(ds, 2):
+        assert type(image) is torch.Tensor and type(mask) is torch.Tensor
+        assert image.shape == (3, CROP, CROP) and mask.shape == (1, CROP, CROP)
+        want_image, want_mask, p = expected(*raw[i], spec, epoch, i, backend)
+        same_mask(mask, want_mask)
+        same_image(image, want_image)
+        flips += p["flip"]
+        padded += bool((mask == 255).all(dim=-1).any())
     assert flips > 0 and padded > 0
 
 
@@ -319,9 +326,10 @@ def test_conversions_that_leave_a_pil_image_fall_back_saying_why(voc, tail):
     assert isinstance(image, PIL.Image.Image)
 
 
-def test_an_unwrapped_voc_segmentation_falls_back(voc):
+def test_an_unwrapped_voc_segmentation_without_transforms_falls_back(voc):
+    """Its PIL pairs (the reference's own transforms: test_segment_pairs)."""
     ds = datasets.VOCSegmentation(voc, "2012", "train")
-    with pytest.warns(ringloader.FallbackWarning, match="not wrapped"):
+    with pytest.warns(ringloader.FallbackWarning, match="no transforms gives PIL"):
         ringloader.DataLoader(ds, batch_size=2, collate_fn=items)
 
 

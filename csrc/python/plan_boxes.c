@@ -9,14 +9,15 @@
  *       -> (bytes, (h, w))
  *   plan_keypoints(spec, width, height, seed, epoch, index, view,
  *                  points, plan=None, *, single=False) -> (bytes, (h, w))
- *   plan_maps(spec, width, height, seed, epoch, index, view=0, plan=None)
- *       -> (row_map, col_map)
+ *   plan_maps(spec, width, height, seed, epoch, index, view=0, plan=None,
+ *             *, pil=False) -> (row_map, col_map)
  *   plan_warp_masks(spec, seed, epoch, index, view, masks, count, fill,
  *                   *, size=None) -> bytes
  * The first seven arguments are _core.plan's; boxes (N, 4) and points
  * (N, 2) are C-contiguous float64 buffers; the result is the mapped
  * values and the output canvas; plan_maps' are int32 bytes (-1: padding),
- * the index maps targets/mask.h samples a mask through. plan: the
+ * the index maps targets/mask.h samples a mask through (pil: resized as
+ * Pillow resizes a PIL mask, targets/plan_geom.h). plan: the
  * sample's boxes (N, 4) XYXY float64 that a RandomIoUCrop's draw reads
  * (plan_boxes: the boxes given, in XYXY, when None; the others: none);
  * where that crop is drawn, the boxes whose centre it leaves out are
@@ -311,9 +312,9 @@ static PyObject *py_plan_maps(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"spec",  "width", "height", "seed", "epoch",
-                             "index", "view",  "plan",   NULL};
+                             "index", "view",  "plan",   "pil",  NULL};
     PyObject *spec, *plan_o = NULL;
-    int width, height, view = 0;
+    int width, height, view = 0, pil = 0;
     unsigned long long seed;
     long long epoch, index;
     rl_transform t;
@@ -321,9 +322,9 @@ static PyObject *py_plan_maps(PyObject *self, PyObject *args, PyObject *kw)
     rl_target_geom g;
     double *pb = NULL;
     size_t np = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiKLL|iO:plan_maps", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiKLL|iO$p:plan_maps", kwlist,
                                      &spec, &width, &height, &seed, &epoch,
-                                     &index, &view, &plan_o) ||
+                                     &index, &view, &plan_o, &pil) ||
         plan_rows(plan_o, NULL, 0, 2, RL_BOX_XYXY, &pb, &np) < 0) {
         return NULL;
     }
@@ -337,7 +338,7 @@ static PyObject *py_plan_maps(PyObject *self, PyObject *args, PyObject *kw)
     PyObject *cols = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)ow * 4);
     const char *err = NULL;
     if (rows && cols &&
-        rl_geom_maps(&g, &t, (int32_t *)PyBytes_AsString(rows),
+        rl_geom_maps(&g, &t, pil != 0, (int32_t *)PyBytes_AsString(rows),
                      (int32_t *)PyBytes_AsString(cols), &err) != 0) {
         PyErr_Format(PyExc_ValueError, "the %dx%d image's maps: %s", width,
                      height, err);
@@ -473,12 +474,13 @@ PyMethodDef rl__py_plan_boxes_methods[] = {
      "(x, y) keypoints."},
     {"plan_maps", (PyCFunction)(void (*)(void))py_plan_maps,
      METH_VARARGS | METH_KEYWORDS,
-     "plan_maps(spec, width, height, seed, epoch, index, view=0, plan=None) "
-     "-> (row_map, col_map): int32 bytes, the input row and column of each "
-     "output pixel of that view of that sample (-1: padding), through the "
-     "same geometry (plan: the sample's XYXY boxes a RandomIoUCrop reads); "
-     "a mask sampled through them is torchvision's ops on a "
-     "tv_tensors.Mask."},
+     "plan_maps(spec, width, height, seed, epoch, index, view=0, plan=None, "
+     "*, pil=False) -> (row_map, col_map): int32 bytes, the input row and "
+     "column of each output pixel of that view of that sample (-1: "
+     "padding), through the same geometry (plan: the sample's XYXY boxes a "
+     "RandomIoUCrop reads); a mask sampled through them is torchvision's "
+     "ops on a tv_tensors.Mask (pil: on a PIL mask, resized by Pillow's "
+     "NEAREST)."},
     {"plan_warp_masks", (PyCFunction)(void (*)(void))py_plan_warp_masks,
      METH_VARARGS | METH_KEYWORDS,
      "plan_warp_masks(spec, seed, epoch, index, view, masks, count, fill, *, "

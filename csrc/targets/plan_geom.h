@@ -37,10 +37,13 @@ int rl_geom_from_plan(const rl_transform *t, const rl_plan *p, int width,
  * as torchvision resizes a Mask; crops, pads and flips move indices; the
  * window's padding under t's edge, reflect or symmetric mode takes the
  * pixel the image's padding takes (v1's RandomCrop: pad[] first, then
- * pad_if_needed's). Returns 0, or -1 with *err a static message (an
- * affine or perspective step, which no index map expresses).
+ * pad_if_needed's). pil: a resize takes Pillow's nearest pixel instead
+ * (truncated (j + 0.5) * in / out, summed in double as Pillow sums it),
+ * as Pillow resizes a PIL mask. Returns 0, or -1 with *err a static
+ * message (an affine or perspective step, which no index map expresses;
+ * no memory).
  */
-int rl_geom_maps(const rl_target_geom *g, const rl_transform *t,
+int rl_geom_maps(const rl_target_geom *g, const rl_transform *t, bool pil,
                  int32_t *row_map, int32_t *col_map, const char **err);
 
 #endif /* RL_TARGETS_PLAN_GEOM_H */

@@ -295,6 +295,8 @@ def plan_maps(
     index: int,
     view: int = 0,
     plan: Optional[Buffer] = None,
+    *,
+    pil: bool = False,
 ) -> Tuple[bytes, bytes]:
     """The index maps of the geometry plan_boxes maps through (``plan``:
     the sample's XYXY boxes a RandomIoUCrop's draw reads): (row_map,
@@ -303,7 +305,10 @@ def plan_maps(
     fill). mask[row_map][:, col_map] is torchvision's v2 functional ops on
     a tv_tensors.Mask with the plan's parameters (nearest resize as torch
     picks it, crops, padding in the window's mode, flips): what
-    mask_from_polygons, mask_from_rle and mask_from_png take."""
+    mask_from_polygons, mask_from_rle and mask_from_png take. ``pil``: a
+    resize takes the pixel Pillow's NEAREST takes instead (a mask resized
+    while a PIL image, as the segmentation reference's own transforms
+    do)."""
 
 def plan_warp_masks(
     spec: _TransformSpec,

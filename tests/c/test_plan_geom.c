@@ -261,7 +261,7 @@ static void zoom_out_alone(rl_transform *t)
         CHECK(b[0] == d.left && b[1] == d.top && b[2] == d.left + 100 &&
               b[3] == d.top + 80);
         int32_t rows[160], cols[200];
-        CHECK(rl_geom_maps(&g, t, rows, cols, &err) == 0);
+        CHECK(rl_geom_maps(&g, t, false, rows, cols, &err) == 0);
         CHECK(cols[d.left] == 0 && cols[d.left + 99] == 99);
         CHECK(rows[d.top] == 0 && rows[d.top + 79] == 79);
         CHECK(d.left == 0 || cols[d.left - 1] == -1);

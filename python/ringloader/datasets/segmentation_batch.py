@@ -1,12 +1,15 @@
 """A semantic segmentation dataset as the loader reads it: torchvision's
-``VOCSegmentation`` wrapped by ``wrap_dataset_for_transforms_v2`` (what the
-segmentation reference builds), seen as its image files (decoded, resized,
+``VOCSegmentation``, wrapped by ``wrap_dataset_for_transforms_v2`` with v2
+transforms, or unwrapped with the segmentation reference's own pair
+transforms (:mod:`.segmentation_pairs`: its ``train.py`` without
+``--use-v2``, each mask then an int64 (h, w) tensor, resized by Pillow's
+nearest rule while a PIL image), seen as its image files (decoded, resized,
 cropped, flipped and converted in C: the dataset's transforms fused whole)
 and, per batch, each sample's mask taken from its PNG in C
 (``_core.mask_from_png``) through the index maps of the sample's own plan
 (``_core.plan_maps``: same seed, epoch and key as its pixels).
 
-The dataset's ``transforms`` (a v2 ``Compose``, or the reference's preset
+A wrapped dataset's ``transforms`` (a v2 ``Compose``, or the reference's preset
 class whose ``__call__(img, target)`` only returns ``self.transforms(img,
 target)``) must be steps the compiler fuses and the maps follow: the
 geometry (``Resize``, ``RandomResize``, ``RandomHorizontalFlip``,
@@ -181,6 +184,7 @@ class SegmentationImages:
     target_transform = None  # the mask is the target: no transform of its own
     _given: Any = None
     _head: Any = None
+    _pil = False  # masks resized as PIL images (the reference's own transforms)
 
     def __init__(self, wrapper: Any, tables: Any) -> None:
         self.wrapper, self.tables = wrapper, tables
@@ -196,10 +200,17 @@ class SegmentationImages:
         """The fused transform, the mask's fill and its conversions, whether
         the plan draws and the image's type, from the transforms ``given``;
         NotNative where they are not followed."""
+        if not self.tables.wrapped:  # the reference's own pair transforms
+            from .segmentation_pairs import read_pairs
+
+            pairs = read_pairs(given)
+            self._compile(pairs.steps, "the VOCSegmentation's transforms")
+            self._fill, self._pil, self._mask_steps = pairs.fill, pairs.pil, None
+            self._image_type = None
+            self._given = given
+            return
         from torchvision import tv_tensors
         from torchvision.transforms import v2
-
-        from ..transforms import UnsupportedTransform, compile_transform
 
         from ..adapt.torchvision_pad import PadIfSmallerCrop, pad_if_smaller_pairs
 
@@ -217,16 +228,7 @@ class SegmentationImages:
             if why is not None:
                 raise NotNative(f"the wrapped VOCSegmentation: {why}")
             pure = pure or isinstance(t, v2.ToPureTensor)
-        head = v2.Compose(steps)
-        try:
-            compiled = compile_transform(head, varying=True)
-        except UnsupportedTransform as e:
-            raise NotNative(f"the wrapped VOCSegmentation's transforms: {e}") from None
-        if compiled.reason:
-            raise NotNative(
-                f"the wrapped VOCSegmentation's transforms: {compiled.reason} "
-                "(a segmentation sample's transforms are fused whole)"
-            )
+        self._compile(steps, "the wrapped VOCSegmentation's transforms")
         crops = [
             t
             for t in steps
@@ -234,6 +236,7 @@ class SegmentationImages:
             or isinstance(t, PadIfSmallerCrop)
         ]
         self._fill = _mask_fill(crops[-1]) if crops else 0
+        self._pil = False  # the wrapper's masks are tensors
         self._mask_steps = [t for t in steps if type(t).__name__ in _CONVERSIONS]
         # the image's type as the conversions leave it beside its mask (a
         # PILToTensor after ToImage leaves an Image as it is)
@@ -252,7 +255,30 @@ class SegmentationImages:
                 "as it is): end them with ToImage() or PILToTensor() to read it natively"
             )
         self._image_type = tv_tensors.Image if type(image) is tv_tensors.Image else None
-        self._given, self._head = given, head
+        self._given = given
+
+    def _compile(self, steps: list, where: str) -> None:
+        """``steps`` as the pixels' Compose (``_head``), fused whole, or
+        NotNative naming ``where`` they are."""
+        from torchvision.transforms import v2
+
+        from ..adapt.torchvision_pad import pad_if_smaller_pairs
+        from ..transforms import UnsupportedTransform, compile_transform
+
+        steps, why_pad = pad_if_smaller_pairs(steps)
+        if why_pad is not None:
+            raise NotNative(f"{where}: {why_pad}")
+        head = v2.Compose(steps)
+        try:
+            compiled = compile_transform(head, varying=True)
+        except UnsupportedTransform as e:
+            raise NotNative(f"{where}: {e}") from None
+        if compiled.reason:
+            raise NotNative(
+                f"{where}: {compiled.reason} (a segmentation sample's transforms "
+                "are fused whole)"
+            )
+        self._head = head
 
     @property
     def transform(self) -> Any:
@@ -309,7 +335,8 @@ class SegmentationImages:
         from .. import _core
         from . import targets as _targets
 
-        how = _mask_as(self._mask_steps)  # the steps as they stand now
+        # the steps as they stand now
+        how = None if self._mask_steps is None else _mask_as(self._mask_steps)
         items, kept = [], []
         for k, i in enumerate(taken.idx):
             # a replacement's index and key are its own (the core's report)
@@ -357,7 +384,7 @@ class SegmentationImages:
             )
         rows, cols = (
             np.frombuffer(m, np.int32)
-            for m in _core.plan_maps(spec, w, h, seed, epoch, key)
+            for m in _core.plan_maps(spec, w, h, seed, epoch, key, pil=self._pil)
         )
         try:
             raw = _core.mask_from_png(data, rows, cols, self._fill)
@@ -373,6 +400,8 @@ class SegmentationImages:
         import torch
         from torchvision import tv_tensors
 
+        if self._mask_steps is None:  # the reference's PILToTensor: int64 (h, w)
+            return torch.from_numpy(mask[0].astype(np.int64))
         if how is None:
             given = tv_tensors.Mask(torch.from_numpy(mask.copy()))
             return _beside(self._mask_steps, given)
@@ -411,11 +440,6 @@ def segmentation_stand_in(dataset: Any) -> Any:
         return dataset
     out = kept.get("_ringloader_segmentation")
     if out is None:
-        if not tables.wrapped:
-            raise NotNative(
-                "a VOCSegmentation not wrapped by wrap_dataset_for_transforms_v2 "
-                "gives PIL masks, which are not read natively"
-            )
         out = kept["_ringloader_segmentation"] = SegmentationImages(dataset, tables)
     out._split()  # the transforms as they are now
     return out

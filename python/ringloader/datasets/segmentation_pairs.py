@@ -1,0 +1,424 @@
+"""The segmentation reference's own pair transforms, read as v2 steps.
+
+Without ``--use-v2``, torchvision's segmentation reference gives an
+unwrapped ``VOCSegmentation`` its presets built from the classes of its
+own ``transforms.py``: each called on the (PIL image, PIL mask) pair, the
+random ones drawing from Python's ``random`` and ``torch``. They are the
+user's classes, of no library, so they are recognised by what they do:
+
+1. the preset's ``transforms`` (``adapt.pair_wrapped``) and any object
+   holding a list or tuple ``transforms`` are opened, in order;
+2. each other object is read, by its class name and attributes, as one of
+   the steps below;
+3. each of those is run on probe pairs (the chain of the steps before
+   it), then its reading, with the same draws; and the whole object is
+   run beside the chain. Every image and mask must be equal, type,
+   dtype, size and values. The global generators (``random``, NumPy's,
+   torch's) are left as they were found.
+
+The steps, and the v2 steps the pixels are fused as:
+
+- ``RandomResize(min_size, max_size)``: the shorter side resized to
+  ``random.randint(min_size, max_size)`` (both ends included), the image
+  bilinear with antialiasing, the mask nearest: ``v2.RandomResize(min_size,
+  max_size + 1)``, whose end is left out;
+- ``RandomHorizontalFlip(flip_prob)``: both flipped where ``random.random()
+  < flip_prob``: ``v2.RandomHorizontalFlip``;
+- ``RandomCrop(size)``: the pair padded at the bottom and right to at least
+  ``size`` a side (the image with 0, the mask with 255), then cropped to
+  ``size`` x ``size`` where ``v1.RandomCrop.get_params`` draws: a
+  ``PadIfSmaller`` of this module's then ``v2.RandomCrop(size)``, which the compiler
+  fuses as one padded crop;
+- ``PILToTensor()``: the image as ``F.pil_to_tensor`` gives it, the mask
+  an int64 (height, width) tensor of its values: ``v2.PILToTensor``;
+- ``ToDtype(dtype, scale)``: the image ``F.convert_image_dtype``'d (scale)
+  or ``.to(dtype)``: v1's ``ConvertImageDtype`` or ``v2.ToDtype``;
+- ``Normalize(mean, std)``: the image ``F.normalize``'d: ``v2.Normalize``.
+
+A mask resized while it is a PIL image takes Pillow's nearest pixel, one
+resized after ``PILToTensor`` torch's (``_core.plan_maps(pil=...)``); a
+preset that resizes it both ways, or leaves the image or the mask a PIL
+image, is not read (:class:`~.detection_batch.NotNative`, naming why).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .detection_batch import NotNative
+
+__all__ = ["PairSteps", "read_pairs"]
+
+_MASK_FILL = 255  # the reference's RandomCrop pads masks with it
+_CHAINS = 6  # probe chains, each its own seed and starting pair
+_WHERE = "the VOCSegmentation's transforms"
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSteps:
+    """What :func:`read_pairs` read: the v2 ``steps`` the pixels are fused
+    as, whether the mask is resized as a PIL image (``pil``), and the value
+    a padded mask pixel takes (``fill``). The mask ends an int64 (height,
+    width) tensor."""
+
+    steps: list
+    pil: bool
+    fill: int
+
+
+def _pad_if_smaller_class() -> type:
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+    from torchvision.transforms.v2 import functional as F
+
+    class PadIfSmaller(v2.Transform):
+        """Pads each input at the bottom and right to at least ``size`` rows
+        and columns, with ``fill``'s entry for its type (a dict as v2's
+        fills), as the segmentation reference pads before its crop; the
+        reference's own v2 PadIfSmaller does the same, and the compiler
+        fuses either with the ``RandomCrop(size)`` after it."""
+
+        def __init__(self, size: int, fill: dict) -> None:
+            super().__init__()
+            self.size, self.fill = size, fill
+
+        def make_params(self, flat_inputs: list) -> dict:
+            _, h, w = v2.query_chw(flat_inputs)
+            return {"padding": [0, 0, max(self.size - w, 0), max(self.size - h, 0)]}
+
+        def transform(self, inpt: Any, params: dict) -> Any:
+            if not any(params["padding"]):
+                return inpt
+            kind = tv_tensors.Mask if isinstance(inpt, tv_tensors.Mask) else None
+            fill = self.fill.get(kind, self.fill.get("others", 0))
+            return F.pad(inpt, padding=params["padding"], fill=fill)
+
+    return PadIfSmaller
+
+
+_CLASSES: dict = {}
+
+
+def _pad_if_smaller(size: int, fill: dict) -> Any:
+    """A PadIfSmaller (its class made once, when first needed: it needs
+    torchvision)."""
+    if "PadIfSmaller" not in _CLASSES:
+        _CLASSES["PadIfSmaller"] = _pad_if_smaller_class()
+    return _CLASSES["PadIfSmaller"](size, fill)
+
+
+@dataclasses.dataclass
+class _Step:
+    """One object of the user's, read: its name, the v2 ``steps`` its
+    pixels are fused as, ``model`` (image, mask) -> (image, mask) drawing as
+    the reference's does, and what it is (a resize, a conversion)."""
+
+    name: str
+    steps: list
+    model: Callable[[Any, Any], tuple[Any, Any]]
+    resizes: bool = False
+    converts: bool = False
+
+
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _resize(t: Any) -> _Step:
+    from torchvision.transforms import InterpolationMode, v2
+    from torchvision.transforms import functional as F
+
+    low, high = _int(getattr(t, "min_size", None)), _int(getattr(t, "max_size", None))
+    if low is None or high is None or not 0 < low <= high:
+        raise NotNative(
+            f"{_WHERE}: RandomResize(min_size={t.min_size!r}, "
+            f"max_size={t.max_size!r}): two int sizes, 0 < min_size <= max_size"
+        )
+
+    def model(image: Any, mask: Any) -> tuple[Any, Any]:
+        size = random.randint(low, high)
+        nearest = InterpolationMode.NEAREST
+        return (
+            F.resize(image, size, antialias=True),
+            F.resize(mask, size, interpolation=nearest),
+        )
+
+    steps = [v2.RandomResize(low, high + 1, antialias=True)]
+    return _Step("RandomResize", steps, model, resizes=True)
+
+
+def _flip(t: Any) -> _Step:
+    from torchvision.transforms import v2
+    from torchvision.transforms import functional as F
+
+    try:
+        p = float(t.flip_prob)
+    except (TypeError, ValueError):
+        p = float("nan")
+    if p != p:
+        raise NotNative(
+            f"{_WHERE}: RandomHorizontalFlip(flip_prob={t.flip_prob!r}): not a number"
+        )
+
+    def model(image: Any, mask: Any) -> tuple[Any, Any]:
+        if random.random() < p:
+            return F.hflip(image), F.hflip(mask)
+        return image, mask
+
+    steps = [v2.RandomHorizontalFlip(min(max(p, 0.0), 1.0))]
+    return _Step("RandomHorizontalFlip", steps, model)
+
+
+def _crop(t: Any) -> _Step:
+    from torchvision import transforms as v1
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+    from torchvision.transforms import functional as F
+
+    size = _int(getattr(t, "size", None))
+    if size is None or size <= 0:
+        raise NotNative(f"{_WHERE}: RandomCrop(size={t.size!r}): one positive int")
+
+    def padded(x: Any, fill: int) -> Any:
+        w, h = F.get_image_size(x)
+        if min(w, h) >= size:
+            return x
+        return F.pad(x, [0, 0, max(size - w, 0), max(size - h, 0)], fill=fill)
+
+    def model(image: Any, mask: Any) -> tuple[Any, Any]:
+        image, mask = padded(image, 0), padded(mask, _MASK_FILL)
+        top, left, h, w = v1.RandomCrop.get_params(image, (size, size))
+        return F.crop(image, top, left, h, w), F.crop(mask, top, left, h, w)
+
+    fill = {tv_tensors.Mask: _MASK_FILL, "others": 0}
+    steps = [_pad_if_smaller(size, fill), v2.RandomCrop(size)]
+    return _Step("RandomCrop", steps, model)
+
+
+def _to_tensor(t: Any) -> _Step:
+    import torch
+    from torchvision.transforms import v2
+    from torchvision.transforms import functional as F
+
+    def model(image: Any, mask: Any) -> tuple[Any, Any]:
+        values = torch.as_tensor(np.array(mask), dtype=torch.int64)
+        return F.pil_to_tensor(image), values
+
+    return _Step("PILToTensor", [v2.PILToTensor()], model, converts=True)
+
+
+def _to_dtype(t: Any) -> _Step:
+    import torch
+    from torchvision import transforms as v1
+    from torchvision.transforms import v2
+    from torchvision.transforms import functional as F
+
+    dtype, scale = getattr(t, "dtype", None), getattr(t, "scale", None)
+    if not isinstance(dtype, torch.dtype) or not isinstance(scale, bool):
+        raise NotNative(
+            f"{_WHERE}: ToDtype(dtype={dtype!r}, scale={scale!r}): a torch.dtype "
+            "and a bool"
+        )
+
+    def model(image: Any, mask: Any) -> tuple[Any, Any]:
+        out = F.convert_image_dtype(image, dtype) if scale else image.to(dtype)
+        return out, mask
+
+    step = v1.ConvertImageDtype(dtype) if scale else v2.ToDtype(dtype)
+    return _Step("ToDtype", [step], model)
+
+
+def _normalize(t: Any) -> _Step:
+    from torchvision.transforms import v2
+    from torchvision.transforms import functional as F
+
+    mean, std = t.mean, t.std
+
+    def model(image: Any, mask: Any) -> tuple[Any, Any]:
+        return F.normalize(image, mean=mean, std=std), mask
+
+    try:
+        steps = [v2.Normalize(list(mean), list(std))]
+    except (TypeError, ValueError) as e:
+        raise NotNative(
+            f"{_WHERE}: Normalize(mean={mean!r}, std={std!r}): {e}"
+        ) from None
+    return _Step("Normalize", steps, model)
+
+
+# class name -> (the attributes it must have, its reader)
+_READERS: dict[str, tuple[tuple[str, ...], Callable[[Any], _Step]]] = {
+    "RandomResize": (("min_size", "max_size"), _resize),
+    "RandomHorizontalFlip": (("flip_prob",), _flip),
+    "RandomCrop": (("size",), _crop),
+    "PILToTensor": ((), _to_tensor),
+    "ToDtype": (("dtype", "scale"), _to_dtype),
+    "Normalize": (("mean", "std"), _normalize),
+}
+
+
+def _opened(t: Any) -> list:
+    """The objects ``t`` runs, in order: a preset and any object of no
+    library holding a list or tuple ``transforms`` opened, recursively."""
+    from ..adapt import adapter_of, pair_wrapped
+
+    inner = pair_wrapped(t)
+    if inner is None and adapter_of(t) is None:
+        held = getattr(t, "transforms", None)
+        inner = list(held) if isinstance(held, (list, tuple)) else None
+    if inner is None:
+        return [t]
+    if not isinstance(inner, (list, tuple)):
+        inner = [inner]
+    return [leaf for item in inner for leaf in _opened(item)]
+
+
+def _read(t: Any) -> _Step:
+    from ..adapt import adapter_of
+
+    name = type(t).__name__
+    entry = _READERS.get(name)
+    if adapter_of(t) is not None or entry is None:
+        library = " (a library's transform, not the reference's pair one)"
+        raise NotNative(
+            f"{_WHERE}: {name}{library if adapter_of(t) is not None else ''} is "
+            "not one of the segmentation reference's own transforms read natively "
+            f"({', '.join(_READERS)}); wrap the dataset with "
+            "torchvision.datasets.wrap_dataset_for_transforms_v2 and give it v2 "
+            "transforms, or run the reference with --use-v2"
+        )
+    attrs, reader = entry
+    missing = [a for a in attrs if not hasattr(t, a)]
+    if missing:
+        raise NotNative(f"{_WHERE}: {name} has no {', '.join(missing)}")
+    return reader(t)
+
+
+def _probes() -> list[tuple[Any, Any]]:
+    """The chains' starting pairs, as VOCSegmentation gives them: an RGB
+    image and a palette mask of class indices and 255, of a few sizes
+    (a fixed generator of their own)."""
+    from PIL import Image
+
+    gen = np.random.default_rng(20261205)
+    palette = [v for i in range(256) for v in (i, 255 - i, (7 * i) % 256)]
+    out = []
+    for _ in range(_CHAINS):
+        h, w = int(gen.integers(5, 40)), int(gen.integers(5, 40))
+        pixels = gen.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        classes = gen.integers(0, 22, (h, w), dtype=np.uint8)
+        classes[gen.random((h, w)) < 0.1] = _MASK_FILL
+        mask = Image.fromarray(classes, mode="P")
+        mask.putpalette(palette)
+        out.append((Image.fromarray(pixels, mode="RGB"), mask))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+    from PIL import Image
+
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Image.Image):
+        return a.mode == b.mode and a.size == b.size and np.array_equal(a, b)
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    return False
+
+
+def _seeded(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _run(fn: Callable[..., Any], pair: tuple[Any, Any]) -> tuple[Any, Any]:
+    out = fn(*pair)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError("called on an image and a mask, it does not return the two")
+    return out
+
+
+def _check(given: Any, objects: list, steps: list[_Step]) -> None:
+    """Each object beside its reading on the probe chains, then the whole
+    ``given`` beside the chain; NotNative naming the first difference."""
+    import torch
+
+    state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            for seed, pair in enumerate(_probes()):
+                _seeded(seed)
+                start = pair
+                for t, step in zip(objects, steps):
+                    draws = random.getstate(), torch.get_rng_state()
+                    try:
+                        theirs = _run(t, pair)
+                    except Exception as e:  # noqa: BLE001 - the user's class
+                        raise NotNative(
+                            f"{_WHERE}: {step.name} raised {type(e).__name__} on a "
+                            f"probe pair ({e})"
+                        ) from None
+                    after = random.getstate(), torch.get_rng_state()
+                    random.setstate(draws[0])
+                    torch.set_rng_state(draws[1])
+                    ours = step.model(*pair)
+                    if not all(map(_same, theirs, ours)):
+                        raise NotNative(
+                            f"{_WHERE}: {step.name} does not do what the "
+                            "segmentation reference's does (its image or mask "
+                            "differs on a probe pair), so it is not read natively"
+                        )
+                    random.setstate(after[0])
+                    torch.set_rng_state(after[1])
+                    pair = theirs
+                _seeded(seed)
+                try:
+                    whole = _run(given, start)
+                except Exception as e:  # noqa: BLE001 - the user's objects
+                    raise NotNative(
+                        f"{_WHERE} raised {type(e).__name__} on a probe pair ({e})"
+                    ) from None
+                if not all(map(_same, whole, pair)):
+                    raise NotNative(
+                        f"{_WHERE}: called whole, they do not give what their "
+                        "steps give in order, so they are not read natively"
+                    )
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+
+
+def read_pairs(given: Any) -> PairSteps:
+    """The unwrapped VOCSegmentation's ``transforms`` ``given`` (the
+    reference's v1 preset) as :class:`PairSteps`; NotNative naming why
+    not."""
+    if given is None:
+        raise NotNative(
+            "a VOCSegmentation with no transforms gives PIL images and masks, "
+            "which are not read natively"
+        )
+    objects = _opened(given)
+    steps = [_read(t) for t in objects]
+    where = [k for k, s in enumerate(steps) if s.converts]
+    if not where:
+        raise NotNative(
+            f"{_WHERE} leave the image and the mask PIL images (no PILToTensor), "
+            "which are not read natively"
+        )
+    first = where[0]
+    resized = {k < first for k, s in enumerate(steps) if s.resizes}
+    if len(resized) > 1:
+        raise NotNative(
+            f"{_WHERE} resize the mask both as a PIL image and as a tensor "
+            "(before and after PILToTensor), whose nearest pixels differ"
+        )
+    _check(given, objects, steps)
+    flat = [v2 for s in steps for v2 in s.steps]
+    return PairSteps(flat, pil=resized != {False}, fill=_MASK_FILL)

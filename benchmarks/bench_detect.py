@@ -29,7 +29,11 @@ made a tv_tensor first, as ``backend="tv_tensor"``):
   builds it without ``--use-v2`` (``reference_pairs``: its own pair
   classes, RandomResize(260, 1040), RandomHorizontalFlip, RandomCrop(480)
   padding masks with 255, PILToTensor, ToDtype, Normalize, on the PIL
-  image and mask), on an unwrapped VOCSegmentation.
+  image and mask), on an unwrapped VOCSegmentation;
+- ``segmentation-coco``: that preset after the reference's COCO category
+  filter and polygon-to-mask merge, in its Compose, on an unwrapped
+  CocoDetection in the Subset of the images with annotations: the
+  reference's ``train.py`` with its default ``--dataset coco``.
 
 Detection datasets are a CocoDetection wrapped by
 ``wrap_dataset_for_transforms_v2`` in a Subset of the images with
@@ -79,12 +83,13 @@ RECIPES = (
     "lsj",
     "segmentation",
     "segmentation-v1",
+    "segmentation-coco",
 )
 CONTENDERS = ("torch", "ringloader")
 MEAN = (123.0, 117.0, 104.0)  # the detection reference's fill, in 0-255
 # The targets set for ringloader ÷ torch, by recipe.
 TARGETS = {"hflip": 3.0, "multiscale": 3.0, "ssdlite": 3.0, "ssd": 2.5}
-TARGETS["segmentation"] = TARGETS["segmentation-v1"] = 3.0
+TARGETS.update({f"segmentation{k}": 3.0 for k in ("", "-v1", "-coco")})
 DIR = os.path.join(os.environ.get("TMPDIR", "/tmp"), "ringloader-bench-detect")
 # --quick: a check that it runs.
 QUICK = {"images": 40, "repeat": 1, "batch_size": 4, "batches": 2, "warmup": 1}
@@ -216,6 +221,36 @@ class AspectGroups:
         return len(self.batches)
 
 
+def _with_annotations(coco: Any) -> Any:
+    """The Subset of a CocoDetection's images that have annotations."""
+    from torch.utils.data import Subset
+
+    ids = [i for i, img in enumerate(coco.ids) if coco.coco.getAnnIds(imgIds=img)]
+    return Subset(coco, ids)
+
+
+def segmentation_dataset(recipe: str, data: str) -> Any:
+    """The dataset of a segmentation recipe over ``data``."""
+    import reference_pairs
+    from torchvision import datasets
+
+    if recipe == "segmentation":
+        preset = segmentation_preset()
+    else:  # the reference's own v1 classes
+        preset = reference_pairs.train_preset(520, 480)
+    if recipe == "segmentation-coco":
+        images, ann = detect_data.coco_paths(data)
+        transforms = reference_pairs.coco_transforms(preset)
+        coco = datasets.CocoDetection(images, ann, transforms=transforms)
+        return _with_annotations(coco)
+    ds = datasets.VOCSegmentation(
+        detect_data.voc_root(data), year="2012", image_set="train", transforms=preset
+    )
+    if recipe == "segmentation":
+        ds = datasets.wrap_dataset_for_transforms_v2(ds)
+    return ds
+
+
 def build(recipe: str, data: str, batch_size: int) -> tuple:
     """(dataset, batch sampler, collate_fn) of ``recipe`` over ``data``."""
     import torch
@@ -223,18 +258,7 @@ def build(recipe: str, data: str, batch_size: int) -> tuple:
     from torchvision import datasets
 
     if recipe.startswith("segmentation"):
-        import reference_pairs
-
-        v1 = recipe == "segmentation-v1"
-        preset = reference_pairs.train_preset(520, 480) if v1 else segmentation_preset()
-        ds = datasets.VOCSegmentation(
-            detect_data.voc_root(data),
-            year="2012",
-            image_set="train",
-            transforms=preset,
-        )
-        if not v1:
-            ds = datasets.wrap_dataset_for_transforms_v2(ds)
+        ds = segmentation_dataset(recipe, data)
         g = torch.Generator().manual_seed(0)
         sampler = BatchSampler(RandomSampler(ds, generator=g), batch_size, True)
         return ds, sampler, segmentation_collate
@@ -244,8 +268,7 @@ def build(recipe: str, data: str, batch_size: int) -> tuple:
     images, ann = detect_data.coco_paths(data)
     coco = datasets.CocoDetection(images, ann, transforms=detection_preset(recipe))
     wrapped = datasets.wrap_dataset_for_transforms_v2(coco, target_keys=keys)
-    ids = [i for i, img in enumerate(coco.ids) if coco.coco.getAnnIds(imgIds=img)]
-    ds = Subset(wrapped, ids)
+    ds = Subset(wrapped, _with_annotations(coco).indices)
     return ds, AspectGroups(ds, batch_size), detection_collate
 
 

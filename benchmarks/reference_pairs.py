@@ -1,14 +1,16 @@
 """The segmentation reference's own pair transforms, as its ``train.py``
 uses them without ``--use-v2`` (``references/segmentation/transforms.py``
-in torchvision's repository, not part of any package): each object is
-called on the (image, target) pair and returns the pair, drawing from
-Python's ``random`` and torch. Written for the benchmarks and the tests
+and, for COCO, the category filter and mask merge of its
+``coco_utils.py``, in torchvision's repository, not part of any package):
+each object is called on the (image, target) pair and returns the pair,
+drawing from Python's ``random`` and torch. Written for the benchmarks and the tests
 from how those classes behave; ``train_preset`` and ``eval_preset``
 assemble them as the reference's presets do (backend "pil" or
 "tensor")."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import numpy as np
@@ -18,6 +20,73 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as F
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+# The COCO category ids the reference keeps, each mapped to its place here
+# (VOC's 21 classes; 0, no COCO id, the background).
+VOC_FROM_COCO = [
+    0,
+    5,
+    2,
+    16,
+    9,
+    44,
+    6,
+    3,
+    17,
+    62,
+    21,
+    67,
+    18,
+    19,
+    4,
+    1,
+    64,
+    20,
+    63,
+    7,
+    72,
+]
+
+
+class FilterAndRemapCocoCategories:
+    """Keeps the annotations of the listed categories, each category id
+    made its place in the list (remap) or left."""
+
+    def __init__(self, categories, remap=True):
+        self.categories, self.remap = categories, remap
+
+    def __call__(self, image, anno):
+        kept = [a for a in anno if a["category_id"] in self.categories]
+        if self.remap:
+            kept = copy.deepcopy(kept)
+            for a in kept:
+                a["category_id"] = self.categories.index(a["category_id"])
+        return image, kept
+
+
+class ConvertCocoPolysToMask:
+    """The annotations as one PIL mask of the image's size: each one's
+    category where it alone covers a pixel, 255 where several do, 0
+    elsewhere (pycocotools rasterizes them)."""
+
+    def __call__(self, image, anno):
+        from PIL import Image
+        from pycocotools import mask as coco_mask
+
+        width, height = image.size
+        layers = []
+        for a in anno:
+            rle = coco_mask.frPyObjects(a["segmentation"], height, width)
+            pixels = coco_mask.decode(rle)
+            if pixels.ndim == 2:
+                pixels = pixels[..., None]
+            layers.append(torch.as_tensor(pixels, dtype=torch.uint8).any(dim=2))
+        if not layers:
+            return image, Image.fromarray(np.zeros((height, width), np.uint8))
+        stack = torch.stack(layers).to(torch.uint8)
+        values = torch.as_tensor([a["category_id"] for a in anno], dtype=torch.uint8)
+        merged = (stack * values[:, None, None]).max(dim=0).values
+        merged[stack.sum(dim=0) > 1] = 255
+        return image, Image.fromarray(merged.numpy())
 
 
 class Compose:
@@ -112,6 +181,14 @@ class Preset:
 
     def __call__(self, img, target):
         return self.transforms(img, target)
+
+
+def coco_transforms(preset, categories=VOC_FROM_COCO):
+    """What the reference's COCO dataset is given without --use-v2: the
+    filter, the merge, then the preset, in its Compose."""
+    return Compose(
+        [FilterAndRemapCocoCategories(categories), ConvertCocoPolysToMask(), preset]
+    )
 
 
 def train_preset(base, crop, hflip_prob=0.5, backend="pil"):

@@ -16,7 +16,10 @@ pytest.importorskip("psutil")
 pytest.importorskip("matplotlib")
 pytest.importorskip("pycocotools")
 
-RECIPES = "eval hflip hflip+masks multiscale ssdlite ssd lsj segmentation segmentation-v1".split()
+RECIPES = (
+    "eval hflip hflip+masks multiscale ssdlite ssd lsj segmentation segmentation-v1 "
+    "segmentation-coco"
+).split()
 # Recipes that fall back, with the transform their reason names (none now).
 UNMAPPED: dict = {}
 

@@ -56,12 +56,14 @@ def same_mask(ours, ref):
     assert ours.dtype == ref.dtype == torch.int64 and torch.equal(ours, ref)
 
 
-@pytest.mark.parametrize("collate", [items, padded_collate])
-def test_eval_preset_batches_equal_torchs(voc, collate):
-    ds = dataset(voc, R.eval_preset(BASE))
+def same_batches(ds, collate):
+    """ringloader.DataLoader's batches of ``ds`` (read natively) equal
+    torch's DataLoader's, item by item or padded and stacked; returns the
+    mask values seen (items)."""
     ours = list(fused(ds, batch_size=4, collate_fn=collate))
     theirs = list(torch.utils.data.DataLoader(ds, batch_size=4, collate_fn=collate))
     assert len(ours) == len(theirs) == 4
+    seen = set()
     for got, want in zip(ours, theirs):
         if collate is padded_collate:
             same_image(got[0], want[0])
@@ -71,6 +73,13 @@ def test_eval_preset_batches_equal_torchs(voc, collate):
             assert mask.shape == image.shape[1:]  # (h, w): no channel
             same_image(image, ref_image)
             same_mask(mask, ref_mask)
+            seen.update(mask.unique().tolist())
+    return seen
+
+
+@pytest.mark.parametrize("collate", [items, padded_collate])
+def test_eval_preset_batches_equal_torchs(voc, collate):
+    same_batches(dataset(voc, R.eval_preset(BASE)), collate)
 
 
 def expected(raw_image, raw_mask, spec, epoch, key):

@@ -721,6 +721,10 @@ def detection_stand_in(dataset: Any) -> Any:
     if tables.kind != "coco":
         raise NotNative("VOCDetection is not read natively yet (only CocoDetection)")
     if not tables.wrapped:
+        from .segmentation_pairs import coco_pairs
+
+        if coco_pairs(getattr(dataset, "transforms", None)):
+            return dataset  # the segmentation reference's: segmentation_stand_in
         raise NotNative(
             "a CocoDetection not wrapped by wrap_dataset_for_transforms_v2 gives "
             "its json's dicts, which are not read natively"

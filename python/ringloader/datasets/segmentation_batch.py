@@ -3,7 +3,9 @@
 transforms, or unwrapped with the segmentation reference's own pair
 transforms (:mod:`.segmentation_pairs`: its ``train.py`` without
 ``--use-v2``, each mask then an int64 (h, w) tensor, resized by Pillow's
-nearest rule while a PIL image), seen as its image files (decoded, resized,
+nearest rule while a PIL image), or that reference's COCO dataset (an
+unwrapped ``CocoDetection``, each mask its annotations merged at the
+sampled pixels), seen as its image files (decoded, resized,
 cropped, flipped and converted in C: the dataset's transforms fused whole)
 and, per batch, each sample's mask taken from its PNG in C
 (``_core.mask_from_png``) through the index maps of the sample's own plan
@@ -185,6 +187,8 @@ class SegmentationImages:
     _given: Any = None
     _head: Any = None
     _pil = False  # masks resized as PIL images (the reference's own transforms)
+    _values: Optional[dict] = None  # COCO: each kept category's mask value
+    _seen: Any = None  # each image's header read (its size known, checked)
 
     def __init__(self, wrapper: Any, tables: Any) -> None:
         self.wrapper, self.tables = wrapper, tables
@@ -203,9 +207,10 @@ class SegmentationImages:
         if not self.tables.wrapped:  # the reference's own pair transforms
             from .segmentation_pairs import read_pairs
 
-            pairs = read_pairs(given)
-            self._compile(pairs.steps, "the VOCSegmentation's transforms")
+            pairs = read_pairs(given, coco=self.tables.kind == "coco")
+            self._compile(pairs.steps, "the dataset's transforms")
             self._fill, self._pil, self._mask_steps = pairs.fill, pairs.pil, None
+            self._values = pairs.values
             self._image_type = None
             self._given = given
             return
@@ -368,7 +373,8 @@ class SegmentationImages:
     ) -> Any:
         """Image ``row``'s mask through its plan's maps: uint8 (1, h, w),
         a read-only array; ValueError naming the file."""
-
+        if self.tables.kind == "coco":
+            return self._coco_mask(_core, row, spec, seed, epoch, key)
         path = self.tables.mask_paths[row]
         try:
             with open(path, "rb") as f:
@@ -409,11 +415,61 @@ class SegmentationImages:
         out = torch.from_numpy(mask.astype(dtype))
         return tv_tensors.Mask(out) if kind is tv_tensors.Mask else out
 
+    def _coco_mask(
+        self, _core: Any, row: int, spec: Any, seed: int, epoch: int, key: int
+    ) -> Any:
+        """Image ``row``'s COCO annotations as the reference's
+        ConvertCocoPolysToMask merges them (after its category filter), taken
+        through the plan's maps: each kept annotation rasterized at the
+        sampled pixels (``DetectionTables.mask``), its category's value
+        where it covers a pixel, 255 where two or more do, the crop's fill
+        on padding; MaskError naming the annotation file, image and
+        annotation."""
+        from .detection_tables import RLE_STRING
+
+        t = self.tables
+        if row in t.problems:
+            raise MaskError(t.problems[row])
+        h, w = self._image_size(row)
+        rows, cols = (
+            np.frombuffer(m, np.int32)
+            for m in _core.plan_maps(spec, w, h, seed, epoch, key, pil=self._pil)
+        )
+        merged = np.zeros((len(rows), len(cols)), np.uint8)
+        count = np.zeros(merged.shape, np.uint16)
+        values = self._values or {}
+        span = t.annotations(row)
+        for j in range(span.start, span.stop):
+            value = values.get(int(t.category_id[j]))
+            if value is None:  # filtered out, as the reference's filter does
+                continue
+            where = f"{t.source}: image {t.paths[row]}, annotation {int(t.annotation_id[j])}"
+            if int(t.seg_kind[j]) == RLE_STRING:
+                raise MaskError(
+                    f"{where}: a compressed RLE (counts a string), which the "
+                    "reference's ConvertCocoPolysToMask cannot read (pycocotools' "
+                    "frPyObjects takes its counts as a list)"
+                )
+            try:
+                m = t.mask(j, rows, cols, 0)
+            except ValueError as e:
+                raise MaskError(f"{where}: the mask cannot be made: {e}") from None
+            np.maximum(merged, m * np.uint8(value), out=merged)
+            count += m
+        merged[count > 1] = 255
+        merged[rows < 0, :] = self._fill
+        merged[:, cols < 0] = self._fill
+        return merged.reshape(1, len(rows), len(cols))
+
     def _image_size(self, row: int) -> tuple[int, int]:
-        """(height, width) of image ``row`` from its header (once: kept in
-        the tables' sizes); ValueError naming the file."""
+        """(height, width) of image ``row``, from its header once (kept in
+        the tables' sizes); where the tables give a size (COCO's images
+        entry, at which its masks are drawn) it must be the header's.
+        MaskError naming the file."""
         sizes = self.tables.sizes
-        if int(sizes[row][0]) < 0:
+        if self._seen is None:
+            self._seen = np.zeros(len(sizes), dtype=bool)
+        if not self._seen[row]:
             from PIL import Image
 
             path = self.tables.paths[row]
@@ -422,7 +478,15 @@ class SegmentationImages:
                     w, h = im.size
             except OSError as e:
                 raise MaskError(f"{path}: the image cannot be read: {e}") from None
+            given = (int(sizes[row][0]), int(sizes[row][1]))
+            if given[0] >= 0 and given != (h, w):
+                raise MaskError(
+                    f"{path}: the image is {h}x{w} (height x width) but "
+                    f"{self.tables.source} gives {given[0]}x{given[1]}: fix its "
+                    "images entry (the masks are drawn at the size it gives)"
+                )
             sizes[row] = (h, w)
+            self._seen[row] = True
         return int(sizes[row][0]), int(sizes[row][1])
 
 
@@ -436,7 +500,8 @@ def segmentation_stand_in(dataset: Any) -> Any:
         return dataset
     kept = getattr(dataset, "__dict__", {})
     tables = kept.get("_ringloader_tables")
-    if tables is None or tables.kind != "voc_segmentation":
+    coco = tables is not None and tables.kind == "coco" and not tables.wrapped
+    if tables is None or not (tables.kind == "voc_segmentation" or coco):
         return dataset
     out = kept.get("_ringloader_segmentation")
     if out is None:

@@ -3,7 +3,10 @@
 Without ``--use-v2``, torchvision's segmentation reference gives an
 unwrapped ``VOCSegmentation`` its presets built from the classes of its
 own ``transforms.py``: each called on the (PIL image, PIL mask) pair, the
-random ones drawing from Python's ``random`` and ``torch``. They are the
+random ones drawing from Python's ``random`` and ``torch``. Its COCO
+dataset, an unwrapped ``CocoDetection``, gets a Compose of its own
+``FilterAndRemapCocoCategories`` and ``ConvertCocoPolysToMask`` (which
+make the PIL mask from the image's annotations) and the preset. They are the
 user's classes, of no library, so they are recognised by what they do:
 
 1. the preset's ``transforms`` (``adapt.pair_wrapped``) and any object
@@ -33,7 +36,13 @@ The steps, and the v2 steps the pixels are fused as:
   an int64 (height, width) tensor of its values: ``v2.PILToTensor``;
 - ``ToDtype(dtype, scale)``: the image ``F.convert_image_dtype``'d (scale)
   or ``.to(dtype)``: v1's ``ConvertImageDtype`` or ``v2.ToDtype``;
-- ``Normalize(mean, std)``: the image ``F.normalize``'d: ``v2.Normalize``.
+- ``Normalize(mean, std)``: the image ``F.normalize``'d: ``v2.Normalize``;
+- COCO's, first, no pixel step: ``FilterAndRemapCocoCategories(categories,
+  remap)`` keeps the annotations of the listed ids, each id made its
+  place in the list (remap); ``ConvertCocoPolysToMask()`` merges them
+  into one mask of the image's size (pycocotools' rasterization), each
+  one's category where it covers a pixel, 255 where two or more do
+  (``PairSteps.values``: each kept id's value).
 
 A mask resized while it is a PIL image takes Pillow's nearest pixel, one
 resized after ``PILToTensor`` torch's (``_core.plan_maps(pil=...)``); a
@@ -55,19 +64,21 @@ __all__ = ["PairSteps", "read_pairs"]
 
 _MASK_FILL = 255  # the reference's RandomCrop pads masks with it
 _CHAINS = 6  # probe chains, each its own seed and starting pair
-_WHERE = "the VOCSegmentation's transforms"
+_WHERE = "the dataset's transforms"
 
 
 @dataclasses.dataclass(frozen=True)
 class PairSteps:
     """What :func:`read_pairs` read: the v2 ``steps`` the pixels are fused
-    as, whether the mask is resized as a PIL image (``pil``), and the value
-    a padded mask pixel takes (``fill``). The mask ends an int64 (height,
-    width) tensor."""
+    as, whether the mask is resized as a PIL image (``pil``), the value a
+    padded mask pixel takes (``fill``) and, for COCO, each kept category
+    id's value in the merged mask (``values``; the others are left out).
+    The mask ends an int64 (height, width) tensor."""
 
     steps: list
     pil: bool
     fill: int
+    values: Optional[dict] = None  # COCO: category id -> its mask value
 
 
 def _pad_if_smaller_class() -> type:
@@ -122,6 +133,8 @@ class _Step:
     model: Callable[[Any, Any], tuple[Any, Any]]
     resizes: bool = False
     converts: bool = False
+    values: Optional[dict] = None  # a category filter's
+    merges: bool = False  # COCO's annotations made one mask
 
 
 def _int(value: Any) -> Optional[int]:
@@ -250,6 +263,60 @@ def _normalize(t: Any) -> _Step:
     return _Step("Normalize", steps, model)
 
 
+def _filter(t: Any) -> _Step:
+    import copy
+
+    cats, remap = t.categories, t.remap
+    if not isinstance(cats, (list, tuple)) or not all(
+        _int(c) is not None for c in cats
+    ):
+        raise NotNative(
+            f"{_WHERE}: FilterAndRemapCocoCategories(categories={cats!r}): a list "
+            "of int category ids"
+        )
+    if not isinstance(remap, bool):
+        raise NotNative(f"{_WHERE}: FilterAndRemapCocoCategories(remap={remap!r})")
+    values: dict = {}
+    for k, c in enumerate(cats):  # list.index: a repeated id's first place
+        values.setdefault(c, k if remap else c)
+    if not all(0 <= v <= 255 for v in values.values()):
+        raise NotNative(
+            f"{_WHERE}: FilterAndRemapCocoCategories keeps values past 0..255, "
+            "which the reference's uint8 mask cannot hold"
+        )
+
+    def model(image: Any, anno: Any) -> tuple[Any, Any]:
+        kept = [obj for obj in anno if obj["category_id"] in cats]
+        if remap:
+            kept = copy.deepcopy(kept)
+            for obj in kept:
+                obj["category_id"] = values[obj["category_id"]]
+        return image, kept
+
+    return _Step("FilterAndRemapCocoCategories", [], model, values=values)
+
+
+def _merge(t: Any) -> _Step:
+    def model(image: Any, anno: Any) -> tuple[Any, Any]:
+        from PIL import Image
+        from pycocotools import mask as coco_mask
+
+        w, h = image.size
+        merged = np.zeros((h, w), np.uint8)
+        if anno:
+            each = []
+            for obj in anno:
+                rle = coco_mask.frPyObjects(obj["segmentation"], h, w)
+                each.append(coco_mask.decode(rle).reshape(h, w, -1).any(axis=2))
+            masks = np.stack(each).astype(np.uint8)
+            cats = np.array([obj["category_id"] for obj in anno], np.uint8)
+            merged = (masks * cats[:, None, None]).max(axis=0)
+            merged[masks.sum(axis=0) > 1] = _MASK_FILL
+        return image, Image.fromarray(merged)
+
+    return _Step("ConvertCocoPolysToMask", [], model, merges=True)
+
+
 # class name -> (the attributes it must have, its reader)
 _READERS: dict[str, tuple[tuple[str, ...], Callable[[Any], _Step]]] = {
     "RandomResize": (("min_size", "max_size"), _resize),
@@ -258,6 +325,11 @@ _READERS: dict[str, tuple[tuple[str, ...], Callable[[Any], _Step]]] = {
     "PILToTensor": ((), _to_tensor),
     "ToDtype": (("dtype", "scale"), _to_dtype),
     "Normalize": (("mean", "std"), _normalize),
+}
+# COCO's: the annotations filtered, then made the segmentation mask
+_COCO_READERS: dict[str, tuple[tuple[str, ...], Callable[[Any], _Step]]] = {
+    "FilterAndRemapCocoCategories": (("categories", "remap"), _filter),
+    "ConvertCocoPolysToMask": ((), _merge),
 }
 
 
@@ -277,19 +349,20 @@ def _opened(t: Any) -> list:
     return [leaf for item in inner for leaf in _opened(item)]
 
 
-def _read(t: Any) -> _Step:
+def _read(t: Any, coco: bool) -> _Step:
     from ..adapt import adapter_of
 
     name = type(t).__name__
-    entry = _READERS.get(name)
+    readers = {**_COCO_READERS, **_READERS} if coco else _READERS
+    entry = readers.get(name)
     if adapter_of(t) is not None or entry is None:
         library = " (a library's transform, not the reference's pair one)"
         raise NotNative(
-            f"{_WHERE}: {name}{library if adapter_of(t) is not None else ''} is "
-            "not one of the segmentation reference's own transforms read natively "
-            f"({', '.join(_READERS)}); wrap the dataset with "
+            f"{_WHERE}: {name}{library if adapter_of(t) is not None else ''} "
+            "is not one of the segmentation reference's own transforms read "
+            f"natively ({', '.join(readers)}); wrap the dataset with "
             "torchvision.datasets.wrap_dataset_for_transforms_v2 and give it v2 "
-            "transforms, or run the reference with --use-v2"
+            "transforms"
         )
     attrs, reader = entry
     missing = [a for a in attrs if not hasattr(t, a)]
@@ -298,10 +371,13 @@ def _read(t: Any) -> _Step:
     return reader(t)
 
 
-def _probes() -> list[tuple[Any, Any]]:
-    """The chains' starting pairs, as VOCSegmentation gives them: an RGB
-    image and a palette mask of class indices and 255, of a few sizes
-    (a fixed generator of their own)."""
+def _probes(categories: Optional[list] = None) -> list[tuple[Any, Any]]:
+    """The chains' starting pairs (a fixed generator of their own), as the
+    dataset gives them: an RGB image of a few sizes and a palette mask of
+    class indices and 255 (VOCSegmentation), or, given the ``categories``
+    a COCO filter keeps (None: no filter), a list of annotations
+    (CocoDetection): polygons, overlapping, and an uncompressed RLE, of
+    categories kept and not."""
     from PIL import Image
 
     gen = np.random.default_rng(20261205)
@@ -310,12 +386,45 @@ def _probes() -> list[tuple[Any, Any]]:
     for _ in range(_CHAINS):
         h, w = int(gen.integers(5, 40)), int(gen.integers(5, 40))
         pixels = gen.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        image = Image.fromarray(pixels, mode="RGB")
+        if categories is not None:
+            out.append((image, _annotations(gen, h, w, categories)))
+            continue
         classes = gen.integers(0, 22, (h, w), dtype=np.uint8)
         classes[gen.random((h, w)) < 0.1] = _MASK_FILL
         mask = Image.fromarray(classes, mode="P")
         mask.putpalette(palette)
-        out.append((Image.fromarray(pixels, mode="RGB"), mask))
+        out.append((image, mask))
     return out
+
+
+def _annotations(gen: Any, h: int, w: int, categories: Optional[list]) -> list:
+    """1-5 COCO annotations on an h x w image: star polygons (one of two
+    parts), the last an iscrowd RLE (counts of a random mask, column by
+    column from a run of zeros)."""
+    ids = list(categories or []) + [1, 2, 3, 500]
+    anno: list = []
+    for k in range(int(gen.integers(1, 6))):
+        cid = int(ids[int(gen.integers(len(ids)))])
+        if k == 3:
+            cells = (gen.random((h, w)) < 0.3).flatten(order="F")
+            edges = np.flatnonzero(np.diff(np.concatenate([[0], cells, [2]])))
+            counts = np.diff(np.concatenate([[0], edges])).tolist()
+            counts[-1] = len(cells) - sum(counts[:-1])
+            seg: Any = {"counts": counts, "size": [h, w]}
+        else:
+            seg = [_star(gen, h, w) for _ in range(int(gen.integers(1, 3)))]
+        anno.append({"segmentation": seg, "category_id": cid, "iscrowd": int(k == 3)})
+    return anno
+
+
+def _star(gen: Any, h: int, w: int) -> list:
+    cx, cy = gen.uniform(0, w), gen.uniform(0, h)
+    angles = np.sort(gen.uniform(0, 2 * np.pi, int(gen.integers(3, 8))))
+    radii = gen.uniform(1, max(h, w) / 2, len(angles))
+    xs = np.clip(cx + radii * np.cos(angles), 0, w)
+    ys = np.clip(cy + radii * np.sin(angles), 0, h)
+    return [float(v) for xy in zip(xs, ys) for v in xy]
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -328,7 +437,7 @@ def _same(a: Any, b: Any) -> bool:
         return a.mode == b.mode and a.size == b.size and np.array_equal(a, b)
     if isinstance(a, torch.Tensor):
         return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    return False
+    return isinstance(a, list) and a == b  # COCO's annotations
 
 
 def _seeded(seed: int) -> None:
@@ -345,7 +454,9 @@ def _run(fn: Callable[..., Any], pair: tuple[Any, Any]) -> tuple[Any, Any]:
     return out
 
 
-def _check(given: Any, objects: list, steps: list[_Step]) -> None:
+def _check(
+    given: Any, objects: list, steps: list[_Step], categories: Optional[list]
+) -> None:
     """Each object beside its reading on the probe chains, then the whole
     ``given`` beside the chain; NotNative naming the first difference."""
     import torch
@@ -353,7 +464,7 @@ def _check(given: Any, objects: list, steps: list[_Step]) -> None:
     state = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=[]):
-            for seed, pair in enumerate(_probes()):
+            for seed, pair in enumerate(_probes(categories)):
                 _seeded(seed)
                 start = pair
                 for t, step in zip(objects, steps):
@@ -395,17 +506,30 @@ def _check(given: Any, objects: list, steps: list[_Step]) -> None:
         np.random.set_state(state[1])
 
 
-def read_pairs(given: Any) -> PairSteps:
+def read_pairs(given: Any, coco: bool = False) -> PairSteps:
     """The unwrapped VOCSegmentation's ``transforms`` ``given`` (the
-    reference's v1 preset) as :class:`PairSteps`; NotNative naming why
-    not."""
+    reference's v1 preset), or with ``coco`` the unwrapped CocoDetection's
+    (the reference's Compose of FilterAndRemapCocoCategories,
+    ConvertCocoPolysToMask and the preset), as :class:`PairSteps`;
+    NotNative naming why not."""
+    kind = "CocoDetection" if coco else "VOCSegmentation"
     if given is None:
         raise NotNative(
-            "a VOCSegmentation with no transforms gives PIL images and masks, "
-            "which are not read natively"
+            f"a {kind} with no transforms gives PIL images and "
+            f"{'annotations' if coco else 'masks'}, which are not read natively"
         )
     objects = _opened(given)
-    steps = [_read(t) for t in objects]
+    steps = [_read(t, coco) for t in objects]
+    values = None
+    if coco:
+        names = [s.name for s in steps]
+        if names[:2] != list(_COCO_READERS):
+            raise NotNative(
+                f"{_WHERE} begin with {', '.join(names[:2])}: natively, "
+                "FilterAndRemapCocoCategories then ConvertCocoPolysToMask, as the "
+                "segmentation reference's COCO dataset"
+            )
+        values = steps[0].values
     where = [k for k, s in enumerate(steps) if s.converts]
     if not where:
         raise NotNative(
@@ -419,6 +543,17 @@ def read_pairs(given: Any) -> PairSteps:
             f"{_WHERE} resize the mask both as a PIL image and as a tensor "
             "(before and after PILToTensor), whose nearest pixels differ"
         )
-    _check(given, objects, steps)
+    _check(given, objects, steps, None if values is None else list(values))
     flat = [v2 for s in steps for v2 in s.steps]
-    return PairSteps(flat, pil=resized != {False}, fill=_MASK_FILL)
+    return PairSteps(flat, pil=resized != {False}, fill=_MASK_FILL, values=values)
+
+
+def coco_pairs(given: Any) -> bool:
+    """Whether a CocoDetection's ``transforms`` ``given`` hold an object
+    named as the segmentation reference's ConvertCocoPolysToMask: what
+    :func:`read_pairs` then reads, or says why not."""
+    try:
+        objects = _opened(given) if given is not None else []
+    except Exception:  # noqa: BLE001 - the user's objects, looked at only
+        return False
+    return any(type(t).__name__ == "ConvertCocoPolysToMask" for t in objects)

@@ -33,7 +33,11 @@ made a tv_tensor first, as ``backend="tv_tensor"``):
 - ``segmentation-coco``: that preset after the reference's COCO category
   filter and polygon-to-mask merge, in its Compose, on an unwrapped
   CocoDetection in the Subset of the images with annotations: the
-  reference's ``train.py`` with its default ``--dataset coco``.
+  reference's ``train.py`` with its default ``--dataset coco``;
+- ``segmentation-coco-v2``: ``segmentation``'s preset after the
+  reference's own CocoDetectionToVOCSegmentation (``reference_extras``),
+  in its Compose, on a CocoDetection wrapped with target_keys masks and
+  labels, in the same Subset: ``train.py --dataset coco --use-v2``.
 
 Detection datasets are a CocoDetection wrapped by
 ``wrap_dataset_for_transforms_v2`` in a Subset of the images with
@@ -84,12 +88,13 @@ RECIPES = (
     "segmentation",
     "segmentation-v1",
     "segmentation-coco",
+    "segmentation-coco-v2",
 )
 CONTENDERS = ("torch", "ringloader")
 MEAN = (123.0, 117.0, 104.0)  # the detection reference's fill, in 0-255
 # The targets set for ringloader ÷ torch, by recipe.
 TARGETS = {"hflip": 3.0, "multiscale": 3.0, "ssdlite": 3.0, "ssd": 2.5}
-TARGETS.update({f"segmentation{k}": 3.0 for k in ("", "-v1", "-coco")})
+TARGETS.update({f"segmentation{k}": 3.0 for k in ("", "-v1", "-coco", "-coco-v2")})
 DIR = os.path.join(os.environ.get("TMPDIR", "/tmp"), "ringloader-bench-detect")
 # --quick: a check that it runs.
 QUICK = {"images": 40, "repeat": 1, "batch_size": 4, "batches": 2, "warmup": 1}
@@ -232,17 +237,28 @@ def _with_annotations(coco: Any) -> Any:
 def segmentation_dataset(recipe: str, data: str) -> Any:
     """The dataset of a segmentation recipe over ``data``."""
     import reference_pairs
+    from torch.utils.data import Subset
     from torchvision import datasets
 
-    if recipe == "segmentation":
-        preset = segmentation_preset()
-    else:  # the reference's own v1 classes
-        preset = reference_pairs.train_preset(520, 480)
-    if recipe == "segmentation-coco":
+    v2 = recipe in ("segmentation", "segmentation-coco-v2")
+    # else the reference's own v1 classes
+    preset = segmentation_preset() if v2 else reference_pairs.train_preset(520, 480)
+    if recipe.startswith("segmentation-coco"):
+        from reference_extras import CocoDetectionToVOCSegmentation
+
         images, ann = detect_data.coco_paths(data)
-        transforms = reference_pairs.coco_transforms(preset)
+        if v2:
+            steps = [CocoDetectionToVOCSegmentation(), preset]
+            transforms = reference_pairs.Compose(steps)
+        else:
+            transforms = reference_pairs.coco_transforms(preset)
         coco = datasets.CocoDetection(images, ann, transforms=transforms)
-        return _with_annotations(coco)
+        kept = _with_annotations(coco)
+        if v2:
+            keys = {"masks", "labels"}
+            wrapped = datasets.wrap_dataset_for_transforms_v2(coco, target_keys=keys)
+            kept = Subset(wrapped, kept.indices)
+        return kept
     ds = datasets.VOCSegmentation(
         detect_data.voc_root(data), year="2012", image_set="train", transforms=preset
     )

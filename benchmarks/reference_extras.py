@@ -1,9 +1,11 @@
-"""The segmentation reference's own ``PadIfSmaller``
+"""The segmentation reference's own v2 classes
 (``references/segmentation/v2_extras.py`` in torchvision's repository, not
-part of the torchvision package), written as the reference writes it so
-that the benchmark's segmentation preset is the reference's as it stands:
-a v2 transform adding the rows and columns an input lacks to reach
-``size``, at the bottom and right only, each input with its type's fill.
+part of the torchvision package), written to behave as the reference's
+so that the benchmark's and the tests' presets are the reference's as it
+stands: ``PadIfSmaller``, a v2 transform adding the rows and columns an
+input lacks to reach ``size``, at the bottom and right only, each input
+with its type's fill; ``CocoDetectionToVOCSegmentation``, its COCO
+dataset's merge of instance masks into one VOC-style mask.
 """
 
 from __future__ import annotations
@@ -30,3 +32,40 @@ class PadIfSmaller(v2.Transform):
         return F.pad(
             inpt, padding=params["padding"], fill=v2._utils._convert_fill_arg(fill)
         )
+
+
+class CocoDetectionToVOCSegmentation(v2.Transform):
+    """The segmentation reference's COCO-to-VOC step for ``--use-v2``
+    (also ``v2_extras.py``): the v2 wrapper's instance masks whose COCO
+    label is one of VOC's classes merged into one (h, w) uint8 Mask, each
+    pixel its instance's VOC index, 255 where instances overlap, zeros of
+    the image's size where none is left."""
+
+    COCO_TO_VOC_LABEL_MAP = {
+        coco: voc
+        for voc, coco in enumerate(
+            [0, 5, 2, 16, 9, 44, 6, 3, 17, 62, 21, 67, 18, 19, 4, 1, 64, 20, 63, 7, 72]
+        )
+    }
+    INVALID_VALUE = 255
+
+    def forward(self, image, target):
+        import torch
+        from torchvision import tv_tensors
+
+        merged = None
+        if "masks" in target:
+            pairs = [
+                (k, self.COCO_TO_VOC_LABEL_MAP[label])
+                for k, label in enumerate(target["labels"].tolist())
+                if label in self.COCO_TO_VOC_LABEL_MAP
+            ]
+            if pairs:
+                rows, values = zip(*pairs)
+                masks = target["masks"][list(rows)].to(torch.uint8)
+                scale = torch.tensor(values, dtype=torch.uint8).reshape(-1, 1, 1)
+                merged, _ = (masks * scale).max(dim=0)
+                merged[masks.sum(dim=0) > 1] = self.INVALID_VALUE
+        if merged is None:
+            merged = torch.zeros(F.get_size(image), dtype=torch.uint8)
+        return image, tv_tensors.Mask(merged)

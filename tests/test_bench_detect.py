@@ -18,7 +18,7 @@ pytest.importorskip("pycocotools")
 
 RECIPES = (
     "eval hflip hflip+masks multiscale ssdlite ssd lsj segmentation segmentation-v1 "
-    "segmentation-coco"
+    "segmentation-coco segmentation-coco-v2"
 ).split()
 # Recipes that fall back, with the transform their reason names (none now).
 UNMAPPED: dict = {}

@@ -720,11 +720,11 @@ def detection_stand_in(dataset: Any) -> Any:
         return dataset  # segmentation_batch.segmentation_stand_in reads it
     if tables.kind != "coco":
         raise NotNative("VOCDetection is not read natively yet (only CocoDetection)")
-    if not tables.wrapped:
-        from .segmentation_pairs import coco_pairs
+    from .segmentation_pairs import coco_pairs
 
-        if coco_pairs(getattr(dataset, "transforms", None)):
-            return dataset  # the segmentation reference's: segmentation_stand_in
+    if coco_pairs(getattr(dataset, "transforms", None)) is not None:
+        return dataset  # the segmentation reference's: segmentation_stand_in
+    if not tables.wrapped:
         raise NotNative(
             "a CocoDetection not wrapped by wrap_dataset_for_transforms_v2 gives "
             "its json's dicts, which are not read natively"

@@ -60,20 +60,21 @@ _GEOMETRY = (
 _CONVERSIONS = ("ToImage", "PILToTensor", "ToDtype", "Normalize", "ToPureTensor")
 
 
-def _steps(transforms: Any) -> list:
+def _steps(transforms: Any, name: str) -> list:
     """The v2 steps of the wrapped dataset's ``transforms``, in order: the
     reference's preset class opened (``adapt.pair_wrapped``), then its
-    Compose, nested ones too (``adapt.flatten``)."""
+    Compose, nested ones too (``adapt.flatten``); ``name``: the dataset's,
+    for the message."""
     from torchvision.transforms import v2
 
     from ..adapt import flatten, pair_wrapped
 
     while transforms is not None and pair_wrapped(transforms) is not None:
         transforms = pair_wrapped(transforms)
-    if transforms is not None and not isinstance(transforms, v2.Compose):
+    if transforms is not None and not isinstance(transforms, v2.Transform):
         kind = type(transforms).__name__
         raise NotNative(
-            f"the wrapped VOCSegmentation: its transforms is a {kind}, not a "
+            f"{name}: its transforms is a {kind}, not a "
             "torchvision.transforms.v2.Compose"
         )
     return flatten(transforms)
@@ -200,6 +201,10 @@ class SegmentationImages:
         if given is not self._given or self._head is None:
             self._read(given)
 
+    def _name(self) -> str:
+        kind = "CocoDetection" if self.tables.kind == "coco" else "VOCSegmentation"
+        return f"the {'wrapped ' if self.tables.wrapped else ''}{kind}"
+
     def _read(self, given: Any) -> None:
         """The fused transform, the mask's fill and its conversions, whether
         the plan draws and the image's type, from the transforms ``given``;
@@ -219,7 +224,22 @@ class SegmentationImages:
 
         from ..adapt.torchvision_pad import PadIfSmallerCrop, pad_if_smaller_pairs
 
-        steps, why_pad = pad_if_smaller_pairs(_steps(given))
+        name = self._name()
+        if self.tables.kind == "coco":  # the reference's --use-v2 COCO
+            from .segmentation_pairs import coco_v2
+
+            keys = self.tables.target_keys or frozenset()
+            if not {"masks", "labels"} <= keys:
+                raise NotNative(
+                    f"{name}: its target_keys {sorted(keys)} lack masks or labels, "
+                    "which the reference's CocoDetectionToVOCSegmentation merges "
+                    "(it wraps with target_keys={'masks', 'labels'})"
+                )
+            self._values, rest = coco_v2(given)
+            steps = [t for r in rest for t in _steps(r, name)]
+        else:
+            steps = _steps(given, name)
+        steps, why_pad = pad_if_smaller_pairs(steps)
         pure = False
         for t in steps:
             why = _why_step(t, why_pad)
@@ -231,9 +251,9 @@ class SegmentationImages:
                     "left where it is, which its plan does not follow)"
                 )
             if why is not None:
-                raise NotNative(f"the wrapped VOCSegmentation: {why}")
+                raise NotNative(f"{name}: {why}")
             pure = pure or isinstance(t, v2.ToPureTensor)
-        self._compile(steps, "the wrapped VOCSegmentation's transforms")
+        self._compile(steps, f"{name}'s transforms")
         crops = [
             t
             for t in steps
@@ -255,7 +275,7 @@ class SegmentationImages:
 
         if isinstance(image, Image.Image):
             raise NotNative(
-                "the wrapped VOCSegmentation: its image is still a PIL image after "
+                f"{name}: its image is still a PIL image after "
                 "the conversions (v2's ToDtype and ToPureTensor leave a PIL image "
                 "as it is): end them with ToImage() or PILToTensor() to read it natively"
             )
@@ -371,8 +391,9 @@ class SegmentationImages:
     def _mask(
         self, _core: Any, row: int, spec: Any, seed: int, epoch: int, key: int
     ) -> Any:
-        """Image ``row``'s mask through its plan's maps: uint8 (1, h, w),
-        a read-only array; ValueError naming the file."""
+        """Image ``row``'s mask through its plan's maps: uint8 (1, h, w)
+        from a PNG, (h, w) from COCO's annotations (the shape the wrapper's
+        Mask and the reference's merge have); ValueError naming the file."""
         if self.tables.kind == "coco":
             return self._coco_mask(_core, row, spec, seed, epoch, key)
         path = self.tables.mask_paths[row]
@@ -407,7 +428,7 @@ class SegmentationImages:
         from torchvision import tv_tensors
 
         if self._mask_steps is None:  # the reference's PILToTensor: int64 (h, w)
-            return torch.from_numpy(mask[0].astype(np.int64))
+            return torch.from_numpy(mask.reshape(mask.shape[-2:]).astype(np.int64))
         if how is None:
             given = tv_tensors.Mask(torch.from_numpy(mask.copy()))
             return _beside(self._mask_steps, given)
@@ -444,7 +465,7 @@ class SegmentationImages:
             if value is None:  # filtered out, as the reference's filter does
                 continue
             where = f"{t.source}: image {t.paths[row]}, annotation {int(t.annotation_id[j])}"
-            if int(t.seg_kind[j]) == RLE_STRING:
+            if int(t.seg_kind[j]) == RLE_STRING and not t.wrapped:
                 raise MaskError(
                     f"{where}: a compressed RLE (counts a string), which the "
                     "reference's ConvertCocoPolysToMask cannot read (pycocotools' "
@@ -459,7 +480,7 @@ class SegmentationImages:
         merged[count > 1] = 255
         merged[rows < 0, :] = self._fill
         merged[:, cols < 0] = self._fill
-        return merged.reshape(1, len(rows), len(cols))
+        return merged  # (h, w), as the reference's merges make it
 
     def _image_size(self, row: int) -> tuple[int, int]:
         """(height, width) of image ``row``, from its header once (kept in
@@ -500,9 +521,8 @@ def segmentation_stand_in(dataset: Any) -> Any:
         return dataset
     kept = getattr(dataset, "__dict__", {})
     tables = kept.get("_ringloader_tables")
-    coco = tables is not None and tables.kind == "coco" and not tables.wrapped
-    if tables is None or not (tables.kind == "voc_segmentation" or coco):
-        return dataset
+    if tables is None or tables.kind not in ("voc_segmentation", "coco"):
+        return dataset  # detection_stand_in passes on the reference's COCO only
     out = kept.get("_ringloader_segmentation")
     if out is None:
         out = kept["_ringloader_segmentation"] = SegmentationImages(dataset, tables)

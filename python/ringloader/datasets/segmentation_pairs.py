@@ -52,6 +52,7 @@ image, is not read (:class:`~.detection_batch.NotNative`, naming why).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 from typing import Any, Callable, Optional
@@ -447,11 +448,58 @@ def _seeded(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _run(fn: Callable[..., Any], pair: tuple[Any, Any]) -> tuple[Any, Any]:
-    out = fn(*pair)
+def _run(fn: Callable[..., Any], pair: tuple[Any, Any], who: str) -> tuple[Any, Any]:
+    """``fn`` (the user's objects, ``who``) on a probe ``pair``: the pair it
+    returns, or NotNative where it raises or returns something else."""
+    try:
+        out = fn(*pair)
+    except Exception as e:  # noqa: BLE001 - the user's objects
+        raise NotNative(
+            f"{who} raised {type(e).__name__} on a probe pair ({e})"
+        ) from None
     if not (isinstance(out, tuple) and len(out) == 2):
-        raise TypeError("called on an image and a mask, it does not return the two")
+        raise NotNative(
+            f"{who}: called on an image and a target, it does not return the two"
+        )
     return out
+
+
+@contextlib.contextmanager
+def _generators_kept() -> Any:
+    """The global generators (Python's, NumPy's, torch's) as they were
+    found once the block ends, however it ends: the user's classes draw."""
+    import torch
+
+    state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+
+
+def _beside(t: Any, step: _Step, pair: tuple[Any, Any]) -> tuple[Any, Any]:
+    """The user's ``t`` on ``pair``, then ``step``'s model with the same
+    draws (the generators left as ``t`` left them); what ``t`` gave, or
+    NotNative where it raises or the two differ."""
+    import torch
+
+    draws = random.getstate(), torch.get_rng_state()
+    theirs = _run(t, pair, f"{_WHERE}: {step.name}")
+    after = random.getstate(), torch.get_rng_state()
+    random.setstate(draws[0])
+    torch.set_rng_state(draws[1])
+    ours = step.model(*pair)
+    random.setstate(after[0])
+    torch.set_rng_state(after[1])
+    if not all(map(_same, theirs, ours)):
+        raise NotNative(
+            f"{_WHERE}: {step.name} does not do what the segmentation reference's "
+            "does (its image or mask differs on a probe pair), so it is not read "
+            "natively"
+        )
+    return theirs
 
 
 def _check(
@@ -459,51 +507,19 @@ def _check(
 ) -> None:
     """Each object beside its reading on the probe chains, then the whole
     ``given`` beside the chain; NotNative naming the first difference."""
-    import torch
-
-    state = random.getstate(), np.random.get_state()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            for seed, pair in enumerate(_probes(categories)):
-                _seeded(seed)
-                start = pair
-                for t, step in zip(objects, steps):
-                    draws = random.getstate(), torch.get_rng_state()
-                    try:
-                        theirs = _run(t, pair)
-                    except Exception as e:  # noqa: BLE001 - the user's class
-                        raise NotNative(
-                            f"{_WHERE}: {step.name} raised {type(e).__name__} on a "
-                            f"probe pair ({e})"
-                        ) from None
-                    after = random.getstate(), torch.get_rng_state()
-                    random.setstate(draws[0])
-                    torch.set_rng_state(draws[1])
-                    ours = step.model(*pair)
-                    if not all(map(_same, theirs, ours)):
-                        raise NotNative(
-                            f"{_WHERE}: {step.name} does not do what the "
-                            "segmentation reference's does (its image or mask "
-                            "differs on a probe pair), so it is not read natively"
-                        )
-                    random.setstate(after[0])
-                    torch.set_rng_state(after[1])
-                    pair = theirs
-                _seeded(seed)
-                try:
-                    whole = _run(given, start)
-                except Exception as e:  # noqa: BLE001 - the user's objects
-                    raise NotNative(
-                        f"{_WHERE} raised {type(e).__name__} on a probe pair ({e})"
-                    ) from None
-                if not all(map(_same, whole, pair)):
-                    raise NotNative(
-                        f"{_WHERE}: called whole, they do not give what their "
-                        "steps give in order, so they are not read natively"
-                    )
-    finally:
-        random.setstate(state[0])
-        np.random.set_state(state[1])
+    with _generators_kept():
+        for seed, start in enumerate(_probes(categories)):
+            _seeded(seed)
+            pair = start
+            for t, step in zip(objects, steps):
+                pair = _beside(t, step, pair)
+            _seeded(seed)
+            whole = _run(given, start, _WHERE)
+            if not all(map(_same, whole, pair)):
+                raise NotNative(
+                    f"{_WHERE}: called whole, they do not give what their steps "
+                    "give in order, so they are not read natively"
+                )
 
 
 def read_pairs(given: Any, coco: bool = False) -> PairSteps:
@@ -548,12 +564,101 @@ def read_pairs(given: Any, coco: bool = False) -> PairSteps:
     return PairSteps(flat, pil=resized != {False}, fill=_MASK_FILL, values=values)
 
 
-def coco_pairs(given: Any) -> bool:
-    """Whether a CocoDetection's ``transforms`` ``given`` hold an object
-    named as the segmentation reference's ConvertCocoPolysToMask: what
-    :func:`read_pairs` then reads, or says why not."""
+_V1_MERGE, _V2_MERGE = "ConvertCocoPolysToMask", "CocoDetectionToVOCSegmentation"
+
+
+def coco_pairs(given: Any) -> Optional[str]:
+    """Which of the segmentation reference's COCO datasets a CocoDetection's
+    ``transforms`` ``given`` look like, by the name of an object they hold:
+    "v1" (``ConvertCocoPolysToMask``: :func:`read_pairs` reads them, or
+    says why not), "v2" (``CocoDetectionToVOCSegmentation``, on the
+    wrapped dataset: :func:`coco_v2`), or None."""
     try:
-        objects = _opened(given) if given is not None else []
+        names = {type(t).__name__ for t in _opened(given)} if given is not None else ()
     except Exception:  # noqa: BLE001 - the user's objects, looked at only
-        return False
-    return any(type(t).__name__ == "ConvertCocoPolysToMask" for t in objects)
+        return None
+    return "v1" if _V1_MERGE in names else "v2" if _V2_MERGE in names else None
+
+
+def coco_v2(given: Any) -> tuple[dict, list]:
+    """The wrapped CocoDetection's ``transforms`` ``given`` as the
+    segmentation reference builds them with ``--use-v2``: its Compose of
+    ``CocoDetectionToVOCSegmentation`` (first) and the v2 preset. Returns
+    (each COCO label's value in the merged mask, the objects after it),
+    once the converter is seen on probe samples to do what the
+    reference's does: keep the instance masks whose label its
+    ``COCO_TO_VOC_LABEL_MAP`` maps, merge them into one (h, w) uint8
+    ``tv_tensors.Mask`` (the mapped value where one covers a pixel, 255
+    where two or more do; zeros of the image's size where none is kept or
+    the target has no masks). NotNative naming why not."""
+    objects = _opened(given)
+    first = objects[0] if objects else None
+    if type(first).__name__ != _V2_MERGE:
+        raise NotNative(
+            f"{_WHERE} do not begin with {_V2_MERGE}: natively, the segmentation "
+            "reference's Compose of it and the preset"
+        )
+    lut = getattr(first, "COCO_TO_VOC_LABEL_MAP", None)
+    ok = isinstance(lut, dict) and all(
+        _int(k) is not None and _int(v) is not None and 0 <= v <= 255
+        for k, v in lut.items()
+    )
+    if not ok:
+        raise NotNative(
+            f"{_WHERE}: {_V2_MERGE}.COCO_TO_VOC_LABEL_MAP is not a dict of int "
+            "labels to values 0..255"
+        )
+    lut = dict(lut)
+    step = _Step(_V2_MERGE, [], _v2_merge_model(lut))
+    with _generators_kept():
+        for k, pair in enumerate(_v2_probes(list(lut))):
+            _seeded(k)
+            _beside(first, step, pair)
+    return lut, objects[1:]
+
+
+def _v2_merge_model(lut: dict) -> Callable[[Any, Any], tuple[Any, Any]]:
+    def model(image: Any, target: Any) -> tuple[Any, Any]:
+        import torch
+        from torchvision import tv_tensors
+        from torchvision.transforms.v2 import functional as F
+
+        merged = None
+        if "masks" in target:
+            labels = target["labels"].tolist()
+            keep = [k for k, label in enumerate(labels) if label in lut]
+            if keep:
+                masks = target["masks"][keep].to(torch.uint8)
+                values = torch.tensor([lut[labels[k]] for k in keep], dtype=torch.uint8)
+                merged = (masks * values[:, None, None]).max(dim=0).values
+                merged[masks.sum(dim=0) > 1] = _MASK_FILL
+        if merged is None:
+            merged = torch.zeros(F.get_size(image), dtype=torch.uint8)
+        return image, tv_tensors.Mask(merged)
+
+    return model
+
+
+def _v2_probes(labels: list) -> list[tuple[Any, Any]]:
+    """(PIL image, the v2 wrapper's target) samples: instance masks that
+    overlap, of labels mapped and not, one with none kept, one without
+    masks (an image with no annotations)."""
+    import torch
+    from PIL import Image
+    from torchvision import tv_tensors
+
+    gen = np.random.default_rng(20261205)
+    out = []
+    for k in range(_CHAINS):
+        h, w = int(gen.integers(5, 40)), int(gen.integers(5, 40))
+        image = Image.fromarray(gen.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        if k == 0:
+            out.append((image, {"image_id": 1}))
+            continue
+        n = int(gen.integers(1, 5))
+        pool = [900, 901] if k == 1 else labels[:8] + [900]
+        ids = [int(pool[int(gen.integers(len(pool)))]) for _ in range(n)]
+        masks = torch.from_numpy(gen.random((n, h, w)) < 0.4).to(torch.uint8)
+        target = {"masks": tv_tensors.Mask(masks), "labels": torch.tensor(ids)}
+        out.append((image, target))
+    return out

@@ -203,6 +203,35 @@ Reversed = type("Compose", (R.Compose,), {"__call__": _run_backwards})
 SkipsOne = type("Compose", (R.Compose,), {"__call__": _skip_the_first})
 
 
+def _normalize_bytes(self, image, target):
+    return R.F.normalize(image.float() / 255, self.mean, self.std), target
+
+
+def _draw_below_the_top(self, image, target):
+    side = random.randint(self.min_size, self.max_size - 1)
+    nearest = R.InterpolationMode.NEAREST
+    return R.F.resize(image, side), R.F.resize(target, side, interpolation=nearest)
+
+
+# Runs under torch's DataLoader (it takes the uint8 image), which the
+# reference's Normalize does not: its model raises on the probe.
+NormalizesBytes = type("Normalize", (R.Normalize,), {"__call__": _normalize_bytes})
+# Never draws max_size: seen on a draw at the range's top alone.
+SkipsTheTop = type("RandomResize", (R.RandomResize,), {"__call__": _draw_below_the_top})
+
+
+class ConvertImageDtype(R.ToDtype):
+    """The older reference's class: ToDtype(dtype, scale=True) by another
+    name, with no scale attribute."""
+
+    def __init__(self, dtype):
+        super().__init__(dtype, scale=True)
+        del self.scale
+
+    def __call__(self, image, target):
+        return R.F.convert_image_dtype(image, self.dtype), target
+
+
 class Jitter:
     def __call__(self, image, target):
         return image, target
@@ -241,6 +270,12 @@ TAIL = [R.PILToTensor(), R.ToDtype(torch.float, scale=True), R.Normalize(R.MEAN,
             0,
         ),
         (None, "no transforms gives PIL images", 1),
+        (
+            _with(R.PILToTensor(), NormalizesBytes(R.MEAN, R.STD)),
+            "Normalize does not",
+            1,
+        ),
+        (_with(SkipsTheTop(20, 60), *TAIL), "RandomResize does not do what", 1),
     ],
 )
 def test_other_transforms_fall_back_saying_why(voc, preset, why, runs):
@@ -253,6 +288,39 @@ def test_other_transforms_fall_back_saying_why(voc, preset, why, runs):
     assert torch.equal(torch.get_rng_state(), before[2])
     if runs:  # torch's DataLoader runs them (the others raise there too)
         assert len(list(loader)) == 7
+
+
+def test_numpy_sizes_and_the_older_conversion_are_read_natively(voc):
+    resize = R.RandomResize(np.int64(20), np.int64(30))
+    fused(dataset(voc, _with(resize, R.RandomCrop(np.int64(24)), *TAIL)), batch_size=2)
+    older = [
+        R.PILToTensor(),
+        ConvertImageDtype(torch.float),
+        R.Normalize(R.MEAN, R.STD),
+    ]
+    same_batches(dataset(voc, _with(*older)), items)
+
+
+def test_the_probes_reseed_no_gpu(voc, monkeypatch):
+    """torch.manual_seed would reseed every GPU (queued where CUDA is not
+    started), which the probes could not restore."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: calls.append(seed))
+    fused(dataset(voc, R.train_preset(BASE, CROP)), batch_size=2, collate_fn=items)
+    assert calls == []
+
+
+def test_masks_of_a_kind_not_read_natively_fall_back_at_once(tmp_path):
+    """A 1-bit PNG mask (what saving a bool array makes) is read by torch's
+    DataLoader; ringloader falls back when the loader is made, naming it."""
+    root = write_voc(tmp_path, 3, seed=SEED)
+    ds = dataset(root, R.eval_preset(BASE))
+    first = ds.masks[0]
+    PIL.Image.open(first).convert("L").point(lambda v: v > 10).convert("1").save(first)
+    with pytest.warns(ringloader.FallbackWarning, match="palette or 8-bit greyscale"):
+        loader = ringloader.DataLoader(ds, batch_size=3, collate_fn=items)
+    ((_, mask), *_), *_ = list(loader)
+    assert mask.dtype == torch.int64 and set(mask.unique().tolist()) <= {0, 1}
 
 
 def test_the_probes_leave_the_global_generators_as_they_were(voc):

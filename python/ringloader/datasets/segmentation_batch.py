@@ -180,9 +180,9 @@ class MaskError(ValueError):
 
 
 class SegmentationImages:
-    """What the loader reads for a wrapped VOCSegmentation: its image files
-    (``ringloader_sources``, each sample's target its row in the tables),
-    the fused ``transform`` and, per batch, :meth:`batch`."""
+    """What the loader reads for a segmentation dataset (module docstring):
+    its image files (``ringloader_sources``, each sample's target its row in
+    the tables), the fused ``transform`` and, per batch, :meth:`batch`."""
 
     target_transform = None  # the mask is the target: no transform of its own
     _given: Any = None
@@ -193,7 +193,29 @@ class SegmentationImages:
 
     def __init__(self, wrapper: Any, tables: Any) -> None:
         self.wrapper, self.tables = wrapper, tables
+        self._first_mask()
         self._split()
+
+    def _first_mask(self) -> None:
+        """NotNative where the first mask PNG is of a kind the C core does
+        not read (RGB, 16-bit or 1-bit grey, grey with alpha): a dataset's
+        masks are of one kind, and these would fail each batch (a mask the
+        core cannot read later is a MaskError naming it)."""
+        from .. import _core
+
+        paths = self.tables.mask_paths
+        if paths is None or not len(paths):
+            return
+        try:
+            with open(paths[0], "rb") as f:
+                _core.png_mask_size(f.read())
+        except OSError:
+            return  # the batch that reads it names it
+        except ValueError as e:
+            raise NotNative(
+                f"{paths[0]}: {e}; masks are read natively as palette or 8-bit "
+                "greyscale PNGs (torch's DataLoader reads these)"
+            ) from None
 
     def _split(self) -> None:
         """Reads the wrapper's transforms again where they changed."""
@@ -512,11 +534,12 @@ class SegmentationImages:
 
 
 def segmentation_stand_in(dataset: Any) -> Any:
-    """A :class:`SegmentationImages` for a VOCSegmentation whose tables
-    :func:`.detection_batch.detection_stand_in` made and kept on it (made
-    once per dataset), else ``dataset``. :class:`NotNative` where it is
-    not wrapped by ``wrap_dataset_for_transforms_v2`` or its transforms
-    are not followed."""
+    """A :class:`SegmentationImages` for a VOCSegmentation (or the
+    segmentation reference's COCO dataset, which
+    :func:`.detection_batch.detection_stand_in` passes on) whose tables
+    that function made and kept on it (made once per dataset), else
+    ``dataset``. :class:`NotNative` where its transforms are not followed
+    or its masks are PNGs of a kind not read natively."""
     if isinstance(dataset, SegmentationImages):
         return dataset
     kept = getattr(dataset, "__dict__", {})
@@ -531,14 +554,14 @@ def segmentation_stand_in(dataset: Any) -> Any:
 
 
 def segmentation_of(data: Any) -> Optional[SegmentationImages]:
-    """The wrapped VOCSegmentation a loader reads (``data``: what it
-    resolved, a dataset or a composition's ``leaves``), or None."""
+    """The segmentation dataset a loader reads (``data``: what it resolved,
+    a dataset or a composition's ``leaves``), or None."""
     leaves = getattr(data, "leaves", None) or [data]
     return leaves[0] if isinstance(leaves[0], SegmentationImages) else None
 
 
 def segmentation_reason(leaves: list, options: dict) -> Optional[str]:
-    """Why the datasets ``leaves``, with a wrapped VOCSegmentation among
+    """Why the datasets ``leaves``, with a segmentation dataset among
     them, are not read natively with the DataLoader's ``options``, or
     None."""
     mine = any(isinstance(leaf, SegmentationImages) for leaf in leaves)

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import numbers
 import random
 from typing import Any, Callable, Optional
 
@@ -136,10 +137,34 @@ class _Step:
     converts: bool = False
     values: Optional[dict] = None  # a category filter's
     merges: bool = False  # COCO's annotations made one mask
+    # seeds whose draws are the step's edge cases, each probed on its own
+    seeds: tuple = ()
+
+
+def _seeds_drawing(*wanted: Callable[[random.Random], bool]) -> tuple:
+    """For each test in ``wanted``, the first seed whose Python generator's
+    next draws pass it (none where none of 10,000 does)."""
+    out = []
+    for test in wanted:
+        found = next((k for k in range(10_000) if test(random.Random(k))), None)
+        if found is not None:
+            out.append(found)
+    return tuple(out)
 
 
 def _int(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """``value`` as an int where it is an integer (Python's or NumPy's),
+    not a bool; else None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        return None
+    return int(value)
+
+
+def _side(gen: Any) -> tuple[int, int]:
+    """A probe's (h, w): 5..39 pixels a side, neither side over twice the
+    other (a long probe would make a resize to the preset's size long)."""
+    h = int(gen.integers(5, 40))
+    return h, int(gen.integers(max(5, (h + 1) // 2), min(40, 2 * h + 1)))
 
 
 def _resize(t: Any) -> _Step:
@@ -162,7 +187,10 @@ def _resize(t: Any) -> _Step:
         )
 
     steps = [v2.RandomResize(low, high + 1, antialias=True)]
-    return _Step("RandomResize", steps, model, resizes=True)
+    ends = _seeds_drawing(
+        lambda r: r.randint(low, high) == low, lambda r: r.randint(low, high) == high
+    )
+    return _Step("RandomResize", steps, model, resizes=True, seeds=ends)
 
 
 def _flip(t: Any) -> _Step:
@@ -184,7 +212,8 @@ def _flip(t: Any) -> _Step:
         return image, mask
 
     steps = [v2.RandomHorizontalFlip(min(max(p, 0.0), 1.0))]
-    return _Step("RandomHorizontalFlip", steps, model)
+    both = _seeds_drawing(lambda r: r.random() < p, lambda r: r.random() >= p)
+    return _Step("RandomHorizontalFlip", steps, model, seeds=both)
 
 
 def _crop(t: Any) -> _Step:
@@ -227,11 +256,12 @@ def _to_tensor(t: Any) -> _Step:
 
 def _to_dtype(t: Any) -> _Step:
     import torch
-    from torchvision import transforms as v1
     from torchvision.transforms import v2
     from torchvision.transforms import functional as F
 
-    dtype, scale = getattr(t, "dtype", None), getattr(t, "scale", None)
+    dtype = getattr(t, "dtype", None)
+    # the older reference's ConvertImageDtype(dtype) scales, as ToDtype(scale=True)
+    scale = True if type(t).__name__ == "ConvertImageDtype" else t.scale
     if not isinstance(dtype, torch.dtype) or not isinstance(scale, bool):
         raise NotNative(
             f"{_WHERE}: ToDtype(dtype={dtype!r}, scale={scale!r}): a torch.dtype "
@@ -242,8 +272,7 @@ def _to_dtype(t: Any) -> _Step:
         out = F.convert_image_dtype(image, dtype) if scale else image.to(dtype)
         return out, mask
 
-    step = v1.ConvertImageDtype(dtype) if scale else v2.ToDtype(dtype)
-    return _Step("ToDtype", [step], model)
+    return _Step(type(t).__name__, [v2.ToDtype(dtype, scale=scale)], model)
 
 
 def _normalize(t: Any) -> _Step:
@@ -325,6 +354,7 @@ _READERS: dict[str, tuple[tuple[str, ...], Callable[[Any], _Step]]] = {
     "RandomCrop": (("size",), _crop),
     "PILToTensor": ((), _to_tensor),
     "ToDtype": (("dtype", "scale"), _to_dtype),
+    "ConvertImageDtype": (("dtype",), _to_dtype),
     "Normalize": (("mean", "std"), _normalize),
 }
 # COCO's: the annotations filtered, then made the segmentation mask
@@ -385,7 +415,7 @@ def _probes(categories: Optional[list] = None) -> list[tuple[Any, Any]]:
     palette = [v for i in range(256) for v in (i, 255 - i, (7 * i) % 256)]
     out = []
     for _ in range(_CHAINS):
-        h, w = int(gen.integers(5, 40)), int(gen.integers(5, 40))
+        h, w = _side(gen)
         pixels = gen.integers(0, 256, (h, w, 3), dtype=np.uint8)
         image = Image.fromarray(pixels, mode="RGB")
         if categories is not None:
@@ -442,10 +472,12 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _seeded(seed: int) -> None:
+    """Seeds Python's and torch's CPU generator (torch.manual_seed would
+    reseed the GPUs' too, which fork_rng(devices=[]) does not restore)."""
     import torch
 
     random.seed(seed)
-    torch.manual_seed(seed)
+    torch.default_generator.manual_seed(seed)
 
 
 def _run(fn: Callable[..., Any], pair: tuple[Any, Any], who: str) -> tuple[Any, Any]:
@@ -490,10 +522,13 @@ def _beside(t: Any, step: _Step, pair: tuple[Any, Any]) -> tuple[Any, Any]:
     after = random.getstate(), torch.get_rng_state()
     random.setstate(draws[0])
     torch.set_rng_state(draws[1])
-    ours = step.model(*pair)
+    try:
+        ours = step.model(*pair)
+    except Exception:  # noqa: BLE001 - the reference's would raise here
+        ours = None
     random.setstate(after[0])
     torch.set_rng_state(after[1])
-    if not all(map(_same, theirs, ours)):
+    if ours is None or not all(map(_same, theirs, ours)):
         raise NotNative(
             f"{_WHERE}: {step.name} does not do what the segmentation reference's "
             "does (its image or mask differs on a probe pair), so it is not read "
@@ -505,13 +540,23 @@ def _beside(t: Any, step: _Step, pair: tuple[Any, Any]) -> tuple[Any, Any]:
 def _check(
     given: Any, objects: list, steps: list[_Step], categories: Optional[list]
 ) -> None:
-    """Each object beside its reading on the probe chains, then the whole
+    """Each object beside its reading on the probe chains (a step with
+    edge ``seeds`` also alone on each, on the first chain), then the whole
     ``given`` beside the chain; NotNative naming the first difference."""
+    import torch
+
     with _generators_kept():
         for seed, start in enumerate(_probes(categories)):
             _seeded(seed)
             pair = start
             for t, step in zip(objects, steps):
+                if seed == 0 and step.seeds:  # the step alone, at its edges
+                    draws = random.getstate(), torch.get_rng_state()
+                    for edge in step.seeds:
+                        _seeded(edge)
+                        _beside(t, step, pair)
+                    random.setstate(draws[0])
+                    torch.set_rng_state(draws[1])
                 pair = _beside(t, step, pair)
             _seeded(seed)
             whole = _run(given, start, _WHERE)
@@ -650,7 +695,7 @@ def _v2_probes(labels: list) -> list[tuple[Any, Any]]:
     gen = np.random.default_rng(20261205)
     out = []
     for k in range(_CHAINS):
-        h, w = int(gen.integers(5, 40)), int(gen.integers(5, 40))
+        h, w = _side(gen)
         image = Image.fromarray(gen.integers(0, 256, (h, w, 3), dtype=np.uint8))
         if k == 0:
             out.append((image, {"image_id": 1}))

@@ -100,6 +100,24 @@ SkipsOverlaps = type(
 )
 
 
+def _blank_masks(self, image, target):
+    image, mask = R.Compose.__call__(self, image, target)
+    return image, mask * 0
+
+
+# Holds its steps as the reference's Compose does, but blanks the masks.
+Blanks = type("Compose", (R.Compose,), {"__call__": _blank_masks})
+
+
+def test_an_outer_compose_that_does_more_falls_back(coco):
+    images, ann = coco
+    steps = [CocoDetectionToVOCSegmentation(), eval_preset("tv_tensor")]
+    ds = datasets.CocoDetection(images, ann, transforms=Blanks(steps))
+    ds = datasets.wrap_dataset_for_transforms_v2(ds, target_keys=KEYS)
+    with pytest.warns(ringloader.FallbackWarning, match="called whole, they do not"):
+        ringloader.DataLoader(ds, batch_size=2, collate_fn=items)
+
+
 @pytest.mark.parametrize(
     "kw, why",
     [

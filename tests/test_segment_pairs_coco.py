@@ -142,6 +142,26 @@ def _no_overlaps(self, image, anno):
 SkipsOverlaps = type("ConvertCocoPolysToMask", (), {"__call__": _no_overlaps})
 
 
+def _keep_small_ids(self, image, anno):
+    """Keeps ids under 10 as well: only an unlisted small id shows it."""
+    kept = [
+        a for a in anno if a["category_id"] in self.categories or a["category_id"] < 10
+    ]
+    kept = copy.deepcopy(kept)
+    for a in kept:
+        a["category_id"] = (self.categories + [a["category_id"]]).index(
+            a["category_id"]
+        )
+    return image, kept
+
+
+KeepsSmallIds = type(
+    "FilterAndRemapCocoCategories",
+    (R.FilterAndRemapCocoCategories,),
+    {"__call__": _keep_small_ids},
+)
+
+
 @pytest.mark.parametrize(
     "transforms, why",
     [
@@ -174,6 +194,13 @@ SkipsOverlaps = type("ConvertCocoPolysToMask", (), {"__call__": _no_overlaps})
             "keeps values past 0..255",
         ),
         (R.eval_preset(BASE), "not wrapped by wrap_dataset_for_transforms_v2"),
+        (
+            R.Compose(
+                [KeepsSmallIds(R.VOC_FROM_COCO), R.ConvertCocoPolysToMask()]
+                + [R.eval_preset(BASE)]
+            ),
+            "FilterAndRemapCocoCategories does not do what",
+        ),
     ],
 )
 def test_other_coco_transforms_fall_back_saying_why(coco, transforms, why):
@@ -184,3 +211,68 @@ def test_other_coco_transforms_fall_back_saying_why(coco, transforms, why):
         return
     with pytest.warns(ringloader.FallbackWarning, match=why):
         ringloader.DataLoader(ds, batch_size=2, collate_fn=items)
+
+
+def _odd_annotations(data):
+    """``data`` with annotations the tables refuse, most of which the
+    reference never reads: a dropped category (8) with an empty or a
+    missing segmentation, kept ones with a bad bbox, a bad area, or a
+    second polygon of 4 numbers; and image 3's kept annotation without a
+    segmentation, which the reference's merge fails on."""
+    data = copy.deepcopy(data)
+    by_image = {}
+    for a in data["annotations"]:
+        by_image.setdefault(a["image_id"], []).append(a)
+    images = [i["id"] for i in data["images"]]
+    odd = [
+        (0, {"category_id": 8, "segmentation": []}),
+        (1, {"category_id": 8}),
+        (2, {"category_id": 5, "bbox": None}),
+        (5, {"category_id": 2, "area": "x"}),
+        (6, {"category_id": 3, "segmentation": [[2, 2, 9, 2, 9, 9], [1, 1, 3, 3]]}),
+        (3, {"category_id": 1}),
+    ]
+    next_id = 10**6
+    for k, fields in odd:
+        ann = {
+            "id": next_id,
+            "image_id": images[k],
+            "bbox": [1, 1, 4, 4],
+            "area": 16.0,
+            "iscrowd": 0,
+            "segmentation": [[1, 1, 6, 1, 6, 6, 1, 6]],
+        }
+        ann.update(fields)
+        if "segmentation" not in fields and fields.get("category_id") in (8, 1):
+            del ann["segmentation"]
+        data["annotations"].append(ann)
+        next_id += 1
+    return data
+
+
+def test_annotations_the_reference_never_reads_do_not_fail_their_image(tmp_path):
+    """Equal to torch's DataLoader where the reference runs; the image whose
+    kept annotation has no segmentation raises under both, named by
+    ringloader, and is left out under on_error="skip"."""
+    data = _odd_annotations(_uncompressed(coco_json(10, seed=4)))
+    images, ann = write_coco(tmp_path, 10, seed=4, data=data)
+    ds = datasets.CocoDetection(
+        images, ann, transforms=R.coco_transforms(R.eval_preset(BASE))
+    )
+    bad = 3
+    good = Subset(ds, [k for k in range(len(ds)) if k != bad])
+    ours = list(fused(good, batch_size=3, collate_fn=items))
+    theirs = list(torch.utils.data.DataLoader(good, batch_size=3, collate_fn=items))
+    for got, want in zip(ours, theirs):
+        for (image, mask), (ref_image, ref_mask) in zip(got, want):
+            same_image(image, ref_image)
+            same_mask(mask, ref_mask)
+    only = Subset(ds, [bad])
+    with pytest.raises(KeyError):
+        list(torch.utils.data.DataLoader(only, batch_size=1, collate_fn=items))
+    name = data["images"][bad]["file_name"]
+    with pytest.raises(ValueError, match=f"{name} .*raised KeyError"):
+        list(fused(only, batch_size=1, collate_fn=items))
+    with pytest.warns(ringloader.DataWarning, match="raised KeyError"):
+        kept = list(fused(ds, batch_size=10, collate_fn=items, on_error="skip"))
+    assert sum(len(b) for b in kept) == len(ds) - 1

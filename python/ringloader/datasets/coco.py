@@ -26,7 +26,10 @@ that do not sum to it). What torchvision passes through is passed
 through: a category_id absent from the categories (the label is the id),
 a box with NaN or infinite numbers (SanitizeBoundingBoxes drops it), an
 annotation of an image with no images entry (no image reads it), a
-segmentation that the target does not use.
+segmentation that the target does not use. The segmentation reference's
+COCO datasets read less of an annotation than these checks: there an
+image with a problem is made by the reference's own classes
+(:mod:`.segmentation_coco`), and fails only where they fail.
 
 Keypoints (a :class:`~.coco_keypoints.CocoKeypoints`' tables, ``count``
 points an annotation): each annotation's ``keypoints`` must be a list of

@@ -3,13 +3,15 @@
 transforms, or unwrapped with the segmentation reference's own pair
 transforms (:mod:`.segmentation_pairs`: its ``train.py`` without
 ``--use-v2``, each mask then an int64 (h, w) tensor, resized by Pillow's
-nearest rule while a PIL image), or that reference's COCO dataset (an
-unwrapped ``CocoDetection``, each mask its annotations merged at the
-sampled pixels), seen as its image files (decoded, resized,
+nearest rule while a PIL image), or that reference's COCO datasets (a
+``CocoDetection``, unwrapped with those transforms or wrapped with its
+``--use-v2`` ones, each mask its annotations merged at the sampled pixels:
+:mod:`.segmentation_coco`), seen as its image files (decoded, resized,
 cropped, flipped and converted in C: the dataset's transforms fused whole)
 and, per batch, each sample's mask taken from its PNG in C
-(``_core.mask_from_png``) through the index maps of the sample's own plan
-(``_core.plan_maps``: same seed, epoch and key as its pixels).
+(``_core.mask_from_png``), or made from its annotations, through the index
+maps of the sample's own plan (``_core.plan_maps``: same seed, epoch and
+key as its pixels).
 
 A wrapped dataset's ``transforms`` (a v2 ``Compose``, or the reference's preset
 class whose ``__call__(img, target)`` only returns ``self.transforms(img,
@@ -189,6 +191,7 @@ class SegmentationImages:
     _head: Any = None
     _pil = False  # masks resized as PIL images (the reference's own transforms)
     _values: Optional[dict] = None  # COCO: each kept category's mask value
+    _merge: tuple = ()  # COCO: the user's objects that make the mask
     _seen: Any = None  # each image's header read (its size known, checked)
 
     def __init__(self, wrapper: Any, tables: Any) -> None:
@@ -237,7 +240,7 @@ class SegmentationImages:
             pairs = read_pairs(given, coco=self.tables.kind == "coco")
             self._compile(pairs.steps, "the dataset's transforms")
             self._fill, self._pil, self._mask_steps = pairs.fill, pairs.pil, None
-            self._values = pairs.values
+            self._values, self._merge = pairs.values, pairs.merge
             self._image_type = None
             self._given = given
             return
@@ -257,7 +260,8 @@ class SegmentationImages:
                     "which the reference's CocoDetectionToVOCSegmentation merges "
                     "(it wraps with target_keys={'masks', 'labels'})"
                 )
-            self._values, rest = coco_v2(given)
+            self._values, first, rest = coco_v2(given)
+            self._merge = (first,)
             steps = [t for r in rest for t in _steps(r, name)]
         else:
             steps = _steps(given, name)
@@ -461,48 +465,30 @@ class SegmentationImages:
     def _coco_mask(
         self, _core: Any, row: int, spec: Any, seed: int, epoch: int, key: int
     ) -> Any:
-        """Image ``row``'s COCO annotations as the reference's
-        ConvertCocoPolysToMask merges them (after its category filter), taken
-        through the plan's maps: each kept annotation rasterized at the
-        sampled pixels (``DetectionTables.mask``), its category's value
-        where it covers a pixel, 255 where two or more do, the crop's fill
-        on padding; MaskError naming the annotation file, image and
-        annotation."""
-        from .detection_tables import RLE_STRING
+        """Image ``row``'s COCO annotations merged as the segmentation
+        reference merges them, taken through the plan's maps
+        (:mod:`.segmentation_coco`: from the tables, or, for an image whose
+        annotations the tables refused, through the reference's own
+        objects), the crop's fill on padding; MaskError naming the
+        annotation file, image and annotation."""
+        from . import segmentation_coco as coco
 
         t = self.tables
-        if row in t.problems:
-            raise MaskError(t.problems[row])
         h, w = self._image_size(row)
         rows, cols = (
             np.frombuffer(m, np.int32)
             for m in _core.plan_maps(spec, w, h, seed, epoch, key, pil=self._pil)
         )
-        merged = np.zeros((len(rows), len(cols)), np.uint8)
-        count = np.zeros(merged.shape, np.uint16)
-        values = self._values or {}
-        span = t.annotations(row)
-        for j in range(span.start, span.stop):
-            value = values.get(int(t.category_id[j]))
-            if value is None:  # filtered out, as the reference's filter does
-                continue
-            where = f"{t.source}: image {t.paths[row]}, annotation {int(t.annotation_id[j])}"
-            if int(t.seg_kind[j]) == RLE_STRING and not t.wrapped:
-                raise MaskError(
-                    f"{where}: a compressed RLE (counts a string), which the "
-                    "reference's ConvertCocoPolysToMask cannot read (pycocotools' "
-                    "frPyObjects takes its counts as a list)"
-                )
-            try:
-                m = t.mask(j, rows, cols, 0)
-            except ValueError as e:
-                raise MaskError(f"{where}: the mask cannot be made: {e}") from None
-            np.maximum(merged, m * np.uint8(value), out=merged)
-            count += m
-        merged[count > 1] = 255
-        merged[rows < 0, :] = self._fill
-        merged[:, cols < 0] = self._fill
-        return merged  # (h, w), as the reference's merges make it
+        try:
+            if row not in t.problems:
+                return coco.merged(t, row, rows, cols, self._values or {}, self._fill)
+            inner = self.wrapper
+            if t.wrapped:
+                inner = object.__getattribute__(inner, "_dataset")
+            full = coco.through_objects(inner, t, row, (h, w), self._merge)
+        except ValueError as e:
+            raise MaskError(str(e)) from None
+        return coco.sampled(full, rows, cols, self._fill)
 
     def _image_size(self, row: int) -> tuple[int, int]:
         """(height, width) of image ``row``, from its header once (kept in

@@ -81,6 +81,7 @@ class PairSteps:
     pil: bool
     fill: int
     values: Optional[dict] = None  # COCO: category id -> its mask value
+    merge: tuple = ()  # COCO: the user's filter and merge objects, checked
 
 
 def _pad_if_smaller_class() -> type:
@@ -433,7 +434,7 @@ def _annotations(gen: Any, h: int, w: int, categories: Optional[list]) -> list:
     """1-5 COCO annotations on an h x w image: star polygons (one of two
     parts), the last an iscrowd RLE (counts of a random mask, column by
     column from a run of zeros)."""
-    ids = list(categories or []) + [1, 2, 3, 500]
+    ids = list(categories or []) + [1, 2, 3, 500] + _unlisted(categories or [])
     anno: list = []
     for k in range(int(gen.integers(1, 6))):
         cid = int(ids[int(gen.integers(len(ids)))])
@@ -447,6 +448,15 @@ def _annotations(gen: Any, h: int, w: int, categories: Optional[list]) -> list:
             seg = [_star(gen, h, w) for _ in range(int(gen.integers(1, 3)))]
         anno.append({"segmentation": seg, "category_id": cid, "iscrowd": int(k == 3)})
     return anno
+
+
+def _unlisted(ids: list) -> list:
+    """Ids a filter of ``ids`` drops that look like kept ones: the smallest
+    non-negative one not listed, and one between the listed."""
+    listed = {int(i) for i in ids}
+    out = [min(set(range(len(listed) + 1)) - listed)]
+    between = [i + 1 for i in sorted(listed) if i + 1 not in listed]
+    return out + between[:1]
 
 
 def _star(gen: Any, h: int, w: int) -> list:
@@ -606,7 +616,8 @@ def read_pairs(given: Any, coco: bool = False) -> PairSteps:
         )
     _check(given, objects, steps, None if values is None else list(values))
     flat = [v2 for s in steps for v2 in s.steps]
-    return PairSteps(flat, pil=resized != {False}, fill=_MASK_FILL, values=values)
+    merge = tuple(objects[:2]) if coco else ()
+    return PairSteps(flat, resized != {False}, _MASK_FILL, values, merge)
 
 
 _V1_MERGE, _V2_MERGE = "ConvertCocoPolysToMask", "CocoDetectionToVOCSegmentation"
@@ -625,17 +636,19 @@ def coco_pairs(given: Any) -> Optional[str]:
     return "v1" if _V1_MERGE in names else "v2" if _V2_MERGE in names else None
 
 
-def coco_v2(given: Any) -> tuple[dict, list]:
+def coco_v2(given: Any) -> tuple[dict, Any, list]:
     """The wrapped CocoDetection's ``transforms`` ``given`` as the
     segmentation reference builds them with ``--use-v2``: its Compose of
     ``CocoDetectionToVOCSegmentation`` (first) and the v2 preset. Returns
-    (each COCO label's value in the merged mask, the objects after it),
-    once the converter is seen on probe samples to do what the
+    what follows once the converter is seen on probe samples to do what the
     reference's does: keep the instance masks whose label its
     ``COCO_TO_VOC_LABEL_MAP`` maps, merge them into one (h, w) uint8
     ``tv_tensors.Mask`` (the mapped value where one covers a pixel, 255
     where two or more do; zeros of the image's size where none is kept or
-    the target has no masks). NotNative naming why not."""
+    the target has no masks), and the whole ``given`` is seen to give
+    what the converter's model and the objects after it give. Returns (each
+    COCO label's value, the converter, the objects after it); NotNative
+    naming why not."""
     objects = _opened(given)
     first = objects[0] if objects else None
     if type(first).__name__ != _V2_MERGE:
@@ -645,7 +658,10 @@ def coco_v2(given: Any) -> tuple[dict, list]:
         )
     lut = getattr(first, "COCO_TO_VOC_LABEL_MAP", None)
     ok = isinstance(lut, dict) and all(
-        _int(k) is not None and _int(v) is not None and 0 <= v <= 255
+        _int(k) is not None
+        and -(2**63) <= k < 2**63
+        and _int(v) is not None
+        and 0 <= v <= 255
         for k, v in lut.items()
     )
     if not ok:
@@ -656,10 +672,19 @@ def coco_v2(given: Any) -> tuple[dict, list]:
     lut = dict(lut)
     step = _Step(_V2_MERGE, [], _v2_merge_model(lut))
     with _generators_kept():
-        for k, pair in enumerate(_v2_probes(list(lut))):
+        for k, start in enumerate(_v2_probes(list(lut))):
             _seeded(k)
-            _beside(first, step, pair)
-    return lut, objects[1:]
+            pair = _beside(first, step, start)
+            for t in objects[1:]:  # the v2 preset: torchvision's own objects
+                pair = _run(t, pair, f"{_WHERE}: {type(t).__name__}")
+            _seeded(k)
+            whole = _run(given, start, _WHERE)
+            if not all(map(_same, whole, pair)):
+                raise NotNative(
+                    f"{_WHERE}: called whole, they do not give what their steps "
+                    "give in order, so they are not read natively"
+                )
+    return lut, first, objects[1:]
 
 
 def _v2_merge_model(lut: dict) -> Callable[[Any, Any], tuple[Any, Any]]:
@@ -701,7 +726,7 @@ def _v2_probes(labels: list) -> list[tuple[Any, Any]]:
             out.append((image, {"image_id": 1}))
             continue
         n = int(gen.integers(1, 5))
-        pool = [900, 901] if k == 1 else labels[:8] + [900]
+        pool = [900, 901] if k == 1 else labels[:8] + [900] + _unlisted(labels)
         ids = [int(pool[int(gen.integers(len(pool)))]) for _ in range(n)]
         masks = torch.from_numpy(gen.random((n, h, w)) < 0.4).to(torch.uint8)
         target = {"masks": tv_tensors.Mask(masks), "labels": torch.tensor(ids)}

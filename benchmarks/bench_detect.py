@@ -447,7 +447,7 @@ def plot(results: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     rows = list(results["recipes"].items())
-    fig, ax = plt.subplots(figsize=(9, 4.2))
+    fig, ax = plt.subplots(figsize=(10, 4.4))
     ys = [by.get("ratio") or 0 for _, by in rows]
     native = [by["ringloader"].get("native", False) for _, by in rows]
     colors = ["#1f77b4" if n else "#bbbbbb" for n in native]
@@ -460,7 +460,9 @@ def plot(results: dict, path: str) -> None:
         if recipe in TARGETS:
             ax.hlines(TARGETS[recipe], i - 0.3, i + 0.3, colors="#d62728")
     ax.axhline(1.0, color="black", lw=0.6)
-    labels = [f"{r}\n(fell back)" if not n else r for (r, _), n in zip(rows, native)]
+    # a long name on two lines: "segmentation-coco-v2" as "segmentation\ncoco-v2"
+    names = [r.replace("-", "\n", 1) for r, _ in rows]
+    labels = [f"{r}\n(fell back)" if not n else r for r, n in zip(names, native)]
     ax.set_xticks(range(len(rows)), labels, fontsize=8)
     ax.set_ylabel("ringloader ÷ torch img/s (median)")
     m = results["machine"]

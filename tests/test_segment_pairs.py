@@ -213,6 +213,28 @@ def _draw_below_the_top(self, image, target):
     return R.F.resize(image, side), R.F.resize(target, side, interpolation=nearest)
 
 
+def _flip_more_rarely(self, image, target):
+    if random.random() >= 0.8 * self.flip_prob:
+        return image, target
+    return R.F.hflip(image), R.F.hflip(target)
+
+
+def _shrink_nearest(self, image, target):
+    side = random.randint(self.min_size, self.max_size)
+    nearest = R.InterpolationMode.NEAREST
+    shrinks = min(R.F.get_image_size(image)) > side
+    how = nearest if shrinks else R.InterpolationMode.BILINEAR
+    return R.F.resize(image, side, interpolation=how), R.F.resize(
+        target, side, interpolation=nearest
+    )
+
+
+# Flips at 0.8 p: seen on the draws nearest p only.
+FlipsRarely = type(
+    "RandomHorizontalFlip", (R.RandomHorizontalFlip,), {"__call__": _flip_more_rarely}
+)
+# Shrinks nearest: seen on the large probe only.
+ShrinksNearest = type("RandomResize", (R.RandomResize,), {"__call__": _shrink_nearest})
 # Runs under torch's DataLoader (it takes the uint8 image), which the
 # reference's Normalize does not: its model raises on the probe.
 NormalizesBytes = type("Normalize", (R.Normalize,), {"__call__": _normalize_bytes})
@@ -276,6 +298,8 @@ TAIL = [R.PILToTensor(), R.ToDtype(torch.float, scale=True), R.Normalize(R.MEAN,
             1,
         ),
         (_with(SkipsTheTop(20, 60), *TAIL), "RandomResize does not do what", 1),
+        (_with(FlipsRarely(0.5), *TAIL), "RandomHorizontalFlip does not do", 1),
+        (_with(ShrinksNearest(40, 60), *TAIL), "RandomResize does not do what", 1),
     ],
 )
 def test_other_transforms_fall_back_saying_why(voc, preset, why, runs):
@@ -321,6 +345,18 @@ def test_masks_of_a_kind_not_read_natively_fall_back_at_once(tmp_path):
         loader = ringloader.DataLoader(ds, batch_size=3, collate_fn=items)
     ((_, mask), *_), *_ = list(loader)
     assert mask.dtype == torch.int64 and set(mask.unique().tolist()) <= {0, 1}
+
+
+def test_a_damaged_first_mask_is_left_to_its_batch(tmp_path):
+    """Only a kind of mask PNG falls back; a first mask that cannot be read
+    at all is that sample's error, skipped under on_error="skip"."""
+    root = write_voc(tmp_path, 4, seed=SEED)
+    ds = dataset(root, R.eval_preset(BASE))
+    with open(ds.masks[0], "r+b") as f:
+        f.truncate(60)
+    with pytest.warns(ringloader.DataWarning, match="mask cannot be read"):
+        batches = list(fused(ds, batch_size=4, collate_fn=items, on_error="skip"))
+    assert sum(len(b) for b in batches) == 3
 
 
 def test_the_probes_leave_the_global_generators_as_they_were(voc):

@@ -200,25 +200,31 @@ class SegmentationImages:
         self._split()
 
     def _first_mask(self) -> None:
-        """NotNative where the first mask PNG is of a kind the C core does
-        not read (RGB, 16-bit or 1-bit grey, grey with alpha): a dataset's
-        masks are of one kind, and these would fail each batch (a mask the
-        core cannot read later is a MaskError naming it)."""
-        from .. import _core
-
+        """NotNative where the first mask PNG's header says a kind the C
+        core does not read (RGB, 16-bit or 1-bit grey, grey with alpha): a
+        dataset's masks are of one kind, and these would fail each batch.
+        A mask that cannot be read at all is left to the batch that reads
+        it (a MaskError naming it, skipped under on_error="skip")."""
         paths = self.tables.mask_paths
         if paths is None or not len(paths):
             return
         try:
             with open(paths[0], "rb") as f:
-                _core.png_mask_size(f.read())
+                head = f.read(26)
         except OSError:
-            return  # the batch that reads it names it
-        except ValueError as e:
-            raise NotNative(
-                f"{paths[0]}: {e}; masks are read natively as palette or 8-bit "
-                "greyscale PNGs (torch's DataLoader reads these)"
-            ) from None
+            return
+        # the signature, then IHDR: length, type, width, height, depth, colour
+        if len(head) < 26 or head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+            return
+        depth, colour = head[24], head[25]
+        if colour == 3 or (colour == 0 and depth == 8):
+            return  # palette (any depth), 8-bit grey: what mask_from_png reads
+        kinds = {0: "greyscale", 2: "RGB", 4: "greyscale with alpha", 6: "RGBA"}
+        kind = f"{depth}-bit {kinds.get(colour, f'colour type {colour}')}"
+        raise NotNative(
+            f"{paths[0]}: the mask PNG is {kind}; masks are read natively as "
+            "palette or 8-bit greyscale PNGs (torch's DataLoader reads these)"
+        )
 
     def _split(self) -> None:
         """Reads the wrapper's transforms again where they changed."""
@@ -482,10 +488,7 @@ class SegmentationImages:
         try:
             if row not in t.problems:
                 return coco.merged(t, row, rows, cols, self._values or {}, self._fill)
-            inner = self.wrapper
-            if t.wrapped:
-                inner = object.__getattribute__(inner, "_dataset")
-            full = coco.through_objects(inner, t, row, (h, w), self._merge)
+            full = coco.through_objects(self.wrapper, t, row, (h, w), self._merge)
         except ValueError as e:
             raise MaskError(str(e)) from None
         return coco.sampled(full, rows, cols, self._fill)

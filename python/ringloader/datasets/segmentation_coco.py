@@ -15,8 +15,8 @@ An image whose annotations the tables refused (``DetectionTables.problems``:
 a bad bbox, area, id, category or segmentation) is made by the reference's
 own objects instead (:func:`through_objects`): its annotations as the COCO
 object gives them, through the user's filter and merge (or, wrapped, the
-wrapper's instance masks and the user's converter) on an image of its size,
-then sampled. The reference reads only what those objects read, so an
+wrapper's own target of them and the user's converter) on an image of its
+size, then sampled. The reference reads only what those objects read, so an
 annotation it never reads cannot fail the image; one it fails on is a
 ``ValueError`` naming the image, as under torch's DataLoader.
 """
@@ -76,46 +76,28 @@ def merged(
     return out
 
 
-def _instance_masks(anno: list, h: int, w: int) -> Any:
-    """The v2 wrapper's target of ``anno`` (masks and labels), as
-    ``wrap_dataset_for_transforms_v2`` makes it: each segmentation
-    decoded at (h, w) by pycocotools (a compressed RLE as it is, other
-    RLEs and polygons through ``frPyObjects``, polygons merged)."""
-    import torch
-    from pycocotools import mask as coco_mask
-    from torchvision import tv_tensors
-
-    if not anno:
-        return {}
-    each = []
-    for a in anno:
-        seg = a["segmentation"]
-        if isinstance(seg, dict) and not isinstance(seg["counts"], str):
-            seg = coco_mask.frPyObjects(seg, h, w)
-        elif isinstance(seg, list):
-            seg = coco_mask.merge(coco_mask.frPyObjects(seg, h, w))
-        each.append(torch.from_numpy(coco_mask.decode(seg)))
-    labels = torch.tensor([a["category_id"] for a in anno])
-    return {"masks": tv_tensors.Mask(torch.stack(each)), "labels": labels}
-
-
 def through_objects(
     dataset: Any, t: Any, row: int, size: tuple[int, int], objects: tuple
 ) -> np.ndarray:
     """Image ``row``'s full-size (h, w) uint8 mask as the reference's own
     ``objects`` make it (unwrapped: its filter and merge; wrapped: its
-    converter, after the wrapper's instance masks) from the annotations
-    the CocoDetection ``dataset``'s COCO object holds; ValueError naming
-    the image where they raise."""
+    converter, after the v2 wrapper's own target of the annotations, its
+    ``_wrapper``) from the annotations the CocoDetection's COCO object
+    holds (``dataset``: it, or its wrapper); ValueError naming the image
+    where they raise."""
     from PIL import Image
 
     h, w = size
+    inner = dataset
+    if t.wrapped:
+        inner = object.__getattribute__(dataset, "_dataset")
     image_id = int(t.image_ids[row])
-    anno = dataset.coco.loadAnns(dataset.coco.getAnnIds(imgIds=image_id))
+    anno = inner.coco.loadAnns(inner.coco.getAnnIds(imgIds=image_id))
     canvas = Image.new("L", (w, h))
     try:
-        if t.wrapped:
-            pair = objects[0](canvas, _instance_masks(anno, h, w))
+        if t.wrapped:  # the wrapper's own target of them, then the converter
+            sample = object.__getattribute__(dataset, "_wrapper")(row, (canvas, anno))
+            pair = objects[0](*sample)
         else:
             pair = objects[1](*objects[0](canvas, anno))
         return np.array(pair[1], dtype=np.uint8).reshape(h, w)

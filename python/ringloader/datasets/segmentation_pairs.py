@@ -213,7 +213,14 @@ def _flip(t: Any) -> _Step:
         return image, mask
 
     steps = [v2.RandomHorizontalFlip(min(max(p, 0.0), 1.0))]
-    both = _seeds_drawing(lambda r: r.random() < p, lambda r: r.random() >= p)
+    # the seeds whose draws lie nearest p on each side: a class flipping at
+    # another threshold shows on one of them
+    draws = [random.Random(k).random() for k in range(10_000)]
+    below = [k for k, r in enumerate(draws) if r < p]
+    above = [k for k, r in enumerate(draws) if r >= p]
+    both = tuple([max(below, key=draws.__getitem__)] if below else []) + tuple(
+        [min(above, key=draws.__getitem__)] if above else []
+    )
     return _Step("RandomHorizontalFlip", steps, model, seeds=both)
 
 
@@ -405,7 +412,8 @@ def _read(t: Any, coco: bool) -> _Step:
 
 def _probes(categories: Optional[list] = None) -> list[tuple[Any, Any]]:
     """The chains' starting pairs (a fixed generator of their own), as the
-    dataset gives them: an RGB image of a few sizes and a palette mask of
+    dataset gives them: an RGB image of a few sizes (one of 560 x 700, the
+    others 5-39 a side) and a palette mask of
     class indices and 255 (VOCSegmentation), or, given the ``categories``
     a COCO filter keeps (None: no filter), a list of annotations
     (CocoDetection): polygons, overlapping, and an uncompressed RLE, of
@@ -415,8 +423,10 @@ def _probes(categories: Optional[list] = None) -> list[tuple[Any, Any]]:
     gen = np.random.default_rng(20261205)
     palette = [v for i in range(256) for v in (i, 255 - i, (7 * i) % 256)]
     out = []
-    for _ in range(_CHAINS):
-        h, w = _side(gen)
+    for k in range(_CHAINS):
+        # the last chain's image large (a preset's resize shrinks it, as it
+        # shrinks most photos), the others small (it enlarges them)
+        h, w = (560, 700) if k == _CHAINS - 1 else _side(gen)
         pixels = gen.integers(0, 256, (h, w, 3), dtype=np.uint8)
         image = Image.fromarray(pixels, mode="RGB")
         if categories is not None:

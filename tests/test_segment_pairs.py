@@ -300,6 +300,16 @@ TAIL = [R.PILToTensor(), R.ToDtype(torch.float, scale=True), R.Normalize(R.MEAN,
         (_with(SkipsTheTop(20, 60), *TAIL), "RandomResize does not do what", 1),
         (_with(FlipsRarely(0.5), *TAIL), "RandomHorizontalFlip does not do", 1),
         (_with(ShrinksNearest(40, 60), *TAIL), "RandomResize does not do what", 1),
+        (
+            _with(
+                ShrinksNearest(260, 1040),
+                R.RandomHorizontalFlip(0.5),
+                R.RandomCrop(480),
+                *TAIL,
+            ),
+            "RandomResize does not do what",
+            0,  # the reference's sizes: too slow to run here
+        ),
     ],
 )
 def test_other_transforms_fall_back_saying_why(voc, preset, why, runs):
@@ -345,6 +355,17 @@ def test_masks_of_a_kind_not_read_natively_fall_back_at_once(tmp_path):
         loader = ringloader.DataLoader(ds, batch_size=3, collate_fn=items)
     ((_, mask), *_), *_ = list(loader)
     assert mask.dtype == torch.int64 and set(mask.unique().tolist()) <= {0, 1}
+
+
+def test_masks_that_are_not_pngs_fall_back(tmp_path):
+    """A BMP named .png: torch's DataLoader reads it through Pillow."""
+    root = write_voc(tmp_path, 2, seed=SEED)
+    ds = dataset(root, R.eval_preset(BASE))
+    for path in ds.masks:
+        PIL.Image.open(path).save(path, format="BMP")
+    with pytest.warns(ringloader.FallbackWarning, match="the mask is not a PNG"):
+        loader = ringloader.DataLoader(ds, batch_size=2, collate_fn=items)
+    assert len(list(loader)) == 1
 
 
 def test_a_damaged_first_mask_is_left_to_its_batch(tmp_path):

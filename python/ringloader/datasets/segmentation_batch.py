@@ -214,8 +214,13 @@ class SegmentationImages:
         except OSError:
             return
         # the signature, then IHDR: length, type, width, height, depth, colour
-        if len(head) < 26 or head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
-            return
+        if len(head) >= 8 and head[:8] != b"\x89PNG\r\n\x1a\n":
+            raise NotNative(
+                f"{paths[0]}: the mask is not a PNG; masks are read natively as "
+                "palette or 8-bit greyscale PNGs (torch's DataLoader reads others)"
+            )
+        if len(head) < 26 or head[12:16] != b"IHDR":
+            return  # cut short or damaged: the batch that reads it names it
         depth, colour = head[24], head[25]
         if colour == 3 or (colour == 0 and depth == 8):
             return  # palette (any depth), 8-bit grey: what mask_from_png reads
@@ -266,6 +271,14 @@ class SegmentationImages:
                     "which the reference's CocoDetectionToVOCSegmentation merges "
                     "(it wraps with target_keys={'masks', 'labels'})"
                 )
+            try:  # what an image with refused annotations is made through
+                object.__getattribute__(self.wrapper, "_wrapper")
+            except AttributeError:
+                raise NotNative(
+                    f"{name}: this torchvision's v2 wrapper has no _wrapper, "
+                    "through which ringloader makes an image's mask where its "
+                    "annotations are refused"
+                ) from None
             self._values, first, rest = coco_v2(given)
             self._merge = (first,)
             steps = [t for r in rest for t in _steps(r, name)]

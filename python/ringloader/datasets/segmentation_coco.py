@@ -94,10 +94,11 @@ def through_objects(
     image_id = int(t.image_ids[row])
     anno = inner.coco.loadAnns(inner.coco.getAnnIds(imgIds=image_id))
     canvas = Image.new("L", (w, h))
+    # the v2 wrapper's own target function (segmentation_batch checked it is there)
+    target_of = object.__getattribute__(dataset, "_wrapper") if t.wrapped else None
     try:
-        if t.wrapped:  # the wrapper's own target of them, then the converter
-            sample = object.__getattribute__(dataset, "_wrapper")(row, (canvas, anno))
-            pair = objects[0](*sample)
+        if target_of is not None:  # the wrapper's target of them, then the converter
+            pair = objects[0](*target_of(row, (canvas, anno)))
         else:
             pair = objects[1](*objects[0](canvas, anno))
         return np.array(pair[1], dtype=np.uint8).reshape(h, w)

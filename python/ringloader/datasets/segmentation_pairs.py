@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import numbers
 import random
 from typing import Any, Callable, Optional
@@ -142,6 +143,12 @@ class _Step:
     seeds: tuple = ()
 
 
+@functools.lru_cache(maxsize=1)
+def _first_draws() -> tuple:
+    """The first ``random()`` of Python's generator seeded 0..9,999."""
+    return tuple(random.Random(k).random() for k in range(10_000))
+
+
 def _seeds_drawing(*wanted: Callable[[random.Random], bool]) -> tuple:
     """For each test in ``wanted``, the first seed whose Python generator's
     next draws pass it (none where none of 10,000 does)."""
@@ -215,7 +222,7 @@ def _flip(t: Any) -> _Step:
     steps = [v2.RandomHorizontalFlip(min(max(p, 0.0), 1.0))]
     # the seeds whose draws lie nearest p on each side: a class flipping at
     # another threshold shows on one of them
-    draws = [random.Random(k).random() for k in range(10_000)]
+    draws = _first_draws()
     below = [k for k, r in enumerate(draws) if r < p]
     above = [k for k, r in enumerate(draws) if r >= p]
     both = tuple([max(below, key=draws.__getitem__)] if below else []) + tuple(
@@ -561,7 +568,8 @@ def _check(
     given: Any, objects: list, steps: list[_Step], categories: Optional[list]
 ) -> None:
     """Each object beside its reading on the probe chains (a step with
-    edge ``seeds`` also alone on each, on the first chain), then the whole
+    edge ``seeds`` also alone on each, on the first chain's pair and the
+    large last one's), then the whole
     ``given`` beside the chain; NotNative naming the first difference."""
     import torch
 
@@ -570,7 +578,8 @@ def _check(
             _seeded(seed)
             pair = start
             for t, step in zip(objects, steps):
-                if seed == 0 and step.seeds:  # the step alone, at its edges
+                # the step alone, at its edges, on a small pair and the large
+                if seed in (0, _CHAINS - 1) and step.seeds:
                     draws = random.getstate(), torch.get_rng_state()
                     for edge in step.seeds:
                         _seeded(edge)

@@ -15,9 +15,9 @@ user's classes, of no library, so they are recognised by what they do:
    the steps below;
 3. each of those is run on probe pairs (the chain of the steps before
    it), then its reading, with the same draws; and the whole object is
-   run beside the chain. Every image and mask must be equal, type,
-   dtype, size and values. The global generators (``random``, NumPy's,
-   torch's) are left as they were found.
+   run beside the chain (:mod:`.segmentation_probes`). Every image and
+   mask must be equal, type, dtype, size and values. The global
+   generators (``random``, NumPy's, torch's) are left as they were found.
 
 The steps, and the v2 steps the pixels are fused as:
 
@@ -52,7 +52,6 @@ image, is not read (:class:`~.detection_batch.NotNative`, naming why).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import numbers
@@ -61,13 +60,13 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from . import segmentation_probes as probes
 from .detection_batch import NotNative
 
 __all__ = ["PairSteps", "read_pairs"]
 
-_MASK_FILL = 255  # the reference's RandomCrop pads masks with it
-_CHAINS = 6  # probe chains, each its own seed and starting pair
-_WHERE = "the dataset's transforms"
+_MASK_FILL = probes.MASK_FILL  # the reference's RandomCrop pads masks with it
+_WHERE = probes.WHERE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,13 +165,6 @@ def _int(value: Any) -> Optional[int]:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         return None
     return int(value)
-
-
-def _side(gen: Any) -> tuple[int, int]:
-    """A probe's (h, w): 5..39 pixels a side, neither side over twice the
-    other (a long probe would make a resize to the preset's size long)."""
-    h = int(gen.integers(5, 40))
-    return h, int(gen.integers(max(5, (h + 1) // 2), min(40, 2 * h + 1)))
 
 
 def _resize(t: Any) -> _Step:
@@ -417,185 +409,6 @@ def _read(t: Any, coco: bool) -> _Step:
     return reader(t)
 
 
-def _probes(categories: Optional[list] = None) -> list[tuple[Any, Any]]:
-    """The chains' starting pairs (a fixed generator of their own), as the
-    dataset gives them: an RGB image of a few sizes (one of 560 x 700, the
-    others 5-39 a side) and a palette mask of
-    class indices and 255 (VOCSegmentation), or, given the ``categories``
-    a COCO filter keeps (None: no filter), a list of annotations
-    (CocoDetection): polygons, overlapping, and an uncompressed RLE, of
-    categories kept and not."""
-    from PIL import Image
-
-    gen = np.random.default_rng(20261205)
-    palette = [v for i in range(256) for v in (i, 255 - i, (7 * i) % 256)]
-    out = []
-    for k in range(_CHAINS):
-        # the last chain's image large (a preset's resize shrinks it, as it
-        # shrinks most photos), the others small (it enlarges them)
-        h, w = (560, 700) if k == _CHAINS - 1 else _side(gen)
-        pixels = gen.integers(0, 256, (h, w, 3), dtype=np.uint8)
-        image = Image.fromarray(pixels, mode="RGB")
-        if categories is not None:
-            out.append((image, _annotations(gen, h, w, categories)))
-            continue
-        classes = gen.integers(0, 22, (h, w), dtype=np.uint8)
-        classes[gen.random((h, w)) < 0.1] = _MASK_FILL
-        mask = Image.fromarray(classes, mode="P")
-        mask.putpalette(palette)
-        out.append((image, mask))
-    return out
-
-
-def _annotations(gen: Any, h: int, w: int, categories: Optional[list]) -> list:
-    """1-5 COCO annotations on an h x w image: star polygons (one of two
-    parts), the last an iscrowd RLE (counts of a random mask, column by
-    column from a run of zeros)."""
-    ids = list(categories or []) + [1, 2, 3, 500] + _unlisted(categories or [])
-    anno: list = []
-    for k in range(int(gen.integers(1, 6))):
-        cid = int(ids[int(gen.integers(len(ids)))])
-        if k == 3:
-            cells = (gen.random((h, w)) < 0.3).flatten(order="F")
-            edges = np.flatnonzero(np.diff(np.concatenate([[0], cells, [2]])))
-            counts = np.diff(np.concatenate([[0], edges])).tolist()
-            counts[-1] = len(cells) - sum(counts[:-1])
-            seg: Any = {"counts": counts, "size": [h, w]}
-        else:
-            seg = [_star(gen, h, w) for _ in range(int(gen.integers(1, 3)))]
-        anno.append({"segmentation": seg, "category_id": cid, "iscrowd": int(k == 3)})
-    return anno
-
-
-def _unlisted(ids: list) -> list:
-    """Ids a filter of ``ids`` drops that look like kept ones: the smallest
-    non-negative one not listed, and one between the listed."""
-    listed = {int(i) for i in ids}
-    out = [min(set(range(len(listed) + 1)) - listed)]
-    between = [i + 1 for i in sorted(listed) if i + 1 not in listed]
-    return out + between[:1]
-
-
-def _star(gen: Any, h: int, w: int) -> list:
-    cx, cy = gen.uniform(0, w), gen.uniform(0, h)
-    angles = np.sort(gen.uniform(0, 2 * np.pi, int(gen.integers(3, 8))))
-    radii = gen.uniform(1, max(h, w) / 2, len(angles))
-    xs = np.clip(cx + radii * np.cos(angles), 0, w)
-    ys = np.clip(cy + radii * np.sin(angles), 0, h)
-    return [float(v) for xy in zip(xs, ys) for v in xy]
-
-
-def _same(a: Any, b: Any) -> bool:
-    import torch
-    from PIL import Image
-
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, Image.Image):
-        return a.mode == b.mode and a.size == b.size and np.array_equal(a, b)
-    if isinstance(a, torch.Tensor):
-        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    return isinstance(a, list) and a == b  # COCO's annotations
-
-
-def _seeded(seed: int) -> None:
-    """Seeds Python's and torch's CPU generator (torch.manual_seed would
-    reseed the GPUs' too, which fork_rng(devices=[]) does not restore)."""
-    import torch
-
-    random.seed(seed)
-    torch.default_generator.manual_seed(seed)
-
-
-def _run(fn: Callable[..., Any], pair: tuple[Any, Any], who: str) -> tuple[Any, Any]:
-    """``fn`` (the user's objects, ``who``) on a probe ``pair``: the pair it
-    returns, or NotNative where it raises or returns something else."""
-    try:
-        out = fn(*pair)
-    except Exception as e:  # noqa: BLE001 - the user's objects
-        raise NotNative(
-            f"{who} raised {type(e).__name__} on a probe pair ({e})"
-        ) from None
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise NotNative(
-            f"{who}: called on an image and a target, it does not return the two"
-        )
-    return out
-
-
-@contextlib.contextmanager
-def _generators_kept() -> Any:
-    """The global generators (Python's, NumPy's, torch's) as they were
-    found once the block ends, however it ends: the user's classes draw."""
-    import torch
-
-    state = random.getstate(), np.random.get_state()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            yield
-    finally:
-        random.setstate(state[0])
-        np.random.set_state(state[1])
-
-
-def _beside(t: Any, step: _Step, pair: tuple[Any, Any]) -> tuple[Any, Any]:
-    """The user's ``t`` on ``pair``, then ``step``'s model with the same
-    draws (the generators left as ``t`` left them); what ``t`` gave, or
-    NotNative where it raises or the two differ."""
-    import torch
-
-    draws = random.getstate(), torch.get_rng_state()
-    theirs = _run(t, pair, f"{_WHERE}: {step.name}")
-    after = random.getstate(), torch.get_rng_state()
-    random.setstate(draws[0])
-    torch.set_rng_state(draws[1])
-    try:
-        ours = step.model(*pair)
-    except Exception:  # noqa: BLE001 - the reference's would raise here
-        ours = None
-    random.setstate(after[0])
-    torch.set_rng_state(after[1])
-    if ours is None or not all(map(_same, theirs, ours)):
-        raise NotNative(
-            f"{_WHERE}: {step.name} does not do what the segmentation reference's "
-            "does (its image or mask differs on a probe pair), so it is not read "
-            "natively"
-        )
-    return theirs
-
-
-def _check(
-    given: Any, objects: list, steps: list[_Step], categories: Optional[list]
-) -> None:
-    """Each object beside its reading on the probe chains (a step with
-    edge ``seeds`` also alone on each, on the first chain's pair and the
-    large last one's), then the whole
-    ``given`` beside the chain; NotNative naming the first difference."""
-    import torch
-
-    with _generators_kept():
-        for seed, start in enumerate(_probes(categories)):
-            _seeded(seed)
-            pair = start
-            for t, step in zip(objects, steps):
-                # the step alone, at its edges, on a small pair and the large
-                if seed in (0, _CHAINS - 1) and step.seeds:
-                    draws = random.getstate(), torch.get_rng_state()
-                    for edge in step.seeds:
-                        _seeded(edge)
-                        _beside(t, step, pair)
-                    random.setstate(draws[0])
-                    torch.set_rng_state(draws[1])
-                pair = _beside(t, step, pair)
-            _seeded(seed)
-            whole = _run(given, start, _WHERE)
-            if not all(map(_same, whole, pair)):
-                raise NotNative(
-                    f"{_WHERE}: called whole, they do not give what their steps "
-                    "give in order, so they are not read natively"
-                )
-
-
 def read_pairs(given: Any, coco: bool = False) -> PairSteps:
     """The unwrapped VOCSegmentation's ``transforms`` ``given`` (the
     reference's v1 preset), or with ``coco`` the unwrapped CocoDetection's
@@ -633,7 +446,7 @@ def read_pairs(given: Any, coco: bool = False) -> PairSteps:
             f"{_WHERE} resize the mask both as a PIL image and as a tensor "
             "(before and after PILToTensor), whose nearest pixels differ"
         )
-    _check(given, objects, steps, None if values is None else list(values))
+    probes.check(given, objects, steps, None if values is None else list(values))
     flat = [v2 for s in steps for v2 in s.steps]
     merge = tuple(objects[:2]) if coco else ()
     return PairSteps(flat, resized != {False}, _MASK_FILL, values, merge)
@@ -690,15 +503,15 @@ def coco_v2(given: Any) -> tuple[dict, Any, list]:
         )
     lut = dict(lut)
     step = _Step(_V2_MERGE, [], _v2_merge_model(lut))
-    with _generators_kept():
-        for k, start in enumerate(_v2_probes(list(lut))):
-            _seeded(k)
-            pair = _beside(first, step, start)
+    with probes.generators_kept():
+        for k, start in enumerate(probes.v2_samples(list(lut))):
+            probes.seeded(k)
+            pair = probes.beside(first, step, start)
             for t in objects[1:]:  # the v2 preset: torchvision's own objects
-                pair = _run(t, pair, f"{_WHERE}: {type(t).__name__}")
-            _seeded(k)
-            whole = _run(given, start, _WHERE)
-            if not all(map(_same, whole, pair)):
+                pair = probes.run(t, pair, f"{_WHERE}: {type(t).__name__}")
+            probes.seeded(k)
+            whole = probes.run(given, start, _WHERE)
+            if not all(map(probes.same, whole, pair)):
                 raise NotNative(
                     f"{_WHERE}: called whole, they do not give what their steps "
                     "give in order, so they are not read natively"
@@ -726,28 +539,3 @@ def _v2_merge_model(lut: dict) -> Callable[[Any, Any], tuple[Any, Any]]:
         return image, tv_tensors.Mask(merged)
 
     return model
-
-
-def _v2_probes(labels: list) -> list[tuple[Any, Any]]:
-    """(PIL image, the v2 wrapper's target) samples: instance masks that
-    overlap, of labels mapped and not, one with none kept, one without
-    masks (an image with no annotations)."""
-    import torch
-    from PIL import Image
-    from torchvision import tv_tensors
-
-    gen = np.random.default_rng(20261205)
-    out = []
-    for k in range(_CHAINS):
-        h, w = _side(gen)
-        image = Image.fromarray(gen.integers(0, 256, (h, w, 3), dtype=np.uint8))
-        if k == 0:
-            out.append((image, {"image_id": 1}))
-            continue
-        n = int(gen.integers(1, 5))
-        pool = [900, 901] if k == 1 else labels[:8] + [900] + _unlisted(labels)
-        ids = [int(pool[int(gen.integers(len(pool)))]) for _ in range(n)]
-        masks = torch.from_numpy(gen.random((n, h, w)) < 0.4).to(torch.uint8)
-        target = {"masks": tv_tensors.Mask(masks), "labels": torch.tensor(ids)}
-        out.append((image, target))
-    return out

@@ -30,6 +30,7 @@ from .base import Remote, Sources, provides_sources, sources_of
 from .cache import StringBlob, join_blobs
 from .detection_batch import NotNative, detection_stand_in
 from .segmentation_batch import segmentation_stand_in
+from .segmentation_pairs import coco_pairs
 from .remote_parts import objects_of
 from .timmdata import readable
 
@@ -43,12 +44,15 @@ class UnreadableComposition(TypeError):
 
 def _leaf(dataset: Any) -> Any:
     """What the loader reads for a dataset of files: a wrapped
-    CocoDetection's images and tables (:mod:`.detection_batch`), a wrapped
-    VOCSegmentation's (:mod:`.segmentation_batch`), else the dataset.
+    CocoDetection's images and tables (:mod:`.detection_batch`), a
+    VOCSegmentation's or the segmentation reference's COCO dataset's
+    (:mod:`.segmentation_batch`), else the dataset.
     UnreadableComposition for a detection or segmentation dataset that is
     not read natively, with the reason."""
     try:
-        return segmentation_stand_in(detection_stand_in(dataset))
+        # the segmentation reference's COCO datasets go past the detection
+        # reader to the segmentation one
+        return segmentation_stand_in(detection_stand_in(dataset, coco_pairs))
     except NotNative as e:
         raise UnreadableComposition(str(e)) from None
 

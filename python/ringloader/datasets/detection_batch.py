@@ -46,7 +46,7 @@ dataset raises :class:`~.composed.UnreadableComposition` saying so, and
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -692,9 +692,13 @@ def _refuse_coco_subclass(dataset: Any) -> None:
     )
 
 
-def detection_stand_in(dataset: Any) -> Any:
+def detection_stand_in(
+    dataset: Any, passes: Optional[Callable[[Any], Any]] = None
+) -> Any:
     """A :class:`DetectionImages` for a wrapped CocoDetection (made once
-    per dataset), else ``dataset``. Raises :class:`NotNative` for a
+    per dataset), else ``dataset``; also ``dataset`` itself, its tables
+    kept on it, for a CocoDetection whose ``transforms`` ``passes`` says
+    another reader takes. Raises :class:`NotNative` for a
     detection or segmentation dataset that is not read natively yet. The
     tables are built once per dataset and kept on it, also when it is not
     read natively (DataLoader asks several times before it falls back)."""
@@ -720,10 +724,8 @@ def detection_stand_in(dataset: Any) -> Any:
         return dataset  # segmentation_batch.segmentation_stand_in reads it
     if tables.kind != "coco":
         raise NotNative("VOCDetection is not read natively yet (only CocoDetection)")
-    from .segmentation_pairs import coco_pairs
-
-    if coco_pairs(getattr(dataset, "transforms", None)) is not None:
-        return dataset  # the segmentation reference's: segmentation_stand_in
+    if passes is not None and passes(getattr(dataset, "transforms", None)):
+        return dataset  # another reader's (the segmentation reference's COCO)
     if not tables.wrapped:
         raise NotNative(
             "a CocoDetection not wrapped by wrap_dataset_for_transforms_v2 gives "

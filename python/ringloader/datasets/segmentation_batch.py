@@ -547,7 +547,7 @@ def segmentation_stand_in(dataset: Any) -> Any:
     kept = getattr(dataset, "__dict__", {})
     tables = kept.get("_ringloader_tables")
     if tables is None or tables.kind not in ("voc_segmentation", "coco"):
-        return dataset  # detection_stand_in passes on the reference's COCO only
+        return dataset  # detection_stand_in passed on the reference's COCO only
     out = kept.get("_ringloader_segmentation")
     if out is None:
         out = kept["_ringloader_segmentation"] = SegmentationImages(dataset, tables)

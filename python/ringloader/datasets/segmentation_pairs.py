@@ -137,7 +137,6 @@ class _Step:
     resizes: bool = False
     converts: bool = False
     values: Optional[dict] = None  # a category filter's
-    merges: bool = False  # COCO's annotations made one mask
     # seeds whose draws are the step's edge cases, each probed on its own
     seeds: tuple = ()
 
@@ -351,7 +350,7 @@ def _merge(t: Any) -> _Step:
             merged[masks.sum(axis=0) > 1] = _MASK_FILL
         return image, Image.fromarray(merged)
 
-    return _Step("ConvertCocoPolysToMask", [], model, merges=True)
+    return _Step("ConvertCocoPolysToMask", [], model)
 
 
 # class name -> (the attributes it must have, its reader)

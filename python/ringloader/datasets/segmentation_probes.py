@@ -53,12 +53,11 @@ def _side(gen: Any) -> tuple[int, int]:
 
 def probe_pairs(categories: Optional[list] = None) -> list[tuple[Any, Any]]:
     """The chains' starting pairs (a fixed generator of their own), as the
-    dataset gives them: an RGB image of a few sizes (one of 560 x 700, the
-    others 5-39 a side) and a palette mask of
-    class indices and 255 (VOCSegmentation), or, given the ``categories``
-    a COCO filter keeps (None: no filter), a list of annotations
-    (CocoDetection): polygons, overlapping, and an uncompressed RLE, of
-    categories kept and not."""
+    dataset gives them: an RGB image (one of 560 x 700, the others 5-39
+    pixels a side) and a palette mask of class indices and 255
+    (VOCSegmentation), or, given the ``categories`` a COCO filter keeps
+    (None: no filter), a list of annotations (CocoDetection): polygons,
+    overlapping, and an uncompressed RLE, of categories kept and not."""
     from PIL import Image
 
     gen = np.random.default_rng(20261205)
@@ -111,6 +110,7 @@ def _unlisted(ids: list) -> list:
 
 
 def _star(gen: Any, h: int, w: int) -> list:
+    """A polygon of 3-7 points around a random centre, inside the image."""
     cx, cy = gen.uniform(0, w), gen.uniform(0, h)
     angles = np.sort(gen.uniform(0, 2 * np.pi, int(gen.integers(3, 8))))
     radii = gen.uniform(1, max(h, w) / 2, len(angles))
@@ -120,6 +120,9 @@ def _star(gen: Any, h: int, w: int) -> list:
 
 
 def same(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same image, mask or annotations:
+    one type, and PIL images of one mode, size and pixels, tensors of one
+    dtype, shape and values, or equal lists."""
     import torch
     from PIL import Image
 

@@ -59,8 +59,13 @@ LAYERS: list[list[str]] = [
     # detection_batch: a wrapped CocoDetection as image files and each
     # batch's targets
     ["datasets.detection_batch"],
-    # segmentation_batch: a wrapped VOCSegmentation as image files and each
-    # batch's masks
+    # the segmentation reference's own classes: segmentation_probes runs the
+    # user's objects beside their readings, segmentation_pairs reads them,
+    # segmentation_coco makes its COCO masks at the output pixels
+    ["datasets.segmentation_probes", "datasets.segmentation_coco"],
+    ["datasets.segmentation_pairs"],
+    # segmentation_batch: a VOCSegmentation (or the reference's COCO
+    # dataset) as image files and each batch's masks
     ["datasets.segmentation_batch"],
     # remote_parts: the objects of a composition's remote datasets, as
     # one table; composed: Subset and ConcatDataset as a table of files

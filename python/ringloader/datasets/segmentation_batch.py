@@ -245,11 +245,16 @@ class SegmentationImages:
         """The fused transform, the mask's fill and its conversions, whether
         the plan draws and the image's type, from the transforms ``given``;
         NotNative where they are not followed."""
+        from ..adapt.torchvision_pad import PadIfSmallerCrop, pad_if_smaller_pairs
+
         if not self.tables.wrapped:  # the reference's own pair transforms
             from .segmentation_pairs import read_pairs
 
             pairs = read_pairs(given, coco=self.tables.kind == "coco")
-            self._compile(pairs.steps, "the dataset's transforms")
+            steps, why_pad = pad_if_smaller_pairs(pairs.steps)
+            if why_pad is not None:
+                raise NotNative(f"the dataset's transforms: {why_pad}")
+            self._compile(steps, "the dataset's transforms")
             self._fill, self._pil, self._mask_steps = pairs.fill, pairs.pil, None
             self._values, self._merge = pairs.values, pairs.merge
             self._image_type = None
@@ -257,8 +262,6 @@ class SegmentationImages:
             return
         from torchvision import tv_tensors
         from torchvision.transforms import v2
-
-        from ..adapt.torchvision_pad import PadIfSmallerCrop, pad_if_smaller_pairs
 
         name = self._name()
         if self.tables.kind == "coco":  # the reference's --use-v2 COCO
@@ -328,16 +331,13 @@ class SegmentationImages:
         self._given = given
 
     def _compile(self, steps: list, where: str) -> None:
-        """``steps`` as the pixels' Compose (``_head``), fused whole, or
-        NotNative naming ``where`` they are."""
+        """``steps`` (each PadIfSmaller already paired with its crop) as the
+        pixels' Compose (``_head``), fused whole, or NotNative naming
+        ``where`` they are."""
         from torchvision.transforms import v2
 
-        from ..adapt.torchvision_pad import pad_if_smaller_pairs
         from ..transforms import UnsupportedTransform, compile_transform
 
-        steps, why_pad = pad_if_smaller_pairs(steps)
-        if why_pad is not None:
-            raise NotNative(f"{where}: {why_pad}")
         head = v2.Compose(steps)
         try:
             compiled = compile_transform(head, varying=True)

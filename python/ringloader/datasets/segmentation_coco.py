@@ -32,7 +32,12 @@ __all__ = ["merged", "through_objects"]
 
 def sampled(full: np.ndarray, rows: np.ndarray, cols: np.ndarray, fill: int) -> Any:
     """The (h, w) mask ``full`` taken at ``rows`` and ``cols`` (-1: ``fill``)."""
-    out = full[np.maximum(rows, 0)][:, np.maximum(cols, 0)]
+    return padded(full[np.maximum(rows, 0)][:, np.maximum(cols, 0)], rows, cols, fill)
+
+
+def padded(out: np.ndarray, rows: np.ndarray, cols: np.ndarray, fill: int) -> Any:
+    """``out`` (taken at ``rows`` x ``cols``) with ``fill`` where either map
+    is -1 (padding), in place."""
     out[rows < 0, :] = fill
     out[:, cols < 0] = fill
     return out
@@ -71,9 +76,7 @@ def merged(
         np.maximum(out, m * np.uint8(value), out=out)
         count += m
     out[count > 1] = 255
-    out[rows < 0, :] = fill
-    out[:, cols < 0] = fill
-    return out
+    return padded(out, rows, cols, fill)
 
 
 def through_objects(
@@ -101,7 +104,7 @@ def through_objects(
             pair = objects[0](*target_of(row, (canvas, anno)))
         else:
             pair = objects[1](*objects[0](canvas, anno))
-        return np.array(pair[1], dtype=np.uint8).reshape(h, w)
+        return np.asarray(pair[1], dtype=np.uint8).reshape(h, w)
     except Exception as e:  # noqa: BLE001 - the user's objects, as torch runs them
         raise ValueError(
             f"{t.source}: image {t.paths[row]} (id {image_id}): making its mask "

@@ -40,7 +40,7 @@ DEMO_IMAGES ?= 2000
 DEMO_PLOT ?= benchmarks/out/demo.png
 
 .PHONY: demo test install install-test deps venv test-asan fuzz lint format wheel sdist \
-	check-aarch64 docs
+	check-aarch64 docs gpu-kit gpu-wheels
 
 # .venv is made once and its packages installed again when
 # requirements-dev.txt changes; the stamp says the install went through.
@@ -160,6 +160,22 @@ check-aarch64:
 wheel: deps
 	$(PY) -m pip install -q -r packaging/requirements.txt
 	$(WERROR) $(PY) packaging/wheels.py
+
+# What the GPU run (benchmarks/gpu/run.py) carries to a GPU machine that has
+# no package registry, all in dist/: ringloader's wheel, and in dist/gpu/
+# the CPython 3.12 manylinux wheels of the test packages that machine's
+# image may lack (pycocotools, at its pin). run.py --check-kit then says
+# which ringloader wheel a CPython 3.12 there would install, or fails.
+GPU_WHEELS = pycocotools==$(shell sed -n 's/^pycocotools==//p' $(REQUIREMENTS))
+gpu-kit: wheel gpu-wheels
+
+gpu-wheels: deps
+	rm -rf dist/gpu
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp --platform manylinux_2_28_x86_64 \
+		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d dist/gpu $(GPU_WHEELS)
+	$(PY) benchmarks/gpu/run.py --check-kit
 
 # The documentation site, from docs/ (mkdocs.yml; docs/hooks.py brings in
 # the README as its front page, CONTRIBUTING.md, and the benchmarks' results

@@ -15,23 +15,39 @@ from torchvision.transforms.v2 import functional as F
 
 
 class PadIfSmaller(v2.Transform):
+    """Pads each input to at least ``size`` rows and columns, adding them at
+    the bottom and right only. ``fill`` is one value for every input, or a
+    dict by input type with ``"others"`` for the rest; it is kept as such a
+    dict in ``self.fill``, as v2's own transforms keep theirs."""
+
     def __init__(self, size, fill=0):
         super().__init__()
         self.size = size
-        self.fill = v2._utils._setup_fill_arg(fill)
+        per_type = dict(fill) if isinstance(fill, dict) else {"others": fill}
+        self.fill = {key: _as_fill(value) for key, value in per_type.items()}
 
     def make_params(self, flat_inputs):
-        _, height, width = v2._utils.query_chw(flat_inputs)
-        padding = [0, 0, max(self.size - width, 0), max(self.size - height, 0)]
-        return dict(padding=padding, needs_padding=any(padding))
+        rows, cols = v2.query_size(flat_inputs)
+        return {
+            "bottom": max(self.size - rows, 0),
+            "right": max(self.size - cols, 0),
+        }
 
     def transform(self, inpt, params):
-        if not params["needs_padding"]:
+        if params["bottom"] == 0 and params["right"] == 0:
             return inpt
-        fill = v2._utils._get_fill(self.fill, type(inpt))
+        value = self.fill.get(type(inpt), self.fill.get("others"))
         return F.pad(
-            inpt, padding=params["padding"], fill=v2._utils._convert_fill_arg(fill)
+            inpt, padding=[0, 0, params["right"], params["bottom"]], fill=value
         )
+
+
+def _as_fill(value):
+    """A fill as v2's transforms hold one: None, a number, or a list of
+    floats (one a channel)."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    return [float(v) for v in value]
 
 
 class CocoDetectionToVOCSegmentation(v2.Transform):

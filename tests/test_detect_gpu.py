@@ -364,6 +364,35 @@ def test_ctrl_c_in_the_spill_allocator_is_raised(fake, coco, sig, exc):
     assert r["host"] == r["dev"] == r["events"] == 0, r
 
 
+REPLACED = """
+loader = ringloader.DataLoader(coco(UINT8), device="cuda", **KW)
+gpu = loader._gpu
+natively = len(list(loader))
+ds = loader.dataset
+ds.transforms = v2.Compose([v2.ToImage(), v2.Lambda(lambda x: x)])
+want = list(torch.utils.data.DataLoader(ds, batch_size=4, collate_fn=collate_fn))
+bad = images = 0
+for (wi, wt), (gi, gt) in zip(want, loader):
+    for a, b in zip(wi, gi):
+        images += 1
+        bad += not gpu.placed(b) or not torch.equal(a, b)
+    bad += not all(same_target(g, w, gpu) for g, w in zip(gt, wt))
+loader.close()
+del gi, gt, b
+report(bad=bad, images=images, natively=natively)
+"""
+
+
+def test_an_epoch_read_by_torchs_dataloader_is_placed_on_the_device(fake, coco):
+    """The dataset's transforms replaced by ones not run natively: that
+    epoch is torch's DataLoader's (test_transforms_replaced.py), each of
+    its images and targets placed on the device; nothing is left after."""
+    r = run(fake, coco, REPLACED, FAKE_CUDA_DELAY_US=5000)
+    assert r["natively"] == 5 and r["images"] == 18 and r["bad"] == 0, r
+    assert r["violations"] == 0, r
+    assert r["host"] == 0 and r["dev"] == 0 and r["streams"] == 1, r
+
+
 SEGMENTATION = """
 root = sys.argv[1]
 tf = v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float, scale=True)])

@@ -42,3 +42,37 @@ def test_the_gpu_run_dry_run(tmp_path):
     train = results["train"]["result"]
     assert train["resnet18/ringloader_host"]["images_per_s"] > 0, train
     assert (out / "GPU.md").read_text().startswith("# ringloader on a GPU (DRY RUN")
+    # Every GPU test file is collected (each skips itself without a GPU).
+    tests = results["tests"]["result"]
+    assert tests["rc"] == 0 and not tests["failed"], tests
+    log = (out / "tests.log").read_text()
+    for name in ("test_cuda.py", "test_cuda_detect.py"):
+        assert f"] {name}:" in log, log  # -rs: "SKIPPED [n] file:line: why"
+
+
+def _run_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_run", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_run_installs_the_wheel_make_wheel_builds_on_the_gpu_machine():
+    """The GPU machine's CPython 3.12 installs the abi3 wheel ``make wheel``
+    builds (cp311-abi3, named as auditwheel names it); a wheel of another
+    package, platform or a newer CPython is passed over; a closer tag wins,
+    as pip chooses."""
+    run = _run_module()
+    tags = run.gpu_tags()
+    abi3 = "ringloader-0.1.0-cp311-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
+    others = [
+        "pycocotools-2.0.11-cp312-abi3-manylinux2014_x86_64.whl",
+        "ringloader-0.1.0-cp311-abi3-manylinux_2_17_aarch64.whl",
+        "ringloader-0.1.0-cp313-cp313-manylinux_2_17_x86_64.whl",
+    ]
+    assert run.pick_wheel([*others, abi3], tags) == abi3
+    assert run.pick_wheel(others, tags) is None
+    own = "ringloader-0.1.0-cp312-cp312-manylinux_2_28_x86_64.whl"
+    assert run.pick_wheel([abi3, own], tags) == own

@@ -96,8 +96,18 @@ LAYERS: list[list[str]] = [
     # closed, one thread at a time); _plan: a transform split between the
     # C core and a Python tail; _gpu: device buffers and streams; _meter:
     # stats; _order: the built-in shuffle, a keyed bijection of [0, n);
-    # _stream_order: the streaming order of a shard set
-    ["_keys", "_epoch_iterator", "_plan", "_gpu", "_meter", "_order", "_stream_order"],
+    # _stream_order: the streaming order of a shard set; _torch_epoch: an
+    # epoch read by torch's DataLoader
+    [
+        "_keys",
+        "_epoch_iterator",
+        "_plan",
+        "_gpu",
+        "_meter",
+        "_order",
+        "_stream_order",
+        "_torch_epoch",
+    ],
     # which batches each epoch yields: built-in orders, sharding over
     # ranks, the user's samplers (with the random keys they draw)
     ["_sampling"],

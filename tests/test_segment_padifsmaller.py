@@ -1,9 +1,9 @@
 """The segmentation reference's train preset as it is written for v2
 (``--use-v2``): its own ``PadIfSmaller(crop_size, fill={Mask: 255,
 "others": 0})`` (``references/segmentation/v2_extras.py``, not on PyPI:
-``benchmarks/reference_extras.py`` writes it as the reference does, a
-v2.Transform padding the missing rows and columns at the bottom and
-right) before
+``benchmarks/reference_extras.py`` writes one that behaves as the
+reference's, a v2.Transform padding the missing rows and columns at the
+bottom and right) before
 ``RandomCrop(crop_size)``, after the flip. Fused: no FallbackWarning;
 each train item equals torchvision's functional ops run in the preset's
 order (flip, then the user's PadIfSmaller object itself, then the crop)
@@ -187,10 +187,10 @@ def test_padding_lands_where_the_reference_puts_it(voc):
 class BothSides(PadIfSmaller):
     """Named PadIfSmaller, but pads on the left too."""
 
-    def make_params(self, flat_inputs):
-        params = super().make_params(flat_inputs)
-        params["padding"][0] = params["padding"][2]
-        return params
+    def transform(self, inpt, params):
+        fill = self.fill.get(type(inpt), self.fill.get("others"))
+        left = F.pad(inpt, padding=[params["right"], 0, 0, 0], fill=fill)
+        return super().transform(left, params)
 
 
 BothSides.__name__ = "PadIfSmaller"  # as a user's class of that name

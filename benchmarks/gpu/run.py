@@ -1,16 +1,27 @@
-"""The GPU run of issue 28, in one command (about 8 minutes at most):
+"""The GPU run, in one command (about 8 minutes at most):
 
+    make gpu-kit                                 # here: dist/ (the wheels)
     python benchmarks/gpu/run.py OUT            # on the GPU machine
     python benchmarks/gpu/run.py OUT --dry-run  # here: fake runtime, tiny sizes
+
+The GPU machine has no package registry: dist/ travels with the checkout.
+``make gpu-kit`` puts there ringloader's wheel (``make wheel``: one abi3
+wheel for every CPython from 3.11 on) and, in dist/gpu/, the wheels of what
+the tests need and that machine's image may lack (pycocotools), for CPython
+3.12 on manylinux x86-64.
 
 Parts, each in a subprocess of its own with a time limit, each result
 written to OUT/<part>.json (and OUT/results.json, OUT/GPU.md redrawn) as
 soon as it is known, so that a run cut off keeps what it measured:
 
-1 install   the cp312 manylinux wheel from dist/ (``make wheel``), with pip
-            --no-index; then an ImageNet-like folder from ringloader's own
-            generator on local disk
-2 tests     tests/test_cuda.py and the cuda-marked tests, their output kept
+1 install   the wheel from dist/ that this Python can install (by its
+            tags) and dist/gpu/*.whl, with pip --no-index into a folder of
+            their own that the other parts put first on their path; then
+            an ImageNet-like folder from ringloader's own generator on
+            local disk
+2 tests     the tests marked cuda (tests/test_cuda.py: classification;
+            tests/test_cuda_detect.py: detection, keypoints, segmentation
+            targets on the device), their output kept
 3 train     ResNet-50 (AMP bf16, channels_last, batch 256) and ResNet-18:
             images/s and stall fraction for DataLoader (pin_memory,
             non_blocking), ringloader device="cuda", ringloader host +
@@ -44,10 +55,10 @@ from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PARTS = ["install", "tests", "train", "copies", "scaling", "memory"]
-# seconds per part on the GPU machine (total 470 s) and in the dry run
+# seconds per part on the GPU machine (total 500 s) and in the dry run
 LIMITS = {
     "install": 60,
-    "tests": 90,
+    "tests": 120,
     "train": 150,
     "copies": 40,
     "scaling": 90,
@@ -83,34 +94,80 @@ def sizes(dry: bool) -> dict[str, Any]:
 # ---- the parts (each runs in its own process) ----
 
 
+# Where part 1 installs the wheels (never into the machine's own Python);
+# main() puts it first on every later part's path.
+SITE = os.path.join("/tmp", "ringloader-gpu-site")
+
+
+def pick_wheel(paths: list[str], tags: Any = None) -> str | None:
+    """The ringloader wheel among ``paths`` that an interpreter of ``tags``
+    (this one's by default) installs: the first of its tags any wheel
+    carries, as pip chooses."""
+    from packaging.tags import sys_tags
+    from packaging.utils import parse_wheel_filename
+
+    rank = {t: k for k, t in enumerate(sys_tags() if tags is None else tags)}
+    best: tuple[int, str] | None = None
+    for path in paths:
+        name, _, _, wheel_tags = parse_wheel_filename(os.path.basename(path))
+        if name != "ringloader":
+            continue
+        fits = [rank[t] for t in wheel_tags if t in rank]
+        if fits and (best is None or min(fits) < best[0]):
+            best = (min(fits), path)
+    return None if best is None else best[1]
+
+
+def gpu_tags() -> list:
+    """The tags of CPython 3.12 on manylinux x86-64 (the GPU machine's)."""
+    from packaging.tags import cpython_tags
+
+    platforms = [f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)]
+    return list(cpython_tags((3, 12), platforms=[*platforms, "manylinux2014_x86_64"]))
+
+
+def check_kit() -> int:
+    found = sorted(glob.glob(os.path.join(ROOT, "dist", "*.whl")))
+    extras = sorted(glob.glob(os.path.join(ROOT, "dist", "gpu", "*.whl")))
+    wheel = pick_wheel(found, gpu_tags())
+    print(f"ringloader wheel for CPython 3.12: {wheel or 'none (make wheel)'}")
+    print(f"with: {', '.join(os.path.basename(w) for w in extras) or 'nothing'}")
+    return 0 if wheel and extras else 1
+
+
 def part_install(out: str, dry: bool) -> dict:
-    wheels = sorted(
-        glob.glob(os.path.join(ROOT, "dist", "ringloader-*-cp312-*manylinux*.whl"))
-    )
-    r: dict[str, Any] = {"wheels": [os.path.basename(w) for w in wheels]}
-    if not wheels:
-        r["wheel"] = "missing: run `make wheel` here and carry dist/*.whl"
+    found = sorted(glob.glob(os.path.join(ROOT, "dist", "*.whl")))
+    extras = sorted(glob.glob(os.path.join(ROOT, "dist", "gpu", "*.whl")))
+    wheel = pick_wheel(found)
+    r: dict[str, Any] = {
+        "wheels": [os.path.basename(w) for w in found + extras],
+        "wheel": os.path.basename(wheel) if wheel else None,
+    }
+    if wheel is None:
+        r["install"] = "missing: run `make gpu-kit` here and carry dist"
+        if not dry:
+            raise RuntimeError(r["install"] + f" (found {r['wheels']})")
     elif dry:
-        r["wheel"] = "found (the dry run uses the installed test build)"
+        r["install"] = "found (the dry run uses the installed test build)"
     else:
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--no-index",
-                "--no-deps",
-                "--force-reinstall",
-                wheels[-1],
-            ],
+            [sys.executable, "-m", "pip", "install", "-q", "--no-index"]
+            + ["--no-deps", "--no-compile", "--upgrade", "--target", SITE]
+            + [wheel, *extras],
             capture_output=True,
             text=True,
         )
-        r["wheel"] = "installed" if proc.returncode == 0 else "pip failed"
+        r["install"] = "installed" if proc.returncode == 0 else "pip failed"
         r["pip"] = (proc.stdout + proc.stderr)[-2000:]
+        if proc.returncode != 0:
+            raise RuntimeError(f"pip failed: {r['pip']}")
+        import importlib
+
+        importlib.invalidate_caches()
+    import ringloader
     from ringloader.bench import data
 
+    r["ringloader"] = os.path.dirname(ringloader.__file__)
     s = sizes(dry)
     t0 = time.perf_counter()
     r["data"] = data.build(
@@ -135,32 +192,28 @@ def part_install(out: str, dry: bool) -> dict:
     return r
 
 
+# The tests of the GPU path on a real device (each file skips itself where
+# torch sees none).
+CUDA_TESTS = ["test_cuda.py", "test_cuda_detect.py"]
+
+
 def part_tests(out: str, dry: bool) -> dict:
     import torch
 
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "test_cuda.py",
-            "-m",
-            "cuda",
-            "-rs",
-        ],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        + [*CUDA_TESTS, "-m", "cuda", "-rfEs"],
         capture_output=True,
         text=True,
         cwd=os.path.join(ROOT, "tests"),
     )
     with open(os.path.join(out, "tests.log"), "w") as f:
         f.write(proc.stdout + proc.stderr)
-    tail = (proc.stdout.strip().splitlines() or [""])[-1]
+    lines = proc.stdout.strip().splitlines()
     return {
         "rc": proc.returncode,
-        "summary": tail,
+        "summary": (lines or [""])[-1],
+        "failed": [x for x in lines if x.startswith(("FAILED", "ERROR"))],
         "ran_on_gpu": torch.cuda.is_available(),
     }
 
@@ -500,7 +553,7 @@ def draft_md(results: dict, dry: bool) -> str:
         "",
     ]
     inst = results.get("install", {}).get("result", {})
-    for k in ("device", "driver", "cuda", "torch", "python", "wheel"):
+    for k in ("device", "driver", "cuda", "torch", "python", "wheel", "install"):
         if k in inst:
             lines.append(f"- {k}: {inst[k]}")
     for part in PARTS[1:]:
@@ -549,11 +602,21 @@ def run_part(part: str, out: str, dry: bool, limit: float) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out")
+    ap.add_argument("out", nargs="?")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument(
+        "--check-kit",
+        action="store_true",
+        help="say which wheels in dist/ part 1 installs on CPython 3.12 "
+        "(manylinux x86-64), and fail where there is no ringloader wheel",
+    )
     ap.add_argument("--part", choices=PARTS)
     ap.add_argument("--parts", default=",".join(PARTS))
     a = ap.parse_args()
+    if a.check_kit:
+        return check_kit()
+    if a.out is None:
+        ap.error("OUT is needed")
     os.makedirs(a.out, exist_ok=True)
     if a.part:  # a child: one part, its result on stdout
         try:
@@ -564,6 +627,10 @@ def main() -> int:
         print("RESULT " + json.dumps(r, default=str), flush=True)
         return 0
     limits = DRY_LIMITS if a.dry_run else LIMITS
+    if not a.dry_run:  # the wheels part 1 installs, first on every part's path
+        os.makedirs(SITE, exist_ok=True)
+        path = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = SITE + (os.pathsep + path if path else "")
     results: dict[str, Any] = {}
     for part in a.parts.split(","):
         rec = run_part(part, a.out, a.dry_run, limits[part])

@@ -44,11 +44,12 @@ from .datasets.hf import hf_hint
 from .datasets.mds import mds_hint
 from .datasets.timmdata import readable
 from .datasets.composed import Composed, UnreadableComposition, leaves_of, resolve
-from .datasets.detection_batch import detection_of, detection_reason
+from .datasets.detection_batch import NotNative, detection_of, detection_reason
 from .datasets.segmentation_batch import segmentation_of, segmentation_reason
 from ._gpu import open_gpu
 from .errors import FallbackWarning
 from .loader import Loader
+from ._torch_epoch import torch_epoch
 from .transforms import UnsupportedTransform, compile_views
 
 
@@ -485,6 +486,9 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
 
     _own_sampler: Any = None
     _own_batch_sampler: Any = None
+    # Why the dataset's transforms, replaced since the loader was made, are
+    # not run natively: this epoch is then torch's DataLoader's.
+    _replaced: Optional[str] = None
     distributed = _Argument()
     rank = _Argument()
     world_size = _Argument()
@@ -501,6 +505,41 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         if self._collate is not None and plan.tail:
             return tail_samples(raw, plan)
         return super()._finish(raw, plan)
+
+    def _follow(self) -> None:
+        try:
+            super()._follow()
+        except NotNative as e:  # a detection or segmentation dataset's
+            self._replaced = str(e)
+        else:
+            self._replaced = None
+
+    def _iterate(self, epoch: int) -> Any:
+        if self._replaced is None:
+            return super()._iterate(epoch)
+        return self._torch_epoch(epoch, self._replaced)
+
+    def _torch_epoch(self, epoch: int, why: str) -> Any:
+        """The epoch as torch's DataLoader reads it (``_torch_epoch``): the
+        loader's batches of indices, collate_fn, workers and device."""
+        batches, _ = self._position.begin(self._sampling(), epoch, skip=False)
+        options = dict(
+            collate_fn=self.collate_fn,
+            num_workers=self.num_workers,
+            pin_memory=self._pin_memory,
+            timeout=self.timeout,
+            worker_init_fn=self.worker_init_fn,
+            multiprocessing_context=self.multiprocessing_context,
+            generator=self.generator,
+            prefetch_factor=self.prefetch_factor,
+            in_order=self.in_order,
+        )
+        place = self._gpu.place if self._gpu is not None else None
+        # stacklevel: the user's loop, past EpochIterator and this generator
+        for out in torch_epoch(self.dataset, batches, why, options, place, 4):
+            self._position.yielded += 1
+            yield out
+        self._position.finished = True
 
     def _collated(self, src: Any, views: list, taken: Any) -> Any:
         """The user's collate_fn on the batch's samples as DataLoader would

@@ -1,0 +1,52 @@
+"""One epoch of a ringloader.DataLoader read as torch's DataLoader reads it.
+
+A detection or segmentation dataset's transforms are read when the loader
+is made, and again at each epoch: a training script may replace them
+between epochs (a schedule of sizes, augmentations switched off for the
+last epochs). Where the new ones are not run natively, that epoch is read
+by ``torch.utils.data.DataLoader`` over the same dataset, with a
+FallbackWarning saying why: the loader's own batches of indices (its order,
+its shard of a distributed run, a resumed epoch's remaining batches), its
+collate_fn, worker count and worker options, and its device (each tensor
+of the batch placed there). Once the transforms are native again, the next
+epoch is read natively. ``on_error="skip"`` has no counterpart there: a
+sample that fails raises, as under torch's DataLoader."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Iterator, Optional
+
+from torch.utils.data import DataLoader as TorchDataLoader
+
+from .errors import FallbackWarning
+
+
+def torch_epoch(
+    dataset: Any,
+    batches: Iterator[Any],
+    why: str,
+    options: dict,
+    place: Optional[Callable[[Any], Any]],
+    stacklevel: int,
+) -> Iterator[Any]:
+    """The batches of one epoch from torch's DataLoader: ``batches`` the
+    indices of each, ``options`` the DataLoader arguments to keep
+    (collate_fn, num_workers, pin_memory, timeout, worker_init_fn,
+    multiprocessing_context, generator, prefetch_factor, in_order),
+    ``place`` what puts a batch on the loader's device (None: host)."""
+    order = [[int(i) for i in idx] for idx in batches]
+    warnings.warn(
+        "ringloader: this epoch is read by torch.utils.data.DataLoader "
+        f"because the dataset's transforms changed: {why}. The next epoch is "
+        "read natively again once they are",
+        FallbackWarning,
+        stacklevel=stacklevel,
+    )
+    kept = dict(options)
+    if not kept.get("num_workers"):
+        kept.pop("prefetch_factor", None)  # torch refuses it without workers
+    # Its workers end with the epoch: with this generator's frame, the
+    # iterator's last reference goes, and torch's iterator shuts them down.
+    for out in TorchDataLoader(dataset, batch_sampler=order, **kept):
+        yield place(out) if place is not None else out

@@ -167,7 +167,8 @@ wheel: deps
 # image may lack (pycocotools, at its pin). run.py --check-kit then says
 # which ringloader wheel a CPython 3.12 there would install, or fails.
 GPU_WHEELS = pycocotools==$(shell sed -n 's/^pycocotools==//p' $(REQUIREMENTS))
-gpu-kit: wheel gpu-wheels
+gpu-kit: wheel
+	$(MAKE) gpu-wheels
 
 gpu-wheels: deps
 	rm -rf dist/gpu

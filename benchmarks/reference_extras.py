@@ -27,7 +27,7 @@ class PadIfSmaller(v2.Transform):
         self.fill = {key: _as_fill(value) for key, value in per_type.items()}
 
     def make_params(self, flat_inputs):
-        rows, cols = v2.query_size(flat_inputs)
+        _, rows, cols = v2.query_chw(flat_inputs)  # the image's (or video's)
         return {
             "bottom": max(self.size - rows, 0),
             "right": max(self.size - cols, 0),
@@ -44,9 +44,13 @@ class PadIfSmaller(v2.Transform):
 
 def _as_fill(value):
     """A fill as v2's transforms hold one: None, a number, or a list of
-    floats (one a channel)."""
+    floats (one a channel); TypeError for anything else."""
     if value is None or isinstance(value, (int, float)):
         return value
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(
+            f"fill is a number, a sequence of them or a dict, not {value!r}"
+        )
     return [float(v) for v in value]
 
 

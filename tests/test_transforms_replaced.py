@@ -10,14 +10,20 @@ epoch, the epoch goes on as it began."""
 
 from __future__ import annotations
 
+import itertools
+import signal
 import warnings
 
+import numpy as np
 import pytest
 import torch
+from torch.utils.data import Subset, default_collate
 from torchvision import datasets
+from torchvision import transforms as T
 from torchvision.transforms import v2
 
 import ringloader
+from ringloader.errors import UnsupportedTransform
 
 import reference_pairs as R
 from detection_data import write_coco, write_voc
@@ -55,7 +61,7 @@ def wrapped_coco(coco, transforms):
     )
 
 
-def epoch(loader, fallback):
+def epoch(loader, fallback, names="Lambda"):
     """One epoch's batches, and that it warned (FallbackWarning) exactly
     where ``fallback`` says it should, naming the replaced step."""
     with warnings.catch_warnings(record=True) as seen:
@@ -66,7 +72,7 @@ def epoch(loader, fallback):
         assert len(said) == 1, [str(w.message) for w in said]
         message = str(said[0].message)
         assert "this epoch is read by torch.utils.data.DataLoader" in message
-        assert "Lambda" in message or "Jitter" in message, message
+        assert names in message, message
         assert said[0].filename == __file__  # the user's loop
     else:
         assert not said, [str(w.message) for w in said]
@@ -153,7 +159,7 @@ def test_the_segmentation_references_preset_replaced(voc):
     assert isinstance(loader, ringloader.DataLoader)
     first = epoch(loader, fallback=False)
     ds.transforms = other
-    as_indexed(epoch(loader, fallback=True), ds)
+    as_indexed(epoch(loader, fallback=True, names="Jitter"), ds)
     ds.transforms = preset
     same(epoch(loader, fallback=False), first)  # the eval preset draws nothing
 
@@ -170,3 +176,134 @@ def test_transforms_replaced_within_an_epoch_apply_from_the_next(coco):
     assert seen == len(ds)
     got = epoch(loader, fallback=True)
     assert sum(len(images) for images, _ in got) == len(ds)
+
+
+class Keep:
+    """A step of the user's own (not fused): the image as it is."""
+
+    def __call__(self, image):
+        return image
+
+
+FIXED = T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor()])
+
+
+def test_a_classification_transform_replaced_by_one_not_fused(folder):
+    """A transform the C pipeline does not compile (a step of the user's
+    own first): that epoch is torch's DataLoader's, each batch what
+    indexing the dataset gives; a fused one again: natively again."""
+    ds = datasets.ImageFolder(folder, transform=FIXED)
+    loader = ringloader.DataLoader(ds, batch_size=4, num_workers=2)
+    first = epoch(loader, fallback=False)
+    ds.transform = T.Compose([Keep(), *FIXED.transforms])
+    got = epoch(loader, fallback=True, names="Keep")
+    want = [ds[i] for i in range(len(ds))]
+    same(got, [default_collate(want[k : k + 4]) for k in range(0, len(ds), 4)])
+    ds.transform = FIXED
+    same(epoch(loader, fallback=False), first)
+
+
+def test_a_transform_replaced_by_one_ending_in_a_pil_image(folder):
+    """v2's ToDtype without ToImage leaves the PIL image as it is under
+    torch: that epoch is torch's DataLoader's, whose default collate
+    refuses PIL images (the loader made with it falls back the same way);
+    ringloader.Loader refuses it, saying to put ToImage() first, rather
+    than giving uint8 batches."""
+    pil = v2.Compose([v2.CenterCrop(32), v2.ToDtype(torch.float32, scale=True)])
+    ds = datasets.ImageFolder(folder, transform=FIXED)
+    loader = ringloader.DataLoader(
+        ds, batch_size=4
+    )  # (torch's workers: 10 s to end after an error)
+    ds.transform = pil
+    with pytest.warns(ringloader.FallbackWarning, match="ToDtype left the PIL"):
+        with pytest.raises(TypeError, match="PIL"):
+            list(loader)
+    with pytest.raises(UnsupportedTransform, match=r"put ToImage\(\)"):
+        ringloader.Loader(ringloader.ImageFolder(folder), batch_size=4, transform=pil)
+
+
+class Endless(torch.utils.data.Sampler):
+    """An iteration-based batch sampler (as detectron2's): it never ends."""
+
+    def __init__(self, n, size):
+        self.n, self.size = n, size
+
+    def __iter__(self):
+        rng = np.random.default_rng(0)
+        while True:
+            yield rng.integers(0, self.n, self.size).tolist()
+
+
+def _stuck(signum, frame):
+    raise TimeoutError("the epoch did not start in 60 s")
+
+
+def test_an_endless_batch_sampler_is_drawn_as_batches_are_taken(coco):
+    """(An epoch that drew its whole order first would never start: an
+    alarm ends the test then.)"""
+    previous = signal.signal(signal.SIGALRM, _stuck)
+    signal.alarm(60)
+    try:
+        _endless(coco)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _endless(coco):
+    ds = wrapped_coco(coco, NATIVE)
+    sampler = Endless(len(ds), 3)
+    loader = ringloader.DataLoader(
+        ds, batch_sampler=sampler, num_workers=2, collate_fn=collate_fn
+    )
+    native = ids(itertools.islice(loader, 3))
+    ds.transforms = OTHER
+    with pytest.warns(ringloader.FallbackWarning, match="this epoch is read by"):
+        assert ids(itertools.islice(loader, 3)) == native  # the sampler's order
+
+
+def test_a_subset_replaced_with_its_transforms_is_read_whole(coco):
+    """The Subset's indices and the dataset's transforms replaced at once:
+    the epoch torch's DataLoader reads has the new Subset's length, and so
+    has the next native one."""
+    ds = wrapped_coco(coco, NATIVE)
+    part = Subset(ds, list(range(7)))
+    loader = ringloader.DataLoader(part, batch_size=3, collate_fn=collate_fn)
+    assert len(ids(epoch(loader, fallback=False))) == 7
+    part.indices = list(range(len(ds)))
+    ds.transforms = OTHER
+    assert len(ids(epoch(loader, fallback=True))) == len(ds)
+    ds.transforms = NATIVE
+    assert len(ids(epoch(loader, fallback=False))) == len(ds)
+
+
+def test_an_epoch_read_by_torch_draws_as_torchs_and_is_counted(coco):
+    """One draw from torch's generator an epoch, as torch's DataLoader
+    takes (its workers' base seed), not two; stats() counts the epoch."""
+    ds = wrapped_coco(coco, OTHER)
+    theirs = torch.utils.data.DataLoader(ds, batch_size=3, collate_fn=collate_fn)
+    ds.transforms = NATIVE
+    ours = ringloader.DataLoader(ds, batch_size=3, collate_fn=collate_fn)
+    ds.transforms = OTHER
+    after = []
+    for loader in (theirs, ours):
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ringloader.FallbackWarning)
+            list(loader)
+        after.append(torch.randint(0, 10**9, ()).item())
+    assert after[0] == after[1]
+    assert ours.stats()["images_per_second"] > 0  # (0 on a fresh loader)
+
+
+def test_a_python_step_in_a_replaced_transform_is_said_at_the_users_line(folder):
+    ds = datasets.ImageFolder(folder, transform=FIXED)
+    for loader in (
+        ringloader.DataLoader(ds, batch_size=4),
+        ringloader.Loader(ringloader.ImageFolder(folder, transform=FIXED), 4),
+    ):
+        data = getattr(loader, "dataset", None)
+        data.transform = T.Compose([*FIXED.transforms, T.Lambda(lambda x: x)])
+        with pytest.warns(ringloader.FallbackWarning, match="runs in Python") as said:
+            iter(loader)
+        assert said[0].filename == __file__

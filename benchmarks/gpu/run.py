@@ -200,22 +200,37 @@ CUDA_TESTS = ["test_cuda.py", "test_cuda_detect.py"]
 def part_tests(out: str, dry: bool) -> dict:
     import torch
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-        + [*CUDA_TESTS, "-m", "cuda", "-rfEs"],
-        capture_output=True,
-        text=True,
-        cwd=os.path.join(ROOT, "tests"),
-    )
+    # pytest gets its own limit, under the part's, so that it never outlives
+    # the part (and holds the GPU through the next); its log is kept either way.
+    limit = (DRY_LIMITS if dry else LIMITS)["tests"] - 15
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    try:
+        proc = subprocess.run(
+            cmd + [*CUDA_TESTS, "-m", "cuda", "-rfEs"],
+            capture_output=True,
+            text=True,
+            cwd=os.path.join(ROOT, "tests"),
+            timeout=limit,
+        )
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as e:
+        rc = f"timed out after {limit} s"
+        stdout, stderr = _text(e.stdout), _text(e.stderr)
     with open(os.path.join(out, "tests.log"), "w") as f:
-        f.write(proc.stdout + proc.stderr)
-    lines = proc.stdout.strip().splitlines()
+        f.write(stdout + stderr)
+    lines = stdout.strip().splitlines()
     return {
-        "rc": proc.returncode,
+        "rc": rc,
         "summary": (lines or [""])[-1],
         "failed": [x for x in lines if x.startswith(("FAILED", "ERROR"))],
         "ran_on_gpu": torch.cuda.is_available(),
     }
+
+
+def _text(data: Any) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode(errors="replace")
 
 
 def _folder(out: str) -> str:
@@ -552,7 +567,7 @@ def draft_md(results: dict, dry: bool) -> str:
         "Written by benchmarks/gpu/run.py; figures as measured.",
         "",
     ]
-    inst = results.get("install", {}).get("result", {})
+    inst = results.get("install", {}).get("result") or {}
     for k in ("device", "driver", "cuda", "torch", "python", "wheel", "install"):
         if k in inst:
             lines.append(f"- {k}: {inst[k]}")
@@ -596,6 +611,8 @@ def run_part(part: str, out: str, dry: bool, limit: float) -> dict:
             rec["result"] = {"partial": json.load(f)}
     if rec["result"] and rec["result"].get("not_run"):
         rec["status"] = "not run"
+    elif rec["result"] and rec["result"].get("rc", 0) != 0:  # the tests'
+        rec["status"] = f"failed (pytest: {rec['result']['rc']})"
     rec["seconds"] = round(time.perf_counter() - t0, 1)
     return rec
 
@@ -618,6 +635,12 @@ def main() -> int:
     if a.out is None:
         ap.error("OUT is needed")
     os.makedirs(a.out, exist_ok=True)
+    if not a.dry_run:  # the wheels part 1 installs, first on every part's path
+        os.makedirs(SITE, exist_ok=True)
+        path = os.environ.get("PYTHONPATH", "")
+        if SITE not in path.split(os.pathsep):
+            os.environ["PYTHONPATH"] = SITE + (os.pathsep + path if path else "")
+            sys.path.insert(0, SITE)
     if a.part:  # a child: one part, its result on stdout
         try:
             r = globals()[f"part_{a.part}"](a.out, a.dry_run)
@@ -627,10 +650,6 @@ def main() -> int:
         print("RESULT " + json.dumps(r, default=str), flush=True)
         return 0
     limits = DRY_LIMITS if a.dry_run else LIMITS
-    if not a.dry_run:  # the wheels part 1 installs, first on every part's path
-        os.makedirs(SITE, exist_ok=True)
-        path = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = SITE + (os.pathsep + path if path else "")
     results: dict[str, Any] = {}
     for part in a.parts.split(","):
         rec = run_part(part, a.out, a.dry_run, limits[part])

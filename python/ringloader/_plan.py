@@ -62,6 +62,15 @@ def plan_transform(
     except UnsupportedTransform as e:
         raise UnsupportedTransform(where + str(e)) from None
     tail = list(compiled.rest)
+    if compiled.passed and not tail and not compiled.tensor_out:
+        # torch leaves the PIL image as it is there: the uint8 batch the
+        # loader would give is not the conversion the steps ask for.
+        names = ", ".join(dict.fromkeys(compiled.passed))
+        raise UnsupportedTransform(
+            f"{where}{names} left the PIL image as it was (v2's ToDtype, "
+            "ConvertImageDtype and ToPureTensor act on tensors), so the batch "
+            "would be uint8: put ToImage() before them"
+        )
     if cuda and any(op == "erase" for op, _ in compiled.spec.get("ops", [])):
         # The C core writes uint8 for the device and the conversion runs on
         # the GPU after the copy: an erase in output units has no place.

@@ -22,6 +22,22 @@ from torch.utils.data import DataLoader as TorchDataLoader
 from .errors import FallbackWarning
 
 
+class _Batches:
+    """The epoch's batches of indices as torch's DataLoader takes a batch
+    sampler: drawn as it asks for them (an endless sampler of the user's
+    too), each batch's size kept for the loader's stats."""
+
+    def __init__(self, batches: Iterator[Any]) -> None:
+        self._batches = batches
+        self.sizes: list[int] = []
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for idx in self._batches:
+            out = [int(i) for i in idx]
+            self.sizes.append(len(out))
+            yield out
+
+
 def torch_epoch(
     dataset: Any,
     batches: Iterator[Any],
@@ -29,13 +45,12 @@ def torch_epoch(
     options: dict,
     place: Optional[Callable[[Any], Any]],
     stacklevel: int,
-) -> Iterator[Any]:
-    """The batches of one epoch from torch's DataLoader: ``batches`` the
-    indices of each, ``options`` the DataLoader arguments to keep
-    (collate_fn, num_workers, pin_memory, timeout, worker_init_fn,
+) -> Iterator[tuple[int, Any]]:
+    """(samples, batch) for each batch of one epoch from torch's DataLoader:
+    ``batches`` the indices of each, ``options`` the DataLoader arguments
+    to keep (collate_fn, num_workers, pin_memory, timeout, worker_init_fn,
     multiprocessing_context, generator, prefetch_factor, in_order),
     ``place`` what puts a batch on the loader's device (None: host)."""
-    order = [[int(i) for i in idx] for idx in batches]
     warnings.warn(
         "ringloader: this epoch is read by torch.utils.data.DataLoader "
         f"because the dataset's transforms changed: {why}. The next epoch is "
@@ -46,7 +61,10 @@ def torch_epoch(
     kept = dict(options)
     if not kept.get("num_workers"):
         kept.pop("prefetch_factor", None)  # torch refuses it without workers
+    if kept.get("in_order", True):
+        kept.pop("in_order", None)  # the default (torch 2.6 added the argument)
+    order = _Batches(batches)
     # Its workers end with the epoch: with this generator's frame, the
     # iterator's last reference goes, and torch's iterator shuts them down.
-    for out in TorchDataLoader(dataset, batch_sampler=order, **kept):
-        yield place(out) if place is not None else out
+    for k, out in enumerate(TorchDataLoader(dataset, batch_sampler=order, **kept)):
+        yield order.sizes[k], place(out) if place is not None else out

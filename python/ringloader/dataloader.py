@@ -28,6 +28,7 @@ sampler) build a ringloader.DataLoader: see docs/ARCHITECTURE.md,
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from typing import Any, Optional
 
@@ -119,14 +120,21 @@ def _why_not(dataset: Any, kwargs: dict) -> Optional[str]:
     if kwargs.get("batch_size", 1) is None:
         return "batch_size=None (unbatched loading)"
     try:
-        compiled = compile_views(
-            getattr(resolve(dataset), "transform", None), varying=True
-        )
+        transform = getattr(resolve(dataset), "transform", None)
     except UnreadableComposition as e:
         return str(e)
+    return _transform_reason(transform, kwargs.get("collate_fn"))
+
+
+def _transform_reason(transform: Any, collate_fn: Any) -> Optional[str]:
+    """Why the images ``transform`` makes are not what torch's DataLoader
+    would hand over or collate (with ``collate_fn``), or None; asked when
+    the loader is made, and again for a transform replaced since."""
+    try:
+        compiled = compile_views(transform, varying=True)
     except UnsupportedTransform as e:
-        return _first_reason(getattr(resolve(dataset), "transform", None)) or str(e)
-    custom = _custom_collate(kwargs.get("collate_fn"))
+        return _first_reason(transform) or str(e)
+    custom = _custom_collate(collate_fn)
     # DataLoader would hand a collate_fn PIL images; ringloader makes
     # tensors of them.
     end = "end the transform with PILToTensor() or ToTensor() (v2: ToImage())"
@@ -480,6 +488,7 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
             batch_sampler = BatchSampler(sampler, self.batch_size, drop_last)
             self._own_batch_sampler = batch_sampler
         self.sampler, self.batch_sampler = sampler, batch_sampler
+        self._checked = self.transform
         # As torch's: batch_size, sampler, dataset... cannot change now.
         self._DataLoader__initialized = True
         _frameworks.remember(self)
@@ -487,8 +496,12 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
     _own_sampler: Any = None
     _own_batch_sampler: Any = None
     # Why the dataset's transforms, replaced since the loader was made, are
-    # not run natively: this epoch is then torch's DataLoader's.
+    # not run natively: this epoch is then torch's DataLoader's. _check:
+    # that of the transform _checked (the one the loader was made with
+    # passed the front door).
     _replaced: Optional[str] = None
+    _checked: Any = None
+    _check: Optional[str] = None
     distributed = _Argument()
     rank = _Argument()
     world_size = _Argument()
@@ -506,13 +519,26 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
             return tail_samples(raw, plan)
         return super()._finish(raw, plan)
 
-    def _follow(self) -> None:
+    def _follow(self, depth: int = 0) -> None:
+        # The dataset's transform, read again as the Loader reads it; one it
+        # does not compile, or whose images torch's DataLoader would not
+        # hand over as the pipeline makes them, makes this epoch torch's.
         try:
-            super()._follow()
-        except NotNative as e:  # a detection or segmentation dataset's
-            self._replaced = str(e)
-        else:
-            self._replaced = None
+            super()._follow(depth=2)  # (this frame and __iter__'s)
+        except (NotNative, UnreadableComposition, UnsupportedTransform) as e:
+            self._replaced = _first_reason(self._raw_transform()) or str(e)
+            return
+        if self.transform is not self._checked:
+            self._checked = self.transform
+            self._check = _transform_reason(self.transform, self.collate_fn)
+        self._replaced = self._check
+
+    def _raw_transform(self) -> Any:
+        """The transform the dataset holds now, where it is one object."""
+        try:
+            return getattr(resolve(self.dataset), "transform", None)
+        except (NotNative, UnreadableComposition, UnsupportedTransform):
+            return None
 
     def _iterate(self, epoch: int) -> Any:
         if self._replaced is None:
@@ -521,8 +547,15 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
 
     def _torch_epoch(self, epoch: int, why: str) -> Any:
         """The epoch as torch's DataLoader reads it (``_torch_epoch``): the
-        loader's batches of indices, collate_fn, workers and device."""
-        batches, _ = self._position.begin(self._sampling(), epoch, skip=False)
+        loader's batches of indices, collate_fn, workers and device. The
+        pipeline is closed meanwhile (its threads and buffers; the next
+        native epoch makes a new one)."""
+        if self._pipe is not None and self._pipe.owned():
+            self._pipe.close()
+        # The dataset's own length: its samples may have been replaced with
+        # the transforms, which the sources were not read again for.
+        sampling = dataclasses.replace(self._sampling(), n=len(self.dataset))
+        batches, _ = self._position.begin(sampling, epoch, skip=False)
         options = dict(
             collate_fn=self.collate_fn,
             num_workers=self.num_workers,
@@ -535,10 +568,15 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
             in_order=self.in_order,
         )
         place = self._gpu.place if self._gpu is not None else None
+        self._meter.start_epoch()
+        t0 = time.perf_counter()
         # stacklevel: the user's loop, past EpochIterator and this generator
-        for out in torch_epoch(self.dataset, batches, why, options, place, 4):
+        for n, out in torch_epoch(self.dataset, batches, why, options, place, 4):
             self._position.yielded += 1
+            self._meter.waited(time.perf_counter() - t0)
+            self._meter.delivered(n)
             yield out
+            t0 = time.perf_counter()
         self._position.finished = True
 
     def _collated(self, src: Any, views: list, taken: Any) -> Any:
@@ -677,8 +715,10 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         # frameworks hand back) then draws the same order as under torch's,
         # and a collate_fn drawing from torch's generator (MixUp, CutMix)
         # the same mixes.
-        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
-        return super().__iter__()
+        it = super().__iter__()
+        if self._replaced is None:  # (else torch's own iterator draws it)
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        return it
 
 
 _frameworks.DataLoader = DataLoader

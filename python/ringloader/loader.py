@@ -315,21 +315,25 @@ class Loader:
         self._src = sources_of(self._data)
         self._samples_seen = samples_stamp(self._data)
 
-    def _follow(self) -> None:
+    def _follow(self, depth: int = 0) -> None:
         """Pick up a dataset whose transform or samples list was replaced
         since the last epoch, as DataLoader would (it reads them at every
         fetch)."""
         stale = False
-        if self._follow_dataset:
-            current = getattr(self._data, "transform", None)
-            if current is not self.transform:
-                self._use_transform(current, stacklevel=4)
-                stale = True  # the pipeline was built for the old transform
-        if samples_stamp(self._data) != self._samples_seen:
-            self._use_sources()
-            stale = True  # ... or for the old table of samples
-        if stale and self._pipe is not None and self._pipe.owned():
-            self._pipe.close()
+        try:
+            if self._follow_dataset:
+                current = getattr(self._data, "transform", None)
+                if current is not self.transform:
+                    # (the caller's iter(), past __iter__ and this frame,
+                    # and ``depth`` frames of a subclass's between)
+                    self._use_transform(current, stacklevel=3 + depth)
+                    stale = True  # the pipeline was built for the old transform
+        finally:  # a transform refused still leaves the samples read again
+            if samples_stamp(self._data) != self._samples_seen:
+                self._use_sources()
+                stale = True  # ... or for the old table of samples
+            if stale and self._pipe is not None and self._pipe.owned():
+                self._pipe.close()
 
     def _sampling(self) -> Sampling:
         """How batches are drawn, from the loader's arguments as they are.

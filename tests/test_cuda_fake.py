@@ -500,3 +500,37 @@ def test_close_during_a_device_next_raises(fake, data):
     assert set(outcomes) <= {"the loader is closed", "batch"}, r
     assert outcomes.count("the loader is closed") >= 3, r
     assert r["violations"] == 0 and r["host"] == 0, r
+
+
+REPLACED_TAIL = """
+import warnings
+from torchvision import datasets, transforms as tv
+fixed = tv.Compose([tv.Resize(40), tv.CenterCrop(32), tv.ToTensor()])
+data = datasets.ImageFolder(sys.argv[1], transform=fixed)
+loader = ringloader.DataLoader(data, batch_size=4, device="cuda")
+gpu = loader._gpu
+natively = len(list(loader))
+data.transform = tv.Compose([*fixed.transforms, tv.Lambda(lambda x: x * 2)])
+with warnings.catch_warnings(record=True) as said:
+    warnings.simplefilter("always")
+    got = list(loader)
+want = list(torch.utils.data.DataLoader(data, batch_size=4))
+bad = sum(
+    not (gpu.placed(a) and torch.equal(a, b) and gpu.placed(la) and torch.equal(la, lb))
+    for (a, la), (b, lb) in zip(got, want)
+)
+loader.close()
+del got
+report(bad=bad, batches=len(want), natively=natively,
+       said=[str(w.message) for w in said])
+"""
+
+
+def test_a_replaced_transform_with_a_python_step_on_a_device(fake, data):
+    """A transform with a Python step cannot follow the device copy: one
+    put in its place makes that epoch torch's DataLoader's, its batches
+    placed on the device, rather than an error at iter()."""
+    r = run(fake, data, REPLACED_TAIL)
+    assert r["natively"] == r["batches"] > 0 and r["bad"] == 0, r
+    assert any("this epoch is read by torch" in w for w in r["said"]), r
+    assert r["violations"] == 0 and r["host"] == 0 and r["dev"] == 0, r

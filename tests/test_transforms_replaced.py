@@ -220,6 +220,12 @@ def test_a_transform_replaced_by_one_ending_in_a_pil_image(folder):
             list(loader)
     with pytest.raises(UnsupportedTransform, match=r"put ToImage\(\)"):
         ringloader.Loader(ringloader.ImageFolder(folder), batch_size=4, transform=pil)
+    # ToPureTensor alone asks for no conversion: uint8, as with ToImage
+    pure = v2.Compose([v2.Resize(40), v2.CenterCrop(32), v2.ToPureTensor()])
+    images, _ = next(
+        iter(ringloader.Loader(ringloader.ImageFolder(folder), 4, transform=pure))
+    )
+    assert images.dtype == torch.uint8
 
 
 class Endless(torch.utils.data.Sampler):
@@ -306,4 +312,57 @@ def test_a_python_step_in_a_replaced_transform_is_said_at_the_users_line(folder)
         data.transform = T.Compose([*FIXED.transforms, T.Lambda(lambda x: x)])
         with pytest.warns(ringloader.FallbackWarning, match="runs in Python") as said:
             iter(loader)
-        assert said[0].filename == __file__
+        assert [w.filename for w in said if "runs in Python" in str(w.message)] == [
+            __file__
+        ]
+
+
+def test_an_epoch_read_by_torch_resumes_where_it_stopped(folder):
+    """state_dict() in an epoch read by torch's DataLoader, with a sampler
+    sharing the loader's generator (drawn after torch's base seed, as
+    under torch): the resumed loader gives the rest of that epoch."""
+    other = T.Compose([Keep(), *FIXED.transforms])
+
+    def make():
+        ds = datasets.ImageFolder(folder, transform=FIXED)
+        g = torch.Generator()
+        sampler = torch.utils.data.RandomSampler(ds, generator=g)
+        loader = ringloader.DataLoader(ds, batch_size=2, sampler=sampler, generator=g)
+        ds.transform = other
+        return loader, g
+
+    def sums(batches):
+        return [[round(float(x.sum()), 3) for x in images] for images, _ in batches]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ringloader.FallbackWarning)
+        loader, g = make()
+        g.manual_seed(0)
+        whole = sums(loader)
+        loader, g = make()
+        g.manual_seed(0)
+        it = iter(loader)
+        first = sums(next(it) for _ in range(2))
+        state = loader.state_dict()
+        del it
+        again, g = make()
+        again.load_state_dict(state)
+        g.manual_seed(0)
+        rest = sums(again)
+    assert first == whole[:2] and first + rest == whole
+
+
+def test_a_transform_taken_while_the_samples_fail_is_not_lost(folder):
+    """The transform replaced and the samples list broken at once: iter()
+    raises on the samples, and once they are back the new transform is
+    the one run (the pipeline made for the old one was closed)."""
+    ds = datasets.ImageFolder(folder, transform=FIXED)
+    loader = ringloader.DataLoader(ds, batch_size=4)
+    assert next(iter(loader))[0].shape[-1] == 32
+    samples = ds.samples
+    ds.transform = T.Compose([T.Resize(56), T.CenterCrop(48), T.ToTensor()])
+    ds.samples = None
+    with pytest.raises(TypeError):
+        iter(loader)
+    ds.samples = samples
+    assert next(iter(loader))[0].shape[-1] == 48 == ds[0][0].shape[-1]

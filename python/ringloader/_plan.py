@@ -26,6 +26,12 @@ class TransformPlan(NamedTuple):
     c_layout: str  # "NCHW" or "NHWC": the layout the C pipeline writes
 
 
+class NotOnDevice(ValueError):
+    """A transform whose fused part cannot be followed by the device copy
+    (a Python tail, an erase in output units); the message says what to
+    do instead."""
+
+
 def plan_views(
     transform: Any, layout: str, cuda: bool, stacklevel: int
 ) -> list[TransformPlan]:
@@ -51,7 +57,7 @@ def plan_transform(
     """Compile ``transform`` for a loader yielding ``layout``. Warns with a
     FallbackWarning (``stacklevel`` as warnings.warn's, counted from the
     caller) when part of it runs in Python; raises UnsupportedTransform, or
-    ValueError when that part would follow a device copy. ``index``: the
+    NotOnDevice (a ValueError) when that part would follow a device copy. ``index``: the
     transform is that view of a MultiView (named in what is said).
     ``varying``: a transform without a crop may give each sample its own
     size (on the GPU path each sample is its own region of the batch's
@@ -62,25 +68,26 @@ def plan_transform(
     except UnsupportedTransform as e:
         raise UnsupportedTransform(where + str(e)) from None
     tail = list(compiled.rest)
-    if compiled.passed and not tail and not compiled.tensor_out:
+    converts = [n for n in compiled.passed if n in ("ToDtype", "ConvertImageDtype")]
+    if converts and not tail and not compiled.tensor_out:
         # torch leaves the PIL image as it is there: the uint8 batch the
         # loader would give is not the conversion the steps ask for.
-        names = ", ".join(dict.fromkeys(compiled.passed))
+        names = ", ".join(dict.fromkeys(converts))
         raise UnsupportedTransform(
-            f"{where}{names} left the PIL image as it was (v2's ToDtype, "
-            "ConvertImageDtype and ToPureTensor act on tensors), so the batch "
-            "would be uint8: put ToImage() before them"
+            f"{where}{names} left the PIL image as it was (v2's conversions "
+            "act on tensors), so the batch would be uint8: put ToImage() "
+            "before them"
         )
     if cuda and any(op == "erase" for op, _ in compiled.spec.get("ops", [])):
         # The C core writes uint8 for the device and the conversion runs on
         # the GPU after the copy: an erase in output units has no place.
-        raise ValueError(
+        raise NotOnDevice(
             where + "RandomErasing cannot be fused with device='cuda' (the dtype "
             "conversion and Normalize run on the GPU); leave it out of the "
             "transform and apply it to each sample of the batch on the GPU"
         )
     if tail and cuda:
-        raise ValueError(
+        raise NotOnDevice(
             where
             + "transforms that run in Python per sample ("
             + ", ".join(type(t).__name__ for t in tail)

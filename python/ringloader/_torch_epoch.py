@@ -25,14 +25,18 @@ from .errors import FallbackWarning
 class _Batches:
     """The epoch's batches of indices as torch's DataLoader takes a batch
     sampler: drawn as it asks for them (an endless sampler of the user's
-    too), each batch's size kept for the loader's stats."""
+    too), each batch's size kept for the loader's stats. ``begin`` gives
+    the epoch's batches; it is called at torch's first request, after
+    torch's iterator drew its workers' base seed from the generator, as a
+    sampler sharing that generator draws under torch's DataLoader (a
+    resumed epoch replays the batches yielded before there too)."""
 
-    def __init__(self, batches: Iterator[Any]) -> None:
-        self._batches = batches
+    def __init__(self, begin: Callable[[], Iterator[Any]]) -> None:
+        self._begin = begin
         self.sizes: list[int] = []
 
     def __iter__(self) -> Iterator[list[int]]:
-        for idx in self._batches:
+        for idx in self._begin():
             out = [int(i) for i in idx]
             self.sizes.append(len(out))
             yield out
@@ -40,14 +44,14 @@ class _Batches:
 
 def torch_epoch(
     dataset: Any,
-    batches: Iterator[Any],
+    begin: Callable[[], Iterator[Any]],
     why: str,
     options: dict,
     place: Optional[Callable[[Any], Any]],
     stacklevel: int,
 ) -> Iterator[tuple[int, Any]]:
     """(samples, batch) for each batch of one epoch from torch's DataLoader:
-    ``batches`` the indices of each, ``options`` the DataLoader arguments
+    ``begin`` what gives the indices of each (see :class:`_Batches`), ``options`` the DataLoader arguments
     to keep (collate_fn, num_workers, pin_memory, timeout, worker_init_fn,
     multiprocessing_context, generator, prefetch_factor, in_order),
     ``place`` what puts a batch on the loader's device (None: host)."""
@@ -63,7 +67,7 @@ def torch_epoch(
         kept.pop("prefetch_factor", None)  # torch refuses it without workers
     if kept.get("in_order", True):
         kept.pop("in_order", None)  # the default (torch 2.6 added the argument)
-    order = _Batches(batches)
+    order = _Batches(begin)
     # Its workers end with the epoch: with this generator's frame, the
     # iterator's last reference goes, and torch's iterator shuts them down.
     for k, out in enumerate(TorchDataLoader(dataset, batch_sampler=order, **kept)):

@@ -38,7 +38,7 @@ from torch.utils.data import default_collate
 
 from . import _core, _frameworks
 from ._sampling import NAMED_ORDERS, BuiltinShuffle, Sampling
-from ._plan import TransformPlan, plan_views, tail_samples, typed
+from ._plan import NotOnDevice, TransformPlan, plan_views, tail_samples, typed
 from .datasets import targets as _targets
 from .datasets.base import FILES_PROTOCOL, provides_sources
 from .datasets.hf import hf_hint
@@ -525,7 +525,12 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         # hand over as the pipeline makes them, makes this epoch torch's.
         try:
             super()._follow(depth=2)  # (this frame and __iter__'s)
-        except (NotNative, UnreadableComposition, UnsupportedTransform) as e:
+        except (
+            NotNative,
+            UnreadableComposition,
+            UnsupportedTransform,
+            NotOnDevice,
+        ) as e:
             self._replaced = _first_reason(self._raw_transform()) or str(e)
             return
         if self.transform is not self._checked:
@@ -555,7 +560,10 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         # The dataset's own length: its samples may have been replaced with
         # the transforms, which the sources were not read again for.
         sampling = dataclasses.replace(self._sampling(), n=len(self.dataset))
-        batches, _ = self._position.begin(sampling, epoch, skip=False)
+
+        def begin() -> Any:
+            return self._position.begin(sampling, epoch, skip=False)[0]
+
         options = dict(
             collate_fn=self.collate_fn,
             num_workers=self.num_workers,
@@ -571,7 +579,7 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         self._meter.start_epoch()
         t0 = time.perf_counter()
         # stacklevel: the user's loop, past EpochIterator and this generator
-        for n, out in torch_epoch(self.dataset, batches, why, options, place, 4):
+        for n, out in torch_epoch(self.dataset, begin, why, options, place, 4):
             self._position.yielded += 1
             self._meter.waited(time.perf_counter() - t0)
             self._meter.delivered(n)

@@ -319,7 +319,6 @@ class Loader:
         """Pick up a dataset whose transform or samples list was replaced
         since the last epoch, as DataLoader would (it reads them at every
         fetch)."""
-        stale = False
         try:
             if self._follow_dataset:
                 current = getattr(self._data, "transform", None)
@@ -327,13 +326,16 @@ class Loader:
                     # (the caller's iter(), past __iter__ and this frame,
                     # and ``depth`` frames of a subclass's between)
                     self._use_transform(current, stacklevel=3 + depth)
-                    stale = True  # the pipeline was built for the old transform
+                    self._drop_pipeline()  # built for the old transform
         finally:  # a transform refused still leaves the samples read again
             if samples_stamp(self._data) != self._samples_seen:
+                self._drop_pipeline()  # ... or for the old table of samples
                 self._use_sources()
-                stale = True  # ... or for the old table of samples
-            if stale and self._pipe is not None and self._pipe.owned():
-                self._pipe.close()
+
+    def _drop_pipeline(self) -> None:
+        """Close the pipeline this process made (the next epoch makes one)."""
+        if self._pipe is not None and self._pipe.owned():
+            self._pipe.close()
 
     def _sampling(self) -> Sampling:
         """How batches are drawn, from the loader's arguments as they are.

@@ -370,3 +370,23 @@ def test_user_sampler_keeps_the_epoch_the_user_set(indexed):
     for _ in range(2):  # also after the loader's own epoch moved on
         (labels,) = [y.tolist() for _, y in loader]
         assert labels == want and sampler.epoch == 5
+
+
+def test_an_epoch_begun_while_another_thread_is_in_next(indexed):
+    """iter() while another thread is inside the older epoch's next(): that
+    wait is ended (the pipeline it takes from is closed) and the new epoch
+    takes from a pipeline of its own, its own batches first."""
+    want = ringloader.Loader(indexed, batch_size=2, shuffle=True, transform=EVAL)
+    epochs = [[labels.tolist() for _, labels in want] for _ in range(2)]
+    loader = ringloader.Loader(
+        indexed, batch_size=2, shuffle=True, transform=EVAL, prefetch=3
+    )
+    first = iter(loader)
+    assert next(first)[1].tolist() == epochs[0][0]
+    first._running.acquire()  # as if another thread were inside next(first)
+    try:
+        second = iter(loader)
+        assert next(second)[1].tolist() == epochs[1][0]
+    finally:
+        first._running.release()
+    assert [labels.tolist() for _, labels in second] == epochs[1][1:]

@@ -253,3 +253,52 @@ def test_stateful_sampler_resumes_without_skipping_twice(tmp_path):
     resumed.load_state_dict(state)
     rest = [labels.tolist() for _, labels in resumed]
     assert rest == [[4, 5], [6, 7], [8, 9], [10, 11]]
+
+
+def test_state_taken_before_an_epochs_first_batch(tmp_path):
+    """state_dict() between iter() and the first next() of epoch 1: a
+    sampler with its own state is saved as epoch 1 will find it, not as
+    epoch 0 began, so the resumed loader gives epoch 1."""
+    import torch
+    from torch.utils.data import Sampler
+
+    import ringloader
+    from ringloader import transforms as T
+
+    class Drawing(Sampler):
+        def __init__(self, n):
+            self.n, self.g = n, torch.Generator().manual_seed(1)
+
+        def __len__(self):
+            return self.n
+
+        def __iter__(self):
+            return iter(torch.randperm(self.n, generator=self.g).tolist())
+
+        def state_dict(self):
+            return {"g": self.g.get_state()}
+
+        def load_state_dict(self, state):
+            self.g.set_state(state["g"])
+
+    class Files:
+        samples = []
+
+    for i in range(10):
+        p = tmp_path / f"{i:02d}.jpg"
+        p.write_bytes(jpeg_bytes("baseline", 40, 48, seed=i))
+        Files.samples.append((str(p), i))
+
+    def make():
+        return ringloader.Loader(
+            Files, batch_size=4, sampler=Drawing(10), transform=T.Resize((16, 16))
+        )
+
+    loader = make()
+    [labels.tolist() for _, labels in loader]  # epoch 0
+    it = iter(loader)
+    state = loader.state_dict()
+    epoch1 = [labels.tolist() for _, labels in it]
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert [labels.tolist() for _, labels in resumed] == epoch1

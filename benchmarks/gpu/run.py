@@ -212,6 +212,7 @@ def part_tests(out: str, dry: bool) -> dict:
         rc: Any = _run_group(
             cmd + [*CUDA_TESTS, "-m", "cuda", "-rfEs"],
             limit,
+            session=False,  # in this part's group, which the parent kills
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=os.path.join(ROOT, "tests"),
@@ -219,7 +220,7 @@ def part_tests(out: str, dry: bool) -> dict:
     with open(path) as f:
         lines = f.read().strip().splitlines()
     if rc is None:
-        rc = f"timed out after {limit:.0f} s"
+        rc = f"timed out after {max(limit, 1):.0f} s"
     elif rc == 0 and not dry and not torch.cuda.is_available():
         rc = "no CUDA device seen: every test was skipped"
     return {
@@ -239,17 +240,43 @@ def _time_left(dry: bool, part: str) -> float:
     return float(deadline) - time.time()
 
 
-def _run_group(cmd: list[str], timeout: float, **popen: Any) -> int | None:
-    """Runs ``cmd`` in a process group of its own: its exit status, or None
-    where it ran past ``timeout`` and the whole group was killed."""
-    proc = subprocess.Popen(cmd, start_new_session=True, **popen)
+def _run_group(
+    cmd: list[str], timeout: float, session: bool = True, **popen: Any
+) -> int | None:
+    """Runs ``cmd``: its exit status, or None where it ran past ``timeout``.
+    With ``session``, in a process group of its own, killed whole at the
+    timeout, at an exception here (Ctrl-C, SIGTERM: see main) and after it
+    exits (what it left running); without, it stays in this one. Either
+    way it is killed if this process dies first (PR_SET_PDEATHSIG)."""
+    proc = subprocess.Popen(
+        cmd, start_new_session=session, preexec_fn=_die_with_parent, **popen
+    )
     try:
         proc.communicate(timeout=max(timeout, 1))
+        return proc.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
         return None
-    return proc.returncode
+    finally:
+        _kill(proc, session)
+        proc.wait()
+
+
+def _kill(proc: subprocess.Popen, session: bool) -> None:
+    try:
+        if session:
+            os.killpg(proc.pid, signal.SIGKILL)
+        elif proc.poll() is None:
+            proc.kill()
+    except ProcessLookupError:
+        pass
+
+
+def _die_with_parent() -> None:
+    """In the child, before it runs: SIGKILL when its parent dies."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _text(data: Any) -> str:
@@ -617,20 +644,18 @@ def run_part(part: str, out: str, dry: bool, limit: float) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), out, "--part", part]
     if dry:
         cmd.append("--dry-run")
-    log = open(os.path.join(out, f"{part}.log"), "w")
-    stdout = tempfile.TemporaryFile(mode="w+")
     env = dict(os.environ, RINGLOADER_GPU_RUN_DEADLINE=str(time.time() + limit))
-    rc = _run_group(cmd, limit, stdout=stdout, stderr=log, text=True, env=env)
-    stdout.seek(0)
-    lines = [x for x in stdout.read().splitlines() if x.startswith("RESULT ")]
-    stdout.close()
+    with open(os.path.join(out, f"{part}.log"), "w") as log:
+        with tempfile.TemporaryFile(mode="w+") as stdout:
+            rc = _run_group(cmd, limit, stdout=stdout, stderr=log, env=env)
+            stdout.seek(0)
+            lines = [x for x in stdout.read().splitlines() if x.startswith("RESULT ")]
     if rc is None:
         rec = {"status": f"timed out after {limit} s", "result": None}
     elif rc == 0 and lines:
         rec = {"status": "ok", "result": json.loads(lines[-1][7:])}
     else:
         rec = {"status": f"failed (exit {rc})", "result": None}
-    log.close()
     partial = os.path.join(out, f"{part}.partial.json")
     if rec["result"] is None and os.path.exists(partial):
         with open(partial) as f:
@@ -641,6 +666,10 @@ def run_part(part: str, out: str, dry: bool, limit: float) -> dict:
         rec["status"] = f"failed (pytest: {rec['result']['rc']})"
     rec["seconds"] = round(time.perf_counter() - t0, 1)
     return rec
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main() -> int:
@@ -676,6 +705,9 @@ def main() -> int:
         print("RESULT " + json.dumps(r, default=str), flush=True)
         return 0
     limits = DRY_LIMITS if a.dry_run else LIMITS
+    # SIGTERM (a job's end) as an exception: the part running is killed
+    # with its process group (_run_group) before this process ends.
+    signal.signal(signal.SIGTERM, _terminated)
     results: dict[str, Any] = {}
     for part in a.parts.split(","):
         rec = run_part(part, a.out, a.dry_run, limits[part])

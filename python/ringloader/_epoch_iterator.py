@@ -48,12 +48,15 @@ class EpochIterator:
         finally:
             self._running.release()
 
-    def close(self) -> None:
-        """End the epoch, dropping its batches in flight. From another
-        thread while one iterates it, only mark it closed."""
+    def close(self) -> bool:
+        """End the epoch, dropping its batches in flight; whether it ended
+        here. From another thread while one iterates it, only mark it
+        closed (False)."""
         self._closed = True
         if self._running.acquire(blocking=False):
             try:
                 self._gen.close()
             finally:
                 self._running.release()
+            return True
+        return False

@@ -55,6 +55,8 @@ class Position:
         self.finished = False
         self.explicit = False
         self.started += 1
+        # Until this epoch begins, the samplers are as it will find them.
+        self.sampler_states = {}
         return self.epoch
 
     def begin(

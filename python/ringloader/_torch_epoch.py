@@ -15,6 +15,7 @@ sample that fails raises, as under torch's DataLoader."""
 from __future__ import annotations
 
 import warnings
+from collections import deque
 from typing import Any, Callable, Iterator, Optional
 
 from torch.utils.data import DataLoader as TorchDataLoader
@@ -33,7 +34,7 @@ class _Batches:
 
     def __init__(self, begin: Callable[[], Iterator[Any]]) -> None:
         self._begin = begin
-        self.sizes: list[int] = []
+        self.sizes: deque[int] = deque()  # drawn, not yet yielded
 
     def __iter__(self) -> Iterator[list[int]]:
         for idx in self._begin():
@@ -70,5 +71,5 @@ def torch_epoch(
     order = _Batches(begin)
     # Its workers end with the epoch: with this generator's frame, the
     # iterator's last reference goes, and torch's iterator shuts them down.
-    for k, out in enumerate(TorchDataLoader(dataset, batch_sampler=order, **kept)):
-        yield order.sizes[k], place(out) if place is not None else out
+    for out in TorchDataLoader(dataset, batch_sampler=order, **kept):
+        yield order.sizes.popleft(), place(out) if place is not None else out

@@ -555,8 +555,7 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         loader's batches of indices, collate_fn, workers and device. The
         pipeline is closed meanwhile (its threads and buffers; the next
         native epoch makes a new one)."""
-        if self._pipe is not None and self._pipe.owned():
-            self._pipe.close()
+        self._drop_pipeline()
         # The dataset's own length: its samples may have been replaced with
         # the transforms, which the sources were not read again for.
         sampling = dataclasses.replace(self._sampling(), n=len(self.dataset))

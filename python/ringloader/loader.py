@@ -416,7 +416,11 @@ class Loader:
                 # One epoch at a time: the older iterator ends, and says so
                 # if it is used again rather than stopping silently short.
                 previous.superseded = True
-                previous.close()
+                if not previous.close():
+                    # Another thread is inside its next(): closing the
+                    # pipeline ends that wait, and this epoch takes from a
+                    # new one (one thread takes from a pipeline).
+                    self._drop_pipeline()
             self._follow()
             check_sharded(self._sampling(), self._distributed_asked)
             epoch = self._position.next_iteration()

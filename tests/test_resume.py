@@ -198,6 +198,19 @@ def test_state_at_epoch_start_after_set_epoch(root):
         assert ns["epoch"](fresh) == first[1]
 
 
+def small_files(root, n):
+    """A dataset class with ``samples``: n small JPEGs, each its own class."""
+
+    class Files:
+        samples = []
+
+    for i in range(n):
+        p = root / f"{i:02d}.jpg"
+        p.write_bytes(jpeg_bytes("baseline", 40, 48, seed=i))
+        Files.samples.append((str(p), i))
+    return Files
+
+
 def test_stateful_sampler_resumes_without_skipping_twice(tmp_path):
     """A sampler with its own state_dict (it counts what it has handed out,
     prefetched batches included) is saved as it was at the epoch's start,
@@ -226,13 +239,7 @@ def test_stateful_sampler_resumes_without_skipping_twice(tmp_path):
         def load_state_dict(self, state):
             self.pos = state["pos"]
 
-    class Files:
-        samples = []
-
-    for i in range(12):
-        p = tmp_path / f"{i:02d}.jpg"
-        p.write_bytes(jpeg_bytes("baseline", 40, 48, seed=i))
-        Files.samples.append((str(p), i))
+    Files = small_files(tmp_path, 12)
 
     def make():
         return ringloader.Loader(
@@ -281,13 +288,7 @@ def test_state_taken_before_an_epochs_first_batch(tmp_path):
         def load_state_dict(self, state):
             self.g.set_state(state["g"])
 
-    class Files:
-        samples = []
-
-    for i in range(10):
-        p = tmp_path / f"{i:02d}.jpg"
-        p.write_bytes(jpeg_bytes("baseline", 40, 48, seed=i))
-        Files.samples.append((str(p), i))
+    Files = small_files(tmp_path, 10)
 
     def make():
         return ringloader.Loader(

@@ -6,6 +6,7 @@ import hashlib
 import os
 import shutil
 import textwrap
+import threading
 
 import pytest
 import torch
@@ -390,3 +391,33 @@ def test_an_epoch_begun_while_another_thread_is_in_next(indexed):
     finally:
         first._running.release()
     assert [labels.tolist() for _, labels in second] == epochs[1][1:]
+
+
+def test_an_older_epoch_ending_its_batch_counts_nothing_of_the_newer(folder):
+    """A thread inside the older epoch's next(), past taking its batch (in
+    target_transform), when a newer iter() begins: the older batch is still
+    handed out, and counted in neither epoch's position."""
+    inside, go = threading.Event(), threading.Event()
+
+    def hold(label):
+        if threading.current_thread().name == "older":
+            inside.set()
+            go.wait(10)
+        return label
+
+    ds = ringloader.ImageFolder(folder, target_transform=hold)
+    loader = ringloader.Loader(ds, batch_size=2, transform=EVAL)
+    first = iter(loader)
+    next(first)
+    got = {}
+    older = threading.Thread(target=lambda: got.update(b=next(first)), name="older")
+    older.start()
+    try:
+        assert inside.wait(10)
+        second = iter(loader)
+        next(second)
+    finally:
+        go.set()
+        older.join()
+    assert len(got["b"][1]) == 2
+    assert loader.state_dict()["batches_yielded"] == 1

@@ -303,3 +303,32 @@ def test_state_taken_before_an_epochs_first_batch(tmp_path):
     resumed = make()
     resumed.load_state_dict(state)
     assert [labels.tolist() for _, labels in resumed] == epoch1
+
+
+def test_the_samplers_epoch_saved_before_an_epochs_first_batch(tmp_path):
+    """sampler.set_epoch(1) (as scripts call it on a DistributedSampler),
+    iter(), then state_dict() before the first batch: the samplers' epoch
+    saved is 1, so the resumed loader gives epoch 1's order."""
+    from torch.utils.data import DistributedSampler
+
+    import ringloader
+    from ringloader import transforms as T
+
+    Files = small_files(tmp_path, 8)
+
+    def make():
+        sampler = DistributedSampler(range(8), num_replicas=1, rank=0, seed=3)
+        loader = ringloader.Loader(
+            Files, batch_size=4, sampler=sampler, transform=T.Resize((16, 16))
+        )
+        return loader, sampler
+
+    loader, sampler = make()
+    [labels.tolist() for _, labels in loader]  # epoch 0
+    sampler.set_epoch(1)
+    it = iter(loader)
+    state = loader.state_dict()
+    epoch1 = [labels.tolist() for _, labels in it]
+    resumed, _ = make()
+    resumed.load_state_dict(state)
+    assert [labels.tolist() for _, labels in resumed] == epoch1

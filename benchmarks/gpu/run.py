@@ -650,7 +650,10 @@ def run_part(part: str, out: str, dry: bool, limit: float) -> dict:
             rc = _run_group(cmd, limit, stdout=stdout, stderr=log, env=env)
             stdout.seek(0)
             lines = [x for x in stdout.read().splitlines() if x.startswith("RESULT ")]
-    if rc is None:
+    if rc is None and lines:  # its result was out; ending it was not
+        result = json.loads(lines[-1][7:])
+        rec = {"status": f"ok, then timed out after {limit} s", "result": result}
+    elif rc is None:
         rec = {"status": f"timed out after {limit} s", "result": None}
     elif rc == 0 and lines:
         rec = {"status": "ok", "result": json.loads(lines[-1][7:])}

@@ -9,6 +9,12 @@ from typing import Iterator
 import torch
 
 
+SUPERSEDED = (
+    "this iterator was ended by a newer iter(loader): a ringloader Loader runs "
+    "one epoch at a time (use two Loaders to iterate twice at once)"
+)
+
+
 class EpochIterator:
     """One epoch of a Loader: the generator that runs it, whether a newer
     iter(loader) has taken its place, and whether the loader was closed.
@@ -31,11 +37,7 @@ class EpochIterator:
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.superseded:
-            raise RuntimeError(
-                "this iterator was ended by a newer iter(loader): a ringloader "
-                "Loader runs one epoch at a time (use two Loaders to iterate "
-                "twice at once)"
-            )
+            raise RuntimeError(SUPERSEDED)
         if not self._running.acquire(blocking=False):
             raise RuntimeError(
                 "this epoch is being iterated (or closed) by another thread: "
@@ -44,7 +46,12 @@ class EpochIterator:
         try:
             if self._closed:
                 raise RuntimeError("the loader is closed")
-            return next(self._gen)
+            try:
+                return next(self._gen)
+            except RuntimeError as e:
+                if self.superseded:  # ended meanwhile by a newer iter()
+                    raise RuntimeError(SUPERSEDED) from e
+                raise
         finally:
             self._running.release()
 

@@ -24,6 +24,7 @@ class Position:
         self.finished = False
         self.skip = 0  # batches to skip at the next iteration
         self.sampler_states: dict = {}  # stateful samplers at epoch start
+        self.begun = False  # whether begin() ran for the current iteration
         # The samplers' epoch (Sampling.sampler_epoch) at the start of the
         # current epoch: what resuming gives them back.
         self.sampler_epoch: Optional[int] = None
@@ -57,6 +58,7 @@ class Position:
         self.started += 1
         # Until this epoch begins, the samplers are as it will find them.
         self.sampler_states = {}
+        self.begun = False
         return self.epoch
 
     def begin(
@@ -73,6 +75,7 @@ class Position:
             if s is not None and hasattr(s, "state_dict")
         }
         self.sampler_epoch = sampling.sampler_epoch()
+        self.begun = True
         done, self.skip = self.skip, 0  # batches yielded before
         if sampling.is_builtin:  # resuming: start at the next batch
             batches = sampling.batches(epoch, start=done)
@@ -99,8 +102,11 @@ class Position:
             "world_size": sampling.world_size,
             "rank": sampling.rank,
         }
-        if self.sampler_epoch is not None:
-            state["sampler_epoch"] = self.sampler_epoch
+        # The samplers' epoch as this epoch began, or (not begun yet) as
+        # it will begin.
+        at = self.sampler_epoch if self.begun else sampling.sampler_epoch()
+        if at is not None:
+            state["sampler_epoch"] = at
         for name, s in sampling.user_samplers:
             if s is not None and hasattr(s, "state_dict"):
                 # As it was when this epoch started (see begin).

@@ -545,12 +545,12 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         except (NotNative, UnreadableComposition, UnsupportedTransform):
             return None
 
-    def _iterate(self, epoch: int) -> Any:
+    def _iterate(self, epoch: int, tag: int) -> Any:
         if self._replaced is None:
-            return super()._iterate(epoch)
-        return self._torch_epoch(epoch, self._replaced)
+            return super()._iterate(epoch, tag)
+        return self._torch_epoch(epoch, tag, self._replaced)
 
-    def _torch_epoch(self, epoch: int, why: str) -> Any:
+    def _torch_epoch(self, epoch: int, tag: int, why: str) -> Any:
         """The epoch as torch's DataLoader reads it (``_torch_epoch``): the
         loader's batches of indices, collate_fn, workers and device. The
         pipeline is closed meanwhile (its threads and buffers; the next
@@ -561,7 +561,9 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         sampling = dataclasses.replace(self._sampling(), n=len(self.dataset))
 
         def begin() -> Any:
-            return self._position.begin(sampling, epoch, skip=False)[0]
+            with self._lock:  # as Loader._iterate's
+                self._latest(tag)
+                return self._position.begin(sampling, epoch, skip=False)[0]
 
         options = dict(
             collate_fn=self.collate_fn,
@@ -579,12 +581,11 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         t0 = time.perf_counter()
         # stacklevel: the user's loop, past EpochIterator and this generator
         for n, out in torch_epoch(self.dataset, begin, why, options, place, 4):
-            self._position.yielded += 1
             self._meter.waited(time.perf_counter() - t0)
-            self._meter.delivered(n)
+            self._counted(tag, n)
             yield out
             t0 = time.perf_counter()
-        self._position.finished = True
+        self._ended(tag)
 
     def _collated(self, src: Any, views: list, taken: Any) -> Any:
         """The user's collate_fn on the batch's samples as DataLoader would

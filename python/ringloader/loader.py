@@ -27,7 +27,7 @@ from torch.utils.data import Sampler
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from . import _core
-from ._epoch_iterator import EpochIterator
+from ._epoch_iterator import SUPERSEDED, EpochIterator
 from ._fallback import Fallback
 from ._gpu import Gpu, open_gpu
 from ._meter import Meter
@@ -424,17 +424,39 @@ class Loader:
             self._follow()
             check_sharded(self._sampling(), self._distributed_asked)
             epoch = self._position.next_iteration()
-            it = EpochIterator(self._iterate(epoch))
+            it = EpochIterator(self._iterate(epoch, self._position.started))
             self._active = weakref.ref(it)
         return it
 
-    def _iterate(self, epoch: int) -> Iterator[tuple[Any, torch.Tensor]]:
-        pipe = self._pipeline()
-        src = pipe.src
-        batches, keys = self._position.begin(
-            self._sampling(), epoch, skip=self.on_error == "skip"
-        )
-        self._meter.start_epoch()
+    def _latest(self, tag: int) -> None:
+        """RuntimeError unless iteration ``tag`` (its Position.started) is
+        still the loader's latest: one a newer iter() ended while its
+        thread was in next() changes nothing of the newer one's (called
+        under the loader's lock, as __iter__ runs)."""
+        if tag != self._position.started:
+            raise RuntimeError(SUPERSEDED)
+
+    def _counted(self, tag: int, n: int) -> None:
+        """A batch of ``n`` samples yielded by iteration ``tag``."""
+        with self._lock:
+            if tag == self._position.started:
+                self._position.yielded += 1
+                self._meter.delivered(n)
+
+    def _ended(self, tag: int) -> None:
+        with self._lock:
+            if tag == self._position.started:
+                self._position.finished = True
+
+    def _iterate(self, epoch: int, tag: int) -> Iterator[tuple[Any, torch.Tensor]]:
+        with self._lock:  # the pipeline and the position: this epoch's
+            self._latest(tag)
+            pipe = self._pipeline()
+            src = pipe.src
+            batches, keys = self._position.begin(
+                self._sampling(), epoch, skip=self.on_error == "skip"
+            )
+            self._meter.start_epoch()
         exhausted = False
         try:
             while True:
@@ -452,7 +474,7 @@ class Loader:
                 if not pipe.pending:
                     if pipe.closed:  # by close() from another thread
                         raise RuntimeError("the loader is closed")
-                    self._position.finished = True
+                    self._ended(tag)
                     return
                 try:
                     taken = pipe.take()
@@ -491,9 +513,8 @@ class Loader:
                     self._fallback.announce_direct(pipe, src, idx)
                 if self._pin_memory:
                     out = pin_memory(out)
-                self._position.yielded += 1
                 self._meter.waited(time.perf_counter() - t0)
-                self._meter.delivered(len(idx))
+                self._counted(tag, len(idx))
                 yield out
         finally:
             if pipe.pending and not pipe.closed:

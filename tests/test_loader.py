@@ -5,6 +5,7 @@ import gc
 import hashlib
 import os
 import shutil
+import signal
 import textwrap
 import threading
 
@@ -421,3 +422,43 @@ def test_an_older_epoch_ending_its_batch_counts_nothing_of_the_newer(folder):
         older.join()
     assert len(got["b"][1]) == 2
     assert loader.state_dict()["batches_yielded"] == 1
+
+
+def test_iter_from_the_loaders_own_sampler_is_an_error_not_a_hang(indexed):
+    """A sampler whose iteration calls iter() on the loader it feeds, as
+    a resumed epoch begins (its batches yielded before are replayed under
+    the loader's lock): RuntimeError, where waiting for that lock would
+    hang."""
+    holder = {"calls": 0}
+
+    class Reentrant(torch.utils.data.Sampler):
+        def __len__(self):
+            return len(indexed)
+
+        def __iter__(self):
+            holder["calls"] += 1
+            if holder["calls"] > 1:  # not while the state is taken
+                iter(holder["loader"])
+            return iter(range(len(indexed)))
+
+    loader = ringloader.Loader(
+        indexed, batch_size=4, sampler=Reentrant(), transform=EVAL
+    )
+    holder["loader"] = loader
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()  # one batch yielded: replayed on resume
+    del it
+    loader.load_state_dict(state)
+
+    def stuck(signum, frame):
+        raise TimeoutError("iter() from the sampler hung")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(30)
+    try:
+        with pytest.raises(RuntimeError, match="one epoch at a time"):
+            next(iter(loader))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

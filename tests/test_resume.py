@@ -332,3 +332,27 @@ def test_the_samplers_epoch_saved_before_an_epochs_first_batch(tmp_path):
     resumed, _ = make()
     resumed.load_state_dict(state)
     assert [labels.tolist() for _, labels in resumed] == epoch1
+
+
+def test_state_saved_again_before_the_first_batch_after_a_resume(tmp_path):
+    """load_state_dict(), then state_dict() before any batch (a job resumed
+    and stopped again at once): the same position, not the epoch's start."""
+    import ringloader
+    from ringloader import transforms as T
+
+    Files = small_files(tmp_path, 8)
+
+    def make():
+        return ringloader.Loader(Files, batch_size=2, transform=T.Resize((16, 16)))
+
+    loader = make()
+    it = iter(loader)
+    next(it), next(it)
+    state = loader.state_dict()
+    again = make()
+    again.load_state_dict(state)
+    resaved = again.state_dict()
+    assert resaved["batches_yielded"] == state["batches_yielded"] == 2
+    last = make()
+    last.load_state_dict(resaved)
+    assert [labels.tolist() for _, labels in last] == [[4, 5], [6, 7]]

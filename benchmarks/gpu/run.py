@@ -639,6 +639,14 @@ def draft_md(results: dict, dry: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _result(lines: list[str]) -> Any:
+    """The last RESULT line's value, or None (none, or cut short)."""
+    try:
+        return json.loads(lines[-1][7:]) if lines else None
+    except json.JSONDecodeError:
+        return None
+
+
 def run_part(part: str, out: str, dry: bool, limit: float) -> dict:
     t0 = time.perf_counter()
     cmd = [sys.executable, os.path.abspath(__file__), out, "--part", part]
@@ -650,15 +658,15 @@ def run_part(part: str, out: str, dry: bool, limit: float) -> dict:
             rc = _run_group(cmd, limit, stdout=stdout, stderr=log, env=env)
             stdout.seek(0)
             lines = [x for x in stdout.read().splitlines() if x.startswith("RESULT ")]
-    if rc is None and lines:  # its result was out; ending it was not
-        result = json.loads(lines[-1][7:])
-        rec = {"status": f"ok, then timed out after {limit} s", "result": result}
-    elif rc is None:
-        rec = {"status": f"timed out after {limit} s", "result": None}
-    elif rc == 0 and lines:
-        rec = {"status": "ok", "result": json.loads(lines[-1][7:])}
+    result = _result(lines)
+    if rc == 0 and result is not None:
+        rec = {"status": "ok", "result": result}
     else:
-        rec = {"status": f"failed (exit {rc})", "result": None}
+        # a result printed before the part hung or crashed at exit is kept;
+        # the part still counts as failed
+        end = f"timed out after {limit} s" if rc is None else f"exit {rc}"
+        status = f"ok, then {end}" if result is not None else f"failed ({end})"
+        rec = {"status": status, "result": result}
     partial = os.path.join(out, f"{part}.partial.json")
     if rec["result"] is None and os.path.exists(partial):
         with open(partial) as f:
@@ -722,9 +730,10 @@ def main() -> int:
             json.dump(results, f, indent=1, default=str)
         with open(os.path.join(a.out, "GPU.md"), "w") as f:
             f.write(draft_md(results, a.dry_run))
-        if part == "install" and rec["status"] != "ok":
+        if part == "install" and rec["result"] is None:
             print("install failed: the other parts need the data", flush=True)
             break
+    # ("ok, then ..." too: a part that hung or crashed at exit is a failure)
     bad = [p for p, r in results.items() if r["status"] not in ("ok", "not run")]
     return 1 if bad else 0
 

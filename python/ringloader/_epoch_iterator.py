@@ -49,8 +49,11 @@ class EpochIterator:
             try:
                 return next(self._gen)
             except RuntimeError as e:
-                if self.superseded:  # ended meanwhile by a newer iter()
-                    raise RuntimeError(SUPERSEDED) from e
+                # ended meanwhile by a newer iter(), which closed what this
+                # epoch took from (a subclass is another error: kept)
+                if self.superseded and type(e) is RuntimeError:
+                    if str(e) != SUPERSEDED:
+                        raise RuntimeError(SUPERSEDED) from e
                 raise
         finally:
             self._running.release()

@@ -134,6 +134,8 @@ class Position:
         if state.get("epoch_finished") or done >= sampling.batches_per_epoch():
             epoch, at, done = epoch + 1, at + 1, 0
         self.epoch, self.skip = epoch, done
+        # state_dict() before the next batch says the same position
+        self.yielded, self.finished = done, False
         self.explicit = True
         self.started = max(self.started, 1)
         self._forward(sampling, at)

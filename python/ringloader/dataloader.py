@@ -555,13 +555,16 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
         loader's batches of indices, collate_fn, workers and device. The
         pipeline is closed meanwhile (its threads and buffers; the next
         native epoch makes a new one)."""
-        self._drop_pipeline()
+        with self._locked():  # as Loader._iterate's
+            self._latest(tag)
+            self._drop_pipeline()
+            self._meter.start_epoch()
         # The dataset's own length: its samples may have been replaced with
         # the transforms, which the sources were not read again for.
         sampling = dataclasses.replace(self._sampling(), n=len(self.dataset))
 
         def begin() -> Any:
-            with self._lock:  # as Loader._iterate's
+            with self._locked():
                 self._latest(tag)
                 return self._position.begin(sampling, epoch, skip=False)[0]
 
@@ -577,12 +580,10 @@ class DataLoader(Loader, TorchDataLoader, metaclass=_LoaderType):
             in_order=self.in_order,
         )
         place = self._gpu.place if self._gpu is not None else None
-        self._meter.start_epoch()
         t0 = time.perf_counter()
         # stacklevel: the user's loop, past EpochIterator and this generator
         for n, out in torch_epoch(self.dataset, begin, why, options, place, 4):
-            self._meter.waited(time.perf_counter() - t0)
-            self._counted(tag, n)
+            self._counted(tag, n, time.perf_counter() - t0)
             yield out
             t0 = time.perf_counter()
         self._ended(tag)

@@ -15,6 +15,7 @@ come from :mod:`.datasets`, which knows nothing of the loader.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import threading
@@ -293,6 +294,7 @@ class Loader:
         self._position = Position()
         self._pipe: Optional[Pipeline] = None
         self._lock = threading.Lock()
+        self._lock_owner: Optional[int] = None  # the thread holding it
         self._active: Optional[weakref.ref] = None
         self._meter = Meter()
         self._fallback = Fallback(self._data, allow_truncated=self.allow_truncated)
@@ -407,10 +409,29 @@ class Loader:
     @property
     def io_backend(self) -> str:
         """The I/O backend in use: 'io_uring' or 'pread'."""
-        return self._pipeline().io_backend
+        with self._locked():
+            return self._pipeline().io_backend
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The loader's lock (epochs, their pipeline and position). Taken
+        again by the thread holding it (a sampler of the loader's own
+        calling iter(loader) as the epoch begins), RuntimeError rather
+        than a hang."""
+        if self._lock_owner == threading.get_ident():
+            raise RuntimeError(
+                "iter(loader) from inside the loader's own epoch as it begins "
+                "(its sampler's code, say): a Loader runs one epoch at a time"
+            )
+        with self._lock:
+            self._lock_owner = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._lock_owner = None
 
     def __iter__(self) -> Iterator[tuple[Any, torch.Tensor]]:
-        with self._lock:
+        with self._locked():
             previous = self._active() if self._active else None
             if previous is not None:
                 # One epoch at a time: the older iterator ends, and says so
@@ -436,20 +457,22 @@ class Loader:
         if tag != self._position.started:
             raise RuntimeError(SUPERSEDED)
 
-    def _counted(self, tag: int, n: int) -> None:
-        """A batch of ``n`` samples yielded by iteration ``tag``."""
-        with self._lock:
+    def _counted(self, tag: int, n: int, waited: float) -> None:
+        """A batch of ``n`` samples yielded by iteration ``tag``, after
+        ``waited`` seconds."""
+        with self._locked():
             if tag == self._position.started:
                 self._position.yielded += 1
+                self._meter.waited(waited)
                 self._meter.delivered(n)
 
     def _ended(self, tag: int) -> None:
-        with self._lock:
+        with self._locked():
             if tag == self._position.started:
                 self._position.finished = True
 
     def _iterate(self, epoch: int, tag: int) -> Iterator[tuple[Any, torch.Tensor]]:
-        with self._lock:  # the pipeline and the position: this epoch's
+        with self._locked():  # the pipeline and the position: this epoch's
             self._latest(tag)
             pipe = self._pipeline()
             src = pipe.src
@@ -513,8 +536,7 @@ class Loader:
                     self._fallback.announce_direct(pipe, src, idx)
                 if self._pin_memory:
                     out = pin_memory(out)
-                self._meter.waited(time.perf_counter() - t0)
-                self._counted(tag, len(idx))
+                self._counted(tag, len(idx), time.perf_counter() - t0)
                 yield out
         finally:
             if pipe.pending and not pipe.closed:

@@ -57,8 +57,9 @@ def plan_transform(
     """Compile ``transform`` for a loader yielding ``layout``. Warns with a
     FallbackWarning (``stacklevel`` as warnings.warn's, counted from the
     caller) when part of it runs in Python; raises UnsupportedTransform, or
-    NotOnDevice (a ValueError) when that part would follow a device copy. ``index``: the
-    transform is that view of a MultiView (named in what is said).
+    NotOnDevice (a ValueError) when that part would follow a device copy.
+    ``index``: the transform is that view of a MultiView (named in what is
+    said).
     ``varying``: a transform without a crop may give each sample its own
     size (on the GPU path each sample is its own region of the batch's
     device buffer)."""

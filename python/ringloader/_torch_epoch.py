@@ -1,15 +1,15 @@
 """One epoch of a ringloader.DataLoader read as torch's DataLoader reads it.
 
-A detection or segmentation dataset's transforms are read when the loader
-is made, and again at each epoch: a training script may replace them
-between epochs (a schedule of sizes, augmentations switched off for the
-last epochs). Where the new ones are not run natively, that epoch is read
-by ``torch.utils.data.DataLoader`` over the same dataset, with a
-FallbackWarning saying why: the loader's own batches of indices (its order,
-its shard of a distributed run, a resumed epoch's remaining batches), its
-collate_fn, worker count and worker options, and its device (each tensor
-of the batch placed there). Once the transforms are native again, the next
-epoch is read natively. ``on_error="skip"`` has no counterpart there: a
+A dataset's transform (a detection or segmentation dataset's transforms)
+is read when the loader is made, and again at each epoch: a training
+script may replace it between epochs (a schedule of sizes, augmentations
+switched off for the last epochs). Where the new one is not run natively,
+that epoch is read by ``torch.utils.data.DataLoader`` over the same
+dataset, with a FallbackWarning saying why: the loader's own batches of
+indices (its order, its shard of a distributed run, a resumed epoch's
+remaining batches), its collate_fn, worker count and worker options, and
+its device (each tensor of the batch placed there). Once the transform is
+native again, the next epoch is read natively. ``on_error="skip"`` has no counterpart there: a
 sample that fails raises, as under torch's DataLoader."""
 
 from __future__ import annotations
@@ -52,10 +52,11 @@ def torch_epoch(
     stacklevel: int,
 ) -> Iterator[tuple[int, Any]]:
     """(samples, batch) for each batch of one epoch from torch's DataLoader:
-    ``begin`` what gives the indices of each (see :class:`_Batches`), ``options`` the DataLoader arguments
-    to keep (collate_fn, num_workers, pin_memory, timeout, worker_init_fn,
-    multiprocessing_context, generator, prefetch_factor, in_order),
-    ``place`` what puts a batch on the loader's device (None: host)."""
+    ``begin`` what gives the indices of each (see :class:`_Batches`),
+    ``options`` the DataLoader arguments to keep (collate_fn, num_workers,
+    pin_memory, timeout, worker_init_fn, multiprocessing_context,
+    generator, prefetch_factor, in_order), ``place`` what puts a batch on
+    the loader's device (None: host)."""
     warnings.warn(
         "ringloader: this epoch is read by torch.utils.data.DataLoader "
         f"because the dataset's transforms changed: {why}. The next epoch is "

@@ -128,9 +128,14 @@ def gpu_tags() -> list:
     return list(cpython_tags((3, 12), platforms=[*platforms, "manylinux2014_x86_64"]))
 
 
-def check_kit() -> int:
+def _kit() -> tuple[list[str], list[str]]:
+    """The wheels in dist/ (ringloader's among them) and in dist/gpu/."""
     found = sorted(glob.glob(os.path.join(ROOT, "dist", "*.whl")))
-    extras = sorted(glob.glob(os.path.join(ROOT, "dist", "gpu", "*.whl")))
+    return found, sorted(glob.glob(os.path.join(ROOT, "dist", "gpu", "*.whl")))
+
+
+def check_kit() -> int:
+    found, extras = _kit()
     wheel = pick_wheel(found, gpu_tags())
     print(f"ringloader wheel for CPython 3.12: {wheel or 'none (make wheel)'}")
     print(f"with: {', '.join(os.path.basename(w) for w in extras) or 'nothing'}")
@@ -138,8 +143,7 @@ def check_kit() -> int:
 
 
 def part_install(out: str, dry: bool) -> dict:
-    found = sorted(glob.glob(os.path.join(ROOT, "dist", "*.whl")))
-    extras = sorted(glob.glob(os.path.join(ROOT, "dist", "gpu", "*.whl")))
+    found, extras = _kit()
     wheel = pick_wheel(found)
     r: dict[str, Any] = {
         "wheels": [os.path.basename(w) for w in found + extras],
@@ -277,12 +281,6 @@ def _die_with_parent() -> None:
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _text(data: Any) -> str:
-    if data is None:
-        return ""
-    return data if isinstance(data, str) else data.decode(errors="replace")
 
 
 def _folder(out: str) -> str:
